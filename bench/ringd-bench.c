@@ -1,0 +1,269 @@
+/* ringd-bench: nccl-tests style sweep of one collective through the local ringd, with N client
+ * processes started here. */
+#include <getopt.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "backend.h"
+#include "common.h"
+#include "ringd.h"
+
+typedef struct {
+    rb_sweep sweep;
+    const char *socket;
+    int procs;
+    ringd_dtype_t dtype;
+    ringd_redop_t redop;
+    int op; /* 0 allreduce, 1 broadcast, 2 allgather */
+    int root;
+} bench_opts;
+
+static const char *const op_names[] = {"allreduce", "broadcast", "allgather"};
+
+static int lookup(const char *s, const char *const *names, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (strcmp(s, names[i]) == 0)
+            return i;
+    return -1;
+}
+
+/* Element i of rank r's input: small integers, exact in every dtype. */
+static double pattern(int r, size_t i)
+{
+    return (double)(((i + (size_t)r * 5) % 13) + 1);
+}
+
+static void store(void *buf, ringd_dtype_t dt, size_t i, double v)
+{
+    switch (dt) {
+    case RINGD_F32: ((float *)buf)[i] = (float)v; break;
+    case RINGD_F64: ((double *)buf)[i] = v; break;
+    case RINGD_F16: ((uint16_t *)buf)[i] = rd_f32_to_f16((float)v); break;
+    case RINGD_BF16: ((uint16_t *)buf)[i] = rd_f32_to_bf16((float)v); break;
+    case RINGD_I32: ((int32_t *)buf)[i] = (int32_t)v; break;
+    case RINGD_I64: ((int64_t *)buf)[i] = (int64_t)v; break;
+    case RINGD_U8: ((uint8_t *)buf)[i] = (uint8_t)v; break;
+    }
+}
+
+static void fill(void *buf, ringd_dtype_t dt, size_t count, int r)
+{
+    for (size_t i = 0; i < count; i++)
+        store(buf, dt, i, pattern(r, i));
+}
+
+/* Runs one collective of count elements. */
+static ringd_result_t run_op(ringd_t *h, const bench_opts *o, const char *name, void *send,
+                             void *recv, size_t count)
+{
+    switch (o->op) {
+    case 0: return ringd_allreduce(h, name, send, recv, count, o->dtype, o->redop);
+    case 1: return ringd_broadcast(h, name, recv, count, o->dtype, o->root);
+    default: return ringd_allgather(h, name, send, recv, count, o->dtype);
+    }
+}
+
+/* Runs the op on known inputs and counts the elements of this rank's result that differ from the
+ * expected one, rebuilt here from every rank's pattern. */
+static long long check(ringd_t *h, const bench_opts *o, void *send, void *recv, void *scratch,
+                       size_t count, ringd_result_t *rc)
+{
+    int n = ringd_size(h), me = ringd_rank(h);
+    size_t esz = ringd_dtype_size(o->dtype);
+    size_t out_count = o->op == 2 ? count * (size_t)n : count;
+
+    fill(send, o->dtype, count, me);
+    if (o->op == 1)
+        fill(recv, o->dtype, count, me);
+    *rc = run_op(h, o, "bench.check", send, recv, count);
+    if (*rc != RINGD_OK)
+        return (long long)out_count;
+
+    /* scratch holds n inputs then the expected output */
+    uint8_t *ins = scratch, *want = ins + (size_t)n * count * esz;
+    const void *src[n];
+    for (int r = 0; r < n; r++) {
+        fill(ins + (size_t)r * count * esz, o->dtype, count, r);
+        src[r] = ins + (size_t)r * count * esz;
+    }
+    if (o->op == 0) {
+        rd_reduce_args args = RD_REDUCE_ARGS_INIT;
+        if (o->redop == RINGD_AVG)
+            args.divisor = (uint32_t)n;
+        rd_reduce((rd_dtype)o->dtype, o->redop == RINGD_AVG ? RD_OP_SUM : (rd_redop)o->redop,
+                  want, src, n, count, &args);
+    } else if (o->op == 1) {
+        memcpy(want, src[o->root], count * esz);
+    } else {
+        memcpy(want, ins, out_count * esz);
+    }
+    long long wrong = 0;
+    for (size_t i = 0; i < out_count; i++)
+        wrong += memcmp((uint8_t *)recv + i * esz, want + i * esz, esz) != 0;
+    return wrong;
+}
+
+/* One client process: opens the session, sweeps the sizes, prints on rank 0. */
+static int client_main(const bench_opts *o, const char *job)
+{
+    const rb_sweep *s = &o->sweep;
+    size_t esz = ringd_dtype_size(o->dtype);
+    size_t max_count = s->max_bytes / esz ? s->max_bytes / esz : 1;
+    size_t gather = o->op == 2 ? (size_t)o->procs : 1;
+    size_t arena = max_count * esz * (2 + gather) + ((size_t)s->iters * 16) + (1u << 20);
+
+    ringd_options_t opts = RINGD_OPTIONS_INIT;
+    ringd_t *h = NULL;
+    opts.socket_path = o->socket;
+    opts.job = job;
+    opts.local_size = o->procs;
+    opts.world_size = o->procs;
+    opts.arena_size = (arena + 4095) & ~(size_t)4095;
+    ringd_result_t rc = ringd_open(&opts, &h);
+    if (rc != RINGD_OK) {
+        fprintf(stderr, "ringd-bench: ringd_open: %s: %s\n", ringd_strerror(rc), ringd_errmsg(h));
+        ringd_close(h);
+        return 2;
+    }
+    int n = ringd_size(h), me = ringd_rank(h);
+    void *send = ringd_alloc(h, max_count * esz);
+    void *recv = ringd_alloc(h, max_count * esz * gather);
+    double *times = ringd_alloc(h, (size_t)s->iters * sizeof(double));
+    void *scratch = o->sweep.check ? malloc(max_count * esz * ((size_t)n + gather)) : NULL;
+    int status = 0;
+    if (send == NULL || recv == NULL || times == NULL || (o->sweep.check && scratch == NULL)) {
+        fprintf(stderr, "ringd-bench: rank %d: out of arena or memory\n", me);
+        status = 2;
+        goto out;
+    }
+    memset(send, 0, max_count * esz);
+    memset(recv, 0, max_count * esz * gather);
+
+    if (me == 0) {
+        char what[64];
+        snprintf(what, sizeof(what), "%s %s%s%s", op_names[o->op], rd_dtype_name((rd_dtype)o->dtype),
+                 o->op == 0 ? " " : "", o->op == 0 ? rd_redop_name((rd_redop)o->redop) : "");
+        rb_print_header("ringd-bench", n, what, s);
+    }
+    double bus = o->op == 0 ? 2.0 * (n - 1) / n : o->op == 2 ? (double)(n - 1) / n : 1.0;
+    for (uint64_t bytes = s->min_bytes; bytes <= s->max_bytes; bytes *= s->factor) {
+        size_t count = bytes / esz ? bytes / esz : 1;
+        for (int i = 0; i < s->warmup && rc == RINGD_OK; i++)
+            rc = run_op(h, o, "bench.op", send, recv, count);
+        for (int i = 0; i < s->iters && rc == RINGD_OK; i++) {
+            double t0 = rb_now_s();
+            rc = run_op(h, o, "bench.op", send, recv, count);
+            times[i] = rb_now_s() - t0;
+        }
+        if (rc == RINGD_OK)
+            rc = ringd_allreduce(h, "bench.times", times, times, (size_t)s->iters, RINGD_F64,
+                                 RINGD_MAX);
+        long long wrong = 0;
+        if (rc == RINGD_OK && s->check)
+            wrong = check(h, o, send, recv, scratch, count, &rc);
+        if (rc == RINGD_OK)
+            rc = ringd_allreduce(h, "bench.wrong", &wrong, &wrong, 1, RINGD_I64, RINGD_SUM);
+        if (rc != RINGD_OK) {
+            fprintf(stderr, "ringd-bench: rank %d, %" PRIu64 " bytes: %s: %s\n", me, bytes,
+                    ringd_strerror(rc), ringd_errmsg(h));
+            status = 2;
+            break;
+        }
+        if (wrong > 0)
+            status = 1;
+        if (me == 0) {
+            uint64_t shown = o->op == 2 ? (uint64_t)count * esz * (uint64_t)n : (uint64_t)count * esz;
+            rb_print_row(shown, count, rd_dtype_name((rd_dtype)o->dtype),
+                         o->op == 0 ? rd_redop_name((rd_redop)o->redop) : "none",
+                         rb_median(times, s->iters), bus, wrong);
+        }
+        if (bytes > s->max_bytes / s->factor)
+            break;
+    }
+
+out:
+    free(scratch);
+    ringd_close(h);
+    return status;
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: ringd-bench [--socket PATH] [--procs N] [--op allreduce|broadcast|allgather]\n"
+            "                   [--dtype f32|f64|f16|bf16|i32|i64|u8] [--redop sum|avg|min|max|prod]\n"
+            "                   [--root R] [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP] [-c 0|1]\n"
+            "  --socket PATH  ringd's socket (env RINGD_SOCKET, default /run/ringd/ringd.sock)\n"
+            "  --procs N      client processes to start, one rank each (default 2)\n"
+            "%s"
+            "exit status: 0 all results right, 1 some #wrong > 0, 2 a failure\n",
+            rb_sweep_usage);
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        {"socket", required_argument, NULL, 'S'}, {"procs", required_argument, NULL, 'p'},
+        {"op", required_argument, NULL, 'o'},     {"dtype", required_argument, NULL, 'd'},
+        {"redop", required_argument, NULL, 'r'},  {"root", required_argument, NULL, 'R'},
+        {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
+    };
+    static const char *const dtypes[] = {"f32", "f64", "f16", "bf16", "i32", "i64", "u8"};
+    static const char *const redops[] = {"sum", "avg", "min", "max", "prod"};
+    bench_opts o = {.socket = NULL, .procs = 2, .dtype = RINGD_F32, .redop = RINGD_SUM};
+    int c, v;
+
+    rb_sweep_defaults(&o.sweep);
+    while ((c = getopt_long(argc, argv, "b:e:f:n:w:c:h", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'S': o.socket = optarg; break;
+        case 'p': o.procs = atoi(optarg); if (o.procs < 1 || o.procs > 64) goto bad; break;
+        case 'o': if ((o.op = lookup(optarg, op_names, 3)) < 0) goto bad; break;
+        case 'd': if ((v = lookup(optarg, dtypes, 7)) < 0) goto bad; o.dtype = (ringd_dtype_t)v; break;
+        case 'r': if ((v = lookup(optarg, redops, 5)) < 0) goto bad; o.redop = (ringd_redop_t)v; break;
+        case 'R': o.root = atoi(optarg); break;
+        case 'h': usage(stdout); return 0;
+        default:
+            if (rb_sweep_option(&o.sweep, c, optarg) != 0)
+                goto bad;
+        }
+    }
+    if (optind < argc || o.sweep.min_bytes > o.sweep.max_bytes || o.root < 0 || o.root >= o.procs)
+        goto bad;
+
+    char job[64];
+    snprintf(job, sizeof(job), "ringd-bench.%d", (int)getpid());
+    pid_t kids[64];
+    for (int i = 0; i < o.procs; i++) {
+        fflush(stdout);
+        kids[i] = fork();
+        if (kids[i] == 0)
+            _exit(client_main(&o, job));
+        if (kids[i] < 0) {
+            perror("ringd-bench: fork");
+            for (int k = 0; k < i; k++)
+                kill(kids[k], SIGTERM);
+            return 2;
+        }
+    }
+    int status = 0;
+    for (int i = 0; i < o.procs; i++) {
+        int ws;
+        if (waitpid(kids[i], &ws, 0) < 0 || !WIFEXITED(ws))
+            status = 2;
+        else if (WEXITSTATUS(ws) > status)
+            status = WEXITSTATUS(ws);
+    }
+    return status;
+
+bad:
+    fprintf(stderr, "ringd-bench: bad arguments\n");
+    usage(stderr);
+    return 2;
+}

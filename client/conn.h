@@ -1,0 +1,36 @@
+/* Blocking connection to the daemon for libringd and ringctl: connect, send and receive frames
+ * with deadlines, receive a passed fd. */
+#ifndef RD_CONN_H
+#define RD_CONN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "frame.h"
+#include "ringd.h"
+
+typedef struct {
+    int fd;
+    uint8_t *buf; /* received bytes not yet decoded: buf[0..len) */
+    size_t len, cap;
+    int passed_fd; /* an fd that arrived with SCM_RIGHTS, or -1 */
+    uint32_t max_frame;
+} rd_conn;
+
+/* Connects to the Unix socket at path. Returns RINGD_OK or RINGD_E_CONNECT with err set. */
+ringd_result_t rd_conn_open(rd_conn *c, const char *path, char *err, size_t errlen);
+
+void rd_conn_close(rd_conn *c);
+
+/* Sends one frame. Returns RINGD_OK or RINGD_E_CLOSED with err set. */
+ringd_result_t rd_conn_send(rd_conn *c, const rd_msg *msg, char *err, size_t errlen);
+
+/* Receives one message, waiting at most timeout_ms (< 0: forever; 0: only what is already
+ * there). Returns RINGD_OK with *msg owned by the caller (rd_frame_free), RINGD_E_TIMEOUT,
+ * RINGD_E_CLOSED or RINGD_E_PROTOCOL with err set. */
+ringd_result_t rd_conn_recv(rd_conn *c, int timeout_ms, rd_msg **msg, char *err, size_t errlen);
+
+/* Milliseconds on a monotonic clock. */
+int64_t rd_now_ms(void);
+
+#endif

@@ -1,0 +1,151 @@
+/* libringd: collectives for training processes, served by the node's ringd daemon.
+ *
+ * A process opens a session with the local daemon (ringd_open), gets its rank and the job's size,
+ * allocates tensors in a shared-memory arena (ringd_alloc) and runs named collectives on them.
+ * Buffers outside the arena work too: the library copies them in and out.
+ *
+ * Threads: a ringd_t and its requests may be used by one thread at a time.
+ * The library never prints; errors come back as a ringd_result_t plus ringd_errmsg(). */
+#ifndef RINGD_H
+#define RINGD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define RINGD_VERSION_MAJOR 0
+#define RINGD_VERSION_MINOR 1
+
+typedef struct ringd ringd_t;                 /* one session with the daemon */
+typedef struct ringd_request ringd_request_t; /* one asynchronous collective */
+
+typedef enum {
+    RINGD_OK = 0,
+    RINGD_E_INVALID = 1,    /* a bad argument: fix the call */
+    RINGD_E_CONNECT = 2,    /* the daemon is not reachable: is ringd running, is the socket right? */
+    RINGD_E_PROTOCOL = 3,   /* the daemon or the library sent something the other did not accept */
+    RINGD_E_TIMEOUT = 4,    /* a deadline passed */
+    RINGD_E_MISMATCH = 5,   /* ranks submitted the same name with different parameters */
+    RINGD_E_MEMBERSHIP = 6, /* a participant joined or left; re-synchronise and retry */
+    RINGD_E_NOMEM = 7,      /* out of memory, or the arena is full */
+    RINGD_E_STALLED = 8,    /* some ranks never submitted the tensor */
+    RINGD_E_CLOSED = 9,     /* the session is closed or broken */
+    RINGD_E_SYSTEM = 10,    /* a system call failed; see ringd_errmsg */
+    RINGD_E_REFUSED = 11,   /* the daemon refused: job full or inconsistent sizes */
+    RINGD_RESULT_COUNT
+} ringd_result_t;
+
+typedef enum {
+    RINGD_F32 = 0,
+    RINGD_F64 = 1,
+    RINGD_F16 = 2,  /* IEEE binary16; reduced in float, rounded to nearest even */
+    RINGD_BF16 = 3, /* bfloat16; reduced in float, rounded to nearest even */
+    RINGD_I32 = 4,
+    RINGD_I64 = 5,
+    RINGD_U8 = 6,
+} ringd_dtype_t;
+
+typedef enum {
+    RINGD_SUM = 0,
+    RINGD_AVG = 1, /* sum divided by the job's size (integers: truncated toward zero) */
+    RINGD_MIN = 2,
+    RINGD_MAX = 3,
+    RINGD_PROD = 4,
+} ringd_redop_t;
+
+/* Session options. Start from RINGD_OPTIONS_INIT; fields left 0/NULL take their environment
+ * variable (shown) or the default. struct_size lets the struct grow without breaking callers. */
+typedef struct {
+    size_t struct_size;
+    const char *socket_path; /* RINGD_SOCKET, else /run/ringd/ringd.sock */
+    const char *job;         /* RINGD_JOB, else "default" */
+    int world_size;          /* RINGD_WORLD_SIZE, else local_size */
+    int local_size;          /* RINGD_LOCAL_SIZE, else 1 */
+    int open_timeout_ms;     /* how long ringd_open waits for the job to assemble; 0: 30000 */
+    int op_timeout_ms;       /* how long ringd_wait waits for one collective; 0: forever, the
+                                daemon's own deadlines still apply */
+    size_t arena_size;       /* shared-memory arena bytes; 0: the daemon's default */
+} ringd_options_t;
+
+#define RINGD_OPTIONS_INIT { sizeof(ringd_options_t), NULL, NULL, 0, 0, 0, 0, 0 }
+
+/* Connects to the daemon and joins the job; returns once the job's local clients have all
+ * joined, or fails at open_timeout_ms. On return *r is set even on failure (NULL only when no
+ * memory could be had), so ringd_errmsg(*r) can explain; release it with ringd_close. */
+ringd_result_t ringd_open(const ringd_options_t *opts, ringd_t **r);
+
+/* Leaves the job, unmaps the arena and frees r and its requests. ringd_close(NULL) is a no-op. */
+void ringd_close(ringd_t *r);
+
+int ringd_rank(const ringd_t *r);
+int ringd_size(const ringd_t *r);
+int ringd_local_rank(const ringd_t *r);
+int ringd_local_size(const ringd_t *r);
+uint64_t ringd_generation(const ringd_t *r);
+
+/* Detail of the last failure on r (which call, which tensor, which ranks); "" when none.
+ * Owned by r, valid until its next call. */
+const char *ringd_errmsg(const ringd_t *r);
+
+/* A fixed description of a result and what to do about it. */
+const char *ringd_strerror(ringd_result_t rc);
+
+/* Bytes of one element of dtype; 0 for an unknown dtype. */
+size_t ringd_dtype_size(ringd_dtype_t dtype);
+
+/* Allocates bytes (64-byte aligned) in the shared arena: collectives on it copy nothing through
+ * the library. Returns NULL when the arena is full. Owned by r until ringd_free or ringd_close. */
+void *ringd_alloc(ringd_t *r, size_t bytes);
+void ringd_free(ringd_t *r, void *p);
+
+/* Collectives. name identifies the tensor across ranks (NULL: an automatic name from a per-session
+ * counter, which matches only when every rank calls in the same order). Buffers may be in the arena
+ * or anywhere else; recvbuf may equal sendbuf. The _async forms return a request that must be
+ * finished with ringd_wait, or ringd_test until it reports done; the buffers must stay untouched
+ * until then. */
+ringd_result_t ringd_allreduce(ringd_t *r, const char *name, const void *sendbuf, void *recvbuf,
+                               size_t count, ringd_dtype_t dtype, ringd_redop_t op);
+ringd_result_t ringd_allreduce_async(ringd_t *r, const char *name, const void *sendbuf,
+                                     void *recvbuf, size_t count, ringd_dtype_t dtype,
+                                     ringd_redop_t op, ringd_request_t **req);
+
+/* Allreduce with scaling: each input is multiplied by prescale before the reduction, the result
+ * by postscale after it (floating dtypes only). */
+ringd_result_t ringd_allreduce_scaled(ringd_t *r, const char *name, const void *sendbuf,
+                                      void *recvbuf, size_t count, ringd_dtype_t dtype,
+                                      ringd_redop_t op, double prescale, double postscale,
+                                      ringd_request_t **req);
+
+/* Copies root's buf to every rank's buf. */
+ringd_result_t ringd_broadcast(ringd_t *r, const char *name, void *buf, size_t count,
+                               ringd_dtype_t dtype, int root);
+ringd_result_t ringd_broadcast_async(ringd_t *r, const char *name, void *buf, size_t count,
+                                     ringd_dtype_t dtype, int root, ringd_request_t **req);
+
+/* Every rank contributes count elements; recvbuf receives size * count, in rank order. */
+ringd_result_t ringd_allgather(ringd_t *r, const char *name, const void *sendbuf, void *recvbuf,
+                               size_t count, ringd_dtype_t dtype);
+ringd_result_t ringd_allgather_async(ringd_t *r, const char *name, const void *sendbuf,
+                                     void *recvbuf, size_t count, ringd_dtype_t dtype,
+                                     ringd_request_t **req);
+
+/* Returns once every rank has entered the barrier of the same name. */
+ringd_result_t ringd_barrier(ringd_t *r, const char *name);
+ringd_result_t ringd_barrier_async(ringd_t *r, const char *name, ringd_request_t **req);
+
+/* Waits for req to finish and releases it. Returns its result; on failure ringd_errmsg(r) says
+ * why. */
+ringd_result_t ringd_wait(ringd_request_t *req);
+
+/* Sets *done to 1 when req has finished, then releases it and returns its result; otherwise sets
+ * *done to 0 and returns RINGD_OK. Never blocks. */
+ringd_result_t ringd_test(ringd_request_t *req, int *done);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,176 @@
+/* ringctl: asks the node's ringd for its status, as text or JSON. */
+#include <getopt.h>
+#include <inttypes.h>
+#include <json-c/json.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "conn.h"
+#include "ringd_build.h"
+
+/* Exit codes scripts can rely on. */
+enum { EXIT_OK = 0, EXIT_DAEMON = 1, EXIT_USAGE = 2 };
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: ringctl [--socket PATH] [--timeout MS] status [--json]\n"
+            "  --socket PATH  the daemon's socket (env RINGD_SOCKET, default /run/ringd/ringd.sock)\n"
+            "  --timeout MS   how long to wait for the daemon (default 5000)\n"
+            "exit status: 0 ok, 1 daemon unreachable or failing, 2 usage error\n");
+}
+
+static void print_text(const Ringd__StatusReply *r)
+{
+    printf("ringd %s, pid %u, up %.1f s\n", r->version, r->pid, (double)r->uptime_ms / 1000.0);
+    printf("ops: %" PRIu64 " in flight, %" PRIu64 " completed, %" PRIu64 " failed, %.3f GB moved\n",
+           r->ops_in_flight, r->ops_completed, r->ops_failed, (double)r->bytes_reduced / 1e9);
+    printf("jobs: %zu\n", r->n_jobs);
+    for (size_t i = 0; i < r->n_jobs; i++) {
+        const Ringd__JobInfo *j = r->jobs[i];
+        printf("  %-20s generation %" PRIu64 ", clients %u/%u, world %u, ops %" PRIu64
+               " in flight, %" PRIu64 " completed, %" PRIu64 " failed\n",
+               j->name, j->generation, j->clients, j->local_size, j->world_size, j->ops_in_flight,
+               j->ops_completed, j->ops_failed);
+        for (size_t k = 0; k < j->n_pending; k++)
+            printf("    waiting: %s\n", j->pending[k]);
+    }
+    printf("clients: %zu\n", r->n_clients);
+    if (r->n_clients > 0)
+        printf("  %-20s %8s %6s %5s %9s %10s %10s\n", "job", "pid", "uid", "lrank", "in-flight",
+               "completed", "arena(MB)");
+    for (size_t i = 0; i < r->n_clients; i++) {
+        const Ringd__ClientInfo *c = r->clients[i];
+        printf("  %-20s %8u %6u %5u %9" PRIu64 " %10" PRIu64 " %10.1f\n", c->job, c->pid, c->uid,
+               c->local_rank, c->ops_in_flight, c->ops_completed,
+               (double)c->arena_size / (1024.0 * 1024.0));
+    }
+}
+
+static void print_json(const Ringd__StatusReply *r)
+{
+    json_object *root = json_object_new_object();
+    json_object_object_add(root, "version", json_object_new_string(r->version));
+    json_object_object_add(root, "pid", json_object_new_int64(r->pid));
+    json_object_object_add(root, "uptime_ms", json_object_new_int64((int64_t)r->uptime_ms));
+    json_object *ops = json_object_new_object();
+    json_object_object_add(ops, "in_flight", json_object_new_int64((int64_t)r->ops_in_flight));
+    json_object_object_add(ops, "completed", json_object_new_int64((int64_t)r->ops_completed));
+    json_object_object_add(ops, "failed", json_object_new_int64((int64_t)r->ops_failed));
+    json_object_object_add(ops, "bytes", json_object_new_int64((int64_t)r->bytes_reduced));
+    json_object_object_add(root, "ops", ops);
+
+    json_object *jobs = json_object_new_array();
+    for (size_t i = 0; i < r->n_jobs; i++) {
+        const Ringd__JobInfo *j = r->jobs[i];
+        json_object *o = json_object_new_object();
+        json_object_object_add(o, "name", json_object_new_string(j->name));
+        json_object_object_add(o, "generation", json_object_new_int64((int64_t)j->generation));
+        json_object_object_add(o, "world_size", json_object_new_int64(j->world_size));
+        json_object_object_add(o, "local_size", json_object_new_int64(j->local_size));
+        json_object_object_add(o, "clients", json_object_new_int64(j->clients));
+        json_object_object_add(o, "ops_in_flight", json_object_new_int64((int64_t)j->ops_in_flight));
+        json_object_object_add(o, "ops_completed", json_object_new_int64((int64_t)j->ops_completed));
+        json_object_object_add(o, "ops_failed", json_object_new_int64((int64_t)j->ops_failed));
+        json_object *pending = json_object_new_array();
+        for (size_t k = 0; k < j->n_pending; k++)
+            json_object_array_add(pending, json_object_new_string(j->pending[k]));
+        json_object_object_add(o, "pending", pending);
+        json_object_array_add(jobs, o);
+    }
+    json_object_object_add(root, "jobs", jobs);
+
+    json_object *clients = json_object_new_array();
+    for (size_t i = 0; i < r->n_clients; i++) {
+        const Ringd__ClientInfo *c = r->clients[i];
+        json_object *o = json_object_new_object();
+        json_object_object_add(o, "job", json_object_new_string(c->job));
+        json_object_object_add(o, "pid", json_object_new_int64(c->pid));
+        json_object_object_add(o, "uid", json_object_new_int64(c->uid));
+        json_object_object_add(o, "local_rank", json_object_new_int64(c->local_rank));
+        json_object_object_add(o, "ops_in_flight", json_object_new_int64((int64_t)c->ops_in_flight));
+        json_object_object_add(o, "ops_completed", json_object_new_int64((int64_t)c->ops_completed));
+        json_object_object_add(o, "arena_bytes", json_object_new_int64((int64_t)c->arena_size));
+        json_object_array_add(clients, o);
+    }
+    json_object_object_add(root, "clients", clients);
+    printf("%s\n", json_object_to_json_string_ext(root, JSON_C_TO_STRING_PRETTY |
+                                                            JSON_C_TO_STRING_NOSLASHESCAPE));
+    json_object_put(root);
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        {"socket", required_argument, NULL, 's'}, {"timeout", required_argument, NULL, 't'},
+        {"json", no_argument, NULL, 'j'},         {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, 'V'},      {NULL, 0, NULL, 0},
+    };
+    const char *path = getenv("RINGD_SOCKET");
+    int timeout = 5000, json = 0;
+    char err[512];
+
+    for (;;) {
+        int c = getopt_long(argc, argv, "+s:t:jhV", longopts, NULL);
+        if (c == -1)
+            break;
+        switch (c) {
+        case 's': path = optarg; break;
+        case 't': timeout = atoi(optarg); break;
+        case 'j': json = 1; break;
+        case 'h': usage(stdout); return EXIT_OK;
+        case 'V': printf("ringctl %s\n", RINGD_VERSION); return EXIT_OK;
+        default: usage(stderr); return EXIT_USAGE;
+        }
+    }
+    if (optind >= argc || strcmp(argv[optind], "status") != 0) {
+        fprintf(stderr, "ringctl: %s\n", optind >= argc ? "missing command" : "unknown command");
+        usage(stderr);
+        return EXIT_USAGE;
+    }
+    for (int i = optind + 1; i < argc; i++) {
+        if (strcmp(argv[i], "--json") == 0) {
+            json = 1;
+        } else {
+            fprintf(stderr, "ringctl: unknown argument '%s'\n", argv[i]);
+            return EXIT_USAGE;
+        }
+    }
+    if (timeout <= 0) {
+        fprintf(stderr, "ringctl: --timeout must be a positive number of milliseconds\n");
+        return EXIT_USAGE;
+    }
+    if (path == NULL || *path == '\0')
+        path = "/run/ringd/ringd.sock";
+
+    rd_conn c;
+    if (rd_conn_open(&c, path, err, sizeof(err)) != RINGD_OK) {
+        fprintf(stderr, "ringctl: %s\n", err);
+        rd_conn_close(&c);
+        return EXIT_DAEMON;
+    }
+    Ringd__StatusRequest q = RINGD__STATUS_REQUEST__INIT;
+    rd_msg m = RINGD__MSG__INIT, *reply = NULL;
+    m.body_case = RINGD__MSG__BODY_STATUS_REQUEST;
+    m.status_request = &q;
+    if (rd_conn_send(&c, &m, err, sizeof(err)) != RINGD_OK ||
+        rd_conn_recv(&c, timeout, &reply, err, sizeof(err)) != RINGD_OK) {
+        fprintf(stderr, "ringctl: %s: %s\n", path, err);
+        rd_conn_close(&c);
+        return EXIT_DAEMON;
+    }
+    int rc = EXIT_OK;
+    if (reply->body_case == RINGD__MSG__BODY_STATUS_REPLY) {
+        if (json)
+            print_json(reply->status_reply);
+        else
+            print_text(reply->status_reply);
+    } else {
+        fprintf(stderr, "ringctl: %s: unexpected reply type %d\n", path, (int)reply->body_case);
+        rc = EXIT_DAEMON;
+    }
+    rd_frame_free(reply);
+    rd_conn_close(&c);
+    return rc;
+}

@@ -1,0 +1,613 @@
+/* libringd: sessions with the local daemon, the arena, and named collectives over it. */
+#define _GNU_SOURCE
+#include "ringd.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "alloc.h"
+#include "conn.h"
+
+#define RD_DEFAULT_SOCKET "/run/ringd/ringd.sock"
+#define RD_DEFAULT_OPEN_TIMEOUT_MS 30000
+#define RD_NO_STAGE UINT64_MAX
+
+struct ringd_request {
+    ringd_t *r;
+    uint64_t id;
+    int done;
+    ringd_result_t status;
+    char *message;     /* the daemon's detail on failure */
+    uint64_t stage;    /* arena offset of the library's staging copy, or RD_NO_STAGE */
+    uint64_t copy_off; /* where in the arena the result is read back from... */
+    void *copy_to;     /* ...into this user buffer, copy_len bytes; NULL when none */
+    size_t copy_len;
+    ringd_request_t *prev, *next;
+};
+
+struct ringd {
+    rd_conn conn;
+    uint8_t *arena;
+    uint64_t arena_size;
+    rd_alloc alloc;
+    int rank, size, local_rank, local_size;
+    uint64_t generation;
+    int op_timeout_ms;
+    ringd_result_t broken; /* RINGD_OK while the session works */
+    uint64_t next_id;
+    uint64_t auto_seq;
+    ringd_request_t *reqs; /* outstanding requests */
+    char errmsg[1024];
+};
+
+static const char *const result_text[RINGD_RESULT_COUNT] = {
+    [RINGD_OK] = "success",
+    [RINGD_E_INVALID] = "invalid argument: check the call's parameters",
+    [RINGD_E_CONNECT] = "cannot reach ringd: check that the daemon runs and RINGD_SOCKET points at it",
+    [RINGD_E_PROTOCOL] = "protocol error between libringd and ringd: check that their versions match",
+    [RINGD_E_TIMEOUT] = "timed out: some ranks did not arrive in time",
+    [RINGD_E_MISMATCH] = "ranks submitted the same tensor name with different parameters",
+    [RINGD_E_MEMBERSHIP] = "the job's membership changed: re-synchronise state and retry",
+    [RINGD_E_NOMEM] = "out of memory or arena space: free buffers or ask for a larger arena",
+    [RINGD_E_STALLED] = "stalled: some ranks never submitted the tensor",
+    [RINGD_E_CLOSED] = "the session with ringd is closed: open a new one",
+    [RINGD_E_SYSTEM] = "a system call failed",
+    [RINGD_E_REFUSED] = "ringd refused the session: job full or sizes inconsistent with its other clients",
+};
+
+const char *ringd_strerror(ringd_result_t rc)
+{
+    if ((int)rc < 0 || rc >= RINGD_RESULT_COUNT)
+        return "unknown result code";
+    return result_text[rc];
+}
+
+size_t ringd_dtype_size(ringd_dtype_t dtype)
+{
+    switch (dtype) {
+    case RINGD_F32: case RINGD_I32: return 4;
+    case RINGD_F64: case RINGD_I64: return 8;
+    case RINGD_F16: case RINGD_BF16: return 2;
+    case RINGD_U8: return 1;
+    }
+    return 0;
+}
+
+/* Records a failure's detail on r and returns rc, so callers can `return fail(...)`. */
+static ringd_result_t fail(ringd_t *r, ringd_result_t rc, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static ringd_result_t fail(ringd_t *r, ringd_result_t rc, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->errmsg, sizeof(r->errmsg), fmt, ap);
+    va_end(ap);
+    return rc;
+}
+
+/* Reads an integer environment variable; returns def when unset or malformed. */
+static int env_int(const char *name, int def)
+{
+    const char *v = getenv(name);
+    if (v == NULL || *v == '\0')
+        return def;
+    char *end;
+    long x = strtol(v, &end, 10);
+    return (*end != '\0' || x < 0 || x > 1 << 30) ? -1 : (int)x;
+}
+
+int ringd_rank(const ringd_t *r) { return r->rank; }
+int ringd_size(const ringd_t *r) { return r->size; }
+int ringd_local_rank(const ringd_t *r) { return r->local_rank; }
+int ringd_local_size(const ringd_t *r) { return r->local_size; }
+uint64_t ringd_generation(const ringd_t *r) { return r->generation; }
+const char *ringd_errmsg(const ringd_t *r) { return r != NULL ? r->errmsg : "out of memory"; }
+
+/* Waits for Welcome (and the arena fd) or Error after Hello. */
+static ringd_result_t await_welcome(ringd_t *r, const char *job, int local_size, int timeout_ms)
+{
+    char err[512];
+    rd_msg *m = NULL;
+    ringd_result_t rc = rd_conn_recv(&r->conn, timeout_ms, &m, err, sizeof(err));
+    if (rc == RINGD_E_TIMEOUT)
+        return fail(r, rc, "job '%s': not all %d local clients joined within %d ms", job,
+                    local_size, timeout_ms);
+    if (rc != RINGD_OK)
+        return fail(r, rc, "joining job '%s': %s", job, err);
+    if (m->body_case == RINGD__MSG__BODY_ERROR) {
+        rc = m->error->status > 0 && m->error->status < RINGD_RESULT_COUNT
+                 ? (ringd_result_t)m->error->status
+                 : RINGD_E_PROTOCOL;
+        fail(r, rc, "ringd refused job '%s': %s", job, m->error->message);
+        rd_frame_free(m);
+        return rc;
+    }
+    if (m->body_case != RINGD__MSG__BODY_WELCOME || r->conn.passed_fd < 0) {
+        rd_frame_free(m);
+        return fail(r, RINGD_E_PROTOCOL, "joining job '%s': expected Welcome with the arena",
+                    job);
+    }
+    Ringd__Welcome *w = m->welcome;
+    struct stat st;
+    int fd = r->conn.passed_fd;
+    r->conn.passed_fd = -1;
+    if (fstat(fd, &st) != 0 || (uint64_t)st.st_size < w->arena_size || w->arena_size == 0) {
+        close(fd);
+        rd_frame_free(m);
+        return fail(r, RINGD_E_PROTOCOL, "the arena ringd passed is smaller than announced");
+    }
+    void *p = mmap(NULL, w->arena_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (p == MAP_FAILED) {
+        rd_frame_free(m);
+        return fail(r, RINGD_E_SYSTEM, "mmap arena of %" PRIu64 " bytes: %s", w->arena_size,
+                    strerror(errno));
+    }
+    r->arena = p;
+    r->arena_size = w->arena_size;
+    r->rank = (int)w->rank;
+    r->size = (int)w->size;
+    r->local_rank = (int)w->local_rank;
+    r->local_size = (int)w->local_size;
+    r->generation = w->generation;
+    rd_frame_free(m);
+    if (rd_alloc_init(&r->alloc, r->arena_size) != 0)
+        return fail(r, RINGD_E_NOMEM, "out of memory");
+    return RINGD_OK;
+}
+
+ringd_result_t ringd_open(const ringd_options_t *opts, ringd_t **out)
+{
+    ringd_options_t o = RINGD_OPTIONS_INIT;
+    char err[512];
+
+    *out = NULL;
+    if (opts != NULL)
+        memcpy(&o, opts, opts->struct_size < sizeof(o) ? opts->struct_size : sizeof(o));
+    ringd_t *r = calloc(1, sizeof(*r));
+    if (r == NULL)
+        return RINGD_E_NOMEM;
+    *out = r;
+    r->conn.fd = -1;
+    r->conn.passed_fd = -1;
+    r->next_id = 1;
+    r->broken = RINGD_E_CLOSED; /* until Welcome */
+
+    const char *path = o.socket_path ? o.socket_path : getenv("RINGD_SOCKET");
+    const char *job = o.job ? o.job : getenv("RINGD_JOB");
+    int local_size = o.local_size ? o.local_size : env_int("RINGD_LOCAL_SIZE", 1);
+    int world_size = o.world_size ? o.world_size : env_int("RINGD_WORLD_SIZE", local_size);
+    int timeout = o.open_timeout_ms > 0 ? o.open_timeout_ms : RD_DEFAULT_OPEN_TIMEOUT_MS;
+    if (path == NULL || *path == '\0')
+        path = RD_DEFAULT_SOCKET;
+    if (job == NULL || *job == '\0')
+        job = "default";
+    if (local_size < 1 || world_size < local_size || o.op_timeout_ms < 0)
+        return fail(r, RINGD_E_INVALID,
+                    "local_size %d / world_size %d / op_timeout_ms %d: need local_size >= 1, "
+                    "world_size >= local_size, timeouts >= 0 (check RINGD_LOCAL_SIZE and "
+                    "RINGD_WORLD_SIZE)",
+                    local_size, world_size, o.op_timeout_ms);
+    if (!rd_name_valid(job))
+        return fail(r, RINGD_E_INVALID, "job name must be 1..%d printable ASCII bytes",
+                    RD_NAME_MAX);
+    r->op_timeout_ms = o.op_timeout_ms;
+
+    ringd_result_t rc = rd_conn_open(&r->conn, path, err, sizeof(err));
+    if (rc != RINGD_OK)
+        return fail(r, rc, "%s", err);
+
+    Ringd__Hello h = RINGD__HELLO__INIT;
+    rd_msg m = RINGD__MSG__INIT;
+    h.protocol = RD_PROTOCOL_VERSION;
+    h.job = (char *)job;
+    h.world_size = (uint32_t)world_size;
+    h.local_size = (uint32_t)local_size;
+    h.arena_size = o.arena_size;
+    m.body_case = RINGD__MSG__BODY_HELLO;
+    m.hello = &h;
+    rc = rd_conn_send(&r->conn, &m, err, sizeof(err));
+    if (rc != RINGD_OK)
+        return fail(r, rc, "%s", err);
+    rc = await_welcome(r, job, local_size, timeout);
+    if (rc == RINGD_OK)
+        r->broken = RINGD_OK;
+    return rc;
+}
+
+static void req_unlink(ringd_request_t *q)
+{
+    ringd_t *r = q->r;
+    if (q->prev != NULL)
+        q->prev->next = q->next;
+    else
+        r->reqs = q->next;
+    if (q->next != NULL)
+        q->next->prev = q->prev;
+}
+
+static void req_free(ringd_request_t *q)
+{
+    if (q->stage != RD_NO_STAGE)
+        rd_alloc_put(&q->r->alloc, q->stage);
+    free(q->message);
+    free(q);
+}
+
+/* Marks q finished: copies a staged result out and frees the staging. */
+static void req_complete(ringd_request_t *q, ringd_result_t status, const char *message)
+{
+    q->done = 1;
+    q->status = status;
+    if (status == RINGD_OK && q->copy_to != NULL)
+        memcpy(q->copy_to, q->r->arena + q->copy_off, q->copy_len);
+    if (status != RINGD_OK && message != NULL && *message != '\0')
+        q->message = strdup(message);
+}
+
+/* The session broke: every outstanding request fails with rc. */
+static void break_session(ringd_t *r, ringd_result_t rc, const char *why)
+{
+    if (r->broken == RINGD_OK)
+        r->broken = rc;
+    fail(r, rc, "%s", why);
+    for (ringd_request_t *q = r->reqs; q != NULL; q = q->next)
+        if (!q->done)
+            req_complete(q, rc, why);
+}
+
+/* Handles one message from the daemon. */
+static void handle(ringd_t *r, const rd_msg *m)
+{
+    char why[640];
+    switch (m->body_case) {
+    case RINGD__MSG__BODY_COMPLETE:
+        for (ringd_request_t *q = r->reqs; q != NULL; q = q->next) {
+            if (q->id == m->complete->request_id && !q->done) {
+                uint32_t st = m->complete->status;
+                req_complete(q, st < RINGD_RESULT_COUNT ? (ringd_result_t)st : RINGD_E_PROTOCOL,
+                             m->complete->message);
+                return;
+            }
+        }
+        return; /* a request the caller gave up on */
+    case RINGD__MSG__BODY_ERROR:
+        snprintf(why, sizeof(why), "ringd closed the session: %s", m->error->message);
+        break_session(r, m->error->status > 0 && m->error->status < RINGD_RESULT_COUNT
+                             ? (ringd_result_t)m->error->status
+                             : RINGD_E_PROTOCOL,
+                      why);
+        return;
+    default:
+        snprintf(why, sizeof(why), "unexpected message type %d from ringd", (int)m->body_case);
+        break_session(r, RINGD_E_PROTOCOL, why);
+        return;
+    }
+}
+
+/* Receives and handles messages until q is done (q NULL: until nothing more is waiting),
+ * waiting at most timeout_ms (-1 forever, 0 not at all). */
+static ringd_result_t pump(ringd_t *r, ringd_request_t *q, int timeout_ms)
+{
+    char err[512];
+    int64_t deadline = timeout_ms > 0 ? rd_now_ms() + timeout_ms : 0;
+    while (q == NULL || !q->done) {
+        if (r->broken != RINGD_OK)
+            return r->broken;
+        int wait = timeout_ms;
+        if (timeout_ms > 0) {
+            int64_t left = deadline - rd_now_ms();
+            if (left <= 0)
+                return RINGD_E_TIMEOUT;
+            wait = (int)left;
+        }
+        rd_msg *m = NULL;
+        ringd_result_t rc = rd_conn_recv(&r->conn, wait, &m, err, sizeof(err));
+        if (rc == RINGD_E_TIMEOUT)
+            return rc;
+        if (rc != RINGD_OK) {
+            break_session(r, rc, err);
+            return rc;
+        }
+        handle(r, m);
+        rd_frame_free(m);
+    }
+    return RINGD_OK;
+}
+
+/* Ends a finished request: its result, its detail into errmsg, and its memory. */
+static ringd_result_t req_finish(ringd_request_t *q)
+{
+    ringd_t *r = q->r;
+    ringd_result_t rc = q->status;
+    if (rc != RINGD_OK)
+        fail(r, rc, "%s", q->message ? q->message : ringd_strerror(rc));
+    req_unlink(q);
+    req_free(q);
+    return rc;
+}
+
+ringd_result_t ringd_wait(ringd_request_t *q)
+{
+    if (q == NULL)
+        return RINGD_E_INVALID;
+    ringd_t *r = q->r;
+    ringd_result_t rc = pump(r, q, r->op_timeout_ms > 0 ? r->op_timeout_ms : -1);
+    if (rc == RINGD_E_TIMEOUT && !q->done)
+        return fail(r, rc, "request %" PRIu64 ": no completion within %d ms; it is still "
+                           "pending (wait again or close the session)",
+                    q->id, r->op_timeout_ms);
+    return req_finish(q);
+}
+
+ringd_result_t ringd_test(ringd_request_t *q, int *done)
+{
+    if (q == NULL || done == NULL)
+        return RINGD_E_INVALID;
+    *done = 0;
+    if (!q->done)
+        pump(q->r, q, 0);
+    if (!q->done)
+        return RINGD_OK;
+    *done = 1;
+    return req_finish(q);
+}
+
+/* 1 when [p, p+len) lies in the arena, 0 when wholly outside, -1 when it straddles the edge. */
+static int in_arena(const ringd_t *r, const void *p, uint64_t len)
+{
+    uintptr_t a = (uintptr_t)r->arena, e = a + r->arena_size, x = (uintptr_t)p;
+    if (x >= a && x < e)
+        return len <= e - x ? 1 : -1;
+    if (x < a && len > a - x)
+        return -1;
+    return 0;
+}
+
+typedef struct {
+    int op;
+    const char *name;
+    const void *send;
+    void *recv;
+    size_t count;
+    ringd_dtype_t dtype;
+    ringd_redop_t redop;
+    int root;
+    double prescale, postscale;
+} submit_args;
+
+/* Places the buffers in the arena (staging what lies outside), sends Submit, and returns the
+ * request. */
+static ringd_result_t submit(ringd_t *r, const submit_args *a, ringd_request_t **out)
+{
+    char namebuf[48];
+    char err[512];
+    *out = NULL;
+    if (r == NULL)
+        return RINGD_E_INVALID;
+    if (r->broken != RINGD_OK)
+        return fail(r, r->broken, "the session is closed: %s", r->errmsg);
+    const char *name = a->name;
+    if (name == NULL) {
+        snprintf(namebuf, sizeof(namebuf), "~auto.%" PRIu64, r->auto_seq++);
+        name = namebuf;
+    }
+    if (!rd_name_valid(name))
+        return fail(r, RINGD_E_INVALID, "tensor names are 1..%d printable ASCII bytes",
+                    RD_NAME_MAX);
+
+    uint64_t esz = a->op == RINGD__OP_TYPE__OP_BARRIER ? 1 : ringd_dtype_size(a->dtype);
+    uint64_t count = a->op == RINGD__OP_TYPE__OP_BARRIER ? 0 : a->count;
+    if (esz == 0)
+        return fail(r, RINGD_E_INVALID, "tensor '%s': unknown dtype %d", name, (int)a->dtype);
+    if (a->op != RINGD__OP_TYPE__OP_BARRIER && count == 0)
+        return fail(r, RINGD_E_INVALID, "tensor '%s': count must be at least 1", name);
+    uint64_t gather = a->op == RINGD__OP_TYPE__OP_ALLGATHER ? (uint64_t)r->size : 1;
+    if (count > r->arena_size / esz / gather)
+        return fail(r, RINGD_E_INVALID,
+                    "tensor '%s': %zu elements do not fit the arena of %" PRIu64 " bytes", name,
+                    a->count, r->arena_size);
+    uint64_t in_len = count * esz, out_len = in_len * gather;
+
+    ringd_request_t *q = calloc(1, sizeof(*q));
+    if (q == NULL)
+        return fail(r, RINGD_E_NOMEM, "out of memory");
+    q->r = r;
+    q->id = r->next_id++;
+    q->stage = RD_NO_STAGE;
+
+    uint64_t in_off = 0, out_off = 0;
+    if (count > 0) {
+        int si = in_arena(r, a->send, in_len), ri = in_arena(r, a->recv, out_len);
+        if (si < 0 || ri < 0) {
+            free(q);
+            return fail(r, RINGD_E_INVALID, "tensor '%s': a buffer straddles the arena's edge",
+                        name);
+        }
+        if (si && ri) {
+            in_off = (uint64_t)((const uint8_t *)a->send - r->arena);
+            out_off = (uint64_t)((uint8_t *)a->recv - r->arena);
+        } else {
+            /* One staging area holds the output; the input is copied to where the daemon
+             * accepts it in place (allgather: this rank's slot). */
+            if (rd_alloc_get(&r->alloc, out_len, &q->stage) != 0) {
+                q->stage = RD_NO_STAGE;
+                free(q);
+                return fail(r, RINGD_E_NOMEM,
+                            "tensor '%s': no room in the arena to stage %" PRIu64
+                            " bytes (ringd_alloc buffers avoid the copy)",
+                            name, out_len);
+            }
+            out_off = q->stage;
+            in_off = out_off + (gather > 1 ? in_len * (uint64_t)r->rank : 0);
+            if (si)
+                in_off = (uint64_t)((const uint8_t *)a->send - r->arena);
+            else
+                memcpy(r->arena + in_off, a->send, in_len);
+            if (!ri) {
+                q->copy_to = a->recv;
+                q->copy_off = out_off;
+                q->copy_len = out_len;
+            } else {
+                /* Output in the arena, input staged: the daemon writes the output directly. */
+                out_off = (uint64_t)((uint8_t *)a->recv - r->arena);
+            }
+        }
+    }
+
+    Ringd__Submit s = RINGD__SUBMIT__INIT;
+    rd_msg m = RINGD__MSG__INIT;
+    s.request_id = q->id;
+    s.op = (Ringd__OpType)a->op;
+    s.name = (char *)name;
+    s.dtype = (Ringd__DataType)a->dtype;
+    s.count = count;
+    s.in_offset = in_off;
+    s.out_offset = out_off;
+    s.redop = (Ringd__ReduceOp)a->redop;
+    s.root = a->root < 0 ? UINT32_MAX : (uint32_t)a->root;
+    s.prescale = a->prescale;
+    s.postscale = a->postscale;
+    m.body_case = RINGD__MSG__BODY_SUBMIT;
+    m.submit = &s;
+    ringd_result_t rc = rd_conn_send(&r->conn, &m, err, sizeof(err));
+    if (rc != RINGD_OK) {
+        req_free(q);
+        break_session(r, rc, err);
+        return rc;
+    }
+    q->next = r->reqs;
+    if (r->reqs != NULL)
+        r->reqs->prev = q;
+    r->reqs = q;
+    *out = q;
+    return RINGD_OK;
+}
+
+/* Submits and waits: the synchronous form of every collective. */
+static ringd_result_t submit_wait(ringd_t *r, const submit_args *a)
+{
+    ringd_request_t *q;
+    ringd_result_t rc = submit(r, a, &q);
+    return rc != RINGD_OK ? rc : ringd_wait(q);
+}
+
+ringd_result_t ringd_allreduce_scaled(ringd_t *r, const char *name, const void *sendbuf,
+                                      void *recvbuf, size_t count, ringd_dtype_t dtype,
+                                      ringd_redop_t op, double prescale, double postscale,
+                                      ringd_request_t **req)
+{
+    submit_args a = {RINGD__OP_TYPE__OP_ALLREDUCE, name, sendbuf, recvbuf, count, dtype, op, 0,
+                     prescale, postscale};
+    if (req == NULL)
+        return submit_wait(r, &a);
+    return submit(r, &a, req);
+}
+
+ringd_result_t ringd_allreduce(ringd_t *r, const char *name, const void *sendbuf, void *recvbuf,
+                               size_t count, ringd_dtype_t dtype, ringd_redop_t op)
+{
+    return ringd_allreduce_scaled(r, name, sendbuf, recvbuf, count, dtype, op, 1.0, 1.0, NULL);
+}
+
+ringd_result_t ringd_allreduce_async(ringd_t *r, const char *name, const void *sendbuf,
+                                     void *recvbuf, size_t count, ringd_dtype_t dtype,
+                                     ringd_redop_t op, ringd_request_t **req)
+{
+    if (req == NULL)
+        return RINGD_E_INVALID;
+    return ringd_allreduce_scaled(r, name, sendbuf, recvbuf, count, dtype, op, 1.0, 1.0, req);
+}
+
+ringd_result_t ringd_broadcast_async(ringd_t *r, const char *name, void *buf, size_t count,
+                                     ringd_dtype_t dtype, int root, ringd_request_t **req)
+{
+    submit_args a = {RINGD__OP_TYPE__OP_BROADCAST, name, buf, buf, count, dtype, RINGD_SUM,
+                     root, 1.0, 1.0};
+    if (req == NULL)
+        return RINGD_E_INVALID;
+    return submit(r, &a, req);
+}
+
+ringd_result_t ringd_broadcast(ringd_t *r, const char *name, void *buf, size_t count,
+                               ringd_dtype_t dtype, int root)
+{
+    submit_args a = {RINGD__OP_TYPE__OP_BROADCAST, name, buf, buf, count, dtype, RINGD_SUM,
+                     root, 1.0, 1.0};
+    return submit_wait(r, &a);
+}
+
+ringd_result_t ringd_allgather_async(ringd_t *r, const char *name, const void *sendbuf,
+                                     void *recvbuf, size_t count, ringd_dtype_t dtype,
+                                     ringd_request_t **req)
+{
+    submit_args a = {RINGD__OP_TYPE__OP_ALLGATHER, name, sendbuf, recvbuf, count, dtype,
+                     RINGD_SUM, 0, 1.0, 1.0};
+    if (req == NULL)
+        return RINGD_E_INVALID;
+    return submit(r, &a, req);
+}
+
+ringd_result_t ringd_allgather(ringd_t *r, const char *name, const void *sendbuf, void *recvbuf,
+                               size_t count, ringd_dtype_t dtype)
+{
+    submit_args a = {RINGD__OP_TYPE__OP_ALLGATHER, name, sendbuf, recvbuf, count, dtype,
+                     RINGD_SUM, 0, 1.0, 1.0};
+    return submit_wait(r, &a);
+}
+
+ringd_result_t ringd_barrier_async(ringd_t *r, const char *name, ringd_request_t **req)
+{
+    submit_args a = {RINGD__OP_TYPE__OP_BARRIER, name, NULL, NULL, 0, RINGD_U8, RINGD_SUM, 0,
+                     1.0, 1.0};
+    if (req == NULL)
+        return RINGD_E_INVALID;
+    return submit(r, &a, req);
+}
+
+ringd_result_t ringd_barrier(ringd_t *r, const char *name)
+{
+    submit_args a = {RINGD__OP_TYPE__OP_BARRIER, name, NULL, NULL, 0, RINGD_U8, RINGD_SUM, 0,
+                     1.0, 1.0};
+    return submit_wait(r, &a);
+}
+
+void *ringd_alloc(ringd_t *r, size_t bytes)
+{
+    uint64_t off;
+    if (r == NULL || r->arena == NULL || rd_alloc_get(&r->alloc, bytes, &off) != 0)
+        return NULL;
+    return r->arena + off;
+}
+
+void ringd_free(ringd_t *r, void *p)
+{
+    if (r == NULL || p == NULL || in_arena(r, p, 1) != 1)
+        return;
+    rd_alloc_put(&r->alloc, (uint64_t)((uint8_t *)p - r->arena));
+}
+
+void ringd_close(ringd_t *r)
+{
+    if (r == NULL)
+        return;
+    rd_conn_close(&r->conn);
+    while (r->reqs != NULL) {
+        ringd_request_t *q = r->reqs;
+        r->reqs = q->next;
+        free(q->message);
+        free(q);
+    }
+    if (r->arena != NULL) {
+        rd_alloc_destroy(&r->alloc);
+        munmap(r->arena, r->arena_size);
+    }
+    free(r);
+}

@@ -1,0 +1,77 @@
+/* Client arenas: memfd creation, sealing, mapping and reference counting. */
+#define _GNU_SOURCE
+#include "arena.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+rd_arena *rd_arena_new(uint64_t size, char *err, size_t errlen)
+{
+    rd_arena *a = calloc(1, sizeof(*a));
+    if (a == NULL) {
+        snprintf(err, errlen, "arena: out of memory");
+        return NULL;
+    }
+    a->fd = memfd_create("ringd-arena", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (a->fd < 0) {
+        snprintf(err, errlen, "memfd_create: %s", strerror(errno));
+        goto fail;
+    }
+    if (ftruncate(a->fd, (off_t)size) != 0) {
+        snprintf(err, errlen, "ftruncate arena to %llu bytes: %s", (unsigned long long)size,
+                 strerror(errno));
+        goto fail;
+    }
+    if (fcntl(a->fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+        snprintf(err, errlen, "seal arena: %s", strerror(errno));
+        goto fail;
+    }
+    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, a->fd, 0);
+    if (p == MAP_FAILED) {
+        snprintf(err, errlen, "mmap arena of %llu bytes: %s", (unsigned long long)size,
+                 strerror(errno));
+        goto fail;
+    }
+    a->base = p;
+    a->size = size;
+    a->refs = 1;
+    return a;
+
+fail:
+    if (a->fd >= 0)
+        close(a->fd);
+    free(a);
+    return NULL;
+}
+
+void rd_arena_ref(rd_arena *a)
+{
+    a->refs++;
+}
+
+void rd_arena_unref(rd_arena *a)
+{
+    if (a == NULL || --a->refs > 0)
+        return;
+    munmap(a->base, a->size);
+    rd_arena_close_fd(a);
+    free(a);
+}
+
+void rd_arena_close_fd(rd_arena *a)
+{
+    if (a->fd >= 0) {
+        close(a->fd);
+        a->fd = -1;
+    }
+}
+
+int rd_arena_contains(const rd_arena *a, uint64_t off, uint64_t len)
+{
+    return off <= a->size && len <= a->size - off;
+}

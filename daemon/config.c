@@ -1,0 +1,238 @@
+/* Daemon options: the table, and parsing from defaults, environment and flags, in that order. */
+#include "config.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "ringd_build.h"
+
+typedef enum { OPT_STRING, OPT_SIZE, OPT_INT, OPT_LOGLEVEL } opt_type;
+
+typedef struct {
+    const char *name;
+    const char *env;
+    opt_type type;
+    const char *def;
+    int64_t min, max; /* inclusive range for sizes and integers */
+    size_t offset;
+    const char *help;
+} opt_spec;
+
+#define OFF(f) offsetof(rd_config, f)
+
+static const opt_spec options[] = {
+    {"socket", "RINGD_SOCKET", OPT_STRING, "/run/ringd/ringd.sock", 1, RD_PATH_MAX - 1,
+     OFF(socket_path), "Unix socket clients connect to; its directory is created"},
+    {"arena-size", "RINGD_ARENA_SIZE", OPT_SIZE, "1G", 4096, INT64_MAX, OFF(arena_size),
+     "shared-memory arena per client when it asks for none (pages are used only when touched)"},
+    {"arena-max", "RINGD_ARENA_MAX", OPT_SIZE, "16G", 4096, INT64_MAX, OFF(arena_max),
+     "largest arena a client may ask for"},
+    {"max-frame", "RINGD_MAX_FRAME", OPT_SIZE, "1M", 1024, 1 << 30, OFF(max_frame),
+     "largest control message accepted; larger ones close the connection"},
+    {"inline-bytes", "RINGD_INLINE_BYTES", OPT_SIZE, "256K", 0, INT64_MAX, OFF(inline_bytes),
+     "collectives moving fewer bytes run on the event loop instead of the worker threads"},
+    {"threads", "RINGD_THREADS", OPT_INT, "0", 0, 256, OFF(threads),
+     "data-path worker threads (0: one per online CPU, at most 8)"},
+    {"max-clients", "RINGD_MAX_CLIENTS", OPT_INT, "1024", 1, 65536, OFF(max_clients),
+     "connections served at once; more are refused"},
+    {"log-level", "RINGD_LOG_LEVEL", OPT_LOGLEVEL, "info", 0, 3, OFF(log_level),
+     "debug, info, warn or error"},
+};
+
+#define NOPTIONS (sizeof(options) / sizeof(options[0]))
+
+int rd_parse_size(const char *s, uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    if (s == NULL || *s == '\0' || *s == '-')
+        return -1;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno != 0 || end == s)
+        return -1;
+    unsigned shift = 0;
+    switch (*end) {
+    case '\0': break;
+    case 'k': case 'K': shift = 10; end++; break;
+    case 'm': case 'M': shift = 20; end++; break;
+    case 'g': case 'G': shift = 30; end++; break;
+    default: return -1;
+    }
+    if (*end == 'i' || *end == 'B')
+        end += (*end == 'i' && end[1] == 'B') ? 2 : 1;
+    if (*end != '\0' || (shift && v > (UINT64_MAX >> shift)))
+        return -1;
+    *out = (uint64_t)v << shift;
+    return 0;
+}
+
+/* Stores text as the value of spec in cfg. Returns 0, or -1 with err set. */
+static int opt_set(rd_config *cfg, const opt_spec *o, const char *text, const char *origin,
+                   char *err, size_t errlen)
+{
+    char *field = (char *)cfg + o->offset;
+    switch (o->type) {
+    case OPT_STRING: {
+        size_t n = strlen(text);
+        if (n < (size_t)o->min || n > (size_t)o->max) {
+            snprintf(err, errlen, "%s --%s: length %zu is outside %" PRId64 "..%" PRId64, origin,
+                     o->name, n, o->min, o->max);
+            return -1;
+        }
+        memcpy(field, text, n + 1);
+        return 0;
+    }
+    case OPT_SIZE: {
+        uint64_t v;
+        if (rd_parse_size(text, &v) != 0 || v < (uint64_t)o->min || v > (uint64_t)o->max) {
+            snprintf(err, errlen,
+                     "%s --%s: '%s' is not a size in %" PRId64 "..%" PRId64
+                     " bytes (suffixes K, M, G)",
+                     origin, o->name, text, o->min, o->max);
+            return -1;
+        }
+        memcpy(field, &v, sizeof(v));
+        return 0;
+    }
+    case OPT_INT: {
+        char *end;
+        errno = 0;
+        long long v = strtoll(text, &end, 10);
+        if (errno != 0 || end == text || *end != '\0' || v < o->min || v > o->max) {
+            snprintf(err, errlen, "%s --%s: '%s' is not an integer in %" PRId64 "..%" PRId64,
+                     origin, o->name, text, o->min, o->max);
+            return -1;
+        }
+        int64_t v64 = v;
+        memcpy(field, &v64, sizeof(v64));
+        return 0;
+    }
+    case OPT_LOGLEVEL: {
+        int lv = rd_log_level_parse(text);
+        if (lv < 0) {
+            snprintf(err, errlen, "%s --%s: '%s' is not one of debug, info, warn, error", origin,
+                     o->name, text);
+            return -1;
+        }
+        int64_t v64 = lv;
+        memcpy(field, &v64, sizeof(v64));
+        return 0;
+    }
+    }
+    return -1;
+}
+
+static void print_help(FILE *out)
+{
+    fprintf(out,
+            "usage: ringd [OPTIONS]\n"
+            "The ringd collective-communication daemon. Without --redis it serves the\n"
+            "processes of this node as a one-node ring.\n\n");
+    for (size_t i = 0; i < NOPTIONS; i++) {
+        const opt_spec *o = &options[i];
+        fprintf(out, "  --%-14s %s\n  %16s [env %s, default %s]\n", o->name, o->help, "", o->env,
+                o->def);
+    }
+    fprintf(out, "  --%-14s %s\n  --%-14s %s\n", "help", "print this help", "version",
+            "print the version");
+}
+
+/* Looks name up in envp ("NAME=value"); the daemon reads its environment only here. */
+static const char *env_lookup(char **envp, const char *name)
+{
+    size_t n = strlen(name);
+    for (char **e = envp; e != NULL && *e != NULL; e++)
+        if (strncmp(*e, name, n) == 0 && (*e)[n] == '=')
+            return *e + n + 1;
+    return NULL;
+}
+
+rd_config_result rd_config_parse(rd_config *cfg, int argc, char **argv, char **envp, FILE *out,
+                                 char *err, size_t errlen)
+{
+    struct option longopts[NOPTIONS + 3];
+
+    memset(cfg, 0, sizeof(*cfg));
+    for (size_t i = 0; i < NOPTIONS; i++)
+        if (opt_set(cfg, &options[i], options[i].def, "default", err, errlen) != 0)
+            return RD_CONFIG_ERROR;
+    for (size_t i = 0; i < NOPTIONS; i++) {
+        const char *v = env_lookup(envp, options[i].env);
+        if (v != NULL && opt_set(cfg, &options[i], v, options[i].env, err, errlen) != 0)
+            return RD_CONFIG_ERROR;
+    }
+
+    for (size_t i = 0; i < NOPTIONS; i++)
+        longopts[i] = (struct option){options[i].name, required_argument, NULL, (int)i};
+    longopts[NOPTIONS] = (struct option){"help", no_argument, NULL, 'h'};
+    longopts[NOPTIONS + 1] = (struct option){"version", no_argument, NULL, 'V'};
+    longopts[NOPTIONS + 2] = (struct option){NULL, 0, NULL, 0};
+
+    optind = 1;
+    opterr = 0;
+    for (;;) {
+        int c = getopt_long(argc, argv, ":hV", longopts, NULL);
+        if (c == -1)
+            break;
+        if (c == 'h') {
+            print_help(out);
+            return RD_CONFIG_EXIT;
+        }
+        if (c == 'V') {
+            fprintf(out, "ringd %s\n", RINGD_VERSION);
+            return RD_CONFIG_EXIT;
+        }
+        if (c == ':') {
+            snprintf(err, errlen, "option %s needs a value", argv[optind - 1]);
+            return RD_CONFIG_ERROR;
+        }
+        if (c == '?' || c < 0 || (size_t)c >= NOPTIONS) {
+            snprintf(err, errlen, "unknown option %s (see --help)", argv[optind - 1]);
+            return RD_CONFIG_ERROR;
+        }
+        if (opt_set(cfg, &options[c], optarg, "flag", err, errlen) != 0)
+            return RD_CONFIG_ERROR;
+    }
+    if (optind < argc) {
+        snprintf(err, errlen, "unexpected argument '%s' (see --help)", argv[optind]);
+        return RD_CONFIG_ERROR;
+    }
+    if (cfg->arena_size > cfg->arena_max) {
+        snprintf(err, errlen, "--arena-size %" PRIu64 " exceeds --arena-max %" PRIu64,
+                 cfg->arena_size, cfg->arena_max);
+        return RD_CONFIG_ERROR;
+    }
+    if (cfg->threads == 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        cfg->threads = n < 1 ? 1 : n > 8 ? 8 : n;
+    }
+    return RD_CONFIG_RUN;
+}
+
+void rd_config_dump(const rd_config *cfg)
+{
+    for (size_t i = 0; i < NOPTIONS; i++) {
+        const opt_spec *o = &options[i];
+        const char *field = (const char *)cfg + o->offset;
+        int64_t v;
+        switch (o->type) {
+        case OPT_STRING:
+            rd_log(RD_LOG_INFO, "config", "%s = %s", o->name, field);
+            break;
+        case OPT_SIZE:
+        case OPT_INT:
+            memcpy(&v, field, sizeof(v));
+            rd_log(RD_LOG_INFO, "config", "%s = %" PRId64, o->name, v);
+            break;
+        case OPT_LOGLEVEL:
+            memcpy(&v, field, sizeof(v));
+            rd_log(RD_LOG_INFO, "config", "%s = %s", o->name, rd_log_level_name((int)v));
+            break;
+        }
+    }
+}

@@ -1,0 +1,40 @@
+/* Daemon options: one table drives flag parsing, RINGD_* environment variables, --help and the
+ * start-up dump. */
+#ifndef RD_CONFIG_H
+#define RD_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define RD_PATH_MAX 108 /* sun_path */
+
+typedef struct {
+    char socket_path[RD_PATH_MAX];
+    uint64_t arena_size;   /* default arena bytes per client */
+    uint64_t arena_max;    /* largest arena a client may ask for */
+    uint64_t max_frame;    /* largest control message accepted */
+    uint64_t inline_bytes; /* ops moving fewer bytes run on the event loop */
+    int64_t threads;       /* data-path worker threads */
+    int64_t log_level;
+    int64_t max_clients;
+} rd_config;
+
+typedef enum {
+    RD_CONFIG_RUN = 0,  /* options parsed: start the daemon */
+    RD_CONFIG_EXIT = 1, /* --help or --version printed: exit 0 */
+    RD_CONFIG_ERROR = 2 /* err holds the reason: exit 2 */
+} rd_config_result;
+
+/* Fills cfg from defaults, then the environment (envp, NULL-terminated "NAME=value" strings),
+ * then argv. Prints --help / --version to out. */
+rd_config_result rd_config_parse(rd_config *cfg, int argc, char **argv, char **envp, FILE *out,
+                                 char *err, size_t errlen);
+
+/* Logs every option and its value at info level. */
+void rd_config_dump(const rd_config *cfg);
+
+/* Parses "123", "64K", "1M", "2G" (powers of 1024). Returns 0 on success. */
+int rd_parse_size(const char *s, uint64_t *out);
+
+#endif

@@ -1,0 +1,29 @@
+/* The daemon's shared state: event base, options, executor, sessions, jobs and counters. */
+#ifndef RD_DAEMON_H
+#define RD_DAEMON_H
+
+#include <stdint.h>
+#include <time.h>
+
+#include "config.h"
+
+struct event_base;
+struct rd_exec;
+struct rd_session;
+struct rd_job;
+
+typedef struct rd_daemon {
+    struct event_base *base;
+    rd_config cfg;
+    struct rd_exec *exec;
+    struct rd_session *sessions; /* every open connection */
+    unsigned nsessions;
+    struct rd_job *jobs;
+    struct timespec started; /* CLOCK_MONOTONIC */
+    uint64_t ops_in_flight;  /* collectives submitted and not yet ended */
+    uint64_t ops_completed;
+    uint64_t ops_failed;
+    uint64_t bytes_reduced;  /* bytes written into arenas by collectives */
+} rd_daemon;
+
+#endif

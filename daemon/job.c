@@ -1,0 +1,734 @@
+/* Jobs and their op tables: joining, matching submissions by name, mismatch detection, running
+ * ready ops inline or on the executor, and failing what a departed client leaves behind. */
+#include "job.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "arena.h"
+#include "daemon.h"
+#include "exec.h"
+#include "local.h"
+#include "log.h"
+#include "session.h"
+
+#define RD_OP_BUCKETS_MIN 64
+#define RD_GRAIN 4096 /* elements: worker ranges start on multiples of this */
+
+typedef enum {
+    OP_PENDING, /* waiting for some local ranks to submit */
+    OP_RUNNING, /* every rank submitted; data moving on the executor */
+    OP_FAILED,  /* mismatch: answers late submitters with the same error until all have come */
+} op_state;
+
+/* One local rank's submission of an op. */
+typedef struct {
+    struct rd_session *s; /* NULL once the session has gone */
+    rd_arena *arena;      /* referenced while submitted */
+    uint64_t request_id;
+    uint64_t in_off, out_off;
+    int submitted;
+} part;
+
+typedef struct rd_op {
+    rd_job *job;
+    char *name;
+    op_state state;
+    uint32_t first_rank; /* the submission the others are checked against */
+    int coll, dtype, redop;
+    uint32_t root;
+    uint64_t count;
+    double prescale, postscale;
+    uint32_t nsubmitted;
+    part *parts; /* local_size entries */
+    ringd_result_t status;
+    char *message;
+    rd_local_plan plan;
+    struct rd_op *next; /* bucket chain */
+} rd_op;
+
+struct rd_job {
+    struct rd_daemon *d;
+    char *name;
+    uint32_t world_size, local_size, nclients;
+    uint64_t generation;
+    struct rd_session **slots; /* by local rank */
+    rd_op **buckets;
+    size_t nbuckets, nops;
+    uint32_t nrunning; /* ops on the executor: the job outlives its clients until they end */
+    uint64_t ops_completed, ops_failed;
+    rd_job *next;
+};
+
+static const char *const coll_names[] = {"allreduce", "broadcast", "allgather", "barrier"};
+
+const char *rd_job_name(const rd_job *j)
+{
+    return j->name;
+}
+
+/* FNV-1a: names are short and chosen by clients, buckets are few; good enough spread. */
+static size_t name_hash(const char *s)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++)
+        h = (h ^ (uint8_t)*s) * 1099511628211ull;
+    return (size_t)h;
+}
+
+static rd_op *op_find(rd_job *j, const char *name)
+{
+    for (rd_op *o = j->buckets[name_hash(name) & (j->nbuckets - 1)]; o != NULL; o = o->next)
+        if (strcmp(o->name, name) == 0)
+            return o;
+    return NULL;
+}
+
+/* Doubles the bucket array when the table gets crowded; on allocation failure keeps chaining. */
+static void op_table_grow(rd_job *j)
+{
+    size_t nb = j->nbuckets * 2;
+    rd_op **b = calloc(nb, sizeof(*b));
+    if (b == NULL)
+        return;
+    for (size_t i = 0; i < j->nbuckets; i++) {
+        rd_op *o = j->buckets[i];
+        while (o != NULL) {
+            rd_op *next = o->next;
+            size_t h = name_hash(o->name) & (nb - 1);
+            o->next = b[h];
+            b[h] = o;
+            o = next;
+        }
+    }
+    free(j->buckets);
+    j->buckets = b;
+    j->nbuckets = nb;
+}
+
+static void op_insert(rd_job *j, rd_op *o)
+{
+    if (j->nops >= j->nbuckets * 2)
+        op_table_grow(j);
+    size_t h = name_hash(o->name) & (j->nbuckets - 1);
+    o->next = j->buckets[h];
+    j->buckets[h] = o;
+    j->nops++;
+}
+
+static void op_unlink(rd_job *j, rd_op *o)
+{
+    rd_op **pp = &j->buckets[name_hash(o->name) & (j->nbuckets - 1)];
+    while (*pp != o)
+        pp = &(*pp)->next;
+    *pp = o->next;
+    j->nops--;
+}
+
+/* Releases an op that is already unlinked: arena references, buffers, strings. */
+static void op_free(rd_op *o)
+{
+    for (uint32_t k = 0; k < o->job->local_size; k++)
+        rd_arena_unref(o->parts[k].arena);
+    free(o->parts);
+    free(o->plan.in);
+    free(o->plan.out);
+    free(o->message);
+    free(o->name);
+    free(o);
+}
+
+static void job_free(rd_job *j)
+{
+    rd_daemon *d = j->d;
+    for (size_t i = 0; i < j->nbuckets; i++) {
+        while (j->buckets[i] != NULL) {
+            rd_op *o = j->buckets[i];
+            j->buckets[i] = o->next;
+            if (o->state != OP_FAILED && d->ops_in_flight > 0)
+                d->ops_in_flight--;
+            op_free(o);
+        }
+    }
+    rd_job **pp = &d->jobs;
+    while (*pp != NULL && *pp != j)
+        pp = &(*pp)->next;
+    if (*pp == j)
+        *pp = j->next;
+    free(j->buckets);
+    free(j->slots);
+    free(j->name);
+    free(j);
+}
+
+/* Frees j once it has neither clients nor ops on the executor. */
+static void job_maybe_free(rd_job *j)
+{
+    if (j->nclients == 0 && j->nrunning == 0) {
+        rd_log(RD_LOG_INFO, "job", "job '%s': last client left", j->name);
+        job_free(j);
+    }
+}
+
+/* Sends the op's outcome to every rank still there that submitted, and counts it. */
+static void op_answer(rd_op *o, ringd_result_t status, const char *message)
+{
+    for (uint32_t k = 0; k < o->job->local_size; k++) {
+        part *pt = &o->parts[k];
+        if (pt->submitted && pt->s != NULL && pt->request_id != UINT64_MAX) {
+            rd_session_complete(pt->s, pt->request_id, status, message);
+            pt->request_id = UINT64_MAX; /* answered */
+        }
+    }
+}
+
+/* Ends an op: answers its ranks, updates counters, removes and frees it. */
+static void op_finish(rd_op *o, ringd_result_t status, const char *message)
+{
+    rd_job *j = o->job;
+    rd_daemon *d = j->d;
+    op_answer(o, status, message);
+    if (d->ops_in_flight > 0)
+        d->ops_in_flight--;
+    if (status == RINGD_OK) {
+        d->ops_completed++;
+        j->ops_completed++;
+        d->bytes_reduced += rd_local_bytes(&o->plan);
+    } else {
+        d->ops_failed++;
+        j->ops_failed++;
+    }
+    op_unlink(j, o);
+    op_free(o);
+}
+
+/* Fails a pending op. A mismatch leaves a tombstone that gives ranks yet to submit the same
+ * error; any other failure removes the op at once. */
+static void op_fail(rd_op *o, ringd_result_t status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void op_fail(rd_op *o, ringd_result_t status, const char *fmt, ...)
+{
+    char msg[768];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    rd_log(RD_LOG_WARN, "job", "job '%s': %s", o->job->name, msg);
+    if (status != RINGD_E_MISMATCH) {
+        op_finish(o, status, msg);
+        return;
+    }
+    op_answer(o, status, msg);
+    o->state = OP_FAILED;
+    o->status = status;
+    o->message = strdup(msg);
+    rd_daemon *d = o->job->d;
+    if (d->ops_in_flight > 0)
+        d->ops_in_flight--;
+    d->ops_failed++;
+    o->job->ops_failed++;
+    for (uint32_t k = 0; k < o->job->local_size; k++) {
+        rd_arena_unref(o->parts[k].arena);
+        o->parts[k].arena = NULL;
+    }
+}
+
+/* Runs a range of an op's data movement on a worker. */
+static void op_run(void *ctx, size_t begin, size_t end)
+{
+    rd_local_run(&((rd_op *)ctx)->plan, begin, end);
+}
+
+static void on_op_done(void *ctx)
+{
+    rd_op *o = ctx;
+    rd_job *j = o->job;
+    j->nrunning--;
+    op_finish(o, RINGD_OK, NULL);
+    job_maybe_free(j);
+}
+
+/* Every rank has submitted: resolve arena pointers and move the data. */
+static void op_start(rd_op *o)
+{
+    rd_job *j = o->job;
+    rd_daemon *d = j->d;
+    rd_local_plan *p = &o->plan;
+
+    for (uint32_t k = 0; k < j->local_size; k++) {
+        p->in[k] = o->parts[k].arena->base + o->parts[k].in_off;
+        p->out[k] = o->parts[k].arena->base + o->parts[k].out_off;
+    }
+    size_t units = rd_local_units(p);
+    if (rd_local_bytes(p) < d->cfg.inline_bytes || units == 0) {
+        rd_local_run(p, 0, units);
+        op_finish(o, RINGD_OK, NULL);
+        return;
+    }
+    o->state = OP_RUNNING;
+    if (rd_exec_submit(d->exec, op_run, on_op_done, o, units, RD_GRAIN) != 0) {
+        o->state = OP_PENDING;
+        op_fail(o, RINGD_E_NOMEM, "tensor '%s': out of memory queueing the op", o->name);
+        return;
+    }
+    j->nrunning++;
+}
+
+/* Describes a submission's parameters for mismatch messages. */
+static void describe(char *buf, size_t len, int coll, int dtype, int redop, uint64_t count,
+                     uint32_t root, double pre, double post)
+{
+    int n = snprintf(buf, len, "%s %s count %" PRIu64, coll_names[coll],
+                     rd_dtype_name((rd_dtype)dtype), count);
+    if (n < 0 || (size_t)n >= len)
+        return;
+    if (coll == RD_COLL_ALLREDUCE)
+        snprintf(buf + n, len - (size_t)n, " op %s prescale %g postscale %g",
+                 rd_redop_name((rd_redop)redop), pre, post);
+    else if (coll == RD_COLL_BROADCAST)
+        snprintf(buf + n, len - (size_t)n, " root %u", root);
+}
+
+/* Checks a Submit on its own: names, enums, sizes, and that its buffers lie in the arena.
+ * Returns RINGD_OK, or RINGD_E_INVALID with err set. */
+static ringd_result_t validate(const struct rd_session *s, const Ringd__Submit *m, char *err,
+                               size_t errlen)
+{
+    const rd_job *j = s->job;
+    if (!rd_name_valid(m->name)) {
+        snprintf(err, errlen, "tensor names are 1..%d printable ASCII bytes", RD_NAME_MAX);
+        return RINGD_E_INVALID;
+    }
+    if ((int)m->op < RD_COLL_ALLREDUCE || (int)m->op > RD_COLL_BARRIER) {
+        snprintf(err, errlen, "tensor '%s': unknown op %d", m->name, (int)m->op);
+        return RINGD_E_INVALID;
+    }
+    if (m->op == RINGD__OP_TYPE__OP_BARRIER)
+        return RINGD_OK;
+    if ((int)m->dtype < 0 || (int)m->dtype >= RD_DT_COUNT) {
+        snprintf(err, errlen, "tensor '%s': unknown dtype %d", m->name, (int)m->dtype);
+        return RINGD_E_INVALID;
+    }
+    if (m->op == RINGD__OP_TYPE__OP_ALLREDUCE) {
+        if ((int)m->redop < 0 || (int)m->redop >= RD_OP_COUNT) {
+            snprintf(err, errlen, "tensor '%s': unknown reduce op %d", m->name, (int)m->redop);
+            return RINGD_E_INVALID;
+        }
+        if (!isfinite(m->prescale) || !isfinite(m->postscale)) {
+            snprintf(err, errlen, "tensor '%s': prescale and postscale must be finite", m->name);
+            return RINGD_E_INVALID;
+        }
+        if (!rd_dtype_is_float((rd_dtype)m->dtype) && (m->prescale != 1.0 || m->postscale != 1.0)) {
+            snprintf(err, errlen, "tensor '%s': prescale/postscale need a floating dtype, not %s",
+                     m->name, rd_dtype_name((rd_dtype)m->dtype));
+            return RINGD_E_INVALID;
+        }
+    }
+    if (m->op == RINGD__OP_TYPE__OP_BROADCAST && m->root >= j->world_size) {
+        snprintf(err, errlen, "tensor '%s': root %u is not a rank of a job of size %u", m->name,
+                 m->root, j->world_size);
+        return RINGD_E_INVALID;
+    }
+    uint64_t esz = rd_dtype_size((rd_dtype)m->dtype);
+    uint64_t size = s->arena->size;
+    if (m->count == 0 || m->count > size / esz) {
+        snprintf(err, errlen, "tensor '%s': count %" PRIu64 " of %s does not fit an arena of %" PRIu64 " bytes",
+                 m->name, m->count, rd_dtype_name((rd_dtype)m->dtype), size);
+        return RINGD_E_INVALID;
+    }
+    uint64_t in_len = m->count * esz, out_len = in_len;
+    if (m->op == RINGD__OP_TYPE__OP_ALLGATHER) {
+        if (m->count > size / esz / j->world_size) {
+            snprintf(err, errlen,
+                     "tensor '%s': gathering %u x %" PRIu64 " elements does not fit the arena",
+                     m->name, j->world_size, m->count);
+            return RINGD_E_INVALID;
+        }
+        out_len = in_len * j->world_size;
+    }
+    if (!rd_arena_contains(s->arena, m->in_offset, in_len) ||
+        !rd_arena_contains(s->arena, m->out_offset, out_len)) {
+        snprintf(err, errlen,
+                 "tensor '%s': input [%" PRIu64 ", +%" PRIu64 ") or output [%" PRIu64
+                 ", +%" PRIu64 ") lies outside the arena of %" PRIu64 " bytes",
+                 m->name, m->in_offset, in_len, m->out_offset, out_len, size);
+        return RINGD_E_INVALID;
+    }
+    /* Input and output are the same place (in place), or apart; allgather's input may also be
+     * this rank's own slot of the output. */
+    uint64_t a = m->in_offset, b = m->out_offset;
+    int apart = a + in_len <= b || b + out_len <= a;
+    int in_place = a == b && m->op != RINGD__OP_TYPE__OP_ALLGATHER;
+    int own_slot = m->op == RINGD__OP_TYPE__OP_ALLGATHER && a == b + in_len * s->local_rank;
+    if (!apart && !in_place && !own_slot) {
+        snprintf(err, errlen, "tensor '%s': input and output overlap without being in place",
+                 m->name);
+        return RINGD_E_INVALID;
+    }
+    return RINGD_OK;
+}
+
+/* Creates a pending op from its first submission. Returns NULL when out of memory. */
+static rd_op *op_new(rd_job *j, const Ringd__Submit *m, uint32_t rank)
+{
+    rd_op *o = calloc(1, sizeof(*o));
+    if (o == NULL)
+        return NULL;
+    o->job = j;
+    o->name = strdup(m->name);
+    o->parts = calloc(j->local_size, sizeof(part));
+    o->plan.in = calloc(j->local_size, sizeof(*o->plan.in));
+    o->plan.out = calloc(j->local_size, sizeof(*o->plan.out));
+    if (o->name == NULL || o->parts == NULL || o->plan.in == NULL || o->plan.out == NULL) {
+        free(o->name);
+        free(o->parts);
+        free(o->plan.in);
+        free(o->plan.out);
+        free(o);
+        return NULL;
+    }
+    o->state = OP_PENDING;
+    o->first_rank = rank;
+    o->coll = (int)m->op;
+    o->dtype = m->op == RINGD__OP_TYPE__OP_BARRIER ? RD_DT_U8 : (int)m->dtype;
+    o->redop = m->op == RINGD__OP_TYPE__OP_ALLREDUCE ? (int)m->redop : RD_OP_SUM;
+    o->root = m->op == RINGD__OP_TYPE__OP_BROADCAST ? m->root : 0;
+    o->count = m->op == RINGD__OP_TYPE__OP_BARRIER ? 0 : m->count;
+    o->prescale = m->op == RINGD__OP_TYPE__OP_ALLREDUCE ? m->prescale : 1.0;
+    o->postscale = m->op == RINGD__OP_TYPE__OP_ALLREDUCE ? m->postscale : 1.0;
+
+    rd_local_plan *p = &o->plan;
+    p->coll = (rd_coll)o->coll;
+    p->dtype = (rd_dtype)o->dtype;
+    p->redop = o->redop == RD_OP_AVG ? RD_OP_SUM : (rd_redop)o->redop;
+    p->args = (rd_reduce_args)RD_REDUCE_ARGS_INIT;
+    p->args.prescale = o->prescale;
+    p->args.postscale = o->postscale;
+    p->args.divisor = o->redop == RD_OP_AVG ? j->world_size : 1;
+    p->root = o->root;
+    p->count = o->count;
+    p->n = (int)j->local_size;
+    return o;
+}
+
+/* Compares a submission with the op's first one. Returns 1 when they agree, else 0 with a
+ * message naming both ranks and what differs. */
+static int op_matches(const rd_op *o, const Ringd__Submit *m, uint32_t rank, char *msg,
+                      size_t len)
+{
+    int dtype = m->op == RINGD__OP_TYPE__OP_BARRIER ? RD_DT_U8 : (int)m->dtype;
+    int redop = m->op == RINGD__OP_TYPE__OP_ALLREDUCE ? (int)m->redop : RD_OP_SUM;
+    uint32_t root = m->op == RINGD__OP_TYPE__OP_BROADCAST ? m->root : 0;
+    uint64_t count = m->op == RINGD__OP_TYPE__OP_BARRIER ? 0 : m->count;
+    double pre = m->op == RINGD__OP_TYPE__OP_ALLREDUCE ? m->prescale : 1.0;
+    double post = m->op == RINGD__OP_TYPE__OP_ALLREDUCE ? m->postscale : 1.0;
+    if ((int)m->op == o->coll && dtype == o->dtype && redop == o->redop && root == o->root &&
+        count == o->count && pre == o->prescale && post == o->postscale)
+        return 1;
+
+    char a[160], b[160], fields[96] = "";
+    describe(a, sizeof(a), o->coll, o->dtype, o->redop, o->count, o->root, o->prescale,
+             o->postscale);
+    describe(b, sizeof(b), (int)m->op, dtype, redop, count, root, pre, post);
+    const struct { int differs; const char *name; } f[] = {
+        {(int)m->op != o->coll, "op"},         {dtype != o->dtype, "dtype"},
+        {count != o->count, "count"},          {redop != o->redop, "reduce op"},
+        {root != o->root, "root"},             {pre != o->prescale, "prescale"},
+        {post != o->postscale, "postscale"},
+    };
+    for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++) {
+        if (!f[i].differs)
+            continue;
+        size_t n = strlen(fields);
+        snprintf(fields + n, sizeof(fields) - n, "%s%s", n ? ", " : "", f[i].name);
+    }
+    snprintf(msg, len, "tensor '%s' mismatch (%s): local rank %u submitted %s; local rank %u submitted %s",
+             o->name, fields, o->first_rank, a, rank, b);
+    return 0;
+}
+
+void rd_job_submit(struct rd_session *s, const Ringd__Submit *m)
+{
+    rd_job *j = s->job;
+    uint32_t rank = s->local_rank;
+    char err[768];
+
+    ringd_result_t rc = validate(s, m, err, sizeof(err));
+    if (rc != RINGD_OK) {
+        rd_log(RD_LOG_INFO, "job", "job '%s' local rank %u: %s", j->name, rank, err);
+        rd_session_complete(s, m->request_id, rc, err);
+        return;
+    }
+    if (j->nclients < j->local_size) {
+        snprintf(err, sizeof(err),
+                 "tensor '%s': job '%s' has %u of its %u local clients; a client left",
+                 m->name, j->name, j->nclients, j->local_size);
+        rd_session_complete(s, m->request_id, RINGD_E_MEMBERSHIP, err);
+        return;
+    }
+
+    rd_op *o = op_find(j, m->name);
+    if (o != NULL && o->state == OP_FAILED) {
+        if (!o->parts[rank].submitted) {
+            o->parts[rank].submitted = 1;
+            o->nsubmitted++;
+            rd_session_complete(s, m->request_id, o->status, o->message);
+            if (o->nsubmitted == j->local_size) {
+                op_unlink(j, o);
+                op_free(o);
+            }
+            return;
+        }
+        /* This rank has seen the failure and submits the name again: a new op. */
+        op_unlink(j, o);
+        op_free(o);
+        o = NULL;
+    }
+    if (o != NULL && (o->state == OP_RUNNING || o->parts[rank].submitted)) {
+        snprintf(err, sizeof(err), "tensor '%s' is already submitted by local rank %u and not yet complete",
+                 m->name, rank);
+        rd_session_complete(s, m->request_id, RINGD_E_INVALID, err);
+        return;
+    }
+    if (o == NULL) {
+        o = op_new(j, m, rank);
+        if (o == NULL) {
+            rd_session_complete(s, m->request_id, RINGD_E_NOMEM, "out of memory");
+            return;
+        }
+        op_insert(j, o);
+        j->d->ops_in_flight++;
+    }
+
+    part *pt = &o->parts[rank];
+    pt->s = s;
+    pt->submitted = 1;
+    pt->request_id = m->request_id;
+    pt->in_off = m->op == RINGD__OP_TYPE__OP_BROADCAST && rank != o->root ? m->out_offset
+                                                                          : m->in_offset;
+    pt->out_off = m->out_offset;
+    pt->arena = s->arena;
+    rd_arena_ref(s->arena);
+    o->nsubmitted++;
+
+    if (!op_matches(o, m, rank, err, sizeof(err))) {
+        op_fail(o, RINGD_E_MISMATCH, "%s", err);
+        return;
+    }
+    if (o->nsubmitted == j->local_size)
+        op_start(o);
+}
+
+/* Sends Welcome and the arena to every session of j still waiting. */
+static void job_welcome(rd_job *j)
+{
+    j->generation++;
+    for (uint32_t k = 0; k < j->local_size; k++) {
+        struct rd_session *s = j->slots[k];
+        if (s == NULL || s->state != RD_SESSION_JOINING)
+            continue;
+        Ringd__Welcome w = RINGD__WELCOME__INIT;
+        rd_msg m = RINGD__MSG__INIT;
+        w.rank = k;
+        w.size = j->world_size;
+        w.local_rank = k;
+        w.local_size = j->local_size;
+        w.generation = j->generation;
+        w.arena_size = s->arena->size;
+        m.body_case = RINGD__MSG__BODY_WELCOME;
+        m.welcome = &w;
+        if (rd_session_send_fd(s, &m, s->arena->fd) == 0) {
+            rd_arena_close_fd(s->arena);
+            rd_session_set_state(s, RD_SESSION_ACTIVE);
+        }
+    }
+    rd_log(RD_LOG_INFO, "job", "job '%s': all %u local clients joined, generation %" PRIu64,
+           j->name, j->local_size, j->generation);
+}
+
+ringd_result_t rd_job_join(struct rd_session *s, const Ringd__Hello *h, char *err, size_t errlen)
+{
+    rd_daemon *d = s->d;
+    if (h->protocol != RD_PROTOCOL_VERSION) {
+        snprintf(err, errlen, "protocol %u is not supported (this daemon speaks %d)", h->protocol,
+                 RD_PROTOCOL_VERSION);
+        return RINGD_E_PROTOCOL;
+    }
+    if (!rd_name_valid(h->job)) {
+        snprintf(err, errlen, "job names are 1..%d printable ASCII bytes", RD_NAME_MAX);
+        return RINGD_E_INVALID;
+    }
+    if (h->local_size < 1 || h->local_size > RD_LOCAL_SIZE_MAX) {
+        snprintf(err, errlen, "job '%s': local_size %u is outside 1..%d", h->job, h->local_size,
+                 RD_LOCAL_SIZE_MAX);
+        return RINGD_E_INVALID;
+    }
+    if (h->world_size != h->local_size) {
+        snprintf(err, errlen,
+                 "job '%s': world_size %u differs from local_size %u, but this daemon runs "
+                 "without --redis and serves this node alone",
+                 h->job, h->world_size, h->local_size);
+        return RINGD_E_REFUSED;
+    }
+    uint64_t want = h->arena_size ? h->arena_size : d->cfg.arena_size;
+    if (want < 4096 || want > d->cfg.arena_max) {
+        snprintf(err, errlen, "arena of %" PRIu64 " bytes is outside 4096..%" PRIu64 " (--arena-max)",
+                 want, d->cfg.arena_max);
+        return RINGD_E_INVALID;
+    }
+
+    rd_job *j = d->jobs;
+    while (j != NULL && strcmp(j->name, h->job) != 0)
+        j = j->next;
+    if (j != NULL && (j->world_size != h->world_size || j->local_size != h->local_size)) {
+        snprintf(err, errlen,
+                 "job '%s' runs with world_size %u local_size %u; this client asked for %u and %u",
+                 h->job, j->world_size, j->local_size, h->world_size, h->local_size);
+        return RINGD_E_REFUSED;
+    }
+    if (j != NULL && j->nclients == j->local_size) {
+        char pids[256] = "";
+        for (uint32_t k = 0; k < j->local_size && strlen(pids) < sizeof(pids) - 16; k++)
+            snprintf(pids + strlen(pids), sizeof(pids) - strlen(pids), "%s%d", k ? ", " : "",
+                     (int)j->slots[k]->pid);
+        snprintf(err, errlen, "job '%s' already has its %u local clients (pids %s)", h->job,
+                 j->local_size, pids);
+        return RINGD_E_REFUSED;
+    }
+
+    s->arena = rd_arena_new(want, err, errlen);
+    if (s->arena == NULL)
+        return RINGD_E_NOMEM;
+    if (j == NULL) {
+        j = calloc(1, sizeof(*j));
+        if (j == NULL || (j->name = strdup(h->job)) == NULL ||
+            (j->slots = calloc(h->local_size, sizeof(*j->slots))) == NULL ||
+            (j->buckets = calloc(RD_OP_BUCKETS_MIN, sizeof(*j->buckets))) == NULL) {
+            if (j != NULL) {
+                free(j->slots);
+                free(j->name);
+                free(j);
+            }
+            snprintf(err, errlen, "out of memory creating job '%s'", h->job);
+            return RINGD_E_NOMEM;
+        }
+        j->d = d;
+        j->nbuckets = RD_OP_BUCKETS_MIN;
+        j->world_size = h->world_size;
+        j->local_size = h->local_size;
+        j->next = d->jobs;
+        d->jobs = j;
+        rd_log(RD_LOG_INFO, "job", "job '%s': created, %u local clients expected", j->name,
+               j->local_size);
+    }
+    uint32_t k = 0;
+    while (j->slots[k] != NULL)
+        k++;
+    j->slots[k] = s;
+    j->nclients++;
+    s->job = j;
+    s->local_rank = k;
+    rd_session_set_state(s, RD_SESSION_JOINING);
+    rd_log(RD_LOG_INFO, "job", "job '%s': pid %d joined as local rank %u (%u of %u)", j->name,
+           (int)s->pid, k, j->nclients, j->local_size);
+    if (j->nclients == j->local_size)
+        job_welcome(j);
+    return RINGD_OK;
+}
+
+void rd_job_leave(struct rd_session *s)
+{
+    rd_job *j = s->job;
+    uint32_t rank = s->local_rank;
+    char why[256];
+
+    snprintf(why, sizeof(why), "local rank %u (pid %d) left job '%s'", rank, (int)s->pid,
+             j->name);
+    j->slots[rank] = NULL;
+    j->nclients--;
+    s->job = NULL;
+    rd_log(RD_LOG_INFO, "job", "%s; %u of %u local clients remain", why, j->nclients,
+           j->local_size);
+
+    for (size_t i = 0; i < j->nbuckets; i++) {
+        rd_op *o = j->buckets[i];
+        while (o != NULL) {
+            rd_op *next = o->next;
+            if (o->parts[rank].s == s)
+                o->parts[rank].s = NULL;
+            if (o->state == OP_PENDING)
+                op_fail(o, RINGD_E_MEMBERSHIP, "tensor '%s' cannot complete: %s", o->name, why);
+            else if (o->state == OP_FAILED) {
+                op_unlink(j, o);
+                op_free(o);
+            }
+            o = next;
+        }
+    }
+    job_maybe_free(j);
+}
+
+int rd_job_describe(struct rd_daemon *d, Ringd__JobInfo ***out, size_t *nout)
+{
+    size_t n = 0;
+    for (rd_job *j = d->jobs; j != NULL; j = j->next)
+        n++;
+    Ringd__JobInfo **jobs = calloc(n ? n : 1, sizeof(*jobs));
+    if (jobs == NULL)
+        return -1;
+    size_t i = 0;
+    for (rd_job *j = d->jobs; j != NULL; j = j->next, i++) {
+        Ringd__JobInfo *ji = calloc(1, sizeof(*ji));
+        if (ji == NULL)
+            goto fail;
+        jobs[i] = ji;
+        ringd__job_info__init(ji);
+        ji->name = j->name;
+        ji->world_size = j->world_size;
+        ji->local_size = j->local_size;
+        ji->clients = j->nclients;
+        ji->generation = j->generation;
+        ji->ops_completed = j->ops_completed;
+        ji->ops_failed = j->ops_failed;
+        size_t pending = 0;
+        for (size_t b = 0; b < j->nbuckets; b++)
+            for (rd_op *o = j->buckets[b]; o != NULL; o = o->next)
+                pending += o->state != OP_FAILED;
+        ji->ops_in_flight = pending;
+        size_t show = pending < 64 ? pending : 64;
+        ji->pending = calloc(show ? show : 1, sizeof(char *));
+        if (ji->pending == NULL)
+            goto fail;
+        for (size_t b = 0; b < j->nbuckets && ji->n_pending < show; b++)
+            for (rd_op *o = j->buckets[b]; o != NULL && ji->n_pending < show; o = o->next)
+                if (o->state == OP_PENDING)
+                    ji->pending[ji->n_pending++] = o->name;
+    }
+    *out = jobs;
+    *nout = n;
+    return 0;
+
+fail:
+    rd_job_describe_free(jobs, n);
+    return -1;
+}
+
+void rd_job_describe_free(Ringd__JobInfo **jobs, size_t njobs)
+{
+    for (size_t i = 0; i < njobs && jobs != NULL; i++) {
+        if (jobs[i] != NULL)
+            free(jobs[i]->pending);
+        free(jobs[i]);
+    }
+    free(jobs);
+}
+
+void rd_job_free_all(struct rd_daemon *d)
+{
+    while (d->jobs != NULL)
+        job_free(d->jobs);
+}

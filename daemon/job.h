@@ -1,0 +1,43 @@
+/* Jobs and their op tables: clients join a job by name; collectives are matched by tensor name
+ * across the job's local clients, checked for consistency, and run once all have submitted. */
+#ifndef RD_JOB_H
+#define RD_JOB_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "frame.h"
+#include "ringd.h"
+
+struct rd_session;
+struct rd_daemon;
+
+#define RD_LOCAL_SIZE_MAX 1024
+
+typedef struct rd_job rd_job;
+
+/* Adds session s (state NEW) to the job its Hello names, creating the job and the session's
+ * arena; once the job has all its local clients each waiting one gets Welcome and the arena fd.
+ * Returns RINGD_OK, or a refusal with err set (the caller closes the session). */
+ringd_result_t rd_job_join(struct rd_session *s, const Ringd__Hello *h, char *err, size_t errlen);
+
+/* Validates and matches one Submit of an active session. Every outcome ends in exactly one
+ * Complete for the request, now or when the op finishes. */
+void rd_job_submit(struct rd_session *s, const Ringd__Submit *m);
+
+/* Removes a departing session from its job: pending ops of the job fail with
+ * RINGD_E_MEMBERSHIP on the other ranks; running ops finish without it. */
+void rd_job_leave(struct rd_session *s);
+
+/* Describes every job into the reply's jobs array (allocated with malloc; rd_job_describe_free
+ * releases it). */
+int rd_job_describe(struct rd_daemon *d, Ringd__JobInfo ***jobs, size_t *njobs);
+void rd_job_describe_free(Ringd__JobInfo **jobs, size_t njobs);
+
+/* Frees every job and op left at shutdown, after the executor has stopped. */
+void rd_job_free_all(struct rd_daemon *d);
+
+/* The job's name, for status. */
+const char *rd_job_name(const rd_job *j);
+
+#endif

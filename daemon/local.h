@@ -1,0 +1,40 @@
+/* Local collectives: the data movement of one op among the arenas of a node's clients. */
+#ifndef RD_LOCAL_H
+#define RD_LOCAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+
+typedef enum {
+    RD_COLL_ALLREDUCE = 0,
+    RD_COLL_BROADCAST = 1,
+    RD_COLL_ALLGATHER = 2,
+    RD_COLL_BARRIER = 3,
+} rd_coll;
+
+/* One op's buffers and parameters, ready to run. in[k] and out[k] point into local rank k's
+ * arena, already checked against it; for allgather out[k] holds n * count elements. */
+typedef struct {
+    rd_coll coll;
+    rd_dtype dtype;
+    rd_redop redop; /* SUM, MIN, MAX or PROD; AVG arrives as SUM with args.divisor */
+    rd_reduce_args args;
+    uint32_t root;
+    uint64_t count; /* elements per rank */
+    int n;
+    const uint8_t **in;
+    uint8_t **out;
+} rd_local_plan;
+
+/* Units of work in plan, for splitting across threads; 0 for a barrier. */
+size_t rd_local_units(const rd_local_plan *p);
+
+/* Bytes the op writes into arenas. */
+uint64_t rd_local_bytes(const rd_local_plan *p);
+
+/* Runs units [begin, end) of plan (an rd_local_plan *); an rd_exec_fn. */
+void rd_local_run(void *plan, size_t begin, size_t end);
+
+#endif

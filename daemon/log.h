@@ -1,0 +1,29 @@
+/* Logging for the daemon: one call, filtered by level before any formatting. */
+#ifndef RD_LOG_H
+#define RD_LOG_H
+
+typedef enum {
+    RD_LOG_DEBUG = 0,
+    RD_LOG_INFO = 1,
+    RD_LOG_WARN = 2,
+    RD_LOG_ERROR = 3,
+} rd_log_level;
+
+extern int rd_log_threshold;
+
+void rd_log_set_level(rd_log_level level);
+
+/* Parses "debug", "info", "warn" or "error". Returns -1 for anything else. */
+int rd_log_level_parse(const char *s);
+const char *rd_log_level_name(int level);
+
+void rd_log_write(rd_log_level level, const char *subsys, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+#define rd_log(level, subsys, ...)                                                                \
+    do {                                                                                          \
+        if ((int)(level) >= rd_log_threshold)                                                     \
+            rd_log_write((level), (subsys), __VA_ARGS__);                                         \
+    } while (0)
+
+#endif

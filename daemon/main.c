@@ -1,0 +1,99 @@
+/* ringd: parses options and wires the listener, sessions, jobs and executor to one event loop. */
+#include <event2/event.h>
+#include <event2/thread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "config.h"
+#include "daemon.h"
+#include "exec.h"
+#include "job.h"
+#include "listener.h"
+#include "log.h"
+#include "ringd_build.h"
+#include "session.h"
+
+extern char **environ;
+
+static void on_accept(int fd, void *arg)
+{
+    rd_session_accept(arg, fd);
+}
+
+static void on_signal(evutil_socket_t sig, short what, void *arg)
+{
+    rd_daemon *d = arg;
+    (void)what;
+    rd_log(RD_LOG_INFO, "main", "signal %d: shutting down", (int)sig);
+    event_base_loopbreak(d->base);
+}
+
+int main(int argc, char **argv)
+{
+    rd_daemon d;
+    char err[512];
+    int rc = 1;
+    rd_listener *l = NULL;
+    struct event *ev_term = NULL, *ev_int = NULL;
+
+    memset(&d, 0, sizeof(d));
+    switch (rd_config_parse(&d.cfg, argc, argv, environ, stdout, err, sizeof(err))) {
+    case RD_CONFIG_EXIT:
+        return 0;
+    case RD_CONFIG_ERROR:
+        fprintf(stderr, "ringd: %s\n", err);
+        return 2;
+    case RD_CONFIG_RUN:
+        break;
+    }
+    rd_log_set_level((rd_log_level)d.cfg.log_level);
+    signal(SIGPIPE, SIG_IGN);
+    clock_gettime(CLOCK_MONOTONIC, &d.started);
+
+    d.base = event_base_new();
+    if (d.base == NULL) {
+        rd_log(RD_LOG_ERROR, "main", "event_base_new failed");
+        return 1;
+    }
+    d.exec = rd_exec_new(d.base, (int)d.cfg.threads, err, sizeof(err));
+    if (d.exec == NULL) {
+        rd_log(RD_LOG_ERROR, "main", "%s", err);
+        goto out;
+    }
+    l = rd_listener_new(d.base, d.cfg.socket_path, on_accept, &d, err, sizeof(err));
+    if (l == NULL) {
+        rd_log(RD_LOG_ERROR, "main", "%s", err);
+        goto out;
+    }
+    ev_term = evsignal_new(d.base, SIGTERM, on_signal, &d);
+    ev_int = evsignal_new(d.base, SIGINT, on_signal, &d);
+    if (ev_term == NULL || ev_int == NULL || event_add(ev_term, NULL) != 0 ||
+        event_add(ev_int, NULL) != 0) {
+        rd_log(RD_LOG_ERROR, "main", "cannot install signal handlers");
+        goto out;
+    }
+    rd_log(RD_LOG_INFO, "main", "ringd %s listening on %s (one-node ring, %d worker threads)",
+           RINGD_VERSION, d.cfg.socket_path, (int)d.cfg.threads);
+    rd_config_dump(&d.cfg);
+
+    if (event_base_dispatch(d.base) < 0)
+        rd_log(RD_LOG_ERROR, "main", "event loop failed");
+    else
+        rc = 0;
+
+out:
+    rd_listener_free(l);
+    rd_exec_free(d.exec);
+    rd_session_free_all(&d);
+    rd_job_free_all(&d);
+    if (ev_int != NULL)
+        event_free(ev_int);
+    if (ev_term != NULL)
+        event_free(ev_term);
+    event_base_free(d.base);
+    rd_log(RD_LOG_INFO, "main", "stopped");
+    return rc;
+}

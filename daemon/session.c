@@ -1,0 +1,358 @@
+/* Client sessions: connection state machine, framed reads, immediate writes with a queued tail. */
+#define _GNU_SOURCE
+#include "session.h"
+
+#include <errno.h>
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "arena.h"
+#include "job.h"
+#include "log.h"
+#include "status.h"
+
+/* A peer that lets this much output pile up without reading it is dropped. */
+#define RD_SESSION_OUT_MAX (64u << 20)
+#define RD_READ_CHUNK 65536
+
+static const char *const state_names[] = {"new", "joining", "active", "closing"};
+
+/* The one place a session changes state, so every transition is logged. */
+static void set_state(rd_session *s, rd_session_state st)
+{
+    rd_log(RD_LOG_DEBUG, "session", "#%llu pid %d: %s -> %s", (unsigned long long)s->id,
+           (int)s->pid, state_names[s->state], state_names[st]);
+    s->state = st;
+}
+
+/* Writes as much queued output as the socket takes; waits for writability for the rest. */
+static void flush_out(rd_session *s)
+{
+    while (evbuffer_get_length(s->out) > 0) {
+        int n = evbuffer_write(s->out, s->fd);
+        if (n > 0)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+            break;
+        if (s->state != RD_SESSION_CLOSING) {
+            rd_log(RD_LOG_INFO, "session", "#%llu pid %d: write: %s", (unsigned long long)s->id,
+                   (int)s->pid, n < 0 ? strerror(errno) : "closed");
+            set_state(s, RD_SESSION_CLOSING);
+            event_active(s->ev_close, 0, 0);
+        }
+        evbuffer_drain(s->out, evbuffer_get_length(s->out));
+        return;
+    }
+    if (evbuffer_get_length(s->out) > 0)
+        event_add(s->ev_write, NULL);
+    else
+        event_del(s->ev_write);
+}
+
+void rd_session_send(rd_session *s, const rd_msg *msg)
+{
+    if (s->state == RD_SESSION_CLOSING)
+        return;
+    size_t n = rd_frame_size(msg);
+    struct evbuffer_iovec v;
+    if (evbuffer_reserve_space(s->out, n, &v, 1) < 1) {
+        rd_session_close(s, RINGD_E_NOMEM, "out of memory queueing %zu bytes", n);
+        return;
+    }
+    v.iov_len = rd_frame_pack(msg, v.iov_base);
+    evbuffer_commit_space(s->out, &v, 1);
+    if (evbuffer_get_length(s->out) > RD_SESSION_OUT_MAX) {
+        rd_session_close(s, RINGD_E_PROTOCOL, "peer left %zu bytes of replies unread",
+                         evbuffer_get_length(s->out));
+        return;
+    }
+    flush_out(s);
+}
+
+int rd_session_send_fd(rd_session *s, const rd_msg *msg, int fd)
+{
+    uint8_t buf[512];
+    union {
+        struct cmsghdr h;
+        char space[CMSG_SPACE(sizeof(int))];
+    } ctl;
+    size_t n = rd_frame_size(msg);
+
+    if (s->state == RD_SESSION_CLOSING)
+        return -1;
+    /* The fd must ride on this frame's first byte, so nothing may be queued before it. */
+    if (n > sizeof(buf) || evbuffer_get_length(s->out) > 0) {
+        rd_session_close(s, RINGD_E_PROTOCOL, "cannot pass the arena: output is backed up");
+        return -1;
+    }
+    rd_frame_pack(msg, buf);
+    struct iovec iov = {.iov_base = buf, .iov_len = n};
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+    memset(&ctl, 0, sizeof(ctl));
+    mh.msg_control = ctl.space;
+    mh.msg_controllen = sizeof(ctl.space);
+    struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(c), &fd, sizeof(int));
+
+    ssize_t w;
+    do
+        w = sendmsg(s->fd, &mh, MSG_NOSIGNAL);
+    while (w < 0 && errno == EINTR);
+    if (w < 0) {
+        rd_session_close(s, RINGD_E_SYSTEM, "sendmsg with arena fd: %s", strerror(errno));
+        return -1;
+    }
+    if ((size_t)w < n)
+        evbuffer_add(s->out, buf + w, n - (size_t)w);
+    flush_out(s);
+    return 0;
+}
+
+void rd_session_complete(rd_session *s, uint64_t request_id, ringd_result_t status,
+                         const char *message)
+{
+    Ringd__Complete c = RINGD__COMPLETE__INIT;
+    rd_msg m = RINGD__MSG__INIT;
+    c.request_id = request_id;
+    c.status = (uint32_t)status;
+    c.message = (char *)(message != NULL ? message : "");
+    m.body_case = RINGD__MSG__BODY_COMPLETE;
+    m.complete = &c;
+    if (s->ops_in_flight > 0)
+        s->ops_in_flight--;
+    s->ops_completed++;
+    rd_session_send(s, &m);
+}
+
+void rd_session_close(rd_session *s, ringd_result_t status, const char *fmt, ...)
+{
+    char why[512];
+    va_list ap;
+
+    if (s->state == RD_SESSION_CLOSING)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof(why), fmt, ap);
+    va_end(ap);
+    rd_log(status == RINGD_OK ? RD_LOG_INFO : RD_LOG_WARN, "session", "#%llu pid %d: closing: %s",
+           (unsigned long long)s->id, (int)s->pid, why);
+    if (status != RINGD_OK) {
+        Ringd__Error e = RINGD__ERROR__INIT;
+        rd_msg m = RINGD__MSG__INIT;
+        e.status = (uint32_t)status;
+        e.message = why;
+        m.body_case = RINGD__MSG__BODY_ERROR;
+        m.error = &e;
+        rd_session_send(s, &m);
+    }
+    set_state(s, RD_SESSION_CLOSING);
+    event_del(s->ev_read);
+    event_active(s->ev_close, 0, 0);
+}
+
+/* Unlinks and frees s; the job learns it left first, so no op points at it afterwards. */
+static void session_free(rd_session *s)
+{
+    rd_daemon *d = s->d;
+    if (s->job != NULL)
+        rd_job_leave(s);
+    rd_arena_unref(s->arena);
+    if (s->prev != NULL)
+        s->prev->next = s->next;
+    else
+        d->sessions = s->next;
+    if (s->next != NULL)
+        s->next->prev = s->prev;
+    d->nsessions--;
+    event_free(s->ev_read);
+    event_free(s->ev_write);
+    event_free(s->ev_close);
+    evbuffer_free(s->in);
+    evbuffer_free(s->out);
+    close(s->fd);
+    free(s);
+}
+
+static void on_close(evutil_socket_t fd, short what, void *arg)
+{
+    rd_session *s = arg;
+    (void)fd;
+    (void)what;
+    /* Best effort for the Error frame; a peer that does not read it loses it. */
+    evbuffer_write(s->out, s->fd);
+    rd_log(RD_LOG_DEBUG, "session", "#%llu pid %d: freed", (unsigned long long)s->id, (int)s->pid);
+    session_free(s);
+}
+
+static void on_writable(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    flush_out(arg);
+}
+
+/* Dispatches one decoded message according to the session's state. */
+static void dispatch(rd_session *s, const rd_msg *m)
+{
+    switch (m->body_case) {
+    case RINGD__MSG__BODY_HELLO: {
+        char err[512];
+        if (s->state != RD_SESSION_NEW) {
+            rd_session_close(s, RINGD_E_PROTOCOL, "Hello after the session was set up");
+            return;
+        }
+        ringd_result_t rc = rd_job_join(s, m->hello, err, sizeof(err));
+        if (rc != RINGD_OK)
+            rd_session_close(s, rc, "%s", err);
+        return;
+    }
+    case RINGD__MSG__BODY_SUBMIT:
+        if (s->state != RD_SESSION_ACTIVE) {
+            rd_session_close(s, RINGD_E_PROTOCOL, "Submit before the session joined a job");
+            return;
+        }
+        s->ops_in_flight++;
+        rd_job_submit(s, m->submit);
+        return;
+    case RINGD__MSG__BODY_STATUS_REQUEST:
+        rd_status_reply(s);
+        return;
+    default:
+        rd_session_close(s, RINGD_E_PROTOCOL, "message type %d is not one a client sends",
+                         (int)m->body_case);
+        return;
+    }
+}
+
+/* Reads what the socket has and handles every whole frame in it. */
+static void on_readable(evutil_socket_t fd, short what, void *arg)
+{
+    rd_session *s = arg;
+    char err[256];
+    (void)what;
+
+    int n = evbuffer_read(s->in, fd, RD_READ_CHUNK);
+    if (n == 0) {
+        size_t left = evbuffer_get_length(s->in);
+        if (left > 0)
+            rd_session_close(s, RINGD_E_PROTOCOL, "hung up inside a frame (%zu bytes unread)",
+                             left);
+        else
+            rd_session_close(s, RINGD_OK, "hung up");
+        return;
+    }
+    if (n < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+            return;
+        rd_session_close(s, RINGD_E_SYSTEM, "read: %s", strerror(errno));
+        return;
+    }
+    while (s->state != RD_SESSION_CLOSING) {
+        size_t len = evbuffer_get_length(s->in);
+        if (len < RD_FRAME_HEADER)
+            return;
+        uint8_t hdr[RD_FRAME_HEADER];
+        evbuffer_copyout(s->in, hdr, sizeof(hdr));
+        uint32_t payload = rd_frame_payload_len(hdr);
+        if (payload > s->d->cfg.max_frame) {
+            rd_session_close(s, RINGD_E_PROTOCOL, "frame of %u bytes exceeds --max-frame %llu",
+                             payload, (unsigned long long)s->d->cfg.max_frame);
+            return;
+        }
+        if (len < RD_FRAME_HEADER + (size_t)payload)
+            return;
+        const uint8_t *buf = evbuffer_pullup(s->in, (ev_ssize_t)(RD_FRAME_HEADER + payload));
+        rd_msg *m = NULL;
+        size_t used = 0;
+        rd_frame_status st = rd_frame_decode(buf, RD_FRAME_HEADER + payload,
+                                             (uint32_t)s->d->cfg.max_frame, &m, &used, err,
+                                             sizeof(err));
+        evbuffer_drain(s->in, RD_FRAME_HEADER + payload);
+        if (st != RD_FRAME_OK) {
+            rd_session_close(s, RINGD_E_PROTOCOL, "%s", err);
+            return;
+        }
+        dispatch(s, m);
+        rd_frame_free(m);
+    }
+}
+
+void rd_session_accept(rd_daemon *d, int fd)
+{
+    static uint64_t next_id = 1;
+    struct ucred cred;
+    socklen_t clen = sizeof(cred);
+
+    if (d->nsessions >= (unsigned)d->cfg.max_clients) {
+        rd_log(RD_LOG_WARN, "session", "refusing a connection: %u sessions open (--max-clients)",
+               d->nsessions);
+        close(fd);
+        return;
+    }
+    rd_session *s = calloc(1, sizeof(*s));
+    if (s == NULL) {
+        rd_log(RD_LOG_ERROR, "session", "out of memory accepting a connection");
+        close(fd);
+        return;
+    }
+    s->d = d;
+    s->fd = fd;
+    s->id = next_id++;
+    s->pid = -1;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) == 0) {
+        s->pid = cred.pid;
+        s->uid = cred.uid;
+        s->gid = cred.gid;
+    }
+    s->in = evbuffer_new();
+    s->out = evbuffer_new();
+    s->ev_read = event_new(d->base, fd, EV_READ | EV_PERSIST, on_readable, s);
+    s->ev_write = event_new(d->base, fd, EV_WRITE, on_writable, s);
+    s->ev_close = event_new(d->base, -1, 0, on_close, s);
+    if (s->in == NULL || s->out == NULL || s->ev_read == NULL || s->ev_write == NULL ||
+        s->ev_close == NULL || event_add(s->ev_read, NULL) != 0) {
+        rd_log(RD_LOG_ERROR, "session", "out of memory setting up a connection");
+        if (s->ev_close != NULL)
+            event_free(s->ev_close);
+        if (s->ev_write != NULL)
+            event_free(s->ev_write);
+        if (s->ev_read != NULL)
+            event_free(s->ev_read);
+        if (s->out != NULL)
+            evbuffer_free(s->out);
+        if (s->in != NULL)
+            evbuffer_free(s->in);
+        free(s);
+        close(fd);
+        return;
+    }
+    s->next = d->sessions;
+    if (d->sessions != NULL)
+        d->sessions->prev = s;
+    d->sessions = s;
+    d->nsessions++;
+    rd_log(RD_LOG_DEBUG, "session", "#%llu: connected, pid %d uid %d", (unsigned long long)s->id,
+           (int)s->pid, (int)s->uid);
+}
+
+void rd_session_free_all(rd_daemon *d)
+{
+    for (rd_session *s = d->sessions; s != NULL; s = s->next)
+        s->state = RD_SESSION_CLOSING;
+    while (d->sessions != NULL)
+        session_free(d->sessions);
+}
+
+void rd_session_set_state(rd_session *s, rd_session_state st)
+{
+    set_state(s, st);
+}

@@ -1,0 +1,69 @@
+/* Client sessions: one per connection; reads framed control messages, dispatches them, writes
+ * replies. */
+#ifndef RD_SESSION_H
+#define RD_SESSION_H
+
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "daemon.h"
+#include "frame.h"
+#include "ringd.h"
+
+struct evbuffer;
+struct event;
+struct rd_job;
+struct rd_arena;
+
+typedef enum {
+    RD_SESSION_NEW,     /* connected; its first message says whether it is a client or a query */
+    RD_SESSION_JOINING, /* Hello accepted; waiting for the job's other local clients */
+    RD_SESSION_ACTIVE,  /* Welcome sent: submits collectives */
+    RD_SESSION_CLOSING, /* failed or hung up: reads nothing more, torn down on the next loop turn */
+} rd_session_state;
+
+typedef struct rd_session {
+    rd_daemon *d;
+    uint64_t id;
+    int fd;
+    rd_session_state state;
+    struct event *ev_read;
+    struct event *ev_write;
+    struct event *ev_close;
+    struct evbuffer *in;
+    struct evbuffer *out;
+    pid_t pid; /* SO_PEERCRED */
+    uid_t uid;
+    gid_t gid;
+    struct rd_job *job;     /* set from JOINING on */
+    uint32_t local_rank;
+    struct rd_arena *arena; /* one reference, from JOINING on */
+    uint64_t ops_in_flight;
+    uint64_t ops_completed;
+    struct rd_session *prev, *next;
+} rd_session;
+
+/* Takes ownership of an accepted connection. */
+void rd_session_accept(rd_daemon *d, int fd);
+
+/* Queues msg for the peer. A peer that cannot take it is closed on the next loop turn. */
+void rd_session_send(rd_session *s, const rd_msg *msg);
+
+/* Sends msg with fd attached (SCM_RIGHTS). Returns 0, or -1 after scheduling the close. */
+int rd_session_send_fd(rd_session *s, const rd_msg *msg, int fd);
+
+/* Sends Complete{request_id, status, message}. */
+void rd_session_complete(rd_session *s, uint64_t request_id, ringd_result_t status,
+                         const char *message);
+
+/* Logs why, sends Error{status, why} best-effort and closes the session on the next loop turn. */
+void rd_session_close(rd_session *s, ringd_result_t status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Moves s to state st (logged). */
+void rd_session_set_state(rd_session *s, rd_session_state st);
+
+/* Tears down every session at once (daemon shutdown). */
+void rd_session_free_all(rd_daemon *d);
+
+#endif

@@ -1,0 +1,77 @@
+/* Status queries: gathers jobs, clients and counters into one StatusReply. */
+#include "status.h"
+
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "arena.h"
+#include "daemon.h"
+#include "job.h"
+#include "ringd_build.h"
+#include "session.h"
+
+void rd_status_reply(struct rd_session *s)
+{
+    rd_daemon *d = s->d;
+    Ringd__StatusReply r = RINGD__STATUS_REPLY__INIT;
+    rd_msg m = RINGD__MSG__INIT;
+    struct timespec now;
+    Ringd__ClientInfo *infos = NULL;
+    Ringd__ClientInfo **clients = NULL;
+    Ringd__JobInfo **jobs = NULL;
+    size_t njobs = 0, n = 0;
+
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    r.version = (char *)RINGD_VERSION;
+    r.pid = (uint32_t)getpid();
+    r.uptime_ms = (uint64_t)(now.tv_sec - d->started.tv_sec) * 1000 +
+                  (uint64_t)((now.tv_nsec - d->started.tv_nsec) / 1000000);
+    r.ops_in_flight = d->ops_in_flight;
+    r.ops_completed = d->ops_completed;
+    r.ops_failed = d->ops_failed;
+    r.bytes_reduced = d->bytes_reduced;
+
+    if (rd_job_describe(d, &jobs, &njobs) != 0)
+        goto fail;
+    r.jobs = jobs;
+    r.n_jobs = njobs;
+
+    for (struct rd_session *c = d->sessions; c != NULL; c = c->next)
+        n += c->job != NULL;
+    infos = calloc(n ? n : 1, sizeof(*infos));
+    clients = calloc(n ? n : 1, sizeof(*clients));
+    if (infos == NULL || clients == NULL)
+        goto fail;
+    for (struct rd_session *c = d->sessions; c != NULL; c = c->next) {
+        if (c->job == NULL)
+            continue;
+        Ringd__ClientInfo *ci = &infos[r.n_clients];
+        ringd__client_info__init(ci);
+        ci->job = (char *)rd_job_name(c->job);
+        ci->pid = (uint32_t)c->pid;
+        ci->uid = (uint32_t)c->uid;
+        ci->local_rank = c->local_rank;
+        ci->ops_in_flight = c->ops_in_flight;
+        ci->ops_completed = c->ops_completed;
+        ci->arena_size = c->arena != NULL ? c->arena->size : 0;
+        clients[r.n_clients++] = ci;
+    }
+    r.clients = clients;
+
+    m.body_case = RINGD__MSG__BODY_STATUS_REPLY;
+    m.status_reply = &r;
+    if (rd_frame_size(&m) > (64u << 20))
+        goto fail;
+    rd_session_send(s, &m);
+    free(clients);
+    free(infos);
+    rd_job_describe_free(jobs, njobs);
+    return;
+
+fail:
+    free(clients);
+    free(infos);
+    rd_job_describe_free(jobs, njobs);
+    rd_session_close(s, RINGD_E_NOMEM, "cannot build the status reply");
+}

@@ -1,0 +1,424 @@
+/* CPU backend: blocked reduction kernels for every dtype and the f16/bf16 conversions. */
+#include "backend.h"
+
+#include <assert.h>
+#include <string.h>
+
+/* Elements per block. The float accumulator plus the f16/bf16 staging array (8 KiB together)
+ * stay in L1, so each source is streamed from memory once and dst is written once per block. */
+#define RD_BLOCK 1024
+
+/* ------------------------------------------------------------------------------------------ */
+/* Names and sizes                                                                            */
+/* ------------------------------------------------------------------------------------------ */
+
+static const size_t dtype_sizes[RD_DT_COUNT] = {4, 8, 2, 2, 4, 8, 1};
+static const char *const dtype_names[RD_DT_COUNT] = {"f32", "f64", "f16", "bf16",
+                                                     "i32", "i64", "u8"};
+static const char *const redop_names[RD_OP_COUNT] = {"sum", "avg", "min", "max", "prod"};
+
+/* Size in bytes of one element of dt; 0 when dt is not a valid dtype. */
+size_t rd_dtype_size(rd_dtype dt)
+{
+    return (unsigned)dt < RD_DT_COUNT ? dtype_sizes[dt] : 0;
+}
+
+/* Short lowercase name of dt ("f32", ...), or "invalid". Returns a static string. */
+const char *rd_dtype_name(rd_dtype dt)
+{
+    return (unsigned)dt < RD_DT_COUNT ? dtype_names[dt] : "invalid";
+}
+
+/* Short lowercase name of op ("sum", ...), or "invalid". Returns a static string. */
+const char *rd_redop_name(rd_redop op)
+{
+    return (unsigned)op < RD_OP_COUNT ? redop_names[op] : "invalid";
+}
+
+/* 1 for the floating-point dtypes (f32, f64, f16, bf16), 0 for integers and invalid values. */
+int rd_dtype_is_float(rd_dtype dt)
+{
+    return dt == RD_DT_F32 || dt == RD_DT_F64 || dt == RD_DT_F16 || dt == RD_DT_BF16;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Half-precision conversions                                                                 */
+/* ------------------------------------------------------------------------------------------ */
+
+/* Reinterpret float bits; memcpy keeps this free of aliasing UB and compiles to a move. */
+static inline uint32_t f32_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof(u));
+    return u;
+}
+
+static inline float f32_from_bits(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof(f));
+    return f;
+}
+
+/* Decode IEEE binary16. Exact: every half is representable as a float. */
+static inline float f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t exp = (h >> 10) & 0x1fu;
+    uint32_t mant = h & 0x3ffu;
+
+    if (exp == 0x1f) /* inf, or NaN keeping its payload */
+        return f32_from_bits(sign | 0x7f800000u | (mant << 13));
+    if (exp != 0) /* normal: rebias 15 -> 127 */
+        return f32_from_bits(sign | ((exp + 112) << 23) | (mant << 13));
+    /* zero or subnormal: mant * 2^-24, exact in float */
+    return f32_from_bits(sign | f32_bits((float)mant * 0x1p-24f));
+}
+
+/* Encode IEEE binary16 with one round to nearest even. Overflow goes to inf, NaN stays a
+ * quiet NaN with the top payload bits kept. */
+static inline uint16_t f32_to_f16(float f)
+{
+    uint32_t x = f32_bits(f);
+    uint32_t sign = (x >> 16) & 0x8000u;
+    uint32_t ax = x & 0x7fffffffu;
+
+    if (ax > 0x7f800000u) /* NaN */
+        return (uint16_t)(sign | 0x7e00u | ((ax >> 13) & 0x3ffu));
+    if (ax >= 0x477ff000u) /* >= 65520 (half of the last ulp above 65504) rounds to inf */
+        return (uint16_t)(sign | 0x7c00u);
+    if (ax >= 0x38800000u) { /* normal half: >= 2^-14 */
+        uint32_t r = ax - 0x38000000u; /* rebias exponent 127 -> 15 */
+        r += 0xfffu + ((r >> 13) & 1u); /* RNE; a carry correctly bumps the exponent */
+        return (uint16_t)(sign | (r >> 13));
+    }
+    /* Subnormal half (or zero): result is m * 2^(e - 126) in units of 2^-24. */
+    uint32_t e = ax >> 23;
+    if (e < 102) /* below 2^-25: rounds to zero */
+        return (uint16_t)sign;
+    uint32_t m = (ax & 0x7fffffu) | 0x800000u;
+    uint32_t shift = 126 - e; /* 14 .. 24 */
+    uint32_t q = m >> shift;
+    uint32_t rem = m & ((1u << shift) - 1u);
+    uint32_t half = 1u << (shift - 1);
+    if (rem > half || (rem == half && (q & 1u)))
+        q++; /* may carry into 0x400, the smallest normal: still the right encoding */
+    return (uint16_t)(sign | q);
+}
+
+/* Decode bfloat16: it is the top half of a float. */
+static inline float bf16_to_f32(uint16_t b)
+{
+    return f32_from_bits((uint32_t)b << 16);
+}
+
+/* Encode bfloat16 with round to nearest even. NaN is forced quiet first so rounding cannot
+ * carry a NaN whose payload sits in the low 16 bits into inf. */
+static inline uint16_t f32_to_bf16(float f)
+{
+    uint32_t x = f32_bits(f);
+
+    if ((x & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((x >> 16) | 0x0040u);
+    x += 0x7fffu + ((x >> 16) & 1u);
+    return (uint16_t)(x >> 16);
+}
+
+/* Exported conversions; see backend.h. Pure functions, callable from any thread. */
+float rd_f16_to_f32(uint16_t h)
+{
+    return f16_to_f32(h);
+}
+
+uint16_t rd_f32_to_f16(float f)
+{
+    return f32_to_f16(f);
+}
+
+float rd_bf16_to_f32(uint16_t b)
+{
+    return bf16_to_f32(b);
+}
+
+uint16_t rd_f32_to_bf16(float f)
+{
+    return f32_to_bf16(f);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Floating-point block kernels                                                               */
+/* ------------------------------------------------------------------------------------------ */
+
+/* The three steps of a float or double block, generated for both types:
+ *   load:    acc[i] = x[i] * pre
+ *   combine: acc[i] = op(acc[i], x[i] * pre)
+ *   finish:  acc[i] = acc[i] / divisor * post
+ * Each switch sits outside its loop so that every loop is branch-free and vectorizes. MIN and
+ * MAX return the NaN when either operand is one: the comparison picks x only when x is
+ * smaller (larger) or NaN, and keeps acc otherwise, which covers a NaN acc. */
+#define RD_FLOAT_KERNELS(T, sfx)                                                               \
+    static void load_##sfx(T *restrict acc, const T *restrict x, size_t n, T pre)            \
+    {                                                                                          \
+        size_t i;                                                                              \
+        if (pre == 1) {                                                                        \
+            memcpy(acc, x, n * sizeof(T));                                                     \
+            return;                                                                            \
+        }                                                                                      \
+        for (i = 0; i < n; i++)                                                                \
+            acc[i] = x[i] * pre;                                                               \
+    }                                                                                          \
+                                                                                               \
+    static void combine_##sfx(rd_redop op, T *restrict acc, const T *restrict x, size_t n,     \
+                              T pre)                                                           \
+    {                                                                                          \
+        size_t i;                                                                              \
+        switch (op) {                                                                          \
+        case RD_OP_SUM:                                                                        \
+        case RD_OP_AVG:                                                                        \
+            if (pre == 1) {                                                                    \
+                for (i = 0; i < n; i++)                                                        \
+                    acc[i] += x[i];                                                            \
+            } else {                                                                           \
+                for (i = 0; i < n; i++)                                                        \
+                    acc[i] += x[i] * pre;                                                      \
+            }                                                                                  \
+            break;                                                                             \
+        case RD_OP_PROD:                                                                       \
+            for (i = 0; i < n; i++)                                                            \
+                acc[i] *= x[i] * pre;                                                          \
+            break;                                                                             \
+        case RD_OP_MIN:                                                                        \
+            for (i = 0; i < n; i++) {                                                          \
+                T v = x[i] * pre;                                                              \
+                acc[i] = (v < acc[i] || v != v) ? v : acc[i];                                  \
+            }                                                                                  \
+            break;                                                                             \
+        case RD_OP_MAX:                                                                        \
+            for (i = 0; i < n; i++) {                                                          \
+                T v = x[i] * pre;                                                              \
+                acc[i] = (v > acc[i] || v != v) ? v : acc[i];                                  \
+            }                                                                                  \
+            break;                                                                             \
+        default:                                                                               \
+            assert(0 && "rd_reduce: invalid op");                                              \
+        }                                                                                      \
+    }                                                                                          \
+                                                                                               \
+    static void finish_##sfx(T *acc, size_t n, uint32_t divisor, T post)                       \
+    {                                                                                          \
+        size_t i;                                                                              \
+        if (divisor > 1) {                                                                     \
+            T d = (T)divisor;                                                                  \
+            for (i = 0; i < n; i++)                                                            \
+                acc[i] /= d;                                                                   \
+        }                                                                                      \
+        if (post != 1) {                                                                       \
+            for (i = 0; i < n; i++)                                                            \
+                acc[i] *= post;                                                                \
+        }                                                                                      \
+    }
+
+RD_FLOAT_KERNELS(float, f32)
+RD_FLOAT_KERNELS(double, f64)
+
+/* f32: sources are combined straight from memory, no staging copy. */
+static void reduce_f32(rd_redop op, float *dst, const void *const *src, int nsrc, size_t count,
+                       const rd_reduce_args *args)
+{
+    float acc[RD_BLOCK];
+    float pre = (float)args->prescale, post = (float)args->postscale;
+    size_t off, n;
+    int k;
+
+    for (off = 0; off < count; off += n) {
+        n = count - off < RD_BLOCK ? count - off : RD_BLOCK;
+        load_f32(acc, (const float *)src[0] + off, n, pre);
+        for (k = 1; k < nsrc; k++)
+            combine_f32(op, acc, (const float *)src[k] + off, n, pre);
+        finish_f32(acc, n, args->divisor, post);
+        memcpy(dst + off, acc, n * sizeof(float));
+    }
+}
+
+/* f64: as f32, computing in double with the scales kept in double. */
+static void reduce_f64(rd_redop op, double *dst, const void *const *src, int nsrc, size_t count,
+                       const rd_reduce_args *args)
+{
+    double acc[RD_BLOCK];
+    size_t off, n;
+    int k;
+
+    for (off = 0; off < count; off += n) {
+        n = count - off < RD_BLOCK ? count - off : RD_BLOCK;
+        load_f64(acc, (const double *)src[0] + off, n, args->prescale);
+        for (k = 1; k < nsrc; k++)
+            combine_f64(op, acc, (const double *)src[k] + off, n, args->prescale);
+        finish_f64(acc, n, args->divisor, args->postscale);
+        memcpy(dst + off, acc, n * sizeof(double));
+    }
+}
+
+/* Widen a block of f16 or bf16 into float. */
+static void widen_half(rd_dtype dt, float *restrict out, const uint16_t *restrict in, size_t n)
+{
+    size_t i;
+    if (dt == RD_DT_F16) {
+        for (i = 0; i < n; i++)
+            out[i] = f16_to_f32(in[i]);
+    } else {
+        for (i = 0; i < n; i++)
+            out[i] = bf16_to_f32(in[i]);
+    }
+}
+
+/* Narrow a block of float to f16 or bf16: the single rounding of the whole reduction. */
+static void narrow_half(rd_dtype dt, uint16_t *restrict out, const float *restrict in, size_t n)
+{
+    size_t i;
+    if (dt == RD_DT_F16) {
+        for (i = 0; i < n; i++)
+            out[i] = f32_to_f16(in[i]);
+    } else {
+        for (i = 0; i < n; i++)
+            out[i] = f32_to_bf16(in[i]);
+    }
+}
+
+/* f16 and bf16: each source block is widened into a staging array, then combined in float. */
+static void reduce_half(rd_dtype dt, rd_redop op, uint16_t *dst, const void *const *src,
+                        int nsrc, size_t count, const rd_reduce_args *args)
+{
+    float acc[RD_BLOCK], tmp[RD_BLOCK];
+    float pre = (float)args->prescale, post = (float)args->postscale;
+    size_t off, n, i;
+    int k;
+
+    for (off = 0; off < count; off += n) {
+        n = count - off < RD_BLOCK ? count - off : RD_BLOCK;
+        widen_half(dt, acc, (const uint16_t *)src[0] + off, n);
+        if (pre != 1) {
+            for (i = 0; i < n; i++)
+                acc[i] *= pre;
+        }
+        for (k = 1; k < nsrc; k++) {
+            widen_half(dt, tmp, (const uint16_t *)src[k] + off, n);
+            combine_f32(op, acc, tmp, n, pre);
+        }
+        finish_f32(acc, n, args->divisor, post);
+        narrow_half(dt, dst + off, acc, n);
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Integer block kernels                                                                      */
+/* ------------------------------------------------------------------------------------------ */
+
+/* Integers are handled in their unsigned type of the same width, so SUM and PROD wrap modulo
+ * 2^bits with no signed-overflow UB. Signedness matters only to MIN/MAX, which compare with
+ * the sign bit flipped (SIGN is that bit, 0 for u8), and to the divisor, which truncates the
+ * magnitude toward zero. Signed and unsigned variants of a type may alias, so dst and src are
+ * accessed through the unsigned type directly. Products are taken after a multiply by 1u so
+ * that a narrow type promotes to unsigned int rather than int. */
+#define RD_INT_KERNEL(UT, sfx, SIGN)                                                           \
+    static void reduce_##sfx(rd_redop op, UT *dst, const void *const *src, int nsrc,           \
+                             size_t count, uint32_t divisor)                                   \
+    {                                                                                          \
+        UT acc[RD_BLOCK];                                                                      \
+        size_t off, n, i;                                                                      \
+        int k;                                                                                 \
+                                                                                               \
+        for (off = 0; off < count; off += n) {                                                 \
+            n = count - off < RD_BLOCK ? count - off : RD_BLOCK;                              \
+            memcpy(acc, (const UT *)src[0] + off, n * sizeof(UT));                             \
+            for (k = 1; k < nsrc; k++) {                                                       \
+                const UT *restrict x = (const UT *)src[k] + off;                               \
+                switch (op) {                                                                  \
+                case RD_OP_SUM:                                                                \
+                case RD_OP_AVG:                                                                \
+                    for (i = 0; i < n; i++)                                                    \
+                        acc[i] = (UT)(acc[i] + x[i]);                                          \
+                    break;                                                                     \
+                case RD_OP_PROD:                                                               \
+                    for (i = 0; i < n; i++)                                                    \
+                        acc[i] = (UT)(1u * acc[i] * x[i]);                                     \
+                    break;                                                                     \
+                case RD_OP_MIN:                                                                \
+                    for (i = 0; i < n; i++)                                                    \
+                        acc[i] = (UT)(x[i] ^ (SIGN)) < (UT)(acc[i] ^ (SIGN)) ? x[i] : acc[i];  \
+                    break;                                                                     \
+                case RD_OP_MAX:                                                                \
+                    for (i = 0; i < n; i++)                                                    \
+                        acc[i] = (UT)(x[i] ^ (SIGN)) > (UT)(acc[i] ^ (SIGN)) ? x[i] : acc[i];  \
+                    break;                                                                     \
+                default:                                                                       \
+                    assert(0 && "rd_reduce: invalid op");                                      \
+                }                                                                              \
+            }                                                                                  \
+            if (divisor > 1) {                                                                 \
+                for (i = 0; i < n; i++) {                                                      \
+                    UT v = acc[i];                                                             \
+                    if (v & (SIGN))                                                            \
+                        acc[i] = (UT)(0u - (UT)((UT)(0u - v) / divisor));                      \
+                    else                                                                       \
+                        acc[i] = (UT)(v / divisor);                                            \
+                }                                                                              \
+            }                                                                                  \
+            memcpy(dst + off, acc, n * sizeof(UT));                                            \
+        }                                                                                      \
+    }
+
+RD_INT_KERNEL(uint32_t, i32, UINT32_C(0x80000000))
+RD_INT_KERNEL(uint64_t, i64, UINT64_C(0x8000000000000000))
+RD_INT_KERNEL(uint8_t, u8, 0u)
+
+/* ------------------------------------------------------------------------------------------ */
+/* Entry points                                                                               */
+/* ------------------------------------------------------------------------------------------ */
+
+/* Reduce nsrc buffers of count elements into dst; see backend.h for the exact semantics.
+ * args NULL means RD_REDUCE_ARGS_INIT. RD_OP_AVG is accepted and behaves as SUM: the
+ * averaging comes only from args->divisor. Each block reads every source before writing dst,
+ * so dst may be any one of the sources. An invalid dtype or op, nsrc < 1, or a scale other
+ * than 1 on an integer dtype is a programmer error. Thread-safe: all state is on the stack. */
+void rd_reduce(rd_dtype dt, rd_redop op, void *dst, const void *const *src, int nsrc, size_t count,
+               const rd_reduce_args *args)
+{
+    static const rd_reduce_args defaults = RD_REDUCE_ARGS_INIT;
+
+    if (args == NULL)
+        args = &defaults;
+    assert(nsrc >= 1);
+    assert((unsigned)op < RD_OP_COUNT);
+    assert(rd_dtype_is_float(dt) || (args->prescale == 1.0 && args->postscale == 1.0));
+
+    switch (dt) {
+    case RD_DT_F32:
+        reduce_f32(op, dst, src, nsrc, count, args);
+        break;
+    case RD_DT_F64:
+        reduce_f64(op, dst, src, nsrc, count, args);
+        break;
+    case RD_DT_F16:
+    case RD_DT_BF16:
+        reduce_half(dt, op, dst, src, nsrc, count, args);
+        break;
+    case RD_DT_I32:
+        reduce_i32(op, dst, src, nsrc, count, args->divisor);
+        break;
+    case RD_DT_I64:
+        reduce_i64(op, dst, src, nsrc, count, args->divisor);
+        break;
+    case RD_DT_U8:
+        reduce_u8(op, dst, src, nsrc, count, args->divisor);
+        break;
+    default:
+        assert(0 && "rd_reduce: invalid dtype");
+    }
+}
+
+/* The CPU backend table. Static storage; never freed. */
+const rd_backend *rd_backend_cpu(void)
+{
+    static const rd_backend cpu = {"cpu", rd_reduce};
+    return &cpu;
+}

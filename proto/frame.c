@@ -1,0 +1,72 @@
+/* Framing of control messages: length prefix, size limit, decode and type check. */
+#include "frame.h"
+
+#include <stdio.h>
+#include <string.h>
+
+size_t rd_frame_size(const rd_msg *msg)
+{
+    return RD_FRAME_HEADER + ringd__msg__get_packed_size(msg);
+}
+
+size_t rd_frame_pack(const rd_msg *msg, uint8_t *buf)
+{
+    size_t n = ringd__msg__pack(msg, buf + RD_FRAME_HEADER);
+    buf[0] = (uint8_t)n;
+    buf[1] = (uint8_t)(n >> 8);
+    buf[2] = (uint8_t)(n >> 16);
+    buf[3] = (uint8_t)(n >> 24);
+    return RD_FRAME_HEADER + n;
+}
+
+uint32_t rd_frame_payload_len(const uint8_t *buf)
+{
+    return (uint32_t)buf[0] | (uint32_t)buf[1] << 8 | (uint32_t)buf[2] << 16 |
+           (uint32_t)buf[3] << 24;
+}
+
+rd_frame_status rd_frame_decode(const uint8_t *buf, size_t len, uint32_t max_payload,
+                                rd_msg **msg, size_t *consumed, char *err, size_t errlen)
+{
+    *msg = NULL;
+    if (len < RD_FRAME_HEADER)
+        return RD_FRAME_NEED;
+    uint32_t n = rd_frame_payload_len(buf);
+    if (n > max_payload) {
+        snprintf(err, errlen, "frame of %u bytes exceeds the limit of %u", n, max_payload);
+        return RD_FRAME_BAD;
+    }
+    if (len - RD_FRAME_HEADER < n)
+        return RD_FRAME_NEED;
+    rd_msg *m = ringd__msg__unpack(NULL, n, buf + RD_FRAME_HEADER);
+    if (m == NULL) {
+        snprintf(err, errlen, "undecodable frame of %u bytes", n);
+        return RD_FRAME_BAD;
+    }
+    if (m->body_case == RINGD__MSG__BODY__NOT_SET) {
+        ringd__msg__free_unpacked(m, NULL);
+        snprintf(err, errlen, "frame of %u bytes carries no known message type", n);
+        return RD_FRAME_BAD;
+    }
+    *msg = m;
+    *consumed = RD_FRAME_HEADER + n;
+    return RD_FRAME_OK;
+}
+
+void rd_frame_free(rd_msg *msg)
+{
+    if (msg != NULL)
+        ringd__msg__free_unpacked(msg, NULL);
+}
+
+int rd_name_valid(const char *s)
+{
+    size_t n = 0;
+    if (s == NULL)
+        return 0;
+    for (; s[n] != '\0'; n++) {
+        if (n >= RD_NAME_MAX || s[n] < 0x20 || s[n] > 0x7e)
+            return 0;
+    }
+    return n > 0;
+}

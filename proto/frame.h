@@ -1,0 +1,44 @@
+/* Framing of control messages: a 4-byte little-endian length, then one serialized ringd.Msg. */
+#ifndef RD_FRAME_H
+#define RD_FRAME_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ringd.pb-c.h"
+
+#define RD_PROTOCOL_VERSION 1
+#define RD_FRAME_HEADER 4
+#define RD_FRAME_MAX_DEFAULT (1u << 20)
+#define RD_NAME_MAX 256 /* bytes in a job or tensor name, terminator excluded */
+
+typedef Ringd__Msg rd_msg;
+
+typedef enum {
+    RD_FRAME_OK = 0,   /* one message decoded */
+    RD_FRAME_NEED = 1, /* the buffer holds less than one whole frame */
+    RD_FRAME_BAD = -1, /* too large, undecodable, or of no known type: close the connection */
+} rd_frame_status;
+
+/* Bytes one frame of msg takes on the wire, header included. */
+size_t rd_frame_size(const rd_msg *msg);
+
+/* Writes the frame of msg into buf, which must hold rd_frame_size(msg) bytes.
+ * Returns the bytes written. */
+size_t rd_frame_pack(const rd_msg *msg, uint8_t *buf);
+
+/* Decodes the first frame of buf[0..len). On RD_FRAME_OK, *msg is owned by the caller
+ * (rd_frame_free) and *consumed is the frame's length; on RD_FRAME_BAD, err says why.
+ * Frames whose payload exceeds max_payload are refused before any of it is read. */
+rd_frame_status rd_frame_decode(const uint8_t *buf, size_t len, uint32_t max_payload,
+                                rd_msg **msg, size_t *consumed, char *err, size_t errlen);
+
+/* Payload length announced by a frame header (buf holds at least RD_FRAME_HEADER bytes). */
+uint32_t rd_frame_payload_len(const uint8_t *buf);
+
+void rd_frame_free(rd_msg *msg);
+
+/* 1 when s is a usable job or tensor name: 1..RD_NAME_MAX bytes of printable ASCII. */
+int rd_name_valid(const char *s);
+
+#endif
