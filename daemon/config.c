@@ -50,7 +50,7 @@ int rd_parse_size(const char *s, uint64_t *out)
 {
     char *end;
     errno = 0;
-    if (s == NULL || *s == '\0' || *s == '-')
+    if (s == NULL || *s < '0' || *s > '9') /* strtoull would take spaces and signs */
         return -1;
     unsigned long long v = strtoull(s, &end, 10);
     if (errno != 0 || end == s)
@@ -63,8 +63,10 @@ int rd_parse_size(const char *s, uint64_t *out)
     case 'g': case 'G': shift = 30; end++; break;
     default: return -1;
     }
-    if (*end == 'i' || *end == 'B')
-        end += (*end == 'i' && end[1] == 'B') ? 2 : 1;
+    if (shift && end[0] == 'i' && end[1] == 'B')
+        end += 2;
+    else if (shift && end[0] == 'B')
+        end++;
     if (*end != '\0' || (shift && v > (UINT64_MAX >> shift)))
         return -1;
     *out = (uint64_t)v << shift;
@@ -173,7 +175,7 @@ rd_config_result rd_config_parse(rd_config *cfg, int argc, char **argv, char **e
     longopts[NOPTIONS + 1] = (struct option){"version", no_argument, NULL, 'V'};
     longopts[NOPTIONS + 2] = (struct option){NULL, 0, NULL, 0};
 
-    optind = 1;
+    optind = 0; /* glibc: 0 also resets getopt's internal state for a second parse */
     opterr = 0;
     for (;;) {
         int c = getopt_long(argc, argv, ":hV", longopts, NULL);

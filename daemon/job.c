@@ -80,11 +80,20 @@ static size_t name_hash(const char *s)
     return (size_t)h;
 }
 
-static rd_op *op_find(rd_job *j, const char *name)
+/* The op named name that rank should join: the oldest one it has not submitted to (a failed
+ * op's ranks may already submit the name again while others have yet to see the failure).
+ * *dup is set when rank already has that name pending or running. */
+static rd_op *op_find(rd_job *j, const char *name, uint32_t rank, int *dup)
 {
-    for (rd_op *o = j->buckets[name_hash(name) & (j->nbuckets - 1)]; o != NULL; o = o->next)
-        if (strcmp(o->name, name) == 0)
+    *dup = 0;
+    for (rd_op *o = j->buckets[name_hash(name) & (j->nbuckets - 1)]; o != NULL; o = o->next) {
+        if (strcmp(o->name, name) != 0)
+            continue;
+        if (!o->parts[rank].submitted)
             return o;
+        if (o->state != OP_FAILED)
+            *dup = 1;
+    }
     return NULL;
 }
 
@@ -98,10 +107,11 @@ static void op_table_grow(rd_job *j)
     for (size_t i = 0; i < j->nbuckets; i++) {
         rd_op *o = j->buckets[i];
         while (o != NULL) {
-            rd_op *next = o->next;
-            size_t h = name_hash(o->name) & (nb - 1);
-            o->next = b[h];
-            b[h] = o;
+            rd_op *next = o->next, **pp = &b[name_hash(o->name) & (nb - 1)];
+            while (*pp != NULL)
+                pp = &(*pp)->next;
+            o->next = NULL;
+            *pp = o;
             o = next;
         }
     }
@@ -114,9 +124,12 @@ static void op_insert(rd_job *j, rd_op *o)
 {
     if (j->nops >= j->nbuckets * 2)
         op_table_grow(j);
-    size_t h = name_hash(o->name) & (j->nbuckets - 1);
-    o->next = j->buckets[h];
-    j->buckets[h] = o;
+    /* Appended, so ops of one name stay in submission order. */
+    rd_op **pp = &j->buckets[name_hash(o->name) & (j->nbuckets - 1)];
+    while (*pp != NULL)
+        pp = &(*pp)->next;
+    o->next = NULL;
+    *pp = o;
     j->nops++;
 }
 
@@ -471,27 +484,23 @@ void rd_job_submit(struct rd_session *s, const Ringd__Submit *m)
         return;
     }
 
-    rd_op *o = op_find(j, m->name);
-    if (o != NULL && o->state == OP_FAILED) {
-        if (!o->parts[rank].submitted) {
-            o->parts[rank].submitted = 1;
-            o->nsubmitted++;
-            rd_session_complete(s, m->request_id, o->status, o->message);
-            if (o->nsubmitted == j->local_size) {
-                op_unlink(j, o);
-                op_free(o);
-            }
-            return;
-        }
-        /* This rank has seen the failure and submits the name again: a new op. */
-        op_unlink(j, o);
-        op_free(o);
-        o = NULL;
-    }
-    if (o != NULL && (o->state == OP_RUNNING || o->parts[rank].submitted)) {
-        snprintf(err, sizeof(err), "tensor '%s' is already submitted by local rank %u and not yet complete",
+    int dup;
+    rd_op *o = op_find(j, m->name, rank, &dup);
+    if (dup) {
+        snprintf(err, sizeof(err),
+                 "tensor '%s' is already submitted by local rank %u and not yet complete",
                  m->name, rank);
         rd_session_complete(s, m->request_id, RINGD_E_INVALID, err);
+        return;
+    }
+    if (o != NULL && o->state == OP_FAILED) {
+        o->parts[rank].submitted = 1;
+        o->nsubmitted++;
+        rd_session_complete(s, m->request_id, o->status, o->message);
+        if (o->nsubmitted == j->local_size) {
+            op_unlink(j, o);
+            op_free(o);
+        }
         return;
     }
     if (o == NULL) {

@@ -60,50 +60,50 @@ static inline float f32_from_bits(uint32_t u)
     return f;
 }
 
-/* Decode IEEE binary16. Exact: every half is representable as a float. */
+/* c ? a : b for c in {0, 1}, as bit masks: GCC would turn a ?: over a floating-point result
+ * back into a branch (the FP operation might trap), and a branch stops vectorization. */
+static inline uint32_t select_u32(uint32_t c, uint32_t a, uint32_t b)
+{
+    uint32_t m = 0u - c;
+    return (a & m) | (b & ~m);
+}
+
+/* Decode IEEE binary16. Exact: every half is representable as a float. Written as selects
+ * rather than branches so that the widening loop vectorizes. A subnormal is rebuilt as
+ * (2^-14 + mant * 2^-24) - 2^-14, which is exact. */
 static inline float f16_to_f32(uint16_t h)
 {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    uint32_t exp = (h >> 10) & 0x1fu;
-    uint32_t mant = h & 0x3ffu;
+    uint32_t t = (uint32_t)(h & 0x7fffu) << 13; /* exponent and mantissa in float position */
+    uint32_t e = t & 0x0f800000u;
+    uint32_t o = t + 0x38000000u;               /* rebias exponent 15 -> 127 */
+    uint32_t special = o + 0x38000000u;         /* inf/NaN: exponent 31 -> 255, payload kept */
+    uint32_t sub = f32_bits(f32_from_bits(o + 0x00800000u) - 0x1p-14f);
 
-    if (exp == 0x1f) /* inf, or NaN keeping its payload */
-        return f32_from_bits(sign | 0x7f800000u | (mant << 13));
-    if (exp != 0) /* normal: rebias 15 -> 127 */
-        return f32_from_bits(sign | ((exp + 112) << 23) | (mant << 13));
-    /* zero or subnormal: mant * 2^-24, exact in float */
-    return f32_from_bits(sign | f32_bits((float)mant * 0x1p-24f));
+    o = select_u32(e == 0x0f800000u, special, o);
+    o = select_u32(e == 0, sub, o);
+    return f32_from_bits(o | sign);
 }
 
 /* Encode IEEE binary16 with one round to nearest even. Overflow goes to inf, NaN stays a
- * quiet NaN with the top payload bits kept. */
+ * quiet NaN with the top payload bits kept. All three cases are computed and one selected, so
+ * the narrowing loop vectorizes. The subnormal case adds 0.5 (bits 126 << 23): the FPU's own
+ * round to nearest even then leaves the half's subnormal bits at the bottom of the sum. */
 static inline uint16_t f32_to_f16(float f)
 {
     uint32_t x = f32_bits(f);
     uint32_t sign = (x >> 16) & 0x8000u;
     uint32_t ax = x & 0x7fffffffu;
 
-    if (ax > 0x7f800000u) /* NaN */
-        return (uint16_t)(sign | 0x7e00u | ((ax >> 13) & 0x3ffu));
-    if (ax >= 0x477ff000u) /* >= 65520 (half of the last ulp above 65504) rounds to inf */
-        return (uint16_t)(sign | 0x7c00u);
-    if (ax >= 0x38800000u) { /* normal half: >= 2^-14 */
-        uint32_t r = ax - 0x38000000u; /* rebias exponent 127 -> 15 */
-        r += 0xfffu + ((r >> 13) & 1u); /* RNE; a carry correctly bumps the exponent */
-        return (uint16_t)(sign | (r >> 13));
-    }
-    /* Subnormal half (or zero): result is m * 2^(e - 126) in units of 2^-24. */
-    uint32_t e = ax >> 23;
-    if (e < 102) /* below 2^-25: rounds to zero */
-        return (uint16_t)sign;
-    uint32_t m = (ax & 0x7fffffu) | 0x800000u;
-    uint32_t shift = 126 - e; /* 14 .. 24 */
-    uint32_t q = m >> shift;
-    uint32_t rem = m & ((1u << shift) - 1u);
-    uint32_t half = 1u << (shift - 1);
-    if (rem > half || (rem == half && (q & 1u)))
-        q++; /* may carry into 0x400, the smallest normal: still the right encoding */
-    return (uint16_t)(sign | q);
+    uint32_t nan = 0x7e00u | ((ax >> 13) & 0x3ffu);
+    /* normal half: rebias 127 -> 15 and round; a carry bumps the exponent, up to inf */
+    uint32_t norm = (ax - 0x38000000u + 0xfffu + ((ax >> 13) & 1u)) >> 13;
+    uint32_t sub = f32_bits(f32_from_bits(ax) + 0.5f) - 0x3f000000u;
+
+    uint32_t o = select_u32(ax < 0x38800000u, sub, norm); /* below 2^-14: subnormal or zero */
+    o = select_u32(ax >= 0x477ff000u, 0x7c00u, o);        /* >= 65520 rounds to inf, as inf */
+    o = select_u32(ax > 0x7f800000u, nan, o);
+    return (uint16_t)(sign | o);
 }
 
 /* Decode bfloat16: it is the top half of a float. */
@@ -112,16 +112,15 @@ static inline float bf16_to_f32(uint16_t b)
     return f32_from_bits((uint32_t)b << 16);
 }
 
-/* Encode bfloat16 with round to nearest even. NaN is forced quiet first so rounding cannot
- * carry a NaN whose payload sits in the low 16 bits into inf. */
+/* Encode bfloat16 with round to nearest even. A NaN is truncated and forced quiet rather than
+ * rounded, since rounding could carry a payload held in the low 16 bits into inf. */
 static inline uint16_t f32_to_bf16(float f)
 {
     uint32_t x = f32_bits(f);
+    uint32_t rounded = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
+    uint32_t nan = (x >> 16) | 0x0040u;
 
-    if ((x & 0x7fffffffu) > 0x7f800000u)
-        return (uint16_t)((x >> 16) | 0x0040u);
-    x += 0x7fffu + ((x >> 16) & 1u);
-    return (uint16_t)(x >> 16);
+    return (uint16_t)select_u32((x & 0x7fffffffu) > 0x7f800000u, nan, rounded);
 }
 
 /* Exported conversions; see backend.h. Pure functions, callable from any thread. */

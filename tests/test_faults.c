@@ -1,0 +1,497 @@
+/* Bad input and failures against a real ringd: garbage, truncated, over-size and unknown frames,
+ * buffers outside the arena, mismatched submissions, too many clients, a client killed mid-op,
+ * a second daemon on a live socket, a stale socket. The daemon must answer with a clear error,
+ * keep serving everyone else, and shut down cleanly (no leaks under the sanitizers). */
+#include <criterion/criterion.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "ringd.h"
+
+static th_daemon daemon_;
+static char job_[64];
+
+static void start(void)
+{
+    const char *const extra[] = {"--max-frame", "64K", "--arena-size", "1M", NULL};
+    cr_assert_eq(th_daemon_start(&daemon_, extra), 0, "ringd did not start");
+    snprintf(job_, sizeof(job_), "faults.%d", (int)getpid());
+}
+
+static void stop(void)
+{
+    cr_expect_eq(th_daemon_stop(&daemon_), 0, "ringd did not shut down cleanly (see its log)");
+}
+
+/* Reads the Error the daemon sends before closing, and checks it mentions what. */
+static void expect_error(int fd, ringd_result_t status, const char *what)
+{
+    rd_msg *m = th_recv(fd, 5000, NULL);
+    cr_assert_not_null(m, "no reply before the daemon closed the connection");
+    cr_assert_eq(m->body_case, RINGD__MSG__BODY_ERROR, "expected Error, got type %d",
+                 (int)m->body_case);
+    cr_expect_eq(m->error->status, (uint32_t)status, "status %u, message: %s", m->error->status,
+                 m->error->message);
+    cr_expect(strstr(m->error->message, what) != NULL, "'%s' not in '%s'", what,
+              m->error->message);
+    rd_frame_free(m);
+    cr_expect(th_wait_eof(fd, 5000), "the daemon kept the connection open");
+}
+
+static void expect_still_serving(void)
+{
+    cr_assert(th_daemon_alive(&daemon_), "ringd died");
+    cr_assert(th_status_ok(daemon_.sock), "ringd no longer answers status");
+}
+
+/* Sends Hello for job_ with local_size n; returns the fd after Welcome when n == 1. */
+static int hello(int local_size, int world_size)
+{
+    int fd = th_connect(daemon_.sock);
+    cr_assert_geq(fd, 0);
+    Ringd__Hello h = RINGD__HELLO__INIT;
+    rd_msg m = RINGD__MSG__INIT;
+    h.protocol = RD_PROTOCOL_VERSION;
+    h.job = job_;
+    h.local_size = (uint32_t)local_size;
+    h.world_size = (uint32_t)world_size;
+    m.body_case = RINGD__MSG__BODY_HELLO;
+    m.hello = &h;
+    cr_assert_eq(th_send(fd, &m), 0);
+    return fd;
+}
+
+/* A raw session of a one-client job, past Welcome; *arena_fd gets the arena memfd. */
+static int raw_session(uint64_t *arena_size)
+{
+    int fd = hello(1, 1), afd = -1;
+    rd_msg *m = th_recv(fd, 5000, &afd);
+    cr_assert_not_null(m);
+    cr_assert_eq(m->body_case, RINGD__MSG__BODY_WELCOME);
+    cr_assert_geq(afd, 0, "no arena fd with Welcome");
+    *arena_size = m->welcome->arena_size;
+    close(afd);
+    rd_frame_free(m);
+    return fd;
+}
+
+static Ringd__Complete *submit_raw(int fd, Ringd__Submit *s)
+{
+    rd_msg m = RINGD__MSG__INIT;
+    m.body_case = RINGD__MSG__BODY_SUBMIT;
+    m.submit = s;
+    cr_assert_eq(th_send(fd, &m), 0);
+    rd_msg *r = th_recv(fd, 5000, NULL);
+    cr_assert_not_null(r, "no Complete");
+    cr_assert_eq(r->body_case, RINGD__MSG__BODY_COMPLETE);
+    Ringd__Complete *c = r->complete;
+    r->complete = NULL;
+    r->body_case = RINGD__MSG__BODY__NOT_SET;
+    rd_frame_free(r);
+    return c;
+}
+
+TestSuite(faults, .init = start, .fini = stop, .timeout = 60);
+
+Test(faults, garbage_bytes_get_an_error_and_the_daemon_stays_up)
+{
+    int fd = th_connect(daemon_.sock);
+    const char junk[] = "\x10\x00\x00\x00GET / HTTP/1.1\r\n\r\n";
+    cr_assert_eq(th_write(fd, junk, sizeof(junk) - 1), 0);
+    expect_error(fd, RINGD_E_PROTOCOL, "frame");
+    close(fd);
+    expect_still_serving();
+}
+
+Test(faults, random_garbage_never_takes_the_daemon_down)
+{
+    srand(42);
+    for (int round = 0; round < 50; round++) {
+        int fd = th_connect(daemon_.sock);
+        cr_assert_geq(fd, 0);
+        uint8_t buf[512];
+        size_t len = 1 + (size_t)(rand() % (int)sizeof(buf));
+        for (size_t i = 0; i < len; i++)
+            buf[i] = (uint8_t)rand();
+        buf[2] = buf[3] = 0; /* mostly plausible lengths, so the decoder sees the bytes */
+        th_write(fd, buf, len);
+        close(fd);
+    }
+    expect_still_serving();
+}
+
+Test(faults, a_frame_over_the_size_limit_is_refused_before_it_is_read)
+{
+    int fd = th_connect(daemon_.sock);
+    uint8_t hdr[4] = {0x00, 0x00, 0x10, 0x00}; /* 1 MiB > --max-frame 64K */
+    cr_assert_eq(th_write(fd, hdr, 4), 0);
+    expect_error(fd, RINGD_E_PROTOCOL, "exceeds --max-frame");
+    close(fd);
+    expect_still_serving();
+}
+
+Test(faults, a_truncated_frame_then_hang_up_is_logged_and_harmless)
+{
+    int fd = th_connect(daemon_.sock);
+    uint8_t part[6] = {100, 0, 0, 0, 0x0a, 0x02};
+    cr_assert_eq(th_write(fd, part, sizeof(part)), 0);
+    close(fd);
+    expect_still_serving();
+    for (int i = 0; i < 200; i++) {
+        char *log = th_daemon_log(&daemon_);
+        int seen = log != NULL && strstr(log, "hung up inside a frame") != NULL;
+        free(log);
+        if (seen)
+            return;
+        usleep(10000);
+    }
+    cr_assert_fail("the daemon did not log the truncated frame");
+}
+
+Test(faults, a_message_of_no_known_type_is_refused)
+{
+    int fd = th_connect(daemon_.sock);
+    uint8_t empty[4] = {0, 0, 0, 0};
+    cr_assert_eq(th_write(fd, empty, 4), 0);
+    expect_error(fd, RINGD_E_PROTOCOL, "no known message type");
+    close(fd);
+
+    fd = th_connect(daemon_.sock);
+    uint8_t unknown[7] = {3, 0, 0, 0, 0x98, 0x06, 0x01}; /* field 99, varint 1 */
+    cr_assert_eq(th_write(fd, unknown, sizeof(unknown)), 0);
+    expect_error(fd, RINGD_E_PROTOCOL, "no known message type");
+    close(fd);
+
+    fd = th_connect(daemon_.sock);
+    Ringd__Complete c = RINGD__COMPLETE__INIT;
+    rd_msg m = RINGD__MSG__INIT;
+    m.body_case = RINGD__MSG__BODY_COMPLETE;
+    m.complete = &c;
+    cr_assert_eq(th_send(fd, &m), 0);
+    expect_error(fd, RINGD_E_PROTOCOL, "not one a client sends");
+    close(fd);
+    expect_still_serving();
+}
+
+Test(faults, submit_before_hello_is_a_protocol_error)
+{
+    int fd = th_connect(daemon_.sock);
+    Ringd__Submit s = RINGD__SUBMIT__INIT;
+    rd_msg m = RINGD__MSG__INIT;
+    s.name = "x";
+    s.count = 1;
+    m.body_case = RINGD__MSG__BODY_SUBMIT;
+    m.submit = &s;
+    cr_assert_eq(th_send(fd, &m), 0);
+    expect_error(fd, RINGD_E_PROTOCOL, "before the session joined");
+    close(fd);
+    expect_still_serving();
+}
+
+/* Offsets and counts a client controls: each bad one gets INVALID naming the problem, and the
+ * session goes on working. */
+Test(faults, buffers_outside_the_arena_are_refused_and_the_session_continues)
+{
+    uint64_t size;
+    int fd = raw_session(&size);
+    struct {
+        uint64_t count, in, out;
+        int op;
+        const char *what;
+    } bad[] = {
+        {1, size, 0, RINGD__OP_TYPE__OP_ALLREDUCE, "outside the arena"},
+        {1, 0, size - 2, RINGD__OP_TYPE__OP_ALLREDUCE, "outside the arena"},
+        {2, UINT64_MAX - 3, 0, RINGD__OP_TYPE__OP_ALLREDUCE, "outside the arena"},
+        {UINT64_MAX / 2, 0, 0, RINGD__OP_TYPE__OP_ALLREDUCE, "does not fit"},
+        {0, 0, 0, RINGD__OP_TYPE__OP_ALLREDUCE, "does not fit"},
+        {size / 4, 0, 4, RINGD__OP_TYPE__OP_ALLGATHER, "outside the arena"},
+        {64, 0, 100, RINGD__OP_TYPE__OP_ALLREDUCE, "overlap"},
+        {4, 0, 0, 17, "unknown op"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        Ringd__Submit s = RINGD__SUBMIT__INIT;
+        s.request_id = 100 + i;
+        s.op = (Ringd__OpType)bad[i].op;
+        s.name = "bad";
+        s.dtype = RINGD__DATA_TYPE__DT_F32;
+        s.count = bad[i].count;
+        s.in_offset = bad[i].in;
+        s.out_offset = bad[i].out;
+        s.prescale = s.postscale = 1.0;
+        Ringd__Complete *c = submit_raw(fd, &s);
+        cr_expect_eq(c->request_id, 100 + i);
+        cr_expect_eq(c->status, (uint32_t)RINGD_E_INVALID, "case %zu: status %u (%s)", i,
+                     c->status, c->message);
+        cr_expect(strstr(c->message, bad[i].what) != NULL, "case %zu: '%s' not in '%s'", i,
+                  bad[i].what, c->message);
+        ringd__complete__free_unpacked(c, NULL);
+    }
+    Ringd__Submit ok = RINGD__SUBMIT__INIT;
+    ok.request_id = 7;
+    ok.name = "good";
+    ok.count = 16;
+    ok.prescale = ok.postscale = 1.0;
+    Ringd__Complete *c = submit_raw(fd, &ok);
+    cr_expect_eq(c->status, (uint32_t)RINGD_OK, "%s", c->message);
+    ringd__complete__free_unpacked(c, NULL);
+    close(fd);
+    expect_still_serving();
+}
+
+/* Three clients; two submit "w" with different parameters. All three get MISMATCH naming both
+ * sides, the third when it arrives later. */
+typedef struct {
+    ringd_dtype_t dtype;
+    size_t count;
+    int root;
+    int op; /* 0 allreduce, 1 broadcast */
+    const char *field;
+} mismatch_case;
+
+static int mismatch_client(int i, void *arg)
+{
+    const mismatch_case *mc = arg;
+    ringd_options_t o = RINGD_OPTIONS_INIT;
+    ringd_t *r = NULL;
+    o.socket_path = daemon_.sock;
+    o.job = job_;
+    o.local_size = 3;
+    o.world_size = 3;
+    o.open_timeout_ms = 10000;
+    o.op_timeout_ms = 10000;
+    if (ringd_open(&o, &r) != RINGD_OK)
+        return 10;
+    int me = ringd_rank(r);
+    float *buf = ringd_alloc(r, 4096);
+    ringd_dtype_t dt = me == 1 ? mc->dtype : RINGD_F32;
+    size_t count = me == 1 ? mc->count : 8;
+    int root = me == 1 ? mc->root : 0;
+    int op = me == 1 ? mc->op : 0;
+    if (me == 2)
+        usleep(200000); /* arrives after the mismatch was found */
+    ringd_result_t rc = op == 0 ? ringd_allreduce(r, "w", buf, buf, count, dt, RINGD_SUM)
+                                : ringd_broadcast(r, "w", buf, count, dt, root);
+    const char *msg = ringd_errmsg(r);
+    int ok = rc == RINGD_E_MISMATCH && strstr(msg, "tensor 'w'") && strstr(msg, mc->field) &&
+             strstr(msg, "local rank 1 submitted");
+    if (!ok)
+        fprintf(stderr, "rank %d: rc %d msg '%s'\n", me, rc, msg);
+    /* The job goes on: the same name again, now consistent, works. */
+    if (ok && ringd_allreduce(r, "w", buf, buf, 8, RINGD_F32, RINGD_SUM) != RINGD_OK) {
+        fprintf(stderr, "rank %d: after mismatch: %s\n", me, ringd_errmsg(r));
+        ok = 0;
+    }
+    (void)i;
+    ringd_close(r);
+    return ok ? 0 : 1;
+}
+
+static mismatch_case mismatches[] = {
+    {RINGD_F64, 8, 0, 0, "dtype"},
+    {RINGD_F32, 9, 0, 0, "count"},
+    {RINGD_F32, 8, 0, 1, "op"},
+};
+
+Test(faults, mismatched_submissions_fail_on_every_rank_naming_the_difference)
+{
+    for (size_t k = 0; k < sizeof(mismatches) / sizeof(mismatches[0]); k++) {
+        snprintf(job_, sizeof(job_), "mismatch.%d.%zu", (int)getpid(), k);
+        cr_expect_eq(th_run(3, mismatch_client, &mismatches[k], 30000), 0, "case %s",
+                     mismatches[k].field);
+    }
+    expect_still_serving();
+}
+
+static int root_mismatch_client(int i, void *arg)
+{
+    (void)arg;
+    ringd_options_t o = RINGD_OPTIONS_INIT;
+    ringd_t *r = NULL;
+    o.socket_path = daemon_.sock;
+    o.job = job_;
+    o.local_size = 2;
+    o.world_size = 2;
+    o.open_timeout_ms = 10000;
+    if (ringd_open(&o, &r) != RINGD_OK)
+        return 10;
+    int buf[4] = {0};
+    ringd_result_t rc = ringd_broadcast(r, "p", buf, 4, RINGD_I32, ringd_rank(r));
+    int ok = rc == RINGD_E_MISMATCH && strstr(ringd_errmsg(r), "root") != NULL;
+    (void)i;
+    ringd_close(r);
+    return ok ? 0 : 1;
+}
+
+Test(faults, broadcast_roots_that_disagree_are_a_mismatch)
+{
+    cr_expect_eq(th_run(2, root_mismatch_client, NULL, 30000), 0);
+}
+
+Test(faults, a_client_beyond_local_size_is_refused)
+{
+    int a = hello(2, 2), b = hello(2, 2);
+    rd_msg *w = th_recv(a, 5000, NULL);
+    cr_assert_not_null(w);
+    cr_assert_eq(w->body_case, RINGD__MSG__BODY_WELCOME);
+    rd_frame_free(w);
+    int c = hello(2, 2);
+    expect_error(c, RINGD_E_REFUSED, "already has its 2 local clients");
+    close(c);
+    int d = hello(3, 3);
+    expect_error(d, RINGD_E_REFUSED, "runs with world_size 2 local_size 2");
+    close(d);
+    close(a);
+    close(b);
+    expect_still_serving();
+}
+
+Test(faults, a_world_larger_than_the_node_needs_redis)
+{
+    int fd = hello(2, 4);
+    expect_error(fd, RINGD_E_REFUSED, "without --redis");
+    close(fd);
+}
+
+Test(faults, the_same_name_twice_in_flight_from_one_client_is_refused)
+{
+    int a = hello(2, 2), b = hello(2, 2);
+    rd_msg *w = th_recv(a, 5000, NULL);
+    rd_frame_free(w);
+    w = th_recv(b, 5000, NULL);
+    rd_frame_free(w);
+    Ringd__Submit s = RINGD__SUBMIT__INIT;
+    rd_msg m = RINGD__MSG__INIT;
+    s.request_id = 1;
+    s.name = "dup";
+    s.count = 4;
+    s.prescale = s.postscale = 1.0;
+    m.body_case = RINGD__MSG__BODY_SUBMIT;
+    m.submit = &s;
+    cr_assert_eq(th_send(a, &m), 0);
+    s.request_id = 2;
+    Ringd__Complete *c = submit_raw(a, &s);
+    cr_expect_eq(c->request_id, 2);
+    cr_expect_eq(c->status, (uint32_t)RINGD_E_INVALID);
+    cr_expect(strstr(c->message, "already submitted") != NULL, "%s", c->message);
+    ringd__complete__free_unpacked(c, NULL);
+    s.request_id = 3;
+    c = submit_raw(b, &s); /* completes the first "dup" for both */
+    cr_expect_eq(c->status, (uint32_t)RINGD_OK, "%s", c->message);
+    ringd__complete__free_unpacked(c, NULL);
+    rd_msg *first = th_recv(a, 5000, NULL);
+    cr_assert_not_null(first);
+    cr_expect_eq(first->complete->request_id, 1);
+    cr_expect_eq(first->complete->status, (uint32_t)RINGD_OK);
+    rd_frame_free(first);
+    close(a);
+    close(b);
+}
+
+/* Client 2 is killed while clients 0 and 1 wait in an allreduce it never joins: they get
+ * RINGD_E_MEMBERSHIP naming it within a bounded time; the daemon reclaims its arena. */
+static int killed_client(int i, void *arg)
+{
+    int *pids = arg; /* shared: the victim writes its pid */
+    ringd_options_t o = RINGD_OPTIONS_INIT;
+    ringd_t *r = NULL;
+    o.socket_path = daemon_.sock;
+    o.job = job_;
+    o.local_size = 3;
+    o.world_size = 3;
+    o.open_timeout_ms = 10000;
+    o.op_timeout_ms = 10000;
+    if (ringd_open(&o, &r) != RINGD_OK)
+        return 10;
+    float *buf = ringd_alloc(r, 1 << 16);
+    if (i == 2) {
+        pids[0] = getpid();
+        for (;;)
+            pause(); /* killed by the test */
+    }
+    ringd_result_t rc = ringd_allreduce(r, "never", buf, buf, 1 << 14, RINGD_F32, RINGD_SUM);
+    const char *msg = ringd_errmsg(r);
+    int ok = rc == RINGD_E_MEMBERSHIP && strstr(msg, "left job") != NULL;
+    if (!ok)
+        fprintf(stderr, "client %d: rc %d '%s'\n", i, rc, msg);
+    /* Later ops fail at once while the job is short of a client. */
+    rc = ringd_allreduce(r, "after", buf, buf, 4, RINGD_F32, RINGD_SUM);
+    if (rc != RINGD_E_MEMBERSHIP || strstr(ringd_errmsg(r), "2 of its 3") == NULL) {
+        fprintf(stderr, "client %d after: rc %d '%s'\n", i, rc, ringd_errmsg(r));
+        ok = 0;
+    }
+    ringd_close(r);
+    return ok ? 0 : 1;
+}
+
+static int run_killer(int i, void *arg)
+{
+    int *pids = arg;
+    (void)i;
+    for (int k = 0; k < 1000 && pids[0] == 0; k++)
+        usleep(10000);
+    usleep(300000); /* the others are blocked in "never" by now */
+    if (pids[0] == 0)
+        return 1;
+    kill(pids[0], SIGKILL);
+    return 0;
+}
+
+static int killed_or_killer(int i, void *arg)
+{
+    return i == 3 ? run_killer(i, arg) : killed_client(i, arg);
+}
+
+Test(faults, a_client_killed_mid_op_fails_the_others_promptly)
+{
+    int *pids = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    cr_assert_neq(pids, MAP_FAILED);
+    pids[0] = 0;
+    int failed = th_run(4, killed_or_killer, pids, 20000);
+    /* index 3 (the victim, i == 2) dies by SIGKILL: th_run reports it; the others must pass */
+    cr_expect_eq(failed, 3, "clients 0, 1 and the killer must pass and only the victim die");
+    munmap(pids, 4096);
+    expect_still_serving();
+}
+
+Test(faults, a_second_daemon_on_a_live_socket_is_refused)
+{
+    char log[256];
+    snprintf(log, sizeof(log), "%s/second.log", daemon_.dir);
+    int rc = th_daemon_run_again(&daemon_, log, 10000);
+    cr_expect_eq(rc, 1, "second daemon exit status %d", rc);
+    th_daemon probe = daemon_;
+    snprintf(probe.log, sizeof(probe.log), "%s/second.log", daemon_.dir);
+    char *text = th_daemon_log(&probe);
+    cr_expect(text != NULL && strstr(text, "already serving") != NULL, "log: %s",
+              text ? text : "(none)");
+    free(text);
+    expect_still_serving();
+}
+
+Test(faults, a_stale_socket_of_a_dead_daemon_is_replaced)
+{
+    th_daemon old = daemon_;
+    kill(old.pid, SIGKILL);
+    waitpid(old.pid, NULL, 0);
+    cr_assert_eq(access(old.sock, F_OK), 0, "the dead daemon's socket file should remain");
+    /* A new daemon on the same socket; stop() shuts it down and checks its exit. */
+    pid_t pid = fork();
+    if (pid == 0) {
+        execl(getenv("RINGD_BIN"), "ringd", "--socket", old.sock, (char *)NULL);
+        _exit(127);
+    }
+    daemon_.pid = pid;
+    int up = 0;
+    for (int i = 0; i < 500 && !up; i++) {
+        up = th_status_ok(old.sock);
+        if (!up)
+            usleep(10000);
+    }
+    cr_expect(up, "the new daemon did not take over the stale socket");
+}
