@@ -116,6 +116,17 @@ static int rank_main(const char *job, int nprocs)
         if (ringd_barrier(r, name) != RINGD_OK)
             bad = 1;
     }
+    /* While every client is still attached, show the daemon's view (scripts/demo passes the
+     * ringctl command line). */
+    const char *status_cmd = getenv("RINGD_DEMO_STATUS");
+    if (me == 0 && status_cmd != NULL) {
+        printf("\n$ %s\n", status_cmd);
+        fflush(stdout);
+        if (system(status_cmd) != 0)
+            bad = 1;
+    }
+    if (ringd_barrier(r, "done") != RINGD_OK)
+        bad = 1;
     free(loss);
     ringd_close(r);
     return bad;
