@@ -8,16 +8,21 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "alloc.h"
 #include "conn.h"
+#include "ring.h"
 
 #define RD_DEFAULT_SOCKET "/run/ringd/ringd.sock"
 #define RD_DEFAULT_OPEN_TIMEOUT_MS 30000
 #define RD_NO_STAGE UINT64_MAX
+#define RD_DEFAULT_POLL_US 100
 
 struct ringd_request {
     ringd_t *r;
@@ -40,6 +45,9 @@ struct ringd {
     int rank, size, local_rank, local_size;
     uint64_t generation;
     int op_timeout_ms;
+    int poll_us;
+    rd_ring sq; /* submissions to the daemon, in the arena's control area */
+    rd_ring cq; /* completions from it */
     ringd_result_t broken; /* RINGD_OK while the session works */
     uint64_t next_id;
     uint64_t auto_seq;
@@ -150,15 +158,27 @@ static ringd_result_t await_welcome(ringd_t *r, const char *job, int local_size,
         return fail(r, RINGD_E_SYSTEM, "mmap arena of %" PRIu64 " bytes: %s", w->arena_size,
                     strerror(errno));
     }
+    if (w->data_offset < sizeof(rd_ctrl) || w->data_offset >= w->arena_size ||
+        !rd_ctrl_valid(p)) {
+        munmap(p, w->arena_size);
+        rd_frame_free(m);
+        return fail(r, RINGD_E_PROTOCOL, "the arena's control area is not one this library "
+                                         "knows: are libringd and ringd the same version?");
+    }
     r->arena = p;
     r->arena_size = w->arena_size;
+    rd_ring_attach_producer(&r->sq, &((rd_ctrl *)p)->sq);
+    rd_ring_attach_consumer(&r->cq, &((rd_ctrl *)p)->cq);
     r->rank = (int)w->rank;
     r->size = (int)w->size;
     r->local_rank = (int)w->local_rank;
     r->local_size = (int)w->local_size;
     r->generation = w->generation;
+    uint64_t data_offset = w->data_offset, ctrl;
     rd_frame_free(m);
-    if (rd_alloc_init(&r->alloc, r->arena_size) != 0)
+    /* The control area is the allocator's first, permanent block. */
+    if (rd_alloc_init(&r->alloc, r->arena_size) != 0 ||
+        rd_alloc_get(&r->alloc, data_offset, &ctrl) != 0 || ctrl != 0)
         return fail(r, RINGD_E_NOMEM, "out of memory");
     return RINGD_OK;
 }
@@ -199,6 +219,7 @@ ringd_result_t ringd_open(const ringd_options_t *opts, ringd_t **out)
         return fail(r, RINGD_E_INVALID, "job name must be 1..%d printable ASCII bytes",
                     RD_NAME_MAX);
     r->op_timeout_ms = o.op_timeout_ms;
+    r->poll_us = o.poll_us ? o.poll_us : env_int("RINGD_POLL_US", RD_DEFAULT_POLL_US);
 
     ringd_result_t rc = rd_conn_open(&r->conn, path, err, sizeof(err));
     if (rc != RINGD_OK)
@@ -278,6 +299,8 @@ static void handle(ringd_t *r, const rd_msg *m)
             }
         }
         return; /* a request the caller gave up on */
+    case RINGD__MSG__BODY_POKE:
+        return; /* the completion ring is read on every turn */
     case RINGD__MSG__BODY_ERROR:
         snprintf(why, sizeof(why), "ringd closed the session: %s", m->error->message);
         break_session(r, m->error->status > 0 && m->error->status < RINGD_RESULT_COUNT
@@ -292,34 +315,98 @@ static void handle(ringd_t *r, const rd_msg *m)
     }
 }
 
-/* Receives and handles messages until q is done (q NULL: until nothing more is waiting),
- * waiting at most timeout_ms (-1 forever, 0 not at all). */
-static ringd_result_t pump(ringd_t *r, ringd_request_t *q, int timeout_ms)
+static int64_t now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* Handles every message waiting in the completion ring and on the socket, without blocking.
+ * Returns RINGD_OK, or the error that broke the session. */
+static ringd_result_t drain(ringd_t *r, int socket_too)
 {
     char err[512];
-    int64_t deadline = timeout_ms > 0 ? rd_now_ms() + timeout_ms : 0;
-    while (q == NULL || !q->done) {
-        if (r->broken != RINGD_OK)
+    rd_msg *m = NULL;
+    for (;;) {
+        rd_ring_status st = rd_ring_get(&r->cq, RD_FRAME_MAX_DEFAULT, &m, err, sizeof(err));
+        if (st == RD_RING_EMPTY)
+            break;
+        if (st != RD_RING_OK) {
+            break_session(r, RINGD_E_PROTOCOL, err);
             return r->broken;
-        int wait = timeout_ms;
-        if (timeout_ms > 0) {
-            int64_t left = deadline - rd_now_ms();
-            if (left <= 0)
-                return RINGD_E_TIMEOUT;
-            wait = (int)left;
-        }
-        rd_msg *m = NULL;
-        ringd_result_t rc = rd_conn_recv(&r->conn, wait, &m, err, sizeof(err));
-        if (rc == RINGD_E_TIMEOUT)
-            return rc;
-        if (rc != RINGD_OK) {
-            break_session(r, rc, err);
-            return rc;
         }
         handle(r, m);
         rd_frame_free(m);
     }
-    return RINGD_OK;
+    while (socket_too && r->broken == RINGD_OK) {
+        ringd_result_t rc = rd_conn_recv(&r->conn, 0, &m, err, sizeof(err));
+        if (rc == RINGD_E_TIMEOUT)
+            break;
+        if (rc != RINGD_OK) {
+            break_session(r, rc, err);
+            break;
+        }
+        handle(r, m);
+        rd_frame_free(m);
+    }
+    return r->broken;
+}
+
+/* Handles messages until q is done (q NULL: only what is already there), waiting at most
+ * timeout_ms (-1 forever, 0 not at all). Polls the completion ring for poll_us, yielding the
+ * CPU to the daemon and the other ranks, then sleeps on the socket, where the daemon Pokes. */
+static ringd_result_t pump(ringd_t *r, ringd_request_t *q, int timeout_ms)
+{
+    int64_t start = now_us();
+    int64_t deadline = timeout_ms > 0 ? start + (int64_t)timeout_ms * 1000 : 0;
+    for (unsigned spin = 0;; spin++) {
+        /* The socket carries only errors, Pokes and overflow here: look at it now and then. */
+        if (drain(r, spin % 16 == 0) != RINGD_OK)
+            return r->broken;
+        if (q == NULL || q->done)
+            return RINGD_OK;
+        if (timeout_ms == 0)
+            return RINGD_E_TIMEOUT;
+        int64_t now = now_us();
+        if (deadline && now >= deadline)
+            return RINGD_E_TIMEOUT;
+        if (now - start < r->poll_us) {
+            sched_yield();
+            continue;
+        }
+        if (!rd_ring_prepare_sleep(&r->cq))
+            continue;
+        struct pollfd p = {.fd = r->conn.fd, .events = POLLIN};
+        int wait = deadline ? (int)((deadline - now + 999) / 1000) : -1;
+        int n = poll(&p, 1, wait);
+        rd_ring_wake(&r->cq);
+        if (n < 0 && errno != EINTR) {
+            break_session(r, RINGD_E_SYSTEM, "poll on the ringd socket failed");
+            return r->broken;
+        }
+        spin = 15; /* read the socket on the next turn */
+    }
+}
+
+/* Sends one message to the daemon: through the shared ring when it has room (Poking a sleeping
+ * daemon), else on the socket. */
+static ringd_result_t send_to_daemon(ringd_t *r, const rd_msg *m, char *err, size_t errlen)
+{
+    rd_ring_status st = rd_ring_put(&r->sq, m);
+    if (st == RD_RING_FULL)
+        return rd_conn_send(&r->conn, m, err, errlen);
+    if (st != RD_RING_OK) {
+        snprintf(err, errlen, "the submission ring's shared indices are corrupt");
+        return RINGD_E_PROTOCOL;
+    }
+    if (!rd_ring_consumer_asleep(&r->sq))
+        return RINGD_OK;
+    Ringd__Poke p = RINGD__POKE__INIT;
+    rd_msg poke = RINGD__MSG__INIT;
+    poke.body_case = RINGD__MSG__BODY_POKE;
+    poke.poke = &p;
+    return rd_conn_send(&r->conn, &poke, err, errlen);
 }
 
 /* Ends a finished request: its result, its detail into errmsg, and its memory. */
@@ -477,7 +564,7 @@ static ringd_result_t submit(ringd_t *r, const submit_args *a, ringd_request_t *
     s.postscale = a->postscale;
     m.body_case = RINGD__MSG__BODY_SUBMIT;
     m.submit = &s;
-    ringd_result_t rc = rd_conn_send(&r->conn, &m, err, sizeof(err));
+    ringd_result_t rc = send_to_daemon(r, &m, err, sizeof(err));
     if (rc != RINGD_OK) {
         req_free(q);
         break_session(r, rc, err);

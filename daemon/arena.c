@@ -10,6 +10,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "ring.h"
+
 rd_arena *rd_arena_new(uint64_t size, char *err, size_t errlen)
 {
     rd_arena *a = calloc(1, sizeof(*a));
@@ -39,6 +41,7 @@ rd_arena *rd_arena_new(uint64_t size, char *err, size_t errlen)
     }
     a->base = p;
     a->size = size;
+    rd_ctrl_init(a->base);
     a->refs = 1;
     return a;
 

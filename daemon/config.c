@@ -28,9 +28,9 @@ typedef struct {
 static const opt_spec options[] = {
     {"socket", "RINGD_SOCKET", OPT_STRING, "/run/ringd/ringd.sock", 1, RD_PATH_MAX - 1,
      OFF(socket_path), "Unix socket clients connect to; its directory is created"},
-    {"arena-size", "RINGD_ARENA_SIZE", OPT_SIZE, "1G", 4096, INT64_MAX, OFF(arena_size),
+    {"arena-size", "RINGD_ARENA_SIZE", OPT_SIZE, "1G", 131072, INT64_MAX, OFF(arena_size),
      "shared-memory arena per client when it asks for none (pages are used only when touched)"},
-    {"arena-max", "RINGD_ARENA_MAX", OPT_SIZE, "16G", 4096, INT64_MAX, OFF(arena_max),
+    {"arena-max", "RINGD_ARENA_MAX", OPT_SIZE, "16G", 131072, INT64_MAX, OFF(arena_max),
      "largest arena a client may ask for"},
     {"max-frame", "RINGD_MAX_FRAME", OPT_SIZE, "1M", 1024, 1 << 30, OFF(max_frame),
      "largest control message accepted; larger ones close the connection"},
@@ -40,6 +40,9 @@ static const opt_spec options[] = {
      "data-path worker threads (0: one per online CPU, at most 8)"},
     {"max-clients", "RINGD_MAX_CLIENTS", OPT_INT, "1024", 1, 65536, OFF(max_clients),
      "connections served at once; more are refused"},
+    {"poll-us", "RINGD_POLL_US", OPT_INT, "100", 0, 1000000, OFF(poll_us),
+     "microseconds to keep polling clients' shared rings after the last message before sleeping "
+     "(0: sleep at once; each wake-up then costs a system call)"},
     {"log-level", "RINGD_LOG_LEVEL", OPT_LOGLEVEL, "info", 0, 3, OFF(log_level),
      "debug, info, warn or error"},
 };

@@ -18,6 +18,7 @@ typedef struct {
     int64_t threads;       /* data-path worker threads */
     int64_t log_level;
     int64_t max_clients;
+    int64_t poll_us;       /* keep polling the shared rings this long after activity */
 } rd_config;
 
 typedef enum {

@@ -14,10 +14,12 @@
 #include "exec.h"
 #include "local.h"
 #include "log.h"
+#include "ring.h"
 #include "session.h"
 
 #define RD_OP_BUCKETS_MIN 64
 #define RD_GRAIN 4096 /* elements: worker ranges start on multiples of this */
+#define RD_ARENA_MIN (RD_CTRL_BYTES + 4096u)
 
 typedef enum {
     OP_PENDING, /* waiting for some local ranks to submit */
@@ -364,11 +366,12 @@ static ringd_result_t validate(const struct rd_session *s, const Ringd__Submit *
         out_len = in_len * j->world_size;
     }
     if (!rd_arena_contains(s->arena, m->in_offset, in_len) ||
-        !rd_arena_contains(s->arena, m->out_offset, out_len)) {
+        !rd_arena_contains(s->arena, m->out_offset, out_len) || m->in_offset < RD_CTRL_BYTES ||
+        m->out_offset < RD_CTRL_BYTES) {
         snprintf(err, errlen,
                  "tensor '%s': input [%" PRIu64 ", +%" PRIu64 ") or output [%" PRIu64
-                 ", +%" PRIu64 ") lies outside the arena of %" PRIu64 " bytes",
-                 m->name, m->in_offset, in_len, m->out_offset, out_len, size);
+                 ", +%" PRIu64 ") lies outside the arena's data area [%u, %" PRIu64 ")",
+                 m->name, m->in_offset, in_len, m->out_offset, out_len, RD_CTRL_BYTES, size);
         return RINGD_E_INVALID;
     }
     /* Input and output are the same place (in place), or apart; allgather's input may also be
@@ -548,11 +551,12 @@ static void job_welcome(rd_job *j)
         w.local_size = j->local_size;
         w.generation = j->generation;
         w.arena_size = s->arena->size;
+        w.data_offset = RD_CTRL_BYTES;
         m.body_case = RINGD__MSG__BODY_WELCOME;
         m.welcome = &w;
         if (rd_session_send_fd(s, &m, s->arena->fd) == 0) {
             rd_arena_close_fd(s->arena);
-            rd_session_set_state(s, RD_SESSION_ACTIVE);
+            rd_session_activate(s);
         }
     }
     rd_log(RD_LOG_INFO, "job", "job '%s': all %u local clients joined, generation %" PRIu64,
@@ -584,9 +588,10 @@ ringd_result_t rd_job_join(struct rd_session *s, const Ringd__Hello *h, char *er
         return RINGD_E_REFUSED;
     }
     uint64_t want = h->arena_size ? h->arena_size : d->cfg.arena_size;
-    if (want < 4096 || want > d->cfg.arena_max) {
-        snprintf(err, errlen, "arena of %" PRIu64 " bytes is outside 4096..%" PRIu64 " (--arena-max)",
-                 want, d->cfg.arena_max);
+    if (want < RD_ARENA_MIN || want > d->cfg.arena_max) {
+        snprintf(err, errlen,
+                 "arena of %" PRIu64 " bytes is outside %u..%" PRIu64 " (--arena-max)", want,
+                 RD_ARENA_MIN, d->cfg.arena_max);
         return RINGD_E_INVALID;
     }
 

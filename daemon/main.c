@@ -1,6 +1,7 @@
 /* ringd: parses options and wires the listener, sessions, jobs and executor to one event loop. */
 #include <event2/event.h>
 #include <event2/thread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +22,40 @@ extern char **environ;
 static void on_accept(int fd, void *arg)
 {
     rd_session_accept(arg, fd);
+}
+
+static int64_t now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* The event loop, with the clients' shared rings polled between turns: while messages keep
+ * coming (within --poll-us of the last one) it neither sleeps nor holds the CPU from the
+ * clients it waits for (sched_yield); once idle it tells the clients to Poke the socket and
+ * sleeps in the event loop. Returns -1 if the event loop failed. */
+static int run_loop(rd_daemon *d)
+{
+    int64_t last = now_us();
+    while (!event_base_got_break(d->base)) {
+        int rc;
+        if (rd_session_poll_rings(d) > 0)
+            last = now_us();
+        if (now_us() - last < d->cfg.poll_us) {
+            rc = event_base_loop(d->base, EVLOOP_NONBLOCK);
+            sched_yield();
+        } else if (rd_session_prepare_sleep(d)) {
+            rc = event_base_loop(d->base, EVLOOP_ONCE);
+            rd_session_wake(d);
+            last = now_us();
+        } else {
+            continue;
+        }
+        if (rc < 0)
+            return -1;
+    }
+    return 0;
 }
 
 static void on_signal(evutil_socket_t sig, short what, void *arg)
@@ -79,7 +114,7 @@ int main(int argc, char **argv)
            RINGD_VERSION, d.cfg.socket_path, (int)d.cfg.threads);
     rd_config_dump(&d.cfg);
 
-    if (event_base_dispatch(d.base) < 0)
+    if (run_loop(&d) < 0)
         rd_log(RD_LOG_ERROR, "main", "event loop failed");
     else
         rc = 0;

@@ -117,6 +117,29 @@ int rd_session_send_fd(rd_session *s, const rd_msg *msg, int fd)
     return 0;
 }
 
+/* Sends msg to an active client through its shared ring, Poking it when it sleeps; falls back
+ * to the socket when the ring is full. */
+static void send_shared(rd_session *s, const rd_msg *msg)
+{
+    switch (rd_ring_put(&s->cq, msg)) {
+    case RD_RING_OK:
+        if (rd_ring_consumer_asleep(&s->cq)) {
+            Ringd__Poke p = RINGD__POKE__INIT;
+            rd_msg m = RINGD__MSG__INIT;
+            m.body_case = RINGD__MSG__BODY_POKE;
+            m.poke = &p;
+            rd_session_send(s, &m);
+        }
+        return;
+    case RD_RING_FULL:
+        rd_session_send(s, msg);
+        return;
+    default:
+        rd_session_close(s, RINGD_E_PROTOCOL, "the completion ring's shared indices are corrupt");
+        return;
+    }
+}
+
 void rd_session_complete(rd_session *s, uint64_t request_id, ringd_result_t status,
                          const char *message)
 {
@@ -130,7 +153,10 @@ void rd_session_complete(rd_session *s, uint64_t request_id, ringd_result_t stat
     if (s->ops_in_flight > 0)
         s->ops_in_flight--;
     s->ops_completed++;
-    rd_session_send(s, &m);
+    if (s->state == RD_SESSION_ACTIVE)
+        send_shared(s, &m);
+    else
+        rd_session_send(s, &m);
 }
 
 void rd_session_close(rd_session *s, ringd_result_t status, const char *fmt, ...)
@@ -226,6 +252,8 @@ static void dispatch(rd_session *s, const rd_msg *m)
     case RINGD__MSG__BODY_STATUS_REQUEST:
         rd_status_reply(s);
         return;
+    case RINGD__MSG__BODY_POKE:
+        return; /* the loop polls the rings after every turn */
     default:
         rd_session_close(s, RINGD_E_PROTOCOL, "message type %d is not one a client sends",
                          (int)m->body_case);
@@ -355,4 +383,56 @@ void rd_session_free_all(rd_daemon *d)
 void rd_session_set_state(rd_session *s, rd_session_state st)
 {
     set_state(s, st);
+}
+
+void rd_session_activate(rd_session *s)
+{
+    rd_ctrl *c = (rd_ctrl *)s->arena->base;
+    rd_ring_attach_consumer(&s->sq, &c->sq);
+    rd_ring_attach_producer(&s->cq, &c->cq);
+    set_state(s, RD_SESSION_ACTIVE);
+}
+
+/* Frames taken from one ring per poll, so one busy client cannot starve the others. */
+#define RD_POLL_BATCH 64
+
+int rd_session_poll_rings(rd_daemon *d)
+{
+    int taken = 0;
+    char err[256];
+    for (rd_session *s = d->sessions; s != NULL; s = s->next) {
+        for (int i = 0; i < RD_POLL_BATCH && s->state == RD_SESSION_ACTIVE; i++) {
+            rd_msg *m = NULL;
+            rd_ring_status st = rd_ring_get(&s->sq, (uint32_t)d->cfg.max_frame, &m, err,
+                                            sizeof(err));
+            if (st == RD_RING_EMPTY)
+                break;
+            if (st != RD_RING_OK) {
+                rd_session_close(s, RINGD_E_PROTOCOL, "%s", err);
+                break;
+            }
+            taken++;
+            dispatch(s, m);
+            rd_frame_free(m);
+        }
+    }
+    return taken;
+}
+
+int rd_session_prepare_sleep(rd_daemon *d)
+{
+    for (rd_session *s = d->sessions; s != NULL; s = s->next) {
+        if (s->state == RD_SESSION_ACTIVE && !rd_ring_prepare_sleep(&s->sq)) {
+            rd_session_wake(d);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+void rd_session_wake(rd_daemon *d)
+{
+    for (rd_session *s = d->sessions; s != NULL; s = s->next)
+        if (s->state == RD_SESSION_ACTIVE)
+            rd_ring_wake(&s->sq);
 }

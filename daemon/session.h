@@ -8,6 +8,7 @@
 
 #include "daemon.h"
 #include "frame.h"
+#include "ring.h"
 #include "ringd.h"
 
 struct evbuffer;
@@ -38,6 +39,8 @@ typedef struct rd_session {
     struct rd_job *job;     /* set from JOINING on */
     uint32_t local_rank;
     struct rd_arena *arena; /* one reference, from JOINING on */
+    rd_ring sq; /* client -> daemon, consumed here; attached from ACTIVE on */
+    rd_ring cq; /* daemon -> client, produced here */
     uint64_t ops_in_flight;
     uint64_t ops_completed;
     struct rd_session *prev, *next;
@@ -62,6 +65,20 @@ void rd_session_close(rd_session *s, ringd_result_t status, const char *fmt, ...
 
 /* Moves s to state st (logged). */
 void rd_session_set_state(rd_session *s, rd_session_state st);
+
+/* Welcome sent: attaches the shared rings in the session's arena and moves it to ACTIVE. */
+void rd_session_activate(rd_session *s);
+
+/* Takes the frames waiting in every active session's shared ring (a bounded number each) and
+ * dispatches them. Returns how many were taken. */
+int rd_session_poll_rings(rd_daemon *d);
+
+/* The loop is about to sleep: tells every active client to Poke the socket for its next
+ * message. Returns 0 when a frame arrived meanwhile (then nothing is announced). */
+int rd_session_prepare_sleep(rd_daemon *d);
+
+/* The loop woke up: withdraws the announcement. */
+void rd_session_wake(rd_daemon *d);
 
 /* Tears down every session at once (daemon shutdown). */
 void rd_session_free_all(rd_daemon *d);

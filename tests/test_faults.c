@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "ring.h"
 #include "ringd.h"
 
 static th_daemon daemon_;
@@ -77,27 +78,67 @@ static int hello(int local_size, int world_size)
     return fd;
 }
 
-/* A raw session of a one-client job, past Welcome; *arena_fd gets the arena memfd. */
-static int raw_session(uint64_t *arena_size)
+/* A raw client past Welcome: its socket, its mapped arena and the shared rings in it. */
+typedef struct {
+    int fd;
+    uint8_t *arena;
+    uint64_t size, data_offset;
+    rd_ring sq, cq;
+} raw;
+
+/* Reads Welcome on fd (after hello), maps the arena and attaches the rings. */
+static void raw_join(raw *x, int fd)
 {
-    int fd = hello(1, 1), afd = -1;
+    int afd = -1;
     rd_msg *m = th_recv(fd, 5000, &afd);
     cr_assert_not_null(m);
     cr_assert_eq(m->body_case, RINGD__MSG__BODY_WELCOME);
     cr_assert_geq(afd, 0, "no arena fd with Welcome");
-    *arena_size = m->welcome->arena_size;
+    x->fd = fd;
+    x->size = m->welcome->arena_size;
+    x->data_offset = m->welcome->data_offset;
+    cr_assert_geq(x->data_offset, sizeof(rd_ctrl));
+    x->arena = mmap(NULL, x->size, PROT_READ | PROT_WRITE, MAP_SHARED, afd, 0);
+    cr_assert_neq(x->arena, MAP_FAILED);
     close(afd);
     rd_frame_free(m);
-    return fd;
+    cr_assert(rd_ctrl_valid(x->arena));
+    rd_ring_attach_producer(&x->sq, &((rd_ctrl *)x->arena)->sq);
+    rd_ring_attach_consumer(&x->cq, &((rd_ctrl *)x->arena)->cq);
 }
 
-static Ringd__Complete *submit_raw(int fd, Ringd__Submit *s)
+/* The next message from the daemon, from the completion ring or the socket (5 s at most). */
+static rd_msg *raw_next(raw *x)
+{
+    char err[256];
+    for (int i = 0; i < 5000; i++) {
+        rd_msg *m = NULL;
+        rd_ring_status st = rd_ring_get(&x->cq, 1 << 20, &m, err, sizeof(err));
+        cr_assert_neq(st, RD_RING_BROKEN, "%s", err);
+        if (st == RD_RING_OK)
+            return m;
+        m = th_recv(x->fd, 1, NULL);
+        if (m != NULL && m->body_case != RINGD__MSG__BODY_POKE)
+            return m;
+        rd_frame_free(m);
+    }
+    return NULL;
+}
+
+static void raw_leave(raw *x)
+{
+    munmap(x->arena, x->size);
+    close(x->fd);
+}
+
+/* Sends s on the socket and returns its Complete (owned by the caller). */
+static Ringd__Complete *submit_raw(raw *x, Ringd__Submit *s)
 {
     rd_msg m = RINGD__MSG__INIT;
     m.body_case = RINGD__MSG__BODY_SUBMIT;
     m.submit = s;
-    cr_assert_eq(th_send(fd, &m), 0);
-    rd_msg *r = th_recv(fd, 5000, NULL);
+    cr_assert_eq(th_send(x->fd, &m), 0);
+    rd_msg *r = raw_next(x);
     cr_assert_not_null(r, "no Complete");
     cr_assert_eq(r->body_case, RINGD__MSG__BODY_COMPLETE);
     Ringd__Complete *c = r->complete;
@@ -214,21 +255,24 @@ Test(faults, submit_before_hello_is_a_protocol_error)
  * session goes on working. */
 Test(faults, buffers_outside_the_arena_are_refused_and_the_session_continues)
 {
-    uint64_t size;
-    int fd = raw_session(&size);
+    raw x;
+    raw_join(&x, hello(1, 1));
+    uint64_t size = x.size, d = x.data_offset;
     struct {
         uint64_t count, in, out;
         int op;
         const char *what;
     } bad[] = {
-        {1, size, 0, RINGD__OP_TYPE__OP_ALLREDUCE, "outside the arena"},
-        {1, 0, size - 2, RINGD__OP_TYPE__OP_ALLREDUCE, "outside the arena"},
-        {2, UINT64_MAX - 3, 0, RINGD__OP_TYPE__OP_ALLREDUCE, "outside the arena"},
-        {UINT64_MAX / 2, 0, 0, RINGD__OP_TYPE__OP_ALLREDUCE, "does not fit"},
-        {0, 0, 0, RINGD__OP_TYPE__OP_ALLREDUCE, "does not fit"},
-        {size / 4, 0, 4, RINGD__OP_TYPE__OP_ALLGATHER, "outside the arena"},
-        {64, 0, 100, RINGD__OP_TYPE__OP_ALLREDUCE, "overlap"},
-        {4, 0, 0, 17, "unknown op"},
+        {1, size, d, RINGD__OP_TYPE__OP_ALLREDUCE, "outside the arena"},
+        {1, d, size - 2, RINGD__OP_TYPE__OP_ALLREDUCE, "outside the arena"},
+        {2, UINT64_MAX - 3, d, RINGD__OP_TYPE__OP_ALLREDUCE, "outside the arena"},
+        {4, 0, d, RINGD__OP_TYPE__OP_ALLREDUCE, "outside the arena's data area"},
+        {4, d, 64, RINGD__OP_TYPE__OP_ALLREDUCE, "outside the arena's data area"},
+        {UINT64_MAX / 2, d, d, RINGD__OP_TYPE__OP_ALLREDUCE, "does not fit"},
+        {0, d, d, RINGD__OP_TYPE__OP_ALLREDUCE, "does not fit"},
+        {(size - d) / 4, d, d + 4, RINGD__OP_TYPE__OP_ALLGATHER, "outside the arena"},
+        {64, d, d + 100, RINGD__OP_TYPE__OP_ALLREDUCE, "overlap"},
+        {4, d, d, 17, "unknown op"},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         Ringd__Submit s = RINGD__SUBMIT__INIT;
@@ -240,7 +284,7 @@ Test(faults, buffers_outside_the_arena_are_refused_and_the_session_continues)
         s.in_offset = bad[i].in;
         s.out_offset = bad[i].out;
         s.prescale = s.postscale = 1.0;
-        Ringd__Complete *c = submit_raw(fd, &s);
+        Ringd__Complete *c = submit_raw(&x, &s);
         cr_expect_eq(c->request_id, 100 + i);
         cr_expect_eq(c->status, (uint32_t)RINGD_E_INVALID, "case %zu: status %u (%s)", i,
                      c->status, c->message);
@@ -252,11 +296,12 @@ Test(faults, buffers_outside_the_arena_are_refused_and_the_session_continues)
     ok.request_id = 7;
     ok.name = "good";
     ok.count = 16;
+    ok.in_offset = ok.out_offset = d;
     ok.prescale = ok.postscale = 1.0;
-    Ringd__Complete *c = submit_raw(fd, &ok);
+    Ringd__Complete *c = submit_raw(&x, &ok);
     cr_expect_eq(c->status, (uint32_t)RINGD_OK, "%s", c->message);
     ringd__complete__free_unpacked(c, NULL);
-    close(fd);
+    raw_leave(&x);
     expect_still_serving();
     finish();
 }
@@ -381,37 +426,38 @@ Test(faults, a_world_larger_than_the_node_needs_redis)
 
 Test(faults, the_same_name_twice_in_flight_from_one_client_is_refused)
 {
-    int a = hello(2, 2), b = hello(2, 2);
-    rd_msg *w = th_recv(a, 5000, NULL);
-    rd_frame_free(w);
-    w = th_recv(b, 5000, NULL);
-    rd_frame_free(w);
+    int fa = hello(2, 2), fb = hello(2, 2);
+    raw a, b;
+    raw_join(&a, fa);
+    raw_join(&b, fb);
     Ringd__Submit s = RINGD__SUBMIT__INIT;
     rd_msg m = RINGD__MSG__INIT;
     s.request_id = 1;
     s.name = "dup";
     s.count = 4;
+    s.in_offset = s.out_offset = a.data_offset;
     s.prescale = s.postscale = 1.0;
     m.body_case = RINGD__MSG__BODY_SUBMIT;
     m.submit = &s;
-    cr_assert_eq(th_send(a, &m), 0);
+    cr_assert_eq(th_send(a.fd, &m), 0);
     s.request_id = 2;
-    Ringd__Complete *c = submit_raw(a, &s);
+    Ringd__Complete *c = submit_raw(&a, &s);
     cr_expect_eq(c->request_id, 2);
     cr_expect_eq(c->status, (uint32_t)RINGD_E_INVALID);
     cr_expect(strstr(c->message, "already submitted") != NULL, "%s", c->message);
     ringd__complete__free_unpacked(c, NULL);
     s.request_id = 3;
-    c = submit_raw(b, &s); /* completes the first "dup" for both */
+    c = submit_raw(&b, &s); /* completes the first "dup" for both */
     cr_expect_eq(c->status, (uint32_t)RINGD_OK, "%s", c->message);
     ringd__complete__free_unpacked(c, NULL);
-    rd_msg *first = th_recv(a, 5000, NULL);
+    rd_msg *first = raw_next(&a);
     cr_assert_not_null(first);
+    cr_assert_eq(first->body_case, RINGD__MSG__BODY_COMPLETE);
     cr_expect_eq(first->complete->request_id, 1);
     cr_expect_eq(first->complete->status, (uint32_t)RINGD_OK);
     rd_frame_free(first);
-    close(a);
-    close(b);
+    raw_leave(&a);
+    raw_leave(&b);
     finish();
 }
 
@@ -518,5 +564,49 @@ Test(faults, a_stale_socket_of_a_dead_daemon_is_replaced)
             usleep(10000);
     }
     cr_expect(up, "the new daemon did not take over the stale socket");
+    finish();
+}
+
+/* A client owns the shared bytes of its rings: whatever it writes there, the daemon must refuse
+ * it on that session alone. */
+static void corrupt_ring(void (*scribble)(raw *x), const char *what)
+{
+    raw x;
+    raw_join(&x, hello(1, 1));
+    scribble(&x);
+    Ringd__Poke p = RINGD__POKE__INIT;
+    rd_msg m = RINGD__MSG__INIT;
+    m.body_case = RINGD__MSG__BODY_POKE;
+    m.poke = &p;
+    cr_assert_eq(th_send(x.fd, &m), 0);
+    expect_error(x.fd, RINGD_E_PROTOCOL, what);
+    raw_leave(&x);
+    expect_still_serving();
+}
+
+static void head_far_ahead(raw *x)
+{
+    atomic_store(&x->sq.shm->head, x->sq.pos + (1ull << 40));
+}
+
+static void frame_longer_than_its_bytes(raw *x)
+{
+    uint8_t hdr[4] = {0xff, 0xff, 0x00, 0x00};
+    memcpy(x->sq.shm->data, hdr, 4);
+    atomic_store(&x->sq.shm->head, x->sq.pos + 4);
+}
+
+static void garbage_frame(raw *x)
+{
+    uint8_t junk[12] = {8, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
+    memcpy(x->sq.shm->data, junk, sizeof(junk));
+    atomic_store(&x->sq.shm->head, x->sq.pos + sizeof(junk));
+}
+
+Test(faults, a_corrupt_submission_ring_closes_only_that_session)
+{
+    corrupt_ring(head_far_ahead, "more than its");
+    corrupt_ring(frame_longer_than_its_bytes, "available");
+    corrupt_ring(garbage_frame, "frame");
     finish();
 }

@@ -68,9 +68,11 @@ typedef struct {
     int op_timeout_ms;       /* how long ringd_wait waits for one collective; 0: forever, the
                                 daemon's own deadlines still apply */
     size_t arena_size;       /* shared-memory arena bytes; 0: the daemon's default */
+    int poll_us;             /* RINGD_POLL_US: how long a wait polls shared memory (yielding the
+                                CPU) before it sleeps on the socket; 0: 100, -1: never poll */
 } ringd_options_t;
 
-#define RINGD_OPTIONS_INIT { sizeof(ringd_options_t), NULL, NULL, 0, 0, 0, 0, 0 }
+#define RINGD_OPTIONS_INIT { sizeof(ringd_options_t), NULL, NULL, 0, 0, 0, 0, 0, 0 }
 
 /* Connects to the daemon and joins the job; returns once the job's local clients have all
  * joined, or fails at open_timeout_ms. On return *r is set even on failure (NULL only when no
