@@ -39,23 +39,10 @@ static double pattern(int r, size_t i)
     return (double)(((i + (size_t)r * 5) % 13) + 1);
 }
 
-static void store(void *buf, ringd_dtype_t dt, size_t i, double v)
-{
-    switch (dt) {
-    case RINGD_F32: ((float *)buf)[i] = (float)v; break;
-    case RINGD_F64: ((double *)buf)[i] = v; break;
-    case RINGD_F16: ((uint16_t *)buf)[i] = rd_f32_to_f16((float)v); break;
-    case RINGD_BF16: ((uint16_t *)buf)[i] = rd_f32_to_bf16((float)v); break;
-    case RINGD_I32: ((int32_t *)buf)[i] = (int32_t)v; break;
-    case RINGD_I64: ((int64_t *)buf)[i] = (int64_t)v; break;
-    case RINGD_U8: ((uint8_t *)buf)[i] = (uint8_t)v; break;
-    }
-}
-
 static void fill(void *buf, ringd_dtype_t dt, size_t count, int r)
 {
     for (size_t i = 0; i < count; i++)
-        store(buf, dt, i, pattern(r, i));
+        rd_dtype_store((rd_dtype)dt, buf, i, pattern(r, i));
 }
 
 /* Runs one collective of count elements. */

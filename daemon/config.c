@@ -34,7 +34,7 @@ static const opt_spec options[] = {
      "largest arena a client may ask for"},
     {"max-frame", "RINGD_MAX_FRAME", OPT_SIZE, "1M", 1024, 1 << 30, OFF(max_frame),
      "largest control message accepted; larger ones close the connection"},
-    {"inline-bytes", "RINGD_INLINE_BYTES", OPT_SIZE, "256K", 0, INT64_MAX, OFF(inline_bytes),
+    {"inline-bytes", "RINGD_INLINE_BYTES", OPT_SIZE, "1M", 0, INT64_MAX, OFF(inline_bytes),
      "collectives moving fewer bytes run on the event loop instead of the worker threads"},
     {"threads", "RINGD_THREADS", OPT_INT, "0", 0, 256, OFF(threads),
      "data-path worker threads (0: one per online CPU, at most 8)"},

@@ -58,6 +58,10 @@ uint16_t rd_f32_to_f16(float f);
 float rd_bf16_to_f32(uint16_t b);
 uint16_t rd_f32_to_bf16(float f);
 
+/* Stores v as element i of buf, converted to dt (integers truncated and wrapped, halves rounded
+ * to nearest even). For filling and checking tensors in tools and tests. */
+void rd_dtype_store(rd_dtype dt, void *buf, size_t i, double v);
+
 /* A device backend. The CPU one is always built; the CUDA one (memory, IPC handles, NCCL
  * communicator) will implement the same table behind the 'cuda' feature. */
 typedef struct rd_backend {

@@ -421,3 +421,17 @@ const rd_backend *rd_backend_cpu(void)
     static const rd_backend cpu = {"cpu", rd_reduce};
     return &cpu;
 }
+
+void rd_dtype_store(rd_dtype dt, void *buf, size_t i, double v)
+{
+    switch (dt) {
+    case RD_DT_F32: ((float *)buf)[i] = (float)v; break;
+    case RD_DT_F64: ((double *)buf)[i] = v; break;
+    case RD_DT_F16: ((uint16_t *)buf)[i] = rd_f32_to_f16((float)v); break;
+    case RD_DT_BF16: ((uint16_t *)buf)[i] = rd_f32_to_bf16((float)v); break;
+    case RD_DT_I32: ((uint32_t *)buf)[i] = (uint32_t)(int64_t)v; break;
+    case RD_DT_I64: ((int64_t *)buf)[i] = (int64_t)v; break;
+    case RD_DT_U8: ((uint8_t *)buf)[i] = (uint8_t)(int64_t)v; break;
+    default: assert(!"rd_dtype_store: invalid dtype"); break;
+    }
+}

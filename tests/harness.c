@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include "harness.h"
 
+#include <criterion/criterion.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -144,6 +145,18 @@ int th_daemon_stop(th_daemon *d)
     if (d->dir[0] != '\0')
         nftw(d->dir, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
     return rc;
+}
+
+void th_daemon_teardown(th_daemon *d)
+{
+    if (d->pid > 0)
+        th_daemon_stop(d);
+}
+
+void th_daemon_finish(th_daemon *d)
+{
+    cr_assert(th_daemon_alive(d), "ringd died during the test");
+    cr_assert_eq(th_daemon_stop(d), 0, "ringd did not shut down cleanly (log above)");
 }
 
 char *th_daemon_log(const th_daemon *d)

@@ -30,6 +30,13 @@ int th_daemon_run_again(const th_daemon *d, const char *log, int timeout_ms);
  * Removes the temporary directory. */
 int th_daemon_stop(th_daemon *d);
 
+/* Fixture teardown: stops a daemon a failed test left running, without judging it. */
+void th_daemon_teardown(th_daemon *d);
+
+/* The end of every test, in its body where failures count: the daemon must still run and shut
+ * down cleanly, which under the sanitizers also means it leaked nothing. */
+void th_daemon_finish(th_daemon *d);
+
 /* 1 while the daemon process runs. */
 int th_daemon_alive(const th_daemon *d);
 

@@ -92,7 +92,8 @@ Test(config, starts_from_the_documented_defaults)
     cr_assert_eq(cfg.arena_size, UINT64_C(1) << 30);
     cr_assert_eq(cfg.arena_max, UINT64_C(16) << 30);
     cr_assert_eq(cfg.max_frame, UINT64_C(1) << 20);
-    cr_assert_eq(cfg.inline_bytes, UINT64_C(256) << 10);
+    cr_assert_eq(cfg.inline_bytes, UINT64_C(1) << 20);
+    cr_assert_eq(cfg.poll_us, 100);
     cr_assert_eq(cfg.max_clients, 1024);
     cr_assert_eq(cfg.log_level, 1, "default log level is info");
     cr_assert_geq(cfg.threads, 1);

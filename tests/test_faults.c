@@ -25,19 +25,9 @@ static void start(void)
     snprintf(job_, sizeof(job_), "faults.%d", (int)getpid());
 }
 
-/* Fixture teardown: only reached with the daemon still running when a test failed early. */
 static void stop(void)
 {
-    if (daemon_.pid > 0)
-        th_daemon_stop(&daemon_);
-}
-
-/* The end of every test: the daemon must still run and shut down cleanly, which under the
- * sanitizers also means it leaked nothing. Checked in the test body, where failures count. */
-static void finish(void)
-{
-    cr_assert(th_daemon_alive(&daemon_), "ringd died during the test");
-    cr_assert_eq(th_daemon_stop(&daemon_), 0, "ringd did not shut down cleanly (log above)");
+    th_daemon_teardown(&daemon_);
 }
 
 /* Reads the Error the daemon sends before closing, and checks it mentions what. */
@@ -158,7 +148,7 @@ Test(faults, garbage_bytes_get_an_error_and_the_daemon_stays_up)
     expect_error(fd, RINGD_E_PROTOCOL, "frame");
     close(fd);
     expect_still_serving();
-    finish();
+    th_daemon_finish(&daemon_);
 }
 
 Test(faults, random_garbage_never_takes_the_daemon_down)
@@ -176,7 +166,7 @@ Test(faults, random_garbage_never_takes_the_daemon_down)
         close(fd);
     }
     expect_still_serving();
-    finish();
+    th_daemon_finish(&daemon_);
 }
 
 Test(faults, a_frame_over_the_size_limit_is_refused_before_it_is_read)
@@ -187,7 +177,7 @@ Test(faults, a_frame_over_the_size_limit_is_refused_before_it_is_read)
     expect_error(fd, RINGD_E_PROTOCOL, "exceeds --max-frame");
     close(fd);
     expect_still_serving();
-    finish();
+    th_daemon_finish(&daemon_);
 }
 
 Test(faults, a_truncated_frame_then_hang_up_is_logged_and_harmless)
@@ -206,7 +196,7 @@ Test(faults, a_truncated_frame_then_hang_up_is_logged_and_harmless)
         usleep(10000);
     }
     cr_assert_fail("the daemon did not log the truncated frame");
-    finish();
+    th_daemon_finish(&daemon_);
 }
 
 Test(faults, a_message_of_no_known_type_is_refused)
@@ -232,7 +222,7 @@ Test(faults, a_message_of_no_known_type_is_refused)
     expect_error(fd, RINGD_E_PROTOCOL, "not one a client sends");
     close(fd);
     expect_still_serving();
-    finish();
+    th_daemon_finish(&daemon_);
 }
 
 Test(faults, submit_before_hello_is_a_protocol_error)
@@ -248,7 +238,7 @@ Test(faults, submit_before_hello_is_a_protocol_error)
     expect_error(fd, RINGD_E_PROTOCOL, "before the session joined");
     close(fd);
     expect_still_serving();
-    finish();
+    th_daemon_finish(&daemon_);
 }
 
 /* Offsets and counts a client controls: each bad one gets INVALID naming the problem, and the
@@ -303,7 +293,7 @@ Test(faults, buffers_outside_the_arena_are_refused_and_the_session_continues)
     ringd__complete__free_unpacked(c, NULL);
     raw_leave(&x);
     expect_still_serving();
-    finish();
+    th_daemon_finish(&daemon_);
 }
 
 /* Three clients; two submit "w" with different parameters. All three get MISMATCH naming both
@@ -368,7 +358,7 @@ Test(faults, mismatched_submissions_fail_on_every_rank_naming_the_difference)
                      mismatches[k].field);
     }
     expect_still_serving();
-    finish();
+    th_daemon_finish(&daemon_);
 }
 
 static int root_mismatch_client(int i, void *arg)
@@ -394,7 +384,7 @@ static int root_mismatch_client(int i, void *arg)
 Test(faults, broadcast_roots_that_disagree_are_a_mismatch)
 {
     cr_expect_eq(th_run(2, root_mismatch_client, NULL, 30000), 0);
-    finish();
+    th_daemon_finish(&daemon_);
 }
 
 Test(faults, a_client_beyond_local_size_is_refused)
@@ -413,7 +403,7 @@ Test(faults, a_client_beyond_local_size_is_refused)
     close(a);
     close(b);
     expect_still_serving();
-    finish();
+    th_daemon_finish(&daemon_);
 }
 
 Test(faults, a_world_larger_than_the_node_needs_redis)
@@ -421,7 +411,7 @@ Test(faults, a_world_larger_than_the_node_needs_redis)
     int fd = hello(2, 4);
     expect_error(fd, RINGD_E_REFUSED, "without --redis");
     close(fd);
-    finish();
+    th_daemon_finish(&daemon_);
 }
 
 Test(faults, the_same_name_twice_in_flight_from_one_client_is_refused)
@@ -458,7 +448,7 @@ Test(faults, the_same_name_twice_in_flight_from_one_client_is_refused)
     rd_frame_free(first);
     raw_leave(&a);
     raw_leave(&b);
-    finish();
+    th_daemon_finish(&daemon_);
 }
 
 /* Client 2 is killed while clients 0 and 1 wait in an allreduce it never joins: they get
@@ -525,7 +515,7 @@ Test(faults, a_client_killed_mid_op_fails_the_others_promptly)
     cr_expect_eq(failed, 3, "clients 0, 1 and the killer must pass and only the victim die");
     munmap(pids, 4096);
     expect_still_serving();
-    finish();
+    th_daemon_finish(&daemon_);
 }
 
 Test(faults, a_second_daemon_on_a_live_socket_is_refused)
@@ -541,7 +531,7 @@ Test(faults, a_second_daemon_on_a_live_socket_is_refused)
               text ? text : "(none)");
     free(text);
     expect_still_serving();
-    finish();
+    th_daemon_finish(&daemon_);
 }
 
 Test(faults, a_stale_socket_of_a_dead_daemon_is_replaced)
@@ -564,7 +554,7 @@ Test(faults, a_stale_socket_of_a_dead_daemon_is_replaced)
             usleep(10000);
     }
     cr_expect(up, "the new daemon did not take over the stale socket");
-    finish();
+    th_daemon_finish(&daemon_);
 }
 
 /* A client owns the shared bytes of its rings: whatever it writes there, the daemon must refuse
@@ -608,5 +598,5 @@ Test(faults, a_corrupt_submission_ring_closes_only_that_session)
     corrupt_ring(head_far_ahead, "more than its");
     corrupt_ring(frame_longer_than_its_bytes, "available");
     corrupt_ring(garbage_frame, "frame");
-    finish();
+    th_daemon_finish(&daemon_);
 }

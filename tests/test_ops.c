@@ -23,19 +23,9 @@ static void start(void)
     snprintf(job_, sizeof(job_), "ops.%d", (int)getpid());
 }
 
-/* Fixture teardown: only reached with the daemon still running when a test failed early. */
 static void stop(void)
 {
-    if (daemon_.pid > 0)
-        th_daemon_stop(&daemon_);
-}
-
-/* The end of every test: the daemon must still run and shut down cleanly, which under the
- * sanitizers also means it leaked nothing. Checked in the test body, where failures count. */
-static void finish(void)
-{
-    cr_assert(th_daemon_alive(&daemon_), "ringd died during the test");
-    cr_assert_eq(th_daemon_stop(&daemon_), 0, "ringd did not shut down cleanly (log above)");
+    th_daemon_teardown(&daemon_);
 }
 
 /* Opens a session of job_ with NPROCS local clients; exits the process on failure. */
@@ -74,17 +64,10 @@ static int base(int r, size_t i)
     return (int)((i * 7 + (size_t)r * 3) % 11) - 3;
 }
 
+/* Stores rank-pattern value v; u8 shifts it to be non-negative. */
 static void put(void *buf, ringd_dtype_t dt, size_t i, double v)
 {
-    switch (dt) {
-    case RINGD_F32: ((float *)buf)[i] = (float)v; break;
-    case RINGD_F64: ((double *)buf)[i] = v; break;
-    case RINGD_F16: ((uint16_t *)buf)[i] = rd_f32_to_f16((float)v); break;
-    case RINGD_BF16: ((uint16_t *)buf)[i] = rd_f32_to_bf16((float)v); break;
-    case RINGD_I32: ((int32_t *)buf)[i] = (int32_t)v; break;
-    case RINGD_I64: ((int64_t *)buf)[i] = (int64_t)v; break;
-    case RINGD_U8: ((uint8_t *)buf)[i] = (uint8_t)(v + 3); break;
-    }
+    rd_dtype_store((rd_dtype)dt, buf, i, dt == RINGD_U8 ? v + 3 : v);
 }
 
 static float fop(ringd_redop_t op, float a, float b)
@@ -352,23 +335,23 @@ TestSuite(ops, .init = start, .fini = stop, .timeout = 120);
 Test(ops, every_dtype_and_reduce_op_matches_the_reference)
 {
     cr_assert_eq(th_run(NPROCS, all_reductions, NULL, 100000), 0);
-    finish();
+    th_daemon_finish(&daemon_);
 }
 
 Test(ops, prescale_and_postscale_apply_to_floating_dtypes)
 {
     cr_assert_eq(th_run(NPROCS, scaled, NULL, 60000), 0);
-    finish();
+    th_daemon_finish(&daemon_);
 }
 
 Test(ops, broadcast_allgather_and_barrier_deliver_every_rank_s_data)
 {
     cr_assert_eq(th_run(NPROCS, movement, NULL, 60000), 0);
-    finish();
+    th_daemon_finish(&daemon_);
 }
 
 Test(ops, async_ops_submitted_in_different_orders_all_complete)
 {
     cr_assert_eq(th_run(NPROCS, out_of_order, NULL, 60000), 0);
-    finish();
+    th_daemon_finish(&daemon_);
 }

@@ -17,19 +17,9 @@ static void start(void)
     cr_assert_eq(th_daemon_start(&daemon_, NULL), 0, "ringd did not start");
 }
 
-/* Fixture teardown: only reached with the daemon still running when a test failed early. */
 static void stop(void)
 {
-    if (daemon_.pid > 0)
-        th_daemon_stop(&daemon_);
-}
-
-/* The end of every test: the daemon must still run and shut down cleanly, which under the
- * sanitizers also means it leaked nothing. Checked in the test body, where failures count. */
-static void finish(void)
-{
-    cr_assert(th_daemon_alive(&daemon_), "ringd died during the test");
-    cr_assert_eq(th_daemon_stop(&daemon_), 0, "ringd did not shut down cleanly (log above)");
+    th_daemon_teardown(&daemon_);
 }
 
 /* Runs a shell command line; returns its exit status and its stdout in out (malloc'd). */
@@ -86,7 +76,7 @@ Test(ringctl, status_lists_jobs_and_clients_as_text_and_json)
     cr_expect_str_eq(out, want);
     free(out);
     ringd_close(r);
-    finish();
+    th_daemon_finish(&daemon_);
 }
 
 Test(ringctl, exit_codes_tell_scripts_what_happened)
@@ -100,7 +90,7 @@ Test(ringctl, exit_codes_tell_scripts_what_happened)
              daemon_.sock);
     cr_expect_eq(run(cmd, &out), 2, "an unknown command must exit 2");
     free(out);
-    finish();
+    th_daemon_finish(&daemon_);
 }
 
 Test(ringctl, ringd_bench_sweeps_and_checks_its_results)
@@ -123,5 +113,5 @@ Test(ringctl, ringd_bench_sweeps_and_checks_its_results)
         cr_expect_eq(rows, 5, "%s: %d good rows", ops[i], rows);
         free(out);
     }
-    finish();
+    th_daemon_finish(&daemon_);
 }
