@@ -28,6 +28,7 @@ struct ringd_request {
     ringd_t *r;
     uint64_t id;
     int done;
+    int abandoned; /* its caller stopped waiting: freed when its Complete comes */
     ringd_result_t status;
     char *message;     /* the daemon's detail on failure */
     uint64_t stage;    /* arena offset of the library's staging copy, or RD_NO_STAGE */
@@ -100,15 +101,20 @@ static ringd_result_t fail(ringd_t *r, ringd_result_t rc, const char *fmt, ...)
     return rc;
 }
 
-/* Reads an integer environment variable; returns def when unset or malformed. */
-static int env_int(const char *name, int def)
+/* Reads integer environment variable name into *out (def when unset). Returns 0, or -1 when it
+ * is set but not an integer in [lo, hi]. */
+static int env_int(const char *name, int def, int lo, int hi, int *out)
 {
     const char *v = getenv(name);
+    *out = def;
     if (v == NULL || *v == '\0')
-        return def;
+        return 0;
     char *end;
     long x = strtol(v, &end, 10);
-    return (*end != '\0' || x < 0 || x > 1 << 30) ? -1 : (int)x;
+    if (*end != '\0' || x < lo || x > hi)
+        return -1;
+    *out = (int)x;
+    return 0;
 }
 
 int ringd_rank(const ringd_t *r) { return r->rank; }
@@ -202,8 +208,12 @@ ringd_result_t ringd_open(const ringd_options_t *opts, ringd_t **out)
 
     const char *path = o.socket_path ? o.socket_path : getenv("RINGD_SOCKET");
     const char *job = o.job ? o.job : getenv("RINGD_JOB");
-    int local_size = o.local_size ? o.local_size : env_int("RINGD_LOCAL_SIZE", 1);
-    int world_size = o.world_size ? o.world_size : env_int("RINGD_WORLD_SIZE", local_size);
+    int local_size = o.local_size, world_size = o.world_size, poll_us = o.poll_us;
+    if ((!local_size && env_int("RINGD_LOCAL_SIZE", 1, 1, 1 << 20, &local_size) != 0) ||
+        (!world_size && env_int("RINGD_WORLD_SIZE", local_size, 1, 1 << 30, &world_size) != 0) ||
+        (!poll_us && env_int("RINGD_POLL_US", RD_DEFAULT_POLL_US, -1, 1000000, &poll_us) != 0))
+        return fail(r, RINGD_E_INVALID, "RINGD_LOCAL_SIZE, RINGD_WORLD_SIZE or RINGD_POLL_US is "
+                                        "set but not an integer in range");
     int timeout = o.open_timeout_ms > 0 ? o.open_timeout_ms : RD_DEFAULT_OPEN_TIMEOUT_MS;
     if (path == NULL || *path == '\0')
         path = RD_DEFAULT_SOCKET;
@@ -219,7 +229,7 @@ ringd_result_t ringd_open(const ringd_options_t *opts, ringd_t **out)
         return fail(r, RINGD_E_INVALID, "job name must be 1..%d printable ASCII bytes",
                     RD_NAME_MAX);
     r->op_timeout_ms = o.op_timeout_ms;
-    r->poll_us = o.poll_us ? o.poll_us : env_int("RINGD_POLL_US", RD_DEFAULT_POLL_US);
+    r->poll_us = poll_us;
 
     ringd_result_t rc = rd_conn_open(&r->conn, path, err, sizeof(err));
     if (rc != RINGD_OK)
@@ -293,6 +303,11 @@ static void handle(ringd_t *r, const rd_msg *m)
         for (ringd_request_t *q = r->reqs; q != NULL; q = q->next) {
             if (q->id == m->complete->request_id && !q->done) {
                 uint32_t st = m->complete->status;
+                if (q->abandoned) { /* the daemon is done with its staging now */
+                    req_unlink(q);
+                    req_free(q);
+                    return;
+                }
                 req_complete(q, st < RINGD_RESULT_COUNT ? (ringd_result_t)st : RINGD_E_PROTOCOL,
                              m->complete->message);
                 return;
@@ -583,7 +598,15 @@ static ringd_result_t submit_wait(ringd_t *r, const submit_args *a)
 {
     ringd_request_t *q;
     ringd_result_t rc = submit(r, a, &q);
-    return rc != RINGD_OK ? rc : ringd_wait(q);
+    if (rc != RINGD_OK)
+        return rc;
+    rc = ringd_wait(q);
+    if (rc == RINGD_E_TIMEOUT && !q->done) {
+        /* The caller gets no handle and may free its buffers: never copy into them. */
+        q->abandoned = 1;
+        q->copy_to = NULL;
+    }
+    return rc;
 }
 
 ringd_result_t ringd_allreduce_scaled(ringd_t *r, const char *name, const void *sendbuf,

@@ -43,6 +43,10 @@ static const opt_spec options[] = {
     {"poll-us", "RINGD_POLL_US", OPT_INT, "100", 0, 1000000, OFF(poll_us),
      "microseconds to keep polling clients' shared rings after the last message before sleeping "
      "(0: sleep at once; each wake-up then costs a system call)"},
+    {"max-pending", "RINGD_MAX_PENDING", OPT_INT, "4096", 1, 1 << 24, OFF(max_pending),
+     "collectives one client may have outstanding; more are refused"},
+    {"handshake-ms", "RINGD_HANDSHAKE_MS", OPT_INT, "10000", 10, 3600000, OFF(handshake_ms),
+     "a connection that sends no Hello or status request within this is closed"},
     {"log-level", "RINGD_LOG_LEVEL", OPT_LOGLEVEL, "info", 0, 3, OFF(log_level),
      "debug, info, warn or error"},
 };

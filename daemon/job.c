@@ -34,17 +34,24 @@ typedef struct {
     uint64_t request_id;
     uint64_t in_off, out_off;
     int submitted;
+    int answered;
 } part;
+
+/* What every rank's submission of one op must agree on; fields an op does not use are fixed
+ * (count 0 for a barrier, root 0 unless broadcast, scales 1 unless allreduce). */
+typedef struct {
+    int coll, dtype, redop;
+    uint32_t root;
+    uint64_t count;
+    double prescale, postscale;
+} op_params;
 
 typedef struct rd_op {
     rd_job *job;
     char *name;
     op_state state;
     uint32_t first_rank; /* the submission the others are checked against */
-    int coll, dtype, redop;
-    uint32_t root;
-    uint64_t count;
-    double prescale, postscale;
+    op_params p;
     uint32_t nsubmitted;
     part *parts; /* local_size entries */
     ringd_result_t status;
@@ -58,6 +65,7 @@ struct rd_job {
     char *name;
     uint32_t world_size, local_size, nclients;
     uint64_t generation;
+    uid_t uid;                 /* of the first client: only that user's processes may join */
     struct rd_session **slots; /* by local rank */
     rd_op **buckets;
     size_t nbuckets, nops;
@@ -194,9 +202,9 @@ static void op_answer(rd_op *o, ringd_result_t status, const char *message)
 {
     for (uint32_t k = 0; k < o->job->local_size; k++) {
         part *pt = &o->parts[k];
-        if (pt->submitted && pt->s != NULL && pt->request_id != UINT64_MAX) {
+        if (pt->submitted && pt->s != NULL && !pt->answered) {
             rd_session_complete(pt->s, pt->request_id, status, message);
-            pt->request_id = UINT64_MAX; /* answered */
+            pt->answered = 1;
         }
     }
 }
@@ -250,6 +258,10 @@ static void op_fail(rd_op *o, ringd_result_t status, const char *fmt, ...)
         rd_arena_unref(o->parts[k].arena);
         o->parts[k].arena = NULL;
     }
+    if (o->nsubmitted == o->job->local_size) { /* nobody left to tell */
+        op_unlink(o->job, o);
+        op_free(o);
+    }
 }
 
 /* Runs a range of an op's data movement on a worker. */
@@ -294,18 +306,31 @@ static void op_start(rd_op *o)
 }
 
 /* Describes a submission's parameters for mismatch messages. */
-static void describe(char *buf, size_t len, int coll, int dtype, int redop, uint64_t count,
-                     uint32_t root, double pre, double post)
+static void describe(char *buf, size_t len, const op_params *p)
 {
-    int n = snprintf(buf, len, "%s %s count %" PRIu64, coll_names[coll],
-                     rd_dtype_name((rd_dtype)dtype), count);
+    int n = snprintf(buf, len, "%s %s count %" PRIu64, coll_names[p->coll],
+                     rd_dtype_name((rd_dtype)p->dtype), p->count);
     if (n < 0 || (size_t)n >= len)
         return;
-    if (coll == RD_COLL_ALLREDUCE)
+    if (p->coll == RD_COLL_ALLREDUCE)
         snprintf(buf + n, len - (size_t)n, " op %s prescale %g postscale %g",
-                 rd_redop_name((rd_redop)redop), pre, post);
-    else if (coll == RD_COLL_BROADCAST)
-        snprintf(buf + n, len - (size_t)n, " root %u", root);
+                 rd_redop_name((rd_redop)p->redop), p->prescale, p->postscale);
+    else if (p->coll == RD_COLL_BROADCAST)
+        snprintf(buf + n, len - (size_t)n, " root %u", p->root);
+}
+
+/* The parameters of a validated Submit that ranks must agree on. */
+static op_params params_of(const Ringd__Submit *m)
+{
+    op_params p;
+    p.coll = (int)m->op;
+    p.dtype = m->op == RINGD__OP_TYPE__OP_BARRIER ? RD_DT_U8 : (int)m->dtype;
+    p.redop = m->op == RINGD__OP_TYPE__OP_ALLREDUCE ? (int)m->redop : RD_OP_SUM;
+    p.root = m->op == RINGD__OP_TYPE__OP_BROADCAST ? m->root : 0;
+    p.count = m->op == RINGD__OP_TYPE__OP_BARRIER ? 0 : m->count;
+    p.prescale = m->op == RINGD__OP_TYPE__OP_ALLREDUCE ? m->prescale : 1.0;
+    p.postscale = m->op == RINGD__OP_TYPE__OP_ALLREDUCE ? m->postscale : 1.0;
+    return p;
 }
 
 /* Checks a Submit on its own: names, enums, sizes, and that its buffers lie in the arena.
@@ -409,24 +434,19 @@ static rd_op *op_new(rd_job *j, const Ringd__Submit *m, uint32_t rank)
     }
     o->state = OP_PENDING;
     o->first_rank = rank;
-    o->coll = (int)m->op;
-    o->dtype = m->op == RINGD__OP_TYPE__OP_BARRIER ? RD_DT_U8 : (int)m->dtype;
-    o->redop = m->op == RINGD__OP_TYPE__OP_ALLREDUCE ? (int)m->redop : RD_OP_SUM;
-    o->root = m->op == RINGD__OP_TYPE__OP_BROADCAST ? m->root : 0;
-    o->count = m->op == RINGD__OP_TYPE__OP_BARRIER ? 0 : m->count;
-    o->prescale = m->op == RINGD__OP_TYPE__OP_ALLREDUCE ? m->prescale : 1.0;
-    o->postscale = m->op == RINGD__OP_TYPE__OP_ALLREDUCE ? m->postscale : 1.0;
+    o->p = params_of(m);
 
     rd_local_plan *p = &o->plan;
-    p->coll = (rd_coll)o->coll;
-    p->dtype = (rd_dtype)o->dtype;
-    p->redop = o->redop == RD_OP_AVG ? RD_OP_SUM : (rd_redop)o->redop;
+    p->backend = rd_backend_cpu();
+    p->coll = (rd_coll)o->p.coll;
+    p->dtype = (rd_dtype)o->p.dtype;
+    p->redop = o->p.redop == RD_OP_AVG ? RD_OP_SUM : (rd_redop)o->p.redop;
     p->args = (rd_reduce_args)RD_REDUCE_ARGS_INIT;
-    p->args.prescale = o->prescale;
-    p->args.postscale = o->postscale;
-    p->args.divisor = o->redop == RD_OP_AVG ? j->world_size : 1;
-    p->root = o->root;
-    p->count = o->count;
+    p->args.prescale = o->p.prescale;
+    p->args.postscale = o->p.postscale;
+    p->args.divisor = o->p.redop == RD_OP_AVG ? j->world_size : 1;
+    p->root = o->p.root;
+    p->count = o->p.count;
     p->n = (int)j->local_size;
     return o;
 }
@@ -436,33 +456,30 @@ static rd_op *op_new(rd_job *j, const Ringd__Submit *m, uint32_t rank)
 static int op_matches(const rd_op *o, const Ringd__Submit *m, uint32_t rank, char *msg,
                       size_t len)
 {
-    int dtype = m->op == RINGD__OP_TYPE__OP_BARRIER ? RD_DT_U8 : (int)m->dtype;
-    int redop = m->op == RINGD__OP_TYPE__OP_ALLREDUCE ? (int)m->redop : RD_OP_SUM;
-    uint32_t root = m->op == RINGD__OP_TYPE__OP_BROADCAST ? m->root : 0;
-    uint64_t count = m->op == RINGD__OP_TYPE__OP_BARRIER ? 0 : m->count;
-    double pre = m->op == RINGD__OP_TYPE__OP_ALLREDUCE ? m->prescale : 1.0;
-    double post = m->op == RINGD__OP_TYPE__OP_ALLREDUCE ? m->postscale : 1.0;
-    if ((int)m->op == o->coll && dtype == o->dtype && redop == o->redop && root == o->root &&
-        count == o->count && pre == o->prescale && post == o->postscale)
-        return 1;
-
-    char a[160], b[160], fields[96] = "";
-    describe(a, sizeof(a), o->coll, o->dtype, o->redop, o->count, o->root, o->prescale,
-             o->postscale);
-    describe(b, sizeof(b), (int)m->op, dtype, redop, count, root, pre, post);
-    const struct { int differs; const char *name; } f[] = {
-        {(int)m->op != o->coll, "op"},         {dtype != o->dtype, "dtype"},
-        {count != o->count, "count"},          {redop != o->redop, "reduce op"},
-        {root != o->root, "root"},             {pre != o->prescale, "prescale"},
-        {post != o->postscale, "postscale"},
+    op_params q = params_of(m);
+    const op_params *p = &o->p;
+    const struct {
+        int differs;
+        const char *name;
+    } f[] = {
+        {q.coll != p->coll, "op"},          {q.dtype != p->dtype, "dtype"},
+        {q.count != p->count, "count"},     {q.redop != p->redop, "reduce op"},
+        {q.root != p->root, "root"},        {q.prescale != p->prescale, "prescale"},
+        {q.postscale != p->postscale, "postscale"},
     };
+    char a[160], b[160], fields[96] = "";
     for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++) {
         if (!f[i].differs)
             continue;
         size_t n = strlen(fields);
         snprintf(fields + n, sizeof(fields) - n, "%s%s", n ? ", " : "", f[i].name);
     }
-    snprintf(msg, len, "tensor '%s' mismatch (%s): local rank %u submitted %s; local rank %u submitted %s",
+    if (fields[0] == '\0')
+        return 1;
+    describe(a, sizeof(a), p);
+    describe(b, sizeof(b), &q);
+    snprintf(msg, len,
+             "tensor '%s' mismatch (%s): local rank %u submitted %s; local rank %u submitted %s",
              o->name, fields, o->first_rank, a, rank, b);
     return 0;
 }
@@ -474,6 +491,13 @@ void rd_job_submit(struct rd_session *s, const Ringd__Submit *m)
     char err[768];
 
     ringd_result_t rc = validate(s, m, err, sizeof(err));
+    if (rc == RINGD_OK && s->ops_in_flight > (uint64_t)j->d->cfg.max_pending) {
+        snprintf(err, sizeof(err),
+                 "tensor '%s': local rank %u already has %" PRIu64
+                 " collectives outstanding (--max-pending)",
+                 m->name, rank, s->ops_in_flight - 1);
+        rc = RINGD_E_INVALID;
+    }
     if (rc != RINGD_OK) {
         rd_log(RD_LOG_INFO, "job", "job '%s' local rank %u: %s", j->name, rank, err);
         rd_session_complete(s, m->request_id, rc, err);
@@ -520,8 +544,8 @@ void rd_job_submit(struct rd_session *s, const Ringd__Submit *m)
     pt->s = s;
     pt->submitted = 1;
     pt->request_id = m->request_id;
-    pt->in_off = m->op == RINGD__OP_TYPE__OP_BROADCAST && rank != o->root ? m->out_offset
-                                                                          : m->in_offset;
+    pt->in_off = m->op == RINGD__OP_TYPE__OP_BROADCAST && rank != o->p.root ? m->out_offset
+                                                                            : m->in_offset;
     pt->out_off = m->out_offset;
     pt->arena = s->arena;
     rd_arena_ref(s->arena);
@@ -604,6 +628,11 @@ ringd_result_t rd_job_join(struct rd_session *s, const Ringd__Hello *h, char *er
                  h->job, j->world_size, j->local_size, h->world_size, h->local_size);
         return RINGD_E_REFUSED;
     }
+    if (j != NULL && j->uid != s->uid) {
+        snprintf(err, errlen, "job '%s' belongs to uid %u; this client runs as uid %u", h->job,
+                 (unsigned)j->uid, (unsigned)s->uid);
+        return RINGD_E_REFUSED;
+    }
     if (j != NULL && j->nclients == j->local_size) {
         char pids[256] = "";
         for (uint32_t k = 0; k < j->local_size && strlen(pids) < sizeof(pids) - 16; k++)
@@ -631,6 +660,7 @@ ringd_result_t rd_job_join(struct rd_session *s, const Ringd__Hello *h, char *er
             return RINGD_E_NOMEM;
         }
         j->d = d;
+        j->uid = s->uid;
         j->nbuckets = RD_OP_BUCKETS_MIN;
         j->world_size = h->world_size;
         j->local_size = h->local_size;

@@ -2,6 +2,7 @@
 #include "listener.h"
 
 #include <errno.h>
+#include <event2/event.h>
 #include <event2/listener.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -18,6 +19,7 @@
 
 struct rd_listener {
     struct evconnlistener *ev;
+    struct event *ev_resume; /* re-enables accepting after a failure */
     rd_accept_fn fn;
     void *arg;
     int lock_fd;
@@ -57,12 +59,24 @@ static void on_accept(struct evconnlistener *ev, evutil_socket_t fd, struct sock
     l->fn(fd, l->arg);
 }
 
+static void on_resume(evutil_socket_t fd, short what, void *arg)
+{
+    rd_listener *l = arg;
+    (void)fd;
+    (void)what;
+    evconnlistener_enable(l->ev);
+}
+
+/* EMFILE and friends: the pending connection stays readable, so accepting again at once would
+ * spin. Pause for a while, then retry. */
 static void on_accept_error(struct evconnlistener *ev, void *arg)
 {
     rd_listener *l = arg;
-    (void)ev;
-    /* EMFILE and friends: log and keep listening; the loop retries on the next connection. */
-    rd_log(RD_LOG_ERROR, "listener", "accept on %s: %s", l->path, strerror(errno));
+    struct timeval pause = {0, 100 * 1000};
+    rd_log(RD_LOG_ERROR, "listener", "accept on %s: %s; pausing 100 ms", l->path,
+           strerror(errno));
+    evconnlistener_disable(ev);
+    evtimer_add(l->ev_resume, &pause);
 }
 
 rd_listener *rd_listener_new(struct event_base *base, const char *path, rd_accept_fn fn,
@@ -143,6 +157,12 @@ rd_listener *rd_listener_new(struct event_base *base, const char *path, rd_accep
         goto fail;
     }
     evconnlistener_set_error_cb(l->ev, on_accept_error);
+    l->ev_resume = evtimer_new(base, on_resume, l);
+    if (l->ev_resume == NULL) {
+        snprintf(err, errlen, "listener: out of memory");
+        fd = -1; /* owned by the evconnlistener now */
+        goto fail;
+    }
     return l;
 
 fail:
@@ -156,6 +176,8 @@ void rd_listener_free(rd_listener *l)
 {
     if (l == NULL)
         return;
+    if (l->ev_resume != NULL)
+        event_free(l->ev_resume);
     if (l->ev != NULL)
         evconnlistener_free(l->ev);
     if (l->lock_fd >= 0) {

@@ -44,20 +44,22 @@ static void copy_if_moved(uint8_t *dst, const uint8_t *src, size_t len)
         memcpy(dst, src, len);
 }
 
+/* Each chunk is reduced into daemon-private scratch and copied from there to every rank: no
+ * client can alter another rank's result by writing its own arena while the op runs. */
 static void run_allreduce(const rd_local_plan *p, size_t begin, size_t end)
 {
     size_t esz = rd_dtype_size(p->dtype);
     size_t step = RD_LOCAL_CHUNK / esz;
+    uint8_t scratch[RD_LOCAL_CHUNK] __attribute__((aligned(64)));
     const void *src[p->n];
 
     for (size_t i = begin; i < end; i += step) {
         size_t len = end - i < step ? end - i : step;
         for (int k = 0; k < p->n; k++)
             src[k] = p->in[k] + i * esz;
-        uint8_t *dst = p->out[0] + i * esz;
-        rd_reduce(p->dtype, p->redop, dst, src, p->n, len, &p->args);
-        for (int k = 1; k < p->n; k++)
-            copy_if_moved(p->out[k] + i * esz, dst, len * esz);
+        p->backend->reduce(p->dtype, p->redop, scratch, src, p->n, len, &p->args);
+        for (int k = 0; k < p->n; k++)
+            memcpy(p->out[k] + i * esz, scratch, len * esz);
     }
 }
 

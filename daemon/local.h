@@ -17,6 +17,7 @@ typedef enum {
 /* One op's buffers and parameters, ready to run. in[k] and out[k] point into local rank k's
  * arena, already checked against it; for allgather out[k] holds n * count elements. */
 typedef struct {
+    const rd_backend *backend;
     rd_coll coll;
     rd_dtype dtype;
     rd_redop redop; /* SUM, MIN, MAX or PROD; AVG arrives as SUM with args.divisor */

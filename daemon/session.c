@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include "arena.h"
@@ -202,6 +203,7 @@ static void session_free(rd_session *s)
     event_free(s->ev_read);
     event_free(s->ev_write);
     event_free(s->ev_close);
+    event_free(s->ev_handshake);
     evbuffer_free(s->in);
     evbuffer_free(s->out);
     close(s->fd);
@@ -217,6 +219,16 @@ static void on_close(evutil_socket_t fd, short what, void *arg)
     evbuffer_write(s->out, s->fd);
     rd_log(RD_LOG_DEBUG, "session", "#%llu pid %d: freed", (unsigned long long)s->id, (int)s->pid);
     session_free(s);
+}
+
+static void on_handshake_timeout(evutil_socket_t fd, short what, void *arg)
+{
+    rd_session *s = arg;
+    (void)fd;
+    (void)what;
+    if (s->state == RD_SESSION_NEW)
+        rd_session_close(s, RINGD_E_TIMEOUT, "sent no Hello or status request within %lld ms",
+                         (long long)s->d->cfg.handshake_ms);
 }
 
 static void on_writable(evutil_socket_t fd, short what, void *arg)
@@ -346,9 +358,15 @@ void rd_session_accept(rd_daemon *d, int fd)
     s->ev_read = event_new(d->base, fd, EV_READ | EV_PERSIST, on_readable, s);
     s->ev_write = event_new(d->base, fd, EV_WRITE, on_writable, s);
     s->ev_close = event_new(d->base, -1, 0, on_close, s);
+    s->ev_handshake = evtimer_new(d->base, on_handshake_timeout, s);
+    struct timeval hs = {(time_t)(d->cfg.handshake_ms / 1000),
+                         (suseconds_t)(d->cfg.handshake_ms % 1000) * 1000};
     if (s->in == NULL || s->out == NULL || s->ev_read == NULL || s->ev_write == NULL ||
-        s->ev_close == NULL || event_add(s->ev_read, NULL) != 0) {
+        s->ev_close == NULL || s->ev_handshake == NULL || event_add(s->ev_read, NULL) != 0 ||
+        evtimer_add(s->ev_handshake, &hs) != 0) {
         rd_log(RD_LOG_ERROR, "session", "out of memory setting up a connection");
+        if (s->ev_handshake != NULL)
+            event_free(s->ev_handshake);
         if (s->ev_close != NULL)
             event_free(s->ev_close);
         if (s->ev_write != NULL)

@@ -31,6 +31,7 @@ typedef struct rd_session {
     struct event *ev_read;
     struct event *ev_write;
     struct event *ev_close;
+    struct event *ev_handshake; /* closes a connection that stays NEW too long */
     struct evbuffer *in;
     struct evbuffer *out;
     pid_t pid; /* SO_PEERCRED */

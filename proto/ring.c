@@ -77,11 +77,6 @@ int rd_ring_consumer_asleep(rd_ring *r)
     return atomic_load_explicit(&r->shm->consumer_sleeping, memory_order_relaxed) != 0;
 }
 
-int rd_ring_pending(const rd_ring *r)
-{
-    return atomic_load_explicit(&r->shm->head, memory_order_acquire) != r->pos;
-}
-
 rd_ring_status rd_ring_get(rd_ring *r, uint32_t max_payload, rd_msg **msg, char *err,
                            size_t errlen)
 {
@@ -117,13 +112,14 @@ rd_ring_status rd_ring_get(rd_ring *r, uint32_t max_payload, rd_msg **msg, char 
         return RD_RING_BROKEN;
     }
     ring_read(r->shm, r->pos, buf, total);
+    memcpy(buf, hdr, sizeof(hdr)); /* the length checked above, whatever the producer did since */
     r->pos += total;
     atomic_store_explicit(&r->shm->tail, r->pos, memory_order_release);
     size_t used;
     rd_frame_status st = rd_frame_decode(buf, total, max_payload, msg, &used, err, errlen);
     if (buf != small)
         free(buf);
-    return st == RD_FRAME_OK ? RD_RING_OK : RD_RING_BROKEN;
+    return st == RD_FRAME_OK ? RD_RING_OK : RD_RING_BROKEN; /* NEED cannot happen: whole frame */
 }
 
 int rd_ring_prepare_sleep(rd_ring *r)

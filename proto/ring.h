@@ -74,9 +74,6 @@ int rd_ring_consumer_asleep(rd_ring *r);
 rd_ring_status rd_ring_get(rd_ring *r, uint32_t max_payload, rd_msg **msg, char *err,
                            size_t errlen);
 
-/* Consumer: 1 when a frame is waiting. */
-int rd_ring_pending(const rd_ring *r);
-
 /* Consumer about to block on the socket: announces it, then re-checks. Returns 1 when it may
  * sleep; 0 when a frame arrived meanwhile (the announcement is withdrawn). */
 int rd_ring_prepare_sleep(rd_ring *r);

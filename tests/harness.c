@@ -329,6 +329,27 @@ int th_status_ok(const char *sock)
     return ok;
 }
 
+int th_job_in_flight(const char *sock, const char *job)
+{
+    int fd = th_connect(sock), total = -1;
+    if (fd < 0)
+        return -1;
+    Ringd__StatusRequest q = RINGD__STATUS_REQUEST__INIT;
+    rd_msg m = RINGD__MSG__INIT;
+    m.body_case = RINGD__MSG__BODY_STATUS_REQUEST;
+    m.status_request = &q;
+    rd_msg *r = th_send(fd, &m) == 0 ? th_recv(fd, 2000, NULL) : NULL;
+    if (r != NULL && r->body_case == RINGD__MSG__BODY_STATUS_REPLY) {
+        total = 0;
+        for (size_t i = 0; i < r->status_reply->n_clients; i++)
+            if (strcmp(r->status_reply->clients[i]->job, job) == 0)
+                total += (int)r->status_reply->clients[i]->ops_in_flight;
+    }
+    rd_frame_free(r);
+    close(fd);
+    return total;
+}
+
 int th_run(int n, int (*fn)(int i, void *arg), void *arg, int timeout_ms)
 {
     pid_t kids[64];

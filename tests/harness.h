@@ -46,6 +46,9 @@ char *th_daemon_log(const th_daemon *d);
 /* 1 when a status request on the socket gets a StatusReply within 2 s. */
 int th_status_ok(const char *sock);
 
+/* Collectives the clients of job have outstanding, from a status request; -1 on failure. */
+int th_job_in_flight(const char *sock, const char *job);
+
 /* Raw connection to sock; -1 on failure. */
 int th_connect(const char *sock);
 

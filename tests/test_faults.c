@@ -4,10 +4,12 @@
  * keep serving everyone else, and shut down cleanly (no leaks under the sanitizers). */
 #include <criterion/criterion.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -20,7 +22,8 @@ static char job_[64];
 
 static void start(void)
 {
-    const char *const extra[] = {"--max-frame", "64K", "--arena-size", "1M", NULL};
+    const char *const extra[] = {"--max-frame",   "64K", "--arena-size",   "1M",
+                                 "--max-pending", "16",  "--handshake-ms", "500", NULL};
     cr_assert_eq(th_daemon_start(&daemon_, extra), 0, "ringd did not start");
     snprintf(job_, sizeof(job_), "faults.%d", (int)getpid());
 }
@@ -306,6 +309,12 @@ typedef struct {
     const char *field;
 } mismatch_case;
 
+/* Shared with the forked clients: how many ranks have seen the mismatch. */
+typedef struct {
+    _Atomic int seen;
+} mismatch_told;
+static mismatch_told *told;
+
 static int mismatch_client(int i, void *arg)
 {
     const mismatch_case *mc = arg;
@@ -325,13 +334,16 @@ static int mismatch_client(int i, void *arg)
     size_t count = me == 1 ? mc->count : 8;
     int root = me == 1 ? mc->root : 0;
     int op = me == 1 ? mc->op : 0;
-    if (me == 2)
-        usleep(200000); /* arrives after the mismatch was found */
+    if (me == 2) /* arrives after the mismatch was found */
+        for (int k = 0; k < 10000 && atomic_load(&told->seen) < 2; k++)
+            usleep(1000);
     ringd_result_t rc = op == 0 ? ringd_allreduce(r, "w", buf, buf, count, dt, RINGD_SUM)
                                 : ringd_broadcast(r, "w", buf, count, dt, root);
     const char *msg = ringd_errmsg(r);
     int ok = rc == RINGD_E_MISMATCH && strstr(msg, "tensor 'w'") && strstr(msg, mc->field) &&
              strstr(msg, "local rank 1 submitted");
+    if (me < 2)
+        atomic_fetch_add(&told->seen, 1);
     if (!ok)
         fprintf(stderr, "rank %d: rc %d msg '%s'\n", me, rc, msg);
     /* The job goes on: the same name again, now consistent, works. */
@@ -352,7 +364,10 @@ static mismatch_case mismatches[] = {
 
 Test(faults, mismatched_submissions_fail_on_every_rank_naming_the_difference)
 {
+    told = mmap(NULL, sizeof(*told), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    cr_assert_neq(told, MAP_FAILED);
     for (size_t k = 0; k < sizeof(mismatches) / sizeof(mismatches[0]); k++) {
+        atomic_store(&told->seen, 0);
         snprintf(job_, sizeof(job_), "mismatch.%d.%zu", (int)getpid(), k);
         cr_expect_eq(th_run(3, mismatch_client, &mismatches[k], 30000), 0, "case %s",
                      mismatches[k].field);
@@ -491,10 +506,13 @@ static int run_killer(int i, void *arg)
 {
     int *pids = arg;
     (void)i;
-    for (int k = 0; k < 1000 && pids[0] == 0; k++)
-        usleep(10000);
-    usleep(300000); /* the others are blocked in "never" by now */
-    if (pids[0] == 0)
+    /* Strike once clients 0 and 1 both wait in "never", as the daemon sees it. */
+    int waiting = 0;
+    for (int k = 0; k < 10000 && (pids[0] == 0 || waiting < 2); k++) {
+        waiting = th_job_in_flight(daemon_.sock, job_);
+        usleep(1000);
+    }
+    if (pids[0] == 0 || waiting < 2)
         return 1;
     kill(pids[0], SIGKILL);
     return 0;
@@ -598,5 +616,132 @@ Test(faults, a_corrupt_submission_ring_closes_only_that_session)
     corrupt_ring(head_far_ahead, "more than its");
     corrupt_ring(frame_longer_than_its_bytes, "available");
     corrupt_ring(garbage_frame, "frame");
+    th_daemon_finish(&daemon_);
+}
+
+Test(faults, a_client_with_too_many_outstanding_collectives_is_refused)
+{
+    int fd1 = hello(2, 2), fd2 = hello(2, 2);
+    raw x, y; /* y never submits: every op of x stays pending */
+    raw_join(&x, fd1);
+    raw_join(&y, fd2);
+    for (int i = 0; i < 17; i++) {
+        Ringd__Submit s = RINGD__SUBMIT__INIT;
+        rd_msg m = RINGD__MSG__INIT;
+        char name[16];
+        snprintf(name, sizeof(name), "p%d", i);
+        s.request_id = (uint64_t)i;
+        s.op = RINGD__OP_TYPE__OP_BARRIER;
+        s.name = name;
+        m.body_case = RINGD__MSG__BODY_SUBMIT;
+        m.submit = &s;
+        cr_assert_eq(th_send(x.fd, &m), 0);
+    }
+    rd_msg *r = raw_next(&x);
+    cr_assert_not_null(r);
+    cr_assert_eq(r->body_case, RINGD__MSG__BODY_COMPLETE);
+    cr_expect_eq(r->complete->request_id, 16);
+    cr_expect_eq(r->complete->status, (uint32_t)RINGD_E_INVALID);
+    cr_expect(strstr(r->complete->message, "--max-pending") != NULL, "%s", r->complete->message);
+    rd_frame_free(r);
+    raw_leave(&x);
+    raw_leave(&y);
+    expect_still_serving();
+    th_daemon_finish(&daemon_);
+}
+
+Test(faults, a_connection_that_never_says_hello_is_closed)
+{
+    int fd = th_connect(daemon_.sock);
+    cr_assert_geq(fd, 0);
+    expect_error(fd, RINGD_E_TIMEOUT, "sent no Hello");
+    close(fd);
+    expect_still_serving();
+    th_daemon_finish(&daemon_);
+}
+
+/* Runs in a child as uid nobody: connecting is refused by the socket's mode; once the test opens
+ * the mode, joining a job another user started is refused by the daemon. */
+static int other_user(int i, void *arg)
+{
+    const char *step = arg;
+    (void)i;
+    if (setgid(65534) != 0 || setuid(65534) != 0)
+        return 3;
+    int fd = th_connect(daemon_.sock);
+    if (strcmp(step, "connect") == 0)
+        return fd < 0 ? 0 : 1;
+    if (fd < 0)
+        return 2;
+    Ringd__Hello h = RINGD__HELLO__INIT;
+    rd_msg m = RINGD__MSG__INIT;
+    h.protocol = RD_PROTOCOL_VERSION;
+    h.job = job_;
+    h.local_size = h.world_size = 2;
+    m.body_case = RINGD__MSG__BODY_HELLO;
+    m.hello = &h;
+    th_send(fd, &m);
+    rd_msg *r = th_recv(fd, 5000, NULL);
+    int ok = r != NULL && r->body_case == RINGD__MSG__BODY_ERROR &&
+             r->error->status == RINGD_E_REFUSED && strstr(r->error->message, "belongs to uid 0");
+    if (!ok)
+        fprintf(stderr, "other user: %s\n", r && r->body_case == RINGD__MSG__BODY_ERROR ? r->error->message : "no Error");
+    rd_frame_free(r);
+    return ok ? 0 : 1;
+}
+
+Test(faults, other_users_cannot_connect_or_join_a_job_they_do_not_own)
+{
+    if (getuid() != 0)
+        cr_skip_test("needs root to run a client as another user");
+    cr_expect_eq(th_run(1, other_user, "connect", 10000), 0, "the socket must be 0660");
+    int fd = hello(2, 2); /* a job of uid 0, waiting for its second rank */
+    cr_assert_eq(chmod(daemon_.sock, 0666), 0);
+    cr_assert_eq(chmod(daemon_.dir, 0755), 0);
+    cr_expect_eq(th_run(1, other_user, "join", 10000), 0);
+    close(fd);
+    expect_still_serving();
+    th_daemon_finish(&daemon_);
+}
+
+/* A synchronous allreduce on a heap buffer times out; the caller frees the buffer. The late
+ * result must not land in freed memory (AddressSanitizer watches) and the session goes on. */
+static int timeout_then_free(int i, void *arg)
+{
+    volatile int *flag = arg;
+    ringd_options_t o = RINGD_OPTIONS_INIT;
+    ringd_t *r = NULL;
+    o.socket_path = daemon_.sock;
+    o.job = job_;
+    o.local_size = o.world_size = 2;
+    o.open_timeout_ms = 10000;
+    o.op_timeout_ms = i == 0 ? 100 : 10000;
+    if (ringd_open(&o, &r) != RINGD_OK)
+        return 10;
+    float *heap = calloc(4096, sizeof(float));
+    int ok = 1;
+    if (i == 0) { /* the impatient one, whatever rank it got */
+        ok &= ringd_allreduce(r, "late", heap, heap, 4096, RINGD_F32, RINGD_SUM) ==
+              RINGD_E_TIMEOUT;
+        free(heap);
+        heap = NULL;
+        *flag = 1;
+    } else {
+        for (int k = 0; k < 10000 && *flag == 0; k++)
+            usleep(1000); /* bounded wait for rank 0 to give up */
+        ok &= ringd_allreduce(r, "late", heap, heap, 4096, RINGD_F32, RINGD_SUM) == RINGD_OK;
+    }
+    ok &= ringd_barrier(r, "after") == RINGD_OK;
+    free(heap);
+    ringd_close(r);
+    return ok ? 0 : 1;
+}
+
+Test(faults, a_timed_out_call_never_writes_into_the_callers_freed_buffer)
+{
+    volatile int *flag = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    cr_assert_neq((void *)flag, MAP_FAILED);
+    cr_expect_eq(th_run(2, timeout_then_free, (void *)flag, 20000), 0);
+    munmap((void *)flag, 4096);
     th_daemon_finish(&daemon_);
 }

@@ -103,7 +103,8 @@ size_t ringd_dtype_size(ringd_dtype_t dtype);
 void *ringd_alloc(ringd_t *r, size_t bytes);
 void ringd_free(ringd_t *r, void *p);
 
-/* Collectives. name identifies the tensor across ranks (NULL: an automatic name from a per-session
+/* Collectives. Every call may be made by the thread that owns r; it returns RINGD_OK or an error
+ * with its detail in ringd_errmsg(r). name identifies the tensor across ranks (NULL: an automatic name from a per-session
  * counter, which matches only when every rank calls in the same order). Buffers may be in the arena
  * or anywhere else; recvbuf may equal sendbuf. The _async forms return a request that must be
  * finished with ringd_wait, or ringd_test until it reports done; the buffers must stay untouched
@@ -139,7 +140,10 @@ ringd_result_t ringd_barrier(ringd_t *r, const char *name);
 ringd_result_t ringd_barrier_async(ringd_t *r, const char *name, ringd_request_t **req);
 
 /* Waits for req to finish and releases it. Returns its result; on failure ringd_errmsg(r) says
- * why. */
+ * why. On RINGD_E_TIMEOUT (op_timeout_ms) req stays pending: wait or test it again, or close the
+ * session. A synchronous call that times out gives up its request instead: buffers outside the
+ * arena are never touched again, but the daemon may still write an arena buffer's result until
+ * the op ends on every rank. */
 ringd_result_t ringd_wait(ringd_request_t *req);
 
 /* Sets *done to 1 when req has finished, then releases it and returns its result; otherwise sets
