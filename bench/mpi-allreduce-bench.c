@@ -55,8 +55,8 @@ static int run_bench(const rb_sweep *o, int rank, int nranks)
     double *times = malloc((size_t)o->iters * sizeof(*times));
     double *max_times = malloc((size_t)o->iters * sizeof(*max_times));
     if (prc != 0 || times == NULL || max_times == NULL) {
-        fprintf(stderr, "mpi-allreduce-bench: rank %d: allocating %zu bytes: %s\n", rank,
-                2 * half, strerror(prc ? prc : ENOMEM));
+        fprintf(stderr, "mpi-allreduce-bench: rank %d: allocating %zu bytes: %s\n", rank, 2 * half,
+                strerror(prc ? prc : ENOMEM));
         status = 2;
         goto out;
     }
@@ -112,8 +112,10 @@ int main(int argc, char **argv)
         bad = 2;
     if (bad) {
         if (rank == 0)
-            fprintf(bad == 1 ? stdout : stderr, "usage: %s [-b MIN] [-e MAX] [-f FACTOR] "
-                    "[-n ITERS] [-w WARMUP] [-c 0|1]\n%s", argv[0], rb_sweep_usage);
+            fprintf(bad == 1 ? stdout : stderr,
+                    "usage: %s [-b MIN] [-e MAX] [-f FACTOR] "
+                    "[-n ITERS] [-w WARMUP] [-c 0|1]\n%s",
+                    argv[0], rb_sweep_usage);
         MPI_Finalize();
         return bad == 1 ? 0 : 2;
     }

@@ -83,8 +83,8 @@ static long long check(ringd_t *h, const bench_opts *o, void *send, void *recv, 
         rd_reduce_args args = RD_REDUCE_ARGS_INIT;
         if (o->redop == RINGD_AVG)
             args.divisor = (uint32_t)n;
-        rd_reduce((rd_dtype)o->dtype, o->redop == RINGD_AVG ? RD_OP_SUM : (rd_redop)o->redop,
-                  want, src, n, count, &args);
+        rd_reduce((rd_dtype)o->dtype, o->redop == RINGD_AVG ? RD_OP_SUM : (rd_redop)o->redop, want,
+                  src, n, count, &args);
     } else if (o->op == 1) {
         memcpy(want, src[o->root], count * esz);
     } else {
@@ -134,8 +134,9 @@ static int client_main(const bench_opts *o, const char *job)
 
     if (me == 0) {
         char what[64];
-        snprintf(what, sizeof(what), "%s %s%s%s", op_names[o->op], rd_dtype_name((rd_dtype)o->dtype),
-                 o->op == 0 ? " " : "", o->op == 0 ? rd_redop_name((rd_redop)o->redop) : "");
+        snprintf(what, sizeof(what), "%s %s%s%s", op_names[o->op],
+                 rd_dtype_name((rd_dtype)o->dtype), o->op == 0 ? " " : "",
+                 o->op == 0 ? rd_redop_name((rd_redop)o->redop) : "");
         rb_print_header("ringd-bench", n, what, s);
     }
     double bus = o->op == 0 ? 2.0 * (n - 1) / n : o->op == 2 ? (double)(n - 1) / n : 1.0;
@@ -165,7 +166,8 @@ static int client_main(const bench_opts *o, const char *job)
         if (wrong > 0)
             status = 1;
         if (me == 0) {
-            uint64_t shown = o->op == 2 ? (uint64_t)count * esz * (uint64_t)n : (uint64_t)count * esz;
+            uint64_t shown =
+                o->op == 2 ? (uint64_t)count * esz * (uint64_t)n : (uint64_t)count * esz;
             rb_print_row(shown, count, rd_dtype_name((rd_dtype)o->dtype),
                          o->op == 0 ? rd_redop_name((rd_redop)o->redop) : "none",
                          rb_median(times, s->iters), bus, wrong);
@@ -182,15 +184,17 @@ out:
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: ringd-bench [--socket PATH] [--procs N] [--op allreduce|broadcast|allgather]\n"
-            "                   [--dtype f32|f64|f16|bf16|i32|i64|u8] [--redop sum|avg|min|max|prod]\n"
-            "                   [--root R] [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP] [-c 0|1]\n"
-            "  --socket PATH  ringd's socket (env RINGD_SOCKET, default /run/ringd/ringd.sock)\n"
-            "  --procs N      client processes to start, one rank each (default 2)\n"
-            "%s"
-            "exit status: 0 all results right, 1 some #wrong > 0, 2 a failure\n",
-            rb_sweep_usage);
+    fprintf(
+        f,
+        "usage: ringd-bench [--socket PATH] [--procs N] [--op allreduce|broadcast|allgather]\n"
+        "                   [--dtype f32|f64|f16|bf16|i32|i64|u8] [--redop sum|avg|min|max|prod]\n"
+        "                   [--root R] [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS]\n"
+        "                   [-w WARMUP] [-c 0|1]\n"
+        "  --socket PATH  ringd's socket (env RINGD_SOCKET, default /run/ringd/ringd.sock)\n"
+        "  --procs N      client processes to start, one rank each (default 2)\n"
+        "%s"
+        "exit status: 0 all results right, 1 some #wrong > 0, 2 a failure\n",
+        rb_sweep_usage);
 }
 
 int main(int argc, char **argv)
@@ -210,10 +214,25 @@ int main(int argc, char **argv)
     while ((c = getopt_long(argc, argv, "b:e:f:n:w:c:h", longopts, NULL)) != -1) {
         switch (c) {
         case 'S': o.socket = optarg; break;
-        case 'p': o.procs = atoi(optarg); if (o.procs < 1 || o.procs > 64) goto bad; break;
-        case 'o': if ((o.op = lookup(optarg, op_names, 3)) < 0) goto bad; break;
-        case 'd': if ((v = lookup(optarg, dtypes, 7)) < 0) goto bad; o.dtype = (ringd_dtype_t)v; break;
-        case 'r': if ((v = lookup(optarg, redops, 5)) < 0) goto bad; o.redop = (ringd_redop_t)v; break;
+        case 'p':
+            o.procs = atoi(optarg);
+            if (o.procs < 1 || o.procs > 64)
+                goto bad;
+            break;
+        case 'o':
+            if ((o.op = lookup(optarg, op_names, 3)) < 0)
+                goto bad;
+            break;
+        case 'd':
+            if ((v = lookup(optarg, dtypes, 7)) < 0)
+                goto bad;
+            o.dtype = (ringd_dtype_t)v;
+            break;
+        case 'r':
+            if ((v = lookup(optarg, redops, 5)) < 0)
+                goto bad;
+            o.redop = (ringd_redop_t)v;
+            break;
         case 'R': o.root = atoi(optarg); break;
         case 'h': usage(stdout); return 0;
         default:

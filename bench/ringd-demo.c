@@ -12,8 +12,8 @@
 
 #define COUNT 4
 
-static void show_f32(char **p, size_t *left, const char *label, const float *got,
-                     const float *want, size_t n)
+static void show_f32(char **p, size_t *left, const char *label, const float *got, const float *want,
+                     size_t n)
 {
     int w = snprintf(*p, *left, "  %-28s got [", label);
     for (size_t i = 0; i < n; i++)
@@ -62,10 +62,17 @@ static int rank_main(const char *job, int nprocs)
     const int orders[3][4] = {{0, 1, 2, 3}, {3, 2, 1, 0}, {2, 0, 3, 1}};
     for (int k = 0; k < 4; k++) {
         switch (orders[me % 3][k]) {
-        case 0: rc = ringd_allreduce_async(r, "grad.w", grad, grad, COUNT, RINGD_F32, RINGD_SUM, &req[0]); break;
-        case 1: rc = ringd_broadcast_async(r, "params", params, COUNT, RINGD_F32, 1, &req[1]); break;
+        case 0:
+            rc = ringd_allreduce_async(r, "grad.w", grad, grad, COUNT, RINGD_F32, RINGD_SUM,
+                                       &req[0]);
+            break;
+        case 1:
+            rc = ringd_broadcast_async(r, "params", params, COUNT, RINGD_F32, 1, &req[1]);
+            break;
         case 2: rc = ringd_allgather_async(r, "ids", mine, gathered, 2, RINGD_F32, &req[2]); break;
-        case 3: rc = ringd_allreduce_async(r, "loss", loss, loss, 1, RINGD_F32, RINGD_AVG, &req[3]); break;
+        case 3:
+            rc = ringd_allreduce_async(r, "loss", loss, loss, 1, RINGD_F32, RINGD_AVG, &req[3]);
+            break;
         }
         if (rc != RINGD_OK) {
             fprintf(stderr, "demo rank %d: submit: %s\n", me, ringd_errmsg(r));

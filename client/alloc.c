@@ -32,7 +32,8 @@ int rd_alloc_get(rd_alloc *a, uint64_t bytes, uint64_t *off)
 {
     if (bytes > UINT64_MAX - RD_ALLOC_ALIGN)
         return -1;
-    uint64_t need = bytes == 0 ? RD_ALLOC_ALIGN : (bytes + RD_ALLOC_ALIGN - 1) & ~(uint64_t)(RD_ALLOC_ALIGN - 1);
+    uint64_t need = bytes == 0 ? RD_ALLOC_ALIGN
+                               : (bytes + RD_ALLOC_ALIGN - 1) & ~(uint64_t)(RD_ALLOC_ALIGN - 1);
     for (rd_block *b = a->head; b != NULL; b = b->next) {
         if (b->used || b->len < need)
             continue;

@@ -144,8 +144,7 @@ ringd_result_t rd_conn_recv(rd_conn *c, int timeout_ms, rd_msg **msg, char *err,
 
     for (;;) {
         size_t used = 0;
-        rd_frame_status st = rd_frame_decode(c->buf, c->len, c->max_frame, msg, &used, err,
-                                             errlen);
+        rd_frame_status st = rd_frame_decode(c->buf, c->len, c->max_frame, msg, &used, err, errlen);
         if (st == RD_FRAME_OK) {
             memmove(c->buf, c->buf + used, c->len - used);
             c->len -= used;

@@ -14,11 +14,12 @@ enum { EXIT_OK = 0, EXIT_DAEMON = 1, EXIT_USAGE = 2 };
 
 static void usage(FILE *out)
 {
-    fprintf(out,
-            "usage: ringctl [--socket PATH] [--timeout MS] status [--json]\n"
-            "  --socket PATH  the daemon's socket (env RINGD_SOCKET, default /run/ringd/ringd.sock)\n"
-            "  --timeout MS   how long to wait for the daemon (default 5000)\n"
-            "exit status: 0 ok, 1 daemon unreachable or failing, 2 usage error\n");
+    fprintf(
+        out,
+        "usage: ringctl [--socket PATH] [--timeout MS] status [--json]\n"
+        "  --socket PATH  the daemon's socket (env RINGD_SOCKET, default /run/ringd/ringd.sock)\n"
+        "  --timeout MS   how long to wait for the daemon (default 5000)\n"
+        "exit status: 0 ok, 1 daemon unreachable or failing, 2 usage error\n");
 }
 
 static void print_text(const Ringd__StatusReply *r)
@@ -70,8 +71,10 @@ static void print_json(const Ringd__StatusReply *r)
         json_object_object_add(o, "world_size", json_object_new_int64(j->world_size));
         json_object_object_add(o, "local_size", json_object_new_int64(j->local_size));
         json_object_object_add(o, "clients", json_object_new_int64(j->clients));
-        json_object_object_add(o, "ops_in_flight", json_object_new_int64((int64_t)j->ops_in_flight));
-        json_object_object_add(o, "ops_completed", json_object_new_int64((int64_t)j->ops_completed));
+        json_object_object_add(o, "ops_in_flight",
+                               json_object_new_int64((int64_t)j->ops_in_flight));
+        json_object_object_add(o, "ops_completed",
+                               json_object_new_int64((int64_t)j->ops_completed));
         json_object_object_add(o, "ops_failed", json_object_new_int64((int64_t)j->ops_failed));
         json_object *pending = json_object_new_array();
         for (size_t k = 0; k < j->n_pending; k++)
@@ -89,8 +92,10 @@ static void print_json(const Ringd__StatusReply *r)
         json_object_object_add(o, "pid", json_object_new_int64(c->pid));
         json_object_object_add(o, "uid", json_object_new_int64(c->uid));
         json_object_object_add(o, "local_rank", json_object_new_int64(c->local_rank));
-        json_object_object_add(o, "ops_in_flight", json_object_new_int64((int64_t)c->ops_in_flight));
-        json_object_object_add(o, "ops_completed", json_object_new_int64((int64_t)c->ops_completed));
+        json_object_object_add(o, "ops_in_flight",
+                               json_object_new_int64((int64_t)c->ops_in_flight));
+        json_object_object_add(o, "ops_completed",
+                               json_object_new_int64((int64_t)c->ops_completed));
         json_object_object_add(o, "arena_bytes", json_object_new_int64((int64_t)c->arena_size));
         json_object_array_add(clients, o);
     }

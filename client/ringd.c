@@ -47,8 +47,8 @@ struct ringd {
     uint64_t generation;
     int op_timeout_ms;
     int poll_us;
-    rd_ring sq; /* submissions to the daemon, in the arena's control area */
-    rd_ring cq; /* completions from it */
+    rd_ring sq;            /* submissions to the daemon, in the arena's control area */
+    rd_ring cq;            /* completions from it */
     ringd_result_t broken; /* RINGD_OK while the session works */
     uint64_t next_id;
     uint64_t auto_seq;
@@ -59,8 +59,10 @@ struct ringd {
 static const char *const result_text[RINGD_RESULT_COUNT] = {
     [RINGD_OK] = "success",
     [RINGD_E_INVALID] = "invalid argument: check the call's parameters",
-    [RINGD_E_CONNECT] = "cannot reach ringd: check that the daemon runs and RINGD_SOCKET points at it",
-    [RINGD_E_PROTOCOL] = "protocol error between libringd and ringd: check that their versions match",
+    [RINGD_E_CONNECT] =
+        "cannot reach ringd: check that the daemon runs and RINGD_SOCKET points at it",
+    [RINGD_E_PROTOCOL] =
+        "protocol error between libringd and ringd: check that their versions match",
     [RINGD_E_TIMEOUT] = "timed out: some ranks did not arrive in time",
     [RINGD_E_MISMATCH] = "ranks submitted the same tensor name with different parameters",
     [RINGD_E_MEMBERSHIP] = "the job's membership changed: re-synchronise state and retry",
@@ -68,7 +70,8 @@ static const char *const result_text[RINGD_RESULT_COUNT] = {
     [RINGD_E_STALLED] = "stalled: some ranks never submitted the tensor",
     [RINGD_E_CLOSED] = "the session with ringd is closed: open a new one",
     [RINGD_E_SYSTEM] = "a system call failed",
-    [RINGD_E_REFUSED] = "ringd refused the session: job full or sizes inconsistent with its other clients",
+    [RINGD_E_REFUSED] =
+        "ringd refused the session: job full or sizes inconsistent with its other clients",
 };
 
 const char *ringd_strerror(ringd_result_t rc)
@@ -81,9 +84,12 @@ const char *ringd_strerror(ringd_result_t rc)
 size_t ringd_dtype_size(ringd_dtype_t dtype)
 {
     switch (dtype) {
-    case RINGD_F32: case RINGD_I32: return 4;
-    case RINGD_F64: case RINGD_I64: return 8;
-    case RINGD_F16: case RINGD_BF16: return 2;
+    case RINGD_F32:
+    case RINGD_I32: return 4;
+    case RINGD_F64:
+    case RINGD_I64: return 8;
+    case RINGD_F16:
+    case RINGD_BF16: return 2;
     case RINGD_U8: return 1;
     }
     return 0;
@@ -117,12 +123,30 @@ static int env_int(const char *name, int def, int lo, int hi, int *out)
     return 0;
 }
 
-int ringd_rank(const ringd_t *r) { return r->rank; }
-int ringd_size(const ringd_t *r) { return r->size; }
-int ringd_local_rank(const ringd_t *r) { return r->local_rank; }
-int ringd_local_size(const ringd_t *r) { return r->local_size; }
-uint64_t ringd_generation(const ringd_t *r) { return r->generation; }
-const char *ringd_errmsg(const ringd_t *r) { return r != NULL ? r->errmsg : "out of memory"; }
+int ringd_rank(const ringd_t *r)
+{
+    return r->rank;
+}
+int ringd_size(const ringd_t *r)
+{
+    return r->size;
+}
+int ringd_local_rank(const ringd_t *r)
+{
+    return r->local_rank;
+}
+int ringd_local_size(const ringd_t *r)
+{
+    return r->local_size;
+}
+uint64_t ringd_generation(const ringd_t *r)
+{
+    return r->generation;
+}
+const char *ringd_errmsg(const ringd_t *r)
+{
+    return r != NULL ? r->errmsg : "out of memory";
+}
 
 /* Waits for Welcome (and the arena fd) or Error after Hello. */
 static ringd_result_t await_welcome(ringd_t *r, const char *job, int local_size, int timeout_ms)
@@ -145,8 +169,7 @@ static ringd_result_t await_welcome(ringd_t *r, const char *job, int local_size,
     }
     if (m->body_case != RINGD__MSG__BODY_WELCOME || r->conn.passed_fd < 0) {
         rd_frame_free(m);
-        return fail(r, RINGD_E_PROTOCOL, "joining job '%s': expected Welcome with the arena",
-                    job);
+        return fail(r, RINGD_E_PROTOCOL, "joining job '%s': expected Welcome with the arena", job);
     }
     Ringd__Welcome *w = m->welcome;
     struct stat st;
@@ -164,12 +187,12 @@ static ringd_result_t await_welcome(ringd_t *r, const char *job, int local_size,
         return fail(r, RINGD_E_SYSTEM, "mmap arena of %" PRIu64 " bytes: %s", w->arena_size,
                     strerror(errno));
     }
-    if (w->data_offset < sizeof(rd_ctrl) || w->data_offset >= w->arena_size ||
-        !rd_ctrl_valid(p)) {
+    if (w->data_offset < sizeof(rd_ctrl) || w->data_offset >= w->arena_size || !rd_ctrl_valid(p)) {
         munmap(p, w->arena_size);
         rd_frame_free(m);
-        return fail(r, RINGD_E_PROTOCOL, "the arena's control area is not one this library "
-                                         "knows: are libringd and ringd the same version?");
+        return fail(r, RINGD_E_PROTOCOL,
+                    "the arena's control area is not one this library "
+                    "knows: are libringd and ringd the same version?");
     }
     r->arena = p;
     r->arena_size = w->arena_size;
@@ -212,8 +235,9 @@ ringd_result_t ringd_open(const ringd_options_t *opts, ringd_t **out)
     if ((!local_size && env_int("RINGD_LOCAL_SIZE", 1, 1, 1 << 20, &local_size) != 0) ||
         (!world_size && env_int("RINGD_WORLD_SIZE", local_size, 1, 1 << 30, &world_size) != 0) ||
         (!poll_us && env_int("RINGD_POLL_US", RD_DEFAULT_POLL_US, -1, 1000000, &poll_us) != 0))
-        return fail(r, RINGD_E_INVALID, "RINGD_LOCAL_SIZE, RINGD_WORLD_SIZE or RINGD_POLL_US is "
-                                        "set but not an integer in range");
+        return fail(r, RINGD_E_INVALID,
+                    "RINGD_LOCAL_SIZE, RINGD_WORLD_SIZE or RINGD_POLL_US is "
+                    "set but not an integer in range");
     int timeout = o.open_timeout_ms > 0 ? o.open_timeout_ms : RD_DEFAULT_OPEN_TIMEOUT_MS;
     if (path == NULL || *path == '\0')
         path = RD_DEFAULT_SOCKET;
@@ -313,14 +337,14 @@ static void handle(ringd_t *r, const rd_msg *m)
                 return;
             }
         }
-        return; /* a request the caller gave up on */
-    case RINGD__MSG__BODY_POKE:
-        return; /* the completion ring is read on every turn */
+        return;                         /* a request the caller gave up on */
+    case RINGD__MSG__BODY_POKE: return; /* the completion ring is read on every turn */
     case RINGD__MSG__BODY_ERROR:
         snprintf(why, sizeof(why), "ringd closed the session: %s", m->error->message);
-        break_session(r, m->error->status > 0 && m->error->status < RINGD_RESULT_COUNT
-                             ? (ringd_result_t)m->error->status
-                             : RINGD_E_PROTOCOL,
+        break_session(r,
+                      m->error->status > 0 && m->error->status < RINGD_RESULT_COUNT
+                          ? (ringd_result_t)m->error->status
+                          : RINGD_E_PROTOCOL,
                       why);
         return;
     default:
@@ -443,8 +467,9 @@ ringd_result_t ringd_wait(ringd_request_t *q)
     ringd_t *r = q->r;
     ringd_result_t rc = pump(r, q, r->op_timeout_ms > 0 ? r->op_timeout_ms : -1);
     if (rc == RINGD_E_TIMEOUT && !q->done)
-        return fail(r, rc, "request %" PRIu64 ": no completion within %d ms; it is still "
-                           "pending (wait again or close the session)",
+        return fail(r, rc,
+                    "request %" PRIu64 ": no completion within %d ms; it is still "
+                    "pending (wait again or close the session)",
                     q->id, r->op_timeout_ms);
     return req_finish(q);
 }
@@ -614,8 +639,16 @@ ringd_result_t ringd_allreduce_scaled(ringd_t *r, const char *name, const void *
                                       ringd_redop_t op, double prescale, double postscale,
                                       ringd_request_t **req)
 {
-    submit_args a = {RINGD__OP_TYPE__OP_ALLREDUCE, name, sendbuf, recvbuf, count, dtype, op, 0,
-                     prescale, postscale};
+    submit_args a = {RINGD__OP_TYPE__OP_ALLREDUCE,
+                     name,
+                     sendbuf,
+                     recvbuf,
+                     count,
+                     dtype,
+                     op,
+                     0,
+                     prescale,
+                     postscale};
     if (req == NULL)
         return submit_wait(r, &a);
     return submit(r, &a, req);
@@ -639,8 +672,8 @@ ringd_result_t ringd_allreduce_async(ringd_t *r, const char *name, const void *s
 ringd_result_t ringd_broadcast_async(ringd_t *r, const char *name, void *buf, size_t count,
                                      ringd_dtype_t dtype, int root, ringd_request_t **req)
 {
-    submit_args a = {RINGD__OP_TYPE__OP_BROADCAST, name, buf, buf, count, dtype, RINGD_SUM,
-                     root, 1.0, 1.0};
+    submit_args a = {
+        RINGD__OP_TYPE__OP_BROADCAST, name, buf, buf, count, dtype, RINGD_SUM, root, 1.0, 1.0};
     if (req == NULL)
         return RINGD_E_INVALID;
     return submit(r, &a, req);
@@ -649,8 +682,8 @@ ringd_result_t ringd_broadcast_async(ringd_t *r, const char *name, void *buf, si
 ringd_result_t ringd_broadcast(ringd_t *r, const char *name, void *buf, size_t count,
                                ringd_dtype_t dtype, int root)
 {
-    submit_args a = {RINGD__OP_TYPE__OP_BROADCAST, name, buf, buf, count, dtype, RINGD_SUM,
-                     root, 1.0, 1.0};
+    submit_args a = {
+        RINGD__OP_TYPE__OP_BROADCAST, name, buf, buf, count, dtype, RINGD_SUM, root, 1.0, 1.0};
     return submit_wait(r, &a);
 }
 
@@ -658,8 +691,8 @@ ringd_result_t ringd_allgather_async(ringd_t *r, const char *name, const void *s
                                      void *recvbuf, size_t count, ringd_dtype_t dtype,
                                      ringd_request_t **req)
 {
-    submit_args a = {RINGD__OP_TYPE__OP_ALLGATHER, name, sendbuf, recvbuf, count, dtype,
-                     RINGD_SUM, 0, 1.0, 1.0};
+    submit_args a = {
+        RINGD__OP_TYPE__OP_ALLGATHER, name, sendbuf, recvbuf, count, dtype, RINGD_SUM, 0, 1.0, 1.0};
     if (req == NULL)
         return RINGD_E_INVALID;
     return submit(r, &a, req);
@@ -668,15 +701,15 @@ ringd_result_t ringd_allgather_async(ringd_t *r, const char *name, const void *s
 ringd_result_t ringd_allgather(ringd_t *r, const char *name, const void *sendbuf, void *recvbuf,
                                size_t count, ringd_dtype_t dtype)
 {
-    submit_args a = {RINGD__OP_TYPE__OP_ALLGATHER, name, sendbuf, recvbuf, count, dtype,
-                     RINGD_SUM, 0, 1.0, 1.0};
+    submit_args a = {
+        RINGD__OP_TYPE__OP_ALLGATHER, name, sendbuf, recvbuf, count, dtype, RINGD_SUM, 0, 1.0, 1.0};
     return submit_wait(r, &a);
 }
 
 ringd_result_t ringd_barrier_async(ringd_t *r, const char *name, ringd_request_t **req)
 {
-    submit_args a = {RINGD__OP_TYPE__OP_BARRIER, name, NULL, NULL, 0, RINGD_U8, RINGD_SUM, 0,
-                     1.0, 1.0};
+    submit_args a = {
+        RINGD__OP_TYPE__OP_BARRIER, name, NULL, NULL, 0, RINGD_U8, RINGD_SUM, 0, 1.0, 1.0};
     if (req == NULL)
         return RINGD_E_INVALID;
     return submit(r, &a, req);
@@ -684,8 +717,8 @@ ringd_result_t ringd_barrier_async(ringd_t *r, const char *name, ringd_request_t
 
 ringd_result_t ringd_barrier(ringd_t *r, const char *name)
 {
-    submit_args a = {RINGD__OP_TYPE__OP_BARRIER, name, NULL, NULL, 0, RINGD_U8, RINGD_SUM, 0,
-                     1.0, 1.0};
+    submit_args a = {
+        RINGD__OP_TYPE__OP_BARRIER, name, NULL, NULL, 0, RINGD_U8, RINGD_SUM, 0, 1.0, 1.0};
     return submit_wait(r, &a);
 }
 

@@ -12,8 +12,9 @@ typedef struct rd_arena {
     int refs; /* the session and every op using it; touched on the event loop only */
 } rd_arena;
 
-/* Creates an arena of size bytes (at least RD_CTRL_BYTES; its control area initialised): a memfd sealed against resizing (so a client cannot truncate
- * it under the daemon), mapped shared. Returns NULL with err set. The caller owns one reference. */
+/* Creates an arena of size bytes (at least RD_CTRL_BYTES; its control area initialised): a memfd
+ * sealed against resizing (so a client cannot truncate it under the daemon), mapped shared. Returns
+ * NULL with err set. The caller owns one reference. */
 rd_arena *rd_arena_new(uint64_t size, char *err, size_t errlen);
 
 void rd_arena_ref(rd_arena *a);

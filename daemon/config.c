@@ -65,9 +65,21 @@ int rd_parse_size(const char *s, uint64_t *out)
     unsigned shift = 0;
     switch (*end) {
     case '\0': break;
-    case 'k': case 'K': shift = 10; end++; break;
-    case 'm': case 'M': shift = 20; end++; break;
-    case 'g': case 'G': shift = 30; end++; break;
+    case 'k':
+    case 'K':
+        shift = 10;
+        end++;
+        break;
+    case 'm':
+    case 'M':
+        shift = 20;
+        end++;
+        break;
+    case 'g':
+    case 'G':
+        shift = 30;
+        end++;
+        break;
     default: return -1;
     }
     if (shift && end[0] == 'i' && end[1] == 'B')
@@ -138,10 +150,9 @@ static int opt_set(rd_config *cfg, const opt_spec *o, const char *text, const ch
 
 static void print_help(FILE *out)
 {
-    fprintf(out,
-            "usage: ringd [OPTIONS]\n"
-            "The ringd collective-communication daemon. Without --redis it serves the\n"
-            "processes of this node as a one-node ring.\n\n");
+    fprintf(out, "usage: ringd [OPTIONS]\n"
+                 "The ringd collective-communication daemon. Without --redis it serves the\n"
+                 "processes of this node as a one-node ring.\n\n");
     for (size_t i = 0; i < NOPTIONS; i++) {
         const opt_spec *o = &options[i];
         fprintf(out, "  --%-14s %s\n  %16s [env %s, default %s]\n", o->name, o->help, "", o->env,
@@ -230,9 +241,7 @@ void rd_config_dump(const rd_config *cfg)
         const char *field = (const char *)cfg + o->offset;
         int64_t v;
         switch (o->type) {
-        case OPT_STRING:
-            rd_log(RD_LOG_INFO, "config", "%s = %s", o->name, field);
-            break;
+        case OPT_STRING: rd_log(RD_LOG_INFO, "config", "%s = %s", o->name, field); break;
         case OPT_SIZE:
         case OPT_INT:
             memcpy(&v, field, sizeof(v));

@@ -23,7 +23,7 @@ typedef struct rd_daemon {
     uint64_t ops_in_flight;  /* collectives submitted and not yet ended */
     uint64_t ops_completed;
     uint64_t ops_failed;
-    uint64_t bytes_reduced;  /* bytes written into arenas by collectives */
+    uint64_t bytes_reduced; /* bytes written into arenas by collectives */
 } rd_daemon;
 
 #endif

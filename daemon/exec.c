@@ -30,8 +30,8 @@ typedef struct item {
 struct rd_exec {
     pthread_mutex_t lock;
     pthread_cond_t cond;
-    item *head, *tail;  /* queued ranges */
-    task *done_head;    /* finished tasks, newest first */
+    item *head, *tail; /* queued ranges */
+    task *done_head;   /* finished tasks, newest first */
     int stopping;
     int nthreads;
     pthread_t *threads;

@@ -376,7 +376,8 @@ static ringd_result_t validate(const struct rd_session *s, const Ringd__Submit *
     uint64_t esz = rd_dtype_size((rd_dtype)m->dtype);
     uint64_t size = s->arena->size;
     if (m->count == 0 || m->count > size / esz) {
-        snprintf(err, errlen, "tensor '%s': count %" PRIu64 " of %s does not fit an arena of %" PRIu64 " bytes",
+        snprintf(err, errlen,
+                 "tensor '%s': count %" PRIu64 " of %s does not fit an arena of %" PRIu64 " bytes",
                  m->name, m->count, rd_dtype_name((rd_dtype)m->dtype), size);
         return RINGD_E_INVALID;
     }
@@ -394,8 +395,8 @@ static ringd_result_t validate(const struct rd_session *s, const Ringd__Submit *
         !rd_arena_contains(s->arena, m->out_offset, out_len) || m->in_offset < RD_CTRL_BYTES ||
         m->out_offset < RD_CTRL_BYTES) {
         snprintf(err, errlen,
-                 "tensor '%s': input [%" PRIu64 ", +%" PRIu64 ") or output [%" PRIu64
-                 ", +%" PRIu64 ") lies outside the arena's data area [%u, %" PRIu64 ")",
+                 "tensor '%s': input [%" PRIu64 ", +%" PRIu64 ") or output [%" PRIu64 ", +%" PRIu64
+                 ") lies outside the arena's data area [%u, %" PRIu64 ")",
                  m->name, m->in_offset, in_len, m->out_offset, out_len, RD_CTRL_BYTES, size);
         return RINGD_E_INVALID;
     }
@@ -453,8 +454,7 @@ static rd_op *op_new(rd_job *j, const Ringd__Submit *m, uint32_t rank)
 
 /* Compares a submission with the op's first one. Returns 1 when they agree, else 0 with a
  * message naming both ranks and what differs. */
-static int op_matches(const rd_op *o, const Ringd__Submit *m, uint32_t rank, char *msg,
-                      size_t len)
+static int op_matches(const rd_op *o, const Ringd__Submit *m, uint32_t rank, char *msg, size_t len)
 {
     op_params q = params_of(m);
     const op_params *p = &o->p;
@@ -462,9 +462,12 @@ static int op_matches(const rd_op *o, const Ringd__Submit *m, uint32_t rank, cha
         int differs;
         const char *name;
     } f[] = {
-        {q.coll != p->coll, "op"},          {q.dtype != p->dtype, "dtype"},
-        {q.count != p->count, "count"},     {q.redop != p->redop, "reduce op"},
-        {q.root != p->root, "root"},        {q.prescale != p->prescale, "prescale"},
+        {q.coll != p->coll, "op"},
+        {q.dtype != p->dtype, "dtype"},
+        {q.count != p->count, "count"},
+        {q.redop != p->redop, "reduce op"},
+        {q.root != p->root, "root"},
+        {q.prescale != p->prescale, "prescale"},
         {q.postscale != p->postscale, "postscale"},
     };
     char a[160], b[160], fields[96] = "";
@@ -505,8 +508,8 @@ void rd_job_submit(struct rd_session *s, const Ringd__Submit *m)
     }
     if (j->nclients < j->local_size) {
         snprintf(err, sizeof(err),
-                 "tensor '%s': job '%s' has %u of its %u local clients; a client left",
-                 m->name, j->name, j->nclients, j->local_size);
+                 "tensor '%s': job '%s' has %u of its %u local clients; a client left", m->name,
+                 j->name, j->nclients, j->local_size);
         rd_session_complete(s, m->request_id, RINGD_E_MEMBERSHIP, err);
         return;
     }
@@ -515,8 +518,8 @@ void rd_job_submit(struct rd_session *s, const Ringd__Submit *m)
     rd_op *o = op_find(j, m->name, rank, &dup);
     if (dup) {
         snprintf(err, sizeof(err),
-                 "tensor '%s' is already submitted by local rank %u and not yet complete",
-                 m->name, rank);
+                 "tensor '%s' is already submitted by local rank %u and not yet complete", m->name,
+                 rank);
         rd_session_complete(s, m->request_id, RINGD_E_INVALID, err);
         return;
     }
@@ -544,8 +547,8 @@ void rd_job_submit(struct rd_session *s, const Ringd__Submit *m)
     pt->s = s;
     pt->submitted = 1;
     pt->request_id = m->request_id;
-    pt->in_off = m->op == RINGD__OP_TYPE__OP_BROADCAST && rank != o->p.root ? m->out_offset
-                                                                            : m->in_offset;
+    pt->in_off =
+        m->op == RINGD__OP_TYPE__OP_BROADCAST && rank != o->p.root ? m->out_offset : m->in_offset;
     pt->out_off = m->out_offset;
     pt->arena = s->arena;
     rd_arena_ref(s->arena);
@@ -613,9 +616,8 @@ ringd_result_t rd_job_join(struct rd_session *s, const Ringd__Hello *h, char *er
     }
     uint64_t want = h->arena_size ? h->arena_size : d->cfg.arena_size;
     if (want < RD_ARENA_MIN || want > d->cfg.arena_max) {
-        snprintf(err, errlen,
-                 "arena of %" PRIu64 " bytes is outside %u..%" PRIu64 " (--arena-max)", want,
-                 RD_ARENA_MIN, d->cfg.arena_max);
+        snprintf(err, errlen, "arena of %" PRIu64 " bytes is outside %u..%" PRIu64 " (--arena-max)",
+                 want, RD_ARENA_MIN, d->cfg.arena_max);
         return RINGD_E_INVALID;
     }
 
@@ -690,8 +692,7 @@ void rd_job_leave(struct rd_session *s)
     uint32_t rank = s->local_rank;
     char why[256];
 
-    snprintf(why, sizeof(why), "local rank %u (pid %d) left job '%s'", rank, (int)s->pid,
-             j->name);
+    snprintf(why, sizeof(why), "local rank %u (pid %d) left job '%s'", rank, (int)s->pid, j->name);
     j->slots[rank] = NULL;
     j->nclients--;
     s->job = NULL;

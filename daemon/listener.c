@@ -73,14 +73,13 @@ static void on_accept_error(struct evconnlistener *ev, void *arg)
 {
     rd_listener *l = arg;
     struct timeval pause = {0, 100 * 1000};
-    rd_log(RD_LOG_ERROR, "listener", "accept on %s: %s; pausing 100 ms", l->path,
-           strerror(errno));
+    rd_log(RD_LOG_ERROR, "listener", "accept on %s: %s; pausing 100 ms", l->path, strerror(errno));
     evconnlistener_disable(ev);
     evtimer_add(l->ev_resume, &pause);
 }
 
-rd_listener *rd_listener_new(struct event_base *base, const char *path, rd_accept_fn fn,
-                             void *arg, char *err, size_t errlen)
+rd_listener *rd_listener_new(struct event_base *base, const char *path, rd_accept_fn fn, void *arg,
+                             char *err, size_t errlen)
 {
     struct sockaddr_un sun;
     int fd = -1;

@@ -12,8 +12,8 @@ typedef void (*rd_accept_fn)(int fd, void *arg);
 
 /* Creates the socket's directory, takes PATH.lock (refusing when a live daemon holds it),
  * replaces a stale socket file, binds with mode 0660 and listens. Returns NULL with err set. */
-rd_listener *rd_listener_new(struct event_base *base, const char *path, rd_accept_fn fn,
-                             void *arg, char *err, size_t errlen);
+rd_listener *rd_listener_new(struct event_base *base, const char *path, rd_accept_fn fn, void *arg,
+                             char *err, size_t errlen);
 
 /* Stops listening and removes the socket and lock files. rd_listener_free(NULL) is a no-op. */
 void rd_listener_free(rd_listener *l);

@@ -12,12 +12,9 @@ size_t rd_local_units(const rd_local_plan *p)
 {
     switch (p->coll) {
     case RD_COLL_ALLREDUCE:
-    case RD_COLL_BROADCAST:
-        return p->count;
-    case RD_COLL_ALLGATHER:
-        return (size_t)p->n * p->count;
-    case RD_COLL_BARRIER:
-        return 0;
+    case RD_COLL_BROADCAST: return p->count;
+    case RD_COLL_ALLGATHER: return (size_t)p->n * p->count;
+    case RD_COLL_BARRIER: return 0;
     }
     return 0;
 }
@@ -27,12 +24,9 @@ uint64_t rd_local_bytes(const rd_local_plan *p)
     uint64_t per = p->count * rd_dtype_size(p->dtype);
     switch (p->coll) {
     case RD_COLL_ALLREDUCE:
-    case RD_COLL_BROADCAST:
-        return per * (uint64_t)p->n;
-    case RD_COLL_ALLGATHER:
-        return per * (uint64_t)p->n * (uint64_t)p->n;
-    case RD_COLL_BARRIER:
-        return 0;
+    case RD_COLL_BROADCAST: return per * (uint64_t)p->n;
+    case RD_COLL_ALLGATHER: return per * (uint64_t)p->n * (uint64_t)p->n;
+    case RD_COLL_BARRIER: return 0;
     }
     return 0;
 }
@@ -91,16 +85,9 @@ void rd_local_run(void *plan, size_t begin, size_t end)
     if (begin >= end)
         return;
     switch (p->coll) {
-    case RD_COLL_ALLREDUCE:
-        run_allreduce(p, begin, end);
-        break;
-    case RD_COLL_BROADCAST:
-        run_broadcast(p, begin, end);
-        break;
-    case RD_COLL_ALLGATHER:
-        run_allgather(p, begin, end);
-        break;
-    case RD_COLL_BARRIER:
-        break;
+    case RD_COLL_ALLREDUCE: run_allreduce(p, begin, end); break;
+    case RD_COLL_BROADCAST: run_broadcast(p, begin, end); break;
+    case RD_COLL_ALLGATHER: run_allgather(p, begin, end); break;
+    case RD_COLL_BARRIER: break;
     }
 }

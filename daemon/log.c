@@ -41,10 +41,10 @@ void rd_log_write(rd_log_level level, const char *subsys, const char *fmt, ...)
 
     clock_gettime(CLOCK_REALTIME, &ts);
     gmtime_r(&ts.tv_sec, &tm);
-    int n = snprintf(line, sizeof(line), "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ ringd[%d] %-5s %s: ",
-                     tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min,
-                     tm.tm_sec, ts.tv_nsec / 1000000, (int)getpid(), rd_log_level_name(level),
-                     subsys);
+    int n = snprintf(line, sizeof(line),
+                     "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ ringd[%d] %-5s %s: ", tm.tm_year + 1900,
+                     tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+                     ts.tv_nsec / 1000000, (int)getpid(), rd_log_level_name(level), subsys);
     if (n < 0)
         return;
     if ((size_t)n < sizeof(line)) {

@@ -20,10 +20,10 @@ const char *rd_log_level_name(int level);
 void rd_log_write(rd_log_level level, const char *subsys, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-#define rd_log(level, subsys, ...)                                                                \
-    do {                                                                                          \
-        if ((int)(level) >= rd_log_threshold)                                                     \
-            rd_log_write((level), (subsys), __VA_ARGS__);                                         \
+#define rd_log(level, subsys, ...)                                                                 \
+    do {                                                                                           \
+        if ((int)(level) >= rd_log_threshold)                                                      \
+            rd_log_write((level), (subsys), __VA_ARGS__);                                          \
     } while (0)
 
 #endif

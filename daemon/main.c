@@ -76,13 +76,9 @@ int main(int argc, char **argv)
 
     memset(&d, 0, sizeof(d));
     switch (rd_config_parse(&d.cfg, argc, argv, environ, stdout, err, sizeof(err))) {
-    case RD_CONFIG_EXIT:
-        return 0;
-    case RD_CONFIG_ERROR:
-        fprintf(stderr, "ringd: %s\n", err);
-        return 2;
-    case RD_CONFIG_RUN:
-        break;
+    case RD_CONFIG_EXIT: return 0;
+    case RD_CONFIG_ERROR: fprintf(stderr, "ringd: %s\n", err); return 2;
+    case RD_CONFIG_RUN: break;
     }
     rd_log_set_level((rd_log_level)d.cfg.log_level);
     signal(SIGPIPE, SIG_IGN);

@@ -132,9 +132,7 @@ static void send_shared(rd_session *s, const rd_msg *msg)
             rd_session_send(s, &m);
         }
         return;
-    case RD_RING_FULL:
-        rd_session_send(s, msg);
-        return;
+    case RD_RING_FULL: rd_session_send(s, msg); return;
     default:
         rd_session_close(s, RINGD_E_PROTOCOL, "the completion ring's shared indices are corrupt");
         return;
@@ -261,11 +259,8 @@ static void dispatch(rd_session *s, const rd_msg *m)
         s->ops_in_flight++;
         rd_job_submit(s, m->submit);
         return;
-    case RINGD__MSG__BODY_STATUS_REQUEST:
-        rd_status_reply(s);
-        return;
-    case RINGD__MSG__BODY_POKE:
-        return; /* the loop polls the rings after every turn */
+    case RINGD__MSG__BODY_STATUS_REQUEST: rd_status_reply(s); return;
+    case RINGD__MSG__BODY_POKE: return; /* the loop polls the rings after every turn */
     default:
         rd_session_close(s, RINGD_E_PROTOCOL, "message type %d is not one a client sends",
                          (int)m->body_case);
@@ -313,9 +308,9 @@ static void on_readable(evutil_socket_t fd, short what, void *arg)
         const uint8_t *buf = evbuffer_pullup(s->in, (ev_ssize_t)(RD_FRAME_HEADER + payload));
         rd_msg *m = NULL;
         size_t used = 0;
-        rd_frame_status st = rd_frame_decode(buf, RD_FRAME_HEADER + payload,
-                                             (uint32_t)s->d->cfg.max_frame, &m, &used, err,
-                                             sizeof(err));
+        rd_frame_status st =
+            rd_frame_decode(buf, RD_FRAME_HEADER + payload, (uint32_t)s->d->cfg.max_frame, &m,
+                            &used, err, sizeof(err));
         evbuffer_drain(s->in, RD_FRAME_HEADER + payload);
         if (st != RD_FRAME_OK) {
             rd_session_close(s, RINGD_E_PROTOCOL, "%s", err);
@@ -421,8 +416,8 @@ int rd_session_poll_rings(rd_daemon *d)
     for (rd_session *s = d->sessions; s != NULL; s = s->next) {
         for (int i = 0; i < RD_POLL_BATCH && s->state == RD_SESSION_ACTIVE; i++) {
             rd_msg *m = NULL;
-            rd_ring_status st = rd_ring_get(&s->sq, (uint32_t)d->cfg.max_frame, &m, err,
-                                            sizeof(err));
+            rd_ring_status st =
+                rd_ring_get(&s->sq, (uint32_t)d->cfg.max_frame, &m, err, sizeof(err));
             if (st == RD_RING_EMPTY)
                 break;
             if (st != RD_RING_OK) {

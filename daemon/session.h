@@ -37,11 +37,11 @@ typedef struct rd_session {
     pid_t pid; /* SO_PEERCRED */
     uid_t uid;
     gid_t gid;
-    struct rd_job *job;     /* set from JOINING on */
+    struct rd_job *job; /* set from JOINING on */
     uint32_t local_rank;
     struct rd_arena *arena; /* one reference, from JOINING on */
-    rd_ring sq; /* client -> daemon, consumed here; attached from ACTIVE on */
-    rd_ring cq; /* daemon -> client, produced here */
+    rd_ring sq;             /* client -> daemon, consumed here; attached from ACTIVE on */
+    rd_ring cq;             /* daemon -> client, produced here */
     uint64_t ops_in_flight;
     uint64_t ops_completed;
     struct rd_session *prev, *next;

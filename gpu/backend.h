@@ -5,7 +5,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Element types. Values match ringd_dtype_t in client/include/ringd.h and DataType in ringd.proto. */
+/* Element types. Values match ringd_dtype_t in client/include/ringd.h and DataType in ringd.proto.
+ */
 typedef enum {
     RD_DT_F32 = 0,
     RD_DT_F64 = 1,
@@ -39,11 +40,14 @@ typedef struct {
     uint32_t divisor;
 } rd_reduce_args;
 
-#define RD_REDUCE_ARGS_INIT { 1.0, 1.0, 1 }
+#define RD_REDUCE_ARGS_INIT                                                                        \
+    {                                                                                              \
+        1.0, 1.0, 1                                                                                \
+    }
 
-size_t rd_dtype_size(rd_dtype dt);             /* 0 for an invalid dtype */
-const char *rd_dtype_name(rd_dtype dt);        /* "f32", ...; "invalid" when out of range */
-const char *rd_redop_name(rd_redop op);        /* "sum", ...; "invalid" when out of range */
+size_t rd_dtype_size(rd_dtype dt);      /* 0 for an invalid dtype */
+const char *rd_dtype_name(rd_dtype dt); /* "f32", ...; "invalid" when out of range */
+const char *rd_redop_name(rd_redop op); /* "sum", ...; "invalid" when out of range */
 int rd_dtype_is_float(rd_dtype dt);
 
 /* dst[i] = finish(combine_k(scale(src[k][i]))) for i < count, k < nsrc (nsrc >= 1), combining in

@@ -76,8 +76,8 @@ static inline float f16_to_f32(uint16_t h)
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
     uint32_t t = (uint32_t)(h & 0x7fffu) << 13; /* exponent and mantissa in float position */
     uint32_t e = t & 0x0f800000u;
-    uint32_t o = t + 0x38000000u;               /* rebias exponent 15 -> 127 */
-    uint32_t special = o + 0x38000000u;         /* inf/NaN: exponent 31 -> 255, payload kept */
+    uint32_t o = t + 0x38000000u;       /* rebias exponent 15 -> 127 */
+    uint32_t special = o + 0x38000000u; /* inf/NaN: exponent 31 -> 255, payload kept */
     uint32_t sub = f32_bits(f32_from_bits(o + 0x00800000u) - 0x1p-14f);
 
     o = select_u32(e == 0x0f800000u, special, o);
@@ -155,66 +155,64 @@ uint16_t rd_f32_to_bf16(float f)
  * Each switch sits outside its loop so that every loop is branch-free and vectorizes. MIN and
  * MAX return the NaN when either operand is one: the comparison picks x only when x is
  * smaller (larger) or NaN, and keeps acc otherwise, which covers a NaN acc. */
-#define RD_FLOAT_KERNELS(T, sfx)                                                               \
-    static void load_##sfx(T *restrict acc, const T *restrict x, size_t n, T pre)            \
-    {                                                                                          \
-        size_t i;                                                                              \
-        if (pre == 1) {                                                                        \
-            memcpy(acc, x, n * sizeof(T));                                                     \
-            return;                                                                            \
-        }                                                                                      \
-        for (i = 0; i < n; i++)                                                                \
-            acc[i] = x[i] * pre;                                                               \
-    }                                                                                          \
-                                                                                               \
-    static void combine_##sfx(rd_redop op, T *restrict acc, const T *restrict x, size_t n,     \
-                              T pre)                                                           \
-    {                                                                                          \
-        size_t i;                                                                              \
-        switch (op) {                                                                          \
-        case RD_OP_SUM:                                                                        \
-        case RD_OP_AVG:                                                                        \
-            if (pre == 1) {                                                                    \
-                for (i = 0; i < n; i++)                                                        \
-                    acc[i] += x[i];                                                            \
-            } else {                                                                           \
-                for (i = 0; i < n; i++)                                                        \
-                    acc[i] += x[i] * pre;                                                      \
-            }                                                                                  \
-            break;                                                                             \
-        case RD_OP_PROD:                                                                       \
-            for (i = 0; i < n; i++)                                                            \
-                acc[i] *= x[i] * pre;                                                          \
-            break;                                                                             \
-        case RD_OP_MIN:                                                                        \
-            for (i = 0; i < n; i++) {                                                          \
-                T v = x[i] * pre;                                                              \
-                acc[i] = (v < acc[i] || v != v) ? v : acc[i];                                  \
-            }                                                                                  \
-            break;                                                                             \
-        case RD_OP_MAX:                                                                        \
-            for (i = 0; i < n; i++) {                                                          \
-                T v = x[i] * pre;                                                              \
-                acc[i] = (v > acc[i] || v != v) ? v : acc[i];                                  \
-            }                                                                                  \
-            break;                                                                             \
-        default:                                                                               \
-            assert(0 && "rd_reduce: invalid op");                                              \
-        }                                                                                      \
-    }                                                                                          \
-                                                                                               \
-    static void finish_##sfx(T *acc, size_t n, uint32_t divisor, T post)                       \
-    {                                                                                          \
-        size_t i;                                                                              \
-        if (divisor > 1) {                                                                     \
-            T d = (T)divisor;                                                                  \
-            for (i = 0; i < n; i++)                                                            \
-                acc[i] /= d;                                                                   \
-        }                                                                                      \
-        if (post != 1) {                                                                       \
-            for (i = 0; i < n; i++)                                                            \
-                acc[i] *= post;                                                                \
-        }                                                                                      \
+#define RD_FLOAT_KERNELS(T, sfx)                                                                   \
+    static void load_##sfx(T *restrict acc, const T *restrict x, size_t n, T pre)                  \
+    {                                                                                              \
+        size_t i;                                                                                  \
+        if (pre == 1) {                                                                            \
+            memcpy(acc, x, n * sizeof(T));                                                         \
+            return;                                                                                \
+        }                                                                                          \
+        for (i = 0; i < n; i++)                                                                    \
+            acc[i] = x[i] * pre;                                                                   \
+    }                                                                                              \
+                                                                                                   \
+    static void combine_##sfx(rd_redop op, T *restrict acc, const T *restrict x, size_t n, T pre)  \
+    {                                                                                              \
+        size_t i;                                                                                  \
+        switch (op) {                                                                              \
+        case RD_OP_SUM:                                                                            \
+        case RD_OP_AVG:                                                                            \
+            if (pre == 1) {                                                                        \
+                for (i = 0; i < n; i++)                                                            \
+                    acc[i] += x[i];                                                                \
+            } else {                                                                               \
+                for (i = 0; i < n; i++)                                                            \
+                    acc[i] += x[i] * pre;                                                          \
+            }                                                                                      \
+            break;                                                                                 \
+        case RD_OP_PROD:                                                                           \
+            for (i = 0; i < n; i++)                                                                \
+                acc[i] *= x[i] * pre;                                                              \
+            break;                                                                                 \
+        case RD_OP_MIN:                                                                            \
+            for (i = 0; i < n; i++) {                                                              \
+                T v = x[i] * pre;                                                                  \
+                acc[i] = (v < acc[i] || v != v) ? v : acc[i];                                      \
+            }                                                                                      \
+            break;                                                                                 \
+        case RD_OP_MAX:                                                                            \
+            for (i = 0; i < n; i++) {                                                              \
+                T v = x[i] * pre;                                                                  \
+                acc[i] = (v > acc[i] || v != v) ? v : acc[i];                                      \
+            }                                                                                      \
+            break;                                                                                 \
+        default: assert(0 && "rd_reduce: invalid op");                                             \
+        }                                                                                          \
+    }                                                                                              \
+                                                                                                   \
+    static void finish_##sfx(T *acc, size_t n, uint32_t divisor, T post)                           \
+    {                                                                                              \
+        size_t i;                                                                                  \
+        if (divisor > 1) {                                                                         \
+            T d = (T)divisor;                                                                      \
+            for (i = 0; i < n; i++)                                                                \
+                acc[i] /= d;                                                                       \
+        }                                                                                          \
+        if (post != 1) {                                                                           \
+            for (i = 0; i < n; i++)                                                                \
+                acc[i] *= post;                                                                    \
+        }                                                                                          \
     }
 
 RD_FLOAT_KERNELS(float, f32)
@@ -284,8 +282,8 @@ static void narrow_half(rd_dtype dt, uint16_t *restrict out, const float *restri
 }
 
 /* f16 and bf16: each source block is widened into a staging array, then combined in float. */
-static void reduce_half(rd_dtype dt, rd_redop op, uint16_t *dst, const void *const *src,
-                        int nsrc, size_t count, const rd_reduce_args *args)
+static void reduce_half(rd_dtype dt, rd_redop op, uint16_t *dst, const void *const *src, int nsrc,
+                        size_t count, const rd_reduce_args *args)
 {
     float acc[RD_BLOCK], tmp[RD_BLOCK];
     float pre = (float)args->prescale, post = (float)args->postscale;
@@ -318,52 +316,51 @@ static void reduce_half(rd_dtype dt, rd_redop op, uint16_t *dst, const void *con
  * magnitude toward zero. Signed and unsigned variants of a type may alias, so dst and src are
  * accessed through the unsigned type directly. Products are taken after a multiply by 1u so
  * that a narrow type promotes to unsigned int rather than int. */
-#define RD_INT_KERNEL(UT, sfx, SIGN)                                                           \
-    static void reduce_##sfx(rd_redop op, UT *dst, const void *const *src, int nsrc,           \
-                             size_t count, uint32_t divisor)                                   \
-    {                                                                                          \
-        UT acc[RD_BLOCK];                                                                      \
-        size_t off, n, i;                                                                      \
-        int k;                                                                                 \
-                                                                                               \
-        for (off = 0; off < count; off += n) {                                                 \
-            n = count - off < RD_BLOCK ? count - off : RD_BLOCK;                              \
-            memcpy(acc, (const UT *)src[0] + off, n * sizeof(UT));                             \
-            for (k = 1; k < nsrc; k++) {                                                       \
-                const UT *restrict x = (const UT *)src[k] + off;                               \
-                switch (op) {                                                                  \
-                case RD_OP_SUM:                                                                \
-                case RD_OP_AVG:                                                                \
-                    for (i = 0; i < n; i++)                                                    \
-                        acc[i] = (UT)(acc[i] + x[i]);                                          \
-                    break;                                                                     \
-                case RD_OP_PROD:                                                               \
-                    for (i = 0; i < n; i++)                                                    \
-                        acc[i] = (UT)(1u * acc[i] * x[i]);                                     \
-                    break;                                                                     \
-                case RD_OP_MIN:                                                                \
-                    for (i = 0; i < n; i++)                                                    \
-                        acc[i] = (UT)(x[i] ^ (SIGN)) < (UT)(acc[i] ^ (SIGN)) ? x[i] : acc[i];  \
-                    break;                                                                     \
-                case RD_OP_MAX:                                                                \
-                    for (i = 0; i < n; i++)                                                    \
-                        acc[i] = (UT)(x[i] ^ (SIGN)) > (UT)(acc[i] ^ (SIGN)) ? x[i] : acc[i];  \
-                    break;                                                                     \
-                default:                                                                       \
-                    assert(0 && "rd_reduce: invalid op");                                      \
-                }                                                                              \
-            }                                                                                  \
-            if (divisor > 1) {                                                                 \
-                for (i = 0; i < n; i++) {                                                      \
-                    UT v = acc[i];                                                             \
-                    if (v & (SIGN))                                                            \
-                        acc[i] = (UT)(0u - (UT)((UT)(0u - v) / divisor));                      \
-                    else                                                                       \
-                        acc[i] = (UT)(v / divisor);                                            \
-                }                                                                              \
-            }                                                                                  \
-            memcpy(dst + off, acc, n * sizeof(UT));                                            \
-        }                                                                                      \
+#define RD_INT_KERNEL(UT, sfx, SIGN)                                                               \
+    static void reduce_##sfx(rd_redop op, UT *dst, const void *const *src, int nsrc, size_t count, \
+                             uint32_t divisor)                                                     \
+    {                                                                                              \
+        UT acc[RD_BLOCK];                                                                          \
+        size_t off, n, i;                                                                          \
+        int k;                                                                                     \
+                                                                                                   \
+        for (off = 0; off < count; off += n) {                                                     \
+            n = count - off < RD_BLOCK ? count - off : RD_BLOCK;                                   \
+            memcpy(acc, (const UT *)src[0] + off, n * sizeof(UT));                                 \
+            for (k = 1; k < nsrc; k++) {                                                           \
+                const UT *restrict x = (const UT *)src[k] + off;                                   \
+                switch (op) {                                                                      \
+                case RD_OP_SUM:                                                                    \
+                case RD_OP_AVG:                                                                    \
+                    for (i = 0; i < n; i++)                                                        \
+                        acc[i] = (UT)(acc[i] + x[i]);                                              \
+                    break;                                                                         \
+                case RD_OP_PROD:                                                                   \
+                    for (i = 0; i < n; i++)                                                        \
+                        acc[i] = (UT)(1u * acc[i] * x[i]);                                         \
+                    break;                                                                         \
+                case RD_OP_MIN:                                                                    \
+                    for (i = 0; i < n; i++)                                                        \
+                        acc[i] = (UT)(x[i] ^ (SIGN)) < (UT)(acc[i] ^ (SIGN)) ? x[i] : acc[i];      \
+                    break;                                                                         \
+                case RD_OP_MAX:                                                                    \
+                    for (i = 0; i < n; i++)                                                        \
+                        acc[i] = (UT)(x[i] ^ (SIGN)) > (UT)(acc[i] ^ (SIGN)) ? x[i] : acc[i];      \
+                    break;                                                                         \
+                default: assert(0 && "rd_reduce: invalid op");                                     \
+                }                                                                                  \
+            }                                                                                      \
+            if (divisor > 1) {                                                                     \
+                for (i = 0; i < n; i++) {                                                          \
+                    UT v = acc[i];                                                                 \
+                    if (v & (SIGN))                                                                \
+                        acc[i] = (UT)(0u - (UT)((UT)(0u - v) / divisor));                          \
+                    else                                                                           \
+                        acc[i] = (UT)(v / divisor);                                                \
+                }                                                                                  \
+            }                                                                                      \
+            memcpy(dst + off, acc, n * sizeof(UT));                                                \
+        }                                                                                          \
     }
 
 RD_INT_KERNEL(uint32_t, i32, UINT32_C(0x80000000))
@@ -391,27 +388,14 @@ void rd_reduce(rd_dtype dt, rd_redop op, void *dst, const void *const *src, int 
     assert(rd_dtype_is_float(dt) || (args->prescale == 1.0 && args->postscale == 1.0));
 
     switch (dt) {
-    case RD_DT_F32:
-        reduce_f32(op, dst, src, nsrc, count, args);
-        break;
-    case RD_DT_F64:
-        reduce_f64(op, dst, src, nsrc, count, args);
-        break;
+    case RD_DT_F32: reduce_f32(op, dst, src, nsrc, count, args); break;
+    case RD_DT_F64: reduce_f64(op, dst, src, nsrc, count, args); break;
     case RD_DT_F16:
-    case RD_DT_BF16:
-        reduce_half(dt, op, dst, src, nsrc, count, args);
-        break;
-    case RD_DT_I32:
-        reduce_i32(op, dst, src, nsrc, count, args->divisor);
-        break;
-    case RD_DT_I64:
-        reduce_i64(op, dst, src, nsrc, count, args->divisor);
-        break;
-    case RD_DT_U8:
-        reduce_u8(op, dst, src, nsrc, count, args->divisor);
-        break;
-    default:
-        assert(0 && "rd_reduce: invalid dtype");
+    case RD_DT_BF16: reduce_half(dt, op, dst, src, nsrc, count, args); break;
+    case RD_DT_I32: reduce_i32(op, dst, src, nsrc, count, args->divisor); break;
+    case RD_DT_I64: reduce_i64(op, dst, src, nsrc, count, args->divisor); break;
+    case RD_DT_U8: reduce_u8(op, dst, src, nsrc, count, args->divisor); break;
+    default: assert(0 && "rd_reduce: invalid dtype");
     }
 }
 

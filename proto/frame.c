@@ -25,8 +25,8 @@ uint32_t rd_frame_payload_len(const uint8_t *buf)
            (uint32_t)buf[3] << 24;
 }
 
-rd_frame_status rd_frame_decode(const uint8_t *buf, size_t len, uint32_t max_payload,
-                                rd_msg **msg, size_t *consumed, char *err, size_t errlen)
+rd_frame_status rd_frame_decode(const uint8_t *buf, size_t len, uint32_t max_payload, rd_msg **msg,
+                                size_t *consumed, char *err, size_t errlen)
 {
     *msg = NULL;
     if (len < RD_FRAME_HEADER)

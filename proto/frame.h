@@ -30,8 +30,8 @@ size_t rd_frame_pack(const rd_msg *msg, uint8_t *buf);
 /* Decodes the first frame of buf[0..len). On RD_FRAME_OK, *msg is owned by the caller
  * (rd_frame_free) and *consumed is the frame's length; on RD_FRAME_BAD, err says why.
  * Frames whose payload exceeds max_payload are refused before any of it is read. */
-rd_frame_status rd_frame_decode(const uint8_t *buf, size_t len, uint32_t max_payload,
-                                rd_msg **msg, size_t *consumed, char *err, size_t errlen);
+rd_frame_status rd_frame_decode(const uint8_t *buf, size_t len, uint32_t max_payload, rd_msg **msg,
+                                size_t *consumed, char *err, size_t errlen);
 
 /* Payload length announced by a frame header (buf holds at least RD_FRAME_HEADER bytes). */
 uint32_t rd_frame_payload_len(const uint8_t *buf);

@@ -77,8 +77,7 @@ int rd_ring_consumer_asleep(rd_ring *r)
     return atomic_load_explicit(&r->shm->consumer_sleeping, memory_order_relaxed) != 0;
 }
 
-rd_ring_status rd_ring_get(rd_ring *r, uint32_t max_payload, rd_msg **msg, char *err,
-                           size_t errlen)
+rd_ring_status rd_ring_get(rd_ring *r, uint32_t max_payload, rd_msg **msg, char *err, size_t errlen)
 {
     uint8_t small[1024];
     uint8_t hdr[RD_FRAME_HEADER];

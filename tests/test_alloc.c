@@ -255,8 +255,8 @@ ParameterizedTestParameters(alloc, matches_a_first_fit_model_over_random_sequenc
 {
     static struct random_case cases[] = {
         {64 * 1024, 1, 3000, 20000},
-        {100003, 2, 9000, 20000},       /* size not a multiple of the alignment */
-        {4096, 3, 300, 20000},          /* nearly always full */
+        {100003, 2, 9000, 20000}, /* size not a multiple of the alignment */
+        {4096, 3, 300, 20000},    /* nearly always full */
         {1 << 20, 4, 1 << 16, 5000},
     };
     return cr_make_param_array(struct random_case, cases, sizeof(cases) / sizeof(cases[0]));

@@ -1,4 +1,5 @@
-/* Unit tests for daemon option parsing (defaults, RINGD_* environment, flags) in daemon/config.c. */
+/* Unit tests for daemon option parsing (defaults, RINGD_* environment, flags) in daemon/config.c.
+ */
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
 
@@ -117,10 +118,10 @@ Test(config, resolves_threads_zero_to_the_cpu_count_from_any_source)
 /* Strings are held inline: Criterion may run a test in a fresh process image where pointers
  * into the parent's static data are not valid. */
 struct override_case {
-    char name[16];        /* option */
-    char env[40];         /* NAME=value */
-    char env_expect[24];  /* field as text after the environment */
-    char flag[16];        /* value given with --name */
+    char name[16];       /* option */
+    char env[40];        /* NAME=value */
+    char env_expect[24]; /* field as text after the environment */
+    char flag[16];       /* value given with --name */
     char flag_expect[24];
 };
 
@@ -266,10 +267,14 @@ ParameterizedTestParameters(config, prints_help_naming_every_option_and_its_vari
 ParameterizedTest(struct help_case *c, config, prints_help_naming_every_option_and_its_variable)
 {
     static const char *const names[][2] = {
-        {"--socket", "RINGD_SOCKET"},         {"--arena-size", "RINGD_ARENA_SIZE"},
-        {"--arena-max", "RINGD_ARENA_MAX"},   {"--max-frame", "RINGD_MAX_FRAME"},
-        {"--inline-bytes", "RINGD_INLINE_BYTES"}, {"--threads", "RINGD_THREADS"},
-        {"--max-clients", "RINGD_MAX_CLIENTS"}, {"--log-level", "RINGD_LOG_LEVEL"},
+        {"--socket", "RINGD_SOCKET"},
+        {"--arena-size", "RINGD_ARENA_SIZE"},
+        {"--arena-max", "RINGD_ARENA_MAX"},
+        {"--max-frame", "RINGD_MAX_FRAME"},
+        {"--inline-bytes", "RINGD_INLINE_BYTES"},
+        {"--threads", "RINGD_THREADS"},
+        {"--max-clients", "RINGD_MAX_CLIENTS"},
+        {"--log-level", "RINGD_LOG_LEVEL"},
     };
     rd_config cfg;
     char err[256];

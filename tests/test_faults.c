@@ -22,8 +22,9 @@ static char job_[64];
 
 static void start(void)
 {
-    const char *const extra[] = {"--max-frame",   "64K", "--arena-size",   "1M",
-                                 "--max-pending", "16",  "--handshake-ms", "500", NULL};
+    const char *const extra[] = {
+        "--max-frame", "64K", "--arena-size", "1M", "--max-pending", "16", "--handshake-ms",
+        "500",         NULL};
     cr_assert_eq(th_daemon_start(&daemon_, extra), 0, "ringd did not start");
     snprintf(job_, sizeof(job_), "faults.%d", (int)getpid());
 }
@@ -42,8 +43,7 @@ static void expect_error(int fd, ringd_result_t status, const char *what)
                  (int)m->body_case);
     cr_expect_eq(m->error->status, (uint32_t)status, "status %u, message: %s", m->error->status,
                  m->error->message);
-    cr_expect(strstr(m->error->message, what) != NULL, "'%s' not in '%s'", what,
-              m->error->message);
+    cr_expect(strstr(m->error->message, what) != NULL, "'%s' not in '%s'", what, m->error->message);
     rd_frame_free(m);
     cr_expect(th_wait_eof(fd, 5000), "the daemon kept the connection open");
 }
@@ -279,8 +279,8 @@ Test(faults, buffers_outside_the_arena_are_refused_and_the_session_continues)
         s.prescale = s.postscale = 1.0;
         Ringd__Complete *c = submit_raw(&x, &s);
         cr_expect_eq(c->request_id, 100 + i);
-        cr_expect_eq(c->status, (uint32_t)RINGD_E_INVALID, "case %zu: status %u (%s)", i,
-                     c->status, c->message);
+        cr_expect_eq(c->status, (uint32_t)RINGD_E_INVALID, "case %zu: status %u (%s)", i, c->status,
+                     c->message);
         cr_expect(strstr(c->message, bad[i].what) != NULL, "case %zu: '%s' not in '%s'", i,
                   bad[i].what, c->message);
         ringd__complete__free_unpacked(c, NULL);
@@ -685,7 +685,8 @@ static int other_user(int i, void *arg)
     int ok = r != NULL && r->body_case == RINGD__MSG__BODY_ERROR &&
              r->error->status == RINGD_E_REFUSED && strstr(r->error->message, "belongs to uid 0");
     if (!ok)
-        fprintf(stderr, "other user: %s\n", r && r->body_case == RINGD__MSG__BODY_ERROR ? r->error->message : "no Error");
+        fprintf(stderr, "other user: %s\n",
+                r && r->body_case == RINGD__MSG__BODY_ERROR ? r->error->message : "no Error");
     rd_frame_free(r);
     return ok ? 0 : 1;
 }
@@ -721,8 +722,7 @@ static int timeout_then_free(int i, void *arg)
     float *heap = calloc(4096, sizeof(float));
     int ok = 1;
     if (i == 0) { /* the impatient one, whatever rank it got */
-        ok &= ringd_allreduce(r, "late", heap, heap, 4096, RINGD_F32, RINGD_SUM) ==
-              RINGD_E_TIMEOUT;
+        ok &= ringd_allreduce(r, "late", heap, heap, 4096, RINGD_F32, RINGD_SUM) == RINGD_E_TIMEOUT;
         free(heap);
         heap = NULL;
         *flag = 1;
@@ -739,7 +739,8 @@ static int timeout_then_free(int i, void *arg)
 
 Test(faults, a_timed_out_call_never_writes_into_the_callers_freed_buffer)
 {
-    volatile int *flag = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    volatile int *flag =
+        mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     cr_assert_neq((void *)flag, MAP_FAILED);
     cr_expect_eq(th_run(2, timeout_then_free, (void *)flag, 20000), 0);
     munmap((void *)flag, 4096);

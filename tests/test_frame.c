@@ -296,9 +296,9 @@ Test(frame, refuses_an_oversized_header_without_waiting_for_the_payload)
 
     put_header(hdr, UINT32_MAX);
     err[0] = '\0';
-    cr_assert_eq(rd_frame_decode(hdr, sizeof(hdr), RD_FRAME_MAX_DEFAULT, &out, &consumed, err,
-                                 sizeof(err)),
-                 RD_FRAME_BAD);
+    cr_assert_eq(
+        rd_frame_decode(hdr, sizeof(hdr), RD_FRAME_MAX_DEFAULT, &out, &consumed, err, sizeof(err)),
+        RD_FRAME_BAD);
     cr_assert_not_null(strstr(err, "4294967295"), "error does not name the size: '%s'", err);
 }
 
@@ -315,8 +315,8 @@ Test(frame, accepts_a_payload_of_exactly_max_payload)
     char err[128] = "";
     uint32_t payload = (uint32_t)(len - RD_FRAME_HEADER);
 
-    cr_assert_eq(rd_frame_decode(buf, len, payload, &out, &consumed, err, sizeof(err)),
-                 RD_FRAME_OK, "%s", err);
+    cr_assert_eq(rd_frame_decode(buf, len, payload, &out, &consumed, err, sizeof(err)), RD_FRAME_OK,
+                 "%s", err);
     rd_frame_free(out);
     cr_assert_eq(rd_frame_decode(buf, len, payload - 1, &out, &consumed, err, sizeof(err)),
                  RD_FRAME_BAD);
@@ -389,9 +389,9 @@ ParameterizedTest(struct typeless_case *c, frame, refuses_a_valid_msg_of_no_know
 
     put_header(buf, c->len);
     memcpy(buf + RD_FRAME_HEADER, c->payload, c->len);
-    cr_assert_eq(rd_frame_decode(buf, RD_FRAME_HEADER + c->len, MAX, &out, &consumed, err,
-                                 sizeof(err)),
-                 RD_FRAME_BAD, "%s", c->what);
+    cr_assert_eq(
+        rd_frame_decode(buf, RD_FRAME_HEADER + c->len, MAX, &out, &consumed, err, sizeof(err)),
+        RD_FRAME_BAD, "%s", c->what);
     cr_assert_null(out);
     cr_assert_not_null(strstr(err, "no known message type"), "%s: err '%s'", c->what, err);
 }
@@ -417,16 +417,16 @@ Test(frame, decodes_back_to_back_frames_one_at_a_time)
     rd_msg *out = NULL;
     size_t consumed = 0;
     char err[128] = "";
-    cr_assert_eq(rd_frame_decode(buf, n1 + n2, MAX, &out, &consumed, err, sizeof(err)),
-                 RD_FRAME_OK, "%s", err);
+    cr_assert_eq(rd_frame_decode(buf, n1 + n2, MAX, &out, &consumed, err, sizeof(err)), RD_FRAME_OK,
+                 "%s", err);
     cr_assert_eq(consumed, n1);
     cr_assert_eq(out->body_case, RINGD__MSG__BODY_HELLO);
     cr_assert_str_eq(out->hello->job, "j");
     rd_frame_free(out);
 
     consumed = 0;
-    cr_assert_eq(rd_frame_decode(buf + n1, n2, MAX, &out, &consumed, err, sizeof(err)),
-                 RD_FRAME_OK, "%s", err);
+    cr_assert_eq(rd_frame_decode(buf + n1, n2, MAX, &out, &consumed, err, sizeof(err)), RD_FRAME_OK,
+                 "%s", err);
     cr_assert_eq(consumed, n2);
     cr_assert_eq(out->body_case, RINGD__MSG__BODY_STATUS_REQUEST);
     rd_frame_free(out);
@@ -451,18 +451,9 @@ struct name_case {
 ParameterizedTestParameters(frame, validates_names)
 {
     static struct name_case cases[] = {
-        {"", 0},
-        {"a", 1},
-        {"layer.3.weight", 1},
-        {"job with spaces/and~punct!", 1},
-        {" ", 1},
-        {"~", 1},
-        {"tab\there", 0},
-        {"new\nline", 0},
-        {"\x1f", 0},
-        {"del\x7f", 0},
-        {"caf\xc3\xa9", 0},
-        {"\x80", 0},
+        {"", 0},     {"a", 1},       {"layer.3.weight", 1}, {"job with spaces/and~punct!", 1},
+        {" ", 1},    {"~", 1},       {"tab\there", 0},      {"new\nline", 0},
+        {"\x1f", 0}, {"del\x7f", 0}, {"caf\xc3\xa9", 0},    {"\x80", 0},
         {"\xff", 0},
     };
     return cr_make_param_array(struct name_case, cases, sizeof(cases) / sizeof(cases[0]));

@@ -48,14 +48,14 @@ static ringd_t *open_or_die(int n)
     return r;
 }
 
-#define CHECK_OK(r, call)                                                                         \
-    do {                                                                                          \
-        ringd_result_t rc_ = (call);                                                              \
-        if (rc_ != RINGD_OK) {                                                                    \
-            fprintf(stderr, "%s:%d: %s: %s: %s\n", __FILE__, __LINE__, #call,                     \
-                    ringd_strerror(rc_), ringd_errmsg(r));                                        \
-            return 20;                                                                            \
-        }                                                                                         \
+#define CHECK_OK(r, call)                                                                          \
+    do {                                                                                           \
+        ringd_result_t rc_ = (call);                                                               \
+        if (rc_ != RINGD_OK) {                                                                     \
+            fprintf(stderr, "%s:%d: %s: %s: %s\n", __FILE__, __LINE__, #call, ringd_strerror(rc_), \
+                    ringd_errmsg(r));                                                              \
+            return 20;                                                                             \
+        }                                                                                          \
     } while (0)
 
 /* Rank r's element i: small integers, negative ones too, exact in every dtype. */
@@ -135,8 +135,8 @@ static void reference(void *want, ringd_dtype_t dt, ringd_redop_t op, size_t cou
             uint64_t mask = bits == 64 ? ~0ull : (1ull << bits) - 1;
             uint64_t acc = (uint64_t)(int64_t)(base(0, i) + (sgn ? 0 : 3)) & mask;
             for (int k = 1; k < n; k++)
-                acc = uop(op, acc, (uint64_t)(int64_t)(base(k, i) + (sgn ? 0 : 3)) & mask, sgn,
-                          bits);
+                acc =
+                    uop(op, acc, (uint64_t)(int64_t)(base(k, i) + (sgn ? 0 : 3)) & mask, sgn, bits);
             if (op == RINGD_AVG) {
                 if (sgn) {
                     int64_t s = (int64_t)(acc << (64 - bits)) >> (64 - bits);
@@ -214,8 +214,8 @@ static int scaled(int idx, void *arg)
                 put(buf, dts[d], i, base(me, i));
             char name[32];
             snprintf(name, sizeof(name), "s.%zu.%d", d, op);
-            CHECK_OK(r, ringd_allreduce_scaled(r, name, buf, buf, count, dts[d],
-                                               (ringd_redop_t)op, 0.5, 3.0, NULL));
+            CHECK_OK(r, ringd_allreduce_scaled(r, name, buf, buf, count, dts[d], (ringd_redop_t)op,
+                                               0.5, 3.0, NULL));
             reference(want, dts[d], (ringd_redop_t)op, count, n, 0.5, 3.0);
             if (memcmp(buf, want, count * esz) != 0) {
                 fprintf(stderr, "rank %d: scaled %s differs\n", me, name);
@@ -262,8 +262,8 @@ static int movement(int idx, void *arg)
     /* in place: this rank's contribution already sits in its slot of the output */
     for (size_t i = 0; i < count; i++)
         gather[(size_t)me * count + i] = (int32_t)(me * 11 + (int)i);
-    CHECK_OK(r, ringd_allgather(r, "g.inplace", gather + (size_t)me * count, gather, count,
-                                RINGD_I32));
+    CHECK_OK(
+        r, ringd_allgather(r, "g.inplace", gather + (size_t)me * count, gather, count, RINGD_I32));
     for (int k = 0; k < n; k++) {
         for (size_t i = 0; i < count; i++) {
             if (heap_gather[(size_t)k * count + i] != (int32_t)(k * 7 + (int)i))
@@ -307,8 +307,8 @@ static int out_of_order(int idx, void *arg)
             buf[t][i] = (float)(t + me + i);
         char name[32];
         snprintf(name, sizeof(name), "grad.%d", t);
-        CHECK_OK(r, ringd_allreduce_async(r, name, buf[t], buf[t], C, RINGD_F32, RINGD_SUM,
-                                          &req[t]));
+        CHECK_OK(r,
+                 ringd_allreduce_async(r, name, buf[t], buf[t], C, RINGD_F32, RINGD_SUM, &req[t]));
     }
     for (int t = 0; t < T; t += 2) {
         int done = 0;

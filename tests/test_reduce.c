@@ -252,8 +252,8 @@ static void check_against_reference(rd_dtype dt, rd_redop op, const void *dst,
                           rd_redop_name(op), i, got);
             } else {
                 uint16_t w = dt == RD_DT_F16 ? rd_f32_to_f16(want) : rd_f32_to_bf16(want);
-                cr_assert_eq(got, w, "%s %s [%zu]: got 0x%04x, want 0x%04x (%a)",
-                             rd_dtype_name(dt), rd_redop_name(op), i, got, w, want);
+                cr_assert_eq(got, w, "%s %s [%zu]: got 0x%04x, want 0x%04x (%a)", rd_dtype_name(dt),
+                             rd_redop_name(op), i, got, w, want);
             }
             break;
         }
@@ -278,8 +278,7 @@ static void check_against_reference(rd_dtype dt, rd_redop op, const void *dst,
                          want);
             break;
         }
-        default:
-            cr_assert_fail("bad dtype");
+        default: cr_assert_fail("bad dtype");
         }
     }
 }
@@ -342,8 +341,8 @@ ParameterizedTestParameters(reduce, matches_reference_for_every_dtype_op_and_len
         for (size_t o = 0; o < 4; o++)
             for (size_t s = 0; s < 3; s++)
                 for (size_t c = 0; c < 4; c++)
-                    cases[n++] = (struct reduce_case){(rd_dtype)dt, all_ops[o], all_nsrc[s],
-                                                      all_counts[c]};
+                    cases[n++] =
+                        (struct reduce_case){(rd_dtype)dt, all_ops[o], all_nsrc[s], all_counts[c]};
     return cr_make_param_array(struct reduce_case, cases, n);
 }
 
@@ -392,14 +391,14 @@ struct scale_case {
 ParameterizedTestParameters(reduce, applies_prescale_divisor_and_postscale_to_floats)
 {
     static struct scale_case cases[] = {
-        {RD_DT_F32, RD_OP_SUM, 0.5, 3.0, 3},   {RD_DT_F32, RD_OP_SUM, 0.1, 1.0, 1},
-        {RD_DT_F32, RD_OP_SUM, 1.0, 1.0, 7},   {RD_DT_F32, RD_OP_PROD, 2.0, 0.25, 1},
-        {RD_DT_F32, RD_OP_MIN, -1.0, 0.3, 2},  {RD_DT_F64, RD_OP_SUM, 0.5, 3.0, 3},
-        {RD_DT_F64, RD_OP_SUM, 0.1, 0.7, 5},   {RD_DT_F64, RD_OP_MAX, -2.0, 1.0, 1},
-        {RD_DT_F16, RD_OP_SUM, 0.5, 3.0, 3},   {RD_DT_F16, RD_OP_SUM, 1.0, 1.0, 3},
+        {RD_DT_F32, RD_OP_SUM, 0.5, 3.0, 3},    {RD_DT_F32, RD_OP_SUM, 0.1, 1.0, 1},
+        {RD_DT_F32, RD_OP_SUM, 1.0, 1.0, 7},    {RD_DT_F32, RD_OP_PROD, 2.0, 0.25, 1},
+        {RD_DT_F32, RD_OP_MIN, -1.0, 0.3, 2},   {RD_DT_F64, RD_OP_SUM, 0.5, 3.0, 3},
+        {RD_DT_F64, RD_OP_SUM, 0.1, 0.7, 5},    {RD_DT_F64, RD_OP_MAX, -2.0, 1.0, 1},
+        {RD_DT_F16, RD_OP_SUM, 0.5, 3.0, 3},    {RD_DT_F16, RD_OP_SUM, 1.0, 1.0, 3},
         {RD_DT_F16, RD_OP_SUM, 1024.0, 1.0, 1}, /* overflows to inf */
         {RD_DT_F16, RD_OP_PROD, 0.001, 1.0, 1}, /* underflows into subnormals */
-        {RD_DT_BF16, RD_OP_SUM, 0.5, 3.0, 3},  {RD_DT_BF16, RD_OP_SUM, 0.1, 1.0, 6},
+        {RD_DT_BF16, RD_OP_SUM, 0.5, 3.0, 3},   {RD_DT_BF16, RD_OP_SUM, 0.1, 1.0, 6},
         {RD_DT_BF16, RD_OP_MAX, 1.0, -1.5, 1},
     };
     return cr_make_param_array(struct scale_case, cases, sizeof(cases) / sizeof(cases[0]));
@@ -579,8 +578,14 @@ ParameterizedTest(struct nan_case *c, reduce, propagates_nan_through_min_and_max
             switch (c->dt) {
             case RD_DT_F32: memcpy(buf[k] + 4 * i, &f, 4); break;
             case RD_DT_F64: memcpy(buf[k] + 8 * i, &v, 8); break;
-            case RD_DT_F16: h = rd_f32_to_f16(f); memcpy(buf[k] + 2 * i, &h, 2); break;
-            default: h = rd_f32_to_bf16(f); memcpy(buf[k] + 2 * i, &h, 2); break;
+            case RD_DT_F16:
+                h = rd_f32_to_f16(f);
+                memcpy(buf[k] + 2 * i, &h, 2);
+                break;
+            default:
+                h = rd_f32_to_bf16(f);
+                memcpy(buf[k] + 2 * i, &h, 2);
+                break;
             }
         }
         src[k] = buf[k];
@@ -589,10 +594,34 @@ ParameterizedTest(struct nan_case *c, reduce, propagates_nan_through_min_and_max
 
     double r0, r1;
     switch (c->dt) {
-    case RD_DT_F32: { float f[2]; memcpy(f, out, 8); r0 = f[0]; r1 = f[1]; break; }
-    case RD_DT_F64: { double d[2]; memcpy(d, out, 16); r0 = d[0]; r1 = d[1]; break; }
-    case RD_DT_F16: { uint16_t h[2]; memcpy(h, out, 4); r0 = ref_f16_value(h[0]); r1 = ref_f16_value(h[1]); break; }
-    default: { uint16_t h[2]; memcpy(h, out, 4); r0 = ref_bf16_value(h[0]); r1 = ref_bf16_value(h[1]); break; }
+    case RD_DT_F32: {
+        float f[2];
+        memcpy(f, out, 8);
+        r0 = f[0];
+        r1 = f[1];
+        break;
+    }
+    case RD_DT_F64: {
+        double d[2];
+        memcpy(d, out, 16);
+        r0 = d[0];
+        r1 = d[1];
+        break;
+    }
+    case RD_DT_F16: {
+        uint16_t h[2];
+        memcpy(h, out, 4);
+        r0 = ref_f16_value(h[0]);
+        r1 = ref_f16_value(h[1]);
+        break;
+    }
+    default: {
+        uint16_t h[2];
+        memcpy(h, out, 4);
+        r0 = ref_bf16_value(h[0]);
+        r1 = ref_bf16_value(h[1]);
+        break;
+    }
     }
     cr_assert(isnan(r0), "%s %s with NaN in source %d gave %g", rd_dtype_name(c->dt),
               rd_redop_name(c->op), c->nan_k, r0);
@@ -620,19 +649,19 @@ ParameterizedTestParameters(reduce, encodes_f16_edge_cases)
         {65520.0f, 0x7c00}, /* tie between 65504 and 2^16: even is inf */
         {-65520.0f, 0xfc00},
         {1e10f, 0x7c00},
-        {0x1p-14f, 0x0400},  /* smallest normal */
-        {0x1p-24f, 0x0001},  /* smallest subnormal */
+        {0x1p-14f, 0x0400}, /* smallest normal */
+        {0x1p-24f, 0x0001}, /* smallest subnormal */
         {-0x1p-24f, 0x8001},
-        {0x1p-25f, 0x0000},  /* tie: rounds to even zero */
+        {0x1p-25f, 0x0000}, /* tie: rounds to even zero */
         {-0x1p-25f, 0x8000},
         {0x1.000002p-25f, 0x0001},
-        {0x3p-25f, 0x0002},  /* 1.5 ulp: tie rounds up to even 2 */
-        {0x5p-25f, 0x0002},  /* 2.5 ulp: tie rounds down to even 2 */
+        {0x3p-25f, 0x0002}, /* 1.5 ulp: tie rounds up to even 2 */
+        {0x5p-25f, 0x0002}, /* 2.5 ulp: tie rounds down to even 2 */
         {0x1p-26f, 0x0000},
-        {0x3ffp-24f, 0x03ff}, /* largest subnormal */
-        {0x7ffp-25f, 0x0400}, /* rounds up into the smallest normal */
-        {1.0f + 0x1p-11f, 0x3c00},   /* tie at 1: down to even */
-        {1.0f + 0x3p-11f, 0x3c02},   /* tie: up to even */
+        {0x3ffp-24f, 0x03ff},      /* largest subnormal */
+        {0x7ffp-25f, 0x0400},      /* rounds up into the smallest normal */
+        {1.0f + 0x1p-11f, 0x3c00}, /* tie at 1: down to even */
+        {1.0f + 0x3p-11f, 0x3c02}, /* tie: up to even */
         {INFINITY, 0x7c00},
         {-INFINITY, 0xfc00},
         {FLT_MAX, 0x7c00},
@@ -669,8 +698,7 @@ Test(reduce, keeps_nan_as_nan_when_encoding_f16)
         float f;
         memcpy(&f, &nans[i], 4);
         uint16_t h = rd_f32_to_f16(f);
-        cr_assert((h & 0x7c00) == 0x7c00 && (h & 0x03ff) != 0, "f16(0x%08x) = 0x%04x", nans[i],
-                  h);
+        cr_assert((h & 0x7c00) == 0x7c00 && (h & 0x03ff) != 0, "f16(0x%08x) = 0x%04x", nans[i], h);
         cr_assert_eq(h & 0x8000, (nans[i] >> 16) & 0x8000);
     }
 }
@@ -719,7 +747,8 @@ static void check_midpoints(uint16_t (*enc)(float), double (*value)(uint16_t), u
             cr_assert_eq((double)mid, (lo + hi) / 2, "midpoint above 0x%04x not exact", h);
             if (sign)
                 mid = -mid;
-            float below = nextafterf(mid, 0.0f), above = nextafterf(mid, sign ? -INFINITY : INFINITY);
+            float below = nextafterf(mid, 0.0f),
+                  above = nextafterf(mid, sign ? -INFINITY : INFINITY);
             cr_assert_eq(enc(mid), even | sign, "midpoint above 0x%04x", h | sign);
             cr_assert_eq(enc(below), h | sign, "just below midpoint above 0x%04x", h | sign);
             cr_assert_eq(enc(above), (h + 1) | sign, "just above midpoint above 0x%04x", h | sign);
@@ -757,15 +786,10 @@ ParameterizedTestParameters(reduce, encodes_bf16_edge_cases)
     static struct bits_case cases[] = {
         {0x3f808000u, 0x3f80}, /* tie, down to even */
         {0x3f818000u, 0x3f82}, /* tie, up to even */
-        {0x3f808001u, 0x3f81},
-        {0x3f807fffu, 0x3f80},
-        {0x00000000u, 0x0000},
-        {0x80000000u, 0x8000},
-        {0x7f800000u, 0x7f80}, /* inf */
-        {0xff800000u, 0xff80},
-        {0x7f7fffffu, 0x7f80}, /* FLT_MAX rounds to inf */
-        {0x7f7f7fffu, 0x7f7f},
-        {0x00008000u, 0x0000}, /* subnormal tie to even zero */
+        {0x3f808001u, 0x3f81}, {0x3f807fffu, 0x3f80}, {0x00000000u, 0x0000},
+        {0x80000000u, 0x8000}, {0x7f800000u, 0x7f80}, /* inf */
+        {0xff800000u, 0xff80}, {0x7f7fffffu, 0x7f80}, /* FLT_MAX rounds to inf */
+        {0x7f7f7fffu, 0x7f7f}, {0x00008000u, 0x0000}, /* subnormal tie to even zero */
         {0x00018000u, 0x0002},
     };
     return cr_make_param_array(struct bits_case, cases, sizeof(cases) / sizeof(cases[0]));
@@ -787,8 +811,7 @@ Test(reduce, keeps_nan_as_nan_when_encoding_bf16)
         float f;
         memcpy(&f, &nans[i], 4);
         uint16_t b = rd_f32_to_bf16(f);
-        cr_assert((b & 0x7f80) == 0x7f80 && (b & 0x007f) != 0, "bf16(0x%08x) = 0x%04x", nans[i],
-                  b);
+        cr_assert((b & 0x7f80) == 0x7f80 && (b & 0x007f) != 0, "bf16(0x%08x) = 0x%04x", nans[i], b);
         cr_assert_eq(b & 0x8000, (nans[i] >> 16) & 0x8000);
     }
 }
@@ -805,7 +828,7 @@ Test(reduce, names_and_sizes_every_dtype)
         size_t size;
         int is_float;
     } t[] = {
-        {RD_DT_F32, "f32", 4, 1}, {RD_DT_F64, "f64", 8, 1}, {RD_DT_F16, "f16", 2, 1},
+        {RD_DT_F32, "f32", 4, 1},   {RD_DT_F64, "f64", 8, 1}, {RD_DT_F16, "f16", 2, 1},
         {RD_DT_BF16, "bf16", 2, 1}, {RD_DT_I32, "i32", 4, 0}, {RD_DT_I64, "i64", 8, 0},
         {RD_DT_U8, "u8", 1, 0},
     };

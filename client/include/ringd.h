@@ -24,11 +24,11 @@ typedef struct ringd_request ringd_request_t; /* one asynchronous collective */
 
 typedef enum {
     RINGD_OK = 0,
-    RINGD_E_INVALID = 1,    /* a bad argument: fix the call */
-    RINGD_E_CONNECT = 2,    /* the daemon is not reachable: is ringd running, is the socket right? */
-    RINGD_E_PROTOCOL = 3,   /* the daemon or the library sent something the other did not accept */
-    RINGD_E_TIMEOUT = 4,    /* a deadline passed */
-    RINGD_E_MISMATCH = 5,   /* ranks submitted the same name with different parameters */
+    RINGD_E_INVALID = 1,  /* a bad argument: fix the call */
+    RINGD_E_CONNECT = 2,  /* the daemon is not reachable: is ringd running, is the socket right? */
+    RINGD_E_PROTOCOL = 3, /* the daemon or the library sent something the other did not accept */
+    RINGD_E_TIMEOUT = 4,  /* a deadline passed */
+    RINGD_E_MISMATCH = 5, /* ranks submitted the same name with different parameters */
     RINGD_E_MEMBERSHIP = 6, /* a participant joined or left; re-synchronise and retry */
     RINGD_E_NOMEM = 7,      /* out of memory, or the arena is full */
     RINGD_E_STALLED = 8,    /* some ranks never submitted the tensor */
@@ -72,7 +72,10 @@ typedef struct {
                                 CPU) before it sleeps on the socket; 0: 100, -1: never poll */
 } ringd_options_t;
 
-#define RINGD_OPTIONS_INIT { sizeof(ringd_options_t), NULL, NULL, 0, 0, 0, 0, 0, 0 }
+#define RINGD_OPTIONS_INIT                                                                         \
+    {                                                                                              \
+        sizeof(ringd_options_t), NULL, NULL, 0, 0, 0, 0, 0, 0                                      \
+    }
 
 /* Connects to the daemon and joins the job; returns once the job's local clients have all
  * joined, or fails at open_timeout_ms. On return *r is set even on failure (NULL only when no
@@ -104,11 +107,11 @@ void *ringd_alloc(ringd_t *r, size_t bytes);
 void ringd_free(ringd_t *r, void *p);
 
 /* Collectives. Every call may be made by the thread that owns r; it returns RINGD_OK or an error
- * with its detail in ringd_errmsg(r). name identifies the tensor across ranks (NULL: an automatic name from a per-session
- * counter, which matches only when every rank calls in the same order). Buffers may be in the arena
- * or anywhere else; recvbuf may equal sendbuf. The _async forms return a request that must be
- * finished with ringd_wait, or ringd_test until it reports done; the buffers must stay untouched
- * until then. */
+ * with its detail in ringd_errmsg(r). name identifies the tensor across ranks (NULL: an automatic
+ * name from a per-session counter, which matches only when every rank calls in the same order).
+ * Buffers may be in the arena or anywhere else; recvbuf may equal sendbuf. The _async forms return
+ * a request that must be finished with ringd_wait, or ringd_test until it reports done; the buffers
+ * must stay untouched until then. */
 ringd_result_t ringd_allreduce(ringd_t *r, const char *name, const void *sendbuf, void *recvbuf,
                                size_t count, ringd_dtype_t dtype, ringd_redop_t op);
 ringd_result_t ringd_allreduce_async(ringd_t *r, const char *name, const void *sendbuf,
