@@ -54,6 +54,23 @@ static void expect_still_serving(void)
     cr_assert(th_status_ok(daemon_.sock), "ringd no longer answers status");
 }
 
+/* A fresh connection sends bytes (or a message) and must get a PROTOCOL Error naming what. */
+static void refused_bytes(const void *buf, size_t len, const char *what)
+{
+    int fd = th_connect(daemon_.sock);
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(th_write(fd, buf, len), 0);
+    expect_error(fd, RINGD_E_PROTOCOL, what);
+    close(fd);
+}
+
+static void refused_msg(const rd_msg *m, const char *what)
+{
+    uint8_t buf[256];
+    cr_assert_leq(rd_frame_size(m), sizeof(buf));
+    refused_bytes(buf, rd_frame_pack(m, buf), what);
+}
+
 /* Sends Hello for job_ with local_size n; returns the fd after Welcome when n == 1. */
 static int hello(int local_size, int world_size)
 {
@@ -145,11 +162,8 @@ TestSuite(faults, .init = start, .fini = stop, .timeout = 60);
 
 Test(faults, garbage_bytes_get_an_error_and_the_daemon_stays_up)
 {
-    int fd = th_connect(daemon_.sock);
     const char junk[] = "\x10\x00\x00\x00GET / HTTP/1.1\r\n\r\n";
-    cr_assert_eq(th_write(fd, junk, sizeof(junk) - 1), 0);
-    expect_error(fd, RINGD_E_PROTOCOL, "frame");
-    close(fd);
+    refused_bytes(junk, sizeof(junk) - 1, "frame");
     expect_still_serving();
     th_daemon_finish(&daemon_);
 }
@@ -174,11 +188,8 @@ Test(faults, random_garbage_never_takes_the_daemon_down)
 
 Test(faults, a_frame_over_the_size_limit_is_refused_before_it_is_read)
 {
-    int fd = th_connect(daemon_.sock);
     uint8_t hdr[4] = {0x00, 0x00, 0x10, 0x00}; /* 1 MiB > --max-frame 64K */
-    cr_assert_eq(th_write(fd, hdr, 4), 0);
-    expect_error(fd, RINGD_E_PROTOCOL, "exceeds --max-frame");
-    close(fd);
+    refused_bytes(hdr, sizeof(hdr), "exceeds --max-frame");
     expect_still_serving();
     th_daemon_finish(&daemon_);
 }
@@ -204,42 +215,29 @@ Test(faults, a_truncated_frame_then_hang_up_is_logged_and_harmless)
 
 Test(faults, a_message_of_no_known_type_is_refused)
 {
-    int fd = th_connect(daemon_.sock);
     uint8_t empty[4] = {0, 0, 0, 0};
-    cr_assert_eq(th_write(fd, empty, 4), 0);
-    expect_error(fd, RINGD_E_PROTOCOL, "no known message type");
-    close(fd);
-
-    fd = th_connect(daemon_.sock);
+    refused_bytes(empty, sizeof(empty), "no known message type");
     uint8_t unknown[7] = {3, 0, 0, 0, 0x98, 0x06, 0x01}; /* field 99, varint 1 */
-    cr_assert_eq(th_write(fd, unknown, sizeof(unknown)), 0);
-    expect_error(fd, RINGD_E_PROTOCOL, "no known message type");
-    close(fd);
+    refused_bytes(unknown, sizeof(unknown), "no known message type");
 
-    fd = th_connect(daemon_.sock);
     Ringd__Complete c = RINGD__COMPLETE__INIT;
     rd_msg m = RINGD__MSG__INIT;
     m.body_case = RINGD__MSG__BODY_COMPLETE;
     m.complete = &c;
-    cr_assert_eq(th_send(fd, &m), 0);
-    expect_error(fd, RINGD_E_PROTOCOL, "not one a client sends");
-    close(fd);
+    refused_msg(&m, "not one a client sends");
     expect_still_serving();
     th_daemon_finish(&daemon_);
 }
 
 Test(faults, submit_before_hello_is_a_protocol_error)
 {
-    int fd = th_connect(daemon_.sock);
     Ringd__Submit s = RINGD__SUBMIT__INIT;
     rd_msg m = RINGD__MSG__INIT;
     s.name = "x";
     s.count = 1;
     m.body_case = RINGD__MSG__BODY_SUBMIT;
     m.submit = &s;
-    cr_assert_eq(th_send(fd, &m), 0);
-    expect_error(fd, RINGD_E_PROTOCOL, "before the session joined");
-    close(fd);
+    refused_msg(&m, "before the session joined");
     expect_still_serving();
     th_daemon_finish(&daemon_);
 }
