@@ -744,3 +744,45 @@ Test(faults, a_timed_out_call_never_writes_into_the_callers_freed_buffer)
     munmap((void *)flag, 4096);
     th_daemon_finish(&daemon_);
 }
+
+/* A client submits a large allreduce and exits at once, so the op may already be running on the
+ * daemon's worker threads over its arena. The others get the result or RINGD_E_MEMBERSHIP; the
+ * daemon neither touches freed memory nor leaks (the sanitizers watch it). */
+static int leave_mid_op(int i, void *arg)
+{
+    (void)arg;
+    ringd_options_t o = RINGD_OPTIONS_INIT;
+    ringd_t *r = NULL;
+    o.socket_path = daemon_.sock;
+    o.job = job_;
+    o.local_size = o.world_size = 3;
+    o.open_timeout_ms = 10000;
+    o.op_timeout_ms = 10000;
+    if (ringd_open(&o, &r) != RINGD_OK)
+        return 10;
+    size_t count = 200000; /* 3 x 800 KB: past --inline-bytes, so on the workers */
+    float *buf = ringd_alloc(r, count * sizeof(float));
+    for (size_t k = 0; k < count; k++)
+        buf[k] = 1.0f;
+    ringd_request_t *q;
+    if (ringd_allreduce_async(r, "big", buf, buf, count, RINGD_F32, RINGD_SUM, &q) != RINGD_OK)
+        return 11;
+    if (i == 2)
+        _exit(0); /* no wait, no close: the daemon sees the hang-up */
+    ringd_result_t rc = ringd_wait(q);
+    int ok = rc == RINGD_OK ? buf[0] == 3.0f && buf[count - 1] == 3.0f : rc == RINGD_E_MEMBERSHIP;
+    if (!ok)
+        fprintf(stderr, "client %d: rc %d: %s\n", i, rc, ringd_errmsg(r));
+    ringd_close(r);
+    return ok ? 0 : 1;
+}
+
+Test(faults, a_client_leaving_while_its_op_runs_on_the_workers_is_harmless)
+{
+    for (int round = 0; round < 5; round++) {
+        snprintf(job_, sizeof(job_), "leave.%d.%d", (int)getpid(), round);
+        cr_expect_eq(th_run(3, leave_mid_op, NULL, 20000), 0, "round %d", round);
+    }
+    expect_still_serving();
+    th_daemon_finish(&daemon_);
+}
