@@ -2,6 +2,8 @@
 #define _GNU_SOURCE
 #include "harness.h"
 
+#include "ringd.h"
+
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -348,6 +350,25 @@ int th_job_in_flight(const char *sock, const char *job)
     rd_frame_free(r);
     close(fd);
     return total;
+}
+
+struct ringd *th_open(const char *sock, const char *job, int n, size_t arena_size,
+                      int op_timeout_ms)
+{
+    ringd_options_t o = RINGD_OPTIONS_INIT;
+    ringd_t *r = NULL;
+    o.socket_path = sock;
+    o.job = job;
+    o.local_size = o.world_size = n;
+    o.arena_size = arena_size;
+    o.open_timeout_ms = 10000;
+    o.op_timeout_ms = op_timeout_ms;
+    ringd_result_t rc = ringd_open(&o, &r);
+    if (rc == RINGD_OK)
+        return r;
+    fprintf(stderr, "ringd_open: %s: %s\n", ringd_strerror(rc), ringd_errmsg(r));
+    ringd_close(r);
+    return NULL;
 }
 
 int th_run(int n, int (*fn)(int i, void *arg), void *arg, int timeout_ms)

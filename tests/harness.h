@@ -65,6 +65,13 @@ rd_msg *th_recv(int fd, int timeout_ms, int *fd_out);
 /* 1 when the peer closes fd within timeout_ms (after any pending bytes). */
 int th_wait_eof(int fd, int timeout_ms);
 
+struct ringd;
+
+/* A libringd session of job on sock with n local ranks (world n), op_timeout_ms for every wait
+ * and arena_size bytes (0: the daemon's default). Returns NULL after printing why. */
+struct ringd *th_open(const char *sock, const char *job, int n, size_t arena_size,
+                      int op_timeout_ms);
+
 /* Runs fn(i, arg) in n forked processes; returns 0 when all exit 0 within timeout_ms, else the
  * first failing index + 1 (stragglers are killed). */
 int th_run(int n, int (*fn)(int i, void *arg), void *arg, int timeout_ms);

@@ -316,15 +316,8 @@ static mismatch_told *told;
 static int mismatch_client(int i, void *arg)
 {
     const mismatch_case *mc = arg;
-    ringd_options_t o = RINGD_OPTIONS_INIT;
-    ringd_t *r = NULL;
-    o.socket_path = daemon_.sock;
-    o.job = job_;
-    o.local_size = 3;
-    o.world_size = 3;
-    o.open_timeout_ms = 10000;
-    o.op_timeout_ms = 10000;
-    if (ringd_open(&o, &r) != RINGD_OK)
+    ringd_t *r = th_open(daemon_.sock, job_, 3, 0, 10000);
+    if (r == NULL)
         return 10;
     int me = ringd_rank(r);
     float *buf = ringd_alloc(r, 4096);
@@ -377,14 +370,8 @@ Test(faults, mismatched_submissions_fail_on_every_rank_naming_the_difference)
 static int root_mismatch_client(int i, void *arg)
 {
     (void)arg;
-    ringd_options_t o = RINGD_OPTIONS_INIT;
-    ringd_t *r = NULL;
-    o.socket_path = daemon_.sock;
-    o.job = job_;
-    o.local_size = 2;
-    o.world_size = 2;
-    o.open_timeout_ms = 10000;
-    if (ringd_open(&o, &r) != RINGD_OK)
+    ringd_t *r = th_open(daemon_.sock, job_, 2, 0, 0);
+    if (r == NULL)
         return 10;
     int buf[4] = {0};
     ringd_result_t rc = ringd_broadcast(r, "p", buf, 4, RINGD_I32, ringd_rank(r));
@@ -469,15 +456,8 @@ Test(faults, the_same_name_twice_in_flight_from_one_client_is_refused)
 static int killed_client(int i, void *arg)
 {
     int *pids = arg; /* shared: the victim writes its pid */
-    ringd_options_t o = RINGD_OPTIONS_INIT;
-    ringd_t *r = NULL;
-    o.socket_path = daemon_.sock;
-    o.job = job_;
-    o.local_size = 3;
-    o.world_size = 3;
-    o.open_timeout_ms = 10000;
-    o.op_timeout_ms = 10000;
-    if (ringd_open(&o, &r) != RINGD_OK)
+    ringd_t *r = th_open(daemon_.sock, job_, 3, 0, 10000);
+    if (r == NULL)
         return 10;
     float *buf = ringd_alloc(r, 1 << 16);
     if (i == 2) {
@@ -708,14 +688,8 @@ Test(faults, other_users_cannot_connect_or_join_a_job_they_do_not_own)
 static int timeout_then_free(int i, void *arg)
 {
     volatile int *flag = arg;
-    ringd_options_t o = RINGD_OPTIONS_INIT;
-    ringd_t *r = NULL;
-    o.socket_path = daemon_.sock;
-    o.job = job_;
-    o.local_size = o.world_size = 2;
-    o.open_timeout_ms = 10000;
-    o.op_timeout_ms = i == 0 ? 100 : 10000;
-    if (ringd_open(&o, &r) != RINGD_OK)
+    ringd_t *r = th_open(daemon_.sock, job_, 2, 0, i == 0 ? 100 : 10000);
+    if (r == NULL)
         return 10;
     float *heap = calloc(4096, sizeof(float));
     int ok = 1;
@@ -751,14 +725,8 @@ Test(faults, a_timed_out_call_never_writes_into_the_callers_freed_buffer)
 static int leave_mid_op(int i, void *arg)
 {
     (void)arg;
-    ringd_options_t o = RINGD_OPTIONS_INIT;
-    ringd_t *r = NULL;
-    o.socket_path = daemon_.sock;
-    o.job = job_;
-    o.local_size = o.world_size = 3;
-    o.open_timeout_ms = 10000;
-    o.op_timeout_ms = 10000;
-    if (ringd_open(&o, &r) != RINGD_OK)
+    ringd_t *r = th_open(daemon_.sock, job_, 3, 0, 10000);
+    if (r == NULL)
         return 10;
     size_t count = 200000; /* 3 x 800 KB: past --inline-bytes, so on the workers */
     float *buf = ringd_alloc(r, count * sizeof(float));

@@ -28,23 +28,12 @@ static void stop(void)
     th_daemon_teardown(&daemon_);
 }
 
-/* Opens a session of job_ with NPROCS local clients; exits the process on failure. */
+/* Opens a session of job_ with n local clients; exits the process on failure. */
 static ringd_t *open_or_die(int n)
 {
-    ringd_options_t o = RINGD_OPTIONS_INIT;
-    ringd_t *r = NULL;
-    o.socket_path = daemon_.sock;
-    o.job = job_;
-    o.local_size = n;
-    o.world_size = n;
-    o.arena_size = 64u << 20;
-    o.open_timeout_ms = 10000;
-    o.op_timeout_ms = 20000;
-    ringd_result_t rc = ringd_open(&o, &r);
-    if (rc != RINGD_OK) {
-        fprintf(stderr, "ringd_open: %s: %s\n", ringd_strerror(rc), ringd_errmsg(r));
+    ringd_t *r = th_open(daemon_.sock, job_, n, 64u << 20, 20000);
+    if (r == NULL)
         exit(10);
-    }
     return r;
 }
 
