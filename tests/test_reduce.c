@@ -861,3 +861,35 @@ Test(reduce, exposes_a_cpu_backend_table)
     cr_assert(b->reduce == rd_reduce);
     cr_assert_eq(rd_backend_cpu(), b);
 }
+
+/* The vectorised half conversions (F16C, AVX2, chosen at run time) against the scalar ones:
+ * sums of random pairs of halves, NaN and infinity bit patterns included, must round the same. */
+static void check_bulk_half(rd_dtype dt, float (*to_f32)(uint16_t), uint16_t (*to_half)(float))
+{
+    enum { N = 1 << 16 };
+    static uint16_t a[N], b[N], out[N];
+    uint32_t seed = 12345;
+    for (size_t i = 0; i < N; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        a[i] = (uint16_t)(seed >> 16);
+        b[i] = (uint16_t)i;
+    }
+    const void *src[2] = {a, b};
+    rd_reduce_args args = RD_REDUCE_ARGS_INIT;
+    rd_reduce(dt, RD_OP_SUM, out, src, 2, N, &args);
+    for (size_t i = 0; i < N; i++) {
+        float want = to_f32(a[i]) + to_f32(b[i]);
+        if (isnan(want))
+            cr_assert(isnan(to_f32(out[i])), "%s element %zu: want NaN, got 0x%04x",
+                      rd_dtype_name(dt), i, out[i]);
+        else
+            cr_assert_eq(out[i], to_half(want), "%s element %zu: 0x%04x + 0x%04x",
+                         rd_dtype_name(dt), i, a[i], b[i]);
+    }
+}
+
+Test(reduce, vectorised_half_paths_round_like_the_scalar_code)
+{
+    check_bulk_half(RD_DT_F16, rd_f16_to_f32, rd_f32_to_f16);
+    check_bulk_half(RD_DT_BF16, rd_bf16_to_f32, rd_f32_to_bf16);
+}
