@@ -1,5 +1,5 @@
 /* ringd-bench: nccl-tests style sweep of one collective through the local ringd, with N client
- * processes started here. */
+ * processes started here (one node's share of a job that may span several nodes). */
 #include <getopt.h>
 #include <inttypes.h>
 #include <signal.h>
@@ -16,7 +16,9 @@
 typedef struct {
     rb_sweep sweep;
     const char *socket;
-    int procs;
+    const char *job; /* NULL: ringd-bench.<pid>, fine for one node */
+    int procs;       /* client processes started here: the job's ranks on this node */
+    int world;       /* the job's ranks on all nodes */
     ringd_dtype_t dtype;
     ringd_redop_t redop;
     int op; /* 0 allreduce, 1 broadcast, 2 allgather */
@@ -102,7 +104,7 @@ static int client_main(const bench_opts *o, const char *job)
     const rb_sweep *s = &o->sweep;
     size_t esz = ringd_dtype_size(o->dtype);
     size_t max_count = s->max_bytes / esz ? s->max_bytes / esz : 1;
-    size_t gather = o->op == 2 ? (size_t)o->procs : 1;
+    size_t gather = o->op == 2 ? (size_t)o->world : 1;
     size_t arena = max_count * esz * (2 + gather) + ((size_t)s->iters * 16) + (1u << 20);
 
     ringd_options_t opts = RINGD_OPTIONS_INIT;
@@ -110,7 +112,7 @@ static int client_main(const bench_opts *o, const char *job)
     opts.socket_path = o->socket;
     opts.job = job;
     opts.local_size = o->procs;
-    opts.world_size = o->procs;
+    opts.world_size = o->world;
     opts.arena_size = (arena + 4095) & ~(size_t)4095;
     ringd_result_t rc = ringd_open(&opts, &h);
     if (rc != RINGD_OK) {
@@ -119,6 +121,13 @@ static int client_main(const bench_opts *o, const char *job)
         return 2;
     }
     int n = ringd_size(h), me = ringd_rank(h);
+    if (n != o->world) {
+        fprintf(stderr,
+                "ringd-bench: rank %d: the daemon reports a job of %d ranks, not --world %d\n", me,
+                n, o->world);
+        ringd_close(h);
+        return 2;
+    }
     void *send = ringd_alloc(h, max_count * esz);
     void *recv = ringd_alloc(h, max_count * esz * gather);
     double *times = ringd_alloc(h, (size_t)s->iters * sizeof(double));
@@ -186,12 +195,16 @@ static void usage(FILE *f)
 {
     fprintf(
         f,
-        "usage: ringd-bench [--socket PATH] [--procs N] [--op allreduce|broadcast|allgather]\n"
+        "usage: ringd-bench [--socket PATH] [--procs N] [--world N] [--job NAME]\n"
+        "                   [--op allreduce|broadcast|allgather]\n"
         "                   [--dtype f32|f64|f16|bf16|i32|i64|u8] [--redop sum|avg|min|max|prod]\n"
         "                   [--root R] [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS]\n"
         "                   [-w WARMUP] [-c 0|1]\n"
         "  --socket PATH  ringd's socket (env RINGD_SOCKET, default /run/ringd/ringd.sock)\n"
         "  --procs N      client processes to start, one rank each (default 2)\n"
+        "  --world N      ranks of the job on all nodes; each node runs ringd-bench with the same\n"
+        "                 --job and --world (default --procs: this node only)\n"
+        "  --job NAME     the job's name, the same on every node (default ringd-bench.PID)\n"
         "%s"
         "exit status: 0 all results right, 1 some #wrong > 0, 2 a failure\n",
         rb_sweep_usage);
@@ -203,11 +216,12 @@ int main(int argc, char **argv)
         {"socket", required_argument, NULL, 'S'}, {"procs", required_argument, NULL, 'p'},
         {"op", required_argument, NULL, 'o'},     {"dtype", required_argument, NULL, 'd'},
         {"redop", required_argument, NULL, 'r'},  {"root", required_argument, NULL, 'R'},
+        {"world", required_argument, NULL, 'W'},  {"job", required_argument, NULL, 'j'},
         {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
     };
     static const char *const dtypes[] = {"f32", "f64", "f16", "bf16", "i32", "i64", "u8"};
     static const char *const redops[] = {"sum", "avg", "min", "max", "prod"};
-    bench_opts o = {.socket = NULL, .procs = 2, .dtype = RINGD_F32, .redop = RINGD_SUM};
+    bench_opts o = {.socket = NULL, .procs = 2, .world = 0, .dtype = RINGD_F32, .redop = RINGD_SUM};
     int c, v;
 
     rb_sweep_defaults(&o.sweep);
@@ -234,17 +248,34 @@ int main(int argc, char **argv)
             o.redop = (ringd_redop_t)v;
             break;
         case 'R': o.root = atoi(optarg); break;
+        case 'W':
+            o.world = atoi(optarg);
+            if (o.world < 1 || o.world > 65536)
+                goto bad;
+            break;
+        case 'j':
+            if (optarg[0] == '\0')
+                goto bad;
+            o.job = optarg;
+            break;
         case 'h': usage(stdout); return 0;
         default:
             if (rb_sweep_option(&o.sweep, c, optarg) != 0)
                 goto bad;
         }
     }
-    if (optind < argc || o.sweep.min_bytes > o.sweep.max_bytes || o.root < 0 || o.root >= o.procs)
+    if (o.world == 0)
+        o.world = o.procs;
+    if (optind < argc || o.sweep.min_bytes > o.sweep.max_bytes || o.world < o.procs || o.root < 0 ||
+        o.root >= o.world)
         goto bad;
 
-    char job[64];
-    snprintf(job, sizeof(job), "ringd-bench.%d", (int)getpid());
+    char pid_job[64];
+    const char *job = o.job;
+    if (job == NULL) {
+        snprintf(pid_job, sizeof(pid_job), "ringd-bench.%d", (int)getpid());
+        job = pid_job;
+    }
     pid_t kids[64];
     for (int i = 0; i < o.procs; i++) {
         fflush(stdout);

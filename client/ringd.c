@@ -151,9 +151,27 @@ const char *ringd_errmsg(const ringd_t *r)
 /* Waits for Welcome (and the arena fd) or Error after Hello. */
 static ringd_result_t await_welcome(ringd_t *r, const char *job, int local_size, int timeout_ms)
 {
-    char err[512];
+    char err[512], progress[400] = "";
     rd_msg *m = NULL;
-    ringd_result_t rc = rd_conn_recv(&r->conn, timeout_ms, &m, err, sizeof(err));
+    int64_t deadline = rd_now_ms() + timeout_ms;
+    ringd_result_t rc;
+    /* Waiting messages say how far a ring across nodes has come, for the timeout's message. */
+    for (;;) {
+        int64_t left = deadline - rd_now_ms();
+        rc = rd_conn_recv(&r->conn, left > 0 ? (int)left : 0, &m, err, sizeof(err));
+        if (rc != RINGD_OK || m->body_case != RINGD__MSG__BODY_WAITING)
+            break;
+        const Ringd__Waiting *wt = m->waiting;
+        snprintf(progress, sizeof(progress),
+                 "%u of %u ranks have joined (on %u nodes, generation %" PRIu64 ")%s%s", wt->ranks,
+                 wt->world_size, wt->nodes, wt->generation, wt->detail[0] != '\0' ? ": " : "",
+                 wt->detail);
+        rd_frame_free(m);
+        m = NULL;
+    }
+    if (rc == RINGD_E_TIMEOUT && progress[0] != '\0')
+        return fail(r, rc, "job '%s': the ring did not complete within %d ms: %s", job, timeout_ms,
+                    progress);
     if (rc == RINGD_E_TIMEOUT)
         return fail(r, rc, "job '%s': not all %d local clients joined within %d ms", job,
                     local_size, timeout_ms);

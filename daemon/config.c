@@ -11,7 +11,7 @@
 #include "log.h"
 #include "ringd_build.h"
 
-typedef enum { OPT_STRING, OPT_SIZE, OPT_INT, OPT_LOGLEVEL } opt_type;
+typedef enum { OPT_STRING, OPT_SIZE, OPT_INT, OPT_LOGLEVEL, OPT_FLAG } opt_type;
 
 typedef struct {
     const char *name;
@@ -49,6 +49,30 @@ static const opt_spec options[] = {
      "a connection that sends no Hello or status request within this is closed"},
     {"log-level", "RINGD_LOG_LEVEL", OPT_LOGLEVEL, "info", 0, 3, OFF(log_level),
      "debug, info, warn or error"},
+    {"redis", "RINGD_REDIS", OPT_STRING, "", 0, 255, OFF(redis_url),
+     "redis://HOST:PORT[/DB] for rendezvous with other nodes (empty: this node alone)"},
+    {"redis-password-file", "RINGD_REDIS_PASSWORD_FILE", OPT_STRING, "", 0, 255,
+     OFF(redis_password_file), "file holding the Redis password (AUTH)"},
+    {"listen", "RINGD_LISTEN", OPT_STRING, "", 0, 127, OFF(listen),
+     "HOST:PORT where peers connect (port 0: any free port); needed with --redis"},
+    {"advertise", "RINGD_ADVERTISE", OPT_STRING, "", 0, 127, OFF(advertise),
+     "HOST:PORT peers are told to connect to (default: the --listen address)"},
+    {"node", "RINGD_NODE", OPT_STRING, "", 0, 256, OFF(node),
+     "this node's name in rings (default: the host name)"},
+    {"key-file", "RINGD_KEY_FILE", OPT_STRING, "", 0, 255, OFF(key_file),
+     "file holding the ring's shared key (at least 16 bytes); peers must prove it"},
+    {"insecure", "RINGD_INSECURE", OPT_FLAG, "0", 0, 1, OFF(insecure),
+     "run a multi-node ring without a key: anyone reaching --listen may join"},
+    {"lease-ttl", "RINGD_LEASE_TTL", OPT_INT, "3000", 100, 600000, OFF(lease_ttl),
+     "milliseconds a node stays a member without refreshing its lease"},
+    {"fusion-threshold", "RINGD_FUSION_THRESHOLD", OPT_SIZE, "64M", 0, 1 << 30,
+     OFF(fusion_threshold), "small allreduces ready together are fused into one buffer up to this"},
+    {"segment-size", "RINGD_SEGMENT_SIZE", OPT_SIZE, "1M", 4096, 64 << 20, OFF(segment_size),
+     "bytes per ring frame; segments pipeline through the ring"},
+    {"conns-per-link", "RINGD_CONNS_PER_LINK", OPT_INT, "2", 1, 16, OFF(conns_per_link),
+     "TCP connections between neighbours of a ring, each way"},
+    {"peer-timeout", "RINGD_PEER_TIMEOUT", OPT_INT, "10000", 100, 3600000, OFF(peer_timeout),
+     "milliseconds a link may make no progress mid-op before it counts as failed"},
 };
 
 #define NOPTIONS (sizeof(options) / sizeof(options[0]))
@@ -133,6 +157,20 @@ static int opt_set(rd_config *cfg, const opt_spec *o, const char *text, const ch
         memcpy(field, &v64, sizeof(v64));
         return 0;
     }
+    case OPT_FLAG: {
+        int64_t v64;
+        if (strcmp(text, "1") == 0 || strcmp(text, "true") == 0 || strcmp(text, "yes") == 0)
+            v64 = 1;
+        else if (strcmp(text, "0") == 0 || strcmp(text, "false") == 0 || strcmp(text, "no") == 0)
+            v64 = 0;
+        else {
+            snprintf(err, errlen, "%s --%s: '%s' is not one of 1, 0, true, false, yes, no", origin,
+                     o->name, text);
+            return -1;
+        }
+        memcpy(field, &v64, sizeof(v64));
+        return 0;
+    }
     case OPT_LOGLEVEL: {
         int lv = rd_log_level_parse(text);
         if (lv < 0) {
@@ -188,7 +226,9 @@ rd_config_result rd_config_parse(rd_config *cfg, int argc, char **argv, char **e
     }
 
     for (size_t i = 0; i < NOPTIONS; i++)
-        longopts[i] = (struct option){options[i].name, required_argument, NULL, (int)i};
+        longopts[i] = (struct option){options[i].name,
+                                      options[i].type == OPT_FLAG ? no_argument : required_argument,
+                                      NULL, (int)i};
     longopts[NOPTIONS] = (struct option){"help", no_argument, NULL, 'h'};
     longopts[NOPTIONS + 1] = (struct option){"version", no_argument, NULL, 'V'};
     longopts[NOPTIONS + 2] = (struct option){NULL, 0, NULL, 0};
@@ -215,7 +255,8 @@ rd_config_result rd_config_parse(rd_config *cfg, int argc, char **argv, char **e
             snprintf(err, errlen, "unknown option %s (see --help)", argv[optind - 1]);
             return RD_CONFIG_ERROR;
         }
-        if (opt_set(cfg, &options[c], optarg, "flag", err, errlen) != 0)
+        if (opt_set(cfg, &options[c], options[c].type == OPT_FLAG ? "1" : optarg, "flag", err,
+                    errlen) != 0)
             return RD_CONFIG_ERROR;
     }
     if (optind < argc) {
@@ -227,6 +268,24 @@ rd_config_result rd_config_parse(rd_config *cfg, int argc, char **argv, char **e
                  cfg->arena_size, cfg->arena_max);
         return RD_CONFIG_ERROR;
     }
+    if (cfg->redis_url[0] != '\0') {
+        if (cfg->listen[0] == '\0') {
+            snprintf(err, errlen, "--redis needs --listen HOST:PORT for the other nodes");
+            return RD_CONFIG_ERROR;
+        }
+        if (cfg->key_file[0] == '\0' && !cfg->insecure) {
+            snprintf(err, errlen,
+                     "a multi-node ring needs --key-file, or an explicit --insecure "
+                     "to run without authentication");
+            return RD_CONFIG_ERROR;
+        }
+        if (cfg->key_file[0] != '\0' && cfg->insecure) {
+            snprintf(err, errlen, "--key-file and --insecure exclude each other");
+            return RD_CONFIG_ERROR;
+        }
+    }
+    if (cfg->node[0] == '\0' && gethostname(cfg->node, sizeof(cfg->node) - 1) != 0)
+        snprintf(cfg->node, sizeof(cfg->node), "node-%ld", (long)getpid());
     if (cfg->threads == 0) {
         long n = sysconf(_SC_NPROCESSORS_ONLN);
         cfg->threads = n < 1 ? 1 : n > 8 ? 8 : n;
@@ -244,6 +303,7 @@ void rd_config_dump(const rd_config *cfg)
         case OPT_STRING: rd_log(RD_LOG_INFO, "config", "%s = %s", o->name, field); break;
         case OPT_SIZE:
         case OPT_INT:
+        case OPT_FLAG:
             memcpy(&v, field, sizeof(v));
             rd_log(RD_LOG_INFO, "config", "%s = %" PRId64, o->name, v);
             break;

@@ -21,6 +21,20 @@ typedef struct {
     int64_t poll_us;      /* keep polling the shared rings this long after activity */
     int64_t max_pending;  /* collectives one client may have outstanding */
     int64_t handshake_ms; /* a connection must say what it is within this */
+
+    /* Multi-node: empty redis_url means a one-node ring. */
+    char redis_url[256];
+    char redis_password_file[256];
+    char listen[128];    /* HOST:PORT for peers; port 0 picks one */
+    char advertise[128]; /* what peers are told; empty: the bound listen address */
+    char node[257];      /* this node's name in the ring; empty: the host name */
+    char key_file[256];
+    int64_t insecure;          /* run without a ring key */
+    int64_t lease_ttl;         /* ms */
+    uint64_t fusion_threshold; /* bytes */
+    uint64_t segment_size;     /* bytes per ring frame */
+    int64_t conns_per_link;
+    int64_t peer_timeout; /* ms without progress on a link before it counts as failed */
 } rd_config;
 
 typedef enum {

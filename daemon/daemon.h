@@ -11,6 +11,7 @@ struct event_base;
 struct rd_exec;
 struct rd_session;
 struct rd_job;
+struct rd_worlds;
 
 typedef struct rd_daemon {
     struct event_base *base;
@@ -19,8 +20,9 @@ typedef struct rd_daemon {
     struct rd_session *sessions; /* every open connection */
     unsigned nsessions;
     struct rd_job *jobs;
-    struct timespec started; /* CLOCK_MONOTONIC */
-    uint64_t ops_in_flight;  /* collectives submitted and not yet ended */
+    struct rd_worlds *worlds; /* multi-node: key, peer listener, rendezvous; NULL alone */
+    struct timespec started;  /* CLOCK_MONOTONIC */
+    uint64_t ops_in_flight;   /* collectives submitted and not yet ended */
     uint64_t ops_completed;
     uint64_t ops_failed;
     uint64_t bytes_reduced; /* bytes written into arenas by collectives */

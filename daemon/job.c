@@ -14,17 +14,21 @@
 #include "exec.h"
 #include "local.h"
 #include "log.h"
+#include "negotiate.h"
 #include "ring.h"
 #include "session.h"
+#include "world.h"
+#include "xfer.h"
 
 #define RD_OP_BUCKETS_MIN 64
 #define RD_GRAIN 4096 /* elements: worker ranges start on multiples of this */
 #define RD_ARENA_MIN (RD_CTRL_BYTES + 4096u)
 
 typedef enum {
-    OP_PENDING, /* waiting for some local ranks to submit */
-    OP_RUNNING, /* every rank submitted; data moving on the executor */
-    OP_FAILED,  /* mismatch: answers late submitters with the same error until all have come */
+    OP_PENDING,     /* waiting for some local ranks to submit */
+    OP_NEGOTIATING, /* every local rank submitted; waiting for the coordinator's order */
+    OP_RUNNING,     /* data moving on the executor or the ring */
+    OP_FAILED,      /* mismatch: answers late submitters with the same error until all have come */
 } op_state;
 
 /* One local rank's submission of an op. */
@@ -37,25 +41,17 @@ typedef struct {
     int answered;
 } part;
 
-/* What every rank's submission of one op must agree on; fields an op does not use are fixed
- * (count 0 for a barrier, root 0 unless broadcast, scales 1 unless allreduce). */
-typedef struct {
-    int coll, dtype, redop;
-    uint32_t root;
-    uint64_t count;
-    double prescale, postscale;
-} op_params;
-
 typedef struct rd_op {
     rd_job *job;
     char *name;
     op_state state;
     uint32_t first_rank; /* the submission the others are checked against */
-    op_params p;
+    rd_op_params p;
     uint32_t nsubmitted;
     part *parts; /* local_size entries */
     ringd_result_t status;
     char *message;
+    int await_go; /* a failed op the coordinator has yet to order */
     rd_local_plan plan;
     struct rd_op *next; /* bucket chain */
 } rd_op;
@@ -64,7 +60,10 @@ struct rd_job {
     struct rd_daemon *d;
     char *name;
     uint32_t world_size, local_size, nclients;
+    uint32_t first_rank; /* global rank of local rank 0 */
     uint64_t generation;
+    rd_world *world; /* jobs spanning nodes */
+    int freeing;
     uid_t uid;                 /* of the first client: only that user's processes may join */
     struct rd_session **slots; /* by local rank */
     rd_op **buckets;
@@ -73,8 +72,6 @@ struct rd_job {
     uint64_t ops_completed, ops_failed;
     rd_job *next;
 };
-
-static const char *const coll_names[] = {"allreduce", "broadcast", "allgather", "barrier"};
 
 const char *rd_job_name(const rd_job *j)
 {
@@ -168,6 +165,9 @@ static void op_free(rd_op *o)
 static void job_free(rd_job *j)
 {
     rd_daemon *d = j->d;
+    j->freeing = 1;
+    rd_world_free(j->world);
+    j->world = NULL;
     for (size_t i = 0; i < j->nbuckets; i++) {
         while (j->buckets[i] != NULL) {
             rd_op *o = j->buckets[i];
@@ -191,7 +191,7 @@ static void job_free(rd_job *j)
 /* Frees j once it has neither clients nor ops on the executor. */
 static void job_maybe_free(rd_job *j)
 {
-    if (j->nclients == 0 && j->nrunning == 0) {
+    if (j->nclients == 0 && j->nrunning == 0 && !j->freeing) {
         rd_log(RD_LOG_INFO, "job", "job '%s': last client left", j->name);
         job_free(j);
     }
@@ -258,7 +258,7 @@ static void op_fail(rd_op *o, ringd_result_t status, const char *fmt, ...)
         rd_arena_unref(o->parts[k].arena);
         o->parts[k].arena = NULL;
     }
-    if (o->nsubmitted == o->job->local_size) { /* nobody left to tell */
+    if (o->nsubmitted == o->job->local_size && !o->await_go) { /* nobody left to tell */
         op_unlink(o->job, o);
         op_free(o);
     }
@@ -305,24 +305,10 @@ static void op_start(rd_op *o)
     j->nrunning++;
 }
 
-/* Describes a submission's parameters for mismatch messages. */
-static void describe(char *buf, size_t len, const op_params *p)
-{
-    int n = snprintf(buf, len, "%s %s count %" PRIu64, coll_names[p->coll],
-                     rd_dtype_name((rd_dtype)p->dtype), p->count);
-    if (n < 0 || (size_t)n >= len)
-        return;
-    if (p->coll == RD_COLL_ALLREDUCE)
-        snprintf(buf + n, len - (size_t)n, " op %s prescale %g postscale %g",
-                 rd_redop_name((rd_redop)p->redop), p->prescale, p->postscale);
-    else if (p->coll == RD_COLL_BROADCAST)
-        snprintf(buf + n, len - (size_t)n, " root %u", p->root);
-}
-
 /* The parameters of a validated Submit that ranks must agree on. */
-static op_params params_of(const Ringd__Submit *m)
+static rd_op_params params_of(const Ringd__Submit *m)
 {
-    op_params p;
+    rd_op_params p;
     p.coll = (int)m->op;
     p.dtype = m->op == RINGD__OP_TYPE__OP_BARRIER ? RD_DT_U8 : (int)m->dtype;
     p.redop = m->op == RINGD__OP_TYPE__OP_ALLREDUCE ? (int)m->redop : RD_OP_SUM;
@@ -405,7 +391,8 @@ static ringd_result_t validate(const struct rd_session *s, const Ringd__Submit *
     uint64_t a = m->in_offset, b = m->out_offset;
     int apart = a + in_len <= b || b + out_len <= a;
     int in_place = a == b && m->op != RINGD__OP_TYPE__OP_ALLGATHER;
-    int own_slot = m->op == RINGD__OP_TYPE__OP_ALLGATHER && a == b + in_len * s->local_rank;
+    int own_slot =
+        m->op == RINGD__OP_TYPE__OP_ALLGATHER && a == b + in_len * (j->first_rank + s->local_rank);
     if (!apart && !in_place && !own_slot) {
         snprintf(err, errlen, "tensor '%s': input and output overlap without being in place",
                  m->name);
@@ -456,31 +443,12 @@ static rd_op *op_new(rd_job *j, const Ringd__Submit *m, uint32_t rank)
  * message naming both ranks and what differs. */
 static int op_matches(const rd_op *o, const Ringd__Submit *m, uint32_t rank, char *msg, size_t len)
 {
-    op_params q = params_of(m);
-    const op_params *p = &o->p;
-    const struct {
-        int differs;
-        const char *name;
-    } f[] = {
-        {q.coll != p->coll, "op"},
-        {q.dtype != p->dtype, "dtype"},
-        {q.count != p->count, "count"},
-        {q.redop != p->redop, "reduce op"},
-        {q.root != p->root, "root"},
-        {q.prescale != p->prescale, "prescale"},
-        {q.postscale != p->postscale, "postscale"},
-    };
-    char a[160], b[160], fields[96] = "";
-    for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++) {
-        if (!f[i].differs)
-            continue;
-        size_t n = strlen(fields);
-        snprintf(fields + n, sizeof(fields) - n, "%s%s", n ? ", " : "", f[i].name);
-    }
-    if (fields[0] == '\0')
+    rd_op_params q = params_of(m);
+    char a[160], b[160], fields[96];
+    if (rd_op_params_compare(&o->p, &q, fields, sizeof(fields)))
         return 1;
-    describe(a, sizeof(a), p);
-    describe(b, sizeof(b), &q);
+    rd_op_params_describe(a, sizeof(a), &o->p);
+    rd_op_params_describe(b, sizeof(b), &q);
     snprintf(msg, len,
              "tensor '%s' mismatch (%s): local rank %u submitted %s; local rank %u submitted %s",
              o->name, fields, o->first_rank, a, rank, b);
@@ -514,6 +482,13 @@ void rd_job_submit(struct rd_session *s, const Ringd__Submit *m)
         return;
     }
 
+    if (j->world != NULL && !rd_world_up(j->world)) {
+        snprintf(err, sizeof(err), "tensor '%s': the ring of job '%s' is re-forming; resubmit",
+                 m->name, j->name);
+        rd_session_complete(s, m->request_id, RINGD_E_MEMBERSHIP, err);
+        return;
+    }
+
     int dup;
     rd_op *o = op_find(j, m->name, rank, &dup);
     if (dup) {
@@ -527,7 +502,7 @@ void rd_job_submit(struct rd_session *s, const Ringd__Submit *m)
         o->parts[rank].submitted = 1;
         o->nsubmitted++;
         rd_session_complete(s, m->request_id, o->status, o->message);
-        if (o->nsubmitted == j->local_size) {
+        if (o->nsubmitted == j->local_size && !o->await_go) {
             op_unlink(j, o);
             op_free(o);
         }
@@ -555,24 +530,33 @@ void rd_job_submit(struct rd_session *s, const Ringd__Submit *m)
     o->nsubmitted++;
 
     if (!op_matches(o, m, rank, err, sizeof(err))) {
+        if (j->world != NULL) { /* the other nodes fail it too, in the agreed order */
+            o->await_go = 1;
+            rd_world_ready(j->world, o->name, &o->p, RINGD_E_MISMATCH, err);
+        }
         op_fail(o, RINGD_E_MISMATCH, "%s", err);
         return;
     }
-    if (o->nsubmitted == j->local_size)
-        op_start(o);
+    if (o->nsubmitted < j->local_size)
+        return;
+    if (j->world != NULL) {
+        o->state = OP_NEGOTIATING;
+        rd_world_ready(j->world, o->name, &o->p, RINGD_OK, NULL);
+        return;
+    }
+    op_start(o);
 }
 
 /* Sends Welcome and the arena to every session of j still waiting. */
 static void job_welcome(rd_job *j)
 {
-    j->generation++;
     for (uint32_t k = 0; k < j->local_size; k++) {
         struct rd_session *s = j->slots[k];
         if (s == NULL || s->state != RD_SESSION_JOINING)
             continue;
         Ringd__Welcome w = RINGD__WELCOME__INIT;
         rd_msg m = RINGD__MSG__INIT;
-        w.rank = k;
+        w.rank = j->first_rank + k;
         w.size = j->world_size;
         w.local_rank = k;
         w.local_size = j->local_size;
@@ -586,8 +570,8 @@ static void job_welcome(rd_job *j)
             rd_session_activate(s);
         }
     }
-    rd_log(RD_LOG_INFO, "job", "job '%s': all %u local clients joined, generation %" PRIu64,
-           j->name, j->local_size, j->generation);
+    rd_log(RD_LOG_INFO, "job", "job '%s': clients welcomed, ranks %u-%u of %u, generation %" PRIu64,
+           j->name, j->first_rank, j->first_rank + j->local_size - 1, j->world_size, j->generation);
 }
 
 ringd_result_t rd_job_join(struct rd_session *s, const Ringd__Hello *h, char *err, size_t errlen)
@@ -607,7 +591,7 @@ ringd_result_t rd_job_join(struct rd_session *s, const Ringd__Hello *h, char *er
                  RD_LOCAL_SIZE_MAX);
         return RINGD_E_INVALID;
     }
-    if (h->world_size != h->local_size) {
+    if (h->world_size < h->local_size || (h->world_size > h->local_size && d->worlds == NULL)) {
         snprintf(err, errlen,
                  "job '%s': world_size %u differs from local_size %u, but this daemon runs "
                  "without --redis and serves this node alone",
@@ -666,6 +650,14 @@ ringd_result_t rd_job_join(struct rd_session *s, const Ringd__Hello *h, char *er
         j->nbuckets = RD_OP_BUCKETS_MIN;
         j->world_size = h->world_size;
         j->local_size = h->local_size;
+        if (j->world_size > j->local_size && (j->world = rd_world_new(d, j)) == NULL) {
+            free(j->buckets);
+            free(j->slots);
+            free(j->name);
+            free(j);
+            snprintf(err, errlen, "out of memory creating job '%s'", h->job);
+            return RINGD_E_NOMEM;
+        }
         j->next = d->jobs;
         d->jobs = j;
         rd_log(RD_LOG_INFO, "job", "job '%s': created, %u local clients expected", j->name,
@@ -681,8 +673,14 @@ ringd_result_t rd_job_join(struct rd_session *s, const Ringd__Hello *h, char *er
     rd_session_set_state(s, RD_SESSION_JOINING);
     rd_log(RD_LOG_INFO, "job", "job '%s': pid %d joined as local rank %u (%u of %u)", j->name,
            (int)s->pid, k, j->nclients, j->local_size);
-    if (j->nclients == j->local_size)
+    if (j->nclients < j->local_size)
+        return RINGD_OK;
+    if (j->world != NULL) {
+        rd_world_register(j->world);
+    } else {
+        j->generation++;
         job_welcome(j);
+    }
     return RINGD_OK;
 }
 
@@ -707,13 +705,15 @@ void rd_job_leave(struct rd_session *s)
                 o->parts[rank].s = NULL;
             if (o->state == OP_PENDING)
                 op_fail(o, RINGD_E_MEMBERSHIP, "tensor '%s' cannot complete: %s", o->name, why);
-            else if (o->state == OP_FAILED) {
+            else if (o->state == OP_FAILED && !o->await_go) {
                 op_unlink(j, o);
                 op_free(o);
             }
             o = next;
         }
     }
+    if (j->world != NULL)
+        rd_world_unregister(j->world); /* fails what was negotiating or running */
     job_maybe_free(j);
 }
 
@@ -737,6 +737,8 @@ int rd_job_describe(struct rd_daemon *d, Ringd__JobInfo ***out, size_t *nout)
         ji->local_size = j->local_size;
         ji->clients = j->nclients;
         ji->generation = j->generation;
+        if (j->world != NULL && (ji->ring = rd_world_describe(j->world)) == NULL)
+            goto fail;
         ji->ops_completed = j->ops_completed;
         ji->ops_failed = j->ops_failed;
         size_t pending = 0;
@@ -765,8 +767,10 @@ fail:
 void rd_job_describe_free(Ringd__JobInfo **jobs, size_t njobs)
 {
     for (size_t i = 0; i < njobs && jobs != NULL; i++) {
-        if (jobs[i] != NULL)
+        if (jobs[i] != NULL) {
             free(jobs[i]->pending);
+            rd_world_describe_free(jobs[i]->ring);
+        }
         free(jobs[i]);
     }
     free(jobs);
@@ -776,4 +780,204 @@ void rd_job_free_all(struct rd_daemon *d)
 {
     while (d->jobs != NULL)
         job_free(d->jobs);
+}
+
+rd_job *rd_job_find(struct rd_daemon *d, const char *name)
+{
+    for (rd_job *j = d->jobs; j != NULL; j = j->next)
+        if (strcmp(j->name, name) == 0)
+            return j;
+    return NULL;
+}
+
+rd_world *rd_job_world(const rd_job *j)
+{
+    return j->world;
+}
+
+uint32_t rd_job_world_size(const rd_job *j)
+{
+    return j->world_size;
+}
+
+uint32_t rd_job_local_size(const rd_job *j)
+{
+    return j->local_size;
+}
+
+void rd_job_ring_up(rd_job *j, uint32_t first_rank, uint64_t generation)
+{
+    j->first_rank = first_rank;
+    j->generation = generation;
+    job_welcome(j);
+}
+
+void rd_job_ring_waiting(rd_job *j, uint32_t ranks, uint32_t nodes, uint64_t generation,
+                         const char *detail)
+{
+    Ringd__Waiting wt = RINGD__WAITING__INIT;
+    wt.ranks = ranks;
+    wt.world_size = j->world_size;
+    wt.nodes = nodes;
+    wt.generation = generation;
+    wt.detail = (char *)(detail != NULL ? detail : "");
+    rd_msg m = RINGD__MSG__INIT;
+    m.body_case = RINGD__MSG__BODY_WAITING;
+    m.waiting = &wt;
+    for (uint32_t k = 0; k < j->local_size; k++)
+        if (j->slots[k] != NULL && j->slots[k]->state == RD_SESSION_JOINING)
+            rd_session_send(j->slots[k], &m);
+}
+
+void rd_job_ring_down(rd_job *j, const char *why)
+{
+    for (size_t i = 0; i < j->nbuckets; i++) {
+        rd_op *o = j->buckets[i];
+        while (o != NULL) {
+            rd_op *next = o->next;
+            if (o->state == OP_NEGOTIATING) {
+                char msg[512];
+                snprintf(msg, sizeof(msg), "tensor '%s': %s", o->name, why);
+                op_finish(o, RINGD_E_MEMBERSHIP, msg);
+            } else if (o->state == OP_FAILED && o->await_go) {
+                o->await_go = 0;
+                if (o->nsubmitted == j->local_size) {
+                    op_unlink(j, o);
+                    op_free(o);
+                }
+            }
+            o = next;
+        }
+    }
+}
+
+/* A ring task and the ops it carries (several when fused). */
+typedef struct {
+    rd_xfer_task t;
+    size_t nops;
+    rd_op *ops[];
+} ring_task;
+
+/* The oldest op of that name waiting for the coordinator. */
+static rd_op *op_negotiating(rd_job *j, const char *name)
+{
+    for (rd_op *o = j->buckets[name_hash(name) & (j->nbuckets - 1)]; o != NULL; o = o->next)
+        if (strcmp(o->name, name) == 0 &&
+            (o->state == OP_NEGOTIATING || (o->state == OP_FAILED && o->await_go)))
+            return o;
+    return NULL;
+}
+
+/* Hands ops[0..n) (one op, or allreduces that fuse) to the ring. */
+static void ring_start(rd_job *j, rd_op **ops, size_t n)
+{
+    if (n == 0)
+        return;
+    ring_task *rt = calloc(1, sizeof(*rt) + n * sizeof(rd_op *));
+    rd_xfer_member *mem = calloc(n, sizeof(*mem));
+    if (rt == NULL || mem == NULL) {
+        free(rt);
+        free(mem);
+        for (size_t i = 0; i < n; i++)
+            op_finish(ops[i], RINGD_E_NOMEM, "out of memory starting the op");
+        return;
+    }
+    const rd_local_plan *p0 = &ops[0]->plan;
+    rt->t.coll = p0->coll;
+    rt->t.dtype = p0->dtype;
+    rt->t.redop = p0->redop;
+    rt->t.args = p0->args;
+    rt->t.root = ops[0]->p.root;
+    rt->t.members = mem;
+    rt->t.nmembers = n;
+    rt->t.ctx = rt;
+    rt->nops = n;
+    for (size_t i = 0; i < n; i++) {
+        rd_op *o = ops[i];
+        for (uint32_t k = 0; k < j->local_size; k++) {
+            o->plan.in[k] = o->parts[k].arena->base + o->parts[k].in_off;
+            o->plan.out[k] = o->parts[k].arena->base + o->parts[k].out_off;
+        }
+        mem[i] = (rd_xfer_member){(const uint8_t **)o->plan.in, o->plan.out, o->p.count};
+        o->state = OP_RUNNING;
+        rt->ops[i] = o;
+        j->nrunning++;
+    }
+    rd_world_submit(j->world, &rt->t);
+}
+
+void rd_job_task_done(rd_job *j, struct rd_xfer_task *t)
+{
+    ring_task *rt = t->ctx;
+    for (size_t i = 0; i < rt->nops; i++) {
+        j->nrunning--;
+        op_finish(rt->ops[i], t->status, t->status == RINGD_OK ? NULL : t->message);
+    }
+    free(t->members);
+    free(rt);
+    job_maybe_free(j);
+}
+
+/* 1 when o may join a fused group that starts with first and holds bytes so far. */
+static int fuses(const rd_op *first, const rd_op *o, uint64_t bytes, uint64_t threshold)
+{
+    uint64_t ob = o->p.count * rd_dtype_size((rd_dtype)o->p.dtype);
+    return first->p.coll == RD_COLL_ALLREDUCE && o->p.coll == RD_COLL_ALLREDUCE &&
+           first->p.dtype == o->p.dtype && first->p.redop == o->p.redop &&
+           first->p.prescale == o->p.prescale && first->p.postscale == o->p.postscale &&
+           bytes + ob <= threshold;
+}
+
+void rd_job_go(rd_job *j, const Ringd__Go *go)
+{
+    uint64_t threshold = j->d->cfg.fusion_threshold;
+    rd_op **group = calloc(go->n_ops ? go->n_ops : 1, sizeof(*group));
+    size_t ng = 0;
+    uint64_t gbytes = 0;
+    if (group == NULL) {
+        rd_log(RD_LOG_ERROR, "job", "job '%s': out of memory applying the order", j->name);
+        return;
+    }
+    for (size_t i = 0; i < go->n_ops; i++) {
+        const Ringd__GoEntry *e = go->ops[i];
+        rd_op *o = op_negotiating(j, e->name);
+        if (o == NULL) {
+            rd_log(RD_LOG_WARN, "job",
+                   "job '%s': the coordinator ordered tensor '%s', which is "
+                   "not negotiating here",
+                   j->name, e->name);
+            continue;
+        }
+        if (o->state == OP_FAILED) { /* failed here already; the others now know */
+            o->await_go = 0;
+            if (o->nsubmitted == j->local_size) {
+                op_unlink(j, o);
+                op_free(o);
+            }
+            continue;
+        }
+        if (e->status != RINGD_OK) {
+            op_fail(o, e->status <= RINGD_E_REFUSED ? (ringd_result_t)e->status : RINGD_E_PROTOCOL,
+                    "%s", e->message);
+            continue;
+        }
+        if (o->p.coll == RD_COLL_BARRIER) { /* every rank has arrived */
+            op_finish(o, RINGD_OK, NULL);
+            continue;
+        }
+        uint64_t ob = o->p.count * rd_dtype_size((rd_dtype)o->p.dtype);
+        if (ng > 0 && !fuses(group[0], o, gbytes, threshold)) {
+            ring_start(j, group, ng);
+            ng = 0;
+            gbytes = 0;
+        }
+        if (o->p.coll == RD_COLL_ALLREDUCE && ob < threshold) {
+            group[ng++] = o;
+            gbytes += ob;
+        } else {
+            ring_start(j, &o, 1);
+        }
+    }
+    ring_start(j, group, ng);
+    free(group);
 }

@@ -40,4 +40,28 @@ void rd_job_free_all(struct rd_daemon *d);
 /* The job's name, for status. */
 const char *rd_job_name(const rd_job *j);
 
+/* Multi-node jobs: lookups and the calls daemon/world.c makes into the job. */
+struct rd_world;
+struct rd_xfer_task;
+rd_job *rd_job_find(struct rd_daemon *d, const char *name);
+struct rd_world *rd_job_world(const rd_job *j);
+uint32_t rd_job_world_size(const rd_job *j);
+uint32_t rd_job_local_size(const rd_job *j);
+
+/* The ring is up at generation: waiting clients get Welcome with ranks from first_rank on. */
+void rd_job_ring_up(rd_job *j, uint32_t first_rank, uint64_t generation);
+
+/* Tells waiting clients how far the ring has come (Waiting). */
+void rd_job_ring_waiting(rd_job *j, uint32_t ranks, uint32_t nodes, uint64_t generation,
+                         const char *detail);
+
+/* The ring went down: ops waiting for the coordinator fail with RINGD_E_MEMBERSHIP and why. */
+void rd_job_ring_down(rd_job *j, const char *why);
+
+/* The coordinator's order: runs, fuses or fails each named op. */
+void rd_job_go(rd_job *j, const Ringd__Go *go);
+
+/* A ring task ended (an rd_xfer_done_fn with the job as argument). */
+void rd_job_task_done(rd_job *j, struct rd_xfer_task *t);
+
 #endif

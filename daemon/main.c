@@ -16,6 +16,7 @@
 #include "log.h"
 #include "ringd_build.h"
 #include "session.h"
+#include "world.h"
 
 extern char **environ;
 
@@ -94,6 +95,10 @@ int main(int argc, char **argv)
         rd_log(RD_LOG_ERROR, "main", "%s", err);
         goto out;
     }
+    if (rd_worlds_start(&d, err, sizeof(err)) != 0) {
+        rd_log(RD_LOG_ERROR, "main", "%s", err);
+        goto out;
+    }
     l = rd_listener_new(d.base, d.cfg.socket_path, on_accept, &d, err, sizeof(err));
     if (l == NULL) {
         rd_log(RD_LOG_ERROR, "main", "%s", err);
@@ -106,8 +111,9 @@ int main(int argc, char **argv)
         rd_log(RD_LOG_ERROR, "main", "cannot install signal handlers");
         goto out;
     }
-    rd_log(RD_LOG_INFO, "main", "ringd %s listening on %s (one-node ring, %d worker threads)",
-           RINGD_VERSION, d.cfg.socket_path, (int)d.cfg.threads);
+    rd_log(RD_LOG_INFO, "main", "ringd %s listening on %s (%s, %d worker threads)", RINGD_VERSION,
+           d.cfg.socket_path, d.worlds != NULL ? "multi-node" : "one-node ring",
+           (int)d.cfg.threads);
     rd_config_dump(&d.cfg);
 
     if (run_loop(&d) < 0)
@@ -120,6 +126,7 @@ out:
     rd_exec_free(d.exec);
     rd_session_free_all(&d);
     rd_job_free_all(&d);
+    rd_worlds_stop(&d);
     if (ev_int != NULL)
         event_free(ev_int);
     if (ev_term != NULL)

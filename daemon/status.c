@@ -10,6 +10,7 @@
 #include "job.h"
 #include "ringd_build.h"
 #include "session.h"
+#include "world.h"
 
 void rd_status_reply(struct rd_session *s)
 {
@@ -31,6 +32,10 @@ void rd_status_reply(struct rd_session *s)
     r.ops_completed = d->ops_completed;
     r.ops_failed = d->ops_failed;
     r.bytes_reduced = d->bytes_reduced;
+    r.node = d->cfg.node;
+    r.listen = (char *)rd_worlds_address(d);
+    r.redis = d->cfg.redis_url;
+    r.redis_connected = rd_worlds_redis_connected(d);
 
     if (rd_job_describe(d, &jobs, &njobs) != 0)
         goto fail;

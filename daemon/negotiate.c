@@ -1,0 +1,288 @@
+/* Negotiation: parameter comparison shared by local and cross-node matching, and the
+ * coordinator's per-name FIFO of partly ready ops. */
+#include "negotiate.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "local.h"
+
+#define RD_NEG_BUCKETS 1024
+#define RD_NEG_PENDING_MAX (1u << 20) /* partly ready ops; beyond this a node is misbehaving */
+
+static const char *const coll_names[] = {"allreduce", "broadcast", "allgather", "barrier"};
+
+void rd_op_params_describe(char *buf, size_t len, const rd_op_params *p)
+{
+    int n = snprintf(buf, len, "%s %s count %" PRIu64,
+                     p->coll >= 0 && p->coll <= 3 ? coll_names[p->coll] : "invalid-op",
+                     rd_dtype_name((rd_dtype)p->dtype), p->count);
+    if (n < 0 || (size_t)n >= len)
+        return;
+    if (p->coll == RD_COLL_ALLREDUCE)
+        snprintf(buf + n, len - (size_t)n, " op %s prescale %g postscale %g",
+                 rd_redop_name((rd_redop)p->redop), p->prescale, p->postscale);
+    else if (p->coll == RD_COLL_BROADCAST)
+        snprintf(buf + n, len - (size_t)n, " root %u", p->root);
+}
+
+int rd_op_params_compare(const rd_op_params *a, const rd_op_params *b, char *fields, size_t len)
+{
+    const struct {
+        int differs;
+        const char *name;
+    } f[] = {
+        {a->coll != b->coll, "op"},
+        {a->dtype != b->dtype, "dtype"},
+        {a->count != b->count, "count"},
+        {a->redop != b->redop, "reduce op"},
+        {a->root != b->root, "root"},
+        {a->prescale != b->prescale, "prescale"},
+        {a->postscale != b->postscale, "postscale"},
+    };
+    int same = 1;
+    if (len > 0)
+        fields[0] = '\0';
+    for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++) {
+        if (!f[i].differs)
+            continue;
+        size_t n = strlen(fields);
+        snprintf(fields + n, len - n, "%s%s", same ? "" : ", ", f[i].name);
+        same = 0;
+    }
+    return same;
+}
+
+rd_op_params rd_op_params_of_spec(const Ringd__OpSpec *s)
+{
+    rd_op_params p = {(int)s->op, (int)s->dtype, (int)s->redop, s->root,
+                      s->count,   s->prescale,   s->postscale};
+    return p;
+}
+
+void rd_op_params_to_spec(const rd_op_params *p, Ringd__OpSpec *s)
+{
+    s->op = (Ringd__OpType)p->coll;
+    s->dtype = (Ringd__DataType)p->dtype;
+    s->redop = (Ringd__ReduceOp)p->redop;
+    s->root = p->root;
+    s->count = p->count;
+    s->prescale = p->prescale;
+    s->postscale = p->postscale;
+}
+
+/* One op, by name, as far as the nodes have reported it. */
+typedef struct rec {
+    char *name;
+    rd_op_params first;
+    int first_node;
+    int nhave;
+    uint32_t status;
+    char *message;
+    struct rec *next; /* same bucket, oldest first */
+    uint8_t have[];   /* by node */
+} rec;
+
+struct rd_neg {
+    int nnodes;
+    rd_neg_node *nodes;
+    char **names;
+    rec *buckets[RD_NEG_BUCKETS];
+    size_t pending;
+    Ringd__GoEntry **out;
+    size_t nout, capout;
+};
+
+static size_t hash(const char *s)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++)
+        h = (h ^ (uint8_t)*s) * 1099511628211ull;
+    return (size_t)(h % RD_NEG_BUCKETS);
+}
+
+rd_neg *rd_neg_new(int nnodes, const rd_neg_node *nodes)
+{
+    rd_neg *n = calloc(1, sizeof(*n));
+    if (n == NULL)
+        return NULL;
+    n->nnodes = nnodes;
+    n->nodes = calloc((size_t)nnodes, sizeof(*n->nodes));
+    n->names = calloc((size_t)nnodes, sizeof(*n->names));
+    if (n->nodes == NULL || n->names == NULL) {
+        rd_neg_free(n);
+        return NULL;
+    }
+    for (int i = 0; i < nnodes; i++) {
+        n->nodes[i] = nodes[i];
+        n->names[i] = strdup(nodes[i].node);
+        if (n->names[i] == NULL) {
+            rd_neg_free(n);
+            return NULL;
+        }
+        n->nodes[i].node = n->names[i];
+    }
+    return n;
+}
+
+static void rec_free(rec *r)
+{
+    free(r->name);
+    free(r->message);
+    free(r);
+}
+
+void rd_neg_free(rd_neg *n)
+{
+    if (n == NULL)
+        return;
+    for (size_t b = 0; b < RD_NEG_BUCKETS; b++) {
+        while (n->buckets[b] != NULL) {
+            rec *r = n->buckets[b];
+            n->buckets[b] = r->next;
+            rec_free(r);
+        }
+    }
+    for (int i = 0; n->names != NULL && i < n->nnodes; i++)
+        free(n->names[i]);
+    free(n->names);
+    free(n->nodes);
+    Ringd__Go go = RINGD__GO__INIT;
+    rd_neg_take(n, &go);
+    rd_neg_go_clear(&go);
+    free(n);
+}
+
+/* "ranks 2-3 (node b)" */
+static void ranks_of(const rd_neg *n, int node, char *buf, size_t len)
+{
+    const rd_neg_node *x = &n->nodes[node];
+    if (x->local_size == 1)
+        snprintf(buf, len, "rank %u (node %s)", x->first_rank, x->node);
+    else
+        snprintf(buf, len, "ranks %u-%u (node %s)", x->first_rank,
+                 x->first_rank + x->local_size - 1, x->node);
+}
+
+/* Queues the outcome of a record every node has reported. */
+static int emit(rd_neg *n, rec *r)
+{
+    if (n->nout == n->capout) {
+        size_t cap = n->capout ? n->capout * 2 : 16;
+        Ringd__GoEntry **o = realloc(n->out, cap * sizeof(*o));
+        if (o == NULL)
+            return -1;
+        n->out = o;
+        n->capout = cap;
+    }
+    Ringd__GoEntry *e = malloc(sizeof(*e));
+    if (e == NULL)
+        return -1;
+    ringd__go_entry__init(e);
+    e->name = r->name;
+    e->status = r->status;
+    e->message = r->message != NULL ? r->message : strdup("");
+    if (e->message == NULL) {
+        free(e);
+        return -1;
+    }
+    r->name = NULL; /* now owned by the entry */
+    r->message = NULL;
+    n->out[n->nout++] = e;
+    return 0;
+}
+
+int rd_neg_ready(rd_neg *n, int node, const Ringd__OpSpec *spec, char *err, size_t errlen)
+{
+    if (!rd_name_valid(spec->name) || (int)spec->op < 0 || (int)spec->op > RD_COLL_BARRIER) {
+        snprintf(err, errlen, "node %s announced an invalid op", n->nodes[node].node);
+        return -1;
+    }
+    rec **pp = &n->buckets[hash(spec->name)], *r;
+    for (r = *pp; r != NULL; pp = &r->next, r = r->next)
+        if (strcmp(r->name, spec->name) == 0 && !r->have[node])
+            break;
+    if (r == NULL) {
+        if (n->pending >= RD_NEG_PENDING_MAX) {
+            snprintf(err, errlen, "node %s has over %u ops pending negotiation",
+                     n->nodes[node].node, RD_NEG_PENDING_MAX);
+            return -1;
+        }
+        r = calloc(1, sizeof(*r) + (size_t)n->nnodes);
+        if (r == NULL || (r->name = strdup(spec->name)) == NULL) {
+            free(r);
+            snprintf(err, errlen, "out of memory");
+            return -1;
+        }
+        r->first = rd_op_params_of_spec(spec);
+        r->first_node = node;
+        while (*pp != NULL)
+            pp = &(*pp)->next;
+        *pp = r;
+        n->pending++;
+    }
+    r->have[node] = 1;
+    r->nhave++;
+    if (r->status == 0 && spec->status != 0) {
+        r->status = spec->status;
+        r->message = strdup(spec->message != NULL ? spec->message : "failed on another node");
+    }
+    rd_op_params q = rd_op_params_of_spec(spec);
+    char fields[96];
+    if (r->status == 0 && !rd_op_params_compare(&r->first, &q, fields, sizeof(fields))) {
+        char a[160], b[160], ra[96], rb[96], msg[768];
+        rd_op_params_describe(a, sizeof(a), &r->first);
+        rd_op_params_describe(b, sizeof(b), &q);
+        ranks_of(n, r->first_node, ra, sizeof(ra));
+        ranks_of(n, node, rb, sizeof(rb));
+        snprintf(msg, sizeof(msg), "tensor '%s' mismatch (%s): %s submitted %s; %s submitted %s",
+                 r->name, fields, ra, a, rb, b);
+        r->status = 5; /* RINGD_E_MISMATCH */
+        r->message = strdup(msg);
+    }
+    if (r->nhave < n->nnodes)
+        return 0;
+    /* every node has it: out of the table, onto the queue */
+    pp = &n->buckets[hash(r->name)];
+    while (*pp != r)
+        pp = &(*pp)->next;
+    *pp = r->next;
+    n->pending--;
+    int rc = emit(n, r);
+    rec_free(r);
+    if (rc != 0) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    return 0;
+}
+
+size_t rd_neg_take(rd_neg *n, Ringd__Go *go)
+{
+    go->ops = n->out;
+    go->n_ops = n->nout;
+    n->out = NULL;
+    n->nout = n->capout = 0;
+    return go->n_ops;
+}
+
+void rd_neg_go_clear(Ringd__Go *go)
+{
+    for (size_t i = 0; i < go->n_ops; i++) {
+        free(go->ops[i]->name);
+        free(go->ops[i]->message);
+        free(go->ops[i]);
+    }
+    free(go->ops);
+    go->ops = NULL;
+    go->n_ops = 0;
+}
+
+size_t rd_neg_pending(const rd_neg *n)
+{
+    return n->pending;
+}

@@ -1,0 +1,711 @@
+/* Daemon-to-daemon connections: TCP listener, authenticated handshakes as small state machines on
+ * the loop (exact-length reads, so no byte past the handshake is consumed), framed channels. */
+#define _GNU_SOURCE
+#include "peer.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <event2/listener.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "log.h"
+
+#define RD_PEER_HELLO_MAX 4096           /* handshake frames are small */
+#define RD_PEER_SETUPS_MAX 64            /* inbound handshakes in progress at once */
+#define RD_PEER_CHAN_OUT_MAX (64u << 20) /* a channel whose peer reads nothing is dropped */
+
+typedef enum {
+    SETUP_CONNECT,   /* client: non-blocking connect in progress */
+    SETUP_CHALLENGE, /* client: reading the server's challenge */
+    SETUP_ANSWER,    /* server: reading the client's answer */
+    SETUP_CONFIRM,   /* client: reading the server's confirmation */
+    SETUP_FRAME_LEN, /* either: reading the 4-byte length of PeerHello / its answer */
+    SETUP_FRAME,     /* either: reading that frame */
+} setup_state;
+
+typedef struct setup {
+    rd_peer_net *n;
+    int fd;
+    int client;
+    setup_state state;
+    struct event *ev;
+    uint8_t chal[RD_AUTH_CHALLENGE_LEN];
+    uint8_t ans[RD_AUTH_ANSWER_LEN];
+    uint8_t buf[RD_FRAME_HEADER + RD_PEER_HELLO_MAX];
+    size_t have, need;
+    char remote[RD_PEER_ADDR_MAX];
+    uint8_t *hello; /* client: the packed PeerHello */
+    size_t hello_len;
+    rd_peer_dial_fn fn;
+    void *arg;
+    struct setup *prev, *next;
+} setup;
+
+struct rd_peer_dial {
+    setup s;
+};
+
+struct rd_peer_net {
+    struct event_base *base;
+    struct evconnlistener *listener;
+    const rd_auth_key *key;
+    int64_t timeout_ms;
+    rd_peer_accept_fn accept_fn;
+    void *arg;
+    setup *setups;
+    unsigned ninbound;
+    char address[RD_PEER_ADDR_MAX];
+};
+
+struct rd_peer_chan {
+    struct bufferevent *bev;
+    struct event *ev_fail;
+    char name[RD_PEER_ADDR_MAX];
+    uint32_t max_frame;
+    rd_peer_chan_msg_fn on_msg;
+    rd_peer_chan_err_fn on_err;
+    void *arg;
+    char why[160];
+    int busy, dead;
+};
+
+int rd_peer_resolve(const char *addr, struct sockaddr_storage *ss, unsigned *sslen, char *err,
+                    size_t errlen)
+{
+    char host[RD_PEER_ADDR_MAX];
+    const char *colon = strrchr(addr, ':');
+    if (colon == NULL || colon == addr || colon[1] == '\0' ||
+        (size_t)(colon - addr) >= sizeof(host)) {
+        snprintf(err, errlen, "address '%s' is not HOST:PORT", addr);
+        return -1;
+    }
+    memcpy(host, addr, (size_t)(colon - addr));
+    host[colon - addr] = '\0';
+    char *h = host;
+    size_t hl = strlen(h);
+    if (h[0] == '[' && hl > 2 && h[hl - 1] == ']') {
+        h[hl - 1] = '\0';
+        h++;
+    }
+    char *end;
+    long port = strtol(colon + 1, &end, 10);
+    if (*end != '\0' || port < 0 || port > 65535) {
+        snprintf(err, errlen, "address '%s': bad port", addr);
+        return -1;
+    }
+    struct addrinfo hints, *res = NULL;
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV;
+    int rc = getaddrinfo(h, colon + 1, &hints, &res);
+    if (rc == EAI_NONAME) { /* a host name: one blocking lookup */
+        hints.ai_flags = AI_NUMERICSERV;
+        rc = getaddrinfo(h, colon + 1, &hints, &res);
+    }
+    if (rc != 0 || res == NULL) {
+        snprintf(err, errlen, "address '%s': %s", addr, gai_strerror(rc));
+        if (res != NULL)
+            freeaddrinfo(res);
+        return -1;
+    }
+    memcpy(ss, res->ai_addr, res->ai_addrlen);
+    *sslen = (unsigned)res->ai_addrlen;
+    freeaddrinfo(res);
+    return 0;
+}
+
+/* "HOST:PORT" of a socket address. */
+static void format_addr(const struct sockaddr *sa, char *out, size_t len)
+{
+    char host[INET6_ADDRSTRLEN] = "?";
+    unsigned port = 0;
+    if (sa->sa_family == AF_INET) {
+        const struct sockaddr_in *in = (const struct sockaddr_in *)sa;
+        inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
+        port = ntohs(in->sin_port);
+        snprintf(out, len, "%s:%u", host, port);
+    } else if (sa->sa_family == AF_INET6) {
+        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)sa;
+        inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof(host));
+        port = ntohs(in6->sin6_port);
+        snprintf(out, len, "[%s]:%u", host, port);
+    } else {
+        snprintf(out, len, "?");
+    }
+}
+
+static void set_nodelay(int fd)
+{
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+/* Writes all of buf on a fresh socket whose send buffer is empty. Returns 0, or -1 (errno). */
+static int write_small(int fd, const void *buf, size_t len)
+{
+    const uint8_t *p = buf;
+    while (len > 0) {
+        ssize_t w = send(fd, p, len, MSG_NOSIGNAL);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0) {
+            if (w == 0 || errno == EAGAIN)
+                errno = ENOBUFS;
+            return -1;
+        }
+        p += w;
+        len -= (size_t)w;
+    }
+    return 0;
+}
+
+/* Packs m as a frame into a malloc'd buffer. */
+static uint8_t *pack_frame(const rd_msg *m, size_t *len)
+{
+    *len = rd_frame_size(m);
+    uint8_t *b = malloc(*len);
+    if (b != NULL)
+        rd_frame_pack(m, b);
+    return b;
+}
+
+static void setup_unlink(setup *s)
+{
+    rd_peer_net *n = s->n;
+    if (s->prev != NULL)
+        s->prev->next = s->next;
+    else if (n->setups == s)
+        n->setups = s->next;
+    if (s->next != NULL)
+        s->next->prev = s->prev;
+    s->prev = s->next = NULL;
+    if (!s->client)
+        n->ninbound--;
+}
+
+/* Frees a handshake; closes its fd unless handed over (fd < 0). */
+static void setup_free(setup *s)
+{
+    setup_unlink(s);
+    if (s->ev != NULL)
+        event_free(s->ev);
+    if (s->fd >= 0)
+        close(s->fd);
+    free(s->hello);
+    free(s);
+}
+
+/* Ends a handshake that failed: server side logs and closes; client side reports to its dialer. */
+static void setup_fail(setup *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void setup_fail(setup *s, const char *fmt, ...)
+{
+    char why[384];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof(why), fmt, ap);
+    va_end(ap);
+    if (!s->client) {
+        rd_log(RD_LOG_WARN, "peer", "connection from %s: %s; closed", s->remote, why);
+        setup_free(s);
+        return;
+    }
+    rd_peer_dial_fn fn = s->fn;
+    void *arg = s->arg;
+    char msg[RD_PEER_ADDR_MAX + 400];
+    snprintf(msg, sizeof(msg), "%s: %s", s->remote, why);
+    setup_free(s);
+    fn(arg, -1, msg);
+}
+
+static void on_setup_event(evutil_socket_t fd, short what, void *arg);
+
+/* Waits for the next need bytes in state st. */
+static void setup_expect(setup *s, setup_state st, size_t need)
+{
+    struct timeval tv = {s->n->timeout_ms / 1000, (s->n->timeout_ms % 1000) * 1000};
+    s->state = st;
+    s->have = 0;
+    s->need = need;
+    event_del(s->ev);
+    event_assign(s->ev, s->n->base, s->fd, st == SETUP_CONNECT ? EV_WRITE : EV_READ, on_setup_event,
+                 s);
+    event_add(s->ev, &tv);
+}
+
+/* Server: the client's PeerHello is in buf. */
+static void server_hello(setup *s)
+{
+    rd_peer_net *n = s->n;
+    rd_msg *m = NULL;
+    size_t used;
+    char err[384];
+    if (rd_frame_decode(s->buf, s->have, RD_PEER_HELLO_MAX, &m, &used, err, sizeof(err)) !=
+            RD_FRAME_OK ||
+        m->body_case != RINGD__MSG__BODY_PEER_HELLO) {
+        rd_frame_free(m);
+        setup_fail(s, "first frame is not a PeerHello");
+        return;
+    }
+    uint64_t gen = 0;
+    int fd = s->fd;
+    ringd_result_t rc = n->accept_fn(n->arg, m->peer_hello, fd, s->remote, &gen, err, sizeof(err));
+    rd_msg r = RINGD__MSG__INIT;
+    Ringd__PeerAccept pa = RINGD__PEER_ACCEPT__INIT;
+    Ringd__Error e = RINGD__ERROR__INIT;
+    if (rc == RINGD_OK) {
+        pa.generation = gen;
+        r.body_case = RINGD__MSG__BODY_PEER_ACCEPT;
+        r.peer_accept = &pa;
+    } else {
+        rd_log(RD_LOG_WARN, "peer", "connection from %s (node '%s', job '%s'): refused: %s",
+               s->remote, m->peer_hello->node, m->peer_hello->job, err);
+        e.status = (uint32_t)rc;
+        e.message = err;
+        r.body_case = RINGD__MSG__BODY_ERROR;
+        r.error = &e;
+    }
+    size_t len;
+    uint8_t *frame = pack_frame(&r, &len);
+    if (frame != NULL)
+        write_small(fd, frame, len); /* a failure shows on the first use of the link */
+    free(frame);
+    rd_frame_free(m);
+    if (rc == RINGD_OK)
+        s->fd = -1; /* handed over */
+    setup_free(s);
+}
+
+/* Client: the server's answer to PeerHello is in buf. */
+static void client_reply(setup *s)
+{
+    rd_msg *m = NULL;
+    size_t used;
+    char err[384];
+    if (rd_frame_decode(s->buf, s->have, RD_PEER_HELLO_MAX, &m, &used, err, sizeof(err)) !=
+        RD_FRAME_OK) {
+        setup_fail(s, "bad answer to PeerHello: %s", err);
+        return;
+    }
+    if (m->body_case == RINGD__MSG__BODY_ERROR) {
+        snprintf(err, sizeof(err), "%s", m->error->message);
+        rd_frame_free(m);
+        setup_fail(s, "refused: %s", err);
+        return;
+    }
+    if (m->body_case != RINGD__MSG__BODY_PEER_ACCEPT) {
+        rd_frame_free(m);
+        setup_fail(s, "answer to PeerHello is neither PeerAccept nor Error");
+        return;
+    }
+    rd_frame_free(m);
+    int fd = s->fd;
+    rd_peer_dial_fn fn = s->fn;
+    void *arg = s->arg;
+    s->fd = -1;
+    setup_free(s);
+    fn(arg, fd, NULL);
+}
+
+/* Acts on a completely read piece of the handshake. */
+static void setup_step(setup *s)
+{
+    const rd_auth_key *k = s->n->key;
+    uint8_t confirm[RD_AUTH_CONFIRM_LEN];
+    switch (s->state) {
+    case SETUP_CONNECT: {
+        int e = 0;
+        socklen_t el = sizeof(e);
+        if (getsockopt(s->fd, SOL_SOCKET, SO_ERROR, &e, &el) != 0 || e != 0) {
+            setup_fail(s, "connect: %s", strerror(e ? e : errno));
+            return;
+        }
+        setup_expect(s, SETUP_CHALLENGE, RD_AUTH_CHALLENGE_LEN);
+        return;
+    }
+    case SETUP_CHALLENGE:
+        memcpy(s->chal, s->buf, RD_AUTH_CHALLENGE_LEN);
+        if (rd_auth_answer(k, s->chal, s->ans) != 0) {
+            setup_fail(s, "not a ringd peer (bad challenge)");
+            return;
+        }
+        if (write_small(s->fd, s->ans, sizeof(s->ans)) != 0) {
+            setup_fail(s, "send: %s", strerror(errno));
+            return;
+        }
+        setup_expect(s, SETUP_CONFIRM, RD_AUTH_CONFIRM_LEN);
+        return;
+    case SETUP_ANSWER:
+        memcpy(s->ans, s->buf, RD_AUTH_ANSWER_LEN);
+        if (rd_auth_verify_answer(k, s->chal, s->ans, confirm) != 0) {
+            setup_fail(s, "authentication failed (wrong or missing ring key)");
+            return;
+        }
+        if (write_small(s->fd, confirm, sizeof(confirm)) != 0) {
+            setup_fail(s, "send: %s", strerror(errno));
+            return;
+        }
+        setup_expect(s, SETUP_FRAME_LEN, RD_FRAME_HEADER);
+        return;
+    case SETUP_CONFIRM:
+        if (rd_auth_verify_confirm(k, s->chal, s->ans, s->buf) != 0) {
+            setup_fail(s, "authentication failed: the peer does not hold the ring key");
+            return;
+        }
+        if (write_small(s->fd, s->hello, s->hello_len) != 0) {
+            setup_fail(s, "send: %s", strerror(errno));
+            return;
+        }
+        setup_expect(s, SETUP_FRAME_LEN, RD_FRAME_HEADER);
+        return;
+    case SETUP_FRAME_LEN: {
+        uint32_t n = rd_frame_payload_len(s->buf);
+        if (n == 0 || n > RD_PEER_HELLO_MAX) {
+            setup_fail(s, "handshake frame of %u bytes", n);
+            return;
+        }
+        s->state = SETUP_FRAME;
+        s->need = RD_FRAME_HEADER + n; /* keeps the header in buf */
+        return;
+    }
+    case SETUP_FRAME:
+        if (s->client)
+            client_reply(s);
+        else
+            server_hello(s);
+        return;
+    }
+}
+
+static void on_setup_event(evutil_socket_t fd, short what, void *arg)
+{
+    setup *s = arg;
+    if (what & EV_TIMEOUT) {
+        setup_fail(s, "handshake timed out after %lld ms", (long long)s->n->timeout_ms);
+        return;
+    }
+    if (s->state == SETUP_CONNECT) {
+        setup_step(s);
+        return;
+    }
+    for (;;) {
+        ssize_t r = recv(fd, s->buf + s->have, s->need - s->have, 0);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return;
+        if (r <= 0) {
+            setup_fail(s, "%s during the handshake",
+                       r == 0 ? "connection closed" : strerror(errno));
+            return;
+        }
+        s->have += (size_t)r;
+        if (s->have < s->need)
+            continue;
+        setup_state before = s->state;
+        setup_step(s); /* may free s */
+        if (before != SETUP_FRAME_LEN)
+            return;
+    }
+}
+
+/* Creates a handshake on fd and links it into the net. */
+static setup *setup_new(rd_peer_net *n, int fd, int client, size_t size)
+{
+    setup *s = calloc(1, size);
+    if (s == NULL)
+        return NULL;
+    s->n = n;
+    s->fd = fd;
+    s->client = client;
+    s->ev = event_new(n->base, fd, EV_READ, on_setup_event, s);
+    if (s->ev == NULL) {
+        free(s);
+        return NULL;
+    }
+    s->next = n->setups;
+    if (n->setups != NULL)
+        n->setups->prev = s;
+    n->setups = s;
+    if (!client)
+        n->ninbound++;
+    return s;
+}
+
+static void on_accept(struct evconnlistener *ev, evutil_socket_t fd, struct sockaddr *sa,
+                      int socklen, void *arg)
+{
+    rd_peer_net *n = arg;
+    char remote[RD_PEER_ADDR_MAX];
+    (void)ev;
+    (void)socklen;
+    format_addr(sa, remote, sizeof(remote));
+    if (n->ninbound >= RD_PEER_SETUPS_MAX) {
+        rd_log(RD_LOG_WARN, "peer", "connection from %s: %u handshakes already in progress; closed",
+               remote, n->ninbound);
+        close(fd);
+        return;
+    }
+    set_nodelay(fd);
+    setup *s = setup_new(n, fd, 0, sizeof(setup));
+    if (s == NULL) {
+        close(fd);
+        return;
+    }
+    snprintf(s->remote, sizeof(s->remote), "%s", remote);
+    rd_auth_challenge(s->chal);
+    if (write_small(fd, s->chal, sizeof(s->chal)) != 0) {
+        setup_fail(s, "send: %s", strerror(errno));
+        return;
+    }
+    setup_expect(s, SETUP_ANSWER, RD_AUTH_ANSWER_LEN);
+}
+
+rd_peer_net *rd_peer_net_new(struct event_base *base, const char *listen, const rd_auth_key *key,
+                             int64_t timeout_ms, rd_peer_accept_fn fn, void *arg, char *err,
+                             size_t errlen)
+{
+    struct sockaddr_storage ss;
+    unsigned sslen;
+    if (rd_peer_resolve(listen, &ss, &sslen, err, errlen) != 0)
+        return NULL;
+    rd_peer_net *n = calloc(1, sizeof(*n));
+    if (n == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    n->base = base;
+    n->key = key;
+    n->timeout_ms = timeout_ms;
+    n->accept_fn = fn;
+    n->arg = arg;
+    n->listener = evconnlistener_new_bind(
+        base, on_accept, n, LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_EXEC, 128,
+        (struct sockaddr *)&ss, (int)sslen);
+    if (n->listener == NULL) {
+        snprintf(err, errlen, "listen on %s: %s", listen, strerror(errno));
+        free(n);
+        return NULL;
+    }
+    struct sockaddr_storage bound;
+    socklen_t bl = sizeof(bound);
+    if (getsockname(evconnlistener_get_fd(n->listener), (struct sockaddr *)&bound, &bl) != 0) {
+        snprintf(err, errlen, "getsockname: %s", strerror(errno));
+        evconnlistener_free(n->listener);
+        free(n);
+        return NULL;
+    }
+    format_addr((struct sockaddr *)&bound, n->address, sizeof(n->address));
+    return n;
+}
+
+void rd_peer_net_free(rd_peer_net *n)
+{
+    if (n == NULL)
+        return;
+    while (n->setups != NULL)
+        setup_free(n->setups);
+    evconnlistener_free(n->listener);
+    free(n);
+}
+
+const char *rd_peer_net_address(const rd_peer_net *n)
+{
+    return n->address;
+}
+
+rd_peer_dial *rd_peer_dial_new(rd_peer_net *n, const char *addr, const Ringd__PeerHello *h,
+                               rd_peer_dial_fn fn, void *arg)
+{
+    struct sockaddr_storage ss;
+    unsigned sslen;
+    char err[256];
+    if (rd_peer_resolve(addr, &ss, &sslen, err, sizeof(err)) != 0) {
+        rd_log(RD_LOG_WARN, "peer", "%s", err);
+        return NULL;
+    }
+    int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return NULL;
+    set_nodelay(fd);
+    setup *s = setup_new(n, fd, 1, sizeof(rd_peer_dial));
+    if (s == NULL) {
+        close(fd);
+        return NULL;
+    }
+    rd_msg m = RINGD__MSG__INIT;
+    m.body_case = RINGD__MSG__BODY_PEER_HELLO;
+    m.peer_hello = (Ringd__PeerHello *)h;
+    s->hello = pack_frame(&m, &s->hello_len);
+    if (s->hello == NULL) {
+        setup_free(s);
+        return NULL;
+    }
+    snprintf(s->remote, sizeof(s->remote), "%s", addr);
+    s->fn = fn;
+    s->arg = arg;
+    int rc = connect(fd, (struct sockaddr *)&ss, sslen);
+    if (rc == 0 || errno == EINPROGRESS) {
+        setup_expect(s, rc == 0 ? SETUP_CHALLENGE : SETUP_CONNECT,
+                     rc == 0 ? RD_AUTH_CHALLENGE_LEN : 0);
+    } else {
+        /* reported on the next turn, so the caller never sees its callback before the return */
+        setup_expect(s, SETUP_CONNECT, 0);
+        event_active(s->ev, EV_WRITE, 0);
+    }
+    return (rd_peer_dial *)s;
+}
+
+void rd_peer_dial_cancel(rd_peer_dial *d)
+{
+    if (d != NULL)
+        setup_free(&d->s);
+}
+
+/* Channel: reports a failure once, from the loop. */
+static void chan_fail(rd_peer_chan *c, const char *why)
+{
+    if (c->why[0] != '\0')
+        return;
+    snprintf(c->why, sizeof(c->why), "%s", why);
+    bufferevent_disable(c->bev, EV_READ | EV_WRITE);
+    event_active(c->ev_fail, 0, 0);
+}
+
+static void on_chan_fail(evutil_socket_t fd, short what, void *arg)
+{
+    rd_peer_chan *c = arg;
+    (void)fd;
+    (void)what;
+    c->on_err(c->arg, c, c->why);
+}
+
+static void on_chan_read(struct bufferevent *bev, void *arg)
+{
+    rd_peer_chan *c = arg;
+    struct evbuffer *in = bufferevent_get_input(bev);
+    c->busy = 1;
+    while (!c->dead && c->why[0] == '\0') {
+        size_t len = evbuffer_get_length(in);
+        if (len < RD_FRAME_HEADER)
+            break;
+        uint8_t *hdr = evbuffer_pullup(in, RD_FRAME_HEADER);
+        uint32_t n = rd_frame_payload_len(hdr);
+        if (n > c->max_frame) {
+            char why[96];
+            snprintf(why, sizeof(why), "frame of %u bytes exceeds the limit of %u", n,
+                     c->max_frame);
+            chan_fail(c, why);
+            break;
+        }
+        if (len < RD_FRAME_HEADER + (size_t)n)
+            break;
+        uint8_t *buf = evbuffer_pullup(in, RD_FRAME_HEADER + (ssize_t)n);
+        rd_msg *m = NULL;
+        size_t used;
+        char err[128];
+        if (buf == NULL || rd_frame_decode(buf, RD_FRAME_HEADER + n, c->max_frame, &m, &used, err,
+                                           sizeof(err)) != RD_FRAME_OK) {
+            chan_fail(c, buf == NULL ? "out of memory" : err);
+            break;
+        }
+        evbuffer_drain(in, used);
+        c->on_msg(c->arg, c, m);
+        rd_frame_free(m);
+    }
+    c->busy = 0;
+    if (c->dead)
+        rd_peer_chan_free(c);
+}
+
+static void on_chan_event(struct bufferevent *bev, short what, void *arg)
+{
+    rd_peer_chan *c = arg;
+    (void)bev;
+    if (what & BEV_EVENT_EOF)
+        chan_fail(c, "connection closed");
+    else if (what & BEV_EVENT_ERROR)
+        chan_fail(c, strerror(EVUTIL_SOCKET_ERROR()));
+}
+
+rd_peer_chan *rd_peer_chan_new(struct event_base *base, int fd, const char *peer,
+                               uint32_t max_frame, rd_peer_chan_msg_fn on_msg,
+                               rd_peer_chan_err_fn on_err, void *arg)
+{
+    rd_peer_chan *c = calloc(1, sizeof(*c));
+    if (c == NULL) {
+        close(fd);
+        return NULL;
+    }
+    evutil_make_socket_nonblocking(fd);
+    c->bev = bufferevent_socket_new(base, fd, BEV_OPT_CLOSE_ON_FREE);
+    c->ev_fail = event_new(base, -1, 0, on_chan_fail, c);
+    if (c->bev == NULL || c->ev_fail == NULL) {
+        if (c->bev != NULL)
+            bufferevent_free(c->bev);
+        else
+            close(fd);
+        if (c->ev_fail != NULL)
+            event_free(c->ev_fail);
+        free(c);
+        return NULL;
+    }
+    snprintf(c->name, sizeof(c->name), "%s", peer);
+    c->max_frame = max_frame;
+    c->on_msg = on_msg;
+    c->on_err = on_err;
+    c->arg = arg;
+    bufferevent_setcb(c->bev, on_chan_read, NULL, on_chan_event, c);
+    bufferevent_enable(c->bev, EV_READ | EV_WRITE);
+    return c;
+}
+
+void rd_peer_chan_send(rd_peer_chan *c, const rd_msg *m)
+{
+    if (c->why[0] != '\0')
+        return;
+    struct evbuffer *out = bufferevent_get_output(c->bev);
+    if (evbuffer_get_length(out) > RD_PEER_CHAN_OUT_MAX) {
+        chan_fail(c, "peer reads nothing (output over 64 MiB)");
+        return;
+    }
+    size_t len = rd_frame_size(m);
+    struct evbuffer_iovec v;
+    if (evbuffer_reserve_space(out, (ssize_t)len, &v, 1) < 1) {
+        chan_fail(c, "out of memory");
+        return;
+    }
+    rd_frame_pack(m, v.iov_base);
+    v.iov_len = len;
+    evbuffer_commit_space(out, &v, 1);
+}
+
+void rd_peer_chan_free(rd_peer_chan *c)
+{
+    if (c == NULL)
+        return;
+    if (c->busy) {
+        c->dead = 1;
+        return;
+    }
+    bufferevent_free(c->bev);
+    event_free(c->ev_fail);
+    free(c);
+}
+
+const char *rd_peer_chan_name(const rd_peer_chan *c)
+{
+    return c->name;
+}

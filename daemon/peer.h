@@ -1,0 +1,79 @@
+/* Daemon-to-daemon connections: the TCP listener for peers, the authenticated handshake in both
+ * directions (challenge-response, then PeerHello answered by PeerAccept or Error), and framed
+ * control channels. Everything here runs on the loop thread. */
+#ifndef RD_PEER_H
+#define RD_PEER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "auth.h"
+#include "frame.h"
+#include "ringd.h"
+
+struct event_base;
+struct sockaddr_storage;
+
+#define RD_PEER_ADDR_MAX 128 /* "HOST:PORT" */
+
+typedef struct rd_peer_net rd_peer_net;
+typedef struct rd_peer_dial rd_peer_dial;
+typedef struct rd_peer_chan rd_peer_chan;
+
+/* Decides on an authenticated inbound connection from its PeerHello. Returning RINGD_OK takes
+ * ownership of fd (PeerAccept{generation} is sent first); anything else refuses it with err,
+ * which is logged and sent back as Error before fd is closed. */
+typedef ringd_result_t (*rd_peer_accept_fn)(void *arg, const Ringd__PeerHello *h, int fd,
+                                            const char *remote, uint64_t *generation, char *err,
+                                            size_t errlen);
+
+/* Binds listen ("HOST:PORT", port 0 for any) and serves handshakes; key must outlive the net.
+ * timeout_ms bounds each handshake. Returns NULL with err set. */
+rd_peer_net *rd_peer_net_new(struct event_base *base, const char *listen, const rd_auth_key *key,
+                             int64_t timeout_ms, rd_peer_accept_fn fn, void *arg, char *err,
+                             size_t errlen);
+
+/* Closes the listener and every handshake in progress (dials get no callback).
+ * rd_peer_net_free(NULL) is a no-op. */
+void rd_peer_net_free(rd_peer_net *n);
+
+/* The bound address, "HOST:PORT" with the real port. */
+const char *rd_peer_net_address(const rd_peer_net *n);
+
+/* A dial's outcome: fd >= 0 is an authenticated connection the peer accepted, owned by the
+ * callee; fd < 0 comes with why (the peer's Error message, or the local failure). */
+typedef void (*rd_peer_dial_fn)(void *arg, int fd, const char *why);
+
+/* Connects to addr, proves the key, sends h and waits for the answer; fn is called exactly once
+ * unless the dial is cancelled first. Returns NULL when out of memory or addr is malformed. */
+rd_peer_dial *rd_peer_dial_new(rd_peer_net *n, const char *addr, const Ringd__PeerHello *h,
+                               rd_peer_dial_fn fn, void *arg);
+
+/* Abandons a dial in progress: no callback follows. NULL is a no-op. */
+void rd_peer_dial_cancel(rd_peer_dial *d);
+
+/* A message arrived on a channel (m is valid during the call; the channel may be freed in it). */
+typedef void (*rd_peer_chan_msg_fn)(void *arg, rd_peer_chan *c, const rd_msg *m);
+/* The channel failed (EOF, error, bad frame, too much unread output); free it. */
+typedef void (*rd_peer_chan_err_fn)(void *arg, rd_peer_chan *c, const char *why);
+
+/* Wraps an accepted or dialled connection into a framed channel; takes fd. peer names the other
+ * end in logs. Returns NULL (fd closed) when out of memory. */
+rd_peer_chan *rd_peer_chan_new(struct event_base *base, int fd, const char *peer,
+                               uint32_t max_frame, rd_peer_chan_msg_fn on_msg,
+                               rd_peer_chan_err_fn on_err, void *arg);
+
+/* Queues m; a failure is reported through on_err on a later loop turn. */
+void rd_peer_chan_send(rd_peer_chan *c, const rd_msg *m);
+
+/* Closes the connection. NULL is a no-op. */
+void rd_peer_chan_free(rd_peer_chan *c);
+
+const char *rd_peer_chan_name(const rd_peer_chan *c);
+
+/* Splits "HOST:PORT" or "[V6]:PORT" and resolves it (numeric hosts without a lookup). Returns 0,
+ * or -1 with err set. */
+int rd_peer_resolve(const char *addr, struct sockaddr_storage *ss, unsigned *sslen, char *err,
+                    size_t errlen);
+
+#endif

@@ -1,0 +1,1243 @@
+/* Rendezvous through Redis: leases, atomic membership scripts, stream watchers and reconnects. */
+#define _GNU_SOURCE
+#include "rendezvous.h"
+
+#include "log.h"
+
+#include <stdarg.h>
+#include <event2/event.h>
+#include <hiredis/hiredis.h>
+#include <hiredis/async.h>
+#include <hiredis/adapters/libevent.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define SUBSYS "rendezvous"
+
+#define RDV_BACKOFF_MIN_MS 100
+#define RDV_BACKOFF_MAX_MS 2000
+#define RDV_REPLY_LIMIT_MS 3000 /* a command or connect with no answer for this long: reconnect */
+#define RDV_BLOCK_MS 5000       /* XREAD BLOCK */
+#define RDV_WATCHDOG_MS 500
+#define RDV_RECORD_MAX 512 /* bytes of a member record, as read back */
+#define RDV_MEMBERS_MAX 65536
+#define RDV_ID_MAX 48 /* "ms-seq" stream ids: two 20-digit numbers and a dash */
+#define RDV_KEY_MAX (RD_NAME_MAX * 2 + 32)
+#define RDV_NARGS 9 /* every script takes 4 keys and 5 arguments */
+
+/* Every script starts with these helpers. KEYS: members hash, generation counter, event stream,
+ * this node's lease. ARGV: lease key prefix, node, incarnation, record, lease ms. A member whose
+ * lease key is gone is swept out with an 'expire' event; every change bumps the generation and
+ * appends an event in the same script, so watchers never miss one. Records start with
+ * "1 <incarnation> ", which is how a script tells our record from another incarnation's. */
+#define RDV_LUA_COMMON                                                                             \
+    "if redis.replicate_commands then redis.replicate_commands() end\n"                            \
+    "local members, genk, events, lease = KEYS[1], KEYS[2], KEYS[3], KEYS[4]\n"                    \
+    "local prefix, node, inc, rec, ttl = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]\n"            \
+    "local function bump(kind, who)\n"                                                             \
+    "  local g = redis.call('INCR', genk)\n"                                                       \
+    "  redis.call('XADD', events, 'MAXLEN', '~', '1000', '*', 'gen', g, 'type', kind, 'node', "    \
+    "who)\n"                                                                                       \
+    "end\n"                                                                                        \
+    "local function sweep()\n"                                                                     \
+    "  for _, n in ipairs(redis.call('HKEYS', members)) do\n"                                      \
+    "    if redis.call('EXISTS', prefix .. n) == 0 then\n"                                         \
+    "      redis.call('HDEL', members, n)\n"                                                       \
+    "      bump('expire', n)\n"                                                                    \
+    "    end\n"                                                                                    \
+    "  end\n"                                                                                      \
+    "end\n"                                                                                        \
+    "local function join()\n"                                                                      \
+    "  redis.call('SET', lease, inc, 'PX', ttl)\n"                                                 \
+    "  sweep()\n"                                                                                  \
+    "  redis.call('HSET', members, node, rec)\n"                                                   \
+    "  bump('join', node)\n"                                                                       \
+    "end\n"                                                                                        \
+    "local function ours(r)\n"                                                                     \
+    "  return type(r) == 'string' and string.match(r, '^1 (%d+) ') == inc\n"                       \
+    "end\n"                                                                                        \
+    "local function view(status)\n"                                                                \
+    "  local last = redis.call('XREVRANGE', events, '+', '-', 'COUNT', 1)\n"                       \
+    "  local id = '0-0'\n"                                                                         \
+    "  if last[1] then id = last[1][1] end\n"                                                      \
+    "  return {status, tonumber(redis.call('GET', genk)) or 0, id, "                               \
+    "redis.call('HGETALL', members)}\n"                                                            \
+    "end\n"
+
+enum { RDV_JOIN, RDV_REFRESH, RDV_LEAVE, RDV_VIEW, RDV_NSCRIPTS };
+
+static const char *const rdv_script_name[RDV_NSCRIPTS] = {"JOIN", "REFRESH", "LEAVE", "VIEW"};
+
+static const char *const rdv_script[RDV_NSCRIPTS] = {
+    /* JOIN: (re)writes our lease and record. */
+    RDV_LUA_COMMON "join()\n"
+                   "return view('joined')\n",
+    /* REFRESH: extends our lease; re-joins when our record or lease is gone (expired, or Redis
+     * lost its data); leaves alone a record a newer incarnation of this node wrote. */
+    RDV_LUA_COMMON "local cur = redis.call('HGET', members, node)\n"
+                   "if cur and not ours(cur) and redis.call('EXISTS', lease) == 1 then\n"
+                   "  sweep()\n"
+                   "  return view('superseded')\n"
+                   "end\n"
+                   "if ours(cur) and redis.call('PEXPIRE', lease, ttl) == 1 then\n"
+                   "  sweep()\n"
+                   "  return view('ok')\n"
+                   "end\n"
+                   "join()\n"
+                   "return view('rejoined')\n",
+    /* LEAVE: removes our record and lease, never another incarnation's. */
+    RDV_LUA_COMMON "if ours(redis.call('HGET', members, node)) then\n"
+                   "  redis.call('DEL', lease)\n"
+                   "  redis.call('HDEL', members, node)\n"
+                   "  bump('leave', node)\n"
+                   "elseif redis.call('GET', lease) == inc then\n"
+                   "  redis.call('DEL', lease)\n"
+                   "end\n"
+                   "return view('left')\n",
+    /* VIEW: read only. */
+    RDV_LUA_COMMON "return view('ok')\n",
+};
+
+/* A connection's life; see conn_set_state. */
+typedef enum {
+    RDV_DOWN,       /* no context; a reconnect timer is armed unless the connection is closing */
+    RDV_CONNECTING, /* TCP connect, AUTH, SELECT (and SCRIPT LOAD) in flight */
+    RDV_READY,      /* handshake answered: commands flow */
+} rdv_state;
+
+static const char *const rdv_state_name[] = {"down", "connecting", "ready"};
+
+typedef struct rdv_job rdv_job;
+
+typedef struct {
+    rd_rdv *r;
+    rdv_job *job; /* the watched job, or NULL for the command connection */
+    redisAsyncContext *ac;
+    rdv_state state;
+    int backoff_ms;
+    int warned;          /* the loss was logged since the last READY */
+    int closing;         /* being freed: no reconnect */
+    int npending;        /* commands sent on ac, not yet answered */
+    int64_t progress_ms; /* last reply, or the first command sent after quiet */
+    struct event *retry; /* reconnect timer */
+    char lasterr[160];   /* last error logged, to log each distinct one once */
+} rdv_conn;
+
+struct rdv_job {
+    rdv_job *next;
+    char name[RD_NAME_MAX + 1];
+    rd_rdv_member self;
+    uint64_t join_seq;   /* bumped by each rd_rdv_join */
+    uint64_t joined_seq; /* join_seq of the last JOIN Redis confirmed: dirty while they differ */
+    int refreshing;      /* a JOIN or REFRESH is in flight */
+    int superseded;      /* logged that another incarnation holds our record */
+    char lastid[RDV_ID_MAX]; /* last stream id seen, "" until the first script reply */
+    int reading;             /* an XREAD is in flight */
+    int delivered;           /* a view was delivered; delivered_gen is valid */
+    uint64_t delivered_gen;
+    uint64_t newest_gen; /* generation of the newest view parsed (for the data-loss check) */
+    int have_newest;
+    rd_rdv_view *pending; /* newest view not yet delivered */
+    rdv_conn watch;
+};
+
+/* One script call, kept whole so a NOSCRIPT answer can be retried with EVAL. */
+typedef struct rdv_req {
+    struct rdv_req *next; /* in rd_rdv.leaves while waiting for a connection */
+    rd_rdv *r;
+    int script;
+    int retried;
+    uint64_t seq; /* job's join_seq when a JOIN was sent */
+    char job[RD_NAME_MAX + 1];
+    char *argv[RDV_NARGS];
+} rdv_req;
+
+struct rd_rdv {
+    struct event_base *base;
+    char host[256];
+    int port;
+    int db;
+    char *password;
+    int64_t lease_ms;
+    rd_rdv_view_fn on_view;
+    void *arg;
+    rdv_conn cmd;
+    char sha[RDV_NSCRIPTS][41]; /* from SCRIPT LOAD on this command connection, "" unknown */
+    rdv_job *jobs;
+    rdv_req *leaves; /* LEAVEs waiting for the command connection */
+    struct event *refresh;
+    struct event *watchdog;
+    struct event *deliver;
+    int freeing;
+    int *gone; /* set while on_view runs: rd_rdv_free raises it */
+};
+
+static void conn_start(rdv_conn *c);
+static void cmd_ready(rd_rdv *r);
+static void watch_ready(rdv_job *j);
+static void watch_read(rdv_job *j);
+static int send_script(rd_rdv *r, rdv_job *j, int script);
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The connection's name for logs. */
+static const char *conn_what(const rdv_conn *c)
+{
+    return c->job != NULL ? c->job->name : "command";
+}
+
+/* Changes c's state, logging the transition at debug. */
+static void conn_set_state(rdv_conn *c, rdv_state st)
+{
+    if (c->state == st)
+        return;
+    rd_log(RD_LOG_DEBUG, SUBSYS, "%s connection to %s:%d: %s -> %s", conn_what(c), c->r->host,
+           c->r->port, rdv_state_name[c->state], rdv_state_name[st]);
+    c->state = st;
+}
+
+/* Logs a connection problem once: at warn the first time since the last READY, then only when
+ * the message changes (at level). */
+static void conn_complain(rdv_conn *c, rd_log_level level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void conn_complain(rdv_conn *c, rd_log_level level, const char *fmt, ...)
+{
+    char msg[sizeof(c->lasterr)];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    if (c->warned && strcmp(msg, c->lasterr) == 0)
+        return;
+    rd_log(level, SUBSYS, "%s connection to %s:%d: %s", conn_what(c), c->r->host, c->r->port, msg);
+    snprintf(c->lasterr, sizeof(c->lasterr), "%s", msg);
+    c->warned = 1;
+}
+
+/* The context is gone (freed by hiredis or by us): forget it and schedule a reconnect. */
+static void conn_lost(rdv_conn *c)
+{
+    c->ac = NULL;
+    c->npending = 0;
+    conn_set_state(c, RDV_DOWN);
+    if (c->job == NULL)
+        memset(c->r->sha, 0, sizeof(c->r->sha));
+    if (c->closing || c->retry == NULL)
+        return;
+    struct timeval tv = {c->backoff_ms / 1000, (c->backoff_ms % 1000) * 1000};
+    evtimer_add(c->retry, &tv);
+    c->backoff_ms = c->backoff_ms * 2 > RDV_BACKOFF_MAX_MS ? RDV_BACKOFF_MAX_MS : c->backoff_ms * 2;
+}
+
+/* Frees c's context from the top of the loop (not from a hiredis callback): pending callbacks
+ * run with NULL replies, then conn_lost. */
+static void conn_close(rdv_conn *c)
+{
+    redisAsyncContext *ac = c->ac;
+    if (ac == NULL)
+        return;
+    int connected = (ac->c.flags & REDIS_CONNECTED) != 0;
+    redisAsyncFree(ac); /* calls on_disconnect, hence conn_lost, when connected */
+    if (!connected || c->ac == ac)
+        conn_lost(c);
+}
+
+/* Accounts for one reply (or NULL reply) on c's context ac. */
+static void conn_answered(rdv_conn *c, const redisAsyncContext *ac)
+{
+    if (ac != c->ac)
+        return;
+    if (c->npending > 0)
+        c->npending--;
+    c->progress_ms = now_ms();
+}
+
+/* Accounts for one command sent on c. */
+static void conn_sent(rdv_conn *c)
+{
+    if (c->npending++ == 0)
+        c->progress_ms = now_ms();
+}
+
+/* hiredis: the TCP connect finished. On failure hiredis frees the context after this. */
+static void on_connect(const redisAsyncContext *ac, int status)
+{
+    rdv_conn *c = ac->data;
+    if (c == NULL || c->ac != ac)
+        return;
+    if (status != REDIS_OK) {
+        conn_complain(c, RD_LOG_WARN, "connect: %s (retrying)", ac->errstr);
+        conn_lost(c);
+    }
+}
+
+/* hiredis: a connected context is going away (error, EOF, or our redisAsyncFree). */
+static void on_disconnect(const redisAsyncContext *ac, int status)
+{
+    rdv_conn *c = ac->data;
+    if (c == NULL || c->ac != ac)
+        return;
+    if (!c->closing && !c->warned)
+        conn_complain(c, RD_LOG_WARN, "lost: %s (reconnecting)",
+                      status == REDIS_OK ? "closed" : ac->errstr);
+    conn_lost(c);
+}
+
+/* One handshake reply (AUTH, SELECT, SCRIPT LOAD, PING). An error drops the connection; the
+ * final PING's answer makes it READY. */
+static void on_handshake(redisAsyncContext *ac, void *reply, void *privdata)
+{
+    rdv_conn *c = privdata;
+    redisReply *rep = reply;
+    conn_answered(c, ac);
+    if (rep == NULL || c->ac != ac || c->closing)
+        return;
+    if (rep->type == REDIS_REPLY_ERROR) {
+        conn_complain(c, RD_LOG_ERROR, "handshake: %s (check the password and URL; retrying)",
+                      rep->str);
+        redisAsyncFree(ac); /* deferred until this callback returns; then on_disconnect */
+        return;
+    }
+    if (rep->type == REDIS_REPLY_STATUS && strcmp(rep->str, "PONG") == 0) {
+        if (c->warned)
+            rd_log(RD_LOG_INFO, SUBSYS, "%s connection to %s:%d: up", conn_what(c), c->r->host,
+                   c->r->port);
+        c->warned = 0;
+        c->lasterr[0] = '\0';
+        c->backoff_ms = RDV_BACKOFF_MIN_MS;
+        conn_set_state(c, RDV_READY);
+        if (c->job == NULL)
+            cmd_ready(c->r);
+        else
+            watch_ready(c->job);
+    }
+}
+
+/* SCRIPT LOAD's answer: the script's SHA1 for EVALSHA. */
+static void on_script_load(redisAsyncContext *ac, void *reply, void *privdata)
+{
+    rd_rdv *r = privdata;
+    redisReply *rep = reply;
+    conn_answered(&r->cmd, ac);
+    if (rep == NULL || r->cmd.ac != ac)
+        return;
+    for (int i = 0; i < RDV_NSCRIPTS; i++) {
+        if (r->sha[i][0] != '\0')
+            continue;
+        if (rep->type == REDIS_REPLY_STRING && rep->len == 40)
+            memcpy(r->sha[i], rep->str, 41);
+        else
+            rd_log(RD_LOG_WARN, SUBSYS, "SCRIPT LOAD %s: unexpected reply; using EVAL",
+                   rdv_script_name[i]);
+        r->sha[i][40] = '\0';
+        /* Mark a failed load as tried with a non-hex byte so the next load fills the next. */
+        if (rep->type != REDIS_REPLY_STRING || rep->len != 40)
+            r->sha[i][0] = '!';
+        break;
+    }
+}
+
+/* Starts connecting c: AUTH, SELECT and a PING (SCRIPT LOADs on the command connection) are
+ * queued at once and go out when the connect completes. */
+static void conn_start(rdv_conn *c)
+{
+    rd_rdv *r = c->r;
+    if (c->ac != NULL || c->closing)
+        return;
+    redisAsyncContext *ac = redisAsyncConnect(r->host, r->port);
+    if (ac == NULL) {
+        conn_complain(c, RD_LOG_WARN, "redisAsyncConnect: out of memory (retrying)");
+        conn_lost(c);
+        return;
+    }
+    if (ac->err) {
+        conn_complain(c, RD_LOG_WARN, "connect: %s (retrying)", ac->errstr);
+        redisAsyncFree(ac);
+        conn_lost(c);
+        return;
+    }
+    ac->data = c;
+    if (redisLibeventAttach(ac, r->base) != REDIS_OK) {
+        conn_complain(c, RD_LOG_WARN, "redisLibeventAttach failed (retrying)");
+        redisAsyncFree(ac);
+        conn_lost(c);
+        return;
+    }
+    redisAsyncSetConnectCallback(ac, on_connect);
+    redisAsyncSetDisconnectCallback(ac, on_disconnect);
+    c->ac = ac;
+    c->npending = 0;
+    c->progress_ms = now_ms();
+    conn_set_state(c, RDV_CONNECTING);
+    int ok = 1;
+    if (r->password != NULL) {
+        const char *argv[] = {"AUTH", r->password};
+        ok = ok && redisAsyncCommandArgv(ac, on_handshake, c, 2, argv, NULL) == REDIS_OK;
+        conn_sent(c);
+    }
+    if (r->db != 0) {
+        ok = ok && redisAsyncCommand(ac, on_handshake, c, "SELECT %d", r->db) == REDIS_OK;
+        conn_sent(c);
+    }
+    if (c->job == NULL) {
+        memset(r->sha, 0, sizeof(r->sha));
+        for (int i = 0; i < RDV_NSCRIPTS; i++) {
+            const char *argv[] = {"SCRIPT", "LOAD", rdv_script[i]};
+            ok = ok && redisAsyncCommandArgv(ac, on_script_load, r, 3, argv, NULL) == REDIS_OK;
+            conn_sent(c);
+        }
+    }
+    ok = ok && redisAsyncCommand(ac, on_handshake, c, "PING") == REDIS_OK;
+    conn_sent(c);
+    if (!ok) {
+        conn_complain(c, RD_LOG_WARN, "queueing the handshake failed (retrying)");
+        conn_close(c);
+    }
+}
+
+/* Reconnect timer. */
+static void on_retry(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    conn_start(arg);
+}
+
+/* Sets up c (no connection yet); -1 when out of memory. */
+static int conn_init(rdv_conn *c, rd_rdv *r, rdv_job *job)
+{
+    memset(c, 0, sizeof(*c));
+    c->r = r;
+    c->job = job;
+    c->backoff_ms = RDV_BACKOFF_MIN_MS;
+    c->retry = evtimer_new(r->base, on_retry, c);
+    return c->retry != NULL ? 0 : -1;
+}
+
+/* Closes c for good. */
+static void conn_fini(rdv_conn *c)
+{
+    c->closing = 1;
+    conn_close(c);
+    if (c->retry != NULL)
+        event_free(c->retry);
+    c->retry = NULL;
+}
+
+/* ---- records and views ---- */
+
+/* Parses a decimal unsigned number of exactly len bytes, at most max; 0 or -1. */
+static int parse_u64(const char *s, size_t len, uint64_t max, uint64_t *out)
+{
+    uint64_t v = 0;
+    if (len == 0 || len > 20)
+        return -1;
+    for (size_t i = 0; i < len; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return -1;
+        uint64_t d = (uint64_t)(s[i] - '0');
+        if (v > (UINT64_MAX - d) / 10)
+            return -1;
+        v = v * 10 + d;
+    }
+    if (v > max)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+/* 1 when addr is 1..RD_ADDR_MAX-1 printable, non-blank bytes. */
+static int addr_valid(const char *s, size_t len)
+{
+    if (len == 0 || len >= RD_ADDR_MAX)
+        return 0;
+    for (size_t i = 0; i < len; i++)
+        if (s[i] <= 0x20 || s[i] > 0x7e)
+            return 0;
+    return 1;
+}
+
+/* Writes self's record: "1 <incarnation> <local_size> <world_size> <addr>". */
+static void record_format(const rd_rdv_member *m, char *buf, size_t len)
+{
+    snprintf(buf, len, "1 %" PRIu64 " %" PRIu32 " %" PRIu32 " %s", m->incarnation, m->local_size,
+             m->world_size, m->addr);
+}
+
+/* Parses a record read from Redis (untrusted) into m (node not touched); 0 or -1. */
+static int record_parse(const char *s, size_t len, rd_rdv_member *m)
+{
+    const char *tok[5];
+    size_t tlen[5];
+    size_t n = 0, i = 0;
+    uint64_t v;
+    if (len == 0 || len > RDV_RECORD_MAX || memchr(s, '\0', len) != NULL)
+        return -1;
+    while (i < len && n < 5) {
+        size_t start = i;
+        if (n < 4) {
+            while (i < len && s[i] != ' ')
+                i++;
+        } else {
+            i = len; /* the address is the rest */
+        }
+        tok[n] = s + start;
+        tlen[n] = i - start;
+        n++;
+        if (i < len)
+            i++; /* one space */
+    }
+    if (n != 5 || tlen[0] != 1 || tok[0][0] != '1')
+        return -1;
+    if (parse_u64(tok[1], tlen[1], UINT64_MAX, &m->incarnation) != 0)
+        return -1;
+    if (parse_u64(tok[2], tlen[2], UINT32_MAX, &v) != 0)
+        return -1;
+    m->local_size = (uint32_t)v;
+    if (parse_u64(tok[3], tlen[3], UINT32_MAX, &v) != 0)
+        return -1;
+    m->world_size = (uint32_t)v;
+    if (!addr_valid(tok[4], tlen[4]))
+        return -1;
+    memcpy(m->addr, tok[4], tlen[4]);
+    m->addr[tlen[4]] = '\0';
+    return 0;
+}
+
+/* Splits a stream id "ms-seq" into its numbers; 0, or -1 when it is not one. */
+static int id_parse(const char *s, size_t len, uint64_t *ms, uint64_t *seq)
+{
+    const char *dash = memchr(s, '-', len);
+    if (len >= RDV_ID_MAX || dash == NULL)
+        return -1;
+    size_t a = (size_t)(dash - s);
+    if (parse_u64(s, a, UINT64_MAX, ms) != 0 ||
+        parse_u64(dash + 1, len - a - 1, UINT64_MAX, seq) != 0)
+        return -1;
+    return 0;
+}
+
+/* 1 when stream id a comes after b (both valid). */
+static int id_after(const char *a, const char *b)
+{
+    uint64_t ams, aseq, bms, bseq;
+    if (id_parse(a, strlen(a), &ams, &aseq) != 0 || id_parse(b, strlen(b), &bms, &bseq) != 0)
+        return 1;
+    return ams > bms || (ams == bms && aseq > bseq);
+}
+
+static void view_free(rd_rdv_view *v)
+{
+    if (v == NULL)
+        return;
+    free(v->members);
+    free(v);
+}
+
+static int member_cmp(const void *a, const void *b)
+{
+    return strcmp(((const rd_rdv_member *)a)->node, ((const rd_rdv_member *)b)->node);
+}
+
+/* Parses a script reply {status, generation, last stream id, {node, record, ...}} into a new
+ * view (members sorted; malformed ones skipped, logged at debug and counted in *nbad) and writes
+ * status and id. Returns NULL for a malformed reply (logged) or out of memory. Caller owns the
+ * view. */
+static rd_rdv_view *view_parse(const redisReply *rep, const char *job, char *status,
+                               size_t statuslen, char *id, size_t *nbad)
+{
+    const char *why = NULL;
+    rd_rdv_view *v = NULL;
+    if (rep->type == REDIS_REPLY_ERROR) {
+        rd_log(RD_LOG_WARN, SUBSYS, "job %s: script failed: %s", job, rep->str);
+        return NULL;
+    }
+    if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 4) {
+        why = "not a 4-element array";
+        goto bad;
+    }
+    const redisReply *st = rep->element[0], *gen = rep->element[1], *last = rep->element[2],
+                     *hash = rep->element[3];
+    uint64_t ms, seq;
+    if (st->type != REDIS_REPLY_STRING || st->len >= statuslen) {
+        why = "bad status";
+        goto bad;
+    }
+    if (gen->type != REDIS_REPLY_INTEGER || gen->integer < 0) {
+        why = "bad generation";
+        goto bad;
+    }
+    if (last->type != REDIS_REPLY_STRING || id_parse(last->str, last->len, &ms, &seq) != 0) {
+        why = "bad stream id";
+        goto bad;
+    }
+    if (hash->type != REDIS_REPLY_ARRAY || hash->elements % 2 != 0 ||
+        hash->elements / 2 > RDV_MEMBERS_MAX) {
+        why = "bad member list";
+        goto bad;
+    }
+    memcpy(status, st->str, st->len);
+    status[st->len] = '\0';
+    memcpy(id, last->str, last->len);
+    id[last->len] = '\0';
+    v = calloc(1, sizeof(*v));
+    if (v == NULL)
+        goto oom;
+    v->generation = (uint64_t)gen->integer;
+    if (hash->elements > 0) {
+        v->members = calloc(hash->elements / 2, sizeof(*v->members));
+        if (v->members == NULL)
+            goto oom;
+    }
+    for (size_t i = 0; i + 1 < hash->elements; i += 2) {
+        const redisReply *k = hash->element[i], *val = hash->element[i + 1];
+        rd_rdv_member *m = &v->members[v->nmembers];
+        if (k->type != REDIS_REPLY_STRING || val->type != REDIS_REPLY_STRING ||
+            k->len > RD_NAME_MAX || memchr(k->str, '\0', k->len) != NULL) {
+            rd_log(RD_LOG_DEBUG, SUBSYS, "job %s: member entry %zu is malformed; ignored", job,
+                   i / 2);
+            (*nbad)++;
+            continue;
+        }
+        memcpy(m->node, k->str, k->len);
+        m->node[k->len] = '\0';
+        if (!rd_name_valid(m->node) || record_parse(val->str, val->len, m) != 0) {
+            rd_log(RD_LOG_DEBUG, SUBSYS, "job %s: member record %zu is malformed; ignored", job,
+                   i / 2);
+            memset(m, 0, sizeof(*m));
+            (*nbad)++;
+            continue;
+        }
+        v->nmembers++;
+    }
+    if (v->nmembers > 1)
+        qsort(v->members, v->nmembers, sizeof(*v->members), member_cmp);
+    return v;
+bad:
+    rd_log(RD_LOG_WARN, SUBSYS, "job %s: malformed reply from Redis (%s); ignored", job, why);
+    return NULL;
+oom:
+    rd_log(RD_LOG_ERROR, SUBSYS, "job %s: out of memory parsing a view", job);
+    view_free(v);
+    return NULL;
+}
+
+/* ---- jobs ---- */
+
+static rdv_job *job_find(rd_rdv *r, const char *name)
+{
+    for (rdv_job *j = r->jobs; j != NULL; j = j->next)
+        if (strcmp(j->name, name) == 0)
+            return j;
+    return NULL;
+}
+
+/* Deferred delivery: runs on_view for each job whose newest view has a generation other than the
+ * last delivered one. Runs from the loop, never inside hiredis, so on_view may call anything. */
+static void on_deliver(evutil_socket_t fd, short what, void *arg)
+{
+    rd_rdv *r = arg;
+    (void)fd;
+    (void)what;
+    for (;;) {
+        rdv_job *j = r->jobs;
+        while (j != NULL && j->pending == NULL)
+            j = j->next;
+        if (j == NULL)
+            return;
+        rd_rdv_view *v = j->pending;
+        j->pending = NULL;
+        if (j->delivered && j->delivered_gen == v->generation) {
+            view_free(v);
+            continue;
+        }
+        j->delivered = 1;
+        j->delivered_gen = v->generation;
+        char name[RD_NAME_MAX + 1];
+        memcpy(name, j->name, sizeof(name));
+        int gone = 0;
+        r->gone = &gone;
+        r->on_view(r->arg, name, v);
+        view_free(v);
+        if (gone)
+            return;
+        r->gone = NULL;
+    }
+}
+
+/* Takes a parsed view of j: tracks the stream id and queues the view for delivery. */
+static void job_take_view(rd_rdv *r, rdv_job *j, rd_rdv_view *v, const char *id)
+{
+    if (j->have_newest && v->generation < j->newest_gen) {
+        /* Redis lost the job's data: the stream restarted too. */
+        rd_log(RD_LOG_WARN, SUBSYS,
+               "job %s: generation went back from %" PRIu64 " to %" PRIu64
+               " (Redis lost its data?)",
+               j->name, j->newest_gen, v->generation);
+        snprintf(j->lastid, sizeof(j->lastid), "%s", id);
+    } else if (j->lastid[0] == '\0' || id_after(id, j->lastid)) {
+        snprintf(j->lastid, sizeof(j->lastid), "%s", id);
+    }
+    j->have_newest = 1;
+    j->newest_gen = v->generation;
+    view_free(j->pending);
+    j->pending = v;
+    event_active(r->deliver, 0, 0);
+    if (!j->reading)
+        watch_read(j);
+}
+
+/* ---- scripts on the command connection ---- */
+
+static void req_free(rdv_req *q)
+{
+    if (q == NULL)
+        return;
+    for (int i = 0; i < RDV_NARGS; i++)
+        free(q->argv[i]);
+    free(q);
+}
+
+/* Builds a script call for job as self; NULL when out of memory. */
+static rdv_req *req_new(rd_rdv *r, const char *job, const rd_rdv_member *self, int script)
+{
+    char buf[RDV_NARGS][RDV_KEY_MAX + RDV_RECORD_MAX];
+    rdv_req *q = calloc(1, sizeof(*q));
+    if (q == NULL)
+        return NULL;
+    q->r = r;
+    q->script = script;
+    snprintf(q->job, sizeof(q->job), "%s", job);
+    snprintf(buf[0], sizeof(buf[0]), "ringd:{%s}:members", job);
+    snprintf(buf[1], sizeof(buf[1]), "ringd:{%s}:gen", job);
+    snprintf(buf[2], sizeof(buf[2]), "ringd:{%s}:events", job);
+    snprintf(buf[3], sizeof(buf[3]), "ringd:{%s}:lease:%s", job, self != NULL ? self->node : "");
+    snprintf(buf[4], sizeof(buf[4]), "ringd:{%s}:lease:", job);
+    snprintf(buf[5], sizeof(buf[5]), "%s", self != NULL ? self->node : "");
+    snprintf(buf[6], sizeof(buf[6]), "%" PRIu64, self != NULL ? self->incarnation : 0);
+    buf[7][0] = '\0';
+    if (self != NULL)
+        record_format(self, buf[7], sizeof(buf[7]));
+    snprintf(buf[8], sizeof(buf[8]), "%" PRId64, r->lease_ms);
+    for (int i = 0; i < RDV_NARGS; i++) {
+        q->argv[i] = strdup(buf[i]);
+        if (q->argv[i] == NULL) {
+            req_free(q);
+            return NULL;
+        }
+    }
+    return q;
+}
+
+static void on_script(redisAsyncContext *ac, void *reply, void *privdata);
+
+/* Sends q on the command connection (EVALSHA when the script is loaded, else EVAL); takes q.
+ * Returns 0, or -1 when it could not be queued (q freed). */
+static int req_send(rd_rdv *r, rdv_req *q)
+{
+    const char *argv[3 + RDV_NARGS];
+    int usesha = r->sha[q->script][0] != '\0' && r->sha[q->script][0] != '!' && !q->retried;
+    argv[0] = usesha ? "EVALSHA" : "EVAL";
+    argv[1] = usesha ? r->sha[q->script] : rdv_script[q->script];
+    argv[2] = "4";
+    for (int i = 0; i < RDV_NARGS; i++)
+        argv[3 + i] = q->argv[i];
+    if (r->cmd.ac == NULL ||
+        redisAsyncCommandArgv(r->cmd.ac, on_script, q, 3 + RDV_NARGS, argv, NULL) != REDIS_OK) {
+        req_free(q);
+        return -1;
+    }
+    conn_sent(&r->cmd);
+    return 0;
+}
+
+/* A script's answer: a view for a joined job, a re-join noticed, or a failure logged. */
+static void on_script(redisAsyncContext *ac, void *reply, void *privdata)
+{
+    rdv_req *q = privdata;
+    rd_rdv *r = q->r;
+    redisReply *rep = reply;
+    char status[32], id[RDV_ID_MAX];
+    conn_answered(&r->cmd, ac);
+    rdv_job *j = r->freeing ? NULL : job_find(r, q->job);
+    if (j != NULL && (q->script == RDV_JOIN || q->script == RDV_REFRESH))
+        j->refreshing = 0;
+    if (rep == NULL || r->freeing) {
+        req_free(q);
+        return;
+    }
+    if (rep->type == REDIS_REPLY_ERROR && strncmp(rep->str, "NOSCRIPT", 8) == 0 && !q->retried) {
+        q->retried = 1;
+        r->sha[q->script][0] = '\0';
+        if (j != NULL && (q->script == RDV_JOIN || q->script == RDV_REFRESH))
+            j->refreshing = 1;
+        if (req_send(r, q) != 0 && j != NULL)
+            j->refreshing = 0;
+        return;
+    }
+    size_t nbad = 0;
+    rd_rdv_view *v = view_parse(rep, q->job, status, sizeof(status), id, &nbad);
+    if (v == NULL || j == NULL) {
+        view_free(v);
+        req_free(q);
+        return;
+    }
+    /* Once per generation, not on every refresh. */
+    if (nbad > 0 && (!j->have_newest || j->newest_gen != v->generation))
+        rd_log(RD_LOG_WARN, SUBSYS,
+               "job %s: %zu malformed member record(s) in Redis ignored (generation %" PRIu64 ")",
+               j->name, nbad, v->generation);
+    if (q->script == RDV_JOIN && q->seq == j->join_seq)
+        j->joined_seq = q->seq;
+    if (strcmp(status, "rejoined") == 0)
+        rd_log(RD_LOG_INFO, SUBSYS,
+               "job %s: registration was gone (lease expired or Redis lost "
+               "its data); joined again",
+               j->name);
+    if (strcmp(status, "superseded") == 0) {
+        if (!j->superseded)
+            rd_log(RD_LOG_WARN, SUBSYS,
+                   "job %s: node %s is registered by another incarnation "
+                   "(a restarted daemon with this node name?); not refreshing",
+                   j->name, j->self.node);
+        j->superseded = 1;
+    } else {
+        j->superseded = 0;
+    }
+    job_take_view(r, j, v, id);
+    req_free(q);
+}
+
+/* Sends script for j (JOIN when its record is not yet confirmed, in place of REFRESH). Returns 0
+ * or -1 (not connected, or out of memory). */
+static int send_script(rd_rdv *r, rdv_job *j, int script)
+{
+    if (r->cmd.state != RDV_READY)
+        return -1;
+    if (script == RDV_REFRESH && j->joined_seq != j->join_seq)
+        script = RDV_JOIN;
+    rdv_req *q = req_new(r, j->name, &j->self, script);
+    if (q == NULL) {
+        rd_log(RD_LOG_ERROR, SUBSYS, "job %s: out of memory sending %s", j->name,
+               rdv_script_name[script]);
+        return -1;
+    }
+    q->seq = j->join_seq;
+    if (req_send(r, q) != 0)
+        return -1;
+    if (script == RDV_JOIN || script == RDV_REFRESH)
+        j->refreshing = 1;
+    return 0;
+}
+
+/* The command connection is READY: queued LEAVEs go out, then every job re-registers (REFRESH
+ * re-joins when Redis lost the record). */
+static void cmd_ready(rd_rdv *r)
+{
+    while (r->leaves != NULL) {
+        rdv_req *q = r->leaves;
+        r->leaves = q->next;
+        q->next = NULL;
+        req_send(r, q);
+    }
+    for (rdv_job *j = r->jobs; j != NULL; j = j->next)
+        send_script(r, j, RDV_REFRESH);
+}
+
+/* Lease timer (every lease_ms / 3): refreshes every job that has no refresh in flight. */
+static void on_refresh(evutil_socket_t fd, short what, void *arg)
+{
+    rd_rdv *r = arg;
+    (void)fd;
+    (void)what;
+    for (rdv_job *j = r->jobs; j != NULL; j = j->next)
+        if (!j->refreshing)
+            send_script(r, j, RDV_REFRESH);
+}
+
+/* Watchdog timer: a connection with a command or connect unanswered for too long is dropped and
+ * reconnected (hiredis async has no timeouts of its own). */
+static void check_conn(rdv_conn *c, int64_t limit, int64_t now)
+{
+    if (c->ac == NULL || (c->state == RDV_READY && c->npending == 0))
+        return;
+    if (now - c->progress_ms <= limit)
+        return;
+    conn_complain(c, RD_LOG_WARN, "no answer for %" PRId64 " ms (reconnecting)",
+                  now - c->progress_ms);
+    conn_close(c);
+}
+
+static void on_watchdog(evutil_socket_t fd, short what, void *arg)
+{
+    rd_rdv *r = arg;
+    int64_t now = now_ms();
+    (void)fd;
+    (void)what;
+    check_conn(&r->cmd, RDV_REPLY_LIMIT_MS, now);
+    for (rdv_job *j = r->jobs; j != NULL; j = j->next)
+        check_conn(&j->watch, RDV_BLOCK_MS + RDV_REPLY_LIMIT_MS, now);
+}
+
+/* ---- watching ---- */
+
+/* XREAD's answer: entries mean something changed, so the command connection reads the view. */
+static void on_xread(redisAsyncContext *ac, void *reply, void *privdata)
+{
+    rdv_job *j = privdata;
+    redisReply *rep = reply;
+    conn_answered(&j->watch, ac);
+    if (j->watch.ac != ac)
+        return;
+    j->reading = 0;
+    if (rep == NULL || j->watch.closing)
+        return;
+    rd_rdv *r = j->watch.r;
+    if (rep->type == REDIS_REPLY_ERROR) {
+        conn_complain(&j->watch, RD_LOG_WARN, "XREAD: %s (reconnecting)", rep->str);
+        redisAsyncFree(ac);
+        return;
+    }
+    if (rep->type == REDIS_REPLY_ARRAY) {
+        /* {{key, {{id, {fields}}, ...}}}: only the last id matters. */
+        const char *last = NULL;
+        size_t lastlen = 0;
+        uint64_t ms, seq;
+        for (size_t i = 0; i < rep->elements; i++) {
+            const redisReply *s = rep->element[i];
+            if (s->type != REDIS_REPLY_ARRAY || s->elements != 2 ||
+                s->element[1]->type != REDIS_REPLY_ARRAY)
+                continue;
+            const redisReply *ents = s->element[1];
+            for (size_t k = 0; k < ents->elements; k++) {
+                const redisReply *e = ents->element[k];
+                if (e->type == REDIS_REPLY_ARRAY && e->elements >= 1 &&
+                    e->element[0]->type == REDIS_REPLY_STRING &&
+                    id_parse(e->element[0]->str, e->element[0]->len, &ms, &seq) == 0) {
+                    last = e->element[0]->str;
+                    lastlen = e->element[0]->len;
+                }
+            }
+        }
+        if (last == NULL) {
+            rd_log(RD_LOG_WARN, SUBSYS, "job %s: malformed XREAD reply; reading the view", j->name);
+        } else {
+            memcpy(j->lastid, last, lastlen);
+            j->lastid[lastlen] = '\0';
+        }
+        send_script(r, j, RDV_VIEW);
+    }
+    watch_read(j);
+}
+
+/* Issues XREAD BLOCK from the last id seen, when the watch connection is READY and the first
+ * script reply told us where the stream stands. */
+static void watch_read(rdv_job *j)
+{
+    rdv_conn *c = &j->watch;
+    char key[RDV_KEY_MAX], block[24];
+    if (c->state != RDV_READY || j->reading || j->lastid[0] == '\0')
+        return;
+    snprintf(key, sizeof(key), "ringd:{%s}:events", j->name);
+    snprintf(block, sizeof(block), "%d", RDV_BLOCK_MS);
+    const char *argv[] = {"XREAD", "BLOCK", block, "STREAMS", key, j->lastid};
+    if (redisAsyncCommandArgv(c->ac, on_xread, j, 6, argv, NULL) != REDIS_OK)
+        return;
+    conn_sent(c);
+    j->reading = 1;
+}
+
+/* The watch connection is READY (again): read the view, whatever happened meanwhile, and
+ * resume XREAD from the last id seen. */
+static void watch_ready(rdv_job *j)
+{
+    rd_rdv *r = j->watch.r;
+    if (j->lastid[0] != '\0')
+        send_script(r, j, RDV_VIEW);
+    watch_read(j);
+}
+
+static void job_free(rdv_job *j)
+{
+    if (j == NULL)
+        return;
+    conn_fini(&j->watch);
+    view_free(j->pending);
+    free(j);
+}
+
+/* ---- API ---- */
+
+/* Parses redis://HOST:PORT[/DB] into r; 0, or -1 with err. */
+static int url_parse(rd_rdv *r, const char *url, char *err, size_t errlen)
+{
+    const char *p, *host, *hend, *port;
+    uint64_t v;
+    if (url == NULL || strncmp(url, "redis://", 8) != 0) {
+        snprintf(err, errlen, "redis URL %s: expected redis://HOST:PORT[/DB]",
+                 url != NULL ? url : "(none)");
+        return -1;
+    }
+    p = url + 8;
+    if (*p == '[') {
+        host = p + 1;
+        hend = strchr(host, ']');
+        if (hend == NULL) {
+            snprintf(err, errlen, "redis URL %s: unterminated [", url);
+            return -1;
+        }
+        p = hend + 1;
+    } else {
+        host = p;
+        p += strcspn(p, ":/@");
+        hend = p;
+        if (*p == '@') {
+            snprintf(err, errlen,
+                     "redis URL %s: credentials do not go in the URL; use the "
+                     "password option",
+                     url);
+            return -1;
+        }
+    }
+    if (hend == host || (size_t)(hend - host) >= sizeof(r->host)) {
+        snprintf(err, errlen, "redis URL %s: bad host", url);
+        return -1;
+    }
+    memcpy(r->host, host, (size_t)(hend - host));
+    r->host[hend - host] = '\0';
+    if (*p != ':') {
+        snprintf(err, errlen, "redis URL %s: missing :PORT", url);
+        return -1;
+    }
+    port = ++p;
+    p += strspn(p, "0123456789");
+    if (parse_u64(port, (size_t)(p - port), 65535, &v) != 0 || v == 0) {
+        snprintf(err, errlen, "redis URL %s: bad port", url);
+        return -1;
+    }
+    r->port = (int)v;
+    r->db = 0;
+    if (*p == '/' && p[1] != '\0') {
+        const char *db = ++p;
+        p += strspn(p, "0123456789");
+        if (parse_u64(db, (size_t)(p - db), 1000000, &v) != 0) {
+            snprintf(err, errlen, "redis URL %s: bad database number", url);
+            return -1;
+        }
+        r->db = (int)v;
+    } else if (*p == '/') {
+        p++;
+    }
+    if (*p != '\0') {
+        snprintf(err, errlen, "redis URL %s: unexpected '%s'", url, p);
+        return -1;
+    }
+    return 0;
+}
+
+rd_rdv *rd_rdv_new(struct event_base *base, const rd_rdv_options *o, char *err, size_t errlen)
+{
+    rd_rdv *r = NULL;
+    if (base == NULL || o == NULL || o->on_view == NULL) {
+        snprintf(err, errlen, "rd_rdv_new: missing event base, options or on_view");
+        return NULL;
+    }
+    if (o->lease_ms < 30 || o->lease_ms > 24LL * 3600 * 1000) {
+        snprintf(err, errlen, "rendezvous lease %" PRId64 " ms: out of range 30..86400000",
+                 o->lease_ms);
+        return NULL;
+    }
+    r = calloc(1, sizeof(*r));
+    if (r == NULL)
+        goto oom;
+    if (url_parse(r, o->url, err, errlen) != 0) {
+        free(r);
+        return NULL;
+    }
+    r->base = base;
+    r->lease_ms = o->lease_ms;
+    r->on_view = o->on_view;
+    r->arg = o->arg;
+    if (o->password != NULL && (r->password = strdup(o->password)) == NULL)
+        goto oom;
+    if (conn_init(&r->cmd, r, NULL) != 0)
+        goto oom;
+    r->refresh = event_new(base, -1, EV_PERSIST, on_refresh, r);
+    r->watchdog = event_new(base, -1, EV_PERSIST, on_watchdog, r);
+    r->deliver = event_new(base, -1, 0, on_deliver, r);
+    if (r->refresh == NULL || r->watchdog == NULL || r->deliver == NULL)
+        goto oom;
+    int64_t period = r->lease_ms / 3;
+    struct timeval tv = {(time_t)(period / 1000), (suseconds_t)(period % 1000) * 1000};
+    struct timeval wd = {0, RDV_WATCHDOG_MS * 1000};
+    evtimer_add(r->refresh, &tv);
+    evtimer_add(r->watchdog, &wd);
+    conn_start(&r->cmd);
+    return r;
+oom:
+    snprintf(err, errlen, "rd_rdv_new: out of memory");
+    rd_rdv_free(r);
+    return NULL;
+}
+
+/* Checks (and frees) a reply on the blocking connection; 0, or -1 after logging what failed. */
+static int sync_ok(rd_rdv *r, redisContext *c, void *reply, const char *what)
+{
+    redisReply *rep = reply;
+    int ok = rep != NULL && rep->type != REDIS_REPLY_ERROR;
+    if (!ok)
+        rd_log(RD_LOG_WARN, SUBSYS, "leaving on exit: %s %s:%d: %s; the leases will expire", what,
+               r->host, r->port, rep != NULL ? rep->str : c->errstr);
+    freeReplyObject(rep);
+    return ok ? 0 : -1;
+}
+
+/* Best-effort LEAVE of every joined job and queued leave on a short-lived blocking connection,
+ * bounded by about a second in all. */
+static void leave_all_sync(rd_rdv *r)
+{
+    struct timeval ctv = {0, 400 * 1000}, rtv = {0, 500 * 1000};
+    int sent = 0;
+    if (r->jobs == NULL && r->leaves == NULL)
+        return;
+    redisContext *c = redisConnectWithTimeout(r->host, r->port, ctv);
+    if (c == NULL || c->err) {
+        rd_log(RD_LOG_WARN, SUBSYS, "leaving on exit: connect %s:%d: %s; the leases will expire",
+               r->host, r->port, c != NULL ? c->errstr : "out of memory");
+        redisFree(c);
+        return;
+    }
+    redisSetTimeout(c, rtv);
+    if (r->password != NULL) {
+        const char *argv[] = {"AUTH", r->password};
+        if (sync_ok(r, c, redisCommandArgv(c, 2, argv, NULL), "AUTH") != 0)
+            goto out;
+    }
+    if (r->db != 0 && sync_ok(r, c, redisCommand(c, "SELECT %d", r->db), "SELECT") != 0)
+        goto out;
+    for (rdv_job *j = r->jobs; j != NULL; j = j->next) {
+        rdv_req *q = req_new(r, j->name, &j->self, RDV_LEAVE);
+        if (q == NULL)
+            continue;
+        q->next = r->leaves;
+        r->leaves = q;
+    }
+    for (rdv_req *q = r->leaves; q != NULL; q = q->next) {
+        const char *argv[3 + RDV_NARGS] = {"EVAL", rdv_script[RDV_LEAVE], "4"};
+        for (int i = 0; i < RDV_NARGS; i++)
+            argv[3 + i] = q->argv[i];
+        sent += redisAppendCommandArgv(c, 3 + RDV_NARGS, argv, NULL) == REDIS_OK;
+    }
+    for (int i = 0; i < sent; i++) {
+        void *reply = NULL;
+        if (redisGetReply(c, &reply) != REDIS_OK) {
+            rd_log(RD_LOG_WARN, SUBSYS, "leaving on exit: %s:%d: %s; the leases will expire",
+                   r->host, r->port, c->errstr);
+            break;
+        }
+        redisReply *rep = reply;
+        if (rep->type == REDIS_REPLY_ERROR)
+            rd_log(RD_LOG_WARN, SUBSYS, "leaving on exit: %s", rep->str);
+        freeReplyObject(reply);
+    }
+out:
+    redisFree(c);
+}
+
+void rd_rdv_free(rd_rdv *r)
+{
+    if (r == NULL)
+        return;
+    r->freeing = 1;
+    if (r->gone != NULL)
+        *r->gone = 1;
+    leave_all_sync(r);
+    while (r->jobs != NULL) {
+        rdv_job *j = r->jobs;
+        r->jobs = j->next;
+        job_free(j);
+    }
+    conn_fini(&r->cmd);
+    while (r->leaves != NULL) {
+        rdv_req *q = r->leaves;
+        r->leaves = q->next;
+        req_free(q);
+    }
+    if (r->deliver != NULL)
+        event_free(r->deliver);
+    if (r->watchdog != NULL)
+        event_free(r->watchdog);
+    if (r->refresh != NULL)
+        event_free(r->refresh);
+    free(r->password);
+    free(r);
+}
+
+/* 1 when m can be written as a record and read back. */
+static int member_valid(const rd_rdv_member *m)
+{
+    return rd_name_valid(m->node) && addr_valid(m->addr, strnlen(m->addr, RD_ADDR_MAX));
+}
+
+int rd_rdv_join(rd_rdv *r, const char *job, const rd_rdv_member *self)
+{
+    if (!rd_name_valid(job) || self == NULL || !member_valid(self)) {
+        rd_log(RD_LOG_ERROR, SUBSYS, "join %s: invalid job name, node name or address",
+               rd_name_valid(job) ? job : "(invalid)");
+        return -1;
+    }
+    rdv_job *j = job_find(r, job);
+    if (j == NULL) {
+        j = calloc(1, sizeof(*j));
+        if (j == NULL || conn_init(&j->watch, r, j) != 0) {
+            if (j != NULL)
+                job_free(j);
+            rd_log(RD_LOG_ERROR, SUBSYS, "join %s: out of memory", job);
+            return -1;
+        }
+        snprintf(j->name, sizeof(j->name), "%s", job);
+        j->next = r->jobs;
+        r->jobs = j;
+        conn_start(&j->watch);
+    }
+    j->self = *self;
+    j->join_seq++;
+    j->superseded = 0;
+    send_script(r, j, RDV_JOIN);
+    return 0;
+}
+
+void rd_rdv_leave(rd_rdv *r, const char *job)
+{
+    rdv_job **pp = &r->jobs;
+    while (*pp != NULL && strcmp((*pp)->name, job) != 0)
+        pp = &(*pp)->next;
+    rdv_job *j = *pp;
+    if (j == NULL)
+        return;
+    *pp = j->next;
+    rdv_req *q = req_new(r, j->name, &j->self, RDV_LEAVE);
+    if (q == NULL) {
+        rd_log(RD_LOG_ERROR, SUBSYS, "leave %s: out of memory; the lease will expire", job);
+    } else if (r->cmd.state == RDV_READY) {
+        req_send(r, q);
+    } else {
+        q->next = r->leaves;
+        r->leaves = q;
+    }
+    job_free(j);
+}
+
+int rd_rdv_connected(const rd_rdv *r)
+{
+    return r != NULL && r->cmd.state == RDV_READY;
+}

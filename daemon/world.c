@@ -1,0 +1,806 @@
+/* Multi-node jobs: registration in the rendezvous, forming the ring's links for a generation
+ * (data connections to the next node, control connections to the coordinator), negotiation
+ * messages, and handing agreed ops to the data plane. */
+#define _GNU_SOURCE
+#include "world.h"
+
+#include <errno.h>
+#include <event2/event.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "auth.h"
+#include "daemon.h"
+#include "job.h"
+#include "log.h"
+#include "peer.h"
+#include "rendezvous.h"
+#include "xfer.h"
+
+#define RD_WORLD_RETRY_MS 100
+#define RD_WORLD_CONNS_MAX 16
+#define RD_WORLD_NODES_MAX 64
+
+typedef struct rd_worlds {
+    rd_auth_key key;
+    rd_peer_net *net;
+    rd_rdv *rdv;
+    uint64_t incarnation;
+    char address[RD_ADDR_MAX];
+} rd_worlds;
+
+typedef enum {
+    W_IDLE,       /* not registered: the job lacks local clients */
+    W_WAITING,    /* registered; the membership does not make a complete ring yet */
+    W_CONNECTING, /* complete at this generation: links being made */
+    W_UP,         /* links up: ops run */
+} world_state;
+
+static const char *const state_names[] = {"idle", "waiting", "connecting", "up"};
+
+/* One outbound connection being made, retried until the generation changes. */
+typedef struct {
+    rd_world *w;
+    int kind, index;
+    rd_peer_dial *dial;
+    struct event *retry;
+    int fd;
+} slot;
+
+struct rd_world {
+    rd_daemon *d;
+    struct rd_job *job;
+    world_state state;
+    rd_rdv_view view; /* deep copy of the last complete or incomplete view */
+    uint64_t generation;
+    int position, nnodes;
+    uint32_t first_rank;
+    slot out_data[RD_WORLD_CONNS_MAX];
+    slot out_ctrl;
+    int in_data[RD_WORLD_CONNS_MAX];
+    rd_peer_chan *ctrl_up;                       /* to the coordinator */
+    rd_peer_chan *ctrl_down[RD_WORLD_NODES_MAX]; /* coordinator: from each node */
+    rd_neg *neg;
+    struct rd_xfer *xfer;
+    struct event *ev_reform;
+    struct event *ev_check; /* runs maybe_up on the next turn */
+    /* throughput sampling */
+    uint64_t bytes_sent, bytes_recv; /* of earlier generations */
+    uint64_t last_sent, last_recv;
+    double rate_sent, rate_recv;
+    int64_t last_sample_ms;
+    struct event *ev_sample;
+};
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void set_state(rd_world *w, world_state st)
+{
+    if (w->state != st)
+        rd_log(RD_LOG_INFO, "world", "job '%s': ring %s -> %s (generation %" PRIu64 ")",
+               rd_job_name(w->job), state_names[w->state], state_names[st], w->generation);
+    w->state = st;
+}
+
+static int conns(const rd_world *w)
+{
+    return (int)w->d->cfg.conns_per_link;
+}
+
+static const rd_rdv_member *member(const rd_world *w, int pos)
+{
+    return &w->view.members[pos];
+}
+
+static void view_clear(rd_rdv_view *v)
+{
+    free(v->members);
+    memset(v, 0, sizeof(*v));
+}
+
+static int view_copy(rd_rdv_view *dst, const rd_rdv_view *src)
+{
+    rd_rdv_member *m = calloc(src->nmembers ? src->nmembers : 1, sizeof(*m));
+    if (m == NULL)
+        return -1;
+    memcpy(m, src->members, src->nmembers * sizeof(*m));
+    free(dst->members);
+    dst->members = m;
+    dst->nmembers = src->nmembers;
+    dst->generation = src->generation;
+    return 0;
+}
+
+/* Closes everything of the current generation; the ring's tasks and negotiating ops fail. */
+static void teardown(rd_world *w, const char *why)
+{
+    int was_up = w->state == W_UP || w->state == W_CONNECTING;
+    for (int c = 0; c < RD_WORLD_CONNS_MAX; c++) {
+        slot *s = &w->out_data[c];
+        rd_peer_dial_cancel(s->dial);
+        s->dial = NULL;
+        if (s->retry != NULL)
+            event_del(s->retry);
+        if (s->fd >= 0)
+            close(s->fd);
+        s->fd = -1;
+        if (w->in_data[c] >= 0)
+            close(w->in_data[c]);
+        w->in_data[c] = -1;
+    }
+    rd_peer_dial_cancel(w->out_ctrl.dial);
+    w->out_ctrl.dial = NULL;
+    if (w->out_ctrl.retry != NULL)
+        event_del(w->out_ctrl.retry);
+    if (w->out_ctrl.fd >= 0)
+        close(w->out_ctrl.fd);
+    w->out_ctrl.fd = -1;
+    rd_peer_chan_free(w->ctrl_up);
+    w->ctrl_up = NULL;
+    for (int i = 0; i < RD_WORLD_NODES_MAX; i++) {
+        rd_peer_chan_free(w->ctrl_down[i]);
+        w->ctrl_down[i] = NULL;
+    }
+    rd_neg_free(w->neg);
+    w->neg = NULL;
+    if (w->xfer != NULL) {
+        uint64_t s, r;
+        rd_xfer_bytes(w->xfer, &s, &r);
+        w->bytes_sent += s;
+        w->bytes_recv += r;
+        struct rd_xfer *x = w->xfer;
+        w->xfer = NULL;
+        rd_xfer_free(x, RINGD_E_MEMBERSHIP, why);
+    }
+    if (was_up)
+        rd_job_ring_down(w->job, why);
+}
+
+static void dial_start(slot *s);
+
+static void on_retry(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    dial_start(arg);
+}
+
+/* Every link of the generation is there: start the data plane and welcome the clients. */
+static void maybe_up(rd_world *w)
+{
+    if (w->state != W_CONNECTING)
+        return;
+    int C = conns(w);
+    for (int c = 0; c < C; c++)
+        if (w->out_data[c].fd < 0 || w->in_data[c] < 0)
+            return;
+    if (w->position != 0 && w->ctrl_up == NULL)
+        return;
+    for (int i = 1; w->position == 0 && i < w->nnodes; i++)
+        if (w->ctrl_down[i] == NULL)
+            return;
+
+    uint32_t sizes[RD_WORLD_NODES_MAX];
+    rd_neg_node nodes[RD_WORLD_NODES_MAX];
+    uint32_t first = 0;
+    for (int i = 0; i < w->nnodes; i++) {
+        sizes[i] = member(w, i)->local_size;
+        nodes[i] = (rd_neg_node){member(w, i)->node, first, sizes[i]};
+        first += sizes[i];
+    }
+    int sfd[RD_WORLD_CONNS_MAX], rfd[RD_WORLD_CONNS_MAX];
+    for (int c = 0; c < C; c++) {
+        sfd[c] = w->out_data[c].fd;
+        rfd[c] = w->in_data[c];
+        w->out_data[c].fd = w->in_data[c] = -1;
+    }
+    rd_xfer_config xc = {
+        .nnodes = w->nnodes,
+        .position = w->position,
+        .local_sizes = sizes,
+        .generation = w->generation,
+        .segment_size = w->d->cfg.segment_size,
+        .conns = C,
+        .send_fds = sfd,
+        .recv_fds = rfd,
+        .timeout_ms = w->d->cfg.peer_timeout,
+        .poll_us = w->d->cfg.poll_us,
+        .next_node = member(w, (w->position + 1) % w->nnodes)->node,
+        .prev_node = member(w, (w->position + w->nnodes - 1) % w->nnodes)->node,
+    };
+    char err[256];
+    w->xfer =
+        rd_xfer_new(w->d->base, &xc, (rd_xfer_done_fn)rd_job_task_done, w->job, err, sizeof(err));
+    if (w->position == 0)
+        w->neg = rd_neg_new(w->nnodes, nodes);
+    if (w->xfer == NULL || (w->position == 0 && w->neg == NULL)) {
+        rd_log(RD_LOG_ERROR, "world", "job '%s': %s", rd_job_name(w->job),
+               w->xfer == NULL ? err : "out of memory");
+        teardown(w, "cannot start the ring");
+        set_state(w, W_WAITING);
+        return;
+    }
+    set_state(w, W_UP);
+    rd_log(RD_LOG_INFO, "world",
+           "job '%s': ring of %d nodes up at generation %" PRIu64 ", this node is %d (ranks %u-%u)",
+           rd_job_name(w->job), w->nnodes, w->generation, w->position, w->first_rank,
+           w->first_rank + member(w, w->position)->local_size - 1);
+    rd_job_ring_up(w->job, w->first_rank, w->generation);
+}
+
+static void on_ctrl_msg(void *arg, rd_peer_chan *c, const rd_msg *m);
+static void on_ctrl_err(void *arg, rd_peer_chan *c, const char *why);
+
+/* Schedules a teardown and re-connection at the current view, off the current callback. */
+static void reform_later(rd_world *w)
+{
+    event_active(w->ev_reform, 0, 0);
+}
+
+static void on_dialled(void *arg, int fd, const char *why)
+{
+    slot *s = arg;
+    rd_world *w = s->w;
+    s->dial = NULL;
+    if (fd < 0) {
+        rd_log(RD_LOG_DEBUG, "world", "job '%s': %s; retrying", rd_job_name(w->job), why);
+        struct timeval tv = {0, RD_WORLD_RETRY_MS * 1000};
+        event_add(s->retry, &tv);
+        return;
+    }
+    if (s->kind == RINGD__LINK_KIND__LINK_CONTROL) {
+        w->ctrl_up = rd_peer_chan_new(w->d->base, fd, member(w, 0)->node,
+                                      (uint32_t)w->d->cfg.max_frame, on_ctrl_msg, on_ctrl_err, w);
+        if (w->ctrl_up == NULL) {
+            reform_later(w);
+            return;
+        }
+    } else {
+        s->fd = fd;
+    }
+    maybe_up(w);
+}
+
+static void dial_start(slot *s)
+{
+    rd_world *w = s->w;
+    if (w->state != W_CONNECTING)
+        return;
+    int to = s->kind == RINGD__LINK_KIND__LINK_CONTROL ? 0 : (w->position + 1) % w->nnodes;
+    Ringd__PeerHello h = RINGD__PEER_HELLO__INIT;
+    h.protocol = RD_PROTOCOL_VERSION;
+    h.job = (char *)rd_job_name(w->job);
+    h.generation = w->generation;
+    h.node = w->d->cfg.node;
+    h.kind = (Ringd__LinkKind)s->kind;
+    h.index = (uint32_t)s->index;
+    h.conns = (uint32_t)conns(w);
+    h.segment_size = w->d->cfg.segment_size;
+    s->dial = rd_peer_dial_new(w->d->worlds->net, member(w, to)->addr, &h, on_dialled, s);
+    if (s->dial == NULL) {
+        struct timeval tv = {0, RD_WORLD_RETRY_MS * 1000};
+        event_add(s->retry, &tv);
+    }
+}
+
+/* The view is complete: make the links of its generation. */
+static void connect_ring(rd_world *w)
+{
+    set_state(w, W_CONNECTING);
+    for (int c = 0; c < conns(w); c++)
+        dial_start(&w->out_data[c]);
+    if (w->position != 0)
+        dial_start(&w->out_ctrl);
+}
+
+/* Applies the last view: waits, or (re)forms the ring at its generation. */
+static void apply_view(rd_world *w)
+{
+    const rd_rdv_view *v = &w->view;
+    uint32_t world = rd_job_world_size(w->job), ranks = 0, first = 0;
+    int pos = -1, consistent = 1;
+    char detail[512] = "";
+    for (size_t i = 0; i < v->nmembers; i++) {
+        const rd_rdv_member *m = &v->members[i];
+        if (strcmp(m->node, w->d->cfg.node) == 0 && m->incarnation == w->d->worlds->incarnation) {
+            pos = (int)i;
+            first = ranks;
+        }
+        if (m->world_size != world && consistent) {
+            consistent = 0;
+            snprintf(detail, sizeof(detail),
+                     "node %s runs the job with world_size %u, this node with %u", m->node,
+                     m->world_size, world);
+        }
+        ranks += m->local_size;
+    }
+    if (pos < 0)
+        snprintf(detail, sizeof(detail), "this node is not registered yet");
+    else if (consistent && ranks > world)
+        snprintf(detail, sizeof(detail), "%zu nodes register %u ranks for a world of %u",
+                 v->nmembers, ranks, world);
+    else if (v->nmembers > RD_WORLD_NODES_MAX)
+        snprintf(detail, sizeof(detail), "more than %d nodes", RD_WORLD_NODES_MAX);
+    int complete = pos >= 0 && consistent && ranks == world && v->nmembers >= 2 &&
+                   v->nmembers <= RD_WORLD_NODES_MAX;
+
+    if ((w->state == W_UP || w->state == W_CONNECTING) && complete &&
+        w->generation == v->generation)
+        return;
+    if (w->state == W_UP || w->state == W_CONNECTING) {
+        char why[160];
+        snprintf(why, sizeof(why),
+                 "the ring of job '%s' changed (generation %" PRIu64 " -> %" PRIu64 "); resubmit",
+                 rd_job_name(w->job), w->generation, v->generation);
+        teardown(w, why);
+    }
+    w->generation = v->generation;
+    if (!complete) {
+        if (detail[0] != '\0')
+            rd_log(RD_LOG_WARN, "world", "job '%s': %s", rd_job_name(w->job), detail);
+        set_state(w, W_WAITING);
+        rd_job_ring_waiting(w->job, ranks, (uint32_t)v->nmembers, v->generation, detail);
+        return;
+    }
+    w->position = pos;
+    w->nnodes = (int)v->nmembers;
+    w->first_rank = first;
+    connect_ring(w);
+}
+
+static void on_reform(evutil_socket_t fd, short what, void *arg)
+{
+    rd_world *w = arg;
+    (void)fd;
+    (void)what;
+    if (w->state != W_UP && w->state != W_CONNECTING)
+        return;
+    teardown(w, "a link of the ring failed; resubmit");
+    set_state(w, W_WAITING);
+    apply_view(w); /* same generation: connect again */
+}
+
+static void on_check(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    maybe_up(arg);
+}
+
+static void on_sample(evutil_socket_t fd, short what, void *arg)
+{
+    rd_world *w = arg;
+    (void)fd;
+    (void)what;
+    uint64_t s = w->bytes_sent, r = w->bytes_recv;
+    if (w->xfer != NULL) {
+        uint64_t xs, xr;
+        rd_xfer_bytes(w->xfer, &xs, &xr);
+        s += xs;
+        r += xr;
+    }
+    int64_t now = now_ms();
+    double dt = (double)(now - w->last_sample_ms) / 1000.0;
+    if (dt > 0) {
+        w->rate_sent = (double)(s - w->last_sent) / dt;
+        w->rate_recv = (double)(r - w->last_recv) / dt;
+    }
+    w->last_sent = s;
+    w->last_recv = r;
+    w->last_sample_ms = now;
+}
+
+rd_world *rd_world_new(rd_daemon *d, struct rd_job *j)
+{
+    rd_world *w = calloc(1, sizeof(*w));
+    if (w == NULL)
+        return NULL;
+    w->d = d;
+    w->job = j;
+    w->state = W_IDLE;
+    int ok = 1;
+    for (int c = 0; c < RD_WORLD_CONNS_MAX; c++) {
+        w->out_data[c] = (slot){.w = w, .kind = RINGD__LINK_KIND__LINK_DATA, .index = c, .fd = -1};
+        w->out_data[c].retry = event_new(d->base, -1, 0, on_retry, &w->out_data[c]);
+        ok &= w->out_data[c].retry != NULL;
+        w->in_data[c] = -1;
+    }
+    w->out_ctrl = (slot){.w = w, .kind = RINGD__LINK_KIND__LINK_CONTROL, .fd = -1};
+    w->out_ctrl.retry = event_new(d->base, -1, 0, on_retry, &w->out_ctrl);
+    w->ev_reform = event_new(d->base, -1, 0, on_reform, w);
+    w->ev_check = event_new(d->base, -1, 0, on_check, w);
+    w->ev_sample = event_new(d->base, -1, EV_PERSIST, on_sample, w);
+    struct timeval sec = {1, 0};
+    if (!ok || w->out_ctrl.retry == NULL || w->ev_reform == NULL || w->ev_check == NULL ||
+        w->ev_sample == NULL || event_add(w->ev_sample, &sec) != 0) {
+        rd_world_free(w);
+        return NULL;
+    }
+    w->last_sample_ms = now_ms();
+    return w;
+}
+
+void rd_world_free(rd_world *w)
+{
+    if (w == NULL)
+        return;
+    if (w->state != W_IDLE && w->d->worlds != NULL)
+        rd_rdv_leave(w->d->worlds->rdv, rd_job_name(w->job));
+    teardown(w, "the job ended on this node");
+    for (int c = 0; c < RD_WORLD_CONNS_MAX; c++)
+        if (w->out_data[c].retry != NULL)
+            event_free(w->out_data[c].retry);
+    if (w->out_ctrl.retry != NULL)
+        event_free(w->out_ctrl.retry);
+    if (w->ev_reform != NULL)
+        event_free(w->ev_reform);
+    if (w->ev_sample != NULL)
+        event_free(w->ev_sample);
+    if (w->ev_check != NULL)
+        event_free(w->ev_check);
+    view_clear(&w->view);
+    free(w);
+}
+
+void rd_world_register(rd_world *w)
+{
+    rd_worlds *ws = w->d->worlds;
+    rd_rdv_member self;
+    memset(&self, 0, sizeof(self));
+    snprintf(self.node, sizeof(self.node), "%s", w->d->cfg.node);
+    snprintf(self.addr, sizeof(self.addr), "%s", ws->address);
+    self.local_size = rd_job_local_size(w->job);
+    self.world_size = rd_job_world_size(w->job);
+    self.incarnation = ws->incarnation;
+    if (rd_rdv_join(ws->rdv, rd_job_name(w->job), &self) != 0) {
+        rd_log(RD_LOG_ERROR, "world", "job '%s': out of memory registering", rd_job_name(w->job));
+        return;
+    }
+    set_state(w, W_WAITING);
+    rd_job_ring_waiting(w->job, 0, 0, w->generation, "registering in the rendezvous");
+}
+
+void rd_world_unregister(rd_world *w)
+{
+    if (w->state == W_IDLE)
+        return;
+    rd_rdv_leave(w->d->worlds->rdv, rd_job_name(w->job));
+    teardown(w, "a local client left the job");
+    set_state(w, W_IDLE);
+}
+
+int rd_world_up(const rd_world *w)
+{
+    return w->state == W_UP;
+}
+
+/* Coordinator: sends the queued outcomes to every node and applies them here. */
+static void coordinator_flush(rd_world *w)
+{
+    Ringd__Go go = RINGD__GO__INIT;
+    if (rd_neg_take(w->neg, &go) == 0)
+        return;
+    go.generation = w->generation;
+    rd_msg m = RINGD__MSG__INIT;
+    m.body_case = RINGD__MSG__BODY_GO;
+    m.go = &go;
+    for (int i = 1; i < w->nnodes; i++)
+        if (w->ctrl_down[i] != NULL)
+            rd_peer_chan_send(w->ctrl_down[i], &m);
+    rd_job_go(w->job, &go);
+    rd_neg_go_clear(&go);
+}
+
+void rd_world_ready(rd_world *w, const char *name, const rd_op_params *p, ringd_result_t status,
+                    const char *message)
+{
+    Ringd__OpSpec spec = RINGD__OP_SPEC__INIT;
+    rd_op_params_to_spec(p, &spec);
+    spec.name = (char *)name;
+    spec.status = (uint32_t)status;
+    spec.message = (char *)(message != NULL ? message : "");
+    if (w->position == 0) {
+        char err[256];
+        if (rd_neg_ready(w->neg, 0, &spec, err, sizeof(err)) != 0)
+            rd_log(RD_LOG_ERROR, "world", "job '%s': %s", rd_job_name(w->job), err);
+        coordinator_flush(w);
+        return;
+    }
+    Ringd__OpSpec *specs[1] = {&spec};
+    Ringd__Ready r = RINGD__READY__INIT;
+    r.generation = w->generation;
+    r.ops = specs;
+    r.n_ops = 1;
+    rd_msg m = RINGD__MSG__INIT;
+    m.body_case = RINGD__MSG__BODY_READY;
+    m.ready = &r;
+    rd_peer_chan_send(w->ctrl_up, &m);
+}
+
+void rd_world_submit(rd_world *w, struct rd_xfer_task *t)
+{
+    rd_xfer_submit(w->xfer, t);
+}
+
+/* A control message: Ready at the coordinator, Go elsewhere. */
+static void on_ctrl_msg(void *arg, rd_peer_chan *c, const rd_msg *m)
+{
+    rd_world *w = arg;
+    if (w->state != W_UP)
+        return;
+    if (c == w->ctrl_up && m->body_case == RINGD__MSG__BODY_GO &&
+        m->go->generation == w->generation) {
+        rd_job_go(w->job, m->go);
+        return;
+    }
+    int from = -1;
+    for (int i = 1; i < w->nnodes; i++)
+        if (w->ctrl_down[i] == c)
+            from = i;
+    if (from > 0 && m->body_case == RINGD__MSG__BODY_READY &&
+        m->ready->generation == w->generation) {
+        char err[256];
+        for (size_t i = 0; i < m->ready->n_ops; i++) {
+            if (rd_neg_ready(w->neg, from, m->ready->ops[i], err, sizeof(err)) != 0) {
+                rd_log(RD_LOG_WARN, "world", "job '%s': %s; dropping the ring", rd_job_name(w->job),
+                       err);
+                reform_later(w);
+                return;
+            }
+        }
+        coordinator_flush(w);
+        return;
+    }
+    rd_log(RD_LOG_WARN, "world",
+           "job '%s': unexpected control message %d from %s at generation %" PRIu64,
+           rd_job_name(w->job), (int)m->body_case, rd_peer_chan_name(c), w->generation);
+}
+
+static void on_ctrl_err(void *arg, rd_peer_chan *c, const char *why)
+{
+    rd_world *w = arg;
+    rd_log(RD_LOG_WARN, "world", "job '%s': control link with node %s: %s", rd_job_name(w->job),
+           rd_peer_chan_name(c), why);
+    reform_later(w);
+}
+
+/* The job's world named in a PeerHello, if this node has one. */
+static rd_world *world_of(rd_daemon *d, const char *job)
+{
+    struct rd_job *j = rd_job_find(d, job);
+    return j != NULL ? rd_job_world(j) : NULL;
+}
+
+static ringd_result_t on_peer(void *arg, const Ringd__PeerHello *h, int fd, const char *remote,
+                              uint64_t *generation, char *err, size_t errlen)
+{
+    rd_daemon *d = arg;
+    (void)remote;
+    rd_world *w = world_of(d, h->job);
+    if (w == NULL || w->state == W_IDLE) {
+        snprintf(err, errlen, "job '%s' has no clients on node %s", h->job, d->cfg.node);
+        return RINGD_E_REFUSED;
+    }
+    *generation = w->generation;
+    if (h->generation < w->generation) {
+        snprintf(err, errlen, "stale generation %" PRIu64 " (job '%s' is at %" PRIu64 ")",
+                 h->generation, h->job, w->generation);
+        return RINGD_E_MEMBERSHIP;
+    }
+    if (h->generation > w->generation || w->state != W_CONNECTING) {
+        snprintf(err, errlen,
+                 "job '%s' is not forming generation %" PRIu64 " here (at %" PRIu64 ", %s)", h->job,
+                 h->generation, w->generation, state_names[w->state]);
+        return RINGD_E_MEMBERSHIP;
+    }
+    if (h->conns != (uint32_t)conns(w) || h->segment_size != d->cfg.segment_size) {
+        snprintf(err, errlen,
+                 "node %s runs --conns-per-link %u --segment-size %" PRIu64
+                 ", this node %d and %" PRIu64 "; all nodes must agree",
+                 h->node, h->conns, h->segment_size, conns(w), d->cfg.segment_size);
+        return RINGD_E_REFUSED;
+    }
+    int prev = (w->position + w->nnodes - 1) % w->nnodes;
+    if (h->kind == RINGD__LINK_KIND__LINK_DATA) {
+        if (strcmp(h->node, member(w, prev)->node) != 0 || h->index >= (uint32_t)conns(w) ||
+            w->in_data[h->index] >= 0) {
+            snprintf(err, errlen, "unexpected data connection %u from node %s (previous node: %s)",
+                     h->index, h->node, member(w, prev)->node);
+            return RINGD_E_REFUSED;
+        }
+        w->in_data[h->index] = fd;
+        event_active(w->ev_check, 0, 0); /* after the caller has written PeerAccept */
+        return RINGD_OK;
+    }
+    int from = -1;
+    for (int i = 1; i < w->nnodes; i++)
+        if (strcmp(member(w, i)->node, h->node) == 0)
+            from = i;
+    if (w->position != 0 || from < 0 || w->ctrl_down[from] != NULL) {
+        snprintf(err, errlen, "unexpected control connection from node %s", h->node);
+        return RINGD_E_REFUSED;
+    }
+    w->ctrl_down[from] = rd_peer_chan_new(d->base, fd, h->node, (uint32_t)d->cfg.max_frame,
+                                          on_ctrl_msg, on_ctrl_err, w);
+    if (w->ctrl_down[from] == NULL)
+        reform_later(w);
+    event_active(w->ev_check, 0, 0);
+    return RINGD_OK;
+}
+
+static void on_view(void *arg, const char *job, const rd_rdv_view *v)
+{
+    rd_daemon *d = arg;
+    rd_world *w = world_of(d, job);
+    if (w == NULL || w->state == W_IDLE)
+        return;
+    if (view_copy(&w->view, v) != 0) {
+        rd_log(RD_LOG_ERROR, "world", "job '%s': out of memory", job);
+        return;
+    }
+    apply_view(w);
+}
+
+/* Reads the first line of a file (a password). */
+static int read_secret(const char *path, char *buf, size_t len, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "r");
+    if (f == NULL) {
+        snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        return -1;
+    }
+    if (fgets(buf, (int)len, f) == NULL)
+        buf[0] = '\0';
+    fclose(f);
+    buf[strcspn(buf, "\r\n")] = '\0';
+    return 0;
+}
+
+int rd_worlds_start(rd_daemon *d, char *err, size_t errlen)
+{
+    if (d->cfg.redis_url[0] == '\0')
+        return 0;
+    rd_worlds *ws = calloc(1, sizeof(*ws));
+    char password[512] = "";
+    if (ws == NULL || rd_auth_init() != 0) {
+        snprintf(err, errlen, "cannot initialise the crypto library");
+        free(ws);
+        return -1;
+    }
+    d->worlds = ws;
+    if (d->cfg.insecure) {
+        rd_auth_insecure(&ws->key);
+        rd_log(RD_LOG_WARN, "world", "--insecure: peers are not authenticated");
+    } else if (rd_auth_load(&ws->key, d->cfg.key_file, err, errlen) != 0) {
+        return -1;
+    }
+    if (d->cfg.redis_password_file[0] != '\0' &&
+        read_secret(d->cfg.redis_password_file, password, sizeof(password), err, errlen) != 0)
+        return -1;
+    if (getrandom(&ws->incarnation, sizeof(ws->incarnation), 0) != sizeof(ws->incarnation))
+        ws->incarnation = (uint64_t)getpid() << 32 ^ (uint64_t)time(NULL);
+    ws->net = rd_peer_net_new(d->base, d->cfg.listen, &ws->key, d->cfg.handshake_ms, on_peer, d,
+                              err, errlen);
+    if (ws->net == NULL)
+        return -1;
+    const char *adv = d->cfg.advertise[0] != '\0' ? d->cfg.advertise : rd_peer_net_address(ws->net);
+    snprintf(ws->address, sizeof(ws->address), "%s", adv);
+    rd_rdv_options o = {
+        .url = d->cfg.redis_url,
+        .password = password[0] != '\0' ? password : NULL,
+        .lease_ms = d->cfg.lease_ttl,
+        .on_view = on_view,
+        .arg = d,
+    };
+    ws->rdv = rd_rdv_new(d->base, &o, err, errlen);
+    memset(password, 0, sizeof(password));
+    if (ws->rdv == NULL)
+        return -1;
+    rd_log(RD_LOG_INFO, "world", "node %s: peers connect to %s (listening on %s); rendezvous %s",
+           d->cfg.node, ws->address, rd_peer_net_address(ws->net), d->cfg.redis_url);
+    return 0;
+}
+
+void rd_worlds_stop(rd_daemon *d)
+{
+    rd_worlds *ws = d->worlds;
+    if (ws == NULL)
+        return;
+    rd_rdv_free(ws->rdv);
+    rd_peer_net_free(ws->net);
+    free(ws);
+    d->worlds = NULL;
+}
+
+const char *rd_worlds_address(const rd_daemon *d)
+{
+    return d->worlds != NULL ? d->worlds->address : "";
+}
+
+int rd_worlds_redis_connected(const rd_daemon *d)
+{
+    return d->worlds != NULL && d->worlds->rdv != NULL && rd_rdv_connected(d->worlds->rdv);
+}
+
+Ringd__RingInfo *rd_world_describe(const rd_world *w)
+{
+    Ringd__RingInfo *ri = calloc(1, sizeof(*ri));
+    if (ri == NULL)
+        return NULL;
+    ringd__ring_info__init(ri);
+    ri->generation = w->generation;
+    ri->state = (char *)state_names[w->state];
+    ri->position = (uint32_t)(w->position >= 0 ? w->position : 0);
+    size_t n = w->view.nmembers;
+    ri->members = calloc(n ? n : 1, sizeof(*ri->members));
+    Ringd__MemberInfo *mi = calloc(n ? n : 1, sizeof(*mi));
+    ri->links = calloc(2, sizeof(*ri->links));
+    Ringd__LinkInfo *li = calloc(2, sizeof(*li));
+    if (ri->members == NULL || mi == NULL || ri->links == NULL || li == NULL) {
+        free(mi);
+        free(li);
+        rd_world_describe_free(ri);
+        return NULL;
+    }
+    uint32_t first = 0;
+    for (size_t i = 0; i < n; i++) {
+        const rd_rdv_member *m = &w->view.members[i];
+        ringd__member_info__init(&mi[i]);
+        mi[i].first_rank = first;
+        mi[i].node = (char *)m->node;
+        mi[i].address = (char *)m->addr;
+        mi[i].local_size = m->local_size;
+        int self = strcmp(m->node, w->d->cfg.node) == 0;
+        mi[i].state = (char *)(self ? state_names[w->state] : w->state == W_UP ? "up" : "member");
+        first += m->local_size;
+        ri->members[ri->n_members++] = &mi[i];
+    }
+    if (n > 0)
+        ri->coordinator = (char *)w->view.members[0].node;
+    if (w->state == W_UP && w->nnodes >= 2) {
+        uint64_t s = w->bytes_sent, r = w->bytes_recv;
+        if (w->xfer != NULL) {
+            uint64_t xs, xr;
+            rd_xfer_bytes(w->xfer, &xs, &xr);
+            s += xs;
+            r += xr;
+        }
+        for (int k = 0; k < 2; k++) {
+            ringd__link_info__init(&li[k]);
+            int peer =
+                k == 0 ? (w->position + 1) % w->nnodes : (w->position + w->nnodes - 1) % w->nnodes;
+            li[k].peer = (char *)member(w, peer)->node;
+            li[k].direction = (char *)(k == 0 ? "send" : "recv");
+            li[k].conns = (uint32_t)conns(w);
+            li[k].bytes = k == 0 ? s : r;
+            li[k].throughput_bps = k == 0 ? w->rate_sent : w->rate_recv;
+            ri->links[ri->n_links++] = &li[k];
+        }
+    }
+    if (ri->n_links == 0)
+        free(li);
+    return ri;
+}
+
+void rd_world_describe_free(Ringd__RingInfo *ri)
+{
+    if (ri == NULL)
+        return;
+    if (ri->members != NULL)
+        free(ri->members[0] != NULL && ri->n_members > 0 ? ri->members[0] : NULL);
+    free(ri->members);
+    if (ri->links != NULL && ri->n_links > 0)
+        free(ri->links[0]);
+    free(ri->links);
+    free(ri);
+}

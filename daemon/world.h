@@ -1,0 +1,58 @@
+/* Jobs that span nodes: the daemon's rendezvous and peer listener, and for each such job its
+ * registration, the ring's links at each generation, negotiation through the coordinator (the
+ * first node of the ring) and the data plane. Loop thread only. */
+#ifndef RD_WORLD_H
+#define RD_WORLD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "frame.h"
+#include "negotiate.h"
+#include "ringd.h"
+
+struct rd_daemon;
+struct rd_job;
+struct rd_xfer_task;
+
+typedef struct rd_world rd_world;
+
+/* Loads the ring key and starts the peer listener and the rendezvous (--redis). Returns 0, or -1
+ * with err set. Without --redis does nothing. */
+int rd_worlds_start(struct rd_daemon *d, char *err, size_t errlen);
+
+/* Stops them (after every world is freed). */
+void rd_worlds_stop(struct rd_daemon *d);
+
+/* The multi-node side of job j (world_size > local_size). Returns NULL when out of memory. */
+rd_world *rd_world_new(struct rd_daemon *d, struct rd_job *j);
+
+/* Leaves the rendezvous, closes the links, ends the ring's tasks. NULL is a no-op. */
+void rd_world_free(rd_world *w);
+
+/* Every local client is there: joins the rendezvous. */
+void rd_world_register(rd_world *w);
+
+/* A local client left: leaves the rendezvous (the others see the ring break). */
+void rd_world_unregister(rd_world *w);
+
+/* 1 when the ring is complete and its links are up: ops may be negotiated. */
+int rd_world_up(const rd_world *w);
+
+/* Announces that this node's ranks all submitted name with p (or that it failed here: status
+ * non-zero and message). The coordinator's answer arrives through rd_job_go. */
+void rd_world_ready(rd_world *w, const char *name, const rd_op_params *p, ringd_result_t status,
+                    const char *message);
+
+/* Runs t on the ring; rd_job_task_done(j, t) follows on the loop. */
+void rd_world_submit(rd_world *w, struct rd_xfer_task *t);
+
+/* The ring, for status (allocated; rd_world_describe_free releases it). NULL when out of memory. */
+Ringd__RingInfo *rd_world_describe(const rd_world *w);
+void rd_world_describe_free(Ringd__RingInfo *ri);
+
+/* The bound peer address ("" without --redis), and whether Redis is connected. */
+const char *rd_worlds_address(const struct rd_daemon *d);
+int rd_worlds_redis_connected(const struct rd_daemon *d);
+
+#endif

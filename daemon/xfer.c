@@ -1,0 +1,747 @@
+/* Ring data plane: one thread per ring runs each collective as a list of send and receive steps
+ * split into segments, over non-blocking sockets driven by poll. A segment of a send step waits
+ * only for the segment of the receive step it forwards, so segments pipeline around the ring.
+ * Payloads are written straight from and read straight into their buffers (received partial sums
+ * go through one segment of staging to be reduced). */
+#define _GNU_SOURCE
+#include "xfer.h"
+
+#include <errno.h>
+#include <event2/event.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sched.h>
+#include <endian.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "frame.h"
+#include "log.h"
+
+#define RD_XFER_MAGIC 0x52444731u /* "RDG1" */
+#define RD_XFER_CONNS_MAX 16
+
+/* Precedes every non-empty segment on a link. Little-endian on the wire. */
+typedef struct {
+    uint32_t magic;
+    uint32_t len;
+    uint64_t generation;
+    uint64_t seq; /* the task's number in this ring's agreed order */
+    uint64_t g;   /* the segment's index in the task */
+} seg_hdr;
+
+typedef struct {
+    const uint8_t *src;
+    uint64_t len;
+    int dep; /* receive step whose segment k must have arrived before segment k goes; -1 none */
+} send_step;
+
+typedef struct {
+    uint8_t *dst;
+    const uint8_t *local; /* reduce: this node's contribution at the same place */
+    uint64_t len;
+    int reduce; /* dst = received op local, instead of storing */
+    int final;  /* reduce with postscale and divisor */
+} recv_step;
+
+/* One task's steps. */
+typedef struct {
+    int nsend, nrecv;
+    send_step send[2 * 64];
+    recv_step recv[2 * 64];
+} plan;
+
+typedef struct {
+    int fd;
+    uint64_t g;   /* next segment of this connection */
+    uint64_t pos; /* bytes of it (header included) done */
+    seg_hdr hdr;
+    int blocked; /* send: waiting for POLLOUT */
+} lane;
+
+struct rd_xfer {
+    rd_xfer_config cfg;
+    uint32_t *local_sizes;
+    char next_node[RD_NAME_MAX + 1], prev_node[RD_NAME_MAX + 1];
+    int send_fds[RD_XFER_CONNS_MAX], recv_fds[RD_XFER_CONNS_MAX];
+    rd_xfer_done_fn done;
+    void *arg;
+
+    pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    rd_xfer_task *head, *tail; /* queued, guarded by lock */
+    rd_xfer_task *done_head, *done_tail;
+    atomic_int queued;
+    int sleeping;
+    atomic_int stopping;
+    atomic_int broken;
+    char broken_why[320];
+    uint64_t seq;
+
+    int efd;
+    struct event *ev;
+
+    uint8_t *scratch; /* thread-private */
+    size_t scratch_len;
+    uint8_t *staging[RD_XFER_CONNS_MAX];
+
+    atomic_uint_least64_t sent, received;
+};
+
+static int64_t now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static uint64_t step_segments(uint64_t len, uint64_t seg)
+{
+    return len == 0 ? 0 : (len + seg - 1) / seg;
+}
+
+/* A scratch buffer of at least len bytes, kept between tasks. */
+static uint8_t *scratch(rd_xfer *x, size_t len)
+{
+    if (x->scratch_len < len) {
+        free(x->scratch);
+        x->scratch = malloc(len);
+        x->scratch_len = x->scratch != NULL ? len : 0;
+    }
+    return x->scratch;
+}
+
+typedef struct {
+    rd_xfer *x;
+    rd_xfer_task *t;
+    const plan *p;
+    uint64_t seg; /* bytes per segment, a multiple of the element size */
+    uint64_t S;   /* segments per step */
+    uint8_t *recv_done;
+    rd_reduce_args mid, fin;
+    size_t esz;
+} run;
+
+static void fail(run *r, ringd_result_t st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void fail(run *r, ringd_result_t st, const char *fmt, ...)
+{
+    va_list ap;
+    if (r->t->status != RINGD_OK)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(r->t->message, sizeof(r->t->message), fmt, ap);
+    va_end(ap);
+    r->t->status = st;
+}
+
+/* Sends what lane l can send now. Returns 1 on progress, 0 when waiting, -1 on failure. */
+static int lane_send(run *r, lane *l, int idx)
+{
+    rd_xfer *x = r->x;
+    int C = x->cfg.conns, progress = 0;
+    uint64_t total = (uint64_t)r->p->nsend * r->S;
+    while (l->g < total) {
+        const send_step *st = &r->p->send[l->g / r->S];
+        uint64_t k = l->g % r->S, off = k * r->seg;
+        if (off >= st->len) {
+            l->g += (uint64_t)C;
+            continue;
+        }
+        uint64_t len = st->len - off < r->seg ? st->len - off : r->seg;
+        if (l->pos == 0) {
+            if (st->dep >= 0 && !r->recv_done[(uint64_t)st->dep * r->S + k])
+                return progress;
+            l->hdr.magic = htole32(RD_XFER_MAGIC);
+            l->hdr.len = htole32((uint32_t)len);
+            l->hdr.generation = htole64(x->cfg.generation);
+            l->hdr.seq = htole64(r->t->seq);
+            l->hdr.g = htole64(l->g);
+        }
+        struct iovec iov[2];
+        int n = 0;
+        if (l->pos < sizeof(seg_hdr))
+            iov[n++] = (struct iovec){(uint8_t *)&l->hdr + l->pos, sizeof(seg_hdr) - l->pos};
+        uint64_t done = l->pos > sizeof(seg_hdr) ? l->pos - sizeof(seg_hdr) : 0;
+        iov[n++] = (struct iovec){(void *)(st->src + off + done), len - done};
+        struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+        ssize_t w = sendmsg(l->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK) {
+                l->blocked = 1;
+                return progress;
+            }
+            fail(r, RINGD_E_MEMBERSHIP, "link to node %s (connection %d): send: %s", x->next_node,
+                 idx, strerror(errno));
+            return -1;
+        }
+        progress = 1;
+        l->blocked = 0;
+        l->pos += (uint64_t)w;
+        if (l->pos == sizeof(seg_hdr) + len) {
+            atomic_fetch_add_explicit(&x->sent, len, memory_order_relaxed);
+            l->pos = 0;
+            l->g += (uint64_t)C;
+        }
+    }
+    return progress;
+}
+
+/* Receives what lane l has. Returns 1 on progress, 0 when nothing is there, -1 on failure. */
+static int lane_recv(run *r, lane *l, int idx)
+{
+    rd_xfer *x = r->x;
+    int C = x->cfg.conns, progress = 0;
+    uint64_t total = (uint64_t)r->p->nrecv * r->S;
+    uint8_t *staging = x->staging[idx];
+    while (l->g < total) {
+        const recv_step *st = &r->p->recv[l->g / r->S];
+        uint64_t k = l->g % r->S, off = k * r->seg;
+        if (off >= st->len) {
+            r->recv_done[l->g] = 1;
+            l->g += (uint64_t)C;
+            continue;
+        }
+        uint64_t len = st->len - off < r->seg ? st->len - off : r->seg;
+        uint8_t *dst = st->reduce ? staging : st->dst + off;
+        struct iovec iov[2];
+        int n = 0;
+        if (l->pos < sizeof(seg_hdr))
+            iov[n++] = (struct iovec){(uint8_t *)&l->hdr + l->pos, sizeof(seg_hdr) - l->pos};
+        uint64_t done = l->pos > sizeof(seg_hdr) ? l->pos - sizeof(seg_hdr) : 0;
+        iov[n++] = (struct iovec){dst + done, len - done};
+        ssize_t got = readv(l->fd, iov, n);
+        if (got < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK)
+                return progress;
+        }
+        if (got <= 0) {
+            fail(r, RINGD_E_MEMBERSHIP, "link from node %s (connection %d): %s", x->prev_node, idx,
+                 got == 0 ? "closed by the peer" : strerror(errno));
+            return -1;
+        }
+        progress = 1;
+        uint64_t before = l->pos;
+        l->pos += (uint64_t)got;
+        if (before < sizeof(seg_hdr) && l->pos >= sizeof(seg_hdr)) {
+            uint64_t gen = le64toh(l->hdr.generation);
+            if (le32toh(l->hdr.magic) != RD_XFER_MAGIC || gen != x->cfg.generation ||
+                le64toh(l->hdr.seq) != r->t->seq || le64toh(l->hdr.g) != l->g ||
+                le32toh(l->hdr.len) != len) {
+                rd_log(RD_LOG_WARN, "xfer",
+                       "node %s sent a frame of generation %llu (op %llu, segment %llu, %u "
+                       "bytes); expected generation %llu (op %llu, segment %llu, %llu bytes): "
+                       "link dropped",
+                       x->prev_node, (unsigned long long)gen,
+                       (unsigned long long)le64toh(l->hdr.seq),
+                       (unsigned long long)le64toh(l->hdr.g), le32toh(l->hdr.len),
+                       (unsigned long long)x->cfg.generation, (unsigned long long)r->t->seq,
+                       (unsigned long long)l->g, (unsigned long long)len);
+                fail(r, gen != x->cfg.generation ? RINGD_E_MEMBERSHIP : RINGD_E_PROTOCOL,
+                     "node %s sent a frame of generation %llu where generation %llu was "
+                     "expected (or of another op); the ring must re-form",
+                     x->prev_node, (unsigned long long)gen, (unsigned long long)x->cfg.generation);
+                return -1;
+            }
+        }
+        if (l->pos == sizeof(seg_hdr) + len) {
+            if (st->reduce) {
+                const void *src[2] = {staging, st->local + off};
+                rd_reduce(r->t->dtype, r->t->redop, st->dst + off, src, 2, len / r->esz,
+                          st->final ? &r->fin : &r->mid);
+            }
+            atomic_fetch_add_explicit(&x->received, len, memory_order_relaxed);
+            r->recv_done[l->g] = 1;
+            l->pos = 0;
+            l->g += (uint64_t)C;
+        }
+    }
+    return progress;
+}
+
+/* Runs a plan's steps over the links. Returns 0, or -1 with the task failed. */
+static int run_plan(rd_xfer *x, rd_xfer_task *t, const plan *p, size_t esz)
+{
+    int C = x->cfg.conns;
+    uint64_t maxlen = 0;
+    for (int i = 0; i < p->nsend; i++)
+        maxlen = p->send[i].len > maxlen ? p->send[i].len : maxlen;
+    for (int i = 0; i < p->nrecv; i++)
+        maxlen = p->recv[i].len > maxlen ? p->recv[i].len : maxlen;
+    run r = {.x = x, .t = t, .p = p, .esz = esz};
+    r.seg = x->cfg.segment_size / esz * esz;
+    r.S = step_segments(maxlen, r.seg);
+    if (r.S == 0)
+        return 0;
+    r.mid = (rd_reduce_args)RD_REDUCE_ARGS_INIT;
+    r.fin = r.mid;
+    r.fin.postscale = t->args.postscale;
+    r.fin.divisor = t->args.divisor;
+    r.recv_done = calloc((size_t)(p->nrecv ? p->nrecv : 1) * r.S, 1);
+    if (r.recv_done == NULL) {
+        fail(&r, RINGD_E_NOMEM, "out of memory");
+        return -1;
+    }
+    lane sl[RD_XFER_CONNS_MAX], rl[RD_XFER_CONNS_MAX];
+    for (int c = 0; c < C; c++) {
+        sl[c] = (lane){.fd = x->send_fds[c], .g = (uint64_t)c};
+        rl[c] = (lane){.fd = x->recv_fds[c], .g = (uint64_t)c};
+    }
+    uint64_t send_total = (uint64_t)p->nsend * r.S, recv_total = (uint64_t)p->nrecv * r.S;
+    int64_t last = now_us();
+    int rc = 0;
+    for (;;) {
+        int progress = 0, pending = 0;
+        for (int c = 0; c < C && rc == 0; c++) {
+            int s = lane_send(&r, &sl[c], c);
+            int v = s < 0 ? -1 : lane_recv(&r, &rl[c], c);
+            if (s < 0 || v < 0)
+                rc = -1;
+            progress |= s > 0 || v > 0;
+            pending |= sl[c].g < send_total || rl[c].g < recv_total;
+        }
+        if (rc != 0 || !pending)
+            break;
+        if (atomic_load(&x->stopping)) {
+            fail(&r, RINGD_E_MEMBERSHIP, "the ring is being re-formed");
+            rc = -1;
+            break;
+        }
+        int64_t now = now_us();
+        if (progress) {
+            last = now;
+            continue;
+        }
+        if (now - last < x->cfg.poll_us) {
+            sched_yield();
+            continue;
+        }
+        struct pollfd pf[2 * RD_XFER_CONNS_MAX];
+        int n = 0;
+        for (int c = 0; c < C; c++) {
+            if (sl[c].g < send_total && sl[c].blocked)
+                pf[n++] = (struct pollfd){.fd = sl[c].fd, .events = POLLOUT};
+            if (rl[c].g < recv_total)
+                pf[n++] = (struct pollfd){.fd = rl[c].fd, .events = POLLIN};
+        }
+        int left = (int)(x->cfg.timeout_ms - (now - last) / 1000);
+        if (left <= 0 ||
+            (n > 0 && poll(pf, (nfds_t)n, left > 100 ? 100 : left) < 0 && errno != EINTR)) {
+            fail(&r, RINGD_E_MEMBERSHIP,
+                 "no progress on the links to node %s and from node %s for %lld ms", x->next_node,
+                 x->prev_node, (long long)x->cfg.timeout_ms);
+            rc = -1;
+            break;
+        }
+        if (n == 0) { /* cannot happen: something is always pending on a socket */
+            fail(&r, RINGD_E_PROTOCOL, "ring plan stalled");
+            rc = -1;
+            break;
+        }
+    }
+    free(r.recv_done);
+    return rc;
+}
+
+/* Byte offset of chunk c when n bytes... in elements: the ring's split of count elements. */
+static uint64_t chunk_start(uint64_t count, int nnodes, int c)
+{
+    return count * (uint64_t)c / (uint64_t)nnodes;
+}
+
+static int mod(int a, int n)
+{
+    return ((a % n) + n) % n;
+}
+
+/* Allreduce of every member, fused when there are several: the local ranks' inputs are reduced
+ * into one buffer (or, for one local rank with nothing to scale, the ring works in its output
+ * directly), the ring reduces and gathers it, the result is copied to every local output. */
+static int do_allreduce(rd_xfer *x, rd_xfer_task *t)
+{
+    int N = x->cfg.nnodes, P = x->cfg.position, L = (int)x->local_sizes[P];
+    size_t esz = rd_dtype_size(t->dtype);
+    uint64_t total = 0;
+    for (size_t m = 0; m < t->nmembers; m++)
+        total += t->members[m].count;
+    int direct = t->nmembers == 1 && L == 1 && t->args.prescale == 1.0;
+    uint8_t *W;
+    const uint8_t *local;
+    if (direct) {
+        W = t->members[0].out[0];
+        local = t->members[0].in[0];
+    } else {
+        W = scratch(x, total * esz);
+        if (W == NULL) {
+            t->status = RINGD_E_NOMEM;
+            snprintf(t->message, sizeof(t->message), "out of memory for a %llu-byte ring buffer",
+                     (unsigned long long)(total * esz));
+            return -1;
+        }
+        rd_reduce_args pre = RD_REDUCE_ARGS_INIT;
+        pre.prescale = t->args.prescale;
+        uint64_t off = 0;
+        for (size_t m = 0; m < t->nmembers; m++) {
+            rd_reduce(t->dtype, t->redop, W + off * esz, (const void *const *)t->members[m].in, L,
+                      t->members[m].count, &pre);
+            off += t->members[m].count;
+        }
+        local = W;
+    }
+    plan p;
+    memset(&p, 0, sizeof(p));
+    for (int s = 0; s < 2 * (N - 1); s++) {
+        int sc, rc;
+        if (s < N - 1) {
+            sc = mod(P - s, N);
+            rc = mod(P - s - 1, N);
+        } else {
+            int u = s - (N - 1);
+            sc = mod(P + 1 - u, N);
+            rc = mod(P - u, N);
+        }
+        uint64_t so = chunk_start(total, N, sc), se = chunk_start(total, N, sc + 1);
+        uint64_t ro = chunk_start(total, N, rc), re = chunk_start(total, N, rc + 1);
+        p.send[s] = (send_step){
+            .src = (s == 0 ? local : W) + so * esz, .len = (se - so) * esz, .dep = s - 1};
+        p.recv[s] = (recv_step){.dst = W + ro * esz,
+                                .local = local + ro * esz,
+                                .len = (re - ro) * esz,
+                                .reduce = s < N - 1,
+                                .final = s == N - 2};
+    }
+    p.nsend = p.nrecv = 2 * (N - 1);
+    if (run_plan(x, t, &p, esz) != 0)
+        return -1;
+    if (!direct) {
+        uint64_t off = 0;
+        for (size_t m = 0; m < t->nmembers; m++) {
+            for (int l = 0; l < L; l++)
+                memcpy(t->members[m].out[l], W + off * esz, t->members[m].count * esz);
+            off += t->members[m].count;
+        }
+    }
+    return 0;
+}
+
+/* Broadcast: the root's node sends, every other node receives and forwards to the next unless
+ * the next is the root's node. */
+static int do_broadcast(rd_xfer *x, rd_xfer_task *t)
+{
+    int N = x->cfg.nnodes, P = x->cfg.position, L = (int)x->local_sizes[P];
+    size_t esz = rd_dtype_size(t->dtype);
+    const rd_xfer_member *m = &t->members[0];
+    uint64_t bytes = m->count * esz;
+    int rp = 0;
+    uint32_t first = 0;
+    while (rp < N && t->root >= first + x->local_sizes[rp])
+        first += x->local_sizes[rp++];
+    plan p;
+    memset(&p, 0, sizeof(p));
+    const uint8_t *src;
+    if (rp == P) {
+        src = m->in[t->root - first];
+        p.send[0] = (send_step){.src = src, .len = bytes, .dep = -1};
+        p.nsend = 1;
+    } else {
+        uint8_t *W = L == 1 ? m->out[0] : scratch(x, bytes);
+        if (W == NULL) {
+            t->status = RINGD_E_NOMEM;
+            snprintf(t->message, sizeof(t->message), "out of memory");
+            return -1;
+        }
+        p.recv[0] = (recv_step){.dst = W, .len = bytes};
+        p.nrecv = 1;
+        if (mod(P + 1, N) != rp) {
+            p.send[0] = (send_step){.src = W, .len = bytes, .dep = 0};
+            p.nsend = 1;
+        }
+        src = W;
+    }
+    if (run_plan(x, t, &p, esz) != 0)
+        return -1;
+    for (int l = 0; l < L; l++)
+        if (m->out[l] != src)
+            memcpy(m->out[l], src, bytes);
+    return 0;
+}
+
+/* Allgather: each node's block is its local ranks' inputs in rank order; blocks go round the
+ * ring into the gathered buffer, which is then copied to every local output. */
+static int do_allgather(rd_xfer *x, rd_xfer_task *t)
+{
+    int N = x->cfg.nnodes, P = x->cfg.position, L = (int)x->local_sizes[P];
+    size_t esz = rd_dtype_size(t->dtype);
+    const rd_xfer_member *m = &t->members[0];
+    uint64_t per = m->count * esz;
+    uint64_t off[N + 1];
+    off[0] = 0;
+    for (int i = 0; i < N; i++)
+        off[i + 1] = off[i] + x->local_sizes[i] * per;
+    uint8_t *W = L == 1 ? m->out[0] : scratch(x, off[N]);
+    if (W == NULL) {
+        t->status = RINGD_E_NOMEM;
+        snprintf(t->message, sizeof(t->message), "out of memory");
+        return -1;
+    }
+    for (int l = 0; l < L; l++)
+        if (W + off[P] + (uint64_t)l * per != m->in[l])
+            memmove(W + off[P] + (uint64_t)l * per, m->in[l], per);
+    plan p;
+    memset(&p, 0, sizeof(p));
+    for (int u = 0; u < N - 1; u++) {
+        int sb = mod(P - u, N), rb = mod(P - u - 1, N);
+        p.send[u] = (send_step){.src = W + off[sb], .len = off[sb + 1] - off[sb], .dep = u - 1};
+        p.recv[u] = (recv_step){.dst = W + off[rb], .len = off[rb + 1] - off[rb]};
+    }
+    p.nsend = p.nrecv = N - 1;
+    if (run_plan(x, t, &p, esz) != 0)
+        return -1;
+    for (int l = 0; l < L; l++)
+        if (m->out[l] != W)
+            memcpy(m->out[l], W, off[N]);
+    return 0;
+}
+
+static void run_task(rd_xfer *x, rd_xfer_task *t)
+{
+    t->status = RINGD_OK;
+    t->message[0] = '\0';
+    if (atomic_load(&x->broken)) {
+        t->status = RINGD_E_MEMBERSHIP;
+        snprintf(t->message, sizeof(t->message), "%s", x->broken_why);
+        return;
+    }
+    int rc;
+    switch (t->coll) {
+    case RD_COLL_ALLREDUCE: rc = do_allreduce(x, t); break;
+    case RD_COLL_BROADCAST: rc = do_broadcast(x, t); break;
+    case RD_COLL_ALLGATHER: rc = do_allgather(x, t); break;
+    default: rc = 0; break;
+    }
+    if (rc != 0 && (t->status == RINGD_E_MEMBERSHIP || t->status == RINGD_E_PROTOCOL)) {
+        snprintf(x->broken_why, sizeof(x->broken_why), "%s", t->message);
+        atomic_store(&x->broken, 1);
+        rd_log(RD_LOG_WARN, "xfer", "ring of generation %llu broken: %s",
+               (unsigned long long)x->cfg.generation, t->message);
+    }
+}
+
+/* Hands a finished task to the loop. */
+static void post_done(rd_xfer *x, rd_xfer_task *t)
+{
+    pthread_mutex_lock(&x->lock);
+    t->next = NULL;
+    if (x->done_tail != NULL)
+        x->done_tail->next = t;
+    else
+        x->done_head = t;
+    x->done_tail = t;
+    pthread_mutex_unlock(&x->lock);
+    uint64_t one = 1;
+    ssize_t w = write(x->efd, &one, sizeof(one));
+    (void)w;
+}
+
+static void *thread_main(void *arg)
+{
+    rd_xfer *x = arg;
+    int64_t last = now_us();
+    for (;;) {
+        if (atomic_load_explicit(&x->queued, memory_order_acquire) == 0 &&
+            !atomic_load(&x->stopping)) {
+            if (now_us() - last < x->cfg.poll_us) {
+                sched_yield();
+                continue;
+            }
+            pthread_mutex_lock(&x->lock);
+            x->sleeping = 1;
+            while (x->head == NULL && !atomic_load(&x->stopping))
+                pthread_cond_wait(&x->cond, &x->lock);
+            x->sleeping = 0;
+            pthread_mutex_unlock(&x->lock);
+        }
+        if (atomic_load(&x->stopping))
+            break;
+        pthread_mutex_lock(&x->lock);
+        rd_xfer_task *t = x->head;
+        if (t != NULL) {
+            x->head = t->next;
+            if (x->head == NULL)
+                x->tail = NULL;
+            atomic_fetch_sub(&x->queued, 1);
+        }
+        pthread_mutex_unlock(&x->lock);
+        if (t == NULL)
+            continue;
+        run_task(x, t);
+        post_done(x, t);
+        last = now_us();
+    }
+    return NULL;
+}
+
+static void on_done(evutil_socket_t fd, short what, void *arg)
+{
+    rd_xfer *x = arg;
+    uint64_t n;
+    ssize_t r = read(fd, &n, sizeof(n));
+    (void)r;
+    (void)what;
+    for (;;) {
+        pthread_mutex_lock(&x->lock);
+        rd_xfer_task *t = x->done_head;
+        if (t != NULL) {
+            x->done_head = t->next;
+            if (x->done_head == NULL)
+                x->done_tail = NULL;
+        }
+        pthread_mutex_unlock(&x->lock);
+        if (t == NULL)
+            break;
+        x->done(x->arg, t);
+    }
+}
+
+rd_xfer *rd_xfer_new(struct event_base *base, const rd_xfer_config *c, rd_xfer_done_fn done,
+                     void *arg, char *err, size_t errlen)
+{
+    rd_xfer *x = calloc(1, sizeof(*x));
+    int ok = x != NULL && c->conns >= 1 && c->conns <= RD_XFER_CONNS_MAX && c->nnodes >= 2 &&
+             c->nnodes <= 64;
+    if (ok) {
+        x->cfg = *c;
+        x->local_sizes = calloc((size_t)c->nnodes, sizeof(uint32_t));
+        ok = x->local_sizes != NULL;
+    }
+    for (int i = 0; ok && i < c->conns; i++)
+        ok = (x->staging[i] = malloc(c->segment_size)) != NULL;
+    if (!ok) {
+        for (int i = 0; i < c->conns; i++) {
+            close(c->send_fds[i]);
+            close(c->recv_fds[i]);
+        }
+        snprintf(err, errlen, "cannot start a ring of %d nodes with %d connections per link",
+                 c->nnodes, c->conns);
+        if (x != NULL) {
+            for (int i = 0; i < RD_XFER_CONNS_MAX; i++)
+                free(x->staging[i]);
+            free(x->local_sizes);
+            free(x);
+        }
+        return NULL;
+    }
+    memcpy(x->local_sizes, c->local_sizes, (size_t)c->nnodes * sizeof(uint32_t));
+    x->cfg.local_sizes = x->local_sizes;
+    snprintf(x->next_node, sizeof(x->next_node), "%s", c->next_node);
+    snprintf(x->prev_node, sizeof(x->prev_node), "%s", c->prev_node);
+    for (int i = 0; i < c->conns; i++) {
+        x->send_fds[i] = c->send_fds[i];
+        x->recv_fds[i] = c->recv_fds[i];
+    }
+    x->done = done;
+    x->arg = arg;
+    pthread_mutex_init(&x->lock, NULL);
+    pthread_cond_init(&x->cond, NULL);
+    x->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    x->ev = x->efd >= 0 ? event_new(base, x->efd, EV_READ | EV_PERSIST, on_done, x) : NULL;
+    if (x->ev == NULL || event_add(x->ev, NULL) != 0 ||
+        pthread_create(&x->thread, NULL, thread_main, x) != 0) {
+        snprintf(err, errlen, "cannot start the ring thread: %s", strerror(errno));
+        if (x->ev != NULL)
+            event_free(x->ev);
+        if (x->efd >= 0)
+            close(x->efd);
+        for (int i = 0; i < c->conns; i++) {
+            close(x->send_fds[i]);
+            close(x->recv_fds[i]);
+            free(x->staging[i]);
+        }
+        pthread_cond_destroy(&x->cond);
+        pthread_mutex_destroy(&x->lock);
+        free(x->local_sizes);
+        free(x);
+        return NULL;
+    }
+    return x;
+}
+
+void rd_xfer_submit(rd_xfer *x, rd_xfer_task *t)
+{
+    t->seq = x->seq++;
+    t->next = NULL;
+    pthread_mutex_lock(&x->lock);
+    if (x->tail != NULL)
+        x->tail->next = t;
+    else
+        x->head = t;
+    x->tail = t;
+    atomic_fetch_add_explicit(&x->queued, 1, memory_order_release);
+    if (x->sleeping)
+        pthread_cond_signal(&x->cond);
+    pthread_mutex_unlock(&x->lock);
+}
+
+void rd_xfer_free(rd_xfer *x, ringd_result_t status, const char *why)
+{
+    if (x == NULL)
+        return;
+    atomic_store(&x->stopping, 1);
+    for (int i = 0; i < x->cfg.conns; i++) {
+        shutdown(x->send_fds[i], SHUT_RDWR);
+        shutdown(x->recv_fds[i], SHUT_RDWR);
+    }
+    pthread_mutex_lock(&x->lock);
+    pthread_cond_signal(&x->cond);
+    pthread_mutex_unlock(&x->lock);
+    pthread_join(x->thread, NULL);
+    /* Reported first what finished, then what never ran, in order. */
+    for (rd_xfer_task *t = x->done_head; t != NULL;) {
+        rd_xfer_task *next = t->next;
+        x->done(x->arg, t);
+        t = next;
+    }
+    for (rd_xfer_task *t = x->head; t != NULL;) {
+        rd_xfer_task *next = t->next;
+        t->status = status;
+        snprintf(t->message, sizeof(t->message), "%s", why);
+        x->done(x->arg, t);
+        t = next;
+    }
+    event_free(x->ev);
+    close(x->efd);
+    for (int i = 0; i < x->cfg.conns; i++) {
+        close(x->send_fds[i]);
+        close(x->recv_fds[i]);
+        free(x->staging[i]);
+    }
+    free(x->scratch);
+    pthread_cond_destroy(&x->cond);
+    pthread_mutex_destroy(&x->lock);
+    free(x->local_sizes);
+    free(x);
+}
+
+int rd_xfer_broken(const rd_xfer *x)
+{
+    return atomic_load(&((rd_xfer *)x)->broken);
+}
+
+void rd_xfer_bytes(const rd_xfer *x, uint64_t *sent, uint64_t *received)
+{
+    *sent = atomic_load(&((rd_xfer *)x)->sent);
+    *received = atomic_load(&((rd_xfer *)x)->received);
+}

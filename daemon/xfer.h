@@ -1,0 +1,73 @@
+/* The ring data plane of one job at one generation: a thread that runs collectives over the
+ * links to the next and the previous node, pipelined in segments, off the loop. */
+#ifndef RD_XFER_H
+#define RD_XFER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+#include "local.h"
+#include "ringd.h"
+
+struct event_base;
+
+/* One tensor of a task: its L local inputs and outputs (pointers into the clients' arenas, checked
+ * by the caller) and its elements per rank. */
+typedef struct {
+    const uint8_t **in;
+    uint8_t **out;
+    uint64_t count;
+} rd_xfer_member;
+
+typedef struct rd_xfer_task {
+    rd_coll coll; /* allreduce, broadcast or allgather */
+    rd_dtype dtype;
+    rd_redop redop; /* SUM, MIN, MAX or PROD */
+    rd_reduce_args args;
+    uint32_t root;   /* broadcast: the global rank */
+    size_t nmembers; /* more than one: a fused allreduce */
+    rd_xfer_member *members;
+    void *ctx;             /* the caller's */
+    ringd_result_t status; /* set by the thread */
+    char message[320];
+    uint64_t seq;
+    struct rd_xfer_task *next;
+} rd_xfer_task;
+
+typedef struct {
+    int nnodes, position;        /* ring size and this node's place */
+    const uint32_t *local_sizes; /* ranks on each node, by ring position */
+    uint64_t generation;
+    uint64_t segment_size;
+    int conns;           /* connections each way */
+    const int *send_fds; /* conns connections to the next node; taken */
+    const int *recv_fds; /* conns connections from the previous node; taken */
+    int64_t timeout_ms;  /* no progress for this long fails the link */
+    int64_t poll_us;     /* spin this long before sleeping */
+    const char *next_node, *prev_node;
+} rd_xfer_config;
+
+typedef struct rd_xfer rd_xfer;
+
+/* Called on the loop for each task, in submission order. */
+typedef void (*rd_xfer_done_fn)(void *arg, rd_xfer_task *t);
+
+/* Starts the thread. Returns NULL with err set (the fds are closed either way on failure). */
+rd_xfer *rd_xfer_new(struct event_base *base, const rd_xfer_config *c, rd_xfer_done_fn done,
+                     void *arg, char *err, size_t errlen);
+
+/* Queues t; done(arg, t) follows on the loop. Loop thread only. */
+void rd_xfer_submit(rd_xfer *x, rd_xfer_task *t);
+
+/* Closes the links, joins the thread, and ends every task not yet reported with status and why
+ * (done is called for each, in order, before this returns). NULL is a no-op. */
+void rd_xfer_free(rd_xfer *x, ringd_result_t status, const char *why);
+
+/* 1 once a link has failed: every later task fails at once; the ring must be re-formed. */
+int rd_xfer_broken(const rd_xfer *x);
+
+/* Payload bytes sent to the next node and received from the previous one so far. */
+void rd_xfer_bytes(const rd_xfer *x, uint64_t *sent, uint64_t *received);
+
+#endif

@@ -1,0 +1,632 @@
+/* Rendezvous against a real redis-server: views, leaves, lease expiry, reconnects, AUTH and
+ * untrusted records. */
+#define _GNU_SOURCE
+#include "rendezvous.h"
+#include "th_redis.h"
+
+#include <criterion/criterion.h>
+#include <event2/event.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define JOB "job-1"
+#define NINST 3
+#define HISTORY 256
+
+/* What one instance's on_view saw. */
+typedef struct {
+    int nviews;
+    int wrong_job;
+    rd_rdv_member members[16];
+    size_t nmembers;
+    uint64_t gen;
+    uint64_t gens[HISTORY];
+    size_t sizes[HISTORY];
+} seen_t;
+
+static th_redis srv;
+static struct event_base *bases[2];
+static int pumped[2] = {1, 1}; /* which bases pump() runs */
+static rd_rdv *inst[NINST];
+static seen_t seen[NINST];
+static pid_t child;
+static int saved_stderr = -1;
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Runs the pumped event bases for about 10 ms each; returns 0 once end has passed. */
+static int pump(int64_t end)
+{
+    if (now_ms() >= end)
+        return 0;
+    for (int i = 0; i < 2; i++) {
+        if (bases[i] == NULL || !pumped[i])
+            continue;
+        struct timeval tv = {0, 10 * 1000};
+        event_base_loopexit(bases[i], &tv);
+        event_base_dispatch(bases[i]);
+    }
+    return 1;
+}
+
+/* Runs the pumped bases for ms, for checks that something does not happen. */
+static void pump_for(int ms)
+{
+    for (int64_t end = now_ms() + ms; pump(end);)
+        ;
+}
+
+static void on_view(void *arg, const char *job, const rd_rdv_view *v)
+{
+    seen_t *s = arg;
+    if (strcmp(job, JOB) != 0)
+        s->wrong_job = 1;
+    if (s->nviews < HISTORY) {
+        s->gens[s->nviews] = v->generation;
+        s->sizes[s->nviews] = v->nmembers;
+    }
+    s->nviews++;
+    s->gen = v->generation;
+    s->nmembers = v->nmembers < 16 ? v->nmembers : 16;
+    memcpy(s->members, v->members, s->nmembers * sizeof(*v->members));
+}
+
+/* 1 when instance i's latest view has a member called node. */
+static const rd_rdv_member *has(int i, const char *node)
+{
+    for (size_t k = 0; k < seen[i].nmembers; k++)
+        if (strcmp(seen[i].members[k].node, node) == 0)
+            return &seen[i].members[k];
+    return NULL;
+}
+
+static rd_rdv_member member(const char *node, const char *addr, uint32_t local, uint64_t inc)
+{
+    rd_rdv_member m;
+    memset(&m, 0, sizeof(m));
+    snprintf(m.node, sizeof(m.node), "%s", node);
+    snprintf(m.addr, sizeof(m.addr), "%s", addr);
+    m.local_size = local;
+    m.world_size = 4;
+    m.incarnation = inc;
+    return m;
+}
+
+/* Instance i on base b against srv, with password (or NULL) and a URL suffix ("" or "/DB"). */
+static rd_rdv *open_inst(int i, int b, const char *password, const char *suffix, int64_t lease)
+{
+    char url[96], err[256] = "";
+    snprintf(url, sizeof(url), "%s%s", srv.url, suffix);
+    rd_rdv_options o = {url, password, lease, on_view, &seen[i]};
+    inst[i] = rd_rdv_new(bases[b], &o, err, sizeof(err));
+    cr_assert_not_null(inst[i], "rd_rdv_new: %s", err);
+    return inst[i];
+}
+
+static void setup(void)
+{
+    cr_assert_eq(th_redis_start(&srv, NULL), 0, "redis-server did not start");
+    bases[0] = event_base_new();
+    bases[1] = event_base_new();
+    cr_assert(bases[0] != NULL && bases[1] != NULL);
+}
+
+/* Runs after setup (the suite's init): the same server, now with a password. */
+static void setup_auth(void)
+{
+    cr_assert_eq(th_redis_restart(&srv, "s3cret pass"), 0, "redis-server did not restart");
+}
+
+static void teardown(void)
+{
+    if (child > 0) {
+        kill(child, SIGKILL);
+        waitpid(child, NULL, 0);
+        child = 0;
+    }
+    if (saved_stderr >= 0) {
+        dup2(saved_stderr, 2);
+        close(saved_stderr);
+        saved_stderr = -1;
+    }
+    for (int i = 0; i < NINST; i++) {
+        rd_rdv_free(inst[i]);
+        inst[i] = NULL;
+    }
+    for (int i = 0; i < 2; i++) {
+        if (bases[i] != NULL)
+            event_base_free(bases[i]);
+        bases[i] = NULL;
+    }
+    th_redis_stop(&srv);
+}
+
+/* Joins a (node-a) and b (node-b) and waits until both see both at the same generation. */
+static void join_both(rd_rdv *a, rd_rdv *b)
+{
+    rd_rdv_member mb = member("node-b", "10.0.0.2:7070", 2, 42);
+    rd_rdv_member ma = member("node-a", "10.0.0.1:7070", 2, 0xfedcba9876543210ULL);
+    cr_assert_eq(rd_rdv_join(b, JOB, &mb), 0);
+    cr_assert_eq(rd_rdv_join(a, JOB, &ma), 0);
+    int64_t end = now_ms() + 5000;
+    while (!(seen[0].nmembers == 2 && seen[1].nmembers == 2 && seen[0].gen == seen[1].gen) &&
+           pump(end))
+        ;
+    cr_assert(seen[0].nmembers == 2 && seen[1].nmembers == 2, "views: %zu and %zu members",
+              seen[0].nmembers, seen[1].nmembers);
+    cr_assert_eq(seen[0].gen, seen[1].gen, "generations %" PRIu64 " and %" PRIu64, seen[0].gen,
+                 seen[1].gen);
+}
+
+TestSuite(rendezvous, .init = setup, .fini = teardown, .timeout = 30);
+
+Test(rendezvous, two_members_of_a_job_see_the_same_sorted_views_and_records)
+{
+    rd_rdv *a = open_inst(0, 0, NULL, "", 10000);
+    rd_rdv *b = open_inst(1, 0, NULL, "", 10000);
+    join_both(a, b);
+    cr_assert_eq(seen[0].gen, 2);
+    for (int i = 0; i < 2; i++) {
+        cr_assert_eq(seen[i].wrong_job, 0);
+        cr_assert_str_eq(seen[i].members[0].node, "node-a", "not sorted by node name");
+        cr_assert_str_eq(seen[i].members[1].node, "node-b");
+        cr_assert_str_eq(seen[i].members[0].addr, "10.0.0.1:7070");
+        cr_assert_eq(seen[i].members[0].incarnation, 0xfedcba9876543210ULL);
+        cr_assert_eq(seen[i].members[0].local_size, 2);
+        cr_assert_eq(seen[i].members[0].world_size, 4);
+        cr_assert_str_eq(seen[i].members[1].addr, "10.0.0.2:7070");
+        cr_assert_eq(seen[i].members[1].incarnation, 42);
+        /* Each delivery carries a new generation. */
+        for (int k = 1; k < seen[i].nviews && k < HISTORY; k++)
+            cr_assert_neq(seen[i].gens[k], seen[i].gens[k - 1], "generation delivered twice");
+    }
+    cr_assert(rd_rdv_connected(a));
+}
+
+Test(rendezvous, a_leave_bumps_the_generation_and_the_other_sees_the_member_gone)
+{
+    rd_rdv *a = open_inst(0, 0, NULL, "", 10000);
+    rd_rdv *b = open_inst(1, 0, NULL, "", 10000);
+    join_both(a, b);
+    uint64_t before = seen[0].gen;
+    rd_rdv_leave(b, JOB);
+    int64_t end = now_ms() + 5000;
+    while (!(seen[0].nmembers == 1) && pump(end))
+        ;
+    cr_assert_eq(seen[0].nmembers, 1);
+    cr_assert_str_eq(seen[0].members[0].node, "node-a");
+    cr_assert_eq(seen[0].gen, before + 1);
+    char out[64];
+    const char *hlen[] = {"HLEN", "ringd:{" JOB "}:members"};
+    cr_assert_eq(th_redis_cmd(&srv, out, sizeof(out), 2, hlen), 0);
+    cr_assert_str_eq(out, ":1");
+    const char *lease[] = {"EXISTS", "ringd:{" JOB "}:lease:node-b"};
+    cr_assert_eq(th_redis_cmd(&srv, out, sizeof(out), 2, lease), 0);
+    cr_assert_str_eq(out, ":0");
+    /* b stopped watching: no more views for it. */
+    int nb = seen[1].nviews;
+    pump_for(200);
+    cr_assert_eq(seen[1].nviews, nb);
+}
+
+/* The crashing member: joins from its own process and event base, says so on fd, then waits to
+ * be killed. */
+static void crash_child(int fd, const char *url)
+{
+    struct event_base *base = event_base_new();
+    seen_t s;
+    memset(&s, 0, sizeof(s));
+    rd_rdv_options o = {url, NULL, 300, on_view, &s};
+    char err[256];
+    rd_rdv *r = base != NULL ? rd_rdv_new(base, &o, err, sizeof(err)) : NULL;
+    rd_rdv_member m = member("node-c", "10.0.0.3:7070", 1, 7);
+    if (r == NULL || rd_rdv_join(r, JOB, &m) != 0)
+        _exit(1);
+    int told = 0;
+    for (;;) {
+        struct timeval tv = {0, 10 * 1000};
+        event_base_loopexit(base, &tv);
+        event_base_dispatch(base);
+        if (!told && s.nviews > 0) {
+            told = write(fd, "j", 1) == 1;
+        }
+    }
+}
+
+Test(rendezvous, a_member_that_crashes_disappears_when_its_lease_expires)
+{
+    int p[2];
+    cr_assert_eq(pipe(p), 0);
+    pid_t parent = getpid();
+    child = fork();
+    cr_assert(child >= 0);
+    if (child == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent)
+            _exit(1);
+        close(p[0]);
+        crash_child(p[1], srv.url);
+    }
+    close(p[1]);
+    struct pollfd pfd = {p[0], POLLIN, 0};
+    char c;
+    cr_assert_eq(poll(&pfd, 1, 5000), 1, "the child did not join");
+    cr_assert_eq(read(p[0], &c, 1), 1);
+    close(p[0]);
+
+    rd_rdv *a = open_inst(0, 0, NULL, "", 300);
+    rd_rdv_member ma = member("node-a", "10.0.0.1:7070", 1, 1);
+    cr_assert_eq(rd_rdv_join(a, JOB, &ma), 0);
+    int64_t end = now_ms() + 5000;
+    while (!(seen[0].nmembers == 2) && pump(end))
+        ;
+    cr_assert_eq(seen[0].nmembers, 2);
+    cr_assert_not_null(has(0, "node-c"));
+    /* Alive and refreshing, the child stays for several lease periods. */
+    pump_for(900);
+    cr_assert_not_null(has(0, "node-c"), "a live member's lease expired");
+
+    kill(child, SIGKILL);
+    waitpid(child, NULL, 0);
+    child = 0;
+    int64_t t0 = now_ms();
+    end = t0 + 5000;
+    while (has(0, "node-c") != NULL && pump(end))
+        ;
+    int64_t took = now_ms() - t0;
+    cr_assert_null(has(0, "node-c"), "the crashed member is still there");
+    cr_assert_not_null(has(0, "node-a"));
+    /* lease 300 ms + refresh period 100 ms, plus slack for slow (sanitizer) builds. */
+    cr_assert_leq(took, 1500, "removal took %" PRId64 " ms", took);
+}
+
+Test(rendezvous, a_watcher_that_loses_its_connection_sees_changes_made_meanwhile)
+{
+    rd_rdv *a = open_inst(0, 0, NULL, "", 10000);
+    rd_rdv *b = open_inst(1, 1, NULL, "", 10000);
+    join_both(a, b);
+    uint64_t before = seen[0].gen;
+    int na = seen[0].nviews;
+
+    /* Every client but this raw one loses its connection; a is not running meanwhile. */
+    pumped[0] = 0;
+    const char *kill_all[] = {"CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"};
+    char out[64];
+    cr_assert_eq(th_redis_cmd(&srv, out, sizeof(out), 6, kill_all), 0);
+    cr_assert_str_neq(out, ":0", "no client killed: %s", out);
+    int64_t end = now_ms() + 5000;
+    while (!rd_rdv_connected(b) && pump(end))
+        ;
+    pump_for(50);
+    while (!rd_rdv_connected(b) && pump(end))
+        ;
+    cr_assert(rd_rdv_connected(b));
+    rd_rdv_leave(b, JOB);
+    const char *hexists[] = {"HEXISTS", "ringd:{" JOB "}:members", "node-b"};
+    while (!(th_redis_cmd(&srv, out, sizeof(out), 3, hexists) == 0 && strcmp(out, ":0") == 0) &&
+           pump(end))
+        ;
+    cr_assert_str_eq(out, ":0", "b's leave never reached Redis");
+    cr_assert_eq(seen[0].nviews, na, "a saw something while not running");
+
+    /* Now a runs again: it must reconnect and notice the leave. */
+    pumped[0] = 1;
+    pumped[1] = 0;
+    end = now_ms() + 5000;
+    while (has(0, "node-b") != NULL && pump(end))
+        ;
+    cr_assert_null(has(0, "node-b"), "a never saw the leave made while it was disconnected");
+    cr_assert_eq(seen[0].gen, before + 1);
+    cr_assert(rd_rdv_connected(a));
+}
+
+Test(rendezvous, a_redis_restart_that_loses_all_data_leads_both_to_register_again)
+{
+    rd_rdv *a = open_inst(0, 0, NULL, "", 10000);
+    rd_rdv *b = open_inst(1, 0, NULL, "", 10000);
+    join_both(a, b);
+    /* Push the generation up so that the one after the restart is visibly lower. */
+    rd_rdv_member ma = member("node-a", "10.0.0.1:7070", 2, 0xfedcba9876543210ULL);
+    for (int k = 0; k < 3; k++)
+        cr_assert_eq(rd_rdv_join(a, JOB, &ma), 0);
+    int64_t end = now_ms() + 5000;
+    while (!(seen[0].gen == 5 && seen[1].gen == 5) && pump(end))
+        ;
+    cr_assert(seen[0].gen == 5 && seen[1].gen == 5, "gens %" PRIu64 " %" PRIu64, seen[0].gen,
+              seen[1].gen);
+    int na = seen[0].nviews, nb = seen[1].nviews;
+
+    cr_assert_eq(th_redis_restart(&srv, NULL), 0, "redis-server did not restart");
+    end = now_ms() + 8000;
+    while (!(seen[0].nmembers == 2 && seen[1].nmembers == 2 && seen[0].gen < 5 && seen[1].gen < 5 &&
+             seen[0].gen == seen[1].gen) &&
+           pump(end))
+        ;
+    for (int i = 0; i < 2; i++) {
+        cr_assert_eq(seen[i].nmembers, 2, "instance %d: %zu members", i, seen[i].nmembers);
+        cr_assert_lt(seen[i].gen, 5, "instance %d: generation %" PRIu64, i, seen[i].gen);
+    }
+    cr_assert(seen[0].nviews > na && seen[1].nviews > nb);
+    char out[64];
+    const char *hlen[] = {"HLEN", "ringd:{" JOB "}:members"};
+    cr_assert_eq(th_redis_cmd(&srv, out, sizeof(out), 2, hlen), 0);
+    cr_assert_str_eq(out, ":2");
+}
+
+Test(rendezvous, auth_with_the_right_password_works, .init = setup_auth)
+{
+    rd_rdv *a = open_inst(0, 0, "s3cret pass", "", 10000);
+    rd_rdv_member ma = member("node-a", "10.0.0.1:7070", 1, 1);
+    cr_assert_eq(rd_rdv_join(a, JOB, &ma), 0);
+    int64_t end = now_ms() + 5000;
+    while (seen[0].nviews == 0 && pump(end))
+        ;
+    cr_assert_eq(seen[0].nmembers, 1);
+    cr_assert_str_eq(seen[0].members[0].node, "node-a");
+    cr_assert(rd_rdv_connected(a));
+}
+
+/* Reads the captured stderr so far (at most len - 1 bytes). */
+static void read_capture(const char *path, char *buf, size_t len)
+{
+    buf[0] = '\0';
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return;
+    size_t n = fread(buf, 1, len - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+}
+
+static int count(const char *hay, const char *needle)
+{
+    int n = 0;
+    for (const char *p = hay; (p = strstr(p, needle)) != NULL; p++)
+        n++;
+    return n;
+}
+
+Test(rendezvous, a_wrong_password_is_logged_once_and_gives_no_view, .init = setup_auth)
+{
+    char path[] = "/tmp/ringd-rdv-log.XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert(fd >= 0);
+    unlink(path);
+    char proc[64];
+    snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
+    saved_stderr = dup(2);
+    dup2(fd, 2);
+
+    rd_rdv *a = open_inst(0, 0, "wrong", "", 10000);
+    rd_rdv_member ma = member("node-a", "10.0.0.1:7070", 1, 1);
+    cr_assert_eq(rd_rdv_join(a, JOB, &ma), 0);
+    static char log[65536];
+    int64_t end = now_ms() + 5000;
+    while (read_capture(proc, log, sizeof(log)), strstr(log, "handshake") == NULL && pump(end))
+        ;
+    /* Several reconnect attempts (100, 200, 400 ms...) fail the same way meanwhile. */
+    pump_for(1000);
+    read_capture(proc, log, sizeof(log));
+    dup2(saved_stderr, 2);
+    close(saved_stderr);
+    saved_stderr = -1;
+    close(fd);
+    cr_assert_neq(strstr(log, "handshake"), NULL, "nothing logged:\n%s", log);
+    cr_assert(strstr(log, "WRONGPASS") != NULL || strstr(log, "invalid password") != NULL,
+              "the log does not say why:\n%s", log);
+    /* Once per connection (the command one and the job's watch), not once per attempt. */
+    cr_assert_eq(count(log, "command connection to 127.0.0.1"), 1, "logged more than once:\n%s",
+                 log);
+    cr_assert_eq(seen[0].nviews, 0);
+    cr_assert_eq(rd_rdv_connected(a), 0);
+}
+
+Test(rendezvous, malformed_member_records_are_ignored)
+{
+    rd_rdv *a = open_inst(0, 0, NULL, "", 10000);
+    rd_rdv *b = open_inst(1, 0, NULL, "", 10000);
+    rd_rdv_member ma = member("node-a", "10.0.0.1:7070", 1, 1);
+    cr_assert_eq(rd_rdv_join(a, JOB, &ma), 0);
+    int64_t end = now_ms() + 5000;
+    while (seen[0].nviews == 0 && pump(end))
+        ;
+    cr_assert_eq(seen[0].nmembers, 1);
+
+    static char longrec[700], longname[300];
+    memset(longrec, 'x', sizeof(longrec) - 1);
+    memcpy(longrec, "1 1 1 1 ", 8);
+    memset(longname, 'n', sizeof(longname) - 1);
+    const char *bad[][2] = {
+        {"bad-1", "garbage"},
+        {"bad-2", "1 12 3"},
+        {"bad-3", "1 99999999999999999999999 1 1 h:1"},
+        {"bad-4", "1 1 4294967296 1 h:1"},
+        {"bad-5", "1 1 1 1 h 1"},
+        {"bad-6", "2 1 1 1 h:1"},
+        {"bad-7", longrec},
+        {"bad-8", "1 -1 1 1 h:1"},
+        {"bad-9", "1 1 1 1 "},
+        {"bad-10", "1 1 1 1 h:\x01"},
+        {"bad-11", "1  1 1 1 h:1"},
+        {"bad\x01name", "1 1 1 1 h:1"},
+        {longname, "1 1 1 1 h:1"},
+        {"", "1 1 1 1 h:1"},
+        {"node-z", "1 18446744073709551615 4294967295 0 [::1]:9"}, /* valid */
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char lease[600];
+        snprintf(lease, sizeof(lease), "ringd:{" JOB "}:lease:%s", bad[i][0]);
+        cr_assert_eq(
+            th_redis_do(&srv, "HSET", "ringd:{" JOB "}:members", bad[i][0], bad[i][1], NULL), 0);
+        cr_assert_eq(th_redis_do(&srv, "SET", lease, "1", "PX", "60000", NULL), 0);
+    }
+    /* b's join is an event: a reads the view with all of the above in it. */
+    rd_rdv_member mb = member("node-b", "10.0.0.2:7070", 1, 2);
+    cr_assert_eq(rd_rdv_join(b, JOB, &mb), 0);
+    end = now_ms() + 5000;
+    while (!(has(0, "node-b") && has(1, "node-b")) && pump(end))
+        ;
+    for (int i = 0; i < 2; i++) {
+        cr_assert_eq(seen[i].nmembers, 3, "instance %d: %zu members", i, seen[i].nmembers);
+        cr_assert_str_eq(seen[i].members[0].node, "node-a");
+        cr_assert_str_eq(seen[i].members[1].node, "node-b");
+        cr_assert_str_eq(seen[i].members[2].node, "node-z");
+        cr_assert_eq(seen[i].members[2].incarnation, UINT64_MAX);
+        cr_assert_eq(seen[i].members[2].local_size, UINT32_MAX);
+        cr_assert_eq(seen[i].members[2].world_size, 0);
+        cr_assert_str_eq(seen[i].members[2].addr, "[::1]:9");
+    }
+    /* Still alive and refreshing. */
+    cr_assert(rd_rdv_connected(a) && rd_rdv_connected(b));
+}
+
+Test(rendezvous, bad_urls_and_options_are_rejected_with_a_reason)
+{
+    static const char *const bad[] = {
+        "",
+        "http://127.0.0.1:6379",
+        "redis://",
+        "redis://host",
+        "redis://host:",
+        "redis://host:0",
+        "redis://host:65536",
+        "redis://host:12x",
+        "redis://host:1/abc",
+        "redis://host:1/2/3",
+        "redis://user:pw@host:1",
+        "redis://[::1:1",
+        "redis://:6379",
+    };
+    char err[256];
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        rd_rdv_options o = {bad[i], NULL, 1000, on_view, &seen[0]};
+        err[0] = '\0';
+        rd_rdv *r = rd_rdv_new(bases[0], &o, err, sizeof(err));
+        cr_expect_null(r, "accepted %s", bad[i]);
+        rd_rdv_free(r);
+        cr_expect_neq(strstr(err, "redis URL"), NULL, "%s: err '%s'", bad[i], err);
+    }
+    rd_rdv_options nourl = {NULL, NULL, 1000, on_view, &seen[0]};
+    cr_expect_null(rd_rdv_new(bases[0], &nourl, err, sizeof(err)));
+    rd_rdv_options nolease = {srv.url, NULL, 0, on_view, &seen[0]};
+    cr_expect_null(rd_rdv_new(bases[0], &nolease, err, sizeof(err)));
+    cr_expect_neq(strstr(err, "lease"), NULL, "err '%s'", err);
+
+    static const char *const good[] = {"redis://127.0.0.1:6379", "redis://localhost:1/2",
+                                       "redis://[::1]:6379/", "redis://h:65535/15"};
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+        rd_rdv_options o = {good[i], NULL, 1000, on_view, &seen[0]};
+        rd_rdv *r = rd_rdv_new(bases[0], &o, err, sizeof(err));
+        cr_expect_not_null(r, "rejected %s: %s", good[i], err);
+        rd_rdv_free(r);
+    }
+    rd_rdv_free(NULL);
+}
+
+Test(rendezvous, freeing_leaves_every_joined_job_at_once)
+{
+    rd_rdv *a = open_inst(0, 0, NULL, "", 10000);
+    rd_rdv *b = open_inst(1, 0, NULL, "", 10000);
+    join_both(a, b);
+    int64_t t0 = now_ms();
+    rd_rdv_free(b);
+    inst[1] = NULL;
+    cr_assert_leq(now_ms() - t0, 1500, "rd_rdv_free took %" PRId64 " ms", now_ms() - t0);
+    /* Far sooner than the 10 s lease. */
+    int64_t end = now_ms() + 3000;
+    while (has(0, "node-b") != NULL && pump(end))
+        ;
+    cr_assert_null(has(0, "node-b"), "b is still a member after rd_rdv_free");
+    cr_assert_eq(seen[0].nmembers, 1);
+}
+
+Test(rendezvous, a_join_made_while_redis_is_down_registers_once_it_comes_up)
+{
+    cr_assert_eq(th_redis_kill(&srv), 0);
+    rd_rdv *a = open_inst(0, 0, NULL, "", 1000);
+    rd_rdv_member ma = member("node-a", "10.0.0.1:7070", 1, 1);
+    cr_assert_eq(rd_rdv_join(a, JOB, &ma), 0);
+    pump_for(300);
+    cr_assert_eq(rd_rdv_connected(a), 0);
+    cr_assert_eq(seen[0].nviews, 0);
+    cr_assert_eq(th_redis_restart(&srv, NULL), 0);
+    int64_t end = now_ms() + 5000;
+    while (seen[0].nviews == 0 && pump(end))
+        ;
+    cr_assert_eq(seen[0].nmembers, 1);
+    cr_assert_eq(seen[0].gen, 1);
+    cr_assert(rd_rdv_connected(a));
+}
+
+Test(rendezvous, joining_again_replaces_the_record_and_bumps_the_generation)
+{
+    rd_rdv *a = open_inst(0, 0, NULL, "", 10000);
+    rd_rdv *b = open_inst(1, 0, NULL, "", 10000);
+    join_both(a, b);
+    uint64_t before = seen[1].gen;
+    rd_rdv_member ma = member("node-a", "10.9.9.9:1", 3, 0xfedcba9876543210ULL);
+    cr_assert_eq(rd_rdv_join(a, JOB, &ma), 0);
+    int64_t end = now_ms() + 5000;
+    while (!(seen[1].gen == before + 1 && seen[0].gen == before + 1) && pump(end))
+        ;
+    for (int i = 0; i < 2; i++) {
+        const rd_rdv_member *m = has(i, "node-a");
+        cr_assert_eq(seen[i].gen, before + 1);
+        cr_assert_not_null(m);
+        cr_assert_eq(seen[i].nmembers, 2);
+        cr_assert_str_eq(m->addr, "10.9.9.9:1");
+        cr_assert_eq(m->local_size, 3);
+    }
+}
+
+Test(rendezvous, a_database_number_in_the_url_selects_that_database)
+{
+    rd_rdv *a = open_inst(0, 0, NULL, "/5", 10000);
+    rd_rdv_member ma = member("node-a", "10.0.0.1:7070", 1, 1);
+    cr_assert_eq(rd_rdv_join(a, JOB, &ma), 0);
+    int64_t end = now_ms() + 5000;
+    while (seen[0].nviews == 0 && pump(end))
+        ;
+    cr_assert_eq(seen[0].nmembers, 1);
+    char out[64];
+    const char *in5[] = {"EVAL", "redis.call('SELECT', '5') return redis.call('HLEN', KEYS[1])",
+                         "1", "ringd:{" JOB "}:members"};
+    cr_assert_eq(th_redis_cmd(&srv, out, sizeof(out), 4, in5), 0);
+    cr_assert_str_eq(out, ":1");
+    const char *in0[] = {"HLEN", "ringd:{" JOB "}:members"};
+    cr_assert_eq(th_redis_cmd(&srv, out, sizeof(out), 2, in0), 0);
+    cr_assert_str_eq(out, ":0");
+}
+
+Test(rendezvous, a_lease_refreshed_in_time_keeps_the_member)
+{
+    rd_rdv *a = open_inst(0, 0, NULL, "", 300);
+    rd_rdv_member ma = member("node-a", "10.0.0.1:7070", 1, 1);
+    cr_assert_eq(rd_rdv_join(a, JOB, &ma), 0);
+    int64_t end = now_ms() + 5000;
+    while (seen[0].nviews == 0 && pump(end))
+        ;
+    cr_assert_eq(seen[0].gen, 1);
+    pump_for(1500);
+    /* Five lease periods later: the same single generation, no expire-and-rejoin churn. */
+    cr_assert_eq(seen[0].gen, 1, "generation moved to %" PRIu64, seen[0].gen);
+    cr_assert_eq(seen[0].nviews, 1);
+    char out[64];
+    const char *pttl[] = {"PTTL", "ringd:{" JOB "}:lease:node-a"};
+    cr_assert_eq(th_redis_cmd(&srv, out, sizeof(out), 2, pttl), 0);
+    cr_assert(out[0] == ':' && atoi(out + 1) > 0 && atoi(out + 1) <= 300, "PTTL %s", out);
+}
