@@ -1,6 +1,6 @@
-/* ringd-demo: N client processes of one job run named collectives through the local ringd,
- * submitted in a different order on each rank, and print what they got next to what they
- * expected. */
+/* ringd-demo: N client processes of one job run named collectives through the local ringd (and,
+ * for a job spanning nodes, the ring of daemons), submitted in a different order on each rank, and
+ * print what they got next to what they expected. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,13 +30,13 @@ static void show_f32(char **p, size_t *left, const char *label, const float *got
 }
 
 /* One rank: submits four collectives asynchronously in a rank-dependent order, waits, checks. */
-static int rank_main(const char *job, int nprocs)
+static int rank_main(const char *job, int nprocs, int world)
 {
     ringd_options_t o = RINGD_OPTIONS_INIT;
     ringd_t *r = NULL;
     o.job = job;
     o.local_size = nprocs;
-    o.world_size = nprocs;
+    o.world_size = world;
     o.arena_size = 1 << 20;
     ringd_result_t rc = ringd_open(&o, &r);
     if (rc != RINGD_OK) {
@@ -142,18 +142,25 @@ static int rank_main(const char *job, int nprocs)
 int main(int argc, char **argv)
 {
     int nprocs = argc > 1 ? atoi(argv[1]) : 3;
+    int world = argc > 2 ? atoi(argv[2]) : nprocs;
     char job[64];
-    if (nprocs < 2 || nprocs > 16) {
-        fprintf(stderr, "usage: ringd-demo [NPROCS 2..16]   (socket from RINGD_SOCKET)\n");
+    if (nprocs < 1 || nprocs > 16 || world < nprocs || world > 64 || world < 2 || argc > 4) {
+        fprintf(stderr, "usage: ringd-demo [NPROCS 1..16 [WORLD [JOB]]]   (socket from "
+                        "RINGD_SOCKET)\n  WORLD: ranks of the job on all nodes (default NPROCS); "
+                        "run one ringd-demo per node with the same JOB\n");
         return 2;
     }
-    snprintf(job, sizeof(job), "demo.%d", (int)getpid());
-    printf("ringd-demo: job '%s', %d client processes\n", job, nprocs);
+    if (argc > 3)
+        snprintf(job, sizeof(job), "%s", argv[3]);
+    else
+        snprintf(job, sizeof(job), "demo.%d", (int)getpid());
+    printf("ringd-demo: job '%s', %d client processes here, %d ranks in all\n", job, nprocs,
+           world);
     fflush(stdout);
     pid_t kids[16];
     for (int i = 0; i < nprocs; i++)
         if ((kids[i] = fork()) == 0)
-            _exit(rank_main(job, nprocs));
+            _exit(rank_main(job, nprocs, world));
     int status = 0;
     for (int i = 0; i < nprocs; i++) {
         int ws;

@@ -22,9 +22,31 @@ static void usage(FILE *out)
         "exit status: 0 ok, 1 daemon unreachable or failing, 2 usage error\n");
 }
 
+/* The ring of a job spanning nodes: members in ring order, then this node's two links. */
+static void print_ring(const Ringd__RingInfo *ri)
+{
+    printf("    ring: %s, generation %" PRIu64 ", this node at position %u, coordinator %s\n",
+           ri->state, ri->generation, ri->position, ri->coordinator);
+    printf("      %-5s %-20s %-24s %6s %s\n", "rank", "node", "address", "ranks", "state");
+    for (size_t k = 0; k < ri->n_members; k++) {
+        const Ringd__MemberInfo *m = ri->members[k];
+        printf("      %-5u %-20s %-24s %6u %s\n", m->first_rank, m->node, m->address, m->local_size,
+               m->state);
+    }
+    for (size_t k = 0; k < ri->n_links; k++) {
+        const Ringd__LinkInfo *l = ri->links[k];
+        printf("      link %s %s %s: %u conns, %.3f GB, %.3f GB/s now\n", l->direction,
+               strcmp(l->direction, "send") == 0 ? "to" : "from", l->peer, l->conns,
+               (double)l->bytes / 1e9, l->throughput_bps / 1e9);
+    }
+}
+
 static void print_text(const Ringd__StatusReply *r)
 {
     printf("ringd %s, pid %u, up %.1f s\n", r->version, r->pid, (double)r->uptime_ms / 1000.0);
+    if (r->redis[0] != '\0')
+        printf("node %s, peers connect to %s, rendezvous %s (%s)\n", r->node, r->listen, r->redis,
+               r->redis_connected ? "connected" : "DISCONNECTED");
     printf("ops: %" PRIu64 " in flight, %" PRIu64 " completed, %" PRIu64 " failed, %.3f GB moved\n",
            r->ops_in_flight, r->ops_completed, r->ops_failed, (double)r->bytes_reduced / 1e9);
     printf("jobs: %zu\n", r->n_jobs);
@@ -36,6 +58,8 @@ static void print_text(const Ringd__StatusReply *r)
                j->ops_completed, j->ops_failed);
         for (size_t k = 0; k < j->n_pending; k++)
             printf("    waiting: %s\n", j->pending[k]);
+        if (j->ring != NULL)
+            print_ring(j->ring);
     }
     printf("clients: %zu\n", r->n_clients);
     if (r->n_clients > 0)
@@ -49,12 +73,50 @@ static void print_text(const Ringd__StatusReply *r)
     }
 }
 
+static json_object *ring_json(const Ringd__RingInfo *ri)
+{
+    json_object *o = json_object_new_object();
+    json_object_object_add(o, "generation", json_object_new_int64((int64_t)ri->generation));
+    json_object_object_add(o, "state", json_object_new_string(ri->state));
+    json_object_object_add(o, "position", json_object_new_int64(ri->position));
+    json_object_object_add(o, "coordinator", json_object_new_string(ri->coordinator));
+    json_object *members = json_object_new_array();
+    for (size_t k = 0; k < ri->n_members; k++) {
+        const Ringd__MemberInfo *m = ri->members[k];
+        json_object *x = json_object_new_object();
+        json_object_object_add(x, "first_rank", json_object_new_int64(m->first_rank));
+        json_object_object_add(x, "node", json_object_new_string(m->node));
+        json_object_object_add(x, "address", json_object_new_string(m->address));
+        json_object_object_add(x, "local_size", json_object_new_int64(m->local_size));
+        json_object_object_add(x, "state", json_object_new_string(m->state));
+        json_object_array_add(members, x);
+    }
+    json_object_object_add(o, "members", members);
+    json_object *links = json_object_new_array();
+    for (size_t k = 0; k < ri->n_links; k++) {
+        const Ringd__LinkInfo *l = ri->links[k];
+        json_object *x = json_object_new_object();
+        json_object_object_add(x, "peer", json_object_new_string(l->peer));
+        json_object_object_add(x, "direction", json_object_new_string(l->direction));
+        json_object_object_add(x, "conns", json_object_new_int64(l->conns));
+        json_object_object_add(x, "bytes", json_object_new_int64((int64_t)l->bytes));
+        json_object_object_add(x, "throughput_bps", json_object_new_double(l->throughput_bps));
+        json_object_array_add(links, x);
+    }
+    json_object_object_add(o, "links", links);
+    return o;
+}
+
 static void print_json(const Ringd__StatusReply *r)
 {
     json_object *root = json_object_new_object();
     json_object_object_add(root, "version", json_object_new_string(r->version));
     json_object_object_add(root, "pid", json_object_new_int64(r->pid));
     json_object_object_add(root, "uptime_ms", json_object_new_int64((int64_t)r->uptime_ms));
+    json_object_object_add(root, "node", json_object_new_string(r->node));
+    json_object_object_add(root, "listen", json_object_new_string(r->listen));
+    json_object_object_add(root, "redis", json_object_new_string(r->redis));
+    json_object_object_add(root, "redis_connected", json_object_new_boolean(r->redis_connected));
     json_object *ops = json_object_new_object();
     json_object_object_add(ops, "in_flight", json_object_new_int64((int64_t)r->ops_in_flight));
     json_object_object_add(ops, "completed", json_object_new_int64((int64_t)r->ops_completed));
@@ -80,6 +142,8 @@ static void print_json(const Ringd__StatusReply *r)
         for (size_t k = 0; k < j->n_pending; k++)
             json_object_array_add(pending, json_object_new_string(j->pending[k]));
         json_object_object_add(o, "pending", pending);
+        if (j->ring != NULL)
+            json_object_object_add(o, "ring", ring_json(j->ring));
         json_object_array_add(jobs, o);
     }
     json_object_object_add(root, "jobs", jobs);

@@ -355,11 +355,18 @@ int th_job_in_flight(const char *sock, const char *job)
 struct ringd *th_open(const char *sock, const char *job, int n, size_t arena_size,
                       int op_timeout_ms)
 {
+    return th_open_world(sock, job, n, n, arena_size, op_timeout_ms);
+}
+
+struct ringd *th_open_world(const char *sock, const char *job, int world, int local,
+                            size_t arena_size, int op_timeout_ms)
+{
     ringd_options_t o = RINGD_OPTIONS_INIT;
     ringd_t *r = NULL;
     o.socket_path = sock;
     o.job = job;
-    o.local_size = o.world_size = n;
+    o.local_size = local;
+    o.world_size = world;
     o.arena_size = arena_size;
     o.open_timeout_ms = 10000;
     o.op_timeout_ms = op_timeout_ms;

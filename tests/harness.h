@@ -72,6 +72,10 @@ struct ringd;
 struct ringd *th_open(const char *sock, const char *job, int n, size_t arena_size,
                       int op_timeout_ms);
 
+/* The same for a job of world ranks, local of them on this daemon. */
+struct ringd *th_open_world(const char *sock, const char *job, int world, int local,
+                            size_t arena_size, int op_timeout_ms);
+
 /* Runs fn(i, arg) in n forked processes; returns 0 when all exit 0 within timeout_ms, else the
  * first failing index + 1 (stragglers are killed). */
 int th_run(int n, int (*fn)(int i, void *arg), void *arg, int timeout_ms);

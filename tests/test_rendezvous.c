@@ -155,14 +155,17 @@ static void teardown(void)
     th_redis_stop(&srv);
 }
 
-/* Joins a (node-a) and b (node-b) and waits until both see both at the same generation. */
+/* Joins b (node-b) then a (node-a) and waits until both see both at the same generation. */
 static void join_both(rd_rdv *a, rd_rdv *b)
 {
     rd_rdv_member mb = member("node-b", "10.0.0.2:7070", 2, 42);
     rd_rdv_member ma = member("node-a", "10.0.0.1:7070", 2, 0xfedcba9876543210ULL);
+    /* b first, so that Redis holds the records out of order. */
     cr_assert_eq(rd_rdv_join(b, JOB, &mb), 0);
-    cr_assert_eq(rd_rdv_join(a, JOB, &ma), 0);
     int64_t end = now_ms() + 5000;
+    while (seen[1].nviews == 0 && pump(end))
+        ;
+    cr_assert_eq(rd_rdv_join(a, JOB, &ma), 0);
     while (!(seen[0].nmembers == 2 && seen[1].nmembers == 2 && seen[0].gen == seen[1].gen) &&
            pump(end))
         ;
@@ -176,8 +179,8 @@ TestSuite(rendezvous, .init = setup, .fini = teardown, .timeout = 30);
 
 Test(rendezvous, two_members_of_a_job_see_the_same_sorted_views_and_records)
 {
-    rd_rdv *a = open_inst(0, 0, NULL, "", 10000);
-    rd_rdv *b = open_inst(1, 0, NULL, "", 10000);
+    rd_rdv *a = open_inst(0, 0, NULL, "", 30000);
+    rd_rdv *b = open_inst(1, 0, NULL, "", 30000);
     join_both(a, b);
     cr_assert_eq(seen[0].gen, 2);
     for (int i = 0; i < 2; i++) {
@@ -199,8 +202,8 @@ Test(rendezvous, two_members_of_a_job_see_the_same_sorted_views_and_records)
 
 Test(rendezvous, a_leave_bumps_the_generation_and_the_other_sees_the_member_gone)
 {
-    rd_rdv *a = open_inst(0, 0, NULL, "", 10000);
-    rd_rdv *b = open_inst(1, 0, NULL, "", 10000);
+    rd_rdv *a = open_inst(0, 0, NULL, "", 30000);
+    rd_rdv *b = open_inst(1, 0, NULL, "", 30000);
     join_both(a, b);
     uint64_t before = seen[0].gen;
     rd_rdv_leave(b, JOB);
@@ -296,8 +299,8 @@ Test(rendezvous, a_member_that_crashes_disappears_when_its_lease_expires)
 
 Test(rendezvous, a_watcher_that_loses_its_connection_sees_changes_made_meanwhile)
 {
-    rd_rdv *a = open_inst(0, 0, NULL, "", 10000);
-    rd_rdv *b = open_inst(1, 1, NULL, "", 10000);
+    rd_rdv *a = open_inst(0, 0, NULL, "", 30000);
+    rd_rdv *b = open_inst(1, 1, NULL, "", 30000);
     join_both(a, b);
     uint64_t before = seen[0].gen;
     int na = seen[0].nviews;
@@ -334,10 +337,54 @@ Test(rendezvous, a_watcher_that_loses_its_connection_sees_changes_made_meanwhile
     cr_assert(rd_rdv_connected(a));
 }
 
+Test(rendezvous, a_watcher_whose_stream_connection_alone_drops_catches_up_on_reconnect)
+{
+    rd_rdv *a = open_inst(0, 0, NULL, "", 30000);
+    rd_rdv *b = open_inst(1, 1, NULL, "", 30000);
+    join_both(a, b);
+    uint64_t before = seen[0].gen;
+
+    /* Kill only the XREAD connections (a's and b's); the command connections stay. */
+    static char list[8192];
+    const char *client_list[] = {"CLIENT", "LIST"};
+    cr_assert_eq(th_redis_cmd(&srv, list, sizeof(list), 2, client_list), 0);
+    int killed = 0;
+    for (char *line = strtok(list, "\n"); line != NULL; line = strtok(NULL, "\n")) {
+        char *id = strstr(line, "id=");
+        if (strstr(line, "cmd=xread") == NULL || id == NULL)
+            continue;
+        char num[32];
+        snprintf(num, sizeof(num), "%ld", strtol(id + 3, NULL, 10));
+        cr_assert_eq(th_redis_do(&srv, "CLIENT", "KILL", "ID", num, NULL), 0);
+        killed++;
+    }
+    cr_assert_eq(killed, 2, "XREAD clients: %d", killed);
+
+    /* b leaves while a is not running. */
+    pumped[0] = 0;
+    rd_rdv_leave(b, JOB);
+    char out[64];
+    int64_t end = now_ms() + 5000;
+    const char *hexists[] = {"HEXISTS", "ringd:{" JOB "}:members", "node-b"};
+    while (!(th_redis_cmd(&srv, out, sizeof(out), 3, hexists) == 0 && strcmp(out, ":0") == 0) &&
+           pump(end))
+        ;
+    cr_assert_str_eq(out, ":0", "b's leave never reached Redis");
+
+    /* Well within the 10 s refresh period: the watch reconnect alone must bring the change. */
+    pumped[0] = 1;
+    pumped[1] = 0;
+    end = now_ms() + 3000;
+    while (has(0, "node-b") != NULL && pump(end))
+        ;
+    cr_assert_null(has(0, "node-b"), "a never saw the leave after its stream connection dropped");
+    cr_assert_eq(seen[0].gen, before + 1);
+}
+
 Test(rendezvous, a_redis_restart_that_loses_all_data_leads_both_to_register_again)
 {
-    rd_rdv *a = open_inst(0, 0, NULL, "", 10000);
-    rd_rdv *b = open_inst(1, 0, NULL, "", 10000);
+    rd_rdv *a = open_inst(0, 0, NULL, "", 30000);
+    rd_rdv *b = open_inst(1, 0, NULL, "", 30000);
     join_both(a, b);
     /* Push the generation up so that the one after the restart is visibly lower. */
     rd_rdv_member ma = member("node-a", "10.0.0.1:7070", 2, 0xfedcba9876543210ULL);
@@ -369,7 +416,7 @@ Test(rendezvous, a_redis_restart_that_loses_all_data_leads_both_to_register_agai
 
 Test(rendezvous, auth_with_the_right_password_works, .init = setup_auth)
 {
-    rd_rdv *a = open_inst(0, 0, "s3cret pass", "", 10000);
+    rd_rdv *a = open_inst(0, 0, "s3cret pass", "", 30000);
     rd_rdv_member ma = member("node-a", "10.0.0.1:7070", 1, 1);
     cr_assert_eq(rd_rdv_join(a, JOB, &ma), 0);
     int64_t end = now_ms() + 5000;
@@ -411,7 +458,7 @@ Test(rendezvous, a_wrong_password_is_logged_once_and_gives_no_view, .init = setu
     saved_stderr = dup(2);
     dup2(fd, 2);
 
-    rd_rdv *a = open_inst(0, 0, "wrong", "", 10000);
+    rd_rdv *a = open_inst(0, 0, "wrong", "", 30000);
     rd_rdv_member ma = member("node-a", "10.0.0.1:7070", 1, 1);
     cr_assert_eq(rd_rdv_join(a, JOB, &ma), 0);
     static char log[65536];
@@ -437,8 +484,8 @@ Test(rendezvous, a_wrong_password_is_logged_once_and_gives_no_view, .init = setu
 
 Test(rendezvous, malformed_member_records_are_ignored)
 {
-    rd_rdv *a = open_inst(0, 0, NULL, "", 10000);
-    rd_rdv *b = open_inst(1, 0, NULL, "", 10000);
+    rd_rdv *a = open_inst(0, 0, NULL, "", 30000);
+    rd_rdv *b = open_inst(1, 0, NULL, "", 30000);
     rd_rdv_member ma = member("node-a", "10.0.0.1:7070", 1, 1);
     cr_assert_eq(rd_rdv_join(a, JOB, &ma), 0);
     int64_t end = now_ms() + 5000;
@@ -539,14 +586,14 @@ Test(rendezvous, bad_urls_and_options_are_rejected_with_a_reason)
 
 Test(rendezvous, freeing_leaves_every_joined_job_at_once)
 {
-    rd_rdv *a = open_inst(0, 0, NULL, "", 10000);
-    rd_rdv *b = open_inst(1, 0, NULL, "", 10000);
+    rd_rdv *a = open_inst(0, 0, NULL, "", 30000);
+    rd_rdv *b = open_inst(1, 0, NULL, "", 30000);
     join_both(a, b);
     int64_t t0 = now_ms();
     rd_rdv_free(b);
     inst[1] = NULL;
     cr_assert_leq(now_ms() - t0, 1500, "rd_rdv_free took %" PRId64 " ms", now_ms() - t0);
-    /* Far sooner than the 10 s lease. */
+    /* Far sooner than the 30 s lease. */
     int64_t end = now_ms() + 3000;
     while (has(0, "node-b") != NULL && pump(end))
         ;
@@ -574,8 +621,8 @@ Test(rendezvous, a_join_made_while_redis_is_down_registers_once_it_comes_up)
 
 Test(rendezvous, joining_again_replaces_the_record_and_bumps_the_generation)
 {
-    rd_rdv *a = open_inst(0, 0, NULL, "", 10000);
-    rd_rdv *b = open_inst(1, 0, NULL, "", 10000);
+    rd_rdv *a = open_inst(0, 0, NULL, "", 30000);
+    rd_rdv *b = open_inst(1, 0, NULL, "", 30000);
     join_both(a, b);
     uint64_t before = seen[1].gen;
     rd_rdv_member ma = member("node-a", "10.9.9.9:1", 3, 0xfedcba9876543210ULL);
@@ -595,7 +642,7 @@ Test(rendezvous, joining_again_replaces_the_record_and_bumps_the_generation)
 
 Test(rendezvous, a_database_number_in_the_url_selects_that_database)
 {
-    rd_rdv *a = open_inst(0, 0, NULL, "/5", 10000);
+    rd_rdv *a = open_inst(0, 0, NULL, "/5", 30000);
     rd_rdv_member ma = member("node-a", "10.0.0.1:7070", 1, 1);
     cr_assert_eq(rd_rdv_join(a, JOB, &ma), 0);
     int64_t end = now_ms() + 5000;
