@@ -154,8 +154,7 @@ int main(int argc, char **argv)
         snprintf(job, sizeof(job), "%s", argv[3]);
     else
         snprintf(job, sizeof(job), "demo.%d", (int)getpid());
-    printf("ringd-demo: job '%s', %d client processes here, %d ranks in all\n", job, nprocs,
-           world);
+    printf("ringd-demo: job '%s', %d client processes here, %d ranks in all\n", job, nprocs, world);
     fflush(stdout);
     pid_t kids[16];
     for (int i = 0; i < nprocs; i++)

@@ -1,9 +1,9 @@
 /* The ring's shared key and the HMAC-SHA-256 challenge-response that opens every
  * daemon-to-daemon connection, as pure functions over byte strings (the I/O is the caller's).
  *
- *   server -> client  challenge: magic "RNGD", version, 32-byte server nonce   (RD_AUTH_CHALLENGE_LEN)
- *   client -> server  answer:    32-byte client nonce, HMAC(key, "c" | challenge | nonce_c)
- *   server -> client  confirm:   HMAC(key, "s" | challenge | answer)
+ *   server -> client  challenge: magic "RNGD", version, 32-byte server nonce
+ * (RD_AUTH_CHALLENGE_LEN) client -> server  answer:    32-byte client nonce, HMAC(key, "c" |
+ * challenge | nonce_c) server -> client  confirm:   HMAC(key, "s" | challenge | answer)
  *
  * Each side proves the key before the other trusts a byte after it. Thread-safe. */
 #ifndef RD_AUTH_H

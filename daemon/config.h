@@ -31,6 +31,7 @@ typedef struct {
     char key_file[256];
     int64_t insecure;          /* run without a ring key */
     int64_t lease_ttl;         /* ms */
+    uint64_t direct_bytes;     /* results up to this go through the coordinator */
     uint64_t fusion_threshold; /* bytes */
     uint64_t segment_size;     /* bytes per ring frame */
     int64_t conns_per_link;

@@ -279,6 +279,15 @@ static void on_op_done(void *ctx)
     job_maybe_free(j);
 }
 
+/* Points the op's plan at its ranks' buffers. */
+static void op_resolve(rd_op *o)
+{
+    for (uint32_t k = 0; k < o->job->local_size; k++) {
+        o->plan.in[k] = o->parts[k].arena->base + o->parts[k].in_off;
+        o->plan.out[k] = o->parts[k].arena->base + o->parts[k].out_off;
+    }
+}
+
 /* Every rank has submitted: resolve arena pointers and move the data. */
 static void op_start(rd_op *o)
 {
@@ -286,10 +295,7 @@ static void op_start(rd_op *o)
     rd_daemon *d = j->d;
     rd_local_plan *p = &o->plan;
 
-    for (uint32_t k = 0; k < j->local_size; k++) {
-        p->in[k] = o->parts[k].arena->base + o->parts[k].in_off;
-        p->out[k] = o->parts[k].arena->base + o->parts[k].out_off;
-    }
+    op_resolve(o);
     size_t units = rd_local_units(p);
     if (rd_local_bytes(p) < d->cfg.inline_bytes || units == 0) {
         rd_local_run(p, 0, units);
@@ -455,6 +461,50 @@ static int op_matches(const rd_op *o, const Ringd__Submit *m, uint32_t rank, cha
     return 0;
 }
 
+/* Bytes of an op's result on each rank. */
+static uint64_t result_bytes(const rd_op *o)
+{
+    uint64_t per = o->p.count * rd_dtype_size((rd_dtype)o->p.dtype);
+    return o->p.coll == RD_COLL_ALLGATHER ? per * o->job->world_size : per;
+}
+
+/* Every local rank submitted an op of a multi-node job: tells the coordinator, with this node's
+ * contribution when the op is small enough to travel with the negotiation (--direct-bytes). */
+static void negotiate(rd_op *o)
+{
+    rd_job *j = o->job;
+    uint32_t L = j->local_size;
+    if (o->p.coll == RD_COLL_BARRIER || result_bytes(o) > j->d->cfg.direct_bytes) {
+        rd_world_ready(j->world, o->name, &o->p, RINGD_OK, NULL, 0, NULL, 0);
+        return;
+    }
+    op_resolve(o);
+    uint64_t per = o->p.count * rd_dtype_size((rd_dtype)o->p.dtype), len = 0;
+    uint8_t *buf = malloc(per * L > 0 ? per * L : 1);
+    if (buf == NULL) {
+        rd_world_ready(j->world, o->name, &o->p, RINGD_E_NOMEM, "out of memory", 0, NULL, 0);
+        return;
+    }
+    if (o->p.coll == RD_COLL_ALLREDUCE) {
+        rd_reduce_args a = RD_REDUCE_ARGS_INIT;
+        a.prescale = o->p.prescale;
+        rd_reduce(o->plan.dtype, o->plan.redop, buf, (const void *const *)o->plan.in, (int)L,
+                  o->p.count, &a);
+        len = per;
+    } else if (o->p.coll == RD_COLL_BROADCAST) {
+        if (o->p.root >= j->first_rank && o->p.root < j->first_rank + L) {
+            memcpy(buf, o->plan.in[o->p.root - j->first_rank], per);
+            len = per;
+        }
+    } else {
+        for (uint32_t k = 0; k < L; k++)
+            memcpy(buf + k * per, o->plan.in[k], per);
+        len = per * L;
+    }
+    rd_world_ready(j->world, o->name, &o->p, RINGD_OK, NULL, 1, buf, len);
+    free(buf);
+}
+
 void rd_job_submit(struct rd_session *s, const Ringd__Submit *m)
 {
     rd_job *j = s->job;
@@ -532,7 +582,7 @@ void rd_job_submit(struct rd_session *s, const Ringd__Submit *m)
     if (!op_matches(o, m, rank, err, sizeof(err))) {
         if (j->world != NULL) { /* the other nodes fail it too, in the agreed order */
             o->await_go = 1;
-            rd_world_ready(j->world, o->name, &o->p, RINGD_E_MISMATCH, err);
+            rd_world_ready(j->world, o->name, &o->p, RINGD_E_MISMATCH, err, 0, NULL, 0);
         }
         op_fail(o, RINGD_E_MISMATCH, "%s", err);
         return;
@@ -541,7 +591,7 @@ void rd_job_submit(struct rd_session *s, const Ringd__Submit *m)
         return;
     if (j->world != NULL) {
         o->state = OP_NEGOTIATING;
-        rd_world_ready(j->world, o->name, &o->p, RINGD_OK, NULL);
+        negotiate(o);
         return;
     }
     op_start(o);
@@ -894,10 +944,7 @@ static void ring_start(rd_job *j, rd_op **ops, size_t n)
     rt->nops = n;
     for (size_t i = 0; i < n; i++) {
         rd_op *o = ops[i];
-        for (uint32_t k = 0; k < j->local_size; k++) {
-            o->plan.in[k] = o->parts[k].arena->base + o->parts[k].in_off;
-            o->plan.out[k] = o->parts[k].arena->base + o->parts[k].out_off;
-        }
+        op_resolve(o);
         mem[i] = (rd_xfer_member){(const uint8_t **)o->plan.in, o->plan.out, o->p.count};
         o->state = OP_RUNNING;
         rt->ops[i] = o;
@@ -962,6 +1009,19 @@ void rd_job_go(rd_job *j, const Ringd__Go *go)
             continue;
         }
         if (o->p.coll == RD_COLL_BARRIER) { /* every rank has arrived */
+            op_finish(o, RINGD_OK, NULL);
+            continue;
+        }
+        if (e->direct) { /* the coordinator computed the result */
+            if (e->data.len != result_bytes(o)) {
+                op_fail(o, RINGD_E_PROTOCOL,
+                        "tensor '%s': the coordinator sent a result of %zu bytes, %" PRIu64
+                        " expected",
+                        o->name, e->data.len, result_bytes(o));
+                continue;
+            }
+            for (uint32_t k = 0; k < j->local_size; k++)
+                memcpy(o->plan.out[k], e->data.data, e->data.len);
             op_finish(o, RINGD_OK, NULL);
             continue;
         }

@@ -4,6 +4,7 @@
 
 #include <inttypes.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -81,10 +82,12 @@ typedef struct rec {
     rd_op_params first;
     int first_node;
     int nhave;
+    int ndirect;
     uint32_t status;
     char *message;
-    struct rec *next; /* same bucket, oldest first */
-    uint8_t have[];   /* by node */
+    ProtobufCBinaryData *data; /* direct: each node's contribution */
+    struct rec *next;          /* same bucket, oldest first */
+    uint8_t have[];            /* by node */
 } rec;
 
 struct rd_neg {
@@ -129,8 +132,11 @@ rd_neg *rd_neg_new(int nnodes, const rd_neg_node *nodes)
     return n;
 }
 
-static void rec_free(rec *r)
+static void rec_free(rec *r, int nnodes)
 {
+    for (int i = 0; r->data != NULL && i < nnodes; i++)
+        free(r->data[i].data);
+    free(r->data);
     free(r->name);
     free(r->message);
     free(r);
@@ -144,7 +150,7 @@ void rd_neg_free(rd_neg *n)
         while (n->buckets[b] != NULL) {
             rec *r = n->buckets[b];
             n->buckets[b] = r->next;
-            rec_free(r);
+            rec_free(r, n->nnodes);
         }
     }
     for (int i = 0; n->names != NULL && i < n->nnodes; i++)
@@ -168,9 +174,82 @@ static void ranks_of(const rd_neg *n, int node, char *buf, size_t len)
                  x->first_rank + x->local_size - 1, x->node);
 }
 
+static void rec_fail(rec *r, uint32_t status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void rec_fail(rec *r, uint32_t status, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    free(r->message);
+    r->status = status;
+    r->message = strdup(msg);
+}
+
+/* The result of a direct op from every node's contribution, into out (malloc'd). Returns 0, or
+ * -1 with the record failed. */
+static int direct_result(const rd_neg *n, rec *r, ProtobufCBinaryData *out)
+{
+    const rd_op_params *p = &r->first;
+    size_t esz = rd_dtype_size((rd_dtype)p->dtype);
+    uint64_t per = p->count * esz, world = 0;
+    for (int i = 0; i < n->nnodes; i++)
+        world += n->nodes[i].local_size;
+    for (int i = 0; i < n->nnodes; i++) {
+        uint64_t want = per;
+        if (p->coll == RD_COLL_ALLGATHER)
+            want = per * n->nodes[i].local_size;
+        else if (p->coll == RD_COLL_BROADCAST)
+            want = p->root >= n->nodes[i].first_rank &&
+                           p->root < n->nodes[i].first_rank + n->nodes[i].local_size
+                       ? per
+                       : 0;
+        if (r->data[i].len != want) {
+            rec_fail(r, 3 /* RINGD_E_PROTOCOL */,
+                     "tensor '%s': node %s sent %zu bytes of data, %" PRIu64 " expected", r->name,
+                     n->nodes[i].node, r->data[i].len, want);
+            return -1;
+        }
+    }
+    out->len = p->coll == RD_COLL_ALLGATHER ? per * world : per;
+    out->data = malloc(out->len ? out->len : 1);
+    if (out->data == NULL) {
+        rec_fail(r, 7 /* RINGD_E_NOMEM */, "out of memory");
+        return -1;
+    }
+    if (p->coll == RD_COLL_ALLREDUCE) {
+        const void *src[n->nnodes];
+        for (int i = 0; i < n->nnodes; i++)
+            src[i] = r->data[i].data;
+        rd_reduce_args a = RD_REDUCE_ARGS_INIT;
+        a.postscale = p->postscale;
+        a.divisor = p->redop == RD_OP_AVG ? (uint32_t)world : 1;
+        rd_reduce((rd_dtype)p->dtype, p->redop == RD_OP_AVG ? RD_OP_SUM : (rd_redop)p->redop,
+                  out->data, src, n->nnodes, p->count, &a);
+    } else {
+        size_t off = 0;
+        for (int i = 0; i < n->nnodes; i++) {
+            if (r->data[i].len > 0)
+                memcpy(out->data + off, r->data[i].data, r->data[i].len);
+            off += r->data[i].len;
+        }
+    }
+    return 0;
+}
+
 /* Queues the outcome of a record every node has reported. */
 static int emit(rd_neg *n, rec *r)
 {
+    ProtobufCBinaryData result = {0, NULL};
+    int direct = 0;
+    if (r->status == 0 && r->ndirect > 0 && r->ndirect < n->nnodes)
+        rec_fail(r, 11 /* RINGD_E_REFUSED */,
+                 "tensor '%s': the nodes disagree on --direct-bytes (%d of %d sent data)", r->name,
+                 r->ndirect, n->nnodes);
+    if (r->status == 0 && r->ndirect == n->nnodes && r->first.coll != RD_COLL_BARRIER)
+        direct = direct_result(n, r, &result) == 0;
     if (n->nout == n->capout) {
         size_t cap = n->capout ? n->capout * 2 : 16;
         Ringd__GoEntry **o = realloc(n->out, cap * sizeof(*o));
@@ -180,13 +259,18 @@ static int emit(rd_neg *n, rec *r)
         n->capout = cap;
     }
     Ringd__GoEntry *e = malloc(sizeof(*e));
-    if (e == NULL)
+    if (e == NULL) {
+        free(result.data);
         return -1;
+    }
     ringd__go_entry__init(e);
+    e->direct = direct;
+    e->data = result;
     e->name = r->name;
     e->status = r->status;
     e->message = r->message != NULL ? r->message : strdup("");
     if (e->message == NULL) {
+        free(result.data);
         free(e);
         return -1;
     }
@@ -227,6 +311,22 @@ int rd_neg_ready(rd_neg *n, int node, const Ringd__OpSpec *spec, char *err, size
     }
     r->have[node] = 1;
     r->nhave++;
+    if (spec->direct) {
+        if (r->data == NULL && (r->data = calloc((size_t)n->nnodes, sizeof(*r->data))) == NULL) {
+            snprintf(err, errlen, "out of memory");
+            return -1;
+        }
+        r->ndirect++;
+        if (spec->data.len > 0) {
+            r->data[node].data = malloc(spec->data.len);
+            if (r->data[node].data == NULL) {
+                snprintf(err, errlen, "out of memory");
+                return -1;
+            }
+            memcpy(r->data[node].data, spec->data.data, spec->data.len);
+            r->data[node].len = spec->data.len;
+        }
+    }
     if (r->status == 0 && spec->status != 0) {
         r->status = spec->status;
         r->message = strdup(spec->message != NULL ? spec->message : "failed on another node");
@@ -253,7 +353,7 @@ int rd_neg_ready(rd_neg *n, int node, const Ringd__OpSpec *spec, char *err, size
     *pp = r->next;
     n->pending--;
     int rc = emit(n, r);
-    rec_free(r);
+    rec_free(r, n->nnodes);
     if (rc != 0) {
         snprintf(err, errlen, "out of memory");
         return -1;
@@ -275,6 +375,7 @@ void rd_neg_go_clear(Ringd__Go *go)
     for (size_t i = 0; i < go->n_ops; i++) {
         free(go->ops[i]->name);
         free(go->ops[i]->message);
+        free(go->ops[i]->data.data);
         free(go->ops[i]);
     }
     free(go->ops);

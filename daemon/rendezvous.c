@@ -535,6 +535,7 @@ static int id_after(const char *a, const char *b)
     return ams > bms || (ams == bms && aseq > bseq);
 }
 
+/* Frees a view made by view_parse; NULL is fine. */
 static void view_free(rd_rdv_view *v)
 {
     if (v == NULL)
@@ -543,6 +544,7 @@ static void view_free(rd_rdv_view *v)
     free(v);
 }
 
+/* qsort order of members: by node name, the ring order. */
 static int member_cmp(const void *a, const void *b)
 {
     return strcmp(((const rd_rdv_member *)a)->node, ((const rd_rdv_member *)b)->node);
@@ -877,6 +879,7 @@ static void check_conn(rdv_conn *c, int64_t limit, int64_t now)
     conn_close(c);
 }
 
+/* Watchdog timer: checks the command connection and every watch connection. */
 static void on_watchdog(evutil_socket_t fd, short what, void *arg)
 {
     rd_rdv *r = arg;
@@ -966,6 +969,7 @@ static void watch_ready(rdv_job *j)
     watch_read(j);
 }
 
+/* Closes j's watch connection and frees j (already unlinked). */
 static void job_free(rdv_job *j)
 {
     if (j == NULL)
@@ -1044,6 +1048,7 @@ static int url_parse(rd_rdv *r, const char *url, char *err, size_t errlen)
     return 0;
 }
 
+/* See rendezvous.h. Starts the lease, watchdog and delivery events and the command connection. */
 rd_rdv *rd_rdv_new(struct event_base *base, const rd_rdv_options *o, char *err, size_t errlen)
 {
     rd_rdv *r = NULL;
@@ -1153,6 +1158,7 @@ out:
     redisFree(c);
 }
 
+/* See rendezvous.h. Leaves synchronously first, then frees in reverse order of creation. */
 void rd_rdv_free(rd_rdv *r)
 {
     if (r == NULL)
@@ -1188,6 +1194,7 @@ static int member_valid(const rd_rdv_member *m)
     return rd_name_valid(m->node) && addr_valid(m->addr, strnlen(m->addr, RD_ADDR_MAX));
 }
 
+/* See rendezvous.h. Also returns -1 (logged) for an invalid job, node name or address. */
 int rd_rdv_join(rd_rdv *r, const char *job, const rd_rdv_member *self)
 {
     if (!rd_name_valid(job) || self == NULL || !member_valid(self)) {
@@ -1216,6 +1223,7 @@ int rd_rdv_join(rd_rdv *r, const char *job, const rd_rdv_member *self)
     return 0;
 }
 
+/* See rendezvous.h. The LEAVE waits for the command connection when it is down. */
 void rd_rdv_leave(rd_rdv *r, const char *job)
 {
     rdv_job **pp = &r->jobs;
@@ -1237,6 +1245,7 @@ void rd_rdv_leave(rd_rdv *r, const char *job)
     job_free(j);
 }
 
+/* See rendezvous.h. */
 int rd_rdv_connected(const rd_rdv *r)
 {
     return r != NULL && r->cmd.state == RDV_READY;

@@ -502,10 +502,13 @@ static void coordinator_flush(rd_world *w)
 }
 
 void rd_world_ready(rd_world *w, const char *name, const rd_op_params *p, ringd_result_t status,
-                    const char *message)
+                    const char *message, int direct, const uint8_t *data, size_t len)
 {
     Ringd__OpSpec spec = RINGD__OP_SPEC__INIT;
     rd_op_params_to_spec(p, &spec);
+    spec.direct = direct;
+    spec.data.data = (uint8_t *)data;
+    spec.data.len = len;
     spec.name = (char *)name;
     spec.status = (uint32_t)status;
     spec.message = (char *)(message != NULL ? message : "");

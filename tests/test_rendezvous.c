@@ -70,6 +70,7 @@ static void pump_for(int ms)
         ;
 }
 
+/* Records a delivered view into the seen_t at arg. */
 static void on_view(void *arg, const char *job, const rd_rdv_view *v)
 {
     seen_t *s = arg;
@@ -85,7 +86,7 @@ static void on_view(void *arg, const char *job, const rd_rdv_view *v)
     memcpy(s->members, v->members, s->nmembers * sizeof(*v->members));
 }
 
-/* 1 when instance i's latest view has a member called node. */
+/* Instance i's latest view's member called node, or NULL. */
 static const rd_rdv_member *has(int i, const char *node)
 {
     for (size_t k = 0; k < seen[i].nmembers; k++)
@@ -94,6 +95,7 @@ static const rd_rdv_member *has(int i, const char *node)
     return NULL;
 }
 
+/* A member record with world size 4. */
 static rd_rdv_member member(const char *node, const char *addr, uint32_t local, uint64_t inc)
 {
     rd_rdv_member m;
@@ -117,6 +119,7 @@ static rd_rdv *open_inst(int i, int b, const char *password, const char *suffix,
     return inst[i];
 }
 
+/* A fresh redis-server and two event bases per test. */
 static void setup(void)
 {
     cr_assert_eq(th_redis_start(&srv, NULL), 0, "redis-server did not start");
@@ -131,6 +134,7 @@ static void setup_auth(void)
     cr_assert_eq(th_redis_restart(&srv, "s3cret pass"), 0, "redis-server did not restart");
 }
 
+/* Cleans up whatever a test (failed or not) left: child, stderr, instances, bases, server. */
 static void teardown(void)
 {
     if (child > 0) {
@@ -177,7 +181,7 @@ static void join_both(rd_rdv *a, rd_rdv *b)
 
 TestSuite(rendezvous, .init = setup, .fini = teardown, .timeout = 30);
 
-Test(rendezvous, two_members_of_a_job_see_the_same_sorted_views_and_records)
+Test(rendezvous, two_members_of_a_job_see_the_same_sorted_views_and_records, .timeout = 30)
 {
     rd_rdv *a = open_inst(0, 0, NULL, "", 30000);
     rd_rdv *b = open_inst(1, 0, NULL, "", 30000);
@@ -200,7 +204,7 @@ Test(rendezvous, two_members_of_a_job_see_the_same_sorted_views_and_records)
     cr_assert(rd_rdv_connected(a));
 }
 
-Test(rendezvous, a_leave_bumps_the_generation_and_the_other_sees_the_member_gone)
+Test(rendezvous, a_leave_bumps_the_generation_and_the_other_sees_the_member_gone, .timeout = 30)
 {
     rd_rdv *a = open_inst(0, 0, NULL, "", 30000);
     rd_rdv *b = open_inst(1, 0, NULL, "", 30000);
@@ -250,7 +254,7 @@ static void crash_child(int fd, const char *url)
     }
 }
 
-Test(rendezvous, a_member_that_crashes_disappears_when_its_lease_expires)
+Test(rendezvous, a_member_that_crashes_disappears_when_its_lease_expires, .timeout = 30)
 {
     int p[2];
     cr_assert_eq(pipe(p), 0);
@@ -297,7 +301,7 @@ Test(rendezvous, a_member_that_crashes_disappears_when_its_lease_expires)
     cr_assert_leq(took, 1500, "removal took %" PRId64 " ms", took);
 }
 
-Test(rendezvous, a_watcher_that_loses_its_connection_sees_changes_made_meanwhile)
+Test(rendezvous, a_watcher_that_loses_its_connection_sees_changes_made_meanwhile, .timeout = 30)
 {
     rd_rdv *a = open_inst(0, 0, NULL, "", 30000);
     rd_rdv *b = open_inst(1, 1, NULL, "", 30000);
@@ -337,7 +341,7 @@ Test(rendezvous, a_watcher_that_loses_its_connection_sees_changes_made_meanwhile
     cr_assert(rd_rdv_connected(a));
 }
 
-Test(rendezvous, a_watcher_whose_stream_connection_alone_drops_catches_up_on_reconnect)
+Test(rendezvous, a_watcher_whose_stream_connection_alone_drops_catches_up_on_reconnect, .timeout = 30)
 {
     rd_rdv *a = open_inst(0, 0, NULL, "", 30000);
     rd_rdv *b = open_inst(1, 1, NULL, "", 30000);
@@ -381,7 +385,7 @@ Test(rendezvous, a_watcher_whose_stream_connection_alone_drops_catches_up_on_rec
     cr_assert_eq(seen[0].gen, before + 1);
 }
 
-Test(rendezvous, a_redis_restart_that_loses_all_data_leads_both_to_register_again)
+Test(rendezvous, a_redis_restart_that_loses_all_data_leads_both_to_register_again, .timeout = 30)
 {
     rd_rdv *a = open_inst(0, 0, NULL, "", 30000);
     rd_rdv *b = open_inst(1, 0, NULL, "", 30000);
@@ -414,7 +418,7 @@ Test(rendezvous, a_redis_restart_that_loses_all_data_leads_both_to_register_agai
     cr_assert_str_eq(out, ":2");
 }
 
-Test(rendezvous, auth_with_the_right_password_works, .init = setup_auth)
+Test(rendezvous, auth_with_the_right_password_works, .init = setup_auth, .timeout = 30)
 {
     rd_rdv *a = open_inst(0, 0, "s3cret pass", "", 30000);
     rd_rdv_member ma = member("node-a", "10.0.0.1:7070", 1, 1);
@@ -439,6 +443,7 @@ static void read_capture(const char *path, char *buf, size_t len)
     fclose(f);
 }
 
+/* Occurrences of needle in hay. */
 static int count(const char *hay, const char *needle)
 {
     int n = 0;
@@ -447,7 +452,7 @@ static int count(const char *hay, const char *needle)
     return n;
 }
 
-Test(rendezvous, a_wrong_password_is_logged_once_and_gives_no_view, .init = setup_auth)
+Test(rendezvous, a_wrong_password_is_logged_once_and_gives_no_view, .init = setup_auth, .timeout = 30)
 {
     char path[] = "/tmp/ringd-rdv-log.XXXXXX";
     int fd = mkstemp(path);
@@ -482,7 +487,7 @@ Test(rendezvous, a_wrong_password_is_logged_once_and_gives_no_view, .init = setu
     cr_assert_eq(rd_rdv_connected(a), 0);
 }
 
-Test(rendezvous, malformed_member_records_are_ignored)
+Test(rendezvous, malformed_member_records_are_ignored, .timeout = 30)
 {
     rd_rdv *a = open_inst(0, 0, NULL, "", 30000);
     rd_rdv *b = open_inst(1, 0, NULL, "", 30000);
@@ -541,7 +546,7 @@ Test(rendezvous, malformed_member_records_are_ignored)
     cr_assert(rd_rdv_connected(a) && rd_rdv_connected(b));
 }
 
-Test(rendezvous, bad_urls_and_options_are_rejected_with_a_reason)
+Test(rendezvous, bad_urls_and_options_are_rejected_with_a_reason, .timeout = 30)
 {
     static const char *const bad[] = {
         "",
@@ -584,7 +589,7 @@ Test(rendezvous, bad_urls_and_options_are_rejected_with_a_reason)
     rd_rdv_free(NULL);
 }
 
-Test(rendezvous, freeing_leaves_every_joined_job_at_once)
+Test(rendezvous, freeing_leaves_every_joined_job_at_once, .timeout = 30)
 {
     rd_rdv *a = open_inst(0, 0, NULL, "", 30000);
     rd_rdv *b = open_inst(1, 0, NULL, "", 30000);
@@ -601,7 +606,7 @@ Test(rendezvous, freeing_leaves_every_joined_job_at_once)
     cr_assert_eq(seen[0].nmembers, 1);
 }
 
-Test(rendezvous, a_join_made_while_redis_is_down_registers_once_it_comes_up)
+Test(rendezvous, a_join_made_while_redis_is_down_registers_once_it_comes_up, .timeout = 30)
 {
     cr_assert_eq(th_redis_kill(&srv), 0);
     rd_rdv *a = open_inst(0, 0, NULL, "", 1000);
@@ -619,7 +624,7 @@ Test(rendezvous, a_join_made_while_redis_is_down_registers_once_it_comes_up)
     cr_assert(rd_rdv_connected(a));
 }
 
-Test(rendezvous, joining_again_replaces_the_record_and_bumps_the_generation)
+Test(rendezvous, joining_again_replaces_the_record_and_bumps_the_generation, .timeout = 30)
 {
     rd_rdv *a = open_inst(0, 0, NULL, "", 30000);
     rd_rdv *b = open_inst(1, 0, NULL, "", 30000);
@@ -640,7 +645,7 @@ Test(rendezvous, joining_again_replaces_the_record_and_bumps_the_generation)
     }
 }
 
-Test(rendezvous, a_database_number_in_the_url_selects_that_database)
+Test(rendezvous, a_database_number_in_the_url_selects_that_database, .timeout = 30)
 {
     rd_rdv *a = open_inst(0, 0, NULL, "/5", 30000);
     rd_rdv_member ma = member("node-a", "10.0.0.1:7070", 1, 1);
@@ -659,7 +664,7 @@ Test(rendezvous, a_database_number_in_the_url_selects_that_database)
     cr_assert_str_eq(out, ":0");
 }
 
-Test(rendezvous, a_lease_refreshed_in_time_keeps_the_member)
+Test(rendezvous, a_lease_refreshed_in_time_keeps_the_member, .timeout = 30)
 {
     rd_rdv *a = open_inst(0, 0, NULL, "", 300);
     rd_rdv_member ma = member("node-a", "10.0.0.1:7070", 1, 1);

@@ -78,6 +78,7 @@ static int connect_port(int port, int timeout_ms)
     return fd;
 }
 
+/* Writes all of buf before deadline; 0 or -1. */
 static int write_all(int fd, const char *buf, size_t len, int64_t deadline)
 {
     while (len > 0) {
@@ -145,7 +146,7 @@ static int read_reply(int fd, char *out, size_t outlen, int64_t deadline)
     return 0;
 }
 
-/* Appends one command in RESP to a malloc'd buffer; NULL when out of memory. */
+/* Formats one command in RESP into a malloc'd buffer; NULL when out of memory. */
 static char *format_cmd(int argc, const char *const *argv, size_t *len)
 {
     size_t cap = 32;
@@ -155,8 +156,13 @@ static char *format_cmd(int argc, const char *const *argv, size_t *len)
     if (buf == NULL)
         return NULL;
     size_t n = (size_t)snprintf(buf, cap, "*%d\r\n", argc);
-    for (int i = 0; i < argc; i++)
-        n += (size_t)snprintf(buf + n, cap - n, "$%zu\r\n%s\r\n", strlen(argv[i]), argv[i]);
+    for (int i = 0; i < argc; i++) {
+        size_t alen = strlen(argv[i]);
+        n += (size_t)snprintf(buf + n, cap - n, "$%zu\r\n", alen);
+        memcpy(buf + n, argv[i], alen);
+        memcpy(buf + n + alen, "\r\n", 2);
+        n += alen + 2;
+    }
     *len = n;
     return buf;
 }
@@ -328,6 +334,7 @@ int th_redis_restart(th_redis *s, const char *password)
     return -1;
 }
 
+/* nftw callback: removes one entry. */
 static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
 {
     (void)st;
