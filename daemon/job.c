@@ -24,6 +24,8 @@
 #define RD_GRAIN 4096 /* elements: worker ranges start on multiples of this */
 #define RD_ARENA_MIN (RD_CTRL_BYTES + 4096u)
 
+static void goq_clear(rd_job *j);
+
 typedef enum {
     OP_PENDING,     /* waiting for some local ranks to submit */
     OP_NEGOTIATING, /* every local rank submitted; waiting for the coordinator's order */
@@ -51,7 +53,8 @@ typedef struct rd_op {
     part *parts; /* local_size entries */
     ringd_result_t status;
     char *message;
-    int await_go; /* a failed op the coordinator has yet to order */
+    int await_go;   /* a failed op the other nodes have yet to learn of */
+    int ring_ready; /* negotiated, bound for the ring: waits for the coordinator's order */
     rd_local_plan plan;
     struct rd_op *next; /* bucket chain */
 } rd_op;
@@ -62,7 +65,8 @@ struct rd_job {
     uint32_t world_size, local_size, nclients;
     uint32_t first_rank; /* global rank of local rank 0 */
     uint64_t generation;
-    rd_world *world; /* jobs spanning nodes */
+    rd_world *world;                 /* jobs spanning nodes */
+    struct go_batch *goq, *goq_tail; /* the coordinator's orders not yet started */
     int freeing;
     uid_t uid;                 /* of the first client: only that user's processes may join */
     struct rd_session **slots; /* by local rank */
@@ -168,6 +172,7 @@ static void job_free(rd_job *j)
     j->freeing = 1;
     rd_world_free(j->world);
     j->world = NULL;
+    goq_clear(j);
     for (size_t i = 0; i < j->nbuckets; i++) {
         while (j->buckets[i] != NULL) {
             rd_op *o = j->buckets[i];
@@ -475,14 +480,14 @@ static void negotiate(rd_op *o)
     rd_job *j = o->job;
     uint32_t L = j->local_size;
     if (o->p.coll == RD_COLL_BARRIER || result_bytes(o) > j->d->cfg.direct_bytes) {
-        rd_world_ready(j->world, o->name, &o->p, RINGD_OK, NULL, 0, NULL, 0);
+        rd_world_ready(j->world, o->name, &o->p, RINGD_OK, NULL, 0, NULL, 0, o);
         return;
     }
     op_resolve(o);
     uint64_t per = o->p.count * rd_dtype_size((rd_dtype)o->p.dtype), len = 0;
     uint8_t *buf = malloc(per * L > 0 ? per * L : 1);
     if (buf == NULL) {
-        rd_world_ready(j->world, o->name, &o->p, RINGD_E_NOMEM, "out of memory", 0, NULL, 0);
+        rd_world_ready(j->world, o->name, &o->p, RINGD_E_NOMEM, "out of memory", 0, NULL, 0, o);
         return;
     }
     if (o->p.coll == RD_COLL_ALLREDUCE) {
@@ -501,7 +506,7 @@ static void negotiate(rd_op *o)
             memcpy(buf + k * per, o->plan.in[k], per);
         len = per * L;
     }
-    rd_world_ready(j->world, o->name, &o->p, RINGD_OK, NULL, 1, buf, len);
+    rd_world_ready(j->world, o->name, &o->p, RINGD_OK, NULL, 1, buf, len, o);
     free(buf);
 }
 
@@ -582,7 +587,7 @@ void rd_job_submit(struct rd_session *s, const Ringd__Submit *m)
     if (!op_matches(o, m, rank, err, sizeof(err))) {
         if (j->world != NULL) { /* the other nodes fail it too, in the agreed order */
             o->await_go = 1;
-            rd_world_ready(j->world, o->name, &o->p, RINGD_E_MISMATCH, err, 0, NULL, 0);
+            rd_world_ready(j->world, o->name, &o->p, RINGD_E_MISMATCH, err, 0, NULL, 0, o);
         }
         op_fail(o, RINGD_E_MISMATCH, "%s", err);
         return;
@@ -881,6 +886,7 @@ void rd_job_ring_waiting(rd_job *j, uint32_t ranks, uint32_t nodes, uint64_t gen
 
 void rd_job_ring_down(rd_job *j, const char *why)
 {
+    goq_clear(j);
     for (size_t i = 0; i < j->nbuckets; i++) {
         rd_op *o = j->buckets[i];
         while (o != NULL) {
@@ -907,16 +913,6 @@ typedef struct {
     size_t nops;
     rd_op *ops[];
 } ring_task;
-
-/* The oldest op of that name waiting for the coordinator. */
-static rd_op *op_negotiating(rd_job *j, const char *name)
-{
-    for (rd_op *o = j->buckets[name_hash(name) & (j->nbuckets - 1)]; o != NULL; o = o->next)
-        if (strcmp(o->name, name) == 0 &&
-            (o->state == OP_NEGOTIATING || (o->state == OP_FAILED && o->await_go)))
-            return o;
-    return NULL;
-}
 
 /* Hands ops[0..n) (one op, or allreduces that fuse) to the ring. */
 static void ring_start(rd_job *j, rd_op **ops, size_t n)
@@ -965,6 +961,42 @@ void rd_job_task_done(rd_job *j, struct rd_xfer_task *t)
     job_maybe_free(j);
 }
 
+/* One order of the coordinator: names of ops bound for the ring. */
+typedef struct go_batch {
+    size_t n;
+    char **names;
+    struct go_batch *next;
+} go_batch;
+
+static void batch_free(go_batch *b)
+{
+    for (size_t i = 0; i < b->n; i++)
+        free(b->names[i]);
+    free(b->names);
+    free(b);
+}
+
+static void goq_clear(rd_job *j)
+{
+    while (j->goq != NULL) {
+        go_batch *b = j->goq;
+        j->goq = b->next;
+        batch_free(b);
+    }
+    j->goq_tail = NULL;
+}
+
+/* The oldest op of that name negotiated for the ring here and not yet started, skipping the
+ * first skip of them (a batch may order one name several times). */
+static rd_op *op_ring_ready(rd_job *j, const char *name, size_t skip)
+{
+    for (rd_op *o = j->buckets[name_hash(name) & (j->nbuckets - 1)]; o != NULL; o = o->next)
+        if (o->state == OP_NEGOTIATING && o->ring_ready && strcmp(o->name, name) == 0 &&
+            skip-- == 0)
+            return o;
+    return NULL;
+}
+
 /* 1 when o may join a fused group that starts with first and holds bytes so far. */
 static int fuses(const rd_op *first, const rd_op *o, uint64_t bytes, uint64_t threshold)
 {
@@ -975,69 +1007,114 @@ static int fuses(const rd_op *first, const rd_op *o, uint64_t bytes, uint64_t th
            bytes + ob <= threshold;
 }
 
-void rd_job_go(rd_job *j, const Ringd__Go *go)
+/* Starts the head batch if every op of it is negotiated here: consecutive small allreduces that
+ * agree on dtype, op and scales share one ring pass, up to --fusion-threshold bytes. Every node
+ * groups a batch the same way, since it depends on the batch and the agreed parameters only.
+ * Returns 1 when the batch started. */
+static int batch_start(rd_job *j, go_batch *b)
 {
-    uint64_t threshold = j->d->cfg.fusion_threshold;
-    rd_op **group = calloc(go->n_ops ? go->n_ops : 1, sizeof(*group));
-    size_t ng = 0;
-    uint64_t gbytes = 0;
-    if (group == NULL) {
-        rd_log(RD_LOG_ERROR, "job", "job '%s': out of memory applying the order", j->name);
-        return;
+    rd_op **ops = calloc(b->n ? b->n : 1, sizeof(*ops));
+    if (ops == NULL)
+        return 0;
+    for (size_t i = 0; i < b->n; i++) {
+        size_t skip = 0;
+        for (size_t k = 0; k < i; k++)
+            skip += strcmp(b->names[k], b->names[i]) == 0;
+        if ((ops[i] = op_ring_ready(j, b->names[i], skip)) == NULL) {
+            free(ops);
+            return 0;
+        }
     }
-    for (size_t i = 0; i < go->n_ops; i++) {
-        const Ringd__GoEntry *e = go->ops[i];
-        rd_op *o = op_negotiating(j, e->name);
-        if (o == NULL) {
-            rd_log(RD_LOG_WARN, "job",
-                   "job '%s': the coordinator ordered tensor '%s', which is "
-                   "not negotiating here",
-                   j->name, e->name);
-            continue;
-        }
-        if (o->state == OP_FAILED) { /* failed here already; the others now know */
-            o->await_go = 0;
-            if (o->nsubmitted == j->local_size) {
-                op_unlink(j, o);
-                op_free(o);
-            }
-            continue;
-        }
-        if (e->status != RINGD_OK) {
-            op_fail(o, e->status <= RINGD_E_REFUSED ? (ringd_result_t)e->status : RINGD_E_PROTOCOL,
-                    "%s", e->message);
-            continue;
-        }
-        if (o->p.coll == RD_COLL_BARRIER) { /* every rank has arrived */
-            op_finish(o, RINGD_OK, NULL);
-            continue;
-        }
-        if (e->direct) { /* the coordinator computed the result */
-            if (e->data.len != result_bytes(o)) {
-                op_fail(o, RINGD_E_PROTOCOL,
-                        "tensor '%s': the coordinator sent a result of %zu bytes, %" PRIu64
-                        " expected",
-                        o->name, e->data.len, result_bytes(o));
-                continue;
-            }
-            for (uint32_t k = 0; k < j->local_size; k++)
-                memcpy(o->plan.out[k], e->data.data, e->data.len);
-            op_finish(o, RINGD_OK, NULL);
-            continue;
-        }
+    uint64_t threshold = j->d->cfg.fusion_threshold, gbytes = 0;
+    size_t g0 = 0, ng = 0;
+    for (size_t i = 0; i < b->n; i++) {
+        rd_op *o = ops[i];
         uint64_t ob = o->p.count * rd_dtype_size((rd_dtype)o->p.dtype);
-        if (ng > 0 && !fuses(group[0], o, gbytes, threshold)) {
-            ring_start(j, group, ng);
+        if (ng > 0 && !fuses(ops[g0], o, gbytes, threshold)) {
+            ring_start(j, &ops[g0], ng);
             ng = 0;
             gbytes = 0;
         }
         if (o->p.coll == RD_COLL_ALLREDUCE && ob < threshold) {
-            group[ng++] = o;
+            if (ng == 0)
+                g0 = i;
+            ng++;
             gbytes += ob;
         } else {
-            ring_start(j, &o, 1);
+            ring_start(j, &ops[i], 1);
         }
     }
-    ring_start(j, group, ng);
-    free(group);
+    if (ng > 0)
+        ring_start(j, &ops[g0], ng);
+    free(ops);
+    return 1;
+}
+
+/* Starts queued batches in order while their ops are negotiated here. */
+static void goq_drain(rd_job *j)
+{
+    while (j->goq != NULL && batch_start(j, j->goq)) {
+        go_batch *b = j->goq;
+        j->goq = b->next;
+        if (j->goq == NULL)
+            j->goq_tail = NULL;
+        batch_free(b);
+    }
+}
+
+void rd_job_go(rd_job *j, const Ringd__Go *go)
+{
+    go_batch *b = calloc(1, sizeof(*b));
+    if (b == NULL || (b->names = calloc(go->n_ops ? go->n_ops : 1, sizeof(char *))) == NULL) {
+        free(b);
+        rd_log(RD_LOG_ERROR, "job", "job '%s': out of memory queueing the ring's order", j->name);
+        return;
+    }
+    for (size_t i = 0; i < go->n_ops; i++) {
+        if (!rd_name_valid(go->ops[i]->name) || (b->names[b->n] = strdup(go->ops[i]->name)) == NULL)
+            continue;
+        b->n++;
+    }
+    if (j->goq_tail != NULL)
+        j->goq_tail->next = b;
+    else
+        j->goq = b;
+    j->goq_tail = b;
+    goq_drain(j);
+}
+
+void rd_job_negotiated(rd_job *j, void *own, const Ringd__GoEntry *e)
+{
+    rd_op *o = own;
+    if (o->state == OP_FAILED) { /* failed here already; the others now know */
+        o->await_go = 0;
+        if (o->nsubmitted == j->local_size) {
+            op_unlink(j, o);
+            op_free(o);
+        }
+        return;
+    }
+    if (e->status != RINGD_OK) {
+        op_fail(o, e->status <= RINGD_E_REFUSED ? (ringd_result_t)e->status : RINGD_E_PROTOCOL,
+                "%s", e->message);
+        return;
+    }
+    if (o->p.coll == RD_COLL_BARRIER) { /* every rank has arrived */
+        op_finish(o, RINGD_OK, NULL);
+        return;
+    }
+    if (e->direct) {
+        if (e->data.len != result_bytes(o)) {
+            op_fail(o, RINGD_E_PROTOCOL,
+                    "tensor '%s': the negotiated result has %zu bytes, %" PRIu64 " expected",
+                    o->name, e->data.len, result_bytes(o));
+            return;
+        }
+        for (uint32_t k = 0; k < j->local_size; k++)
+            memcpy(o->plan.out[k], e->data.data, e->data.len);
+        op_finish(o, RINGD_OK, NULL);
+        return;
+    }
+    o->ring_ready = 1;
+    goq_drain(j);
 }

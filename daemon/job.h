@@ -58,7 +58,12 @@ void rd_job_ring_waiting(rd_job *j, uint32_t ranks, uint32_t nodes, uint64_t gen
 /* The ring went down: ops waiting for the coordinator fail with RINGD_E_MEMBERSHIP and why. */
 void rd_job_ring_down(rd_job *j, const char *why);
 
-/* The coordinator's order: runs, fuses or fails each named op. */
+/* Every node has announced the op whose handle is own (an rd_op of j): e fails it, carries its
+ * result (direct), or says it is bound for the ring. */
+void rd_job_negotiated(rd_job *j, void *own, const Ringd__GoEntry *e);
+
+/* The coordinator's order for ops bound for the ring: each batch runs (fused where it can) once
+ * every op in it is negotiated here, batches in order. */
 void rd_job_go(rd_job *j, const Ringd__Go *go);
 
 /* A ring task ended (an rd_xfer_done_fn with the job as argument). */

@@ -86,17 +86,18 @@ typedef struct rec {
     uint32_t status;
     char *message;
     ProtobufCBinaryData *data; /* direct: each node's contribution */
-    struct rec *next;          /* same bucket, oldest first */
-    uint8_t have[];            /* by node */
+    void *own;
+    struct rec *next; /* same bucket, oldest first */
+    uint8_t have[];   /* by node */
 } rec;
 
 struct rd_neg {
-    int nnodes;
+    int nnodes, self;
     rd_neg_node *nodes;
     char **names;
     rec *buckets[RD_NEG_BUCKETS];
     size_t pending;
-    Ringd__GoEntry **out;
+    rd_neg_done *out;
     size_t nout, capout;
 };
 
@@ -108,12 +109,13 @@ static size_t hash(const char *s)
     return (size_t)(h % RD_NEG_BUCKETS);
 }
 
-rd_neg *rd_neg_new(int nnodes, const rd_neg_node *nodes)
+rd_neg *rd_neg_new(int nnodes, const rd_neg_node *nodes, int self)
 {
     rd_neg *n = calloc(1, sizeof(*n));
     if (n == NULL)
         return NULL;
     n->nnodes = nnodes;
+    n->self = self;
     n->nodes = calloc((size_t)nnodes, sizeof(*n->nodes));
     n->names = calloc((size_t)nnodes, sizeof(*n->names));
     if (n->nodes == NULL || n->names == NULL) {
@@ -157,9 +159,7 @@ void rd_neg_free(rd_neg *n)
         free(n->names[i]);
     free(n->names);
     free(n->nodes);
-    Ringd__Go go = RINGD__GO__INIT;
-    rd_neg_take(n, &go);
-    rd_neg_go_clear(&go);
+    rd_neg_done_free(n->out, n->nout);
     free(n);
 }
 
@@ -252,18 +252,18 @@ static int emit(rd_neg *n, rec *r)
         direct = direct_result(n, r, &result) == 0;
     if (n->nout == n->capout) {
         size_t cap = n->capout ? n->capout * 2 : 16;
-        Ringd__GoEntry **o = realloc(n->out, cap * sizeof(*o));
-        if (o == NULL)
+        rd_neg_done *o = realloc(n->out, cap * sizeof(*o));
+        if (o == NULL) {
+            free(result.data);
             return -1;
+        }
         n->out = o;
         n->capout = cap;
     }
-    Ringd__GoEntry *e = malloc(sizeof(*e));
-    if (e == NULL) {
-        free(result.data);
-        return -1;
-    }
+    rd_neg_done *d = &n->out[n->nout];
+    Ringd__GoEntry *e = &d->e;
     ringd__go_entry__init(e);
+    d->own = r->own;
     e->direct = direct;
     e->data = result;
     e->name = r->name;
@@ -271,16 +271,16 @@ static int emit(rd_neg *n, rec *r)
     e->message = r->message != NULL ? r->message : strdup("");
     if (e->message == NULL) {
         free(result.data);
-        free(e);
         return -1;
     }
     r->name = NULL; /* now owned by the entry */
     r->message = NULL;
-    n->out[n->nout++] = e;
+    n->nout++;
     return 0;
 }
 
-int rd_neg_ready(rd_neg *n, int node, const Ringd__OpSpec *spec, char *err, size_t errlen)
+int rd_neg_ready(rd_neg *n, int node, const Ringd__OpSpec *spec, void *own, char *err,
+                 size_t errlen)
 {
     if (!rd_name_valid(spec->name) || (int)spec->op < 0 || (int)spec->op > RD_COLL_BARRIER) {
         snprintf(err, errlen, "node %s announced an invalid op", n->nodes[node].node);
@@ -311,6 +311,8 @@ int rd_neg_ready(rd_neg *n, int node, const Ringd__OpSpec *spec, char *err, size
     }
     r->have[node] = 1;
     r->nhave++;
+    if (node == n->self)
+        r->own = own;
     if (spec->direct) {
         if (r->data == NULL && (r->data = calloc((size_t)n->nnodes, sizeof(*r->data))) == NULL) {
             snprintf(err, errlen, "out of memory");
@@ -361,26 +363,23 @@ int rd_neg_ready(rd_neg *n, int node, const Ringd__OpSpec *spec, char *err, size
     return 0;
 }
 
-size_t rd_neg_take(rd_neg *n, Ringd__Go *go)
+size_t rd_neg_take(rd_neg *n, rd_neg_done **out)
 {
-    go->ops = n->out;
-    go->n_ops = n->nout;
+    size_t k = n->nout;
+    *out = n->out;
     n->out = NULL;
     n->nout = n->capout = 0;
-    return go->n_ops;
+    return k;
 }
 
-void rd_neg_go_clear(Ringd__Go *go)
+void rd_neg_done_free(rd_neg_done *d, size_t n)
 {
-    for (size_t i = 0; i < go->n_ops; i++) {
-        free(go->ops[i]->name);
-        free(go->ops[i]->message);
-        free(go->ops[i]->data.data);
-        free(go->ops[i]);
+    for (size_t i = 0; i < n; i++) {
+        free(d[i].e.name);
+        free(d[i].e.message);
+        free(d[i].e.data.data);
     }
-    free(go->ops);
-    go->ops = NULL;
-    go->n_ops = 0;
+    free(d);
 }
 
 size_t rd_neg_pending(const rd_neg *n)

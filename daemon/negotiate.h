@@ -1,6 +1,8 @@
-/* Negotiation across nodes: the parameters an op's submissions must agree on, and the
- * coordinator's table of which node has which named op ready, emitting ops in the one order in
- * which they become ready everywhere. Loop thread only. */
+/* Negotiation across nodes: the parameters an op's submissions must agree on, and the table every
+ * node keeps of which node has which named op ready (each node announces its ops to all). An op
+ * every node has announced is done negotiating, identically everywhere: failed (a disagreement,
+ * or a failure on some node), direct (small: the result is computed here from every node's
+ * contribution), or bound for the ring, whose order the coordinator decides. Loop thread only. */
 #ifndef RD_NEGOTIATE_H
 #define RD_NEGOTIATE_H
 
@@ -39,20 +41,28 @@ typedef struct {
 
 typedef struct rd_neg rd_neg;
 
-/* A table for nnodes nodes (copied). Returns NULL when out of memory. */
-rd_neg *rd_neg_new(int nnodes, const rd_neg_node *nodes);
+/* A table for nnodes nodes (copied), self being this node. Returns NULL when out of memory. */
+rd_neg *rd_neg_new(int nnodes, const rd_neg_node *nodes, int self);
 void rd_neg_free(rd_neg *n);
 
-/* Records that node has spec ready (or failed there, spec->status != 0). Ops now ready on every
- * node are queued for rd_neg_take in that order; a disagreement between nodes queues a failure
- * naming the ranks and fields. Returns 0, or -1 when node sent something impossible (a bad
- * spec, too many pending ops) with err set: the caller drops that node's link. */
-int rd_neg_ready(rd_neg *n, int node, const Ringd__OpSpec *spec, char *err, size_t errlen);
+/* Records that node has spec ready (or failed there, spec->status != 0); own is this node's
+ * handle for its own announcements (node == self), handed back when the op is done. Ops now done
+ * are queued for rd_neg_take in that order; a disagreement between nodes fails the op with a
+ * message naming the ranks and fields. Returns 0, or -1 when node sent something impossible (a
+ * bad spec, too many pending ops) with err set: the caller drops that node's link. */
+int rd_neg_ready(rd_neg *n, int node, const Ringd__OpSpec *spec, void *own, char *err,
+                 size_t errlen);
 
-/* Moves the queued entries into go (entries malloc'd; rd_neg_go_clear frees them). Returns how
- * many. */
-size_t rd_neg_take(rd_neg *n, Ringd__Go *go);
-void rd_neg_go_clear(Ringd__Go *go);
+/* An op every node has announced: own is this node's handle; e says failed (status, message),
+ * direct (the result in data) or bound for the ring (status 0, direct 0). */
+typedef struct {
+    void *own;
+    Ringd__GoEntry e;
+} rd_neg_done;
+
+/* Moves the done ops into *out (malloc'd; rd_neg_done_free frees it). Returns how many. */
+size_t rd_neg_take(rd_neg *n, rd_neg_done **out);
+void rd_neg_done_free(rd_neg_done *d, size_t n);
 
 /* Ops some nodes have ready and others not. */
 size_t rd_neg_pending(const rd_neg *n);

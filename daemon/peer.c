@@ -270,8 +270,7 @@ static void server_hello(setup *s)
         r.body_case = RINGD__MSG__BODY_PEER_ACCEPT;
         r.peer_accept = &pa;
     } else {
-        rd_log(RD_LOG_WARN, "peer", "connection from %s (node '%s', job '%s'): refused: %s",
-               s->remote, m->peer_hello->node, m->peer_hello->job, err);
+        /* the accept function logged it at the level it deserves */
         e.status = (uint32_t)rc;
         e.message = err;
         r.body_case = RINGD__MSG__BODY_ERROR;

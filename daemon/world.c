@@ -1,6 +1,7 @@
 /* Multi-node jobs: registration in the rendezvous, forming the ring's links for a generation
- * (data connections to the next node, control connections to the coordinator), negotiation
- * messages, and handing agreed ops to the data plane. */
+ * (data connections to the next node, a control connection between every two nodes), negotiation
+ * messages (every node announces its ready ops to all; the coordinator orders those bound for the
+ * ring), and handing agreed ops to the data plane. */
 #define _GNU_SOURCE
 #include "world.h"
 
@@ -61,10 +62,9 @@ struct rd_world {
     int position, nnodes;
     uint32_t first_rank;
     slot out_data[RD_WORLD_CONNS_MAX];
-    slot out_ctrl;
+    slot out_ctrl[RD_WORLD_NODES_MAX]; /* to each node before this one in the ring */
     int in_data[RD_WORLD_CONNS_MAX];
-    rd_peer_chan *ctrl_up;                       /* to the coordinator */
-    rd_peer_chan *ctrl_down[RD_WORLD_NODES_MAX]; /* coordinator: from each node */
+    rd_peer_chan *ctrl[RD_WORLD_NODES_MAX]; /* with every other node, by position */
     rd_neg *neg;
     struct rd_xfer *xfer;
     struct event *ev_reform;
@@ -138,18 +138,14 @@ static void teardown(rd_world *w, const char *why)
             close(w->in_data[c]);
         w->in_data[c] = -1;
     }
-    rd_peer_dial_cancel(w->out_ctrl.dial);
-    w->out_ctrl.dial = NULL;
-    if (w->out_ctrl.retry != NULL)
-        event_del(w->out_ctrl.retry);
-    if (w->out_ctrl.fd >= 0)
-        close(w->out_ctrl.fd);
-    w->out_ctrl.fd = -1;
-    rd_peer_chan_free(w->ctrl_up);
-    w->ctrl_up = NULL;
     for (int i = 0; i < RD_WORLD_NODES_MAX; i++) {
-        rd_peer_chan_free(w->ctrl_down[i]);
-        w->ctrl_down[i] = NULL;
+        slot *s = &w->out_ctrl[i];
+        rd_peer_dial_cancel(s->dial);
+        s->dial = NULL;
+        if (s->retry != NULL)
+            event_del(s->retry);
+        rd_peer_chan_free(w->ctrl[i]);
+        w->ctrl[i] = NULL;
     }
     rd_neg_free(w->neg);
     w->neg = NULL;
@@ -184,10 +180,8 @@ static void maybe_up(rd_world *w)
     for (int c = 0; c < C; c++)
         if (w->out_data[c].fd < 0 || w->in_data[c] < 0)
             return;
-    if (w->position != 0 && w->ctrl_up == NULL)
-        return;
-    for (int i = 1; w->position == 0 && i < w->nnodes; i++)
-        if (w->ctrl_down[i] == NULL)
+    for (int i = 0; i < w->nnodes; i++)
+        if (i != w->position && w->ctrl[i] == NULL)
             return;
 
     uint32_t sizes[RD_WORLD_NODES_MAX];
@@ -221,9 +215,8 @@ static void maybe_up(rd_world *w)
     char err[256];
     w->xfer =
         rd_xfer_new(w->d->base, &xc, (rd_xfer_done_fn)rd_job_task_done, w->job, err, sizeof(err));
-    if (w->position == 0)
-        w->neg = rd_neg_new(w->nnodes, nodes);
-    if (w->xfer == NULL || (w->position == 0 && w->neg == NULL)) {
+    w->neg = rd_neg_new(w->nnodes, nodes, w->position);
+    if (w->xfer == NULL || w->neg == NULL) {
         rd_log(RD_LOG_ERROR, "world", "job '%s': %s", rd_job_name(w->job),
                w->xfer == NULL ? err : "out of memory");
         teardown(w, "cannot start the ring");
@@ -259,9 +252,10 @@ static void on_dialled(void *arg, int fd, const char *why)
         return;
     }
     if (s->kind == RINGD__LINK_KIND__LINK_CONTROL) {
-        w->ctrl_up = rd_peer_chan_new(w->d->base, fd, member(w, 0)->node,
-                                      (uint32_t)w->d->cfg.max_frame, on_ctrl_msg, on_ctrl_err, w);
-        if (w->ctrl_up == NULL) {
+        w->ctrl[s->index] =
+            rd_peer_chan_new(w->d->base, fd, member(w, s->index)->node,
+                             (uint32_t)w->d->cfg.max_frame, on_ctrl_msg, on_ctrl_err, w);
+        if (w->ctrl[s->index] == NULL) {
             reform_later(w);
             return;
         }
@@ -276,14 +270,14 @@ static void dial_start(slot *s)
     rd_world *w = s->w;
     if (w->state != W_CONNECTING)
         return;
-    int to = s->kind == RINGD__LINK_KIND__LINK_CONTROL ? 0 : (w->position + 1) % w->nnodes;
+    int to = s->kind == RINGD__LINK_KIND__LINK_CONTROL ? s->index : (w->position + 1) % w->nnodes;
     Ringd__PeerHello h = RINGD__PEER_HELLO__INIT;
     h.protocol = RD_PROTOCOL_VERSION;
     h.job = (char *)rd_job_name(w->job);
     h.generation = w->generation;
     h.node = w->d->cfg.node;
     h.kind = (Ringd__LinkKind)s->kind;
-    h.index = (uint32_t)s->index;
+    h.index = s->kind == RINGD__LINK_KIND__LINK_CONTROL ? 0 : (uint32_t)s->index;
     h.conns = (uint32_t)conns(w);
     h.segment_size = w->d->cfg.segment_size;
     s->dial = rd_peer_dial_new(w->d->worlds->net, member(w, to)->addr, &h, on_dialled, s);
@@ -299,8 +293,8 @@ static void connect_ring(rd_world *w)
     set_state(w, W_CONNECTING);
     for (int c = 0; c < conns(w); c++)
         dial_start(&w->out_data[c]);
-    if (w->position != 0)
-        dial_start(&w->out_ctrl);
+    for (int q = 0; q < w->position; q++)
+        dial_start(&w->out_ctrl[q]);
 }
 
 /* Applies the last view: waits, or (re)forms the ring at its generation. */
@@ -415,14 +409,18 @@ rd_world *rd_world_new(rd_daemon *d, struct rd_job *j)
         ok &= w->out_data[c].retry != NULL;
         w->in_data[c] = -1;
     }
-    w->out_ctrl = (slot){.w = w, .kind = RINGD__LINK_KIND__LINK_CONTROL, .fd = -1};
-    w->out_ctrl.retry = event_new(d->base, -1, 0, on_retry, &w->out_ctrl);
+    for (int i = 0; i < RD_WORLD_NODES_MAX; i++) {
+        w->out_ctrl[i] =
+            (slot){.w = w, .kind = RINGD__LINK_KIND__LINK_CONTROL, .index = i, .fd = -1};
+        w->out_ctrl[i].retry = event_new(d->base, -1, 0, on_retry, &w->out_ctrl[i]);
+        ok &= w->out_ctrl[i].retry != NULL;
+    }
     w->ev_reform = event_new(d->base, -1, 0, on_reform, w);
     w->ev_check = event_new(d->base, -1, 0, on_check, w);
     w->ev_sample = event_new(d->base, -1, EV_PERSIST, on_sample, w);
     struct timeval sec = {1, 0};
-    if (!ok || w->out_ctrl.retry == NULL || w->ev_reform == NULL || w->ev_check == NULL ||
-        w->ev_sample == NULL || event_add(w->ev_sample, &sec) != 0) {
+    if (!ok || w->ev_reform == NULL || w->ev_check == NULL || w->ev_sample == NULL ||
+        event_add(w->ev_sample, &sec) != 0) {
         rd_world_free(w);
         return NULL;
     }
@@ -440,8 +438,9 @@ void rd_world_free(rd_world *w)
     for (int c = 0; c < RD_WORLD_CONNS_MAX; c++)
         if (w->out_data[c].retry != NULL)
             event_free(w->out_data[c].retry);
-    if (w->out_ctrl.retry != NULL)
-        event_free(w->out_ctrl.retry);
+    for (int i = 0; i < RD_WORLD_NODES_MAX; i++)
+        if (w->out_ctrl[i].retry != NULL)
+            event_free(w->out_ctrl[i].retry);
     if (w->ev_reform != NULL)
         event_free(w->ev_reform);
     if (w->ev_sample != NULL)
@@ -484,25 +483,39 @@ int rd_world_up(const rd_world *w)
     return w->state == W_UP;
 }
 
-/* Coordinator: sends the queued outcomes to every node and applies them here. */
-static void coordinator_flush(rd_world *w)
+/* Hands every op now done negotiating to the job; the coordinator also orders those bound for
+ * the ring, for every node, in the order they got done here. */
+static void negotiated(rd_world *w)
 {
-    Ringd__Go go = RINGD__GO__INIT;
-    if (rd_neg_take(w->neg, &go) == 0)
+    rd_neg_done *done;
+    size_t n = rd_neg_take(w->neg, &done);
+    if (n == 0)
         return;
-    go.generation = w->generation;
-    rd_msg m = RINGD__MSG__INIT;
-    m.body_case = RINGD__MSG__BODY_GO;
-    m.go = &go;
-    for (int i = 1; i < w->nnodes; i++)
-        if (w->ctrl_down[i] != NULL)
-            rd_peer_chan_send(w->ctrl_down[i], &m);
-    rd_job_go(w->job, &go);
-    rd_neg_go_clear(&go);
+    Ringd__GoEntry **order = w->position == 0 ? calloc(n, sizeof(*order)) : NULL;
+    Ringd__Go go = RINGD__GO__INIT;
+    if (w->position == 0 && order == NULL)
+        rd_log(RD_LOG_ERROR, "world", "job '%s': out of memory ordering ops", rd_job_name(w->job));
+    for (size_t i = 0; i < n; i++) {
+        rd_job_negotiated(w->job, done[i].own, &done[i].e);
+        if (order != NULL && done[i].e.status == RINGD_OK && !done[i].e.direct)
+            order[go.n_ops++] = &done[i].e;
+    }
+    if (go.n_ops > 0) {
+        go.generation = w->generation;
+        go.ops = order;
+        rd_msg m = RINGD__MSG__INIT;
+        m.body_case = RINGD__MSG__BODY_GO;
+        m.go = &go;
+        for (int i = 1; i < w->nnodes; i++)
+            rd_peer_chan_send(w->ctrl[i], &m);
+        rd_job_go(w->job, &go);
+    }
+    free(order);
+    rd_neg_done_free(done, n);
 }
 
 void rd_world_ready(rd_world *w, const char *name, const rd_op_params *p, ringd_result_t status,
-                    const char *message, int direct, const uint8_t *data, size_t len)
+                    const char *message, int direct, const uint8_t *data, size_t len, void *own)
 {
     Ringd__OpSpec spec = RINGD__OP_SPEC__INIT;
     rd_op_params_to_spec(p, &spec);
@@ -512,13 +525,6 @@ void rd_world_ready(rd_world *w, const char *name, const rd_op_params *p, ringd_
     spec.name = (char *)name;
     spec.status = (uint32_t)status;
     spec.message = (char *)(message != NULL ? message : "");
-    if (w->position == 0) {
-        char err[256];
-        if (rd_neg_ready(w->neg, 0, &spec, err, sizeof(err)) != 0)
-            rd_log(RD_LOG_ERROR, "world", "job '%s': %s", rd_job_name(w->job), err);
-        coordinator_flush(w);
-        return;
-    }
     Ringd__OpSpec *specs[1] = {&spec};
     Ringd__Ready r = RINGD__READY__INIT;
     r.generation = w->generation;
@@ -527,7 +533,16 @@ void rd_world_ready(rd_world *w, const char *name, const rd_op_params *p, ringd_
     rd_msg m = RINGD__MSG__INIT;
     m.body_case = RINGD__MSG__BODY_READY;
     m.ready = &r;
-    rd_peer_chan_send(w->ctrl_up, &m);
+    for (int i = 0; i < w->nnodes; i++)
+        if (i != w->position)
+            rd_peer_chan_send(w->ctrl[i], &m);
+    char err[256];
+    if (rd_neg_ready(w->neg, w->position, &spec, own, err, sizeof(err)) != 0) {
+        rd_log(RD_LOG_ERROR, "world", "job '%s': %s", rd_job_name(w->job), err);
+        reform_later(w);
+        return;
+    }
+    negotiated(w);
 }
 
 void rd_world_submit(rd_world *w, struct rd_xfer_task *t)
@@ -535,33 +550,33 @@ void rd_world_submit(rd_world *w, struct rd_xfer_task *t)
     rd_xfer_submit(w->xfer, t);
 }
 
-/* A control message: Ready at the coordinator, Go elsewhere. */
+/* A control message: a node's Ready, or the coordinator's Go. */
 static void on_ctrl_msg(void *arg, rd_peer_chan *c, const rd_msg *m)
 {
     rd_world *w = arg;
     if (w->state != W_UP)
         return;
-    if (c == w->ctrl_up && m->body_case == RINGD__MSG__BODY_GO &&
+    int from = -1;
+    for (int i = 0; i < w->nnodes; i++)
+        if (w->ctrl[i] == c)
+            from = i;
+    if (from == 0 && w->position != 0 && m->body_case == RINGD__MSG__BODY_GO &&
         m->go->generation == w->generation) {
         rd_job_go(w->job, m->go);
         return;
     }
-    int from = -1;
-    for (int i = 1; i < w->nnodes; i++)
-        if (w->ctrl_down[i] == c)
-            from = i;
-    if (from > 0 && m->body_case == RINGD__MSG__BODY_READY &&
+    if (from >= 0 && m->body_case == RINGD__MSG__BODY_READY &&
         m->ready->generation == w->generation) {
         char err[256];
         for (size_t i = 0; i < m->ready->n_ops; i++) {
-            if (rd_neg_ready(w->neg, from, m->ready->ops[i], err, sizeof(err)) != 0) {
+            if (rd_neg_ready(w->neg, from, m->ready->ops[i], NULL, err, sizeof(err)) != 0) {
                 rd_log(RD_LOG_WARN, "world", "job '%s': %s; dropping the ring", rd_job_name(w->job),
                        err);
                 reform_later(w);
                 return;
             }
         }
-        coordinator_flush(w);
+        negotiated(w);
         return;
     }
     rd_log(RD_LOG_WARN, "world",
@@ -584,13 +599,29 @@ static rd_world *world_of(rd_daemon *d, const char *job)
     return j != NULL ? rd_job_world(j) : NULL;
 }
 
+static ringd_result_t peer_check(rd_daemon *d, const Ringd__PeerHello *h, int fd,
+                                 uint64_t *generation, int *quiet, char *err, size_t errlen);
+
+/* Decides on a peer's PeerHello and logs a refusal: a peer ahead of this node's view retries
+ * (debug); anything else is worth a warning. */
 static ringd_result_t on_peer(void *arg, const Ringd__PeerHello *h, int fd, const char *remote,
                               uint64_t *generation, char *err, size_t errlen)
 {
-    rd_daemon *d = arg;
-    (void)remote;
+    int quiet = 0;
+    ringd_result_t rc = peer_check(arg, h, fd, generation, &quiet, err, errlen);
+    if (rc != RINGD_OK)
+        rd_log(quiet ? RD_LOG_DEBUG : RD_LOG_WARN, "peer",
+               "connection from %s (node '%s', job '%s'): refused: %s", remote, h->node, h->job,
+               err);
+    return rc;
+}
+
+static ringd_result_t peer_check(rd_daemon *d, const Ringd__PeerHello *h, int fd,
+                                 uint64_t *generation, int *quiet, char *err, size_t errlen)
+{
     rd_world *w = world_of(d, h->job);
     if (w == NULL || w->state == W_IDLE) {
+        *quiet = 1; /* its clients left, or have not all come yet */
         snprintf(err, errlen, "job '%s' has no clients on node %s", h->job, d->cfg.node);
         return RINGD_E_REFUSED;
     }
@@ -601,6 +632,7 @@ static ringd_result_t on_peer(void *arg, const Ringd__PeerHello *h, int fd, cons
         return RINGD_E_MEMBERSHIP;
     }
     if (h->generation > w->generation || w->state != W_CONNECTING) {
+        *quiet = 1;
         snprintf(err, errlen,
                  "job '%s' is not forming generation %" PRIu64 " here (at %" PRIu64 ", %s)", h->job,
                  h->generation, w->generation, state_names[w->state]);
@@ -626,16 +658,16 @@ static ringd_result_t on_peer(void *arg, const Ringd__PeerHello *h, int fd, cons
         return RINGD_OK;
     }
     int from = -1;
-    for (int i = 1; i < w->nnodes; i++)
+    for (int i = w->position + 1; i < w->nnodes; i++)
         if (strcmp(member(w, i)->node, h->node) == 0)
             from = i;
-    if (w->position != 0 || from < 0 || w->ctrl_down[from] != NULL) {
+    if (from < 0 || w->ctrl[from] != NULL) {
         snprintf(err, errlen, "unexpected control connection from node %s", h->node);
         return RINGD_E_REFUSED;
     }
-    w->ctrl_down[from] = rd_peer_chan_new(d->base, fd, h->node, (uint32_t)d->cfg.max_frame,
-                                          on_ctrl_msg, on_ctrl_err, w);
-    if (w->ctrl_down[from] == NULL)
+    w->ctrl[from] = rd_peer_chan_new(d->base, fd, h->node, (uint32_t)d->cfg.max_frame, on_ctrl_msg,
+                                     on_ctrl_err, w);
+    if (w->ctrl[from] == NULL)
         reform_later(w);
     event_active(w->ev_check, 0, 0);
     return RINGD_OK;

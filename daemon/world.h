@@ -39,11 +39,12 @@ void rd_world_unregister(rd_world *w);
 /* 1 when the ring is complete and its links are up: ops may be negotiated. */
 int rd_world_up(const rd_world *w);
 
-/* Announces that this node's ranks all submitted name with p (or that it failed here: status
- * non-zero and message). A direct op (small: see --direct-bytes) carries this node's contribution
- * in data[0..len). The coordinator's answer arrives through rd_job_go. */
+/* Announces to every node that this node's ranks all submitted name with p (or that it failed
+ * here: status non-zero and message). A direct op (small: see --direct-bytes) carries this node's
+ * contribution in data[0..len). Once every node has announced it, rd_job_negotiated(j, own, ...)
+ * follows; for ops bound for the ring, the coordinator's order then comes through rd_job_go. */
 void rd_world_ready(rd_world *w, const char *name, const rd_op_params *p, ringd_result_t status,
-                    const char *message, int direct, const uint8_t *data, size_t len);
+                    const char *message, int direct, const uint8_t *data, size_t len, void *own);
 
 /* Runs t on the ring; rd_job_task_done(j, t) follows on the loop. */
 void rd_world_submit(rd_world *w, struct rd_xfer_task *t);

@@ -28,6 +28,7 @@
 
 #define RD_XFER_MAGIC 0x52444731u /* "RDG1" */
 #define RD_XFER_CONNS_MAX 16
+#define RD_XFER_SEGMENT_MIN (64u << 10)
 
 /* Precedes every non-empty segment on a link. Little-endian on the wire. */
 typedef struct {
@@ -282,7 +283,11 @@ static int run_plan(rd_xfer *x, rd_xfer_task *t, const plan *p, size_t esz)
     for (int i = 0; i < p->nrecv; i++)
         maxlen = p->recv[i].len > maxlen ? p->recv[i].len : maxlen;
     run r = {.x = x, .t = t, .p = p, .esz = esz};
-    r.seg = x->cfg.segment_size / esz * esz;
+    /* Steps shorter than a few segments would not pipeline: cut them in four, down to 64 KiB. */
+    uint64_t seg = maxlen / 4 > x->cfg.segment_size ? x->cfg.segment_size : maxlen / 4;
+    if (seg < RD_XFER_SEGMENT_MIN)
+        seg = RD_XFER_SEGMENT_MIN < x->cfg.segment_size ? RD_XFER_SEGMENT_MIN : x->cfg.segment_size;
+    r.seg = seg / esz * esz;
     r.S = step_segments(maxlen, r.seg);
     if (r.S == 0)
         return 0;
