@@ -341,7 +341,8 @@ Test(rendezvous, a_watcher_that_loses_its_connection_sees_changes_made_meanwhile
     cr_assert(rd_rdv_connected(a));
 }
 
-Test(rendezvous, a_watcher_whose_stream_connection_alone_drops_catches_up_on_reconnect, .timeout = 30)
+Test(rendezvous, a_watcher_whose_stream_connection_alone_drops_catches_up_on_reconnect,
+     .timeout = 30)
 {
     rd_rdv *a = open_inst(0, 0, NULL, "", 30000);
     rd_rdv *b = open_inst(1, 1, NULL, "", 30000);
@@ -452,7 +453,8 @@ static int count(const char *hay, const char *needle)
     return n;
 }
 
-Test(rendezvous, a_wrong_password_is_logged_once_and_gives_no_view, .init = setup_auth, .timeout = 30)
+Test(rendezvous, a_wrong_password_is_logged_once_and_gives_no_view, .init = setup_auth,
+     .timeout = 30)
 {
     char path[] = "/tmp/ringd-rdv-log.XXXXXX";
     int fd = mkstemp(path);
