@@ -689,6 +689,9 @@ void rd_peer_chan_send(rd_peer_chan *c, const rd_msg *m)
     rd_frame_pack(m, v.iov_base);
     v.iov_len = len;
     evbuffer_commit_space(out, &v, 1);
+    /* Latency: write now rather than on the next loop turn; the bufferevent keeps the rest. */
+    if (evbuffer_get_length(out) == len)
+        evbuffer_write(out, bufferevent_getfd(c->bev));
 }
 
 void rd_peer_chan_free(rd_peer_chan *c)

@@ -647,12 +647,15 @@ static ringd_result_t peer_check(rd_daemon *d, const Ringd__PeerHello *h, int fd
     }
     int prev = (w->position + w->nnodes - 1) % w->nnodes;
     if (h->kind == RINGD__LINK_KIND__LINK_DATA) {
-        if (strcmp(h->node, member(w, prev)->node) != 0 || h->index >= (uint32_t)conns(w) ||
-            w->in_data[h->index] >= 0) {
+        if (strcmp(h->node, member(w, prev)->node) != 0 || h->index >= (uint32_t)conns(w)) {
             snprintf(err, errlen, "unexpected data connection %u from node %s (previous node: %s)",
                      h->index, h->node, member(w, prev)->node);
             return RINGD_E_REFUSED;
         }
+        /* A peer that re-dials while this node still forms the ring (it tore down and came back)
+         * replaces its earlier connection, which it has closed. */
+        if (w->in_data[h->index] >= 0)
+            close(w->in_data[h->index]);
         w->in_data[h->index] = fd;
         event_active(w->ev_check, 0, 0); /* after the caller has written PeerAccept */
         return RINGD_OK;
@@ -661,10 +664,11 @@ static ringd_result_t peer_check(rd_daemon *d, const Ringd__PeerHello *h, int fd
     for (int i = w->position + 1; i < w->nnodes; i++)
         if (strcmp(member(w, i)->node, h->node) == 0)
             from = i;
-    if (from < 0 || w->ctrl[from] != NULL) {
+    if (from < 0) {
         snprintf(err, errlen, "unexpected control connection from node %s", h->node);
         return RINGD_E_REFUSED;
     }
+    rd_peer_chan_free(w->ctrl[from]); /* a re-dial replaces the earlier connection */
     w->ctrl[from] = rd_peer_chan_new(d->base, fd, h->node, (uint32_t)d->cfg.max_frame, on_ctrl_msg,
                                      on_ctrl_err, w);
     if (w->ctrl[from] == NULL)
