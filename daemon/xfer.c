@@ -7,6 +7,7 @@
 #include "xfer.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <event2/event.h>
 #include <poll.h>
 #include <pthread.h>
@@ -653,9 +654,11 @@ rd_xfer *rd_xfer_new(struct event_base *base, const rd_xfer_config *c, rd_xfer_d
     x->cfg.local_sizes = x->local_sizes;
     snprintf(x->next_node, sizeof(x->next_node), "%s", c->next_node);
     snprintf(x->prev_node, sizeof(x->prev_node), "%s", c->prev_node);
-    for (int i = 0; i < c->conns; i++) {
+    for (int i = 0; i < c->conns; i++) { /* reads and writes below must never block */
         x->send_fds[i] = c->send_fds[i];
         x->recv_fds[i] = c->recv_fds[i];
+        fcntl(x->send_fds[i], F_SETFL, fcntl(x->send_fds[i], F_GETFL) | O_NONBLOCK);
+        fcntl(x->recv_fds[i], F_SETFL, fcntl(x->recv_fds[i], F_GETFL) | O_NONBLOCK);
     }
     x->done = done;
     x->arg = arg;
