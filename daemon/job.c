@@ -952,6 +952,7 @@ static void ring_start(rd_job *j, rd_op **ops, size_t n)
 void rd_job_task_done(rd_job *j, struct rd_xfer_task *t)
 {
     ring_task *rt = t->ctx;
+    j->d->activity++;
     for (size_t i = 0; i < rt->nops; i++) {
         j->nrunning--;
         op_finish(rt->ops[i], t->status, t->status == RINGD_OK ? NULL : t->message);

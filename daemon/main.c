@@ -39,10 +39,13 @@ static int64_t now_us(void)
 static int run_loop(rd_daemon *d)
 {
     int64_t last = now_us();
+    uint64_t seen = d->activity;
     while (!event_base_got_break(d->base)) {
         int rc;
-        if (rd_session_poll_rings(d) > 0)
+        if (rd_session_poll_rings(d) > 0 || d->activity != seen) {
+            seen = d->activity;
             last = now_us();
+        }
         if (now_us() - last < d->cfg.poll_us) {
             rc = event_base_loop(d->base, EVLOOP_NONBLOCK);
             sched_yield();

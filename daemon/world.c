@@ -554,6 +554,7 @@ void rd_world_submit(rd_world *w, struct rd_xfer_task *t)
 static void on_ctrl_msg(void *arg, rd_peer_chan *c, const rd_msg *m)
 {
     rd_world *w = arg;
+    w->d->activity++;
     if (w->state != W_UP)
         return;
     int from = -1;
