@@ -40,7 +40,9 @@ typedef struct setup {
     int fd;
     int client;
     setup_state state;
-    struct event *ev;
+    struct event *ev;          /* readable (or writable while connecting), persistent */
+    struct event *ev_deadline; /* the whole handshake's time limit, never extended */
+    short armed;
     uint8_t chal[RD_AUTH_CHALLENGE_LEN];
     uint8_t ans[RD_AUTH_ANSWER_LEN];
     uint8_t buf[RD_FRAME_HEADER + RD_PEER_HELLO_MAX];
@@ -202,6 +204,8 @@ static void setup_free(setup *s)
     setup_unlink(s);
     if (s->ev != NULL)
         event_free(s->ev);
+    if (s->ev_deadline != NULL)
+        event_free(s->ev_deadline);
     if (s->fd >= 0)
         close(s->fd);
     free(s->hello);
@@ -235,14 +239,16 @@ static void on_setup_event(evutil_socket_t fd, short what, void *arg);
 /* Waits for the next need bytes in state st. */
 static void setup_expect(setup *s, setup_state st, size_t need)
 {
-    struct timeval tv = {s->n->timeout_ms / 1000, (s->n->timeout_ms % 1000) * 1000};
+    short want = st == SETUP_CONNECT ? EV_WRITE : EV_READ;
     s->state = st;
     s->have = 0;
     s->need = need;
-    event_del(s->ev);
-    event_assign(s->ev, s->n->base, s->fd, st == SETUP_CONNECT ? EV_WRITE : EV_READ, on_setup_event,
-                 s);
-    event_add(s->ev, &tv);
+    if (s->armed != want) {
+        event_del(s->ev);
+        event_assign(s->ev, s->n->base, s->fd, want | EV_PERSIST, on_setup_event, s);
+        event_add(s->ev, NULL);
+        s->armed = want;
+    }
 }
 
 /* Server: the client's PeerHello is in buf. */
@@ -318,8 +324,9 @@ static void client_reply(setup *s)
     fn(arg, fd, NULL);
 }
 
-/* Acts on a completely read piece of the handshake. */
-static void setup_step(setup *s)
+/* Acts on a completely read piece of the handshake. Returns 1 while the handshake goes on, 0 once
+ * it has ended (s is freed). */
+static int setup_step(setup *s)
 {
     const rd_auth_key *k = s->n->key;
     uint8_t confirm[RD_AUTH_CONFIRM_LEN];
@@ -329,72 +336,80 @@ static void setup_step(setup *s)
         socklen_t el = sizeof(e);
         if (getsockopt(s->fd, SOL_SOCKET, SO_ERROR, &e, &el) != 0 || e != 0) {
             setup_fail(s, "connect: %s", strerror(e ? e : errno));
-            return;
+            return 0;
         }
         setup_expect(s, SETUP_CHALLENGE, RD_AUTH_CHALLENGE_LEN);
-        return;
+        return 1;
     }
     case SETUP_CHALLENGE:
         memcpy(s->chal, s->buf, RD_AUTH_CHALLENGE_LEN);
         if (rd_auth_answer(k, s->chal, s->ans) != 0) {
             setup_fail(s, "not a ringd peer (bad challenge)");
-            return;
+            return 0;
         }
         if (write_small(s->fd, s->ans, sizeof(s->ans)) != 0) {
             setup_fail(s, "send: %s", strerror(errno));
-            return;
+            return 0;
         }
         setup_expect(s, SETUP_CONFIRM, RD_AUTH_CONFIRM_LEN);
-        return;
+        return 1;
     case SETUP_ANSWER:
         memcpy(s->ans, s->buf, RD_AUTH_ANSWER_LEN);
         if (rd_auth_verify_answer(k, s->chal, s->ans, confirm) != 0) {
             setup_fail(s, "authentication failed (wrong or missing ring key)");
-            return;
+            return 0;
         }
         if (write_small(s->fd, confirm, sizeof(confirm)) != 0) {
             setup_fail(s, "send: %s", strerror(errno));
-            return;
+            return 0;
         }
         setup_expect(s, SETUP_FRAME_LEN, RD_FRAME_HEADER);
-        return;
+        return 1;
     case SETUP_CONFIRM:
         if (rd_auth_verify_confirm(k, s->chal, s->ans, s->buf) != 0) {
             setup_fail(s, "authentication failed: the peer does not hold the ring key");
-            return;
+            return 0;
         }
         if (write_small(s->fd, s->hello, s->hello_len) != 0) {
             setup_fail(s, "send: %s", strerror(errno));
-            return;
+            return 0;
         }
         setup_expect(s, SETUP_FRAME_LEN, RD_FRAME_HEADER);
-        return;
+        return 1;
     case SETUP_FRAME_LEN: {
         uint32_t n = rd_frame_payload_len(s->buf);
         if (n == 0 || n > RD_PEER_HELLO_MAX) {
             setup_fail(s, "handshake frame of %u bytes", n);
-            return;
+            return 0;
         }
         s->state = SETUP_FRAME;
         s->need = RD_FRAME_HEADER + n; /* keeps the header in buf */
-        return;
+        return 1;
     }
     case SETUP_FRAME:
         if (s->client)
             client_reply(s);
         else
             server_hello(s);
-        return;
+        return 0;
     }
+    return 0;
 }
 
+static void on_setup_deadline(evutil_socket_t fd, short what, void *arg)
+{
+    setup *s = arg;
+    (void)fd;
+    (void)what;
+    setup_fail(s, "handshake timed out after %lld ms", (long long)s->n->timeout_ms);
+}
+
+/* Reads what the handshake needs next, as far as it has arrived; a handshake whose bytes trickle
+ * in is still bounded by its deadline. */
 static void on_setup_event(evutil_socket_t fd, short what, void *arg)
 {
     setup *s = arg;
-    if (what & EV_TIMEOUT) {
-        setup_fail(s, "handshake timed out after %lld ms", (long long)s->n->timeout_ms);
-        return;
-    }
+    (void)what;
     if (s->state == SETUP_CONNECT) {
         setup_step(s);
         return;
@@ -411,12 +426,8 @@ static void on_setup_event(evutil_socket_t fd, short what, void *arg)
             return;
         }
         s->have += (size_t)r;
-        if (s->have < s->need)
-            continue;
-        setup_state before = s->state;
-        setup_step(s); /* may free s */
-        if (before != SETUP_FRAME_LEN)
-            return;
+        if (s->have == s->need && !setup_step(s))
+            return; /* ended: s is freed */
     }
 }
 
@@ -429,8 +440,14 @@ static setup *setup_new(rd_peer_net *n, int fd, int client, size_t size)
     s->n = n;
     s->fd = fd;
     s->client = client;
+    struct timeval tv = {n->timeout_ms / 1000, (n->timeout_ms % 1000) * 1000};
     s->ev = event_new(n->base, fd, EV_READ, on_setup_event, s);
-    if (s->ev == NULL) {
+    s->ev_deadline = evtimer_new(n->base, on_setup_deadline, s);
+    if (s->ev == NULL || s->ev_deadline == NULL || evtimer_add(s->ev_deadline, &tv) != 0) {
+        if (s->ev != NULL)
+            event_free(s->ev);
+        if (s->ev_deadline != NULL)
+            event_free(s->ev_deadline);
         free(s);
         return NULL;
     }

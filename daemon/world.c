@@ -291,6 +291,8 @@ static void dial_start(slot *s)
 static void connect_ring(rd_world *w)
 {
     set_state(w, W_CONNECTING);
+    rd_job_ring_waiting(w->job, rd_job_world_size(w->job), (uint32_t)w->nnodes, w->generation,
+                        "every rank has registered; connecting to the other nodes");
     for (int c = 0; c < conns(w); c++)
         dial_start(&w->out_data[c]);
     for (int q = 0; q < w->position; q++)
@@ -774,24 +776,21 @@ int rd_worlds_redis_connected(const rd_daemon *d)
 
 Ringd__RingInfo *rd_world_describe(const rd_world *w)
 {
-    Ringd__RingInfo *ri = calloc(1, sizeof(*ri));
+    /* One block: the RingInfo, then the member and link pointer arrays, then the structs. */
+    size_t n = w->view.nmembers;
+    size_t size = sizeof(Ringd__RingInfo) + (n + 2) * sizeof(void *) +
+                  n * sizeof(Ringd__MemberInfo) + 2 * sizeof(Ringd__LinkInfo);
+    Ringd__RingInfo *ri = calloc(1, size);
     if (ri == NULL)
         return NULL;
     ringd__ring_info__init(ri);
+    ri->members = (Ringd__MemberInfo **)(ri + 1);
+    ri->links = (Ringd__LinkInfo **)(ri->members + n);
+    Ringd__MemberInfo *mi = (Ringd__MemberInfo *)(ri->links + 2);
+    Ringd__LinkInfo *li = (Ringd__LinkInfo *)(mi + n);
     ri->generation = w->generation;
     ri->state = (char *)state_names[w->state];
     ri->position = (uint32_t)(w->position >= 0 ? w->position : 0);
-    size_t n = w->view.nmembers;
-    ri->members = calloc(n ? n : 1, sizeof(*ri->members));
-    Ringd__MemberInfo *mi = calloc(n ? n : 1, sizeof(*mi));
-    ri->links = calloc(2, sizeof(*ri->links));
-    Ringd__LinkInfo *li = calloc(2, sizeof(*li));
-    if (ri->members == NULL || mi == NULL || ri->links == NULL || li == NULL) {
-        free(mi);
-        free(li);
-        rd_world_describe_free(ri);
-        return NULL;
-    }
     uint32_t first = 0;
     for (size_t i = 0; i < n; i++) {
         const rd_rdv_member *m = &w->view.members[i];
@@ -827,20 +826,10 @@ Ringd__RingInfo *rd_world_describe(const rd_world *w)
             ri->links[ri->n_links++] = &li[k];
         }
     }
-    if (ri->n_links == 0)
-        free(li);
     return ri;
 }
 
 void rd_world_describe_free(Ringd__RingInfo *ri)
 {
-    if (ri == NULL)
-        return;
-    if (ri->members != NULL)
-        free(ri->members[0] != NULL && ri->n_members > 0 ? ri->members[0] : NULL);
-    free(ri->members);
-    if (ri->links != NULL && ri->n_links > 0)
-        free(ri->links[0]);
-    free(ri->links);
     free(ri);
 }
