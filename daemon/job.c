@@ -66,6 +66,7 @@ struct rd_job {
     uint32_t first_rank; /* global rank of local rank 0 */
     uint64_t generation;
     rd_world *world;                 /* jobs spanning nodes */
+    int busy;                        /* inside a world call that may end ops: not freed meanwhile */
     struct go_batch *goq, *goq_tail; /* the coordinator's orders not yet started */
     int freeing;
     uid_t uid;                 /* of the first client: only that user's processes may join */
@@ -196,7 +197,7 @@ static void job_free(rd_job *j)
 /* Frees j once it has neither clients nor ops on the executor. */
 static void job_maybe_free(rd_job *j)
 {
-    if (j->nclients == 0 && j->nrunning == 0 && !j->freeing) {
+    if (j->nclients == 0 && j->nrunning == 0 && !j->freeing && !j->busy) {
         rd_log(RD_LOG_INFO, "job", "job '%s': last client left", j->name);
         job_free(j);
     }
@@ -767,8 +768,11 @@ void rd_job_leave(struct rd_session *s)
             o = next;
         }
     }
-    if (j->world != NULL)
+    if (j->world != NULL) {
+        j->busy++;
         rd_world_unregister(j->world); /* fails what was negotiating or running */
+        j->busy--;
+    }
     job_maybe_free(j);
 }
 

@@ -67,6 +67,7 @@ struct rd_world {
     rd_peer_chan *ctrl[RD_WORLD_NODES_MAX]; /* with every other node, by position */
     rd_neg *neg;
     struct rd_xfer *xfer;
+    struct retiring *retiring; /* data planes of earlier generations, ending */
     struct event *ev_reform;
     struct event *ev_check; /* runs maybe_up on the next turn */
     /* throughput sampling */
@@ -121,8 +122,30 @@ static int view_copy(rd_rdv_view *dst, const rd_rdv_view *src)
     return 0;
 }
 
-/* Closes everything of the current generation; the ring's tasks and negotiating ops fail. */
-static void teardown(rd_world *w, const char *why)
+/* A data plane whose ring is gone, letting its running task end by itself. */
+typedef struct retiring {
+    struct rd_xfer *x;
+    struct retiring *next;
+} retiring;
+
+static void on_retired(void *arg, struct rd_xfer *x)
+{
+    rd_world *w = arg;
+    for (retiring **pp = &w->retiring; *pp != NULL; pp = &(*pp)->next) {
+        if ((*pp)->x == x) {
+            retiring *r = *pp;
+            *pp = r->next;
+            free(r);
+            break;
+        }
+    }
+    rd_xfer_free(x, RINGD_E_MEMBERSHIP, "the ring is gone");
+}
+
+/* Closes everything of the current generation; negotiating ops and the ring's queued tasks
+ * fail. graceful: the task on the wire may still end by itself, as it does when a node that
+ * left had already done its part; otherwise (the job or the daemon ends) it is cut short. */
+static void teardown(rd_world *w, const char *why, int graceful)
 {
     int was_up = w->state == W_UP || w->state == W_CONNECTING;
     for (int c = 0; c < RD_WORLD_CONNS_MAX; c++) {
@@ -150,13 +173,27 @@ static void teardown(rd_world *w, const char *why)
     rd_neg_free(w->neg);
     w->neg = NULL;
     if (w->xfer != NULL) {
-        uint64_t s, r;
-        rd_xfer_bytes(w->xfer, &s, &r);
-        w->bytes_sent += s;
-        w->bytes_recv += r;
+        uint64_t sent, received;
+        rd_xfer_bytes(w->xfer, &sent, &received);
+        w->bytes_sent += sent;
+        w->bytes_recv += received;
         struct rd_xfer *x = w->xfer;
         w->xfer = NULL;
-        rd_xfer_free(x, RINGD_E_MEMBERSHIP, why);
+        retiring *r = graceful ? malloc(sizeof(*r)) : NULL;
+        if (r != NULL) {
+            r->x = x;
+            r->next = w->retiring;
+            w->retiring = r;
+            rd_xfer_retire(x, RINGD_E_MEMBERSHIP, why, on_retired, w);
+        } else {
+            rd_xfer_free(x, RINGD_E_MEMBERSHIP, why);
+        }
+    }
+    while (!graceful && w->retiring != NULL) {
+        retiring *r = w->retiring;
+        w->retiring = r->next;
+        rd_xfer_free(r->x, RINGD_E_MEMBERSHIP, why);
+        free(r);
     }
     if (was_up)
         rd_job_ring_down(w->job, why);
@@ -185,13 +222,8 @@ static void maybe_up(rd_world *w)
             return;
 
     uint32_t sizes[RD_WORLD_NODES_MAX];
-    rd_neg_node nodes[RD_WORLD_NODES_MAX];
-    uint32_t first = 0;
-    for (int i = 0; i < w->nnodes; i++) {
+    for (int i = 0; i < w->nnodes; i++)
         sizes[i] = member(w, i)->local_size;
-        nodes[i] = (rd_neg_node){member(w, i)->node, first, sizes[i]};
-        first += sizes[i];
-    }
     int sfd[RD_WORLD_CONNS_MAX], rfd[RD_WORLD_CONNS_MAX];
     for (int c = 0; c < C; c++) {
         sfd[c] = w->out_data[c].fd;
@@ -215,11 +247,9 @@ static void maybe_up(rd_world *w)
     char err[256];
     w->xfer =
         rd_xfer_new(w->d->base, &xc, (rd_xfer_done_fn)rd_job_task_done, w->job, err, sizeof(err));
-    w->neg = rd_neg_new(w->nnodes, nodes, w->position);
-    if (w->xfer == NULL || w->neg == NULL) {
-        rd_log(RD_LOG_ERROR, "world", "job '%s': %s", rd_job_name(w->job),
-               w->xfer == NULL ? err : "out of memory");
-        teardown(w, "cannot start the ring");
+    if (w->xfer == NULL) {
+        rd_log(RD_LOG_ERROR, "world", "job '%s': %s", rd_job_name(w->job), err);
+        teardown(w, "cannot start the ring", 1);
         set_state(w, W_WAITING);
         return;
     }
@@ -290,6 +320,20 @@ static void dial_start(slot *s)
 /* The view is complete: make the links of its generation. */
 static void connect_ring(rd_world *w)
 {
+    /* The table exists from now on: nodes up before this one announce their ops already. */
+    rd_neg_node nodes[RD_WORLD_NODES_MAX];
+    uint32_t first = 0;
+    for (int i = 0; i < w->nnodes; i++) {
+        nodes[i] = (rd_neg_node){member(w, i)->node, first, member(w, i)->local_size};
+        first += member(w, i)->local_size;
+    }
+    w->neg = rd_neg_new(w->nnodes, nodes, w->position);
+    if (w->neg == NULL) {
+        rd_log(RD_LOG_ERROR, "world", "job '%s': out of memory forming the ring",
+               rd_job_name(w->job));
+        set_state(w, W_WAITING);
+        return;
+    }
     set_state(w, W_CONNECTING);
     rd_job_ring_waiting(w->job, rd_job_world_size(w->job), (uint32_t)w->nnodes, w->generation,
                         "every rank has registered; connecting to the other nodes");
@@ -338,7 +382,7 @@ static void apply_view(rd_world *w)
         snprintf(why, sizeof(why),
                  "the ring of job '%s' changed (generation %" PRIu64 " -> %" PRIu64 "); resubmit",
                  rd_job_name(w->job), w->generation, v->generation);
-        teardown(w, why);
+        teardown(w, why, 1);
     }
     w->generation = v->generation;
     if (!complete) {
@@ -361,7 +405,7 @@ static void on_reform(evutil_socket_t fd, short what, void *arg)
     (void)what;
     if (w->state != W_UP && w->state != W_CONNECTING)
         return;
-    teardown(w, "a link of the ring failed; resubmit");
+    teardown(w, "a link of the ring failed; resubmit", 1);
     set_state(w, W_WAITING);
     apply_view(w); /* same generation: connect again */
 }
@@ -436,7 +480,7 @@ void rd_world_free(rd_world *w)
         return;
     if (w->state != W_IDLE && w->d->worlds != NULL)
         rd_rdv_leave(w->d->worlds->rdv, rd_job_name(w->job));
-    teardown(w, "the job ended on this node");
+    teardown(w, "the job ended on this node", 0);
     for (int c = 0; c < RD_WORLD_CONNS_MAX; c++)
         if (w->out_data[c].retry != NULL)
             event_free(w->out_data[c].retry);
@@ -476,7 +520,7 @@ void rd_world_unregister(rd_world *w)
     if (w->state == W_IDLE)
         return;
     rd_rdv_leave(w->d->worlds->rdv, rd_job_name(w->job));
-    teardown(w, "a local client left the job");
+    teardown(w, "a local client left the job", 1);
     set_state(w, W_IDLE);
 }
 
@@ -557,7 +601,7 @@ static void on_ctrl_msg(void *arg, rd_peer_chan *c, const rd_msg *m)
 {
     rd_world *w = arg;
     w->d->activity++;
-    if (w->state != W_UP)
+    if (w->state != W_UP && w->state != W_CONNECTING)
         return;
     int from = -1;
     for (int i = 0; i < w->nnodes; i++)

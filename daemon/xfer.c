@@ -85,6 +85,12 @@ struct rd_xfer {
     atomic_int queued;
     int sleeping;
     atomic_int stopping;
+    atomic_int retiring; /* finish the running task, fail the queue, stop */
+    int exited;          /* guarded by lock: the thread has posted its last task */
+    ringd_result_t retire_status;
+    char retire_why[320];
+    void (*retired)(void *arg, rd_xfer *x);
+    void *retired_arg;
     atomic_int broken;
     char broken_why[320];
     uint64_t seq;
@@ -562,26 +568,52 @@ static void post_done(rd_xfer *x, rd_xfer_task *t)
     (void)w;
 }
 
+/* Thread, retiring: fails what is still queued, in order, and says it is done. */
+static void retire(rd_xfer *x)
+{
+    pthread_mutex_lock(&x->lock);
+    rd_xfer_task *t = x->head;
+    x->head = x->tail = NULL;
+    pthread_mutex_unlock(&x->lock);
+    while (t != NULL) {
+        rd_xfer_task *next = t->next;
+        t->status = x->retire_status;
+        snprintf(t->message, sizeof(t->message), "%s", x->retire_why);
+        post_done(x, t);
+        t = next;
+    }
+    pthread_mutex_lock(&x->lock);
+    x->exited = 1;
+    pthread_mutex_unlock(&x->lock);
+    uint64_t one = 1;
+    ssize_t w = write(x->efd, &one, sizeof(one));
+    (void)w;
+}
+
 static void *thread_main(void *arg)
 {
     rd_xfer *x = arg;
     int64_t last = now_us();
     for (;;) {
         if (atomic_load_explicit(&x->queued, memory_order_acquire) == 0 &&
-            !atomic_load(&x->stopping)) {
+            !atomic_load(&x->stopping) && !atomic_load(&x->retiring)) {
             if (now_us() - last < x->cfg.poll_us) {
                 sched_yield();
                 continue;
             }
             pthread_mutex_lock(&x->lock);
             x->sleeping = 1;
-            while (x->head == NULL && !atomic_load(&x->stopping))
+            while (x->head == NULL && !atomic_load(&x->stopping) && !atomic_load(&x->retiring))
                 pthread_cond_wait(&x->cond, &x->lock);
             x->sleeping = 0;
             pthread_mutex_unlock(&x->lock);
         }
         if (atomic_load(&x->stopping))
             break;
+        if (atomic_load(&x->retiring)) {
+            retire(x);
+            break;
+        }
         pthread_mutex_lock(&x->lock);
         rd_xfer_task *t = x->head;
         if (t != NULL) {
@@ -620,6 +652,11 @@ static void on_done(evutil_socket_t fd, short what, void *arg)
             break;
         x->done(x->arg, t);
     }
+    pthread_mutex_lock(&x->lock);
+    int exited = x->exited && x->done_head == NULL;
+    pthread_mutex_unlock(&x->lock);
+    if (exited && x->retired != NULL)
+        x->retired(x->retired_arg, x); /* frees x */
 }
 
 rd_xfer *rd_xfer_new(struct event_base *base, const rd_xfer_config *c, rd_xfer_done_fn done,
@@ -741,6 +778,19 @@ void rd_xfer_free(rd_xfer *x, ringd_result_t status, const char *why)
     pthread_mutex_destroy(&x->lock);
     free(x->local_sizes);
     free(x);
+}
+
+void rd_xfer_retire(rd_xfer *x, ringd_result_t status, const char *why,
+                    void (*retired)(void *arg, rd_xfer *x), void *arg)
+{
+    x->retire_status = status;
+    snprintf(x->retire_why, sizeof(x->retire_why), "%s", why);
+    x->retired = retired;
+    x->retired_arg = arg;
+    pthread_mutex_lock(&x->lock);
+    atomic_store(&x->retiring, 1);
+    pthread_cond_signal(&x->cond);
+    pthread_mutex_unlock(&x->lock);
 }
 
 int rd_xfer_broken(const rd_xfer *x)

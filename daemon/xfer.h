@@ -64,6 +64,13 @@ void rd_xfer_submit(rd_xfer *x, rd_xfer_task *t);
  * (done is called for each, in order, before this returns). NULL is a no-op. */
 void rd_xfer_free(rd_xfer *x, ringd_result_t status, const char *why);
 
+/* Lets the task running now end by itself (it completes when its data flowed, or fails when a
+ * link breaks or stalls), fails the queued ones with status and why, and stops the thread; then
+ * retired(arg, x) is called on the loop after the last done callback, and must free x with
+ * rd_xfer_free. Loop thread only. */
+void rd_xfer_retire(rd_xfer *x, ringd_result_t status, const char *why,
+                    void (*retired)(void *arg, rd_xfer *x), void *arg);
+
 /* 1 once a link has failed: every later task fails at once; the ring must be re-formed. */
 int rd_xfer_broken(const rd_xfer *x);
 
