@@ -11,6 +11,7 @@
 
 #include "backend.h"
 #include "local.h"
+#include "log.h"
 
 #define RD_NEG_BUCKETS 1024
 #define RD_NEG_PENDING_MAX (1u << 20) /* partly ready ops; beyond this a node is misbehaving */
@@ -385,4 +386,28 @@ void rd_neg_done_free(rd_neg_done *d, size_t n)
 size_t rd_neg_pending(const rd_neg *n)
 {
     return n->pending;
+}
+
+void rd_neg_node_gone(rd_neg *n, int node, const char *why)
+{
+    for (size_t b = 0; b < RD_NEG_BUCKETS; b++) {
+        rec **pp = &n->buckets[b];
+        while (*pp != NULL) {
+            rec *r = *pp;
+            if (r->have[node]) {
+                pp = &r->next;
+                continue;
+            }
+            *pp = r->next;
+            n->pending--;
+            if (r->own != NULL) {
+                rec_fail(r, 6 /* RINGD_E_MEMBERSHIP */, "tensor '%s': %s", r->name, why);
+                r->ndirect = 0;
+                if (emit(n, r) != 0) /* out of memory: the ring's teardown fails the op */
+                    rd_log(RD_LOG_ERROR, "negotiate", "out of memory failing tensor '%s'",
+                           r->name != NULL ? r->name : "?");
+            }
+            rec_free(r, n->nnodes);
+        }
+    }
 }

@@ -67,4 +67,8 @@ void rd_neg_done_free(rd_neg_done *d, size_t n);
 /* Ops some nodes have ready and others not. */
 size_t rd_neg_pending(const rd_neg *n);
 
+/* node is gone: ops it has not announced can never be done; this node's own among them are
+ * queued for rd_neg_take as failed (RINGD_E_MEMBERSHIP, why), the rest dropped. */
+void rd_neg_node_gone(rd_neg *n, int node, const char *why);
+
 #endif

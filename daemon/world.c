@@ -68,6 +68,7 @@ struct rd_world {
     rd_neg *neg;
     struct rd_xfer *xfer;
     struct retiring *retiring; /* data planes of earlier generations, ending */
+    int degraded; /* a node's control link broke: ending what can end, then re-forming */
     struct event *ev_reform;
     struct event *ev_check; /* runs maybe_up on the next turn */
     /* throughput sampling */
@@ -172,6 +173,7 @@ static void teardown(rd_world *w, const char *why, int graceful)
     }
     rd_neg_free(w->neg);
     w->neg = NULL;
+    w->degraded = 0;
     if (w->xfer != NULL) {
         uint64_t sent, received;
         rd_xfer_bytes(w->xfer, &sent, &received);
@@ -553,11 +555,14 @@ static void negotiated(rd_world *w)
         m.body_case = RINGD__MSG__BODY_GO;
         m.go = &go;
         for (int i = 1; i < w->nnodes; i++)
-            rd_peer_chan_send(w->ctrl[i], &m);
+            if (w->ctrl[i] != NULL)
+                rd_peer_chan_send(w->ctrl[i], &m);
         rd_job_go(w->job, &go);
     }
     free(order);
     rd_neg_done_free(done, n);
+    if (w->degraded && rd_neg_pending(w->neg) == 0)
+        reform_later(w);
 }
 
 void rd_world_ready(rd_world *w, const char *name, const rd_op_params *p, ringd_result_t status,
@@ -571,6 +576,17 @@ void rd_world_ready(rd_world *w, const char *name, const rd_op_params *p, ringd_
     spec.name = (char *)name;
     spec.status = (uint32_t)status;
     spec.message = (char *)(message != NULL ? message : "");
+    if (w->degraded) { /* a node has gone: this op can never be done everywhere */
+        Ringd__GoEntry e = RINGD__GO_ENTRY__INIT;
+        char why[320];
+        snprintf(why, sizeof(why), "tensor '%s': a node left the ring of job '%s'; resubmit", name,
+                 rd_job_name(w->job));
+        e.name = (char *)name;
+        e.status = RINGD_E_MEMBERSHIP;
+        e.message = why;
+        rd_job_negotiated(w->job, own, &e);
+        return;
+    }
     Ringd__OpSpec *specs[1] = {&spec};
     Ringd__Ready r = RINGD__READY__INIT;
     r.generation = w->generation;
@@ -580,7 +596,7 @@ void rd_world_ready(rd_world *w, const char *name, const rd_op_params *p, ringd_
     m.body_case = RINGD__MSG__BODY_READY;
     m.ready = &r;
     for (int i = 0; i < w->nnodes; i++)
-        if (i != w->position)
+        if (i != w->position && w->ctrl[i] != NULL)
             rd_peer_chan_send(w->ctrl[i], &m);
     char err[256];
     if (rd_neg_ready(w->neg, w->position, &spec, own, err, sizeof(err)) != 0) {
@@ -631,12 +647,32 @@ static void on_ctrl_msg(void *arg, rd_peer_chan *c, const rd_msg *m)
            rd_job_name(w->job), (int)m->body_case, rd_peer_chan_name(c), w->generation);
 }
 
+/* A control link broke, most often because that node's job ended. Ops every node has announced
+ * can still end (their data may already be on the way); the others fail, and the ring re-forms
+ * once nothing is left negotiating. */
 static void on_ctrl_err(void *arg, rd_peer_chan *c, const char *why)
 {
     rd_world *w = arg;
+    int from = -1;
+    for (int i = 0; i < w->nnodes; i++)
+        if (w->ctrl[i] == c)
+            from = i;
     rd_log(RD_LOG_WARN, "world", "job '%s': control link with node %s: %s", rd_job_name(w->job),
            rd_peer_chan_name(c), why);
-    reform_later(w);
+    if (from < 0 || w->state != W_UP) {
+        reform_later(w);
+        return;
+    }
+    char gone[320];
+    snprintf(gone, sizeof(gone), "node %s left the ring of job '%s' (%s); resubmit",
+             member(w, from)->node, rd_job_name(w->job), why);
+    rd_peer_chan_free(c);
+    w->ctrl[from] = NULL;
+    w->degraded = 1;
+    rd_neg_node_gone(w->neg, from, gone);
+    negotiated(w);
+    if (rd_neg_pending(w->neg) == 0)
+        reform_later(w);
 }
 
 /* The job's world named in a PeerHello, if this node has one. */
