@@ -11,9 +11,10 @@ RINGD_DEB_PACKAGES=(
   python3 libsodium-dev iproute2
 )
 
-ringd_install_deps() {
+# ringd_apt_install PACKAGE...: installs those of the packages that are missing.
+ringd_apt_install() {
   local missing=()
-  for p in "${RINGD_DEB_PACKAGES[@]}"; do
+  for p in "$@"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
   done
   [ ${#missing[@]} -eq 0 ] && return 0
@@ -24,18 +25,13 @@ ringd_install_deps() {
   "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 }
 
+ringd_install_deps() {
+  ringd_apt_install "${RINGD_DEB_PACKAGES[@]}"
+}
+
 # Extra packages of bench/net-peers.sh only: iperf3 (the wire's ceiling) and PyTorch (its Gloo).
 RINGD_BENCH_DEB_PACKAGES=(iperf3 python3-torch)
 
 ringd_install_bench_deps() {
-  local missing=()
-  for p in "${RINGD_BENCH_DEB_PACKAGES[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
-  done
-  [ ${#missing[@]} -eq 0 ] && return 0
-  echo "installing: ${missing[*]}" >&2
-  local sudo=()
-  [ "$(id -u)" -ne 0 ] && sudo=(sudo)
-  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
-  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  ringd_apt_install "${RINGD_BENCH_DEB_PACKAGES[@]}"
 }

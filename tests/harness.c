@@ -20,14 +20,14 @@
 #include <time.h>
 #include <unistd.h>
 
-static int64_t now_ms(void)
+int64_t th_now_ms(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static void sleep_ms(int ms)
+void th_sleep_ms(int ms)
 {
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
     nanosleep(&ts, NULL);
@@ -36,7 +36,7 @@ static void sleep_ms(int ms)
 /* Waits for pid up to timeout_ms; returns its wait status, or -1 if it is still running. */
 static int wait_for(pid_t pid, int timeout_ms)
 {
-    int64_t end = now_ms() + timeout_ms;
+    int64_t end = th_now_ms() + timeout_ms;
     for (;;) {
         int ws;
         pid_t r = waitpid(pid, &ws, WNOHANG);
@@ -44,9 +44,9 @@ static int wait_for(pid_t pid, int timeout_ms)
             return ws;
         if (r < 0)
             return -2;
-        if (now_ms() >= end)
+        if (th_now_ms() >= end)
             return -1;
-        sleep_ms(5);
+        th_sleep_ms(5);
     }
 }
 
@@ -86,13 +86,13 @@ int th_daemon_start(th_daemon *d, const char *const *extra)
     d->pid = spawn_daemon(d->sock, d->log, extra);
     if (d->pid < 0)
         return -1;
-    int64_t end = now_ms() + 10000;
-    while (now_ms() < end) {
+    int64_t end = th_now_ms() + 10000;
+    while (th_now_ms() < end) {
         if (!th_daemon_alive(d))
             return -1;
         if (th_status_ok(d->sock))
             return 0;
-        sleep_ms(10);
+        th_sleep_ms(10);
     }
     return -1;
 }
@@ -234,7 +234,7 @@ int th_send(int fd, const rd_msg *m)
 static int read_full(int fd, uint8_t *buf, size_t len, int64_t deadline, int *passed)
 {
     while (len > 0) {
-        int left = (int)(deadline - now_ms());
+        int left = (int)(deadline - th_now_ms());
         struct pollfd p = {.fd = fd, .events = POLLIN};
         if (left <= 0 || poll(&p, 1, left) <= 0)
             return -1;
@@ -266,7 +266,7 @@ static int read_full(int fd, uint8_t *buf, size_t len, int64_t deadline, int *pa
 
 rd_msg *th_recv(int fd, int timeout_ms, int *fd_out)
 {
-    int64_t deadline = now_ms() + timeout_ms;
+    int64_t deadline = th_now_ms() + timeout_ms;
     uint8_t hdr[RD_FRAME_HEADER];
     int passed = -1;
     rd_msg *m = NULL;
@@ -297,10 +297,10 @@ out:
 
 int th_wait_eof(int fd, int timeout_ms)
 {
-    int64_t deadline = now_ms() + timeout_ms;
+    int64_t deadline = th_now_ms() + timeout_ms;
     uint8_t buf[4096];
     for (;;) {
-        int left = (int)(deadline - now_ms());
+        int left = (int)(deadline - th_now_ms());
         struct pollfd p = {.fd = fd, .events = POLLIN};
         if (left <= 0 || poll(&p, 1, left) <= 0)
             return 0;
@@ -390,9 +390,9 @@ int th_run(int n, int (*fn)(int i, void *arg), void *arg, int timeout_ms)
             _exit(fn(i, arg));
         }
     }
-    int64_t end = now_ms() + timeout_ms;
+    int64_t end = th_now_ms() + timeout_ms;
     for (int i = 0; i < n; i++) {
-        int left = (int)(end - now_ms());
+        int left = (int)(end - th_now_ms());
         int ws = kids[i] > 0 ? wait_for(kids[i], left > 0 ? left : 0) : -1;
         if (ws == -1 && kids[i] > 0) {
             kill(kids[i], SIGKILL);

@@ -9,6 +9,10 @@
 
 #include "frame.h"
 
+/* CLOCK_MONOTONIC milliseconds, and a sleep of ms milliseconds. */
+int64_t th_now_ms(void);
+void th_sleep_ms(int ms);
+
 typedef struct {
     pid_t pid;
     char dir[128];

@@ -38,13 +38,6 @@ typedef struct {
     int local[TH_RING_MAX];
 } topo;
 
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static int world_of(const topo *t)
 {
     int w = 0;
@@ -567,7 +560,7 @@ static int many_async(int i, void *arg)
         int k = order[s];
         if (k % 3 == 1) {
             int done = 0;
-            for (int64_t end = now_ms() + OP_TIMEOUT_MS; !done && now_ms() < end;) {
+            for (int64_t end = th_now_ms() + OP_TIMEOUT_MS; !done && th_now_ms() < end;) {
                 CHECK_OK(r, ringd_test(req[k], &done));
                 if (!done)
                     usleep(100);
@@ -733,9 +726,9 @@ static int incomplete_open(int i, void *arg)
     o.world_size = 3;
     o.local_size = 1;
     o.open_timeout_ms = i == 0 ? 1500 : 3000;
-    int64_t t0 = now_ms();
+    int64_t t0 = th_now_ms();
     ringd_result_t rc = ringd_open(&o, &r);
-    int64_t took = now_ms() - t0;
+    int64_t took = th_now_ms() - t0;
     const char *msg = ringd_errmsg(r), *want = i == 0 ? "2 of 3 ranks have joined" : "of 3 ranks";
     if (rc != RINGD_E_TIMEOUT || strstr(msg, want) == NULL) {
         fprintf(stderr, "client %d: want RINGD_E_TIMEOUT saying \"%s\", got %s: %s\n", i, want,
@@ -879,7 +872,7 @@ Test(multinode, ringctl_json_shows_both_members_of_the_ring_and_bytes_on_its_lin
     cr_assert_eq(ringd_barrier(r, "looked"), RINGD_OK, "%s", ringd_errmsg(r));
     ringd_close(r);
     int ws = -1;
-    for (int64_t end = now_ms() + 20000; now_ms() < end;) {
+    for (int64_t end = th_now_ms() + 20000; th_now_ms() < end;) {
         if (waitpid(peer, &ws, WNOHANG) == peer)
             break;
         ws = -1;
@@ -981,7 +974,7 @@ static int ns_redis_start(void *arg)
     ring_.redis.pid = pid;
     struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons(NS_REDIS_PORT)};
     inet_pton(AF_INET, "10.99.0.1", &sin.sin_addr);
-    for (int64_t end = now_ms() + 5000; now_ms() < end; usleep(20000)) {
+    for (int64_t end = th_now_ms() + 5000; th_now_ms() < end; usleep(20000)) {
         int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
         char reply[16] = "";
         if (fd >= 0 && connect(fd, (struct sockaddr *)&sin, sizeof(sin)) == 0 &&

@@ -62,19 +62,6 @@ static void teardown(void)
 
 TestSuite(peers, .fini = teardown, .timeout = 60);
 
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
 /* ---- daemon state -------------------------------------------------------------------------- */
 
 /* What a StatusRequest tells about a daemon's peer port and one job's ring. */
@@ -135,13 +122,13 @@ static int log_count(const th_daemon *d, const char *needle)
 /* 1 once needle appears in the daemon's log within timeout_ms. */
 static int log_wait(const th_daemon *d, const char *needle, int timeout_ms)
 {
-    int64_t end = now_ms() + timeout_ms;
+    int64_t end = th_now_ms() + timeout_ms;
     for (;;) {
         if (log_count(d, needle) > 0)
             return 1;
-        if (now_ms() >= end)
+        if (th_now_ms() >= end)
             return 0;
-        sleep_ms(20);
+        th_sleep_ms(20);
     }
 }
 
@@ -277,10 +264,10 @@ static void local_name(int fd, char *out, size_t len)
  * deadline. */
 static size_t read_upto(int fd, void *buf, size_t len, int timeout_ms)
 {
-    int64_t end = now_ms() + timeout_ms;
+    int64_t end = th_now_ms() + timeout_ms;
     size_t have = 0;
     while (have < len) {
-        int left = (int)(end - now_ms());
+        int left = (int)(end - th_now_ms());
         struct pollfd p = {.fd = fd, .events = POLLIN};
         if (left <= 0 || poll(&p, 1, left) <= 0)
             break;
@@ -453,7 +440,7 @@ static int ringd_exit_status(const char *const *args, char *out, size_t outlen)
     }
     cr_assert_gt(pid, 0);
     int ws = 0, done = 0;
-    for (int64_t end = now_ms() + 5000; !done && now_ms() < end; sleep_ms(10))
+    for (int64_t end = th_now_ms() + 5000; !done && th_now_ms() < end; th_sleep_ms(10))
         done = waitpid(pid, &ws, WNOHANG) == pid;
     if (!done) {
         kill(pid, SIGKILL);
@@ -534,14 +521,14 @@ Test(peers, an_idle_stranger_is_closed_after_handshake_ms)
     const char *const extra[] = {"--handshake-ms", "300", NULL};
     cr_assert_eq(th_ring_start(&ring, 1, extra), 0);
     int fd = tcp_connect(peer_port(&ring.d[0]));
-    int64_t t0 = now_ms();
+    int64_t t0 = th_now_ms();
     char who[64], line[160];
     local_name(fd, who, sizeof(who));
     uint8_t chal[RD_AUTH_CHALLENGE_LEN];
     cr_assert_eq(read_upto(fd, chal, sizeof(chal), 3000), sizeof(chal), "no challenge");
     cr_assert_eq(memcmp(chal, "RNGD", 4), 0, "the challenge lacks its magic");
     cr_assert(th_wait_eof(fd, 5000), "an idle connection stayed open for 5 s");
-    int64_t held = now_ms() - t0;
+    int64_t held = th_now_ms() - t0;
     close(fd);
     cr_assert_geq(held, 250, "closed after %" PRId64 " ms, before --handshake-ms", held);
     cr_assert_leq(held, 3000, "closed only after %" PRId64 " ms", held);
@@ -585,7 +572,7 @@ static void flood_then_ring(const void *first, size_t len)
     for (int d = 0; d < 2; d++) {
         for (int i = 0; i < FLOOD; i++) {
             fds[d][i] = tcp_connect(port[d]);
-            opened[d][i] = now_ms();
+            opened[d][i] = th_now_ms();
             closed[d][i] = 0;
             if (len > 0)
                 th_write(fds[d][i], first, len); /* may be reset already */
@@ -595,7 +582,7 @@ static void flood_then_ring(const void *first, size_t len)
     open_start(o, 15000);
 
     int left = 2 * FLOOD;
-    for (int64_t end = now_ms() + 8000; left > 0 && now_ms() < end;) {
+    for (int64_t end = th_now_ms() + 8000; left > 0 && th_now_ms() < end;) {
         struct pollfd p[2 * FLOOD];
         int who[2 * FLOOD], np = 0;
         for (int k = 0; k < 2 * FLOOD; k++)
@@ -611,7 +598,7 @@ static void flood_then_ring(const void *first, size_t len)
             uint8_t buf[64];
             ssize_t r = recv(p[j].fd, buf, sizeof(buf), 0);
             if (r == 0 || (r < 0 && errno == ECONNRESET)) {
-                closed[who[j] / FLOOD][who[j] % FLOOD] = now_ms();
+                closed[who[j] / FLOOD][who[j] % FLOOD] = th_now_ms();
                 left--;
             }
         }
@@ -813,13 +800,13 @@ static void bad_hello_is_closed(const th_daemon *d, const void *bytes, size_t le
     int fd = peer_auth(peer_port(d), &k);
     char who[64], line[200];
     local_name(fd, who, sizeof(who));
-    int64_t t0 = now_ms();
+    int64_t t0 = th_now_ms();
     th_write(fd, bytes, len);
     uint8_t b;
     cr_assert_eq(read_upto(fd, &b, 1, 5000), 0, "the daemon answered a bad PeerHello");
     cr_assert(th_wait_eof(fd, 100), "the connection is still open");
-    cr_assert_lt(now_ms() - t0, 4000, "closed only after the handshake timed out");
-    sleep_ms(100); /* room for a crash after the close */
+    cr_assert_lt(th_now_ms() - t0, 4000, "closed only after the handshake timed out");
+    th_sleep_ms(100); /* room for a crash after the close */
     cr_assert(th_daemon_alive(d) && th_status_ok(d->sock), "ringd died after \"%s\" (log above)",
               why);
     close(fd);

@@ -2,6 +2,7 @@
  * untrusted records. */
 #define _GNU_SOURCE
 #include "rendezvous.h"
+#include "harness.h"
 #include "th_redis.h"
 
 #include <criterion/criterion.h>
@@ -41,17 +42,10 @@ static seen_t seen[NINST];
 static pid_t child;
 static int saved_stderr = -1;
 
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* Runs the pumped event bases for about 10 ms each; returns 0 once end has passed. */
 static int pump(int64_t end)
 {
-    if (now_ms() >= end)
+    if (th_now_ms() >= end)
         return 0;
     for (int i = 0; i < 2; i++) {
         if (bases[i] == NULL || !pumped[i])
@@ -66,7 +60,7 @@ static int pump(int64_t end)
 /* Runs the pumped bases for ms, for checks that something does not happen. */
 static void pump_for(int ms)
 {
-    for (int64_t end = now_ms() + ms; pump(end);)
+    for (int64_t end = th_now_ms() + ms; pump(end);)
         ;
 }
 
@@ -166,7 +160,7 @@ static void join_both(rd_rdv *a, rd_rdv *b)
     rd_rdv_member ma = member("node-a", "10.0.0.1:7070", 2, 0xfedcba9876543210ULL);
     /* b first, so that Redis holds the records out of order. */
     cr_assert_eq(rd_rdv_join(b, JOB, &mb), 0);
-    int64_t end = now_ms() + 5000;
+    int64_t end = th_now_ms() + 5000;
     while (seen[1].nviews == 0 && pump(end))
         ;
     cr_assert_eq(rd_rdv_join(a, JOB, &ma), 0);
@@ -211,7 +205,7 @@ Test(rendezvous, a_leave_bumps_the_generation_and_the_other_sees_the_member_gone
     join_both(a, b);
     uint64_t before = seen[0].gen;
     rd_rdv_leave(b, JOB);
-    int64_t end = now_ms() + 5000;
+    int64_t end = th_now_ms() + 5000;
     while (!(seen[0].nmembers == 1) && pump(end))
         ;
     cr_assert_eq(seen[0].nmembers, 1);
@@ -278,7 +272,7 @@ Test(rendezvous, a_member_that_crashes_disappears_when_its_lease_expires, .timeo
     rd_rdv *a = open_inst(0, 0, NULL, "", 300);
     rd_rdv_member ma = member("node-a", "10.0.0.1:7070", 1, 1);
     cr_assert_eq(rd_rdv_join(a, JOB, &ma), 0);
-    int64_t end = now_ms() + 5000;
+    int64_t end = th_now_ms() + 5000;
     while (!(seen[0].nmembers == 2) && pump(end))
         ;
     cr_assert_eq(seen[0].nmembers, 2);
@@ -290,11 +284,11 @@ Test(rendezvous, a_member_that_crashes_disappears_when_its_lease_expires, .timeo
     kill(child, SIGKILL);
     waitpid(child, NULL, 0);
     child = 0;
-    int64_t t0 = now_ms();
+    int64_t t0 = th_now_ms();
     end = t0 + 5000;
     while (has(0, "node-c") != NULL && pump(end))
         ;
-    int64_t took = now_ms() - t0;
+    int64_t took = th_now_ms() - t0;
     cr_assert_null(has(0, "node-c"), "the crashed member is still there");
     cr_assert_not_null(has(0, "node-a"));
     /* lease 300 ms + refresh period 100 ms, plus slack for slow (sanitizer) builds. */
@@ -315,7 +309,7 @@ Test(rendezvous, a_watcher_that_loses_its_connection_sees_changes_made_meanwhile
     char out[64];
     cr_assert_eq(th_redis_cmd(&srv, out, sizeof(out), 6, kill_all), 0);
     cr_assert_str_neq(out, ":0", "no client killed: %s", out);
-    int64_t end = now_ms() + 5000;
+    int64_t end = th_now_ms() + 5000;
     while (!rd_rdv_connected(b) && pump(end))
         ;
     pump_for(50);
@@ -333,7 +327,7 @@ Test(rendezvous, a_watcher_that_loses_its_connection_sees_changes_made_meanwhile
     /* Now a runs again: it must reconnect and notice the leave. */
     pumped[0] = 1;
     pumped[1] = 0;
-    end = now_ms() + 5000;
+    end = th_now_ms() + 5000;
     while (has(0, "node-b") != NULL && pump(end))
         ;
     cr_assert_null(has(0, "node-b"), "a never saw the leave made while it was disconnected");
@@ -369,7 +363,7 @@ Test(rendezvous, a_watcher_whose_stream_connection_alone_drops_catches_up_on_rec
     pumped[0] = 0;
     rd_rdv_leave(b, JOB);
     char out[64];
-    int64_t end = now_ms() + 5000;
+    int64_t end = th_now_ms() + 5000;
     const char *hexists[] = {"HEXISTS", "ringd:{" JOB "}:members", "node-b"};
     while (!(th_redis_cmd(&srv, out, sizeof(out), 3, hexists) == 0 && strcmp(out, ":0") == 0) &&
            pump(end))
@@ -379,7 +373,7 @@ Test(rendezvous, a_watcher_whose_stream_connection_alone_drops_catches_up_on_rec
     /* Well within the 10 s refresh period: the watch reconnect alone must bring the change. */
     pumped[0] = 1;
     pumped[1] = 0;
-    end = now_ms() + 3000;
+    end = th_now_ms() + 3000;
     while (has(0, "node-b") != NULL && pump(end))
         ;
     cr_assert_null(has(0, "node-b"), "a never saw the leave after its stream connection dropped");
@@ -395,7 +389,7 @@ Test(rendezvous, a_redis_restart_that_loses_all_data_leads_both_to_register_agai
     rd_rdv_member ma = member("node-a", "10.0.0.1:7070", 2, 0xfedcba9876543210ULL);
     for (int k = 0; k < 3; k++)
         cr_assert_eq(rd_rdv_join(a, JOB, &ma), 0);
-    int64_t end = now_ms() + 5000;
+    int64_t end = th_now_ms() + 5000;
     while (!(seen[0].gen == 5 && seen[1].gen == 5) && pump(end))
         ;
     cr_assert(seen[0].gen == 5 && seen[1].gen == 5, "gens %" PRIu64 " %" PRIu64, seen[0].gen,
@@ -403,7 +397,7 @@ Test(rendezvous, a_redis_restart_that_loses_all_data_leads_both_to_register_agai
     int na = seen[0].nviews, nb = seen[1].nviews;
 
     cr_assert_eq(th_redis_restart(&srv, NULL), 0, "redis-server did not restart");
-    end = now_ms() + 8000;
+    end = th_now_ms() + 8000;
     while (!(seen[0].nmembers == 2 && seen[1].nmembers == 2 && seen[0].gen < 5 && seen[1].gen < 5 &&
              seen[0].gen == seen[1].gen) &&
            pump(end))
@@ -424,7 +418,7 @@ Test(rendezvous, auth_with_the_right_password_works, .init = setup_auth, .timeou
     rd_rdv *a = open_inst(0, 0, "s3cret pass", "", 30000);
     rd_rdv_member ma = member("node-a", "10.0.0.1:7070", 1, 1);
     cr_assert_eq(rd_rdv_join(a, JOB, &ma), 0);
-    int64_t end = now_ms() + 5000;
+    int64_t end = th_now_ms() + 5000;
     while (seen[0].nviews == 0 && pump(end))
         ;
     cr_assert_eq(seen[0].nmembers, 1);
@@ -469,7 +463,7 @@ Test(rendezvous, a_wrong_password_is_logged_once_and_gives_no_view, .init = setu
     rd_rdv_member ma = member("node-a", "10.0.0.1:7070", 1, 1);
     cr_assert_eq(rd_rdv_join(a, JOB, &ma), 0);
     static char log[65536];
-    int64_t end = now_ms() + 5000;
+    int64_t end = th_now_ms() + 5000;
     while (read_capture(proc, log, sizeof(log)), strstr(log, "handshake") == NULL && pump(end))
         ;
     /* Several reconnect attempts (100, 200, 400 ms...) fail the same way meanwhile. */
@@ -495,7 +489,7 @@ Test(rendezvous, malformed_member_records_are_ignored, .timeout = 30)
     rd_rdv *b = open_inst(1, 0, NULL, "", 30000);
     rd_rdv_member ma = member("node-a", "10.0.0.1:7070", 1, 1);
     cr_assert_eq(rd_rdv_join(a, JOB, &ma), 0);
-    int64_t end = now_ms() + 5000;
+    int64_t end = th_now_ms() + 5000;
     while (seen[0].nviews == 0 && pump(end))
         ;
     cr_assert_eq(seen[0].nmembers, 1);
@@ -531,7 +525,7 @@ Test(rendezvous, malformed_member_records_are_ignored, .timeout = 30)
     /* b's join is an event: a reads the view with all of the above in it. */
     rd_rdv_member mb = member("node-b", "10.0.0.2:7070", 1, 2);
     cr_assert_eq(rd_rdv_join(b, JOB, &mb), 0);
-    end = now_ms() + 5000;
+    end = th_now_ms() + 5000;
     while (!(has(0, "node-b") && has(1, "node-b")) && pump(end))
         ;
     for (int i = 0; i < 2; i++) {
@@ -596,12 +590,12 @@ Test(rendezvous, freeing_leaves_every_joined_job_at_once, .timeout = 30)
     rd_rdv *a = open_inst(0, 0, NULL, "", 30000);
     rd_rdv *b = open_inst(1, 0, NULL, "", 30000);
     join_both(a, b);
-    int64_t t0 = now_ms();
+    int64_t t0 = th_now_ms();
     rd_rdv_free(b);
     inst[1] = NULL;
-    cr_assert_leq(now_ms() - t0, 1500, "rd_rdv_free took %" PRId64 " ms", now_ms() - t0);
+    cr_assert_leq(th_now_ms() - t0, 1500, "rd_rdv_free took %" PRId64 " ms", th_now_ms() - t0);
     /* Far sooner than the 30 s lease. */
-    int64_t end = now_ms() + 3000;
+    int64_t end = th_now_ms() + 3000;
     while (has(0, "node-b") != NULL && pump(end))
         ;
     cr_assert_null(has(0, "node-b"), "b is still a member after rd_rdv_free");
@@ -618,7 +612,7 @@ Test(rendezvous, a_join_made_while_redis_is_down_registers_once_it_comes_up, .ti
     cr_assert_eq(rd_rdv_connected(a), 0);
     cr_assert_eq(seen[0].nviews, 0);
     cr_assert_eq(th_redis_restart(&srv, NULL), 0);
-    int64_t end = now_ms() + 5000;
+    int64_t end = th_now_ms() + 5000;
     while (seen[0].nviews == 0 && pump(end))
         ;
     cr_assert_eq(seen[0].nmembers, 1);
@@ -634,7 +628,7 @@ Test(rendezvous, joining_again_replaces_the_record_and_bumps_the_generation, .ti
     uint64_t before = seen[1].gen;
     rd_rdv_member ma = member("node-a", "10.9.9.9:1", 3, 0xfedcba9876543210ULL);
     cr_assert_eq(rd_rdv_join(a, JOB, &ma), 0);
-    int64_t end = now_ms() + 5000;
+    int64_t end = th_now_ms() + 5000;
     while (!(seen[1].gen == before + 1 && seen[0].gen == before + 1) && pump(end))
         ;
     for (int i = 0; i < 2; i++) {
@@ -652,7 +646,7 @@ Test(rendezvous, a_database_number_in_the_url_selects_that_database, .timeout = 
     rd_rdv *a = open_inst(0, 0, NULL, "/5", 30000);
     rd_rdv_member ma = member("node-a", "10.0.0.1:7070", 1, 1);
     cr_assert_eq(rd_rdv_join(a, JOB, &ma), 0);
-    int64_t end = now_ms() + 5000;
+    int64_t end = th_now_ms() + 5000;
     while (seen[0].nviews == 0 && pump(end))
         ;
     cr_assert_eq(seen[0].nmembers, 1);
@@ -671,7 +665,7 @@ Test(rendezvous, a_lease_refreshed_in_time_keeps_the_member, .timeout = 30)
     rd_rdv *a = open_inst(0, 0, NULL, "", 300);
     rd_rdv_member ma = member("node-a", "10.0.0.1:7070", 1, 1);
     cr_assert_eq(rd_rdv_join(a, JOB, &ma), 0);
-    int64_t end = now_ms() + 5000;
+    int64_t end = th_now_ms() + 5000;
     while (seen[0].nviews == 0 && pump(end))
         ;
     cr_assert_eq(seen[0].gen, 1);

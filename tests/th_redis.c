@@ -1,6 +1,7 @@
 /* Test helper: starts, restarts and stops a real redis-server; raw RESP commands without hiredis.
  */
 #define _GNU_SOURCE
+#include "harness.h"
 #include "th_redis.h"
 
 #include <arpa/inet.h>
@@ -21,19 +22,6 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
 
 /* A port the kernel just handed out for 127.0.0.1, or -1. */
 static int free_port(void)
@@ -91,7 +79,7 @@ static int write_all(int fd, const char *buf, size_t len, int64_t deadline)
         if (n < 0 && errno != EAGAIN && errno != EINTR)
             return -1;
         struct pollfd p = {fd, POLLOUT, 0};
-        int64_t left = deadline - now_ms();
+        int64_t left = deadline - th_now_ms();
         if (left <= 0 || poll(&p, 1, (int)left) < 0)
             return -1;
     }
@@ -112,7 +100,7 @@ static int read_until(int fd, char *buf, size_t cap, size_t *have, size_t want, 
         if (n == 0 || (errno != EAGAIN && errno != EINTR))
             return -1;
         struct pollfd p = {fd, POLLIN, 0};
-        int64_t left = deadline - now_ms();
+        int64_t left = deadline - th_now_ms();
         if (left <= 0 || poll(&p, 1, (int)left) < 0)
             return -1;
     }
@@ -169,7 +157,7 @@ static char *format_cmd(int argc, const char *const *argv, size_t *len)
 
 int th_redis_cmd(const th_redis *s, char *out, size_t outlen, int argc, const char *const *argv)
 {
-    int64_t deadline = now_ms() + 2000;
+    int64_t deadline = th_now_ms() + 2000;
     int rc = -1;
     char tmp[256];
     size_t len = 0;
@@ -214,7 +202,7 @@ int th_redis_do(const th_redis *s, ...)
 /* Waits for pid up to timeout_ms; returns its wait status, or -1 while it still runs. */
 static int wait_for(pid_t pid, int timeout_ms)
 {
-    int64_t end = now_ms() + timeout_ms;
+    int64_t end = th_now_ms() + timeout_ms;
     for (;;) {
         int ws;
         pid_t r = waitpid(pid, &ws, WNOHANG);
@@ -222,9 +210,9 @@ static int wait_for(pid_t pid, int timeout_ms)
             return ws;
         if (r < 0)
             return -2;
-        if (now_ms() >= end)
+        if (th_now_ms() >= end)
             return -1;
-        sleep_ms(5);
+        th_sleep_ms(5);
     }
 }
 
@@ -268,8 +256,8 @@ static int up(th_redis *s)
         s->pid = 0;
         return -1;
     }
-    int64_t end = now_ms() + 5000;
-    while (now_ms() < end) {
+    int64_t end = th_now_ms() + 5000;
+    while (th_now_ms() < end) {
         int ws;
         if (waitpid(s->pid, &ws, WNOHANG) == s->pid) {
             s->pid = 0;
@@ -279,7 +267,7 @@ static int up(th_redis *s)
         const char *ping[] = {"PING"};
         if (th_redis_cmd(s, out, sizeof(out), 1, ping) == 0 && strcmp(out, "+PONG") == 0)
             return 0;
-        sleep_ms(10);
+        th_sleep_ms(10);
     }
     th_redis_kill(s);
     return -1;
@@ -329,7 +317,7 @@ int th_redis_restart(th_redis *s, const char *password)
     for (int attempt = 0; attempt < 20; attempt++) {
         if (up(s) == 0)
             return 0;
-        sleep_ms(50);
+        th_sleep_ms(50);
     }
     return -1;
 }

@@ -12,8 +12,8 @@ int th_ring_start_node(th_ring *r, int i, const char *const *extra)
 {
     char node[16];
     snprintf(node, sizeof(node), "n%d", i);
-    const char *args[64] = {"--redis", r->redis.url, "--listen", "127.0.0.1:0", "--node", node,
-                            "--key-file", r->key, "--lease-ttl", "1000"};
+    const char *args[64] = {"--redis", r->redis.url, "--listen", "127.0.0.1:0", "--node",
+                            node,      "--key-file", r->key,     "--lease-ttl", "1000"};
     int k = 10;
     for (int e = 0; extra != NULL && extra[e] != NULL && k < 63; e++)
         args[k++] = extra[e];
