@@ -66,8 +66,9 @@ static const opt_spec options[] = {
     {"lease-ttl", "RINGD_LEASE_TTL", OPT_INT, "3000", 100, 600000, OFF(lease_ttl),
      "milliseconds a node stays a member without refreshing its lease"},
     {"direct-bytes", "RINGD_DIRECT_BYTES", OPT_SIZE, "8K", 0, 16 << 20, OFF(direct_bytes),
-     "collectives whose result is at most this big travel with the negotiation messages through "
-     "the coordinator (two hops) instead of the ring; all nodes must agree"},
+     "collectives whose result is at most this big skip the ring: each node sends its part with "
+     "the announcement every node sends to all, and computes the result itself (one hop); all "
+     "nodes must agree"},
     {"fusion-threshold", "RINGD_FUSION_THRESHOLD", OPT_SIZE, "64M", 0, 1 << 30,
      OFF(fusion_threshold), "small allreduces ready together are fused into one buffer up to this"},
     {"segment-size", "RINGD_SEGMENT_SIZE", OPT_SIZE, "1M", 4096, 64 << 20, OFF(segment_size),
