@@ -288,6 +288,13 @@ rd_config_result rd_config_parse(rd_config *cfg, int argc, char **argv, char **e
             return RD_CONFIG_ERROR;
         }
     }
+    if (cfg->direct_bytes > cfg->max_frame / 2) {
+        snprintf(err, errlen,
+                 "--direct-bytes %" PRIu64 " must be at most half of --max-frame %" PRIu64
+                 " (small ops travel in control frames)",
+                 cfg->direct_bytes, cfg->max_frame);
+        return RD_CONFIG_ERROR;
+    }
     if (cfg->node[0] == '\0' && gethostname(cfg->node, sizeof(cfg->node) - 1) != 0)
         snprintf(cfg->node, sizeof(cfg->node), "node-%ld", (long)getpid());
     if (cfg->threads == 0) {

@@ -2,6 +2,7 @@
  * ready ops inline or on the executor, and failing what a departed client leaves behind. */
 #include "job.h"
 
+#include <event2/event.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
@@ -67,6 +68,7 @@ struct rd_job {
     uint64_t generation;
     rd_world *world;                 /* jobs spanning nodes */
     int busy;                        /* inside a world call that may end ops: not freed meanwhile */
+    struct event *ev_free;           /* frees the job on a later turn, out of any callback */
     struct go_batch *goq, *goq_tail; /* the coordinator's orders not yet started */
     int freeing;
     uid_t uid;                 /* of the first client: only that user's processes may join */
@@ -83,22 +85,13 @@ const char *rd_job_name(const rd_job *j)
     return j->name;
 }
 
-/* FNV-1a: names are short and chosen by clients, buckets are few; good enough spread. */
-static size_t name_hash(const char *s)
-{
-    uint64_t h = 1469598103934665603ull;
-    for (; *s; s++)
-        h = (h ^ (uint8_t)*s) * 1099511628211ull;
-    return (size_t)h;
-}
-
 /* The op named name that rank should join: the oldest one it has not submitted to (a failed
  * op's ranks may already submit the name again while others have yet to see the failure).
  * *dup is set when rank already has that name pending or running. */
 static rd_op *op_find(rd_job *j, const char *name, uint32_t rank, int *dup)
 {
     *dup = 0;
-    for (rd_op *o = j->buckets[name_hash(name) & (j->nbuckets - 1)]; o != NULL; o = o->next) {
+    for (rd_op *o = j->buckets[rd_name_hash(name) & (j->nbuckets - 1)]; o != NULL; o = o->next) {
         if (strcmp(o->name, name) != 0)
             continue;
         if (!o->parts[rank].submitted)
@@ -119,7 +112,7 @@ static void op_table_grow(rd_job *j)
     for (size_t i = 0; i < j->nbuckets; i++) {
         rd_op *o = j->buckets[i];
         while (o != NULL) {
-            rd_op *next = o->next, **pp = &b[name_hash(o->name) & (nb - 1)];
+            rd_op *next = o->next, **pp = &b[rd_name_hash(o->name) & (nb - 1)];
             while (*pp != NULL)
                 pp = &(*pp)->next;
             o->next = NULL;
@@ -137,7 +130,7 @@ static void op_insert(rd_job *j, rd_op *o)
     if (j->nops >= j->nbuckets * 2)
         op_table_grow(j);
     /* Appended, so ops of one name stay in submission order. */
-    rd_op **pp = &j->buckets[name_hash(o->name) & (j->nbuckets - 1)];
+    rd_op **pp = &j->buckets[rd_name_hash(o->name) & (j->nbuckets - 1)];
     while (*pp != NULL)
         pp = &(*pp)->next;
     o->next = NULL;
@@ -147,7 +140,7 @@ static void op_insert(rd_job *j, rd_op *o)
 
 static void op_unlink(rd_job *j, rd_op *o)
 {
-    rd_op **pp = &j->buckets[name_hash(o->name) & (j->nbuckets - 1)];
+    rd_op **pp = &j->buckets[rd_name_hash(o->name) & (j->nbuckets - 1)];
     while (*pp != o)
         pp = &(*pp)->next;
     *pp = o->next;
@@ -188,6 +181,8 @@ static void job_free(rd_job *j)
         pp = &(*pp)->next;
     if (*pp == j)
         *pp = j->next;
+    if (j->ev_free != NULL)
+        event_free(j->ev_free);
     free(j->buckets);
     free(j->slots);
     free(j->name);
@@ -201,6 +196,13 @@ static void job_maybe_free(rd_job *j)
         rd_log(RD_LOG_INFO, "job", "job '%s': last client left", j->name);
         job_free(j);
     }
+}
+
+static void on_free_later(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    job_maybe_free(arg);
 }
 
 /* Sends the op's outcome to every rank still there that submitted, and counts it. */
@@ -461,9 +463,18 @@ static int op_matches(const rd_op *o, const Ringd__Submit *m, uint32_t rank, cha
         return 1;
     rd_op_params_describe(a, sizeof(a), &o->p);
     rd_op_params_describe(b, sizeof(b), &q);
-    snprintf(msg, len,
-             "tensor '%s' mismatch (%s): local rank %u submitted %s; local rank %u submitted %s",
-             o->name, fields, o->first_rank, a, rank, b);
+    const rd_job *j = o->job;
+    if (j->world == NULL)
+        snprintf(
+            msg, len,
+            "tensor '%s' mismatch (%s): local rank %u submitted %s; local rank %u submitted %s",
+            o->name, fields, o->first_rank, a, rank, b);
+    else
+        snprintf(msg, len,
+                 "tensor '%s' mismatch (%s): rank %u (node %s) submitted %s; rank %u (node %s) "
+                 "submitted %s",
+                 o->name, fields, j->first_rank + o->first_rank, j->d->cfg.node, a,
+                 j->first_rank + rank, j->d->cfg.node, b);
     return 0;
 }
 
@@ -586,11 +597,11 @@ void rd_job_submit(struct rd_session *s, const Ringd__Submit *m)
     o->nsubmitted++;
 
     if (!op_matches(o, m, rank, err, sizeof(err))) {
-        if (j->world != NULL) { /* the other nodes fail it too, in the agreed order */
-            o->await_go = 1;
-            rd_world_ready(j->world, o->name, &o->p, RINGD_E_MISMATCH, err, 0, NULL, 0, o);
-        }
+        /* A tombstone first; then the other nodes learn of it (which may end it at once). */
+        o->await_go = j->world != NULL;
         op_fail(o, RINGD_E_MISMATCH, "%s", err);
+        if (j->world != NULL)
+            rd_world_ready(j->world, o->name, &o->p, RINGD_E_MISMATCH, err, 0, NULL, 0, o);
         return;
     }
     if (o->nsubmitted < j->local_size)
@@ -706,7 +717,11 @@ ringd_result_t rd_job_join(struct rd_session *s, const Ringd__Hello *h, char *er
         j->nbuckets = RD_OP_BUCKETS_MIN;
         j->world_size = h->world_size;
         j->local_size = h->local_size;
-        if (j->world_size > j->local_size && (j->world = rd_world_new(d, j)) == NULL) {
+        j->ev_free = event_new(d->base, -1, 0, on_free_later, j);
+        if (j->ev_free == NULL ||
+            (j->world_size > j->local_size && (j->world = rd_world_new(d, j)) == NULL)) {
+            if (j->ev_free != NULL)
+                event_free(j->ev_free);
             free(j->buckets);
             free(j->slots);
             free(j->name);
@@ -963,7 +978,9 @@ void rd_job_task_done(rd_job *j, struct rd_xfer_task *t)
     }
     free(t->members);
     free(rt);
-    job_maybe_free(j);
+    /* Called from the data plane's completion callback, which a job freed now would free too. */
+    if (j->nclients == 0 && j->nrunning == 0)
+        event_active(j->ev_free, 0, 0);
 }
 
 /* One order of the coordinator: names of ops bound for the ring. */
@@ -995,7 +1012,7 @@ static void goq_clear(rd_job *j)
  * first skip of them (a batch may order one name several times). */
 static rd_op *op_ring_ready(rd_job *j, const char *name, size_t skip)
 {
-    for (rd_op *o = j->buckets[name_hash(name) & (j->nbuckets - 1)]; o != NULL; o = o->next)
+    for (rd_op *o = j->buckets[rd_name_hash(name) & (j->nbuckets - 1)]; o != NULL; o = o->next)
         if (o->state == OP_NEGOTIATING && o->ring_ready && strcmp(o->name, name) == 0 &&
             skip-- == 0)
             return o;
@@ -1086,6 +1103,17 @@ void rd_job_go(rd_job *j, const Ringd__Go *go)
         j->goq = b;
     j->goq_tail = b;
     goq_drain(j);
+}
+
+int rd_job_awaits_order(const rd_job *j)
+{
+    if (j->goq != NULL)
+        return 1;
+    for (size_t b = 0; b < j->nbuckets; b++)
+        for (const rd_op *o = j->buckets[b]; o != NULL; o = o->next)
+            if (o->state == OP_NEGOTIATING && o->ring_ready)
+                return 1;
+    return 0;
 }
 
 void rd_job_negotiated(rd_job *j, void *own, const Ringd__GoEntry *e)

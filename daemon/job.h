@@ -66,6 +66,10 @@ void rd_job_negotiated(rd_job *j, void *own, const Ringd__GoEntry *e);
  * every op in it is negotiated here, batches in order. */
 void rd_job_go(rd_job *j, const Ringd__Go *go);
 
+/* 1 while ops negotiated for the ring wait for the coordinator's order, or orders wait for
+ * ops. */
+int rd_job_awaits_order(const rd_job *j);
+
 /* A ring task ended (an rd_xfer_done_fn with the job as argument). */
 void rd_job_task_done(rd_job *j, struct rd_xfer_task *t);
 

@@ -11,6 +11,7 @@
 
 #include "backend.h"
 #include "local.h"
+#include "ringd.h"
 #include "log.h"
 
 #define RD_NEG_BUCKETS 1024
@@ -94,6 +95,7 @@ typedef struct rec {
 
 struct rd_neg {
     int nnodes, self;
+    uint64_t max_data; /* --direct-bytes: the most a node's contribution can be */
     rd_neg_node *nodes;
     char **names;
     rec *buckets[RD_NEG_BUCKETS];
@@ -102,21 +104,14 @@ struct rd_neg {
     size_t nout, capout;
 };
 
-static size_t hash(const char *s)
-{
-    uint64_t h = 1469598103934665603ull;
-    for (; *s; s++)
-        h = (h ^ (uint8_t)*s) * 1099511628211ull;
-    return (size_t)(h % RD_NEG_BUCKETS);
-}
-
-rd_neg *rd_neg_new(int nnodes, const rd_neg_node *nodes, int self)
+rd_neg *rd_neg_new(int nnodes, const rd_neg_node *nodes, int self, uint64_t max_data)
 {
     rd_neg *n = calloc(1, sizeof(*n));
     if (n == NULL)
         return NULL;
     n->nnodes = nnodes;
     n->self = self;
+    n->max_data = max_data;
     n->nodes = calloc((size_t)nnodes, sizeof(*n->nodes));
     n->names = calloc((size_t)nnodes, sizeof(*n->names));
     if (n->nodes == NULL || n->names == NULL) {
@@ -208,7 +203,7 @@ static int direct_result(const rd_neg *n, rec *r, ProtobufCBinaryData *out)
                        ? per
                        : 0;
         if (r->data[i].len != want) {
-            rec_fail(r, 3 /* RINGD_E_PROTOCOL */,
+            rec_fail(r, RINGD_E_PROTOCOL,
                      "tensor '%s': node %s sent %zu bytes of data, %" PRIu64 " expected", r->name,
                      n->nodes[i].node, r->data[i].len, want);
             return -1;
@@ -217,7 +212,7 @@ static int direct_result(const rd_neg *n, rec *r, ProtobufCBinaryData *out)
     out->len = p->coll == RD_COLL_ALLGATHER ? per * world : per;
     out->data = malloc(out->len ? out->len : 1);
     if (out->data == NULL) {
-        rec_fail(r, 7 /* RINGD_E_NOMEM */, "out of memory");
+        rec_fail(r, RINGD_E_NOMEM, "out of memory");
         return -1;
     }
     if (p->coll == RD_COLL_ALLREDUCE) {
@@ -246,7 +241,7 @@ static int emit(rd_neg *n, rec *r)
     ProtobufCBinaryData result = {0, NULL};
     int direct = 0;
     if (r->status == 0 && r->ndirect > 0 && r->ndirect < n->nnodes)
-        rec_fail(r, 11 /* RINGD_E_REFUSED */,
+        rec_fail(r, RINGD_E_REFUSED,
                  "tensor '%s': the nodes disagree on --direct-bytes (%d of %d sent data)", r->name,
                  r->ndirect, n->nnodes);
     if (r->status == 0 && r->ndirect == n->nnodes && r->first.coll != RD_COLL_BARRIER)
@@ -287,14 +282,19 @@ int rd_neg_ready(rd_neg *n, int node, const Ringd__OpSpec *spec, void *own, char
         snprintf(err, errlen, "node %s announced an invalid op", n->nodes[node].node);
         return -1;
     }
-    rec **pp = &n->buckets[hash(spec->name)], *r;
+    if (spec->data.len > n->max_data) {
+        snprintf(err, errlen, "node %s sent %zu bytes of data for tensor '%s', over --direct-bytes",
+                 n->nodes[node].node, spec->data.len, spec->name);
+        return -1;
+    }
+    rec **pp = &n->buckets[rd_name_hash(spec->name) % RD_NEG_BUCKETS], *r;
     for (r = *pp; r != NULL; pp = &r->next, r = r->next)
         if (strcmp(r->name, spec->name) == 0 && !r->have[node])
             break;
     if (r == NULL) {
         if (n->pending >= RD_NEG_PENDING_MAX) {
-            snprintf(err, errlen, "node %s has over %u ops pending negotiation",
-                     n->nodes[node].node, RD_NEG_PENDING_MAX);
+            snprintf(err, errlen, "over %u ops pending negotiation (node %s announced one more)",
+                     RD_NEG_PENDING_MAX, n->nodes[node].node);
             return -1;
         }
         r = calloc(1, sizeof(*r) + (size_t)n->nnodes);
@@ -344,13 +344,13 @@ int rd_neg_ready(rd_neg *n, int node, const Ringd__OpSpec *spec, void *own, char
         ranks_of(n, node, rb, sizeof(rb));
         snprintf(msg, sizeof(msg), "tensor '%s' mismatch (%s): %s submitted %s; %s submitted %s",
                  r->name, fields, ra, a, rb, b);
-        r->status = 5; /* RINGD_E_MISMATCH */
+        r->status = RINGD_E_MISMATCH;
         r->message = strdup(msg);
     }
     if (r->nhave < n->nnodes)
         return 0;
     /* every node has it: out of the table, onto the queue */
-    pp = &n->buckets[hash(r->name)];
+    pp = &n->buckets[rd_name_hash(r->name) % RD_NEG_BUCKETS];
     while (*pp != r)
         pp = &(*pp)->next;
     *pp = r->next;
@@ -401,7 +401,7 @@ void rd_neg_node_gone(rd_neg *n, int node, const char *why)
             *pp = r->next;
             n->pending--;
             if (r->own != NULL) {
-                rec_fail(r, 6 /* RINGD_E_MEMBERSHIP */, "tensor '%s': %s", r->name, why);
+                rec_fail(r, RINGD_E_MEMBERSHIP, "tensor '%s': %s", r->name, why);
                 r->ndirect = 0;
                 if (emit(n, r) != 0) /* out of memory: the ring's teardown fails the op */
                     rd_log(RD_LOG_ERROR, "negotiate", "out of memory failing tensor '%s'",

@@ -41,8 +41,9 @@ typedef struct {
 
 typedef struct rd_neg rd_neg;
 
-/* A table for nnodes nodes (copied), self being this node. Returns NULL when out of memory. */
-rd_neg *rd_neg_new(int nnodes, const rd_neg_node *nodes, int self);
+/* A table for nnodes nodes (copied), self being this node; a direct op's contribution is at most
+ * max_data bytes. Returns NULL when out of memory. */
+rd_neg *rd_neg_new(int nnodes, const rd_neg_node *nodes, int self, uint64_t max_data);
 void rd_neg_free(rd_neg *n);
 
 /* Records that node has spec ready (or failed there, spec->status != 0); own is this node's

@@ -661,18 +661,16 @@ rd_peer_chan *rd_peer_chan_new(struct event_base *base, int fd, const char *peer
                                rd_peer_chan_err_fn on_err, void *arg)
 {
     rd_peer_chan *c = calloc(1, sizeof(*c));
-    if (c == NULL) {
-        close(fd);
+    if (c == NULL)
         return NULL;
-    }
     evutil_make_socket_nonblocking(fd);
     c->bev = bufferevent_socket_new(base, fd, BEV_OPT_CLOSE_ON_FREE);
     c->ev_fail = event_new(base, -1, 0, on_chan_fail, c);
     if (c->bev == NULL || c->ev_fail == NULL) {
-        if (c->bev != NULL)
+        if (c->bev != NULL) {
+            bufferevent_setfd(c->bev, -1); /* fd stays the caller's */
             bufferevent_free(c->bev);
-        else
-            close(fd);
+        }
         if (c->ev_fail != NULL)
             event_free(c->ev_fail);
         free(c);

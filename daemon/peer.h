@@ -57,8 +57,8 @@ typedef void (*rd_peer_chan_msg_fn)(void *arg, rd_peer_chan *c, const rd_msg *m)
 /* The channel failed (EOF, error, bad frame, too much unread output); free it. */
 typedef void (*rd_peer_chan_err_fn)(void *arg, rd_peer_chan *c, const char *why);
 
-/* Wraps an accepted or dialled connection into a framed channel; takes fd. peer names the other
- * end in logs. Returns NULL (fd closed) when out of memory. */
+/* Wraps an accepted or dialled connection into a framed channel, which then owns fd. peer names
+ * the other end in logs. Returns NULL when out of memory (fd stays the caller's). */
 rd_peer_chan *rd_peer_chan_new(struct event_base *base, int fd, const char *peer,
                                uint32_t max_frame, rd_peer_chan_msg_fn on_msg,
                                rd_peer_chan_err_fn on_err, void *arg);

@@ -24,8 +24,6 @@
 #include "xfer.h"
 
 #define RD_WORLD_RETRY_MS 100
-#define RD_WORLD_CONNS_MAX 16
-#define RD_WORLD_NODES_MAX 64
 
 typedef struct rd_worlds {
     rd_auth_key key;
@@ -57,19 +55,21 @@ struct rd_world {
     rd_daemon *d;
     struct rd_job *job;
     world_state state;
-    rd_rdv_view view; /* deep copy of the last complete or incomplete view */
+    rd_rdv_view view;   /* the membership the ring is formed (or waits) with */
+    rd_rdv_view latest; /* the rendezvous' last word, adopted once the ring can change */
     uint64_t generation;
     int position, nnodes;
     uint32_t first_rank;
-    slot out_data[RD_WORLD_CONNS_MAX];
-    slot out_ctrl[RD_WORLD_NODES_MAX]; /* to each node before this one in the ring */
-    int in_data[RD_WORLD_CONNS_MAX];
-    rd_peer_chan *ctrl[RD_WORLD_NODES_MAX]; /* with every other node, by position */
+    slot out_data[RD_RING_CONNS_MAX];
+    slot out_ctrl[RD_RING_NODES_MAX]; /* to each node before this one in the ring */
+    int in_data[RD_RING_CONNS_MAX];
+    rd_peer_chan *ctrl[RD_RING_NODES_MAX]; /* with every other node, by position */
     rd_neg *neg;
     struct rd_xfer *xfer;
     struct retiring *retiring; /* data planes of earlier generations, ending */
     int degraded; /* a node's control link broke: ending what can end, then re-forming */
     struct event *ev_reform;
+    struct event *ev_grace; /* degraded: re-forms even if some op can still never end */
     struct event *ev_check; /* runs maybe_up on the next turn */
     /* throughput sampling */
     uint64_t bytes_sent, bytes_recv; /* of earlier generations */
@@ -78,6 +78,8 @@ struct rd_world {
     int64_t last_sample_ms;
     struct event *ev_sample;
 };
+
+static void on_task_done(void *arg, rd_xfer_task *t);
 
 static int64_t now_ms(void)
 {
@@ -149,7 +151,7 @@ static void on_retired(void *arg, struct rd_xfer *x)
 static void teardown(rd_world *w, const char *why, int graceful)
 {
     int was_up = w->state == W_UP || w->state == W_CONNECTING;
-    for (int c = 0; c < RD_WORLD_CONNS_MAX; c++) {
+    for (int c = 0; c < RD_RING_CONNS_MAX; c++) {
         slot *s = &w->out_data[c];
         rd_peer_dial_cancel(s->dial);
         s->dial = NULL;
@@ -162,7 +164,7 @@ static void teardown(rd_world *w, const char *why, int graceful)
             close(w->in_data[c]);
         w->in_data[c] = -1;
     }
-    for (int i = 0; i < RD_WORLD_NODES_MAX; i++) {
+    for (int i = 0; i < RD_RING_NODES_MAX; i++) {
         slot *s = &w->out_ctrl[i];
         rd_peer_dial_cancel(s->dial);
         s->dial = NULL;
@@ -174,6 +176,8 @@ static void teardown(rd_world *w, const char *why, int graceful)
     rd_neg_free(w->neg);
     w->neg = NULL;
     w->degraded = 0;
+    event_del(w->ev_reform);
+    event_del(w->ev_grace);
     if (w->xfer != NULL) {
         uint64_t sent, received;
         rd_xfer_bytes(w->xfer, &sent, &received);
@@ -203,6 +207,13 @@ static void teardown(rd_world *w, const char *why, int graceful)
 
 static void dial_start(slot *s);
 
+/* Dials again after RD_WORLD_RETRY_MS: the peer may not have reached this generation yet. */
+static void dial_later(slot *s)
+{
+    struct timeval tv = {0, RD_WORLD_RETRY_MS * 1000};
+    event_add(s->retry, &tv);
+}
+
 static void on_retry(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
@@ -223,10 +234,10 @@ static void maybe_up(rd_world *w)
         if (i != w->position && w->ctrl[i] == NULL)
             return;
 
-    uint32_t sizes[RD_WORLD_NODES_MAX];
+    uint32_t sizes[RD_RING_NODES_MAX];
     for (int i = 0; i < w->nnodes; i++)
         sizes[i] = member(w, i)->local_size;
-    int sfd[RD_WORLD_CONNS_MAX], rfd[RD_WORLD_CONNS_MAX];
+    int sfd[RD_RING_CONNS_MAX], rfd[RD_RING_CONNS_MAX];
     for (int c = 0; c < C; c++) {
         sfd[c] = w->out_data[c].fd;
         rfd[c] = w->in_data[c];
@@ -247,8 +258,7 @@ static void maybe_up(rd_world *w)
         .prev_node = member(w, (w->position + w->nnodes - 1) % w->nnodes)->node,
     };
     char err[256];
-    w->xfer =
-        rd_xfer_new(w->d->base, &xc, (rd_xfer_done_fn)rd_job_task_done, w->job, err, sizeof(err));
+    w->xfer = rd_xfer_new(w->d->base, &xc, on_task_done, w, err, sizeof(err));
     if (w->xfer == NULL) {
         rd_log(RD_LOG_ERROR, "world", "job '%s': %s", rd_job_name(w->job), err);
         teardown(w, "cannot start the ring", 1);
@@ -272,6 +282,37 @@ static void reform_later(rd_world *w)
     event_active(w->ev_reform, 0, 0);
 }
 
+/* 1 when nothing this node could still finish waits on the other nodes: no op half announced,
+ * none negotiated for the ring and waiting for the coordinator's order. */
+static int drained(const rd_world *w)
+{
+    return w->neg == NULL || (rd_neg_pending(w->neg) == 0 && !rd_job_awaits_order(w->job));
+}
+
+/* The ring will change (a node left, or the membership moved on): new ops fail at once, those
+ * under way end as they can, and the ring re-forms once drained, or after --peer-timeout. */
+static void degrade(rd_world *w)
+{
+    if (w->degraded)
+        return;
+    int64_t ms = w->d->cfg.peer_timeout;
+    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+    evtimer_add(w->ev_grace, &tv);
+    w->degraded = 1;
+    rd_log(RD_LOG_INFO, "world", "job '%s': ring of generation %" PRIu64 " draining",
+           rd_job_name(w->job), w->generation);
+}
+
+/* A ring task ended (on the current data plane or a retiring one). A data plane that broke
+ * stays broken: every node re-forms the ring, at the same generation when nobody left. */
+static void on_task_done(void *arg, rd_xfer_task *t)
+{
+    rd_world *w = arg;
+    if (w->xfer != NULL && rd_xfer_broken(w->xfer))
+        reform_later(w);
+    rd_job_task_done(w->job, t);
+}
+
 static void on_dialled(void *arg, int fd, const char *why)
 {
     slot *s = arg;
@@ -279,8 +320,7 @@ static void on_dialled(void *arg, int fd, const char *why)
     s->dial = NULL;
     if (fd < 0) {
         rd_log(RD_LOG_DEBUG, "world", "job '%s': %s; retrying", rd_job_name(w->job), why);
-        struct timeval tv = {0, RD_WORLD_RETRY_MS * 1000};
-        event_add(s->retry, &tv);
+        dial_later(s);
         return;
     }
     if (s->kind == RINGD__LINK_KIND__LINK_CONTROL) {
@@ -288,6 +328,7 @@ static void on_dialled(void *arg, int fd, const char *why)
             rd_peer_chan_new(w->d->base, fd, member(w, s->index)->node,
                              (uint32_t)w->d->cfg.max_frame, on_ctrl_msg, on_ctrl_err, w);
         if (w->ctrl[s->index] == NULL) {
+            close(fd);
             reform_later(w);
             return;
         }
@@ -313,23 +354,21 @@ static void dial_start(slot *s)
     h.conns = (uint32_t)conns(w);
     h.segment_size = w->d->cfg.segment_size;
     s->dial = rd_peer_dial_new(w->d->worlds->net, member(w, to)->addr, &h, on_dialled, s);
-    if (s->dial == NULL) {
-        struct timeval tv = {0, RD_WORLD_RETRY_MS * 1000};
-        event_add(s->retry, &tv);
-    }
+    if (s->dial == NULL)
+        dial_later(s);
 }
 
 /* The view is complete: make the links of its generation. */
 static void connect_ring(rd_world *w)
 {
     /* The table exists from now on: nodes up before this one announce their ops already. */
-    rd_neg_node nodes[RD_WORLD_NODES_MAX];
+    rd_neg_node nodes[RD_RING_NODES_MAX];
     uint32_t first = 0;
     for (int i = 0; i < w->nnodes; i++) {
         nodes[i] = (rd_neg_node){member(w, i)->node, first, member(w, i)->local_size};
         first += member(w, i)->local_size;
     }
-    w->neg = rd_neg_new(w->nnodes, nodes, w->position);
+    w->neg = rd_neg_new(w->nnodes, nodes, w->position, w->d->cfg.direct_bytes);
     if (w->neg == NULL) {
         rd_log(RD_LOG_ERROR, "world", "job '%s': out of memory forming the ring",
                rd_job_name(w->job));
@@ -348,7 +387,7 @@ static void connect_ring(rd_world *w)
 /* Applies the last view: waits, or (re)forms the ring at its generation. */
 static void apply_view(rd_world *w)
 {
-    const rd_rdv_view *v = &w->view;
+    const rd_rdv_view *v = &w->latest;
     uint32_t world = rd_job_world_size(w->job), ranks = 0, first = 0;
     int pos = -1, consistent = 1;
     char detail[512] = "";
@@ -371,20 +410,31 @@ static void apply_view(rd_world *w)
     else if (consistent && ranks > world)
         snprintf(detail, sizeof(detail), "%zu nodes register %u ranks for a world of %u",
                  v->nmembers, ranks, world);
-    else if (v->nmembers > RD_WORLD_NODES_MAX)
-        snprintf(detail, sizeof(detail), "more than %d nodes", RD_WORLD_NODES_MAX);
+    else if (v->nmembers > RD_RING_NODES_MAX)
+        snprintf(detail, sizeof(detail), "more than %d nodes", RD_RING_NODES_MAX);
     int complete = pos >= 0 && consistent && ranks == world && v->nmembers >= 2 &&
-                   v->nmembers <= RD_WORLD_NODES_MAX;
+                   v->nmembers <= RD_RING_NODES_MAX;
 
     if ((w->state == W_UP || w->state == W_CONNECTING) && complete &&
         w->generation == v->generation)
         return;
+    if (w->state == W_UP && !drained(w)) {
+        /* Ops every node announced still end: announcements in flight arrive first (a node that
+         * left closes its links after its last one), then the ring re-forms. */
+        degrade(w);
+        return;
+    }
     if (w->state == W_UP || w->state == W_CONNECTING) {
         char why[160];
         snprintf(why, sizeof(why),
                  "the ring of job '%s' changed (generation %" PRIu64 " -> %" PRIu64 "); resubmit",
                  rd_job_name(w->job), w->generation, v->generation);
         teardown(w, why, 1);
+    }
+    if (view_copy(&w->view, v) != 0) {
+        rd_log(RD_LOG_ERROR, "world", "job '%s': out of memory", rd_job_name(w->job));
+        set_state(w, W_WAITING);
+        return;
     }
     w->generation = v->generation;
     if (!complete) {
@@ -407,7 +457,7 @@ static void on_reform(evutil_socket_t fd, short what, void *arg)
     (void)what;
     if (w->state != W_UP && w->state != W_CONNECTING)
         return;
-    teardown(w, "a link of the ring failed; resubmit", 1);
+    teardown(w, "the ring is re-forming (a link failed or the membership changed); resubmit", 1);
     set_state(w, W_WAITING);
     apply_view(w); /* same generation: connect again */
 }
@@ -419,18 +469,28 @@ static void on_check(evutil_socket_t fd, short what, void *arg)
     maybe_up(arg);
 }
 
+/* Payload bytes this node sent to the next node and received from the previous one, in all
+ * generations of the job. */
+static void link_bytes(const rd_world *w, uint64_t *sent, uint64_t *received)
+{
+    *sent = w->bytes_sent;
+    *received = w->bytes_recv;
+    if (w->xfer != NULL) {
+        uint64_t s, r;
+        rd_xfer_bytes(w->xfer, &s, &r);
+        *sent += s;
+        *received += r;
+    }
+}
+
+/* Once a second: the links' throughput over the last second, for status. */
 static void on_sample(evutil_socket_t fd, short what, void *arg)
 {
     rd_world *w = arg;
     (void)fd;
     (void)what;
-    uint64_t s = w->bytes_sent, r = w->bytes_recv;
-    if (w->xfer != NULL) {
-        uint64_t xs, xr;
-        rd_xfer_bytes(w->xfer, &xs, &xr);
-        s += xs;
-        r += xr;
-    }
+    uint64_t s, r;
+    link_bytes(w, &s, &r);
     int64_t now = now_ms();
     double dt = (double)(now - w->last_sample_ms) / 1000.0;
     if (dt > 0) {
@@ -451,24 +511,25 @@ rd_world *rd_world_new(rd_daemon *d, struct rd_job *j)
     w->job = j;
     w->state = W_IDLE;
     int ok = 1;
-    for (int c = 0; c < RD_WORLD_CONNS_MAX; c++) {
+    for (int c = 0; c < RD_RING_CONNS_MAX; c++) {
         w->out_data[c] = (slot){.w = w, .kind = RINGD__LINK_KIND__LINK_DATA, .index = c, .fd = -1};
         w->out_data[c].retry = event_new(d->base, -1, 0, on_retry, &w->out_data[c]);
         ok &= w->out_data[c].retry != NULL;
         w->in_data[c] = -1;
     }
-    for (int i = 0; i < RD_WORLD_NODES_MAX; i++) {
+    for (int i = 0; i < RD_RING_NODES_MAX; i++) {
         w->out_ctrl[i] =
             (slot){.w = w, .kind = RINGD__LINK_KIND__LINK_CONTROL, .index = i, .fd = -1};
         w->out_ctrl[i].retry = event_new(d->base, -1, 0, on_retry, &w->out_ctrl[i]);
         ok &= w->out_ctrl[i].retry != NULL;
     }
     w->ev_reform = event_new(d->base, -1, 0, on_reform, w);
+    w->ev_grace = evtimer_new(d->base, on_reform, w);
     w->ev_check = event_new(d->base, -1, 0, on_check, w);
     w->ev_sample = event_new(d->base, -1, EV_PERSIST, on_sample, w);
     struct timeval sec = {1, 0};
-    if (!ok || w->ev_reform == NULL || w->ev_check == NULL || w->ev_sample == NULL ||
-        event_add(w->ev_sample, &sec) != 0) {
+    if (!ok || w->ev_reform == NULL || w->ev_grace == NULL || w->ev_check == NULL ||
+        w->ev_sample == NULL || event_add(w->ev_sample, &sec) != 0) {
         rd_world_free(w);
         return NULL;
     }
@@ -483,10 +544,10 @@ void rd_world_free(rd_world *w)
     if (w->state != W_IDLE && w->d->worlds != NULL)
         rd_rdv_leave(w->d->worlds->rdv, rd_job_name(w->job));
     teardown(w, "the job ended on this node", 0);
-    for (int c = 0; c < RD_WORLD_CONNS_MAX; c++)
+    for (int c = 0; c < RD_RING_CONNS_MAX; c++)
         if (w->out_data[c].retry != NULL)
             event_free(w->out_data[c].retry);
-    for (int i = 0; i < RD_WORLD_NODES_MAX; i++)
+    for (int i = 0; i < RD_RING_NODES_MAX; i++)
         if (w->out_ctrl[i].retry != NULL)
             event_free(w->out_ctrl[i].retry);
     if (w->ev_reform != NULL)
@@ -495,7 +556,10 @@ void rd_world_free(rd_world *w)
         event_free(w->ev_sample);
     if (w->ev_check != NULL)
         event_free(w->ev_check);
+    if (w->ev_grace != NULL)
+        event_free(w->ev_grace);
     view_clear(&w->view);
+    view_clear(&w->latest);
     free(w);
 }
 
@@ -561,7 +625,7 @@ static void negotiated(rd_world *w)
     }
     free(order);
     rd_neg_done_free(done, n);
-    if (w->degraded && rd_neg_pending(w->neg) == 0)
+    if (w->degraded && drained(w))
         reform_later(w);
 }
 
@@ -626,6 +690,8 @@ static void on_ctrl_msg(void *arg, rd_peer_chan *c, const rd_msg *m)
     if (from == 0 && w->position != 0 && m->body_case == RINGD__MSG__BODY_GO &&
         m->go->generation == w->generation) {
         rd_job_go(w->job, m->go);
+        if (w->degraded && drained(w))
+            reform_later(w);
         return;
     }
     if (from >= 0 && m->body_case == RINGD__MSG__BODY_READY &&
@@ -668,10 +734,10 @@ static void on_ctrl_err(void *arg, rd_peer_chan *c, const char *why)
              member(w, from)->node, rd_job_name(w->job), why);
     rd_peer_chan_free(c);
     w->ctrl[from] = NULL;
-    w->degraded = 1;
+    degrade(w);
     rd_neg_node_gone(w->neg, from, gone);
     negotiated(w);
-    if (rd_neg_pending(w->neg) == 0)
+    if (drained(w))
         reform_later(w);
 }
 
@@ -754,8 +820,10 @@ static ringd_result_t peer_check(rd_daemon *d, const Ringd__PeerHello *h, int fd
     rd_peer_chan_free(w->ctrl[from]); /* a re-dial replaces the earlier connection */
     w->ctrl[from] = rd_peer_chan_new(d->base, fd, h->node, (uint32_t)d->cfg.max_frame, on_ctrl_msg,
                                      on_ctrl_err, w);
-    if (w->ctrl[from] == NULL)
-        reform_later(w);
+    if (w->ctrl[from] == NULL) { /* the caller closes fd */
+        snprintf(err, errlen, "out of memory");
+        return RINGD_E_NOMEM;
+    }
     event_active(w->ev_check, 0, 0);
     return RINGD_OK;
 }
@@ -766,7 +834,7 @@ static void on_view(void *arg, const char *job, const rd_rdv_view *v)
     rd_world *w = world_of(d, job);
     if (w == NULL || w->state == W_IDLE)
         return;
-    if (view_copy(&w->view, v) != 0) {
+    if (view_copy(&w->latest, v) != 0) {
         rd_log(RD_LOG_ERROR, "world", "job '%s': out of memory", job);
         return;
     }
@@ -887,13 +955,8 @@ Ringd__RingInfo *rd_world_describe(const rd_world *w)
     if (n > 0)
         ri->coordinator = (char *)w->view.members[0].node;
     if (w->state == W_UP && w->nnodes >= 2) {
-        uint64_t s = w->bytes_sent, r = w->bytes_recv;
-        if (w->xfer != NULL) {
-            uint64_t xs, xr;
-            rd_xfer_bytes(w->xfer, &xs, &xr);
-            s += xs;
-            r += xr;
-        }
+        uint64_t s, r;
+        link_bytes(w, &s, &r);
         for (int k = 0; k < 2; k++) {
             ringd__link_info__init(&li[k]);
             int peer =

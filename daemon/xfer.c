@@ -28,7 +28,6 @@
 #include "log.h"
 
 #define RD_XFER_MAGIC 0x52444731u /* "RDG1" */
-#define RD_XFER_CONNS_MAX 16
 #define RD_XFER_SEGMENT_MIN (64u << 10)
 
 /* Precedes every non-empty segment on a link. Little-endian on the wire. */
@@ -57,8 +56,8 @@ typedef struct {
 /* One task's steps. */
 typedef struct {
     int nsend, nrecv;
-    send_step send[2 * 64];
-    recv_step recv[2 * 64];
+    send_step send[2 * RD_RING_NODES_MAX];
+    recv_step recv[2 * RD_RING_NODES_MAX];
 } plan;
 
 typedef struct {
@@ -73,7 +72,7 @@ struct rd_xfer {
     rd_xfer_config cfg;
     uint32_t *local_sizes;
     char next_node[RD_NAME_MAX + 1], prev_node[RD_NAME_MAX + 1];
-    int send_fds[RD_XFER_CONNS_MAX], recv_fds[RD_XFER_CONNS_MAX];
+    int send_fds[RD_RING_CONNS_MAX], recv_fds[RD_RING_CONNS_MAX];
     rd_xfer_done_fn done;
     void *arg;
 
@@ -100,7 +99,7 @@ struct rd_xfer {
 
     uint8_t *scratch; /* thread-private */
     size_t scratch_len;
-    uint8_t *staging[RD_XFER_CONNS_MAX];
+    uint8_t *staging[RD_RING_CONNS_MAX];
 
     atomic_uint_least64_t sent, received;
 };
@@ -223,13 +222,14 @@ static int lane_recv(run *r, lane *l, int idx)
         }
         uint64_t len = st->len - off < r->seg ? st->len - off : r->seg;
         uint8_t *dst = st->reduce ? staging : st->dst + off;
-        struct iovec iov[2];
-        int n = 0;
+        /* The header alone first: a payload lands in its buffer only after its header passed. */
+        struct iovec iov;
         if (l->pos < sizeof(seg_hdr))
-            iov[n++] = (struct iovec){(uint8_t *)&l->hdr + l->pos, sizeof(seg_hdr) - l->pos};
-        uint64_t done = l->pos > sizeof(seg_hdr) ? l->pos - sizeof(seg_hdr) : 0;
-        iov[n++] = (struct iovec){dst + done, len - done};
-        ssize_t got = readv(l->fd, iov, n);
+            iov = (struct iovec){(uint8_t *)&l->hdr + l->pos, sizeof(seg_hdr) - l->pos};
+        else
+            iov =
+                (struct iovec){dst + (l->pos - sizeof(seg_hdr)), len - (l->pos - sizeof(seg_hdr))};
+        ssize_t got = readv(l->fd, &iov, 1);
         if (got < 0) {
             if (errno == EINTR)
                 continue;
@@ -307,7 +307,7 @@ static int run_plan(rd_xfer *x, rd_xfer_task *t, const plan *p, size_t esz)
         fail(&r, RINGD_E_NOMEM, "out of memory");
         return -1;
     }
-    lane sl[RD_XFER_CONNS_MAX], rl[RD_XFER_CONNS_MAX];
+    lane sl[RD_RING_CONNS_MAX], rl[RD_RING_CONNS_MAX];
     for (int c = 0; c < C; c++) {
         sl[c] = (lane){.fd = x->send_fds[c], .g = (uint64_t)c};
         rl[c] = (lane){.fd = x->recv_fds[c], .g = (uint64_t)c};
@@ -341,7 +341,7 @@ static int run_plan(rd_xfer *x, rd_xfer_task *t, const plan *p, size_t esz)
             sched_yield();
             continue;
         }
-        struct pollfd pf[2 * RD_XFER_CONNS_MAX];
+        struct pollfd pf[2 * RD_RING_CONNS_MAX];
         int n = 0;
         for (int c = 0; c < C; c++) {
             if (sl[c].g < send_total && sl[c].blocked)
@@ -544,7 +544,8 @@ static void run_task(rd_xfer *x, rd_xfer_task *t)
     case RD_COLL_ALLGATHER: rc = do_allgather(x, t); break;
     default: rc = 0; break;
     }
-    if (rc != 0 && (t->status == RINGD_E_MEMBERSHIP || t->status == RINGD_E_PROTOCOL)) {
+    /* Any failure mid-collective leaves the nodes out of step: the ring must re-form. */
+    if (rc != 0) {
         snprintf(x->broken_why, sizeof(x->broken_why), "%s", t->message);
         atomic_store(&x->broken, 1);
         rd_log(RD_LOG_WARN, "xfer", "ring of generation %llu broken: %s",
@@ -663,8 +664,8 @@ rd_xfer *rd_xfer_new(struct event_base *base, const rd_xfer_config *c, rd_xfer_d
                      void *arg, char *err, size_t errlen)
 {
     rd_xfer *x = calloc(1, sizeof(*x));
-    int ok = x != NULL && c->conns >= 1 && c->conns <= RD_XFER_CONNS_MAX && c->nnodes >= 2 &&
-             c->nnodes <= 64;
+    int ok = x != NULL && c->conns >= 1 && c->conns <= RD_RING_CONNS_MAX && c->nnodes >= 2 &&
+             c->nnodes <= RD_RING_NODES_MAX;
     if (ok) {
         x->cfg = *c;
         x->local_sizes = calloc((size_t)c->nnodes, sizeof(uint32_t));
@@ -680,7 +681,7 @@ rd_xfer *rd_xfer_new(struct event_base *base, const rd_xfer_config *c, rd_xfer_d
         snprintf(err, errlen, "cannot start a ring of %d nodes with %d connections per link",
                  c->nnodes, c->conns);
         if (x != NULL) {
-            for (int i = 0; i < RD_XFER_CONNS_MAX; i++)
+            for (int i = 0; i < RD_RING_CONNS_MAX; i++)
                 free(x->staging[i]);
             free(x->local_sizes);
             free(x);

@@ -12,6 +12,9 @@
 
 struct event_base;
 
+#define RD_RING_NODES_MAX 64 /* nodes in one ring */
+#define RD_RING_CONNS_MAX 16 /* connections each way between neighbours */
+
 /* One tensor of a task: its L local inputs and outputs (pointers into the clients' arenas, checked
  * by the caller) and its elements per rank. */
 typedef struct {

@@ -70,3 +70,11 @@ int rd_name_valid(const char *s)
     }
     return n > 0;
 }
+
+size_t rd_name_hash(const char *s)
+{
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (; *s; s++)
+        h = (h ^ (uint8_t)*s) * 1099511628211ull;
+    return (size_t)h;
+}

@@ -38,6 +38,9 @@ uint32_t rd_frame_payload_len(const uint8_t *buf);
 
 void rd_frame_free(rd_msg *msg);
 
+/* A hash of a name for tables (FNV-1a: names are short and chosen by clients). */
+size_t rd_name_hash(const char *s);
+
 /* 1 when s is a usable job or tensor name: 1..RD_NAME_MAX bytes of printable ASCII. */
 int rd_name_valid(const char *s);
 
