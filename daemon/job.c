@@ -471,7 +471,7 @@ static int op_matches(const rd_op *o, const Ringd__Submit *m, uint32_t rank, cha
             o->name, fields, o->first_rank, a, rank, b);
     else
         snprintf(msg, len,
-                 "tensor '%s' mismatch (%s): rank %u (node %s) submitted %s; rank %u (node %s) "
+                 "tensor '%s' mismatch (%s): rank %u (node %.64s) submitted %s; rank %u (node %.64s) "
                  "submitted %s",
                  o->name, fields, j->first_rank + o->first_rank, j->d->cfg.node, a,
                  j->first_rank + rank, j->d->cfg.node, b);
