@@ -68,7 +68,7 @@ static const opt_spec options[] = {
     {"direct-bytes", "RINGD_DIRECT_BYTES", OPT_SIZE, "8K", 0, 16 << 20, OFF(direct_bytes),
      "collectives whose result is at most this big skip the ring: each node sends its part with "
      "the announcement every node sends to all, and computes the result itself (one hop); all "
-     "nodes must agree"},
+     "nodes must agree; at most half of --max-frame"},
     {"fusion-threshold", "RINGD_FUSION_THRESHOLD", OPT_SIZE, "64M", 0, 1 << 30,
      OFF(fusion_threshold), "small allreduces ready together are fused into one buffer up to this"},
     {"segment-size", "RINGD_SEGMENT_SIZE", OPT_SIZE, "1M", 4096, 64 << 20, OFF(segment_size),
@@ -288,13 +288,8 @@ rd_config_result rd_config_parse(rd_config *cfg, int argc, char **argv, char **e
             return RD_CONFIG_ERROR;
         }
     }
-    if (cfg->direct_bytes > cfg->max_frame / 2) {
-        snprintf(err, errlen,
-                 "--direct-bytes %" PRIu64 " must be at most half of --max-frame %" PRIu64
-                 " (small ops travel in control frames)",
-                 cfg->direct_bytes, cfg->max_frame);
-        return RD_CONFIG_ERROR;
-    }
+    if (cfg->direct_bytes > cfg->max_frame / 2) /* small ops travel in control frames */
+        cfg->direct_bytes = cfg->max_frame / 2;
     if (cfg->node[0] == '\0' && gethostname(cfg->node, sizeof(cfg->node) - 1) != 0)
         snprintf(cfg->node, sizeof(cfg->node), "node-%ld", (long)getpid());
     if (cfg->threads == 0) {
