@@ -470,11 +470,12 @@ static int op_matches(const rd_op *o, const Ringd__Submit *m, uint32_t rank, cha
             "tensor '%s' mismatch (%s): local rank %u submitted %s; local rank %u submitted %s",
             o->name, fields, o->first_rank, a, rank, b);
     else
-        snprintf(msg, len,
-                 "tensor '%s' mismatch (%s): rank %u (node %.64s) submitted %s; rank %u (node %.64s) "
-                 "submitted %s",
-                 o->name, fields, j->first_rank + o->first_rank, j->d->cfg.node, a,
-                 j->first_rank + rank, j->d->cfg.node, b);
+        snprintf(
+            msg, len,
+            "tensor '%s' mismatch (%s): rank %u (node %.64s) submitted %s; rank %u (node %.64s) "
+            "submitted %s",
+            o->name, fields, j->first_rank + o->first_rank, j->d->cfg.node, a, j->first_rank + rank,
+            j->d->cfg.node, b);
     return 0;
 }
 
@@ -487,7 +488,7 @@ static uint64_t result_bytes(const rd_op *o)
 
 /* Every local rank submitted an op of a multi-node job: tells the coordinator, with this node's
  * contribution when the op is small enough to travel with the negotiation (--direct-bytes). */
-static void negotiate(rd_op *o)
+static void announce(rd_op *o)
 {
     rd_job *j = o->job;
     uint32_t L = j->local_size;
@@ -608,7 +609,7 @@ void rd_job_submit(struct rd_session *s, const Ringd__Submit *m)
         return;
     if (j->world != NULL) {
         o->state = OP_NEGOTIATING;
-        negotiate(o);
+        announce(o);
         return;
     }
     op_start(o);

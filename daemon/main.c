@@ -98,7 +98,7 @@ int main(int argc, char **argv)
         rd_log(RD_LOG_ERROR, "main", "%s", err);
         goto out;
     }
-    if (rd_worlds_start(&d, err, sizeof(err)) != 0) {
+    if (rd_world_init(&d, err, sizeof(err)) != 0) {
         rd_log(RD_LOG_ERROR, "main", "%s", err);
         goto out;
     }
@@ -129,7 +129,7 @@ out:
     rd_exec_free(d.exec);
     rd_session_free_all(&d);
     rd_job_free_all(&d);
-    rd_worlds_stop(&d);
+    rd_world_shutdown(&d);
     if (ev_int != NULL)
         event_free(ev_int);
     if (ev_term != NULL)

@@ -33,9 +33,9 @@ void rd_status_reply(struct rd_session *s)
     r.ops_failed = d->ops_failed;
     r.bytes_reduced = d->bytes_reduced;
     r.node = d->cfg.node;
-    r.listen = (char *)rd_worlds_address(d);
+    r.listen = (char *)rd_world_address(d);
     r.redis = d->cfg.redis_url;
-    r.redis_connected = rd_worlds_redis_connected(d);
+    r.redis_connected = rd_world_redis_connected(d);
 
     if (rd_job_describe(d, &jobs, &njobs) != 0)
         goto fail;

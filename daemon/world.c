@@ -214,6 +214,7 @@ static void dial_later(slot *s)
     event_add(s->retry, &tv);
 }
 
+/* A slot's retry timer: dial again. */
 static void on_retry(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
@@ -313,6 +314,8 @@ static void on_task_done(void *arg, rd_xfer_task *t)
     rd_job_task_done(w->job, t);
 }
 
+/* A dial ended: a data connection waits in its slot for the data plane, a control connection
+ * becomes a channel; a refusal (most often a peer not yet at this generation) retries. */
 static void on_dialled(void *arg, int fd, const char *why)
 {
     slot *s = arg;
@@ -338,6 +341,8 @@ static void on_dialled(void *arg, int fd, const char *why)
     maybe_up(w);
 }
 
+/* Dials the slot's peer (the next node for data, node s->index for control) with this
+ * generation's PeerHello, if the ring is still connecting. */
 static void dial_start(slot *s)
 {
     rd_world *w = s->w;
@@ -462,6 +467,7 @@ static void on_reform(evutil_socket_t fd, short what, void *arg)
     apply_view(w); /* same generation: connect again */
 }
 
+/* Runs maybe_up on the turn after a peer's connection was accepted. */
 static void on_check(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
@@ -765,6 +771,9 @@ static ringd_result_t on_peer(void *arg, const Ringd__PeerHello *h, int fd, cons
     return rc;
 }
 
+/* Takes an authenticated peer's connection into the ring it names, or says why not: unknown job,
+ * another generation, settings that differ, a node that is not the expected neighbour. *quiet
+ * marks refusals the peer is expected to retry. */
 static ringd_result_t peer_check(rd_daemon *d, const Ringd__PeerHello *h, int fd,
                                  uint64_t *generation, int *quiet, char *err, size_t errlen)
 {
@@ -828,6 +837,7 @@ static ringd_result_t peer_check(rd_daemon *d, const Ringd__PeerHello *h, int fd
     return RINGD_OK;
 }
 
+/* The rendezvous' new view of a job: kept as the latest, applied when the ring can change. */
 static void on_view(void *arg, const char *job, const rd_rdv_view *v)
 {
     rd_daemon *d = arg;
@@ -856,7 +866,7 @@ static int read_secret(const char *path, char *buf, size_t len, char *err, size_
     return 0;
 }
 
-int rd_worlds_start(rd_daemon *d, char *err, size_t errlen)
+int rd_world_init(rd_daemon *d, char *err, size_t errlen)
 {
     if (d->cfg.redis_url[0] == '\0')
         return 0;
@@ -901,7 +911,7 @@ int rd_worlds_start(rd_daemon *d, char *err, size_t errlen)
     return 0;
 }
 
-void rd_worlds_stop(rd_daemon *d)
+void rd_world_shutdown(rd_daemon *d)
 {
     rd_worlds *ws = d->worlds;
     if (ws == NULL)
@@ -912,12 +922,12 @@ void rd_worlds_stop(rd_daemon *d)
     d->worlds = NULL;
 }
 
-const char *rd_worlds_address(const rd_daemon *d)
+const char *rd_world_address(const rd_daemon *d)
 {
     return d->worlds != NULL ? d->worlds->address : "";
 }
 
-int rd_worlds_redis_connected(const rd_daemon *d)
+int rd_world_redis_connected(const rd_daemon *d)
 {
     return d->worlds != NULL && d->worlds->rdv != NULL && rd_rdv_connected(d->worlds->rdv);
 }

@@ -19,10 +19,10 @@ typedef struct rd_world rd_world;
 
 /* Loads the ring key and starts the peer listener and the rendezvous (--redis). Returns 0, or -1
  * with err set. Without --redis does nothing. */
-int rd_worlds_start(struct rd_daemon *d, char *err, size_t errlen);
+int rd_world_init(struct rd_daemon *d, char *err, size_t errlen);
 
 /* Stops them (after every world is freed). */
-void rd_worlds_stop(struct rd_daemon *d);
+void rd_world_shutdown(struct rd_daemon *d);
 
 /* The multi-node side of job j (world_size > local_size). Returns NULL when out of memory. */
 rd_world *rd_world_new(struct rd_daemon *d, struct rd_job *j);
@@ -54,7 +54,7 @@ Ringd__RingInfo *rd_world_describe(const rd_world *w);
 void rd_world_describe_free(Ringd__RingInfo *ri);
 
 /* The bound peer address ("" without --redis), and whether Redis is connected. */
-const char *rd_worlds_address(const struct rd_daemon *d);
-int rd_worlds_redis_connected(const struct rd_daemon *d);
+const char *rd_world_address(const struct rd_daemon *d);
+int rd_world_redis_connected(const struct rd_daemon *d);
 
 #endif
