@@ -29,6 +29,7 @@
 
 #define RD_XFER_MAGIC 0x52444731u /* "RDG1" */
 #define RD_XFER_SEGMENT_MIN (64u << 10)
+#define RD_XFER_SPIN_US 2000 /* spin this long for a link mid-collective before sleeping */
 
 /* Precedes every non-empty segment on a link. Little-endian on the wire. */
 typedef struct {
@@ -337,7 +338,9 @@ static int run_plan(rd_xfer *x, rd_xfer_task *t, const plan *p, size_t esz)
             last = now;
             continue;
         }
-        if (now - last < x->cfg.poll_us) {
+        /* Mid-collective the next segment is usually a socket-buffer's drain away: yielding beats a
+         * sleep and a wake-up, and a core this leaves idle has nothing better to do. */
+        if (now - last < (x->cfg.poll_us > RD_XFER_SPIN_US ? x->cfg.poll_us : RD_XFER_SPIN_US)) {
             sched_yield();
             continue;
         }
