@@ -246,6 +246,8 @@ static int emit(rd_neg *n, rec *r)
                  r->ndirect, n->nnodes);
     if (r->status == 0 && r->ndirect == n->nnodes && r->first.coll != RD_COLL_BARRIER)
         direct = direct_result(n, r, &result) == 0;
+    if (r->status == 0 && r->first.coll == RD_COLL_BARRIER)
+        direct = 1; /* every rank has arrived: done, nothing for the ring */
     if (n->nout == n->capout) {
         size_t cap = n->capout ? n->capout * 2 : 16;
         rd_neg_done *o = realloc(n->out, cap * sizeof(*o));

@@ -1086,3 +1086,63 @@ Test(multinode, daemons_in_two_network_namespaces_form_a_ring_over_a_veth_pair, 
     ns_redis_log_remove();
     th_ring_finish(&ring_);
 }
+
+/* ---- the data plane off the event loop ---- */
+
+/* Rank 0 asks its daemon for status again and again while a large allreduce crosses the ring;
+ * the daemon must answer each within a bound although its ring thread is busy. */
+static int status_during_big_op(int i, void *arg)
+{
+    const topo *t = arg;
+    size_t count = (size_t)64 << 20; /* 256 MiB of f32 */
+    ringd_t *r = join(t, i, count * 4 + ((size_t)8 << 20));
+    if (r == NULL)
+        return 10;
+    float *buf = ringd_alloc(r, count * 4);
+    if (buf == NULL)
+        return 11;
+    for (size_t k = 0; k < count; k++)
+        buf[k] = (float)((k + (size_t)i) % 7);
+    CHECK_OK(r, ringd_barrier(r, "before"));
+    ringd_request_t *req;
+    CHECK_OK(r, ringd_allreduce_async(r, "big", buf, buf, count, RINGD_F32, RINGD_SUM, &req));
+    int done = 0, asked = 0;
+    int64_t worst = 0;
+    int first, k = node_of(t, i, &first);
+    while (!done) {
+        if (i == 0) {
+            int64_t t0 = th_now_ms();
+            if (!th_status_ok(ring_.d[k].sock)) {
+                fprintf(stderr, "status request failed during the allreduce\n");
+                return 12;
+            }
+            int64_t dt = th_now_ms() - t0;
+            worst = dt > worst ? dt : worst;
+            asked++;
+        }
+        th_sleep_ms(10);
+        CHECK_OK(r, ringd_test(req, &done));
+    }
+    for (size_t e = 0; e < count; e += 4099) {
+        float want = (float)((e % 7) + ((e + 1) % 7));
+        if (buf[e] != want) {
+            fprintf(stderr, "element %zu: %g, want %g\n", e, buf[e], want);
+            return 13;
+        }
+    }
+    ringd_close(r);
+    if (i == 0 && (asked < 3 || worst > 500)) {
+        fprintf(stderr, "%d status requests during the allreduce, the slowest took %lld ms\n",
+                asked, (long long)worst);
+        return 14;
+    }
+    return 0;
+}
+
+Test(multinode, status_requests_stay_answered_during_a_256_mib_allreduce, .timeout = 180)
+{
+    topo t = {2, {1, 1}};
+    start_ring(2, NULL);
+    cr_assert_eq(run_clients(2, status_during_big_op, &t, 150000), 0);
+    th_ring_finish(&ring_);
+}
