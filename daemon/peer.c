@@ -43,6 +43,7 @@ typedef struct setup {
     struct event *ev;          /* readable (or writable while connecting), persistent */
     struct event *ev_deadline; /* the whole handshake's time limit, never extended */
     short armed;
+    int quiet; /* the failure is routine: log it below warning */
     uint8_t chal[RD_AUTH_CHALLENGE_LEN];
     uint8_t ans[RD_AUTH_ANSWER_LEN];
     uint8_t buf[RD_FRAME_HEADER + RD_PEER_HELLO_MAX];
@@ -222,7 +223,9 @@ static void setup_fail(setup *s, const char *fmt, ...)
     vsnprintf(why, sizeof(why), fmt, ap);
     va_end(ap);
     if (!s->client) {
-        rd_log(RD_LOG_WARN, "peer", "connection from %s: %s; closed", s->remote, why);
+        /* a peer that hangs up mid-handshake is most often a dial its ring cancelled */
+        rd_log(s->quiet ? RD_LOG_INFO : RD_LOG_WARN, "peer", "connection from %s: %s; closed",
+               s->remote, why);
         setup_free(s);
         return;
     }
@@ -421,6 +424,7 @@ static void on_setup_event(evutil_socket_t fd, short what, void *arg)
         if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
             return;
         if (r <= 0) {
+            s->quiet = 1;
             setup_fail(s, "%s during the handshake",
                        r == 0 ? "connection closed" : strerror(errno));
             return;

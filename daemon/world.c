@@ -117,7 +117,8 @@ static int view_copy(rd_rdv_view *dst, const rd_rdv_view *src)
     rd_rdv_member *m = calloc(src->nmembers ? src->nmembers : 1, sizeof(*m));
     if (m == NULL)
         return -1;
-    memcpy(m, src->members, src->nmembers * sizeof(*m));
+    if (src->nmembers > 0)
+        memcpy(m, src->members, src->nmembers * sizeof(*m));
     free(dst->members);
     dst->members = m;
     dst->nmembers = src->nmembers;
@@ -614,6 +615,16 @@ static void negotiated(rd_world *w)
     if (w->position == 0 && order == NULL)
         rd_log(RD_LOG_ERROR, "world", "job '%s': out of memory ordering ops", rd_job_name(w->job));
     for (size_t i = 0; i < n; i++) {
+        Ringd__GoEntry *e = &done[i].e;
+        char *why;
+        /* A draining ring orders nothing more: the op fails now, not at the grace period's end. */
+        if (w->degraded && e->status == RINGD_OK && !e->direct &&
+            (why = strdup("the ring is re-forming (a node left or a link broke); resubmit")) !=
+                NULL) {
+            free(e->message);
+            e->message = why;
+            e->status = RINGD_E_MEMBERSHIP;
+        }
         rd_job_negotiated(w->job, done[i].own, &done[i].e);
         if (order != NULL && done[i].e.status == RINGD_OK && !done[i].e.direct)
             order[go.n_ops++] = &done[i].e;
@@ -646,16 +657,16 @@ void rd_world_ready(rd_world *w, const char *name, const rd_op_params *p, ringd_
     spec.name = (char *)name;
     spec.status = (uint32_t)status;
     spec.message = (char *)(message != NULL ? message : "");
-    if (w->degraded) { /* a node has gone: this op can never be done everywhere */
-        Ringd__GoEntry e = RINGD__GO_ENTRY__INIT;
-        char why[320];
-        snprintf(why, sizeof(why), "tensor '%s': a node left the ring of job '%s'; resubmit", name,
-                 rd_job_name(w->job));
-        e.name = (char *)name;
-        e.status = RINGD_E_MEMBERSHIP;
-        e.message = why;
-        rd_job_negotiated(w->job, own, &e);
-        return;
+    char why[320];
+    if (w->degraded) {
+        /* The ring is draining: the op fails, on every node alike, at once. The other nodes hear
+         * of it so their announcements of it end too; gone nodes never will. */
+        snprintf(why, sizeof(why), "tensor '%s': the ring of job '%s' is re-forming; resubmit",
+                 name, rd_job_name(w->job));
+        spec.status = RINGD_E_MEMBERSHIP;
+        spec.message = why;
+        spec.direct = 0;
+        spec.data.len = 0;
     }
     Ringd__OpSpec *specs[1] = {&spec};
     Ringd__Ready r = RINGD__READY__INIT;
@@ -674,6 +685,9 @@ void rd_world_ready(rd_world *w, const char *name, const rd_op_params *p, ringd_
         reform_later(w);
         return;
     }
+    for (int i = 0; w->degraded && i < w->nnodes; i++)
+        if (i != w->position && w->ctrl[i] == NULL)
+            rd_neg_node_gone(w->neg, i, why);
     negotiated(w);
 }
 
@@ -735,9 +749,11 @@ static void on_ctrl_err(void *arg, rd_peer_chan *c, const char *why)
         reform_later(w);
         return;
     }
-    char gone[320];
-    snprintf(gone, sizeof(gone), "node %s left the ring of job '%s' (%s); resubmit",
-             member(w, from)->node, rd_job_name(w->job), why);
+    char gone[1024];
+    snprintf(gone, sizeof(gone),
+             "the control link with node %s broke (%s), most often because it left the ring of "
+             "job '%s'; resubmit",
+             member(w, from)->node, why, rd_job_name(w->job));
     rd_peer_chan_free(c);
     w->ctrl[from] = NULL;
     degrade(w);
