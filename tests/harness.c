@@ -33,8 +33,7 @@ void th_sleep_ms(int ms)
     nanosleep(&ts, NULL);
 }
 
-/* Waits for pid up to timeout_ms; returns its wait status, or -1 if it is still running. */
-static int wait_for(pid_t pid, int timeout_ms)
+int th_wait_pid(pid_t pid, int timeout_ms)
 {
     int64_t end = th_now_ms() + timeout_ms;
     for (;;) {
@@ -100,7 +99,7 @@ int th_daemon_start(th_daemon *d, const char *const *extra)
 int th_daemon_run_again(const th_daemon *d, const char *log, int timeout_ms)
 {
     pid_t pid = spawn_daemon(d->sock, log, NULL);
-    int ws = wait_for(pid, timeout_ms);
+    int ws = th_wait_pid(pid, timeout_ms);
     if (ws == -1) {
         kill(pid, SIGKILL);
         waitpid(pid, NULL, 0);
@@ -128,7 +127,7 @@ int th_daemon_stop(th_daemon *d)
     int rc = -1;
     if (d->pid > 0) {
         kill(d->pid, SIGTERM);
-        int ws = wait_for(d->pid, 10000);
+        int ws = th_wait_pid(d->pid, 10000);
         if (ws == -1) {
             kill(d->pid, SIGKILL);
             waitpid(d->pid, NULL, 0);
@@ -312,43 +311,41 @@ int th_wait_eof(int fd, int timeout_ms)
     }
 }
 
-int th_status_ok(const char *sock)
+rd_msg *th_status(const char *sock)
 {
     int fd = th_connect(sock);
     if (fd < 0)
-        return 0;
-    Ringd__StatusRequest q = RINGD__STATUS_REQUEST__INIT;
-    rd_msg m = RINGD__MSG__INIT;
-    m.body_case = RINGD__MSG__BODY_STATUS_REQUEST;
-    m.status_request = &q;
-    int ok = 0;
-    if (th_send(fd, &m) == 0) {
-        rd_msg *r = th_recv(fd, 2000, NULL);
-        ok = r != NULL && r->body_case == RINGD__MSG__BODY_STATUS_REPLY;
-        rd_frame_free(r);
-    }
-    close(fd);
-    return ok;
-}
-
-int th_job_in_flight(const char *sock, const char *job)
-{
-    int fd = th_connect(sock), total = -1;
-    if (fd < 0)
-        return -1;
+        return NULL;
     Ringd__StatusRequest q = RINGD__STATUS_REQUEST__INIT;
     rd_msg m = RINGD__MSG__INIT;
     m.body_case = RINGD__MSG__BODY_STATUS_REQUEST;
     m.status_request = &q;
     rd_msg *r = th_send(fd, &m) == 0 ? th_recv(fd, 2000, NULL) : NULL;
-    if (r != NULL && r->body_case == RINGD__MSG__BODY_STATUS_REPLY) {
-        total = 0;
-        for (size_t i = 0; i < r->status_reply->n_clients; i++)
-            if (strcmp(r->status_reply->clients[i]->job, job) == 0)
-                total += (int)r->status_reply->clients[i]->ops_in_flight;
-    }
-    rd_frame_free(r);
     close(fd);
+    if (r != NULL && r->body_case != RINGD__MSG__BODY_STATUS_REPLY) {
+        rd_frame_free(r);
+        r = NULL;
+    }
+    return r;
+}
+
+int th_status_ok(const char *sock)
+{
+    rd_msg *r = th_status(sock);
+    rd_frame_free(r);
+    return r != NULL;
+}
+
+int th_job_in_flight(const char *sock, const char *job)
+{
+    rd_msg *r = th_status(sock);
+    if (r == NULL)
+        return -1;
+    int total = 0;
+    for (size_t i = 0; i < r->status_reply->n_clients; i++)
+        if (strcmp(r->status_reply->clients[i]->job, job) == 0)
+            total += (int)r->status_reply->clients[i]->ops_in_flight;
+    rd_frame_free(r);
     return total;
 }
 
@@ -393,7 +390,7 @@ int th_run(int n, int (*fn)(int i, void *arg), void *arg, int timeout_ms)
     int64_t end = th_now_ms() + timeout_ms;
     for (int i = 0; i < n; i++) {
         int left = (int)(end - th_now_ms());
-        int ws = kids[i] > 0 ? wait_for(kids[i], left > 0 ? left : 0) : -1;
+        int ws = kids[i] > 0 ? th_wait_pid(kids[i], left > 0 ? left : 0) : -1;
         if (ws == -1 && kids[i] > 0) {
             kill(kids[i], SIGKILL);
             waitpid(kids[i], NULL, 0);

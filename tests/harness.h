@@ -47,6 +47,13 @@ int th_daemon_alive(const th_daemon *d);
 /* The daemon's log so far (malloc'd, NUL-terminated). */
 char *th_daemon_log(const th_daemon *d);
 
+/* Waits for pid up to timeout_ms; returns its wait status, -1 while it still runs, -2 when it
+ * is not a child. */
+int th_wait_pid(pid_t pid, int timeout_ms);
+
+/* The daemon's StatusReply (a Msg: rd_frame_free it) within 2 s, or NULL. */
+rd_msg *th_status(const char *sock);
+
 /* 1 when a status request on the socket gets a StatusReply within 2 s. */
 int th_status_ok(const char *sock);
 

@@ -74,19 +74,9 @@ typedef struct {
 static int status_get(const th_daemon *d, const char *job, peer_status *ps)
 {
     memset(ps, 0, sizeof(*ps));
-    int fd = th_connect(d->sock);
-    if (fd < 0)
+    rd_msg *r = th_status(d->sock);
+    if (r == NULL)
         return -1;
-    Ringd__StatusRequest q = RINGD__STATUS_REQUEST__INIT;
-    rd_msg m = RINGD__MSG__INIT;
-    m.body_case = RINGD__MSG__BODY_STATUS_REQUEST;
-    m.status_request = &q;
-    rd_msg *r = th_send(fd, &m) == 0 ? th_recv(fd, 2000, NULL) : NULL;
-    close(fd);
-    if (r == NULL || r->body_case != RINGD__MSG__BODY_STATUS_REPLY) {
-        rd_frame_free(r);
-        return -1;
-    }
     const Ringd__StatusReply *s = r->status_reply;
     const char *colon = strrchr(s->listen, ':');
     ps->port = colon != NULL ? atoi(colon + 1) : 0;

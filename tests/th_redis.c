@@ -199,23 +199,6 @@ int th_redis_do(const th_redis *s, ...)
     return out[0] == '-' ? -1 : 0;
 }
 
-/* Waits for pid up to timeout_ms; returns its wait status, or -1 while it still runs. */
-static int wait_for(pid_t pid, int timeout_ms)
-{
-    int64_t end = th_now_ms() + timeout_ms;
-    for (;;) {
-        int ws;
-        pid_t r = waitpid(pid, &ws, WNOHANG);
-        if (r == pid)
-            return ws;
-        if (r < 0)
-            return -2;
-        if (th_now_ms() >= end)
-            return -1;
-        th_sleep_ms(5);
-    }
-}
-
 /* Forks redis-server on s->port in s->dir, its output into s->dir/redis.log. */
 static pid_t spawn_server(const th_redis *s)
 {
@@ -300,7 +283,7 @@ int th_redis_kill(th_redis *s)
     if (s->pid <= 0)
         return 0;
     kill(s->pid, SIGTERM);
-    if (wait_for(s->pid, 5000) == -1) {
+    if (th_wait_pid(s->pid, 5000) == -1) {
         kill(s->pid, SIGKILL);
         waitpid(s->pid, NULL, 0);
         rc = -1;
