@@ -67,7 +67,7 @@ struct rd_world {
     rd_neg *neg;
     struct rd_xfer *xfer;
     struct retiring *retiring; /* data planes of earlier generations, ending */
-    int degraded; /* a node's control link broke: ending what can end, then re-forming */
+    int degraded; /* draining: a link broke or the membership changed; re-forms once drained */
     struct event *ev_reform;
     struct event *ev_grace; /* degraded: re-forms even if some op can still never end */
     struct event *ev_check; /* runs maybe_up on the next turn */
