@@ -45,8 +45,10 @@ static void print_text(const Ringd__StatusReply *r)
 {
     printf("ringd %s, pid %u, up %.1f s\n", r->version, r->pid, (double)r->uptime_ms / 1000.0);
     if (r->redis[0] != '\0')
-        printf("node %s, peers connect to %s, rendezvous %s (%s)\n", r->node, r->listen, r->redis,
-               r->redis_connected ? "connected" : "DISCONNECTED");
+        printf("node %s, peers connect to %s, rendezvous %s (%s); %" PRIu64 " ops in %" PRIu64
+               " ring passes\n",
+               r->node, r->listen, r->redis, r->redis_connected ? "connected" : "DISCONNECTED",
+               r->ring_ops, r->ring_passes);
     printf("ops: %" PRIu64 " in flight, %" PRIu64 " completed, %" PRIu64 " failed, %.3f GB moved\n",
            r->ops_in_flight, r->ops_completed, r->ops_failed, (double)r->bytes_reduced / 1e9);
     printf("jobs: %zu\n", r->n_jobs);
@@ -117,6 +119,8 @@ static void print_json(const Ringd__StatusReply *r)
     json_object_object_add(root, "listen", json_object_new_string(r->listen));
     json_object_object_add(root, "redis", json_object_new_string(r->redis));
     json_object_object_add(root, "redis_connected", json_object_new_boolean(r->redis_connected));
+    json_object_object_add(root, "ring_passes", json_object_new_int64((int64_t)r->ring_passes));
+    json_object_object_add(root, "ring_ops", json_object_new_int64((int64_t)r->ring_ops));
     json_object *ops = json_object_new_object();
     json_object_object_add(ops, "in_flight", json_object_new_int64((int64_t)r->ops_in_flight));
     json_object_object_add(ops, "completed", json_object_new_int64((int64_t)r->ops_completed));

@@ -26,6 +26,8 @@ typedef struct rd_daemon {
     uint64_t ops_completed;
     uint64_t ops_failed;
     uint64_t bytes_reduced; /* bytes written into arenas by collectives */
+    uint64_t ring_passes;   /* collectives run on rings, a fused group counting once */
+    uint64_t ring_ops;      /* ops those passes carried */
     uint64_t activity;      /* bumped by peer messages: the loop keeps polling after them */
 } rd_daemon;
 

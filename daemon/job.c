@@ -6,6 +6,7 @@
 #include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1030,7 +1031,7 @@ static int fuses(const rd_op *first, const rd_op *o, uint64_t bytes, uint64_t th
            bytes + ob <= threshold;
 }
 
-/* Starts the head batch if every op of it is negotiated here: consecutive small allreduces that
+/* Starts the head batch if every op of it is negotiated here: small allreduces of the batch that
  * agree on dtype, op and scales share one ring pass, up to --fusion-threshold bytes. Every node
  * groups a batch the same way, since it depends on the batch and the agreed parameters only.
  * Returns 1 when the batch started. */
@@ -1048,27 +1049,52 @@ static int batch_start(rd_job *j, go_batch *b)
             return 0;
         }
     }
-    uint64_t threshold = j->d->cfg.fusion_threshold, gbytes = 0;
-    size_t g0 = 0, ng = 0;
+    /* Groups of small allreduces agreeing on dtype, op and scales, each up to the threshold,
+     * started in the order of their first op; other ops run alone, in order. */
+    uint64_t threshold = j->d->cfg.fusion_threshold;
+    size_t *grp = calloc(b->n, sizeof(*grp)), ngroups = 0;
+    size_t *lead = calloc(b->n, sizeof(*lead));
+    uint64_t *gbytes = calloc(b->n, sizeof(*gbytes));
+    rd_op **members = calloc(b->n, sizeof(*members));
+    if (grp == NULL || lead == NULL || gbytes == NULL || members == NULL) {
+        free(grp);
+        free(lead);
+        free(gbytes);
+        free(members);
+        free(ops);
+        return 0; /* tried again on the next order or negotiation */
+    }
     for (size_t i = 0; i < b->n; i++) {
         rd_op *o = ops[i];
         uint64_t ob = o->p.count * rd_dtype_size((rd_dtype)o->p.dtype);
-        if (ng > 0 && !fuses(ops[g0], o, gbytes, threshold)) {
-            ring_start(j, &ops[g0], ng);
-            ng = 0;
-            gbytes = 0;
-        }
-        if (o->p.coll == RD_COLL_ALLREDUCE && ob < threshold) {
-            if (ng == 0)
-                g0 = i;
-            ng++;
-            gbytes += ob;
-        } else {
-            ring_start(j, &ops[i], 1);
-        }
+        grp[i] = SIZE_MAX;
+        if (o->p.coll != RD_COLL_ALLREDUCE || ob >= threshold)
+            continue;
+        size_t g = 0;
+        while (g < ngroups && !fuses(ops[lead[g]], o, gbytes[g], threshold))
+            g++;
+        if (g == ngroups)
+            lead[ngroups++] = i;
+        grp[i] = g;
+        gbytes[g] += ob;
     }
-    if (ng > 0)
-        ring_start(j, &ops[g0], ng);
+    for (size_t i = 0; i < b->n; i++) {
+        if (grp[i] == SIZE_MAX) {
+            ring_start(j, &ops[i], 1);
+            continue;
+        }
+        if (lead[grp[i]] != i)
+            continue;
+        size_t nm = 0;
+        for (size_t k = i; k < b->n; k++)
+            if (grp[k] == grp[i])
+                members[nm++] = ops[k];
+        ring_start(j, members, nm);
+    }
+    free(grp);
+    free(lead);
+    free(gbytes);
+    free(members);
     free(ops);
     return 1;
 }

@@ -36,6 +36,8 @@ void rd_status_reply(struct rd_session *s)
     r.listen = (char *)rd_world_address(d);
     r.redis = d->cfg.redis_url;
     r.redis_connected = rd_world_redis_connected(d);
+    r.ring_passes = d->ring_passes;
+    r.ring_ops = d->ring_ops;
 
     if (rd_job_describe(d, &jobs, &njobs) != 0)
         goto fail;

@@ -71,6 +71,9 @@ struct rd_world {
     struct event *ev_reform;
     struct event *ev_grace; /* degraded: re-forms even if some op can still never end */
     struct event *ev_check; /* runs maybe_up on the next turn */
+    struct event *ev_order; /* coordinator: sends the queued order at the end of the turn */
+    char **order;           /* coordinator: names of ring-bound ops not yet ordered */
+    size_t norder, caporder;
     /* throughput sampling */
     uint64_t bytes_sent, bytes_recv; /* of earlier generations */
     uint64_t last_sent, last_recv;
@@ -80,6 +83,8 @@ struct rd_world {
 };
 
 static void on_task_done(void *arg, rd_xfer_task *t);
+static void on_order(evutil_socket_t fd, short what, void *arg);
+static void order_clear(rd_world *w);
 
 static int64_t now_ms(void)
 {
@@ -179,6 +184,8 @@ static void teardown(rd_world *w, const char *why, int graceful)
     w->degraded = 0;
     event_del(w->ev_reform);
     event_del(w->ev_grace);
+    event_del(w->ev_order);
+    order_clear(w);
     if (w->xfer != NULL) {
         uint64_t sent, received;
         rd_xfer_bytes(w->xfer, &sent, &received);
@@ -533,10 +540,11 @@ rd_world *rd_world_new(rd_daemon *d, struct rd_job *j)
     w->ev_reform = event_new(d->base, -1, 0, on_reform, w);
     w->ev_grace = evtimer_new(d->base, on_reform, w);
     w->ev_check = event_new(d->base, -1, 0, on_check, w);
+    w->ev_order = event_new(d->base, -1, 0, on_order, w);
     w->ev_sample = event_new(d->base, -1, EV_PERSIST, on_sample, w);
     struct timeval sec = {1, 0};
-    if (!ok || w->ev_reform == NULL || w->ev_grace == NULL || w->ev_check == NULL ||
-        w->ev_sample == NULL || event_add(w->ev_sample, &sec) != 0) {
+    if (!ok || w->ev_reform == NULL || w->ev_grace == NULL || w->ev_order == NULL ||
+        w->ev_check == NULL || w->ev_sample == NULL || event_add(w->ev_sample, &sec) != 0) {
         rd_world_free(w);
         return NULL;
     }
@@ -565,6 +573,10 @@ void rd_world_free(rd_world *w)
         event_free(w->ev_check);
     if (w->ev_grace != NULL)
         event_free(w->ev_grace);
+    if (w->ev_order != NULL)
+        event_free(w->ev_order);
+    order_clear(w);
+    free(w->order);
     view_clear(&w->view);
     view_clear(&w->latest);
     free(w);
@@ -602,6 +614,80 @@ int rd_world_up(const rd_world *w)
     return w->state == W_UP;
 }
 
+/* Coordinator: queues a ring-bound op for the next order. Ops done negotiating in one loop turn
+ * (announcements read together, as they are when ranks submit back to back) go out as one
+ * batch, which is what fusion works within. */
+static void order_add(rd_world *w, const char *name)
+{
+    if (w->norder == w->caporder) {
+        size_t cap = w->caporder ? w->caporder * 2 : 64;
+        char **o = realloc(w->order, cap * sizeof(*o));
+        if (o == NULL) {
+            rd_log(RD_LOG_ERROR, "world", "job '%s': out of memory ordering ops",
+                   rd_job_name(w->job));
+            reform_later(w);
+            return;
+        }
+        w->order = o;
+        w->caporder = cap;
+    }
+    if ((w->order[w->norder] = strdup(name)) == NULL) {
+        reform_later(w);
+        return;
+    }
+    if (w->norder++ == 0)
+        event_active(w->ev_order, 0, 0);
+}
+
+static void order_clear(rd_world *w)
+{
+    for (size_t i = 0; i < w->norder; i++)
+        free(w->order[i]);
+    w->norder = 0;
+}
+
+/* Coordinator, end of a loop turn: sends the queued order to every node and applies it here. */
+static void on_order(evutil_socket_t fd, short what, void *arg)
+{
+    rd_world *w = arg;
+    (void)fd;
+    (void)what;
+    if (w->norder == 0 || w->state != W_UP) {
+        order_clear(w);
+        return;
+    }
+    Ringd__GoEntry *entries = calloc(w->norder, sizeof(*entries));
+    Ringd__GoEntry **ptrs = calloc(w->norder, sizeof(*ptrs));
+    if (entries == NULL || ptrs == NULL) {
+        free(entries);
+        free(ptrs);
+        order_clear(w);
+        reform_later(w);
+        return;
+    }
+    Ringd__Go go = RINGD__GO__INIT;
+    for (size_t i = 0; i < w->norder; i++) {
+        ringd__go_entry__init(&entries[i]);
+        entries[i].name = w->order[i];
+        ptrs[i] = &entries[i];
+    }
+    go.generation = w->generation;
+    go.ops = ptrs;
+    go.n_ops = w->norder;
+    rd_msg m = RINGD__MSG__INIT;
+    m.body_case = RINGD__MSG__BODY_GO;
+    m.go = &go;
+    for (int i = 1; i < w->nnodes; i++)
+        if (w->ctrl[i] != NULL)
+            rd_peer_chan_send(w->ctrl[i], &m);
+    rd_job_go(w->job, &go);
+    free(ptrs);
+    free(entries);
+    order_clear(w);
+    if (w->degraded && drained(w))
+        reform_later(w);
+}
+
 /* Hands every op now done negotiating to the job; the coordinator also orders those bound for
  * the ring, for every node, in the order they got done here. */
 static void negotiated(rd_world *w)
@@ -610,10 +696,6 @@ static void negotiated(rd_world *w)
     size_t n = rd_neg_take(w->neg, &done);
     if (n == 0)
         return;
-    Ringd__GoEntry **order = w->position == 0 ? calloc(n, sizeof(*order)) : NULL;
-    Ringd__Go go = RINGD__GO__INIT;
-    if (w->position == 0 && order == NULL)
-        rd_log(RD_LOG_ERROR, "world", "job '%s': out of memory ordering ops", rd_job_name(w->job));
     for (size_t i = 0; i < n; i++) {
         Ringd__GoEntry *e = &done[i].e;
         char *why;
@@ -626,21 +708,9 @@ static void negotiated(rd_world *w)
             e->status = RINGD_E_MEMBERSHIP;
         }
         rd_job_negotiated(w->job, done[i].own, &done[i].e);
-        if (order != NULL && done[i].e.status == RINGD_OK && !done[i].e.direct)
-            order[go.n_ops++] = &done[i].e;
+        if (w->position == 0 && done[i].e.status == RINGD_OK && !done[i].e.direct)
+            order_add(w, done[i].e.name);
     }
-    if (go.n_ops > 0) {
-        go.generation = w->generation;
-        go.ops = order;
-        rd_msg m = RINGD__MSG__INIT;
-        m.body_case = RINGD__MSG__BODY_GO;
-        m.go = &go;
-        for (int i = 1; i < w->nnodes; i++)
-            if (w->ctrl[i] != NULL)
-                rd_peer_chan_send(w->ctrl[i], &m);
-        rd_job_go(w->job, &go);
-    }
-    free(order);
     rd_neg_done_free(done, n);
     if (w->degraded && drained(w))
         reform_later(w);
@@ -693,6 +763,8 @@ void rd_world_ready(rd_world *w, const char *name, const rd_op_params *p, ringd_
 
 void rd_world_submit(rd_world *w, struct rd_xfer_task *t)
 {
+    w->d->ring_passes++;
+    w->d->ring_ops += t->nmembers;
     rd_xfer_submit(w->xfer, t);
 }
 

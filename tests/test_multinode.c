@@ -612,37 +612,49 @@ Test(multinode, async_allreduces_in_different_orders_round_a_three_node_ring, .t
     th_ring_finish(&ring_);
 }
 
-static void fusion_case(const topo *t, const char *const *extra)
+/* expect: 1 some ops were fused (fewer ring passes than ops on the ring), 0 none were, -1 either.
+ */
+static void fusion_case(const topo *t, const char *const *extra, int expect)
 {
     start_ring(t->nnodes, extra);
     async_case c = {*t, 200, 0};
     cr_assert_eq(run_clients(world_of(t), many_async, &c, 100000), 0);
+    rd_msg *m = th_status(ring_.d[0].sock);
+    cr_assert_not_null(m, "no status from n0");
+    uint64_t passes = m->status_reply->ring_passes, ops = m->status_reply->ring_ops;
+    rd_frame_free(m);
+    if (expect == 1)
+        cr_expect(ops > 0 && passes < ops, "%llu ops on the ring in %llu passes: nothing fused",
+                  (unsigned long long)ops, (unsigned long long)passes);
+    else if (expect == 0)
+        cr_expect(ops > 0 && passes == ops, "%llu ops on the ring in %llu passes with fusion off",
+                  (unsigned long long)ops, (unsigned long long)passes);
     th_ring_finish(&ring_);
 }
 
 Test(multinode, two_hundred_small_allreduces_back_to_back_are_fused_and_all_correct, .timeout = 120)
 {
     static const char *const extra[] = {"--direct-bytes", "0", NULL};
-    fusion_case(&(topo){2, {2, 2}}, extra);
+    fusion_case(&(topo){2, {2, 2}}, extra, 1);
 }
 
 Test(multinode, two_hundred_small_allreduces_are_correct_with_fusion_off, .timeout = 120)
 {
     static const char *const extra[] = {"--direct-bytes", "0", "--fusion-threshold", "0", NULL};
-    fusion_case(&(topo){2, {1, 1}}, extra);
+    fusion_case(&(topo){2, {1, 1}}, extra, 0);
 }
 
 Test(multinode, two_hundred_small_allreduces_are_correct_with_a_1_kib_fusion_threshold,
      .timeout = 120)
 {
     static const char *const extra[] = {"--direct-bytes", "0", "--fusion-threshold", "1024", NULL};
-    fusion_case(&(topo){2, {1, 2}}, extra);
+    fusion_case(&(topo){2, {1, 2}}, extra, -1);
 }
 
 Test(multinode, two_hundred_small_allreduces_through_the_coordinator_are_all_correct,
      .timeout = 120)
 {
-    fusion_case(&(topo){3, {1, 1, 1}}, NULL);
+    fusion_case(&(topo){3, {1, 1, 1}}, NULL, -1);
 }
 
 /* ---- 6. a mismatch across nodes ---- */
