@@ -128,6 +128,15 @@ static uint8_t *scratch(rd_xfer *x, size_t len)
     return x->scratch;
 }
 
+/* Fails t for want of a bytes-long ring buffer. Returns -1. */
+static int no_memory(rd_xfer_task *t, uint64_t bytes)
+{
+    t->status = RINGD_E_NOMEM;
+    snprintf(t->message, sizeof(t->message), "out of memory for a %llu-byte ring buffer",
+             (unsigned long long)bytes);
+    return -1;
+}
+
 typedef struct {
     rd_xfer *x;
     rd_xfer_task *t;
@@ -400,12 +409,8 @@ static int do_allreduce(rd_xfer *x, rd_xfer_task *t)
         local = t->members[0].in[0];
     } else {
         W = scratch(x, total * esz);
-        if (W == NULL) {
-            t->status = RINGD_E_NOMEM;
-            snprintf(t->message, sizeof(t->message), "out of memory for a %llu-byte ring buffer",
-                     (unsigned long long)(total * esz));
-            return -1;
-        }
+        if (W == NULL)
+            return no_memory(t, total * esz);
         rd_reduce_args pre = RD_REDUCE_ARGS_INIT;
         pre.prescale = t->args.prescale;
         uint64_t off = 0;
@@ -473,11 +478,8 @@ static int do_broadcast(rd_xfer *x, rd_xfer_task *t)
         p.nsend = 1;
     } else {
         uint8_t *W = L == 1 ? m->out[0] : scratch(x, bytes);
-        if (W == NULL) {
-            t->status = RINGD_E_NOMEM;
-            snprintf(t->message, sizeof(t->message), "out of memory");
-            return -1;
-        }
+        if (W == NULL)
+            return no_memory(t, bytes);
         p.recv[0] = (recv_step){.dst = W, .len = bytes};
         p.nrecv = 1;
         if (mod(P + 1, N) != rp) {
@@ -507,11 +509,8 @@ static int do_allgather(rd_xfer *x, rd_xfer_task *t)
     for (int i = 0; i < N; i++)
         off[i + 1] = off[i] + x->local_sizes[i] * per;
     uint8_t *W = L == 1 ? m->out[0] : scratch(x, off[N]);
-    if (W == NULL) {
-        t->status = RINGD_E_NOMEM;
-        snprintf(t->message, sizeof(t->message), "out of memory");
-        return -1;
-    }
+    if (W == NULL)
+        return no_memory(t, off[N]);
     for (int l = 0; l < L; l++)
         if (W + off[P] + (uint64_t)l * per != m->in[l])
             memmove(W + off[P] + (uint64_t)l * per, m->in[l], per);

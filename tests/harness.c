@@ -49,9 +49,8 @@ int th_wait_pid(pid_t pid, int timeout_ms)
     }
 }
 
-static pid_t spawn_daemon(const char *sock, const char *log, const char *const *extra)
+pid_t th_spawn(const char *log, const char *const *argv)
 {
-    const char *bin = getenv("RINGD_BIN");
     pid_t parent = getpid();
     pid_t pid = fork();
     if (pid != 0)
@@ -65,13 +64,19 @@ static pid_t spawn_daemon(const char *sock, const char *log, const char *const *
         dup2(fd, 2);
         close(fd);
     }
+    execvp(argv[0], (char *const *)argv);
+    _exit(127);
+}
+
+static pid_t spawn_daemon(const char *sock, const char *log, const char *const *extra)
+{
+    const char *bin = getenv("RINGD_BIN");
     const char *argv[32] = {bin ? bin : "ringd", "--socket", sock, "--log-level", "debug"};
     int n = 5;
     for (; extra != NULL && *extra != NULL && n < 30; extra++)
         argv[n++] = *extra;
     argv[n] = NULL;
-    execv(argv[0], (char *const *)argv);
-    _exit(127);
+    return th_spawn(log, argv);
 }
 
 int th_daemon_start(th_daemon *d, const char *const *extra)

@@ -47,6 +47,10 @@ int th_daemon_alive(const th_daemon *d);
 /* The daemon's log so far (malloc'd, NUL-terminated). */
 char *th_daemon_log(const th_daemon *d);
 
+/* Forks argv (execvp) with stdout and stderr appended to log; the child dies with the test
+ * process. Returns its pid, or -1. */
+pid_t th_spawn(const char *log, const char *const *argv);
+
 /* Waits for pid up to timeout_ms; returns its wait status, -1 while it still runs, -2 when it
  * is not a child. */
 int th_wait_pid(pid_t pid, int timeout_ms);

@@ -205,19 +205,6 @@ static pid_t spawn_server(const th_redis *s)
     char port[16], log[192];
     snprintf(port, sizeof(port), "%d", s->port);
     snprintf(log, sizeof(log), "%s/redis.log", s->dir);
-    pid_t parent = getpid();
-    pid_t pid = fork();
-    if (pid != 0)
-        return pid;
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent)
-        _exit(127);
-    int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-    if (fd >= 0) {
-        dup2(fd, 1);
-        dup2(fd, 2);
-        close(fd);
-    }
     const char *argv[20] = {
         "redis-server", "--port", port,    "--bind", "127.0.0.1",   "--save", "",
         "--appendonly", "no",     "--dir", s->dir,   "--daemonize", "no"};
@@ -227,8 +214,7 @@ static pid_t spawn_server(const th_redis *s)
         argv[n++] = s->password;
     }
     argv[n] = NULL;
-    execvp(argv[0], (char *const *)argv);
-    _exit(127);
+    return th_spawn(log, argv);
 }
 
 /* Starts the server on s->port and waits for PING; 0, or -1 with nothing left running. */
