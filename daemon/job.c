@@ -68,7 +68,6 @@ struct rd_job {
     uint32_t first_rank; /* global rank of local rank 0 */
     uint64_t generation;
     rd_world *world;                 /* jobs spanning nodes */
-    int busy;                        /* inside a world call that may end ops: not freed meanwhile */
     struct event *ev_free;           /* frees the job on a later turn, out of any callback */
     struct go_batch *goq, *goq_tail; /* the coordinator's orders not yet started */
     int freeing;
@@ -193,7 +192,7 @@ static void job_free(rd_job *j)
 /* Frees j once it has neither clients nor ops on the executor. */
 static void job_maybe_free(rd_job *j)
 {
-    if (j->nclients == 0 && j->nrunning == 0 && !j->freeing && !j->busy) {
+    if (j->nclients == 0 && j->nrunning == 0 && !j->freeing) {
         rd_log(RD_LOG_INFO, "job", "job '%s': last client left", j->name);
         job_free(j);
     }
@@ -785,11 +784,8 @@ void rd_job_leave(struct rd_session *s)
             o = next;
         }
     }
-    if (j->world != NULL) {
-        j->busy++;
-        rd_world_unregister(j->world); /* fails what was negotiating or running */
-        j->busy--;
-    }
+    if (j->world != NULL) /* fails what was negotiating; ring completions free the job later */
+        rd_world_unregister(j->world);
     job_maybe_free(j);
 }
 
