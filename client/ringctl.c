@@ -1,6 +1,8 @@
-/* ringctl: asks the node's ringd for its status, as text or JSON. */
+/* ringctl: asks the node's ringd for its status, or to leave its jobs (drain), as text or JSON. */
+#include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <json-c/json.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,16 +12,45 @@
 #include "ringd_build.h"
 
 /* Exit codes scripts can rely on. */
-enum { EXIT_OK = 0, EXIT_DAEMON = 1, EXIT_USAGE = 2 };
+enum { EXIT_OK = 0, EXIT_DAEMON = 1, EXIT_USAGE = 2, EXIT_UNCLEAN = 3 };
+
+/* The daemon's --drain-timeout default: how long a drain without --timeout may take there. */
+#define RD_DRAIN_DEFAULT_MS 20000
+/* The largest drain timeout accepted: one day. */
+#define RD_DRAIN_MAX_MS 86400000
 
 static void usage(FILE *out)
 {
     fprintf(
         out,
-        "usage: ringctl [--socket PATH] [--timeout MS] status [--json]\n"
+        "usage: ringctl [--socket PATH] [--timeout MS] [--json] COMMAND\n"
         "  --socket PATH  the daemon's socket (env RINGD_SOCKET, default /run/ringd/ringd.sock)\n"
-        "  --timeout MS   how long to wait for the daemon (default 5000)\n"
-        "exit status: 0 ok, 1 daemon unreachable or failing, 2 usage error\n");
+        "  --timeout MS   how long to wait for the daemon's answer (default 5000; for drain,\n"
+        "                 on top of the drain's own timeout)\n"
+        "  --json         print a JSON object\n"
+        "commands:\n"
+        "  status [--json]                 the daemon, its jobs (rings, stalled tensors) and\n"
+        "                                  clients; says \"draining\" while it leaves its jobs\n"
+        "  drain [--timeout MS] [--json]   leave every job gracefully: ops under way finish, new\n"
+        "                                  ones are refused, the other nodes go on without this\n"
+        "                                  one; the daemon then keeps running, refusing new\n"
+        "                                  clients. MS bounds the drain (0 or none: the daemon's\n"
+        "                                  --drain-timeout, taken to be %d)\n"
+        "exit status: 0 ok (drain: drained cleanly), 1 daemon unreachable or failing, 2 usage\n"
+        "error, 3 drained but not cleanly (ops cut at the timeout; the message says which)\n",
+        RD_DRAIN_DEFAULT_MS);
+}
+
+/* Parses a millisecond count in [lo, hi] from s into *out. Returns 0, or -1 when s is not one. */
+static int parse_ms(const char *s, long lo, long hi, int *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (*s == '\0' || *end != '\0' || errno != 0 || v < lo || v > hi)
+        return -1;
+    *out = (int)v;
+    return 0;
 }
 
 /* The ring of a job spanning nodes: members in ring order, then this node's two links. */
@@ -43,7 +74,8 @@ static void print_ring(const Ringd__RingInfo *ri)
 
 static void print_text(const Ringd__StatusReply *r)
 {
-    printf("ringd %s, pid %u, up %.1f s\n", r->version, r->pid, (double)r->uptime_ms / 1000.0);
+    printf("ringd %s, pid %u, up %.1f s%s\n", r->version, r->pid, (double)r->uptime_ms / 1000.0,
+           r->draining ? ", draining: leaving every job, refusing new clients" : "");
     if (r->redis[0] != '\0')
         printf("node %s, peers connect to %s, rendezvous %s (%s); %" PRIu64 " ops in %" PRIu64
                " ring passes\n",
@@ -54,12 +86,17 @@ static void print_text(const Ringd__StatusReply *r)
     printf("jobs: %zu\n", r->n_jobs);
     for (size_t i = 0; i < r->n_jobs; i++) {
         const Ringd__JobInfo *j = r->jobs[i];
-        printf("  %-20s generation %" PRIu64 ", clients %u/%u, world %u, ops %" PRIu64
+        printf("  %-20s generation %" PRIu64 ", clients %u/%u, world %u, min %u, ops %" PRIu64
                " in flight, %" PRIu64 " completed, %" PRIu64 " failed\n",
-               j->name, j->generation, j->clients, j->local_size, j->world_size, j->ops_in_flight,
-               j->ops_completed, j->ops_failed);
+               j->name, j->generation, j->clients, j->local_size, j->world_size, j->min_size,
+               j->ops_in_flight, j->ops_completed, j->ops_failed);
         for (size_t k = 0; k < j->n_pending; k++)
             printf("    waiting: %s\n", j->pending[k]);
+        for (size_t k = 0; k < j->n_stalls; k++) {
+            const Ringd__StallInfo *st = j->stalls[k];
+            printf("    stalled: %s for %.1f s, never submitted by %s\n", st->name,
+                   (double)st->age_ms / 1000.0, st->missing);
+        }
         if (j->ring != NULL)
             print_ring(j->ring);
     }
@@ -121,6 +158,7 @@ static void print_json(const Ringd__StatusReply *r)
     json_object_object_add(root, "redis_connected", json_object_new_boolean(r->redis_connected));
     json_object_object_add(root, "ring_passes", json_object_new_int64((int64_t)r->ring_passes));
     json_object_object_add(root, "ring_ops", json_object_new_int64((int64_t)r->ring_ops));
+    json_object_object_add(root, "draining", json_object_new_boolean(r->draining));
     json_object *ops = json_object_new_object();
     json_object_object_add(ops, "in_flight", json_object_new_int64((int64_t)r->ops_in_flight));
     json_object_object_add(ops, "completed", json_object_new_int64((int64_t)r->ops_completed));
@@ -136,6 +174,7 @@ static void print_json(const Ringd__StatusReply *r)
         json_object_object_add(o, "generation", json_object_new_int64((int64_t)j->generation));
         json_object_object_add(o, "world_size", json_object_new_int64(j->world_size));
         json_object_object_add(o, "local_size", json_object_new_int64(j->local_size));
+        json_object_object_add(o, "min_size", json_object_new_int64(j->min_size));
         json_object_object_add(o, "clients", json_object_new_int64(j->clients));
         json_object_object_add(o, "ops_in_flight",
                                json_object_new_int64((int64_t)j->ops_in_flight));
@@ -146,6 +185,16 @@ static void print_json(const Ringd__StatusReply *r)
         for (size_t k = 0; k < j->n_pending; k++)
             json_object_array_add(pending, json_object_new_string(j->pending[k]));
         json_object_object_add(o, "pending", pending);
+        json_object *stalls = json_object_new_array();
+        for (size_t k = 0; k < j->n_stalls; k++) {
+            const Ringd__StallInfo *st = j->stalls[k];
+            json_object *x = json_object_new_object();
+            json_object_object_add(x, "name", json_object_new_string(st->name));
+            json_object_object_add(x, "age_ms", json_object_new_int64((int64_t)st->age_ms));
+            json_object_object_add(x, "missing", json_object_new_string(st->missing));
+            json_object_array_add(stalls, x);
+        }
+        json_object_object_add(o, "stalls", stalls);
         if (j->ring != NULL)
             json_object_object_add(o, "ring", ring_json(j->ring));
         json_object_array_add(jobs, o);
@@ -173,6 +222,106 @@ static void print_json(const Ringd__StatusReply *r)
     json_object_put(root);
 }
 
+/* Sends m to the daemon at path and receives its answer within timeout_ms into *reply (owned
+ * by the caller: rd_frame_free). Returns EXIT_OK, or EXIT_DAEMON after printing why. */
+static int ask(const char *path, const rd_msg *m, int timeout_ms, rd_msg **reply)
+{
+    char err[512];
+    rd_conn c;
+    *reply = NULL;
+    if (rd_conn_open(&c, path, err, sizeof(err)) != RINGD_OK) {
+        fprintf(stderr, "ringctl: %s\n", err);
+        rd_conn_close(&c);
+        return EXIT_DAEMON;
+    }
+    if (rd_conn_send(&c, m, err, sizeof(err)) != RINGD_OK ||
+        rd_conn_recv(&c, timeout_ms, reply, err, sizeof(err)) != RINGD_OK) {
+        fprintf(stderr, "ringctl: %s: %s\n", path, err);
+        rd_conn_close(&c);
+        return EXIT_DAEMON;
+    }
+    rd_conn_close(&c);
+    if ((*reply)->body_case == RINGD__MSG__BODY_ERROR)
+        fprintf(stderr, "ringctl: %s: ringd answered: %s\n", path, (*reply)->error->message);
+    return EXIT_OK;
+}
+
+/* `status`: prints the daemon's StatusReply. */
+static int run_status(const char *path, int timeout_ms, int json)
+{
+    Ringd__StatusRequest q = RINGD__STATUS_REQUEST__INIT;
+    rd_msg m = RINGD__MSG__INIT, *reply;
+    m.body_case = RINGD__MSG__BODY_STATUS_REQUEST;
+    m.status_request = &q;
+    int rc = ask(path, &m, timeout_ms, &reply);
+    if (rc != EXIT_OK)
+        return rc;
+    if (reply->body_case == RINGD__MSG__BODY_STATUS_REPLY) {
+        if (json)
+            print_json(reply->status_reply);
+        else
+            print_text(reply->status_reply);
+    } else {
+        if (reply->body_case != RINGD__MSG__BODY_ERROR)
+            fprintf(stderr, "ringctl: %s: unexpected reply type %d\n", path, (int)reply->body_case);
+        rc = EXIT_DAEMON;
+    }
+    rd_frame_free(reply);
+    return rc;
+}
+
+static void print_drain(const Ringd__DrainReply *d, int json)
+{
+    if (!json) {
+        printf("drained: left %u job(s) in %" PRIu64 " ms; %" PRIu64 " ops finished, %" PRIu64
+               " failed\n",
+               d->jobs, d->elapsed_ms, d->ops_finished, d->ops_failed);
+        return;
+    }
+    json_object *o = json_object_new_object();
+    json_object_object_add(o, "clean", json_object_new_boolean(d->status == RINGD_OK));
+    json_object_object_add(o, "status", json_object_new_int64(d->status));
+    json_object_object_add(o, "message", json_object_new_string(d->message));
+    json_object_object_add(o, "jobs", json_object_new_int64(d->jobs));
+    json_object_object_add(o, "ops_finished", json_object_new_int64((int64_t)d->ops_finished));
+    json_object_object_add(o, "ops_failed", json_object_new_int64((int64_t)d->ops_failed));
+    json_object_object_add(o, "elapsed_ms", json_object_new_int64((int64_t)d->elapsed_ms));
+    printf("%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PRETTY |
+                                                         JSON_C_TO_STRING_NOSLASHESCAPE));
+    json_object_put(o);
+}
+
+/* `drain`: asks the daemon to leave every job within drain_ms (0: its --drain-timeout) and waits
+ * for the outcome that long plus timeout_ms. */
+static int run_drain(const char *path, int timeout_ms, int drain_ms, int json)
+{
+    Ringd__DrainRequest q = RINGD__DRAIN_REQUEST__INIT;
+    rd_msg m = RINGD__MSG__INIT, *reply;
+    q.timeout_ms = (uint32_t)drain_ms;
+    m.body_case = RINGD__MSG__BODY_DRAIN_REQUEST;
+    m.drain_request = &q;
+    int64_t wait = (int64_t)(drain_ms > 0 ? drain_ms : RD_DRAIN_DEFAULT_MS) + timeout_ms;
+    int rc = ask(path, &m, wait > INT_MAX ? INT_MAX : (int)wait, &reply);
+    if (rc != EXIT_OK)
+        return rc;
+    if (reply->body_case != RINGD__MSG__BODY_DRAIN_REPLY) {
+        if (reply->body_case != RINGD__MSG__BODY_ERROR)
+            fprintf(stderr, "ringctl: %s: unexpected reply type %d\n", path, (int)reply->body_case);
+        rd_frame_free(reply);
+        return EXIT_DAEMON;
+    }
+    const Ringd__DrainReply *d = reply->drain_reply;
+    print_drain(d, json);
+    rc = EXIT_OK;
+    if (d->status != RINGD_OK) {
+        fprintf(stderr, "ringctl: the drain was not clean (status %u): %s\n", d->status,
+                d->message[0] != '\0' ? d->message : "no detail from ringd");
+        rc = EXIT_UNCLEAN;
+    }
+    rd_frame_free(reply);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     static const struct option longopts[] = {
@@ -181,8 +330,7 @@ int main(int argc, char **argv)
         {"version", no_argument, NULL, 'V'},      {NULL, 0, NULL, 0},
     };
     const char *path = getenv("RINGD_SOCKET");
-    int timeout = 5000, json = 0;
-    char err[512];
+    int timeout = 5000, json = 0, drain_ms = 0;
 
     for (;;) {
         int c = getopt_long(argc, argv, "+s:t:jhV", longopts, NULL);
@@ -190,60 +338,56 @@ int main(int argc, char **argv)
             break;
         switch (c) {
         case 's': path = optarg; break;
-        case 't': timeout = atoi(optarg); break;
+        case 't':
+            if (parse_ms(optarg, 1, INT_MAX, &timeout) != 0) {
+                fprintf(stderr, "ringctl: --timeout must be a positive number of milliseconds\n");
+                return EXIT_USAGE;
+            }
+            break;
         case 'j': json = 1; break;
         case 'h': usage(stdout); return EXIT_OK;
         case 'V': printf("ringctl %s\n", RINGD_VERSION); return EXIT_OK;
         default: usage(stderr); return EXIT_USAGE;
         }
     }
-    if (optind >= argc || strcmp(argv[optind], "status") != 0) {
-        fprintf(stderr, "ringctl: %s\n", optind >= argc ? "missing command" : "unknown command");
+    if (optind >= argc) {
+        fprintf(stderr, "ringctl: missing command\n");
+        usage(stderr);
+        return EXIT_USAGE;
+    }
+    const char *cmd = argv[optind];
+    int drain = strcmp(cmd, "drain") == 0;
+    if (!drain && strcmp(cmd, "status") != 0) {
+        fprintf(stderr, "ringctl: unknown command '%s'\n", cmd);
         usage(stderr);
         return EXIT_USAGE;
     }
     for (int i = optind + 1; i < argc; i++) {
-        if (strcmp(argv[i], "--json") == 0) {
+        const char *a = argv[i], *ms = NULL;
+        if (strcmp(a, "--json") == 0) {
             json = 1;
-        } else {
-            fprintf(stderr, "ringctl: unknown argument '%s'\n", argv[i]);
+            continue;
+        }
+        if (drain && strcmp(a, "--timeout") == 0)
+            ms = i + 1 < argc ? argv[++i] : "";
+        else if (drain && strncmp(a, "--timeout=", 10) == 0)
+            ms = a + 10;
+        if (ms == NULL) {
+            fprintf(stderr, "ringctl: %s: unknown argument '%s'\n", cmd, a);
+            usage(stderr);
+            return EXIT_USAGE;
+        }
+        if (parse_ms(ms, 0, RD_DRAIN_MAX_MS, &drain_ms) != 0) {
+            fprintf(stderr,
+                    "ringctl: drain --timeout wants milliseconds from 0 (the daemon's "
+                    "--drain-timeout) to %d, not '%s'\n",
+                    RD_DRAIN_MAX_MS, ms);
             return EXIT_USAGE;
         }
     }
-    if (timeout <= 0) {
-        fprintf(stderr, "ringctl: --timeout must be a positive number of milliseconds\n");
-        return EXIT_USAGE;
-    }
     if (path == NULL || *path == '\0')
         path = "/run/ringd/ringd.sock";
-
-    rd_conn c;
-    if (rd_conn_open(&c, path, err, sizeof(err)) != RINGD_OK) {
-        fprintf(stderr, "ringctl: %s\n", err);
-        rd_conn_close(&c);
-        return EXIT_DAEMON;
-    }
-    Ringd__StatusRequest q = RINGD__STATUS_REQUEST__INIT;
-    rd_msg m = RINGD__MSG__INIT, *reply = NULL;
-    m.body_case = RINGD__MSG__BODY_STATUS_REQUEST;
-    m.status_request = &q;
-    if (rd_conn_send(&c, &m, err, sizeof(err)) != RINGD_OK ||
-        rd_conn_recv(&c, timeout, &reply, err, sizeof(err)) != RINGD_OK) {
-        fprintf(stderr, "ringctl: %s: %s\n", path, err);
-        rd_conn_close(&c);
-        return EXIT_DAEMON;
-    }
-    int rc = EXIT_OK;
-    if (reply->body_case == RINGD__MSG__BODY_STATUS_REPLY) {
-        if (json)
-            print_json(reply->status_reply);
-        else
-            print_text(reply->status_reply);
-    } else {
-        fprintf(stderr, "ringctl: %s: unexpected reply type %d\n", path, (int)reply->body_case);
-        rc = EXIT_DAEMON;
-    }
-    rd_frame_free(reply);
-    rd_conn_close(&c);
-    return rc;
+    if (drain)
+        return run_drain(path, timeout, drain_ms, json);
+    return run_status(path, timeout, json);
 }

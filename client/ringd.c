@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <poll.h>
+#include <stddef.h>
 #include <sched.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -23,6 +24,18 @@
 #define RD_DEFAULT_OPEN_TIMEOUT_MS 30000
 #define RD_NO_STAGE UINT64_MAX
 #define RD_DEFAULT_POLL_US 100
+
+/* ringd_options_t as version 0.1 had it: a caller built against it passes its size, and every
+ * field added since must lie beyond it, or the library would read that caller's padding. */
+typedef struct {
+    size_t struct_size;
+    const char *socket_path, *job;
+    int world_size, local_size, open_timeout_ms, op_timeout_ms;
+    size_t arena_size;
+    int poll_us;
+} options_v0_1;
+_Static_assert(offsetof(ringd_options_t, min_size) >= sizeof(options_v0_1),
+               "ringd_options_t: new fields must start past the 0.1 struct_size");
 
 struct ringd_request {
     ringd_t *r;
@@ -65,9 +78,12 @@ static const char *const result_text[RINGD_RESULT_COUNT] = {
         "protocol error between libringd and ringd: check that their versions match",
     [RINGD_E_TIMEOUT] = "timed out: some ranks did not arrive in time",
     [RINGD_E_MISMATCH] = "ranks submitted the same tensor name with different parameters",
-    [RINGD_E_MEMBERSHIP] = "the job's membership changed: re-synchronise state and retry",
+    [RINGD_E_MEMBERSHIP] = "the job's ranks changed (ringd_rank and ringd_size give the new ones): "
+                           "restore the last committed state, broadcast it from rank 0 under a "
+                           "name that includes ringd_generation, then go on",
     [RINGD_E_NOMEM] = "out of memory or arena space: free buffers or ask for a larger arena",
-    [RINGD_E_STALLED] = "stalled: some ranks never submitted the tensor",
+    [RINGD_E_STALLED] = "stalled: some ranks never submitted the tensor; ringd_errmsg names them: "
+                        "check that every rank submits it",
     [RINGD_E_CLOSED] = "the session with ringd is closed: open a new one",
     [RINGD_E_SYSTEM] = "a system call failed",
     [RINGD_E_REFUSED] =
@@ -250,12 +266,16 @@ ringd_result_t ringd_open(const ringd_options_t *opts, ringd_t **out)
     const char *path = o.socket_path ? o.socket_path : getenv("RINGD_SOCKET");
     const char *job = o.job ? o.job : getenv("RINGD_JOB");
     int local_size = o.local_size, world_size = o.world_size, poll_us = o.poll_us;
+    int min_size = o.min_size;
     if ((!local_size && env_int("RINGD_LOCAL_SIZE", 1, 1, 1 << 20, &local_size) != 0) ||
         (!world_size && env_int("RINGD_WORLD_SIZE", local_size, 1, 1 << 30, &world_size) != 0) ||
-        (!poll_us && env_int("RINGD_POLL_US", RD_DEFAULT_POLL_US, -1, 1000000, &poll_us) != 0))
+        (!poll_us && env_int("RINGD_POLL_US", RD_DEFAULT_POLL_US, -1, 1000000, &poll_us) != 0) ||
+        (!min_size && env_int("RINGD_MIN_SIZE", 1, 0, 1 << 30, &min_size) != 0))
         return fail(r, RINGD_E_INVALID,
-                    "RINGD_LOCAL_SIZE, RINGD_WORLD_SIZE or RINGD_POLL_US is "
+                    "RINGD_LOCAL_SIZE, RINGD_WORLD_SIZE, RINGD_POLL_US or RINGD_MIN_SIZE is "
                     "set but not an integer in range");
+    if (min_size == 0)
+        min_size = 1;
     int timeout = o.open_timeout_ms > 0 ? o.open_timeout_ms : RD_DEFAULT_OPEN_TIMEOUT_MS;
     if (path == NULL || *path == '\0')
         path = RD_DEFAULT_SOCKET;
@@ -267,6 +287,11 @@ ringd_result_t ringd_open(const ringd_options_t *opts, ringd_t **out)
                     "world_size >= local_size, timeouts >= 0 (check RINGD_LOCAL_SIZE and "
                     "RINGD_WORLD_SIZE)",
                     local_size, world_size, o.op_timeout_ms);
+    /* A min_size above world_size would leave the job below it the moment it starts. */
+    if (min_size < 1 || min_size > world_size)
+        return fail(r, RINGD_E_INVALID,
+                    "min_size %d: need 1 <= min_size <= world_size %d (check RINGD_MIN_SIZE)",
+                    min_size, world_size);
     if (!rd_name_valid(job))
         return fail(r, RINGD_E_INVALID, "job name must be 1..%d printable ASCII bytes",
                     RD_NAME_MAX);
@@ -284,6 +309,8 @@ ringd_result_t ringd_open(const ringd_options_t *opts, ringd_t **out)
     h.world_size = (uint32_t)world_size;
     h.local_size = (uint32_t)local_size;
     h.arena_size = o.arena_size;
+    h.min_size = (uint32_t)min_size;
+    h.open_timeout_ms = (uint32_t)timeout; /* also bounds waits below min_size later */
     m.body_case = RINGD__MSG__BODY_HELLO;
     m.hello = &h;
     rc = rd_conn_send(&r->conn, &m, err, sizeof(err));
@@ -336,12 +363,40 @@ static void break_session(ringd_t *r, ringd_result_t rc, const char *why)
             req_complete(q, rc, why);
 }
 
+/* Takes the job as of a Complete (generation 0: unchanged) as the session's, before the
+ * request's result reaches the caller. Completes come through the shared ring and, when it is
+ * full, the socket, which are read in turns: one may overtake another, so an older generation
+ * never replaces a newer one. Returns 0, or -1 after breaking the session on numbers that do not
+ * fit together. */
+static int take_membership(ringd_t *r, const Ringd__Complete *c)
+{
+    char why[256];
+    if (c->generation == 0 || c->generation < r->generation)
+        return 0;
+    if (c->size == 0 || c->size > INT32_MAX || c->rank >= c->size || c->local_size == 0 ||
+        c->local_size > c->size || c->local_rank >= c->local_size) {
+        snprintf(why, sizeof(why),
+                 "ringd sent generation %" PRIu64 " as rank %u of %u, local rank %u of %u",
+                 c->generation, c->rank, c->size, c->local_rank, c->local_size);
+        break_session(r, RINGD_E_PROTOCOL, why);
+        return -1;
+    }
+    r->generation = c->generation;
+    r->rank = (int)c->rank;
+    r->size = (int)c->size;
+    r->local_rank = (int)c->local_rank;
+    r->local_size = (int)c->local_size;
+    return 0;
+}
+
 /* Handles one message from the daemon. */
 static void handle(ringd_t *r, const rd_msg *m)
 {
     char why[640];
     switch (m->body_case) {
     case RINGD__MSG__BODY_COMPLETE:
+        if (take_membership(r, m->complete) != 0)
+            return;
         for (ringd_request_t *q = r->reqs; q != NULL; q = q->next) {
             if (q->id == m->complete->request_id && !q->done) {
                 uint32_t st = m->complete->status;
@@ -537,8 +592,14 @@ static ringd_result_t submit(ringd_t *r, const submit_args *a, ringd_request_t *
     *out = NULL;
     if (r == NULL)
         return RINGD_E_INVALID;
-    if (r->broken != RINGD_OK)
-        return fail(r, r->broken, "the session is closed: %s", r->errmsg);
+    if (r->broken != RINGD_OK) {
+        static const char closed[] = "the session is closed: ";
+        char why[sizeof(r->errmsg)]; /* errmsg is fail's output: never its input too */
+        if (strncmp(r->errmsg, closed, sizeof(closed) - 1) == 0)
+            return r->broken; /* said so already */
+        snprintf(why, sizeof(why), "%s", r->errmsg);
+        return fail(r, r->broken, "%s%s", closed, why);
+    }
     const char *name = a->name;
     if (name == NULL) {
         snprintf(namebuf, sizeof(namebuf), "~auto.%" PRIu64, r->auto_seq++);
@@ -620,6 +681,7 @@ static ringd_result_t submit(ringd_t *r, const submit_args *a, ringd_request_t *
     s.root = a->root < 0 ? UINT32_MAX : (uint32_t)a->root;
     s.prescale = a->prescale;
     s.postscale = a->postscale;
+    s.generation = r->generation;
     m.body_case = RINGD__MSG__BODY_SUBMIT;
     m.submit = &s;
     ringd_result_t rc = send_to_daemon(r, &m, err, sizeof(err));

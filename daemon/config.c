@@ -77,6 +77,12 @@ static const opt_spec options[] = {
      "TCP connections between neighbours of a ring, each way"},
     {"peer-timeout", "RINGD_PEER_TIMEOUT", OPT_INT, "10000", 100, 3600000, OFF(peer_timeout),
      "milliseconds a link may make no progress mid-op before it counts as failed"},
+    {"stall-warn", "RINGD_STALL_WARN", OPT_INT, "60000", 10, 86400000, OFF(stall_warn),
+     "milliseconds an op may wait for ranks that have not submitted it before a warning"},
+    {"stall-abort", "RINGD_STALL_ABORT", OPT_INT, "300000", 0, 86400000, OFF(stall_abort),
+     "milliseconds before such an op fails with RINGD_E_STALLED on every rank; 0: never"},
+    {"drain-timeout", "RINGD_DRAIN_TIMEOUT", OPT_INT, "20000", 100, 3600000, OFF(drain_timeout),
+     "milliseconds ringctl drain and SIGTERM wait for ops under way before leaving anyway"},
 };
 
 #define NOPTIONS (sizeof(options) / sizeof(options[0]))

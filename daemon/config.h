@@ -35,7 +35,10 @@ typedef struct {
     uint64_t fusion_threshold; /* bytes */
     uint64_t segment_size;     /* bytes per ring frame */
     int64_t conns_per_link;
-    int64_t peer_timeout; /* ms without progress on a link before it counts as failed */
+    int64_t peer_timeout;  /* ms without progress on a link before it counts as failed */
+    int64_t stall_warn;    /* ms an op may wait for some ranks before a warning */
+    int64_t stall_abort;   /* ms before it fails with RINGD_E_STALLED; 0: never */
+    int64_t drain_timeout; /* ms a drain waits for ops under way */
 } rd_config;
 
 typedef enum {

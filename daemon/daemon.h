@@ -12,6 +12,7 @@ struct rd_exec;
 struct rd_session;
 struct rd_job;
 struct rd_worlds;
+struct rd_drain;
 
 typedef struct rd_daemon {
     struct event_base *base;
@@ -29,6 +30,16 @@ typedef struct rd_daemon {
     uint64_t ring_passes;   /* collectives run on rings, a fused group counting once */
     uint64_t ring_ops;      /* ops those passes carried */
     uint64_t activity;      /* bumped by peer messages: the loop keeps polling after them */
+    int draining;           /* ringctl drain or SIGTERM: leaving every job, refusing new ones */
+    struct rd_drain *drain; /* the drain under way */
 } rd_daemon;
+
+/* CLOCK_MONOTONIC in milliseconds. */
+static inline int64_t rd_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
 
 #endif

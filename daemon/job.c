@@ -30,7 +30,8 @@ static void goq_clear(rd_job *j);
 
 typedef enum {
     OP_PENDING,     /* waiting for some local ranks to submit */
-    OP_NEGOTIATING, /* every local rank submitted; waiting for the coordinator's order */
+    OP_NEGOTIATING, /* every local rank submitted; announced to the other nodes (or held until
+                       the ring is up) and waiting for them and the coordinator's order */
     OP_RUNNING,     /* data moving on the executor or the ring */
     OP_FAILED,      /* mismatch: answers late submitters with the same error until all have come */
 } op_state;
@@ -57,6 +58,11 @@ typedef struct rd_op {
     char *message;
     int await_go;   /* a failed op the other nodes have yet to learn of */
     int ring_ready; /* negotiated, bound for the ring: waits for the coordinator's order */
+    int announced;  /* NEGOTIATING: the other nodes know of it; else held for the next ring */
+    int doomed;     /* the ring broke under it: answered with message once the ring is back */
+    int stall_warned;
+    uint32_t nparts;  /* the job's local size when it was created */
+    int64_t since_ms; /* first submission, or the disruption that doomed it */
     rd_local_plan plan;
     struct rd_op *next; /* bucket chain */
 } rd_op;
@@ -64,11 +70,22 @@ typedef struct rd_op {
 struct rd_job {
     struct rd_daemon *d;
     char *name;
-    uint32_t world_size, local_size, nclients;
+    uint32_t world_size; /* ranks the job starts with (Hello) */
+    uint32_t min_size;   /* elastic: ranks it keeps running with */
+    uint32_t local_cap;  /* local clients it was declared with; slots has this many */
+    uint32_t local_size; /* local ranks of the current generation */
+    uint32_t nclients;
+    uint32_t size;       /* ranks of the current generation, every node's */
     uint32_t first_rank; /* global rank of local rank 0 */
     uint64_t generation;
-    rd_world *world;                 /* jobs spanning nodes */
-    struct event *ev_free;           /* frees the job on a later turn, out of any callback */
+    uint64_t sync_generation; /* Submits tagged with an older generation fail: the ring changed */
+    int started;              /* welcomed its clients once */
+    int draining;             /* leaving: new Submits are refused */
+    int disrupted;            /* the ring broke: ops it fails are answered once it is back */
+    int64_t wait_ms;          /* how long ops wait for a ring to come back */
+    struct event *ev_tick;    /* stall inspector and wait deadlines */
+    rd_world *world;          /* jobs spanning nodes */
+    struct event *ev_free;    /* frees the job on a later turn, out of any callback */
     struct go_batch *goq, *goq_tail; /* the coordinator's orders not yet started */
     int freeing;
     uid_t uid;                 /* of the first client: only that user's processes may join */
@@ -150,7 +167,7 @@ static void op_unlink(rd_job *j, rd_op *o)
 /* Releases an op that is already unlinked: arena references, buffers, strings. */
 static void op_free(rd_op *o)
 {
-    for (uint32_t k = 0; k < o->job->local_size; k++)
+    for (uint32_t k = 0; k < o->nparts; k++)
         rd_arena_unref(o->parts[k].arena);
     free(o->parts);
     free(o->plan.in);
@@ -183,6 +200,8 @@ static void job_free(rd_job *j)
         *pp = j->next;
     if (j->ev_free != NULL)
         event_free(j->ev_free);
+    if (j->ev_tick != NULL)
+        event_free(j->ev_tick);
     free(j->buckets);
     free(j->slots);
     free(j->name);
@@ -208,7 +227,7 @@ static void on_free_later(evutil_socket_t fd, short what, void *arg)
 /* Sends the op's outcome to every rank still there that submitted, and counts it. */
 static void op_answer(rd_op *o, ringd_result_t status, const char *message)
 {
-    for (uint32_t k = 0; k < o->job->local_size; k++) {
+    for (uint32_t k = 0; k < o->nparts; k++) {
         part *pt = &o->parts[k];
         if (pt->submitted && pt->s != NULL && !pt->answered) {
             rd_session_complete(pt->s, pt->request_id, status, message);
@@ -262,11 +281,11 @@ static void op_fail(rd_op *o, ringd_result_t status, const char *fmt, ...)
         d->ops_in_flight--;
     d->ops_failed++;
     o->job->ops_failed++;
-    for (uint32_t k = 0; k < o->job->local_size; k++) {
+    for (uint32_t k = 0; k < o->nparts; k++) {
         rd_arena_unref(o->parts[k].arena);
         o->parts[k].arena = NULL;
     }
-    if (o->nsubmitted == o->job->local_size && !o->await_go) { /* nobody left to tell */
+    if (o->nsubmitted == o->nparts && !o->await_go) { /* nobody left to tell */
         op_unlink(o->job, o);
         op_free(o);
     }
@@ -287,10 +306,11 @@ static void on_op_done(void *ctx)
     job_maybe_free(j);
 }
 
-/* Points the op's plan at its ranks' buffers. */
+/* Points the op's plan at its ranks' buffers, with the divisor of the job's current size. */
 static void op_resolve(rd_op *o)
 {
-    for (uint32_t k = 0; k < o->job->local_size; k++) {
+    o->plan.args.divisor = o->p.redop == RD_OP_AVG ? o->job->size : 1;
+    for (uint32_t k = 0; k < o->nparts; k++) {
         o->plan.in[k] = o->parts[k].arena->base + o->parts[k].in_off;
         o->plan.out[k] = o->parts[k].arena->base + o->parts[k].out_off;
     }
@@ -368,9 +388,9 @@ static ringd_result_t validate(const struct rd_session *s, const Ringd__Submit *
             return RINGD_E_INVALID;
         }
     }
-    if (m->op == RINGD__OP_TYPE__OP_BROADCAST && m->root >= j->world_size) {
+    if (m->op == RINGD__OP_TYPE__OP_BROADCAST && m->root >= j->size) {
         snprintf(err, errlen, "tensor '%s': root %u is not a rank of a job of size %u", m->name,
-                 m->root, j->world_size);
+                 m->root, j->size);
         return RINGD_E_INVALID;
     }
     uint64_t esz = rd_dtype_size((rd_dtype)m->dtype);
@@ -383,13 +403,13 @@ static ringd_result_t validate(const struct rd_session *s, const Ringd__Submit *
     }
     uint64_t in_len = m->count * esz, out_len = in_len;
     if (m->op == RINGD__OP_TYPE__OP_ALLGATHER) {
-        if (m->count > size / esz / j->world_size) {
+        if (m->count > size / esz / j->size) {
             snprintf(err, errlen,
                      "tensor '%s': gathering %u x %" PRIu64 " elements does not fit the arena",
-                     m->name, j->world_size, m->count);
+                     m->name, j->size, m->count);
             return RINGD_E_INVALID;
         }
-        out_len = in_len * j->world_size;
+        out_len = in_len * j->size;
     }
     if (!rd_arena_contains(s->arena, m->in_offset, in_len) ||
         !rd_arena_contains(s->arena, m->out_offset, out_len) || m->in_offset < RD_CTRL_BYTES ||
@@ -423,9 +443,11 @@ static rd_op *op_new(rd_job *j, const Ringd__Submit *m, uint32_t rank)
         return NULL;
     o->job = j;
     o->name = strdup(m->name);
-    o->parts = calloc(j->local_size, sizeof(part));
-    o->plan.in = calloc(j->local_size, sizeof(*o->plan.in));
-    o->plan.out = calloc(j->local_size, sizeof(*o->plan.out));
+    o->nparts = j->local_size;
+    o->since_ms = rd_now_ms();
+    o->parts = calloc(o->nparts, sizeof(part));
+    o->plan.in = calloc(o->nparts, sizeof(*o->plan.in));
+    o->plan.out = calloc(o->nparts, sizeof(*o->plan.out));
     if (o->name == NULL || o->parts == NULL || o->plan.in == NULL || o->plan.out == NULL) {
         free(o->name);
         free(o->parts);
@@ -446,10 +468,9 @@ static rd_op *op_new(rd_job *j, const Ringd__Submit *m, uint32_t rank)
     p->args = (rd_reduce_args)RD_REDUCE_ARGS_INIT;
     p->args.prescale = o->p.prescale;
     p->args.postscale = o->p.postscale;
-    p->args.divisor = o->p.redop == RD_OP_AVG ? j->world_size : 1;
     p->root = o->p.root;
     p->count = o->p.count;
-    p->n = (int)j->local_size;
+    p->n = (int)o->nparts;
     return o;
 }
 
@@ -483,7 +504,17 @@ static int op_matches(const rd_op *o, const Ringd__Submit *m, uint32_t rank, cha
 static uint64_t result_bytes(const rd_op *o)
 {
     uint64_t per = o->p.count * rd_dtype_size((rd_dtype)o->p.dtype);
-    return o->p.coll == RD_COLL_ALLGATHER ? per * o->job->world_size : per;
+    return o->p.coll == RD_COLL_ALLGATHER ? per * o->job->size : per;
+}
+
+/* Announces o to the other nodes (which may end it at once), or marks it held when the ring
+ * cannot take announcements now: it is announced when the next ring is up. */
+static void tell(rd_op *o, ringd_result_t status, const char *message, int direct,
+                 const uint8_t *data, size_t len)
+{
+    o->announced = 1;
+    if (!rd_world_ready(o->job->world, o->name, &o->p, status, message, direct, data, len, o))
+        o->announced = 0; /* held: o is untouched */
 }
 
 /* Every local rank submitted an op of a multi-node job: tells the coordinator, with this node's
@@ -491,16 +522,22 @@ static uint64_t result_bytes(const rd_op *o)
 static void announce(rd_op *o)
 {
     rd_job *j = o->job;
-    uint32_t L = j->local_size;
+    uint32_t L = o->nparts;
+    if (o->p.coll == RD_COLL_BROADCAST && o->p.root >= j->size) {
+        op_fail(o, RINGD_E_MEMBERSHIP,
+                "tensor '%s': root %u left job '%s' (now %u ranks, generation %" PRIu64 ")",
+                o->name, o->p.root, j->name, j->size, j->generation);
+        return;
+    }
     if (o->p.coll == RD_COLL_BARRIER || result_bytes(o) > j->d->cfg.direct_bytes) {
-        rd_world_ready(j->world, o->name, &o->p, RINGD_OK, NULL, 0, NULL, 0, o);
+        tell(o, RINGD_OK, NULL, 0, NULL, 0);
         return;
     }
     op_resolve(o);
     uint64_t per = o->p.count * rd_dtype_size((rd_dtype)o->p.dtype), len = 0;
     uint8_t *buf = malloc(per * L > 0 ? per * L : 1);
     if (buf == NULL) {
-        rd_world_ready(j->world, o->name, &o->p, RINGD_E_NOMEM, "out of memory", 0, NULL, 0, o);
+        tell(o, RINGD_E_NOMEM, "out of memory", 0, NULL, 0);
         return;
     }
     if (o->p.coll == RD_COLL_ALLREDUCE) {
@@ -519,7 +556,7 @@ static void announce(rd_op *o)
             memcpy(buf + k * per, o->plan.in[k], per);
         len = per * L;
     }
-    rd_world_ready(j->world, o->name, &o->p, RINGD_OK, NULL, 1, buf, len, o);
+    tell(o, RINGD_OK, NULL, 1, buf, len);
     free(buf);
 }
 
@@ -542,17 +579,19 @@ void rd_job_submit(struct rd_session *s, const Ringd__Submit *m)
         rd_session_complete(s, m->request_id, rc, err);
         return;
     }
-    if (j->nclients < j->local_size) {
+    if (j->draining) {
         snprintf(err, sizeof(err),
-                 "tensor '%s': job '%s' has %u of its %u local clients; a client left", m->name,
-                 j->name, j->nclients, j->local_size);
+                 "tensor '%s': node %s is draining; job '%s' goes on without this node", m->name,
+                 j->d->cfg.node, j->name);
         rd_session_complete(s, m->request_id, RINGD_E_MEMBERSHIP, err);
         return;
     }
-
-    if (j->world != NULL && !rd_world_up(j->world)) {
-        snprintf(err, sizeof(err), "tensor '%s': the ring of job '%s' is re-forming; resubmit",
-                 m->name, j->name);
+    if (m->generation != 0 && m->generation < j->sync_generation) {
+        snprintf(err, sizeof(err),
+                 "tensor '%s': job '%s' changed since generation %" PRIu64 " (now %" PRIu64
+                 ", rank %u of %u): restore the last committed state and "
+                 "broadcast it from rank 0",
+                 m->name, j->name, m->generation, j->generation, j->first_rank + rank, j->size);
         rd_session_complete(s, m->request_id, RINGD_E_MEMBERSHIP, err);
         return;
     }
@@ -570,7 +609,7 @@ void rd_job_submit(struct rd_session *s, const Ringd__Submit *m)
         o->parts[rank].submitted = 1;
         o->nsubmitted++;
         rd_session_complete(s, m->request_id, o->status, o->message);
-        if (o->nsubmitted == j->local_size && !o->await_go) {
+        if (o->nsubmitted == o->nparts && !o->await_go) {
             op_unlink(j, o);
             op_free(o);
         }
@@ -601,15 +640,16 @@ void rd_job_submit(struct rd_session *s, const Ringd__Submit *m)
         /* A tombstone first; then the other nodes learn of it (which may end it at once). */
         o->await_go = j->world != NULL;
         op_fail(o, RINGD_E_MISMATCH, "%s", err);
-        if (j->world != NULL)
-            rd_world_ready(j->world, o->name, &o->p, RINGD_E_MISMATCH, err, 0, NULL, 0, o);
+        if (j->world != NULL && rd_world_up(j->world))
+            tell(o, RINGD_E_MISMATCH, err, 0, NULL, 0);
         return;
     }
-    if (o->nsubmitted < j->local_size)
+    if (o->nsubmitted < o->nparts)
         return;
     if (j->world != NULL) {
         o->state = OP_NEGOTIATING;
-        announce(o);
+        if (rd_world_up(j->world))
+            announce(o);
         return;
     }
     op_start(o);
@@ -618,14 +658,15 @@ void rd_job_submit(struct rd_session *s, const Ringd__Submit *m)
 /* Sends Welcome and the arena to every session of j still waiting. */
 static void job_welcome(rd_job *j)
 {
-    for (uint32_t k = 0; k < j->local_size; k++) {
+    int any = 0;
+    for (uint32_t k = 0; k < j->nclients; k++) {
         struct rd_session *s = j->slots[k];
-        if (s == NULL || s->state != RD_SESSION_JOINING)
+        if (s->state != RD_SESSION_JOINING)
             continue;
         Ringd__Welcome w = RINGD__WELCOME__INIT;
         rd_msg m = RINGD__MSG__INIT;
         w.rank = j->first_rank + k;
-        w.size = j->world_size;
+        w.size = j->size;
         w.local_rank = k;
         w.local_size = j->local_size;
         w.generation = j->generation;
@@ -637,9 +678,238 @@ static void job_welcome(rd_job *j)
             rd_arena_close_fd(s->arena);
             rd_session_activate(s);
         }
+        any = 1;
     }
-    rd_log(RD_LOG_INFO, "job", "job '%s': clients welcomed, ranks %u-%u of %u, generation %" PRIu64,
-           j->name, j->first_rank, j->first_rank + j->local_size - 1, j->world_size, j->generation);
+    if (any)
+        rd_log(RD_LOG_INFO, "job",
+               "job '%s': clients welcomed, ranks %u-%u of %u, generation %" PRIu64, j->name,
+               j->first_rank, j->first_rank + j->local_size - 1, j->size, j->generation);
+}
+
+/* Ends every op that is not moving data: doomed ones with their own message, the rest with
+ * why. The job moved to a generation its clients must re-synchronise with. */
+static void fail_unstarted(rd_job *j, const char *why)
+{
+    for (size_t i = 0; i < j->nbuckets; i++) {
+        rd_op *o = j->buckets[i];
+        while (o != NULL) {
+            rd_op *next = o->next;
+            if (o->state == OP_PENDING || o->state == OP_NEGOTIATING) {
+                if (o->doomed && o->message != NULL)
+                    op_fail(o, RINGD_E_MEMBERSHIP, "%s", o->message);
+                else
+                    op_fail(o, RINGD_E_MEMBERSHIP, "tensor '%s': %s", o->name, why);
+            } else if (o->state == OP_FAILED && o->await_go) {
+                o->await_go = 0;
+                if (o->nsubmitted == o->nparts) {
+                    op_unlink(j, o);
+                    op_free(o);
+                }
+            }
+            o = next;
+        }
+    }
+}
+
+/* The ring failed under o: its ranks hear why once the job is back (their answer then carries
+ * the new generation, rank and size), or when the wait for it ends. */
+static void op_doom(rd_op *o, const char *why)
+{
+    char msg[768];
+    snprintf(msg, sizeof(msg), "tensor '%s': %s", o->name, why);
+    free(o->message);
+    o->message = strdup(msg);
+    o->doomed = 1;
+    o->announced = 0;
+    o->ring_ready = 0;
+    o->since_ms = rd_now_ms();
+}
+
+/* Moves the sessions into slots 0..nclients-1 in their order, renumbering their local ranks. */
+static void slots_compact(rd_job *j)
+{
+    uint32_t n = 0;
+    for (uint32_t k = 0; k < j->local_cap; k++) {
+        if (j->slots[k] == NULL)
+            continue;
+        j->slots[n] = j->slots[k];
+        j->slots[n]->local_rank = n;
+        if (n != k)
+            j->slots[k] = NULL;
+        n++;
+    }
+}
+
+/* A running job's local membership changed (a client joined or left): every op not moving data
+ * fails, and the job goes on at a new generation with the clients it has: at once on one node,
+ * through the rendezvous across nodes. */
+static void job_reshape(rd_job *j, const char *why)
+{
+    slots_compact(j);
+    j->local_size = j->nclients;
+    if (j->world != NULL) {
+        if (j->nclients > 0)
+            rd_world_resize(j->world, why);
+        return;
+    }
+    j->generation++;
+    j->size = j->local_size;
+    j->sync_generation = j->generation;
+    fail_unstarted(j, why);
+    job_welcome(j);
+    rd_log(RD_LOG_INFO, "job", "job '%s': %s; generation %" PRIu64 ", %u ranks", j->name, why,
+           j->generation, j->size);
+}
+
+/* How often the job looks for stalls and ops waiting too long for a ring: a quarter of the
+ * shortest limit, between 10 ms and 1 s. */
+static int64_t tick_ms(const rd_job *j)
+{
+    const rd_config *c = &j->d->cfg;
+    int64_t t = c->stall_warn;
+    if (c->stall_abort > 0 && c->stall_abort < t)
+        t = c->stall_abort;
+    if (j->wait_ms < t)
+        t = j->wait_ms;
+    t /= 4;
+    return t < 10 ? 10 : t > 1000 ? 1000 : t;
+}
+
+/* Who has not submitted o yet: this node's ranks that have not, then the nodes that have not
+ * announced it ("rank 1 (node n0); ranks 4-5 (node n2)"). */
+static void op_missing(const rd_op *o, char *buf, size_t len)
+{
+    const rd_job *j = o->job;
+    char local[256] = "", remote[256] = "";
+    size_t n = 0;
+    for (uint32_t k = 0; o->state == OP_PENDING && k < o->nparts && n + 48 < sizeof(local); k++)
+        if (!o->parts[k].submitted)
+            n += (size_t)snprintf(local + n, sizeof(local) - n, "%s%u", n ? ", " : "rank ",
+                                  j->first_rank + k);
+    if (n > 0)
+        snprintf(local + n, sizeof(local) - n, " (node %s)", j->d->cfg.node);
+    if (j->world != NULL)
+        rd_world_missing(j->world, o->name, o->state == OP_NEGOTIATING ? o : NULL, remote,
+                         sizeof(remote));
+    snprintf(buf, len, "%s%s%s", local, local[0] && remote[0] ? "; " : "", remote);
+    if (buf[0] == '\0')
+        snprintf(buf, len, "ranks this node has not heard from");
+}
+
+/* An op that waits for some ranks: warned about after --stall-warn, failed on every rank that
+ * submitted it after --stall-abort (this node's ranks here; every node does the same). */
+static void op_inspect(rd_op *o, int64_t now)
+{
+    rd_job *j = o->job;
+    const rd_config *c = &j->d->cfg;
+    int64_t age = now - o->since_ms;
+    if (age < c->stall_warn || o->ring_ready)
+        return;
+    char missing[512];
+    op_missing(o, missing, sizeof(missing));
+    if (!o->stall_warned) {
+        o->stall_warned = 1;
+        rd_log(RD_LOG_WARN, "stall",
+               "job '%s': tensor '%s' has waited %" PRId64 " ms for %s (--stall-abort %" PRId64
+               " ms)",
+               j->name, o->name, age, missing, c->stall_abort);
+    }
+    if (c->stall_abort <= 0 || age < c->stall_abort)
+        return;
+    char msg[768];
+    snprintf(msg, sizeof(msg), "tensor '%s' stalled: %s never submitted it within %" PRId64 " ms",
+             o->name, missing, c->stall_abort);
+    if (j->world != NULL && rd_world_up(j->world)) {
+        if (o->state == OP_PENDING) /* the other nodes' announcements of it end too */
+            rd_world_ready(j->world, o->name, &o->p, RINGD_E_STALLED, msg, 0, NULL, 0, NULL);
+        else if (o->announced)
+            rd_world_forget(j->world, o);
+    }
+    op_fail(o, RINGD_E_STALLED, "%s", msg);
+}
+
+/* Ops that have waited --open-timeout for a ring that is not there end: doomed ones with their
+ * membership error, held ones with a timeout saying what the job lacks. */
+static void op_wait_over(rd_op *o)
+{
+    rd_job *j = o->job;
+    char detail[384] = "";
+    if (j->world != NULL)
+        rd_world_detail(j->world, detail, sizeof(detail));
+    if (o->doomed) {
+        op_fail(o, RINGD_E_MEMBERSHIP, "%s (the ring has not re-formed within %" PRId64 " ms: %s)",
+                o->message, j->wait_ms, detail);
+        return;
+    }
+    op_fail(o, RINGD_E_TIMEOUT,
+            "tensor '%s': job '%s' has had no complete ring for %" PRId64 " ms: %s", o->name,
+            j->name, j->wait_ms, detail);
+}
+
+static void on_tick(evutil_socket_t fd, short what, void *arg)
+{
+    rd_job *j = arg;
+    (void)fd;
+    (void)what;
+    int64_t now = rd_now_ms();
+    int up = j->world == NULL || rd_world_up(j->world);
+    for (size_t i = 0; i < j->nbuckets; i++) {
+        rd_op *o = j->buckets[i];
+        while (o != NULL) {
+            rd_op *next = o->next;
+            int waiting = o->doomed || (o->state == OP_NEGOTIATING && !o->announced && !up);
+            if (o->state == OP_RUNNING || o->state == OP_FAILED)
+                ;
+            else if (waiting && now - o->since_ms >= j->wait_ms)
+                op_wait_over(o);
+            else if (!waiting && up)
+                op_inspect(o, now);
+            o = next;
+        }
+    }
+}
+
+int rd_job_drain(rd_job *j, int force)
+{
+    if (!j->draining) {
+        j->draining = 1;
+        /* Ops some local ranks have not submitted can no longer complete here: they fail, and
+         * the other nodes, never having heard of them, carry them over without this node. */
+        for (size_t i = 0; i < j->nbuckets; i++) {
+            rd_op *o = j->buckets[i];
+            while (o != NULL) {
+                rd_op *next = o->next;
+                if (o->state == OP_PENDING || (o->state == OP_NEGOTIATING && !o->announced))
+                    op_fail(o, RINGD_E_MEMBERSHIP,
+                            "tensor '%s': node %s is draining; job '%s' goes on without it",
+                            o->name, j->d->cfg.node, j->name);
+                o = next;
+            }
+        }
+    }
+    if (force) {
+        char why[512];
+        snprintf(why, sizeof(why), "node %s drained before the op could end (--drain-timeout)",
+                 j->d->cfg.node);
+        fail_unstarted(j, why);
+        if (j->world != NULL)
+            rd_world_unregister(j->world);
+        return 1;
+    }
+    int busy = j->nrunning > 0;
+    for (size_t i = 0; i < j->nbuckets && !busy; i++)
+        for (rd_op *o = j->buckets[i]; o != NULL && !busy; o = o->next)
+            busy = o->state == OP_NEGOTIATING || o->state == OP_RUNNING;
+    if (busy)
+        return 0;
+    if (j->world != NULL)
+        return rd_world_leave(j->world);
+    return 1;
+}
+
+rd_job *rd_job_next(const rd_job *j)
+{
+    return j->next;
 }
 
 ringd_result_t rd_job_join(struct rd_session *s, const Ringd__Hello *h, char *err, size_t errlen)
@@ -649,6 +919,10 @@ ringd_result_t rd_job_join(struct rd_session *s, const Ringd__Hello *h, char *er
         snprintf(err, errlen, "protocol %u is not supported (this daemon speaks %d)", h->protocol,
                  RD_PROTOCOL_VERSION);
         return RINGD_E_PROTOCOL;
+    }
+    if (d->draining) {
+        snprintf(err, errlen, "node %s is draining: it takes no new clients", d->cfg.node);
+        return RINGD_E_REFUSED;
     }
     if (!rd_name_valid(h->job)) {
         snprintf(err, errlen, "job names are 1..%d printable ASCII bytes", RD_NAME_MAX);
@@ -666,6 +940,12 @@ ringd_result_t rd_job_join(struct rd_session *s, const Ringd__Hello *h, char *er
                  h->job, h->world_size, h->local_size);
         return RINGD_E_REFUSED;
     }
+    uint32_t min_size = h->min_size ? h->min_size : 1;
+    if (min_size > h->world_size) {
+        snprintf(err, errlen, "job '%s': min_size %u is larger than world_size %u", h->job,
+                 min_size, h->world_size);
+        return RINGD_E_INVALID;
+    }
     uint64_t want = h->arena_size ? h->arena_size : d->cfg.arena_size;
     if (want < RD_ARENA_MIN || want > d->cfg.arena_max) {
         snprintf(err, errlen, "arena of %" PRIu64 " bytes is outside %u..%" PRIu64 " (--arena-max)",
@@ -676,10 +956,13 @@ ringd_result_t rd_job_join(struct rd_session *s, const Ringd__Hello *h, char *er
     rd_job *j = d->jobs;
     while (j != NULL && strcmp(j->name, h->job) != 0)
         j = j->next;
-    if (j != NULL && (j->world_size != h->world_size || j->local_size != h->local_size)) {
+    if (j != NULL && (j->world_size != h->world_size || j->local_cap != h->local_size ||
+                      j->min_size != min_size)) {
         snprintf(err, errlen,
-                 "job '%s' runs with world_size %u local_size %u; this client asked for %u and %u",
-                 h->job, j->world_size, j->local_size, h->world_size, h->local_size);
+                 "job '%s' runs with world_size %u local_size %u min_size %u; this client asked "
+                 "for %u, %u and %u",
+                 h->job, j->world_size, j->local_cap, j->min_size, h->world_size, h->local_size,
+                 min_size);
         return RINGD_E_REFUSED;
     }
     if (j != NULL && j->uid != s->uid) {
@@ -687,13 +970,13 @@ ringd_result_t rd_job_join(struct rd_session *s, const Ringd__Hello *h, char *er
                  (unsigned)j->uid, (unsigned)s->uid);
         return RINGD_E_REFUSED;
     }
-    if (j != NULL && j->nclients == j->local_size) {
+    if (j != NULL && (j->nclients == j->local_cap || j->draining)) {
         char pids[256] = "";
-        for (uint32_t k = 0; k < j->local_size && strlen(pids) < sizeof(pids) - 16; k++)
+        for (uint32_t k = 0; k < j->nclients && strlen(pids) < sizeof(pids) - 16; k++)
             snprintf(pids + strlen(pids), sizeof(pids) - strlen(pids), "%s%d", k ? ", " : "",
                      (int)j->slots[k]->pid);
         snprintf(err, errlen, "job '%s' already has its %u local clients (pids %s)", h->job,
-                 j->local_size, pids);
+                 j->local_cap, pids);
         return RINGD_E_REFUSED;
     }
 
@@ -717,12 +1000,20 @@ ringd_result_t rd_job_join(struct rd_session *s, const Ringd__Hello *h, char *er
         j->uid = s->uid;
         j->nbuckets = RD_OP_BUCKETS_MIN;
         j->world_size = h->world_size;
-        j->local_size = h->local_size;
+        j->min_size = min_size;
+        j->local_cap = j->local_size = h->local_size;
+        j->size = h->world_size;
+        j->wait_ms = h->open_timeout_ms ? h->open_timeout_ms : 30000;
         j->ev_free = event_new(d->base, -1, 0, on_free_later, j);
-        if (j->ev_free == NULL ||
+        j->ev_tick = event_new(d->base, -1, EV_PERSIST, on_tick, j);
+        int64_t every = tick_ms(j);
+        struct timeval tv = {every / 1000, (every % 1000) * 1000};
+        if (j->ev_free == NULL || j->ev_tick == NULL || event_add(j->ev_tick, &tv) != 0 ||
             (j->world_size > j->local_size && (j->world = rd_world_new(d, j)) == NULL)) {
             if (j->ev_free != NULL)
                 event_free(j->ev_free);
+            if (j->ev_tick != NULL)
+                event_free(j->ev_tick);
             free(j->buckets);
             free(j->slots);
             free(j->name);
@@ -735,22 +1026,30 @@ ringd_result_t rd_job_join(struct rd_session *s, const Ringd__Hello *h, char *er
         rd_log(RD_LOG_INFO, "job", "job '%s': created, %u local clients expected", j->name,
                j->local_size);
     }
-    uint32_t k = 0;
-    while (j->slots[k] != NULL)
-        k++;
+    uint32_t k = j->nclients;
     j->slots[k] = s;
     j->nclients++;
     s->job = j;
     s->local_rank = k;
     rd_session_set_state(s, RD_SESSION_JOINING);
     rd_log(RD_LOG_INFO, "job", "job '%s': pid %d joined as local rank %u (%u of %u)", j->name,
-           (int)s->pid, k, j->nclients, j->local_size);
-    if (j->nclients < j->local_size)
+           (int)s->pid, k, j->nclients, j->local_cap);
+    if (j->started) {
+        char why[640];
+        snprintf(why, sizeof(why), "pid %d joined job '%s' on node %s", (int)s->pid, j->name,
+                 d->cfg.node);
+        job_reshape(j, why);
+        return RINGD_OK;
+    }
+    if (j->nclients < j->local_cap)
         return RINGD_OK;
     if (j->world != NULL) {
         rd_world_register(j->world);
     } else {
         j->generation++;
+        j->sync_generation = j->generation;
+        j->size = j->local_size;
+        j->started = 1;
         job_welcome(j);
     }
     return RINGD_OK;
@@ -760,33 +1059,71 @@ void rd_job_leave(struct rd_session *s)
 {
     rd_job *j = s->job;
     uint32_t rank = s->local_rank;
-    char why[256];
+    char why[640];
 
-    snprintf(why, sizeof(why), "local rank %u (pid %d) left job '%s'", rank, (int)s->pid, j->name);
+    if (j->started)
+        snprintf(why, sizeof(why), "rank %u (pid %d, node %s) left job '%s'", j->first_rank + rank,
+                 (int)s->pid, j->d->cfg.node, j->name);
+    else
+        snprintf(why, sizeof(why), "local rank %u (pid %d) left job '%s'", rank, (int)s->pid,
+                 j->name);
     j->slots[rank] = NULL;
     j->nclients--;
     s->job = NULL;
-    rd_log(RD_LOG_INFO, "job", "%s; %u of %u local clients remain", why, j->nclients,
-           j->local_size);
+    rd_log(RD_LOG_INFO, "job", "%s; %u local clients remain", why, j->nclients);
 
-    for (size_t i = 0; i < j->nbuckets; i++) {
-        rd_op *o = j->buckets[i];
-        while (o != NULL) {
-            rd_op *next = o->next;
-            if (o->parts[rank].s == s)
-                o->parts[rank].s = NULL;
-            if (o->state == OP_PENDING)
-                op_fail(o, RINGD_E_MEMBERSHIP, "tensor '%s' cannot complete: %s", o->name, why);
-            else if (o->state == OP_FAILED && !o->await_go) {
-                op_unlink(j, o);
-                op_free(o);
-            }
-            o = next;
-        }
+    for (size_t i = 0; i < j->nbuckets; i++)
+        for (rd_op *o = j->buckets[i]; o != NULL; o = o->next)
+            for (uint32_t k = 0; k < o->nparts; k++)
+                if (o->parts[k].s == s)
+                    o->parts[k].s = NULL;
+    if (j->started && !j->draining && j->nclients > 0) {
+        job_reshape(j, why);
+        job_maybe_free(j);
+        return;
     }
+    slots_compact(j);
+    if (!j->started)
+        j->local_size = j->local_cap;
+    fail_unstarted(j, why);
     if (j->world != NULL) /* fails what was negotiating; ring completions free the job later */
         rd_world_unregister(j->world);
     job_maybe_free(j);
+}
+
+/* The job's ops that have waited past --stall-warn, into ji->stalls (at most 64). */
+static int describe_stalls(const rd_job *j, Ringd__JobInfo *ji)
+{
+    int64_t now = rd_now_ms();
+    size_t n = 0;
+    for (size_t b = 0; b < j->nbuckets; b++)
+        for (const rd_op *o = j->buckets[b]; o != NULL; o = o->next)
+            n += o->stall_warned && (o->state == OP_PENDING || o->state == OP_NEGOTIATING);
+    if (n == 0)
+        return 0;
+    n = n < 64 ? n : 64;
+    if ((ji->stalls = calloc(n, sizeof(*ji->stalls))) == NULL)
+        return -1;
+    for (size_t b = 0; b < j->nbuckets; b++) {
+        for (const rd_op *o = j->buckets[b]; o != NULL && ji->n_stalls < n; o = o->next) {
+            if (!o->stall_warned || (o->state != OP_PENDING && o->state != OP_NEGOTIATING))
+                continue;
+            Ringd__StallInfo *si = calloc(1, sizeof(*si));
+            char missing[512];
+            if (si == NULL)
+                return -1;
+            ringd__stall_info__init(si);
+            op_missing(o, missing, sizeof(missing));
+            if ((si->missing = strdup(missing)) == NULL) {
+                free(si);
+                return -1;
+            }
+            si->name = o->name;
+            si->age_ms = (uint64_t)(now - o->since_ms);
+            ji->stalls[ji->n_stalls++] = si;
+        }
+    }
+    return 0;
 }
 
 int rd_job_describe(struct rd_daemon *d, Ringd__JobInfo ***out, size_t *nout)
@@ -807,6 +1144,9 @@ int rd_job_describe(struct rd_daemon *d, Ringd__JobInfo ***out, size_t *nout)
         ji->name = j->name;
         ji->world_size = j->world_size;
         ji->local_size = j->local_size;
+        ji->min_size = j->min_size;
+        if (describe_stalls(j, ji) != 0)
+            goto fail;
         ji->clients = j->nclients;
         ji->generation = j->generation;
         if (j->world != NULL && (ji->ring = rd_world_describe(j->world)) == NULL)
@@ -840,6 +1180,11 @@ void rd_job_describe_free(Ringd__JobInfo **jobs, size_t njobs)
 {
     for (size_t i = 0; i < njobs && jobs != NULL; i++) {
         if (jobs[i] != NULL) {
+            for (size_t k = 0; k < jobs[i]->n_stalls; k++) {
+                free(jobs[i]->stalls[k]->missing);
+                free(jobs[i]->stalls[k]);
+            }
+            free(jobs[i]->stalls);
             free(jobs[i]->pending);
             rd_world_describe_free(jobs[i]->ring);
         }
@@ -877,11 +1222,20 @@ uint32_t rd_job_local_size(const rd_job *j)
     return j->local_size;
 }
 
-void rd_job_ring_up(rd_job *j, uint32_t first_rank, uint64_t generation)
+uint32_t rd_job_min_size(const rd_job *j)
 {
-    j->first_rank = first_rank;
-    j->generation = generation;
-    job_welcome(j);
+    return j->min_size;
+}
+
+void rd_job_client_view(const rd_job *j, uint32_t local_rank, Ringd__Complete *c)
+{
+    if (!j->started)
+        return;
+    c->generation = j->generation;
+    c->rank = j->first_rank + local_rank;
+    c->size = j->size;
+    c->local_rank = local_rank;
+    c->local_size = j->local_size;
 }
 
 void rd_job_ring_waiting(rd_job *j, uint32_t ranks, uint32_t nodes, uint64_t generation,
@@ -896,32 +1250,65 @@ void rd_job_ring_waiting(rd_job *j, uint32_t ranks, uint32_t nodes, uint64_t gen
     rd_msg m = RINGD__MSG__INIT;
     m.body_case = RINGD__MSG__BODY_WAITING;
     m.waiting = &wt;
-    for (uint32_t k = 0; k < j->local_size; k++)
-        if (j->slots[k] != NULL && j->slots[k]->state == RD_SESSION_JOINING)
+    for (uint32_t k = 0; k < j->nclients; k++)
+        if (j->slots[k]->state == RD_SESSION_JOINING)
             rd_session_send(j->slots[k], &m);
 }
 
-void rd_job_ring_down(rd_job *j, const char *why)
+void rd_job_ring_up(rd_job *j, uint32_t first_rank, uint64_t generation, uint32_t size, int sync,
+                    const char *why)
 {
-    goq_clear(j);
+    j->first_rank = first_rank;
+    j->generation = generation;
+    j->size = size;
+    j->disrupted = 0;
+    if (sync || !j->started) {
+        j->sync_generation = generation;
+        fail_unstarted(j, why);
+    }
+    job_welcome(j);
+    j->started = 1;
+    /* Ops held while the ring was down, or carried over from the last one, in submission order
+     * per name. */
     for (size_t i = 0; i < j->nbuckets; i++) {
         rd_op *o = j->buckets[i];
         while (o != NULL) {
-            rd_op *next = o->next;
-            if (o->state == OP_NEGOTIATING) {
-                char msg[512];
-                snprintf(msg, sizeof(msg), "tensor '%s': %s", o->name, why);
-                op_finish(o, RINGD_E_MEMBERSHIP, msg);
-            } else if (o->state == OP_FAILED && o->await_go) {
-                o->await_go = 0;
-                if (o->nsubmitted == j->local_size) {
-                    op_unlink(j, o);
-                    op_free(o);
-                }
-            }
+            rd_op *next = o->next; /* telling o may end o, never another op */
+            if (o->state == OP_NEGOTIATING && !o->announced && !o->ring_ready)
+                announce(o);
+            else if (o->state == OP_FAILED && o->await_go && !o->announced)
+                tell(o, o->status, o->message, 0, NULL, 0);
             o = next;
         }
     }
+}
+
+void rd_job_ring_down(rd_job *j, const char *why, int carry)
+{
+    goq_clear(j);
+    if (!carry)
+        j->disrupted = 1;
+    for (size_t i = 0; i < j->nbuckets; i++) {
+        for (rd_op *o = j->buckets[i]; o != NULL; o = o->next) {
+            if (o->state == OP_FAILED) {
+                o->announced = 0; /* the next ring hears of it */
+                continue;
+            }
+            if (o->state == OP_RUNNING || o->doomed)
+                continue;
+            if (!carry) {
+                op_doom(o, why);
+            } else if (o->state == OP_NEGOTIATING) {
+                o->announced = 0;
+                o->ring_ready = 0;
+            }
+        }
+    }
+}
+
+void rd_job_disrupted(rd_job *j)
+{
+    j->disrupted = 1;
 }
 
 /* A ring task and the ops it carries (several when fused). */
@@ -936,6 +1323,11 @@ static void ring_start(rd_job *j, rd_op **ops, size_t n)
 {
     if (n == 0)
         return;
+    if (rd_world_solo(j->world)) { /* the job's last node: the local reduction is the result */
+        for (size_t i = 0; i < n; i++)
+            op_start(ops[i]);
+        return;
+    }
     ring_task *rt = calloc(1, sizeof(*rt) + n * sizeof(rd_op *));
     rd_xfer_member *mem = calloc(n, sizeof(*mem));
     if (rt == NULL || mem == NULL) {
@@ -945,6 +1337,8 @@ static void ring_start(rd_job *j, rd_op **ops, size_t n)
             op_finish(ops[i], RINGD_E_NOMEM, "out of memory starting the op");
         return;
     }
+    for (size_t i = 0; i < n; i++)
+        op_resolve(ops[i]);
     const rd_local_plan *p0 = &ops[0]->plan;
     rt->t.coll = p0->coll;
     rt->t.dtype = p0->dtype;
@@ -957,7 +1351,6 @@ static void ring_start(rd_job *j, rd_op **ops, size_t n)
     rt->nops = n;
     for (size_t i = 0; i < n; i++) {
         rd_op *o = ops[i];
-        op_resolve(o);
         mem[i] = (rd_xfer_member){(const uint8_t **)o->plan.in, o->plan.out, o->p.count};
         o->state = OP_RUNNING;
         rt->ops[i] = o;
@@ -971,8 +1364,14 @@ void rd_job_task_done(rd_job *j, struct rd_xfer_task *t)
     ring_task *rt = t->ctx;
     j->d->activity++;
     for (size_t i = 0; i < rt->nops; i++) {
+        rd_op *o = rt->ops[i];
         j->nrunning--;
-        op_finish(rt->ops[i], t->status, t->status == RINGD_OK ? NULL : t->message);
+        if (t->status != RINGD_OK && j->disrupted) { /* answered once the ring is back */
+            o->state = OP_NEGOTIATING;
+            op_doom(o, t->message);
+            continue;
+        }
+        op_finish(o, t->status, t->status == RINGD_OK ? NULL : t->message);
     }
     free(t->members);
     free(rt);
@@ -1131,7 +1530,7 @@ void rd_job_go(rd_job *j, const Ringd__Go *go)
 int rd_job_awaits_order(const rd_job *j)
 {
     if (j->goq != NULL)
-        return 1;
+        return 2;
     for (size_t b = 0; b < j->nbuckets; b++)
         for (const rd_op *o = j->buckets[b]; o != NULL; o = o->next)
             if (o->state == OP_NEGOTIATING && o->ring_ready)
@@ -1144,7 +1543,7 @@ void rd_job_negotiated(rd_job *j, void *own, const Ringd__GoEntry *e)
     rd_op *o = own;
     if (o->state == OP_FAILED) { /* failed here already; the others now know */
         o->await_go = 0;
-        if (o->nsubmitted == j->local_size) {
+        if (o->nsubmitted == o->nparts) {
             op_unlink(j, o);
             op_free(o);
         }
@@ -1166,7 +1565,7 @@ void rd_job_negotiated(rd_job *j, void *own, const Ringd__GoEntry *e)
                     o->name, e->data.len, result_bytes(o));
             return;
         }
-        for (uint32_t k = 0; k < j->local_size; k++)
+        for (uint32_t k = 0; k < o->nparts; k++)
             memcpy(o->plan.out[k], e->data.data, e->data.len);
         op_finish(o, RINGD_OK, NULL);
         return;

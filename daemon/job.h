@@ -25,8 +25,9 @@ ringd_result_t rd_job_join(struct rd_session *s, const Ringd__Hello *h, char *er
  * Complete for the request, now or when the op finishes. */
 void rd_job_submit(struct rd_session *s, const Ringd__Submit *m);
 
-/* Removes a departing session from its job: pending ops of the job fail with
- * RINGD_E_MEMBERSHIP on the other ranks; running ops finish without it. */
+/* Removes a departing session from its job. A running job goes on without it at a new
+ * generation (every op not moving data fails with RINGD_E_MEMBERSHIP naming it); running ops
+ * finish without it. */
 void rd_job_leave(struct rd_session *s);
 
 /* Describes every job into the reply's jobs array (allocated with malloc; rd_job_describe_free
@@ -47,16 +48,39 @@ rd_job *rd_job_find(struct rd_daemon *d, const char *name);
 struct rd_world *rd_job_world(const rd_job *j);
 uint32_t rd_job_world_size(const rd_job *j);
 uint32_t rd_job_local_size(const rd_job *j);
+uint32_t rd_job_min_size(const rd_job *j);
 
-/* The ring is up at generation: waiting clients get Welcome with ranks from first_rank on. */
-void rd_job_ring_up(rd_job *j, uint32_t first_rank, uint64_t generation);
+/* The job as the client at local_rank sees it, into a Complete (unchanged before it started). */
+void rd_job_client_view(const rd_job *j, uint32_t local_rank, Ringd__Complete *c);
+
+/* The ring is up at generation with size ranks: waiting clients get Welcome with ranks from
+ * first_rank on; ops held meanwhile are announced. sync: the membership changed in a way
+ * clients must re-synchronise with (not a graceful leave): every op not moving data fails with
+ * RINGD_E_MEMBERSHIP (why, or the message it was doomed with), and so do Submits tagged with an
+ * older generation. */
+void rd_job_ring_up(rd_job *j, uint32_t first_rank, uint64_t generation, uint32_t size, int sync,
+                    const char *why);
 
 /* Tells waiting clients how far the ring has come (Waiting). */
 void rd_job_ring_waiting(rd_job *j, uint32_t ranks, uint32_t nodes, uint64_t generation,
                          const char *detail);
 
-/* The ring went down: ops waiting for the coordinator fail with RINGD_E_MEMBERSHIP and why. */
-void rd_job_ring_down(rd_job *j, const char *why);
+/* The ring went down. carry (a graceful leave): ops under negotiation are announced again on the
+ * next ring. Otherwise every op not moving data is doomed: it fails with RINGD_E_MEMBERSHIP and
+ * why when the next ring is up (its answer then carries the new rank and size), or after the
+ * job's wait. */
+void rd_job_ring_down(rd_job *j, const char *why, int carry);
+
+/* The ring broke under running ops: their failures wait for the next ring like doomed ops. */
+void rd_job_disrupted(rd_job *j);
+
+/* Leaves the job gracefully (ringctl drain, SIGTERM): new Submits are refused and ops not yet
+ * announced fail; returns 1 once nothing is under way and the node has left the ring. Call
+ * again until it does; force: what is still under way fails and the node leaves now. */
+int rd_job_drain(rd_job *j, int force);
+
+/* The daemon's next job after j, or NULL. */
+rd_job *rd_job_next(const rd_job *j);
 
 /* Every node has announced the op whose handle is own (an rd_op of j): e fails it, carries its
  * result (direct), or says it is bound for the ring. */
@@ -66,8 +90,8 @@ void rd_job_negotiated(rd_job *j, void *own, const Ringd__GoEntry *e);
  * every op in it is negotiated here, batches in order. */
 void rd_job_go(rd_job *j, const Ringd__Go *go);
 
-/* 1 while ops negotiated for the ring wait for the coordinator's order, or orders wait for
- * ops. */
+/* 2 while orders of the coordinator wait for ops to be negotiated here, 1 while ops negotiated
+ * for the ring wait for the coordinator's order, else 0. */
 int rd_job_awaits_order(const rd_job *j);
 
 /* A ring task ended (an rd_xfer_done_fn with the job as argument). */

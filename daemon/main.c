@@ -10,6 +10,7 @@
 
 #include "config.h"
 #include "daemon.h"
+#include "drain.h"
 #include "exec.h"
 #include "job.h"
 #include "listener.h"
@@ -62,10 +63,17 @@ static int run_loop(rd_daemon *d)
     return 0;
 }
 
+/* SIGINT: stop now. SIGTERM (a pod going away): drain first, so the other nodes go on without a
+ * failed op; a second SIGTERM stops at once. */
 static void on_signal(evutil_socket_t sig, short what, void *arg)
 {
     rd_daemon *d = arg;
     (void)what;
+    if (sig == SIGTERM && !d->draining) {
+        rd_log(RD_LOG_INFO, "main", "SIGTERM: draining, then shutting down");
+        if (rd_drain_start(d, NULL, d->cfg.drain_timeout, 1) == 0)
+            return;
+    }
     rd_log(RD_LOG_INFO, "main", "signal %d: shutting down", (int)sig);
     event_base_loopbreak(d->base);
 }
@@ -128,6 +136,7 @@ out:
     rd_listener_free(l);
     rd_exec_free(d.exec);
     rd_session_free_all(&d);
+    rd_drain_free(&d);
     rd_job_free_all(&d);
     rd_world_shutdown(&d);
     if (ev_int != NULL)

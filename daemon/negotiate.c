@@ -390,26 +390,34 @@ size_t rd_neg_pending(const rd_neg *n)
     return n->pending;
 }
 
-void rd_neg_node_gone(rd_neg *n, int node, const char *why)
+/* The record own belongs to, or (own NULL) the oldest of that name this node has not
+ * announced. */
+static rec *rec_find(const rd_neg *n, const char *name, const void *own)
 {
-    for (size_t b = 0; b < RD_NEG_BUCKETS; b++) {
-        rec **pp = &n->buckets[b];
-        while (*pp != NULL) {
-            rec *r = *pp;
-            if (r->have[node]) {
-                pp = &r->next;
-                continue;
-            }
-            *pp = r->next;
-            n->pending--;
-            if (r->own != NULL) {
-                rec_fail(r, RINGD_E_MEMBERSHIP, "tensor '%s': %s", r->name, why);
-                r->ndirect = 0;
-                if (emit(n, r) != 0) /* out of memory: the ring's teardown fails the op */
-                    rd_log(RD_LOG_ERROR, "negotiate", "out of memory failing tensor '%s'",
-                           r->name != NULL ? r->name : "?");
-            }
-            rec_free(r, n->nnodes);
-        }
+    for (rec *r = n->buckets[rd_name_hash(name) % RD_NEG_BUCKETS]; r != NULL; r = r->next)
+        if (strcmp(r->name, name) == 0 && (own != NULL ? r->own == own : !r->have[n->self]))
+            return r;
+    return NULL;
+}
+
+void rd_neg_missing(const rd_neg *n, const char *name, const void *own, char *buf, size_t len)
+{
+    const rec *r = rec_find(n, name, own);
+    size_t k = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < n->nnodes && k + 8 < len; i++) {
+        if (i == n->self || (r != NULL && r->have[i]))
+            continue;
+        char who[128];
+        ranks_of(n, i, who, sizeof(who));
+        k += (size_t)snprintf(buf + k, len - k, "%s%s", k ? "; " : "", who);
     }
+}
+
+void rd_neg_forget(rd_neg *n, const void *own)
+{
+    for (size_t b = 0; b < RD_NEG_BUCKETS; b++)
+        for (rec *r = n->buckets[b]; r != NULL; r = r->next)
+            if (r->own == own)
+                r->own = NULL;
 }

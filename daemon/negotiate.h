@@ -68,8 +68,13 @@ void rd_neg_done_free(rd_neg_done *d, size_t n);
 /* Ops some nodes have ready and others not. */
 size_t rd_neg_pending(const rd_neg *n);
 
-/* node is gone: ops it has not announced can never be done; this node's own among them are
- * queued for rd_neg_take as failed (RINGD_E_MEMBERSHIP, why), the rest dropped. */
-void rd_neg_node_gone(rd_neg *n, int node, const char *why);
+/* The nodes that have not announced the op own (this node's handle), or with own NULL the
+ * oldest op of that name this node has not announced, as "ranks 2-3 (node n1); rank 4 (node
+ * n2)" into buf; "" when every other node has. */
+void rd_neg_missing(const rd_neg *n, const char *name, const void *own, char *buf, size_t len);
+
+/* This node gave up on its op own: when every node has announced it, it is handed back with
+ * own NULL (and ignored). */
+void rd_neg_forget(rd_neg *n, const void *own);
 
 #endif

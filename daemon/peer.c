@@ -730,3 +730,68 @@ const char *rd_peer_chan_name(const rd_peer_chan *c)
 {
     return c->name;
 }
+
+struct rd_peer_probe {
+    int fd;
+    struct event *ev;
+    rd_peer_probe_fn fn;
+    void *arg;
+};
+
+void rd_peer_probe_cancel(rd_peer_probe *p)
+{
+    if (p == NULL)
+        return;
+    if (p->ev != NULL)
+        event_free(p->ev);
+    if (p->fd >= 0)
+        close(p->fd);
+    free(p);
+}
+
+/* The probe's connect ended, or its time ran out. */
+static void on_probe(evutil_socket_t fd, short what, void *arg)
+{
+    rd_peer_probe *p = arg;
+    int err = ETIMEDOUT;
+    socklen_t len = sizeof(err);
+    if ((what & EV_WRITE) && getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
+        err = errno;
+    rd_peer_probe_fn fn = p->fn;
+    void *parg = p->arg;
+    rd_peer_probe_cancel(p);
+    fn(parg,
+       err == 0              ? 1
+       : err == ECONNREFUSED ? 0
+                             : -1,
+       err == 0 ? "it accepts connections" : strerror(err));
+}
+
+rd_peer_probe *rd_peer_probe_new(struct event_base *base, const char *addr, rd_peer_probe_fn fn,
+                                 void *arg)
+{
+    struct sockaddr_storage ss;
+    unsigned sslen;
+    char err[256];
+    if (rd_peer_resolve(addr, &ss, &sslen, err, sizeof(err)) != 0)
+        return NULL;
+    rd_peer_probe *p = calloc(1, sizeof(*p));
+    if (p == NULL)
+        return NULL;
+    p->fn = fn;
+    p->arg = arg;
+    p->fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (p->fd < 0 || (p->ev = event_new(base, p->fd, EV_WRITE, on_probe, p)) == NULL) {
+        rd_peer_probe_cancel(p);
+        return NULL;
+    }
+    int rc = connect(p->fd, (struct sockaddr *)&ss, sslen);
+    struct timeval tv = {1, 0};
+    if (rc == 0 || errno == EINPROGRESS) {
+        event_add(p->ev, &tv);
+    } else {
+        event_add(p->ev, &tv);
+        event_active(p->ev, EV_WRITE, 0); /* SO_ERROR holds the refusal */
+    }
+    return p;
+}

@@ -76,4 +76,18 @@ const char *rd_peer_chan_name(const rd_peer_chan *c);
 int rd_peer_resolve(const char *addr, struct sockaddr_storage *ss, unsigned *sslen, char *err,
                     size_t errlen);
 
+/* A probe: does anything listen at addr ("host:port")? One non-blocking connect, closed at
+ * once, bounded by a second. fn gets alive 1 (it accepted), 0 (refused: no process listens
+ * there) or -1 (no answer or another error), with a reason. */
+typedef struct rd_peer_probe rd_peer_probe;
+typedef void (*rd_peer_probe_fn)(void *arg, int alive, const char *why);
+
+/* Starts a probe; NULL when addr does not resolve or out of memory. fn is called on a later
+ * turn, once, unless cancelled first. */
+rd_peer_probe *rd_peer_probe_new(struct event_base *base, const char *addr, rd_peer_probe_fn fn,
+                                 void *arg);
+
+/* Stops a probe before it reports. NULL is a no-op. */
+void rd_peer_probe_cancel(rd_peer_probe *p);
+
 #endif

@@ -26,21 +26,43 @@
 #define RDV_MEMBERS_MAX 65536
 #define RDV_ID_MAX 48 /* "ms-seq" stream ids: two 20-digit numbers and a dash */
 #define RDV_KEY_MAX (RD_NAME_MAX * 2 + 32)
-#define RDV_NARGS 9 /* every script takes 4 keys and 5 arguments */
+#define RDV_NKEYS 5  /* members hash, generation, event stream, this node's lease, started flag */
+#define RDV_NFIXED 6 /* ARGV every script takes: see RDV_LUA_COMMON */
+#define RDV_SWEEP_SLACK_MS 5 /* a sweep this long after the earliest lease can expire */
+#define RDV_REASON_MAX 200   /* bytes of an eviction's reason */
 
 /* Every script starts with these helpers. KEYS: members hash, generation counter, event stream,
- * this node's lease. ARGV: lease key prefix, node, incarnation, record, lease ms. A member whose
- * lease key is gone is swept out with an 'expire' event; every change bumps the generation and
- * appends an event in the same script, so watchers never miss one. Records start with
- * "1 <incarnation> ", which is how a script tells our record from another incarnation's. */
+ * this node's lease, started flag. ARGV: lease key prefix, node, incarnation, record, lease ms,
+ * generation floor (the highest generation the caller has seen), then the script's own. A member
+ * whose lease key is gone is swept out with an 'expire' event; every change bumps the generation
+ * to max(stored, floor) + 1 (so it never goes back, even after Redis lost it) and appends an
+ * event in the same script, so watchers never miss one; a script that changed something settles
+ * the started flag before it answers (set once the members agree on a world size their local
+ * sizes reach; deleted when no member is left). lost(): Redis lost the job (no member, generation
+ * not past the floor), as opposed to this node alone being gone. Records start with "<version>
+ * <incarnation> ", which is how a script tells our record from another incarnation's. The answer is
+ * {status, generation, last stream id, {node, record, ...}, started, smallest PTTL of the other
+ * members' leases or -1}. */
 #define RDV_LUA_COMMON                                                                             \
     "if redis.replicate_commands then redis.replicate_commands() end\n"                            \
-    "local members, genk, events, lease = KEYS[1], KEYS[2], KEYS[3], KEYS[4]\n"                    \
+    "local members, genk, events, lease, startk = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]\n"   \
     "local prefix, node, inc, rec, ttl = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]\n"            \
-    "local function bump(kind, who)\n"                                                             \
-    "  local g = redis.call('INCR', genk)\n"                                                       \
-    "  redis.call('XADD', events, 'MAXLEN', '~', '1000', '*', 'gen', g, 'type', kind, 'node', "    \
-    "who)\n"                                                                                       \
+    "local low = tonumber(ARGV[6]) or 0\n"                                                         \
+    "local changed = false\n"                                                                      \
+    "local function stored()\n"                                                                    \
+    "  return tonumber(redis.call('GET', genk)) or 0\n"                                            \
+    "end\n"                                                                                        \
+    "local function bump(kind, who, why)\n"                                                        \
+    "  local g = string.format('%d', math.max(stored(), low) + 1)\n"                               \
+    "  redis.call('SET', genk, g)\n"                                                               \
+    "  if why then\n"                                                                              \
+    "    redis.call('XADD', events, 'MAXLEN', '~', '1000', '*', 'gen', g, 'type', kind, "          \
+    "'node', who, 'reason', why)\n"                                                                \
+    "  else\n"                                                                                     \
+    "    redis.call('XADD', events, 'MAXLEN', '~', '1000', '*', 'gen', g, 'type', kind, "          \
+    "'node', who)\n"                                                                               \
+    "  end\n"                                                                                      \
+    "  changed = true\n"                                                                           \
     "end\n"                                                                                        \
     "local function sweep()\n"                                                                     \
     "  for _, n in ipairs(redis.call('HKEYS', members)) do\n"                                      \
@@ -57,37 +79,78 @@
     "  bump('join', node)\n"                                                                       \
     "end\n"                                                                                        \
     "local function ours(r)\n"                                                                     \
-    "  return type(r) == 'string' and string.match(r, '^1 (%d+) ') == inc\n"                       \
+    "  return type(r) == 'string' and string.match(r, '^%d+ (%d+) ') == inc\n"                     \
+    "end\n"                                                                                        \
+    "local function settle()\n"                                                                    \
+    "  if redis.call('HLEN', members) == 0 then\n"                                                 \
+    "    redis.call('DEL', startk)\n"                                                              \
+    "    return\n"                                                                                 \
+    "  end\n"                                                                                      \
+    "  if redis.call('EXISTS', startk) == 1 then return end\n"                                     \
+    "  local sum, world, newest = 0, nil, 0\n"                                                     \
+    "  for _, r in ipairs(redis.call('HVALS', members)) do\n"                                      \
+    "    local l, w = string.match(r, '^%d+ %d+ (%d+) (%d+) ')\n"                                  \
+    "    local since = string.match(r, '^3 %d+ %d+ %d+ %d+ (%d+) ')\n"                             \
+    "    if l then\n"                                                                              \
+    "      if world and world ~= tonumber(w) then return end\n"                                    \
+    "      world = tonumber(w)\n"                                                                  \
+    "      sum = sum + tonumber(l)\n"                                                              \
+    "      if since and tonumber(since) > newest then newest = tonumber(since) end\n"              \
+    "    end\n"                                                                                    \
+    "  end\n"                                                                                      \
+    "  if world and world > 0 and sum >= world then\n"                                             \
+    "    redis.call('SET', startk, string.format('%d', newest))\n"                                 \
+    "  end\n"                                                                                      \
     "end\n"                                                                                        \
     "local function view(status)\n"                                                                \
+    "  if changed then settle() end\n"                                                             \
     "  local last = redis.call('XREVRANGE', events, '+', '-', 'COUNT', 1)\n"                       \
     "  local id = '0-0'\n"                                                                         \
     "  if last[1] then id = last[1][1] end\n"                                                      \
-    "  return {status, tonumber(redis.call('GET', genk)) or 0, id, "                               \
-    "redis.call('HGETALL', members)}\n"                                                            \
+    "  local soonest = -1\n"                                                                       \
+    "  for _, n in ipairs(redis.call('HKEYS', members)) do\n"                                      \
+    "    if n ~= node then\n"                                                                      \
+    "      local p = redis.call('PTTL', prefix .. n)\n"                                            \
+    "      if p >= 0 and (soonest < 0 or p < soonest) then soonest = p end\n"                      \
+    "    end\n"                                                                                    \
+    "  end\n"                                                                                      \
+    "  return {status, stored(), id, redis.call('HGETALL', members), "                             \
+    "redis.call('GET', startk), soonest}\n"                                                        \
+    "end\n"                                                                                        \
+    "local function lost()\n"                                                                      \
+    "  return redis.call('HLEN', members) == 0 and stored() <= low\n"                              \
+    "end\n"                                                                                        \
+    "local function refresh()\n"                                                                   \
+    "  local cur = redis.call('HGET', members, node)\n"                                            \
+    "  if cur and not ours(cur) and redis.call('EXISTS', lease) == 1 then\n"                       \
+    "    sweep()\n"                                                                                \
+    "    return view('superseded')\n"                                                              \
+    "  end\n"                                                                                      \
+    "  if cur == rec and stored() >= low and redis.call('PEXPIRE', lease, ttl) == 1 then\n"        \
+    "    sweep()\n"                                                                                \
+    "    return view('ok')\n"                                                                      \
+    "  end\n"                                                                                      \
+    "  join()\n"                                                                                   \
+    "  return view('rejoined')\n"                                                                  \
     "end\n"
 
-enum { RDV_JOIN, RDV_REFRESH, RDV_LEAVE, RDV_VIEW, RDV_NSCRIPTS };
+enum { RDV_JOIN, RDV_REFRESH, RDV_LEAVE, RDV_VIEW, RDV_EVICT, RDV_RESTORE, RDV_NSCRIPTS };
 
-static const char *const rdv_script_name[RDV_NSCRIPTS] = {"JOIN", "REFRESH", "LEAVE", "VIEW"};
+static const char *const rdv_script_name[RDV_NSCRIPTS] = {"JOIN", "REFRESH", "LEAVE",
+                                                          "VIEW", "EVICT",   "RESTORE"};
 
 static const char *const rdv_script[RDV_NSCRIPTS] = {
     /* JOIN: (re)writes our lease and record. */
     RDV_LUA_COMMON "join()\n"
                    "return view('joined')\n",
-    /* REFRESH: extends our lease; re-joins when our record or lease is gone (expired, or Redis
-     * lost its data); leaves alone a record a newer incarnation of this node wrote. */
-    RDV_LUA_COMMON "local cur = redis.call('HGET', members, node)\n"
-                   "if cur and not ours(cur) and redis.call('EXISTS', lease) == 1 then\n"
-                   "  sweep()\n"
-                   "  return view('superseded')\n"
-                   "end\n"
-                   "if ours(cur) and redis.call('PEXPIRE', lease, ttl) == 1 then\n"
-                   "  sweep()\n"
-                   "  return view('ok')\n"
-                   "end\n"
-                   "join()\n"
-                   "return view('rejoined')\n",
+    /* REFRESH (ARGV[7]: '1' when we hold a view to restore): extends our lease; answers 'lost'
+     * without a change when Redis lost the job, for a RESTORE; re-joins (above our floor, so
+     * every daemon moves to the next generation) when our record or lease is gone (expired,
+     * evicted), when our record is not the one we wrote (someone restored an older view) or when
+     * Redis's generation is below ours; leaves alone a record a newer incarnation of this node
+     * wrote. */
+    RDV_LUA_COMMON "if ARGV[7] == '1' and lost() then return view('lost') end\n"
+                   "return refresh()\n",
     /* LEAVE: removes our record and lease, never another incarnation's. */
     RDV_LUA_COMMON "if ours(redis.call('HGET', members, node)) then\n"
                    "  redis.call('DEL', lease)\n"
@@ -99,6 +162,34 @@ static const char *const rdv_script[RDV_NSCRIPTS] = {
                    "return view('left')\n",
     /* VIEW: read only. */
     RDV_LUA_COMMON "return view('ok')\n",
+    /* EVICT: node, inc and rec are the evicted member, its incarnation and the reason; removes
+     * it only while its record has that incarnation. */
+    RDV_LUA_COMMON "if ours(redis.call('HGET', members, node)) then\n"
+                   "  redis.call('DEL', lease)\n"
+                   "  redis.call('HDEL', members, node)\n"
+                   "  bump('evict', node, rec)\n"
+                   "  sweep()\n"
+                   "  return view('evicted')\n"
+                   "end\n"
+                   "return view('absent')\n",
+    /* RESTORE (ARGV[7]: started '1' or '0'; then node, record pairs): when Redis still lost the
+     * job, writes back the view we knew at the generation floor, without a bump, each member
+     * with a fresh lease; then our own record if it changed meanwhile (a join, bumped). When
+     * someone restored or joined first, a plain refresh. */
+    RDV_LUA_COMMON "if not lost() then return refresh() end\n"
+                   "for i = 8, #ARGV - 1, 2 do\n"
+                   "  redis.call('HSET', members, ARGV[i], ARGV[i + 1])\n"
+                   "  redis.call('SET', prefix .. ARGV[i], "
+                   "string.match(ARGV[i + 1], '^%d+ (%d+) ') or '0', 'PX', ttl)\n"
+                   "end\n"
+                   "local g = string.format('%d', math.max(stored(), low))\n"
+                   "redis.call('SET', genk, g)\n"
+                   "if ARGV[7] ~= '-' then redis.call('SET', startk, ARGV[7]) "
+                   "else redis.call('DEL', startk) end\n"
+                   "redis.call('XADD', events, 'MAXLEN', '~', '1000', '*', 'gen', g, "
+                   "'type', 'restore', 'node', node)\n"
+                   "if redis.call('HGET', members, node) ~= rec then join() end\n"
+                   "return view('restored')\n",
 };
 
 /* A connection's life; see conn_set_state. */
@@ -129,30 +220,35 @@ typedef struct {
 struct rdv_job {
     rdv_job *next;
     char name[RD_NAME_MAX + 1];
+    uint64_t uid; /* tells this job from a later one of the same name */
     rd_rdv_member self;
     uint64_t join_seq;   /* bumped by each rd_rdv_join */
     uint64_t joined_seq; /* join_seq of the last JOIN Redis confirmed: dirty while they differ */
-    int refreshing;      /* a JOIN or REFRESH is in flight */
+    int refreshing;      /* a JOIN, REFRESH or RESTORE is in flight */
+    int again;           /* rd_rdv_sweep_soon while refreshing: refresh once more */
     int superseded;      /* logged that another incarnation holds our record */
-    char lastid[RDV_ID_MAX]; /* last stream id seen, "" until the first script reply */
+    int behind_logged;   /* logged that Redis answered a generation below ours */
+    char lastid[RDV_ID_MAX]; /* last stream id seen, "" until a script reply says where it is */
     int reading;             /* an XREAD is in flight */
-    int delivered;           /* a view was delivered; delivered_gen is valid */
-    uint64_t delivered_gen;
-    uint64_t newest_gen; /* generation of the newest view parsed (for the data-loss check) */
-    int have_newest;
-    rd_rdv_view *pending; /* newest view not yet delivered */
+    rd_rdv_view *view;       /* newest view taken (its generation the highest seen), NULL before */
+    uint64_t high_gen;       /* the highest generation seen: every bump goes above it */
+    int undelivered;         /* view has a generation on_view has not had yet */
+    uint64_t delivered_gen;  /* the last generation delivered, 0 before */
+    int64_t next_tick_ms;    /* when tick fires */
+    struct event *tick;      /* the next refresh: lease / 3, or sooner for a sweep */
     rdv_conn watch;
 };
 
 /* One script call, kept whole so a NOSCRIPT answer can be retried with EVAL. */
 typedef struct rdv_req {
-    struct rdv_req *next; /* in rd_rdv.leaves while waiting for a connection */
+    struct rdv_req *next; /* in rd_rdv.queued while waiting for a connection */
     rd_rdv *r;
     int script;
     int retried;
     uint64_t seq; /* job's join_seq when a JOIN was sent */
     char job[RD_NAME_MAX + 1];
-    char *argv[RDV_NARGS];
+    int nargs;   /* RDV_NKEYS keys, then ARGV */
+    char **args; /* owned, each string too */
 } rdv_req;
 
 struct rd_rdv {
@@ -167,8 +263,8 @@ struct rd_rdv {
     rdv_conn cmd;
     char sha[RDV_NSCRIPTS][41]; /* from SCRIPT LOAD on this command connection, "" unknown */
     rdv_job *jobs;
-    rdv_req *leaves; /* LEAVEs waiting for the command connection */
-    struct event *refresh;
+    uint64_t next_uid;
+    rdv_req *queued; /* LEAVEs and EVICTs waiting for the command connection */
     struct event *watchdog;
     struct event *deliver;
     int freeing;
@@ -466,25 +562,35 @@ static int addr_valid(const char *s, size_t len)
     return 1;
 }
 
-/* Writes self's record: "1 <incarnation> <local_size> <world_size> <addr>". */
+/* Writes m's record: "3 <incarnation> <local_size> <world_size> <min_size> <since> <addr>". */
 static void record_format(const rd_rdv_member *m, char *buf, size_t len)
 {
-    snprintf(buf, len, "1 %" PRIu64 " %" PRIu32 " %" PRIu32 " %s", m->incarnation, m->local_size,
-             m->world_size, m->addr);
+    snprintf(buf, len, "3 %" PRIu64 " %" PRIu32 " %" PRIu32 " %" PRIu32 " %" PRIu64 " %s",
+             m->incarnation, m->local_size, m->world_size, m->min_size, m->since, m->addr);
 }
 
-/* Parses a record read from Redis (untrusted) into m (node not touched); 0 or -1. */
+/* Parses a record read from Redis (untrusted) into m (node not touched): version 3 as written
+ * by record_format, or an older daemon's version 2 (without since, read as 0) or 1 (without
+ * min_size either); 0 or -1. */
 static int record_parse(const char *s, size_t len, rd_rdv_member *m)
 {
-    const char *tok[5];
-    size_t tlen[5];
-    size_t n = 0, i = 0;
+    const char *tok[7];
+    size_t tlen[7];
+    size_t n = 0, i = 0, want;
     uint64_t v;
-    if (len == 0 || len > RDV_RECORD_MAX || memchr(s, '\0', len) != NULL)
+    if (len < 2 || len > RDV_RECORD_MAX || memchr(s, '\0', len) != NULL || s[1] != ' ')
         return -1;
-    while (i < len && n < 5) {
+    if (s[0] == '1')
+        want = 5;
+    else if (s[0] == '2')
+        want = 6;
+    else if (s[0] == '3')
+        want = 7;
+    else
+        return -1;
+    while (i < len && n < want) {
         size_t start = i;
-        if (n < 4) {
+        if (n < want - 1) {
             while (i < len && s[i] != ' ')
                 i++;
         } else {
@@ -496,7 +602,7 @@ static int record_parse(const char *s, size_t len, rd_rdv_member *m)
         if (i < len)
             i++; /* one space */
     }
-    if (n != 5 || tlen[0] != 1 || tok[0][0] != '1')
+    if (n != want || tlen[0] != 1)
         return -1;
     if (parse_u64(tok[1], tlen[1], UINT64_MAX, &m->incarnation) != 0)
         return -1;
@@ -506,10 +612,19 @@ static int record_parse(const char *s, size_t len, rd_rdv_member *m)
     if (parse_u64(tok[3], tlen[3], UINT32_MAX, &v) != 0)
         return -1;
     m->world_size = (uint32_t)v;
-    if (!addr_valid(tok[4], tlen[4]))
+    m->min_size = 0;
+    m->since = 0;
+    if (want >= 6) {
+        if (parse_u64(tok[4], tlen[4], UINT32_MAX, &v) != 0)
+            return -1;
+        m->min_size = (uint32_t)v;
+    }
+    if (want == 7 && parse_u64(tok[5], tlen[5], UINT64_MAX, &m->since) != 0)
         return -1;
-    memcpy(m->addr, tok[4], tlen[4]);
-    m->addr[tlen[4]] = '\0';
+    if (!addr_valid(tok[want - 1], tlen[want - 1]))
+        return -1;
+    memcpy(m->addr, tok[want - 1], tlen[want - 1]);
+    m->addr[tlen[want - 1]] = '\0';
     return 0;
 }
 
@@ -544,18 +659,26 @@ static void view_free(rd_rdv_view *v)
     free(v);
 }
 
-/* qsort order of members: by node name, the ring order. */
-static int member_cmp(const void *a, const void *b)
+/* The ring order: the members the job started with by node name, then those that joined the
+ * running job in the order they joined. So members already there keep the lowest ranks and
+ * rank 0 is a node that holds the job's state when another joins. */
+static int member_cmp(const void *a, const void *b, void *arg)
 {
-    return strcmp(((const rd_rdv_member *)a)->node, ((const rd_rdv_member *)b)->node);
+    const rd_rdv_member *x = a, *y = b;
+    uint64_t at = *(const uint64_t *)arg;
+    uint64_t kx = x->since > at ? x->since : 0, ky = y->since > at ? y->since : 0;
+    if (kx != ky)
+        return kx < ky ? -1 : 1;
+    return strcmp(x->node, y->node);
 }
 
-/* Parses a script reply {status, generation, last stream id, {node, record, ...}} into a new
- * view (members sorted; malformed ones skipped, logged at debug and counted in *nbad) and writes
- * status and id. Returns NULL for a malformed reply (logged) or out of memory. Caller owns the
+/* Parses a script reply {status, generation, last stream id, {node, record, ...}, started,
+ * soonest} into a new view (members sorted; malformed ones skipped, logged at debug and counted
+ * in *nbad) and writes status, id and *soonest (the smallest PTTL of the other members' leases,
+ * -1 for none). Returns NULL for a malformed reply (logged) or out of memory. Caller owns the
  * view. */
 static rd_rdv_view *view_parse(const redisReply *rep, const char *job, char *status,
-                               size_t statuslen, char *id, size_t *nbad)
+                               size_t statuslen, char *id, int64_t *soonest, size_t *nbad)
 {
     const char *why = NULL;
     rd_rdv_view *v = NULL;
@@ -563,12 +686,12 @@ static rd_rdv_view *view_parse(const redisReply *rep, const char *job, char *sta
         rd_log(RD_LOG_WARN, SUBSYS, "job %s: script failed: %s", job, rep->str);
         return NULL;
     }
-    if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 4) {
-        why = "not a 4-element array";
+    if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 6) {
+        why = "not a 6-element array";
         goto bad;
     }
     const redisReply *st = rep->element[0], *gen = rep->element[1], *last = rep->element[2],
-                     *hash = rep->element[3];
+                     *hash = rep->element[3], *started = rep->element[4], *pttl = rep->element[5];
     uint64_t ms, seq;
     if (st->type != REDIS_REPLY_STRING || st->len >= statuslen) {
         why = "bad status";
@@ -587,6 +710,17 @@ static rd_rdv_view *view_parse(const redisReply *rep, const char *job, char *sta
         why = "bad member list";
         goto bad;
     }
+    uint64_t started_at = 0;
+    if ((started->type != REDIS_REPLY_NIL && started->type != REDIS_REPLY_STRING) ||
+        (started->type == REDIS_REPLY_STRING &&
+         parse_u64(started->str, started->len, UINT64_MAX, &started_at) != 0)) {
+        why = "bad started flag";
+        goto bad;
+    }
+    if (pttl->type != REDIS_REPLY_INTEGER || pttl->integer < -1) {
+        why = "bad lease time";
+        goto bad;
+    }
     memcpy(status, st->str, st->len);
     status[st->len] = '\0';
     memcpy(id, last->str, last->len);
@@ -595,6 +729,9 @@ static rd_rdv_view *view_parse(const redisReply *rep, const char *job, char *sta
     if (v == NULL)
         goto oom;
     v->generation = (uint64_t)gen->integer;
+    v->started = started->type == REDIS_REPLY_STRING;
+    v->started_at = started_at;
+    *soonest = pttl->integer;
     if (hash->elements > 0) {
         v->members = calloc(hash->elements / 2, sizeof(*v->members));
         if (v->members == NULL)
@@ -622,7 +759,7 @@ static rd_rdv_view *view_parse(const redisReply *rep, const char *job, char *sta
         v->nmembers++;
     }
     if (v->nmembers > 1)
-        qsort(v->members, v->nmembers, sizeof(*v->members), member_cmp);
+        qsort_r(v->members, v->nmembers, sizeof(*v->members), member_cmp, &started_at);
     return v;
 bad:
     rd_log(RD_LOG_WARN, SUBSYS, "job %s: malformed reply from Redis (%s); ignored", job, why);
@@ -643,8 +780,19 @@ static rdv_job *job_find(rd_rdv *r, const char *name)
     return NULL;
 }
 
-/* Deferred delivery: runs on_view for each job whose newest view has a generation other than the
- * last delivered one. Runs from the loop, never inside hiredis, so on_view may call anything. */
+/* (Re)arms j's tick to fire in ms (at least 1). */
+static void tick_in(rdv_job *j, int64_t ms)
+{
+    if (ms < 1)
+        ms = 1;
+    j->next_tick_ms = now_ms() + ms;
+    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
+    evtimer_add(j->tick, &tv);
+}
+
+/* Deferred delivery: runs on_view for each job whose newest view has a generation above the last
+ * delivered one. Runs from the loop, never inside hiredis, so on_view may call anything (leave
+ * the job, free r). */
 static void on_deliver(evutil_socket_t fd, short what, void *arg)
 {
     rd_rdv *r = arg;
@@ -652,48 +800,76 @@ static void on_deliver(evutil_socket_t fd, short what, void *arg)
     (void)what;
     for (;;) {
         rdv_job *j = r->jobs;
-        while (j != NULL && j->pending == NULL)
+        while (j != NULL && !j->undelivered)
             j = j->next;
         if (j == NULL)
             return;
-        rd_rdv_view *v = j->pending;
-        j->pending = NULL;
-        if (j->delivered && j->delivered_gen == v->generation) {
-            view_free(v);
+        j->undelivered = 0;
+        rd_rdv_view *v = j->view;
+        if (v == NULL || v->generation <= j->delivered_gen)
             continue;
-        }
-        j->delivered = 1;
         j->delivered_gen = v->generation;
+        /* Out of j's reach while on_view runs, which may free j; put back after if j lives. */
+        j->view = NULL;
+        uint64_t uid = j->uid;
         char name[RD_NAME_MAX + 1];
         memcpy(name, j->name, sizeof(name));
         int gone = 0;
         r->gone = &gone;
         r->on_view(r->arg, name, v);
-        view_free(v);
-        if (gone)
+        if (gone) {
+            view_free(v);
             return;
+        }
         r->gone = NULL;
+        j = job_find(r, name);
+        if (j != NULL && j->uid == uid && j->view == NULL)
+            j->view = v;
+        else
+            view_free(v);
     }
 }
 
-/* Takes a parsed view of j: tracks the stream id and queues the view for delivery. */
-static void job_take_view(rd_rdv *r, rdv_job *j, rd_rdv_view *v, const char *id)
+static int send_script(rd_rdv *r, rdv_job *j, int script);
+
+/* Refreshes j now, or once more after the refresh in flight. */
+static void refresh_now(rd_rdv *r, rdv_job *j)
 {
-    if (j->have_newest && v->generation < j->newest_gen) {
-        /* Redis lost the job's data: the stream restarted too. */
-        rd_log(RD_LOG_WARN, SUBSYS,
-               "job %s: generation went back from %" PRIu64 " to %" PRIu64
-               " (Redis lost its data?)",
-               j->name, j->newest_gen, v->generation);
+    if (j->refreshing)
+        j->again = 1;
+    else
+        send_script(r, j, RDV_REFRESH);
+}
+
+/* Takes a parsed view of j (script's answer): tracks the stream id and keeps the view, queued
+ * for delivery when its generation is new. A generation below the highest seen means Redis lost
+ * the job's data (its stream restarted too): not taken; the next REFRESH repairs it, sent now
+ * when the view came from a watch event. Takes v. */
+static void job_take_view(rd_rdv *r, rdv_job *j, rd_rdv_view *v, const char *id, int script)
+{
+    if (v->generation < j->high_gen) {
+        if (!j->behind_logged)
+            rd_log(RD_LOG_WARN, SUBSYS,
+                   "job %s: Redis answered generation %" PRIu64 ", below %" PRIu64
+                   " seen before (it lost its data?); restoring the membership",
+                   j->name, v->generation, j->high_gen);
+        j->behind_logged = 1;
         snprintf(j->lastid, sizeof(j->lastid), "%s", id);
-    } else if (j->lastid[0] == '\0' || id_after(id, j->lastid)) {
-        snprintf(j->lastid, sizeof(j->lastid), "%s", id);
+        view_free(v);
+        if (script == RDV_VIEW)
+            refresh_now(r, j);
+    } else {
+        j->behind_logged = 0;
+        if (j->lastid[0] == '\0' || id_after(id, j->lastid))
+            snprintf(j->lastid, sizeof(j->lastid), "%s", id);
+        j->high_gen = v->generation;
+        view_free(j->view);
+        j->view = v;
+        if (v->generation > j->delivered_gen) {
+            j->undelivered = 1;
+            event_active(r->deliver, 0, 0);
+        }
     }
-    j->have_newest = 1;
-    j->newest_gen = v->generation;
-    view_free(j->pending);
-    j->pending = v;
-    event_active(r->deliver, 0, 0);
     if (!j->reading)
         watch_read(j);
 }
@@ -704,15 +880,31 @@ static void req_free(rdv_req *q)
 {
     if (q == NULL)
         return;
-    for (int i = 0; i < RDV_NARGS; i++)
-        free(q->argv[i]);
+    for (int i = 0; i < q->nargs; i++)
+        free(q->args[i]);
+    free(q->args);
     free(q);
 }
 
-/* Builds a script call for job as self; NULL when out of memory. */
-static rdv_req *req_new(rd_rdv *r, const char *job, const rd_rdv_member *self, int script)
+/* Appends a copy of s to q's arguments; 0, or -1 when out of memory. */
+static int req_push(rdv_req *q, const char *s)
 {
-    char buf[RDV_NARGS][RDV_KEY_MAX + RDV_RECORD_MAX];
+    char **args = realloc(q->args, (size_t)(q->nargs + 1) * sizeof(*args));
+    if (args == NULL)
+        return -1;
+    q->args = args;
+    if ((q->args[q->nargs] = strdup(s)) == NULL)
+        return -1;
+    q->nargs++;
+    return 0;
+}
+
+/* Builds a call of script for job with the keys and the fixed ARGV (node, its incarnation,
+ * record, generation floor); the caller pushes the script's own ARGV. NULL when out of memory. */
+static rdv_req *req_new(rd_rdv *r, const char *job, const char *node, uint64_t incarnation,
+                        const char *record, int script, uint64_t floor)
+{
+    char buf[RDV_NKEYS + RDV_NFIXED][RDV_KEY_MAX + RDV_RECORD_MAX];
     rdv_req *q = calloc(1, sizeof(*q));
     if (q == NULL)
         return NULL;
@@ -722,22 +914,45 @@ static rdv_req *req_new(rd_rdv *r, const char *job, const rd_rdv_member *self, i
     snprintf(buf[0], sizeof(buf[0]), "ringd:{%s}:members", job);
     snprintf(buf[1], sizeof(buf[1]), "ringd:{%s}:gen", job);
     snprintf(buf[2], sizeof(buf[2]), "ringd:{%s}:events", job);
-    snprintf(buf[3], sizeof(buf[3]), "ringd:{%s}:lease:%s", job, self != NULL ? self->node : "");
-    snprintf(buf[4], sizeof(buf[4]), "ringd:{%s}:lease:", job);
-    snprintf(buf[5], sizeof(buf[5]), "%s", self != NULL ? self->node : "");
-    snprintf(buf[6], sizeof(buf[6]), "%" PRIu64, self != NULL ? self->incarnation : 0);
-    buf[7][0] = '\0';
-    if (self != NULL)
-        record_format(self, buf[7], sizeof(buf[7]));
-    snprintf(buf[8], sizeof(buf[8]), "%" PRId64, r->lease_ms);
-    for (int i = 0; i < RDV_NARGS; i++) {
-        q->argv[i] = strdup(buf[i]);
-        if (q->argv[i] == NULL) {
+    snprintf(buf[3], sizeof(buf[3]), "ringd:{%s}:lease:%s", job, node);
+    snprintf(buf[4], sizeof(buf[4]), "ringd:{%s}:started", job);
+    snprintf(buf[5], sizeof(buf[5]), "ringd:{%s}:lease:", job);
+    snprintf(buf[6], sizeof(buf[6]), "%s", node);
+    snprintf(buf[7], sizeof(buf[7]), "%" PRIu64, incarnation);
+    snprintf(buf[8], sizeof(buf[8]), "%s", record);
+    snprintf(buf[9], sizeof(buf[9]), "%" PRId64, r->lease_ms);
+    snprintf(buf[10], sizeof(buf[10]), "%" PRIu64, floor);
+    for (int i = 0; i < RDV_NKEYS + RDV_NFIXED; i++) {
+        if (req_push(q, buf[i]) != 0) {
             req_free(q);
             return NULL;
         }
     }
     return q;
+}
+
+/* A call of script for j as itself. NULL when out of memory. */
+static rdv_req *req_self(rd_rdv *r, const rdv_job *j, int script)
+{
+    char rec[RDV_RECORD_MAX];
+    record_format(&j->self, rec, sizeof(rec));
+    return req_new(r, j->name, j->self.node, j->self.incarnation, rec, script, j->high_gen);
+}
+
+/* q's command line: EVAL (or EVALSHA when usesha) script, key count, arguments; NULL when out of
+ * memory. Caller frees the array (not the strings). */
+static const char **req_argv(const rd_rdv *r, const rdv_req *q, int usesha)
+{
+    static const char nkeys[] = {'0' + RDV_NKEYS, '\0'};
+    const char **argv = malloc((size_t)(3 + q->nargs) * sizeof(*argv));
+    if (argv == NULL)
+        return NULL;
+    argv[0] = usesha ? "EVALSHA" : "EVAL";
+    argv[1] = usesha ? r->sha[q->script] : rdv_script[q->script];
+    argv[2] = nkeys;
+    for (int i = 0; i < q->nargs; i++)
+        argv[3 + i] = q->args[i];
+    return argv;
 }
 
 static void on_script(redisAsyncContext *ac, void *reply, void *privdata);
@@ -746,32 +961,78 @@ static void on_script(redisAsyncContext *ac, void *reply, void *privdata);
  * Returns 0, or -1 when it could not be queued (q freed). */
 static int req_send(rd_rdv *r, rdv_req *q)
 {
-    const char *argv[3 + RDV_NARGS];
     int usesha = r->sha[q->script][0] != '\0' && r->sha[q->script][0] != '!' && !q->retried;
-    argv[0] = usesha ? "EVALSHA" : "EVAL";
-    argv[1] = usesha ? r->sha[q->script] : rdv_script[q->script];
-    argv[2] = "4";
-    for (int i = 0; i < RDV_NARGS; i++)
-        argv[3 + i] = q->argv[i];
-    if (r->cmd.ac == NULL ||
-        redisAsyncCommandArgv(r->cmd.ac, on_script, q, 3 + RDV_NARGS, argv, NULL) != REDIS_OK) {
+    const char **argv = req_argv(r, q, usesha);
+    if (argv == NULL)
+        rd_log(RD_LOG_ERROR, SUBSYS, "job %s: out of memory sending %s", q->job,
+               rdv_script_name[q->script]);
+    if (argv == NULL || r->cmd.ac == NULL ||
+        redisAsyncCommandArgv(r->cmd.ac, on_script, q, 3 + q->nargs, argv, NULL) != REDIS_OK) {
+        free(argv);
         req_free(q);
         return -1;
     }
+    free(argv);
     conn_sent(&r->cmd);
     return 0;
 }
 
-/* A script's answer: a view for a joined job, a re-join noticed, or a failure logged. */
+/* Sends q now when the command connection is up, else queues it for cmd_ready; takes q. */
+static void req_send_or_queue(rd_rdv *r, rdv_req *q)
+{
+    if (r->cmd.state == RDV_READY) {
+        req_send(r, q);
+    } else {
+        q->next = r->queued;
+        r->queued = q;
+    }
+}
+
+/* Redis lost j's data: sends a RESTORE of j's newest view at its generation. Returns 0 or -1
+ * (not connected, no view, out of memory: the next REFRESH tries again). */
+static int send_restore(rd_rdv *r, rdv_job *j)
+{
+    const rd_rdv_view *v = j->view;
+    char rec[RDV_RECORD_MAX];
+    if (r->cmd.state != RDV_READY || v == NULL)
+        return -1;
+    rdv_req *q = req_self(r, j, RDV_RESTORE);
+    char at[32] = "-";
+    if (v->started)
+        snprintf(at, sizeof(at), "%" PRIu64, v->started_at);
+    int ok = q != NULL && req_push(q, at) == 0;
+    for (size_t i = 0; ok && i < v->nmembers; i++) {
+        record_format(&v->members[i], rec, sizeof(rec));
+        ok = req_push(q, v->members[i].node) == 0 && req_push(q, rec) == 0;
+    }
+    if (!ok) {
+        rd_log(RD_LOG_ERROR, SUBSYS, "job %s: out of memory restoring the membership", j->name);
+        req_free(q);
+        return -1;
+    }
+    rd_log(RD_LOG_WARN, SUBSYS,
+           "job %s: Redis lost the job's membership; restoring generation %" PRIu64
+           " (%zu member(s))",
+           j->name, v->generation, v->nmembers);
+    if (req_send(r, q) != 0)
+        return -1;
+    j->refreshing = 1;
+    return 0;
+}
+
+/* A script's answer: a view for a joined job, a re-join or restore noticed, the next sweep
+ * scheduled, or a failure logged. */
 static void on_script(redisAsyncContext *ac, void *reply, void *privdata)
 {
     rdv_req *q = privdata;
     rd_rdv *r = q->r;
     redisReply *rep = reply;
     char status[32], id[RDV_ID_MAX];
+    int64_t soonest = -1;
     conn_answered(&r->cmd, ac);
     rdv_job *j = r->freeing ? NULL : job_find(r, q->job);
-    if (j != NULL && (q->script == RDV_JOIN || q->script == RDV_REFRESH))
+    int refresh = q->script == RDV_JOIN || q->script == RDV_REFRESH || q->script == RDV_RESTORE;
+    if (j != NULL && refresh)
         j->refreshing = 0;
     if (rep == NULL || r->freeing) {
         req_free(q);
@@ -780,21 +1041,26 @@ static void on_script(redisAsyncContext *ac, void *reply, void *privdata)
     if (rep->type == REDIS_REPLY_ERROR && strncmp(rep->str, "NOSCRIPT", 8) == 0 && !q->retried) {
         q->retried = 1;
         r->sha[q->script][0] = '\0';
-        if (j != NULL && (q->script == RDV_JOIN || q->script == RDV_REFRESH))
+        if (j != NULL && refresh)
             j->refreshing = 1;
         if (req_send(r, q) != 0 && j != NULL)
             j->refreshing = 0;
         return;
     }
     size_t nbad = 0;
-    rd_rdv_view *v = view_parse(rep, q->job, status, sizeof(status), id, &nbad);
+    rd_rdv_view *v = view_parse(rep, q->job, status, sizeof(status), id, &soonest, &nbad);
+    if (v != NULL && q->script == RDV_EVICT)
+        rd_log(strcmp(status, "evicted") == 0 ? RD_LOG_INFO : RD_LOG_DEBUG, SUBSYS,
+               "job %s: %s node %s (incarnation %s): %s", q->job,
+               strcmp(status, "evicted") == 0 ? "evicted" : "nothing to evict: no",
+               q->args[RDV_NKEYS + 1], q->args[RDV_NKEYS + 2], q->args[RDV_NKEYS + 3]);
     if (v == NULL || j == NULL) {
         view_free(v);
         req_free(q);
         return;
     }
     /* Once per generation, not on every refresh. */
-    if (nbad > 0 && (!j->have_newest || j->newest_gen != v->generation))
+    if (nbad > 0 && v->generation != j->high_gen)
         rd_log(RD_LOG_WARN, SUBSYS,
                "job %s: %zu malformed member record(s) in Redis ignored (generation %" PRIu64 ")",
                j->name, nbad, v->generation);
@@ -802,9 +1068,14 @@ static void on_script(redisAsyncContext *ac, void *reply, void *privdata)
         j->joined_seq = q->seq;
     if (strcmp(status, "rejoined") == 0)
         rd_log(RD_LOG_INFO, SUBSYS,
-               "job %s: registration was gone (lease expired or Redis lost "
-               "its data); joined again",
-               j->name);
+               "job %s: registration was gone or stale (lease expired, evicted, Redis lost data); "
+               "joined again at "
+               "generation %" PRIu64,
+               j->name, v->generation);
+    if (strcmp(status, "restored") == 0)
+        rd_log(RD_LOG_WARN, SUBSYS,
+               "job %s: restored the membership in Redis at generation %" PRIu64 " (%zu member(s))",
+               j->name, v->generation, v->nmembers);
     if (strcmp(status, "superseded") == 0) {
         if (!j->superseded)
             rd_log(RD_LOG_WARN, SUBSYS,
@@ -815,7 +1086,17 @@ static void on_script(redisAsyncContext *ac, void *reply, void *privdata)
     } else {
         j->superseded = 0;
     }
-    job_take_view(r, j, v, id);
+    job_take_view(r, j, v, id, q->script);
+    /* Sweep a few ms after the earliest lease of another member can expire. */
+    if (soonest >= 0 && q->script != RDV_EVICT &&
+        now_ms() + soonest + RDV_SWEEP_SLACK_MS < j->next_tick_ms)
+        tick_in(j, soonest + RDV_SWEEP_SLACK_MS);
+    if (strcmp(status, "lost") == 0) {
+        send_restore(r, j);
+    } else if (refresh && j->again && !j->refreshing) {
+        j->again = 0;
+        send_script(r, j, RDV_REFRESH);
+    }
     req_free(q);
 }
 
@@ -827,7 +1108,13 @@ static int send_script(rd_rdv *r, rdv_job *j, int script)
         return -1;
     if (script == RDV_REFRESH && j->joined_seq != j->join_seq)
         script = RDV_JOIN;
-    rdv_req *q = req_new(r, j->name, &j->self, script);
+    rdv_req *q = req_self(r, j, script);
+    /* A view to restore should Redis have lost the job. */
+    int restorable = j->view != NULL && j->view->generation > 0;
+    if (q != NULL && script == RDV_REFRESH && req_push(q, restorable ? "1" : "0") != 0) {
+        req_free(q);
+        q = NULL;
+    }
     if (q == NULL) {
         rd_log(RD_LOG_ERROR, SUBSYS, "job %s: out of memory sending %s", j->name,
                rdv_script_name[script]);
@@ -841,13 +1128,21 @@ static int send_script(rd_rdv *r, rdv_job *j, int script)
     return 0;
 }
 
-/* The command connection is READY: queued LEAVEs go out, then every job re-registers (REFRESH
- * re-joins when Redis lost the record). */
+/* The command connection is READY: queued LEAVEs and EVICTs go out, then every job re-registers
+ * (REFRESH restores or re-joins when Redis lost the record). */
 static void cmd_ready(rd_rdv *r)
 {
-    while (r->leaves != NULL) {
-        rdv_req *q = r->leaves;
-        r->leaves = q->next;
+    /* Oldest first. */
+    rdv_req *list = NULL;
+    while (r->queued != NULL) {
+        rdv_req *q = r->queued;
+        r->queued = q->next;
+        q->next = list;
+        list = q;
+    }
+    while (list != NULL) {
+        rdv_req *q = list;
+        list = q->next;
         q->next = NULL;
         req_send(r, q);
     }
@@ -855,15 +1150,17 @@ static void cmd_ready(rd_rdv *r)
         send_script(r, j, RDV_REFRESH);
 }
 
-/* Lease timer (every lease_ms / 3): refreshes every job that has no refresh in flight. */
-static void on_refresh(evutil_socket_t fd, short what, void *arg)
+/* j's lease timer: every lease_ms / 3, or sooner when another member's lease expires sooner;
+ * refreshes (and so sweeps) unless a refresh is in flight. */
+static void on_tick(evutil_socket_t fd, short what, void *arg)
 {
-    rd_rdv *r = arg;
+    rdv_job *j = arg;
+    rd_rdv *r = j->watch.r;
     (void)fd;
     (void)what;
-    for (rdv_job *j = r->jobs; j != NULL; j = j->next)
-        if (!j->refreshing)
-            send_script(r, j, RDV_REFRESH);
+    tick_in(j, r->lease_ms / 3);
+    if (!j->refreshing)
+        send_script(r, j, RDV_REFRESH);
 }
 
 /* Watchdog timer: a connection with a command or connect unanswered for too long is dropped and
@@ -960,12 +1257,15 @@ static void watch_read(rdv_job *j)
 }
 
 /* The watch connection is READY (again): read the view, whatever happened meanwhile, and
- * resume XREAD from the last id seen. */
+ * resume XREAD from the stream id that view answers with (not the last one seen: the stream
+ * restarted if Redis lost its data), or from the next script answer's. */
 static void watch_ready(rdv_job *j)
 {
     rd_rdv *r = j->watch.r;
-    if (j->lastid[0] != '\0')
+    if (j->lastid[0] != '\0') {
+        j->lastid[0] = '\0';
         send_script(r, j, RDV_VIEW);
+    }
     watch_read(j);
 }
 
@@ -975,7 +1275,9 @@ static void job_free(rdv_job *j)
     if (j == NULL)
         return;
     conn_fini(&j->watch);
-    view_free(j->pending);
+    if (j->tick != NULL)
+        event_free(j->tick);
+    view_free(j->view);
     free(j);
 }
 
@@ -1076,15 +1378,11 @@ rd_rdv *rd_rdv_new(struct event_base *base, const rd_rdv_options *o, char *err, 
         goto oom;
     if (conn_init(&r->cmd, r, NULL) != 0)
         goto oom;
-    r->refresh = event_new(base, -1, EV_PERSIST, on_refresh, r);
     r->watchdog = event_new(base, -1, EV_PERSIST, on_watchdog, r);
     r->deliver = event_new(base, -1, 0, on_deliver, r);
-    if (r->refresh == NULL || r->watchdog == NULL || r->deliver == NULL)
+    if (r->watchdog == NULL || r->deliver == NULL)
         goto oom;
-    int64_t period = r->lease_ms / 3;
-    struct timeval tv = {(time_t)(period / 1000), (suseconds_t)(period % 1000) * 1000};
     struct timeval wd = {0, RDV_WATCHDOG_MS * 1000};
-    evtimer_add(r->refresh, &tv);
     evtimer_add(r->watchdog, &wd);
     conn_start(&r->cmd);
     return r;
@@ -1106,13 +1404,13 @@ static int sync_ok(rd_rdv *r, redisContext *c, void *reply, const char *what)
     return ok ? 0 : -1;
 }
 
-/* Best-effort LEAVE of every joined job and queued leave on a short-lived blocking connection,
- * bounded by about a second in all. */
+/* Best-effort LEAVE of every joined job, and the queued LEAVEs and EVICTs, on a short-lived
+ * blocking connection, bounded by about a second in all. */
 static void leave_all_sync(rd_rdv *r)
 {
     struct timeval ctv = {0, 400 * 1000}, rtv = {0, 500 * 1000};
     int sent = 0;
-    if (r->jobs == NULL && r->leaves == NULL)
+    if (r->jobs == NULL && r->queued == NULL)
         return;
     redisContext *c = redisConnectWithTimeout(r->host, r->port, ctv);
     if (c == NULL || c->err) {
@@ -1130,17 +1428,17 @@ static void leave_all_sync(rd_rdv *r)
     if (r->db != 0 && sync_ok(r, c, redisCommand(c, "SELECT %d", r->db), "SELECT") != 0)
         goto out;
     for (rdv_job *j = r->jobs; j != NULL; j = j->next) {
-        rdv_req *q = req_new(r, j->name, &j->self, RDV_LEAVE);
+        rdv_req *q = req_self(r, j, RDV_LEAVE);
         if (q == NULL)
             continue;
-        q->next = r->leaves;
-        r->leaves = q;
+        q->next = r->queued;
+        r->queued = q;
     }
-    for (rdv_req *q = r->leaves; q != NULL; q = q->next) {
-        const char *argv[3 + RDV_NARGS] = {"EVAL", rdv_script[RDV_LEAVE], "4"};
-        for (int i = 0; i < RDV_NARGS; i++)
-            argv[3 + i] = q->argv[i];
-        sent += redisAppendCommandArgv(c, 3 + RDV_NARGS, argv, NULL) == REDIS_OK;
+    for (rdv_req *q = r->queued; q != NULL; q = q->next) {
+        const char **argv = req_argv(r, q, 0);
+        if (argv != NULL)
+            sent += redisAppendCommandArgv(c, 3 + q->nargs, argv, NULL) == REDIS_OK;
+        free(argv);
     }
     for (int i = 0; i < sent; i++) {
         void *reply = NULL;
@@ -1173,17 +1471,15 @@ void rd_rdv_free(rd_rdv *r)
         job_free(j);
     }
     conn_fini(&r->cmd);
-    while (r->leaves != NULL) {
-        rdv_req *q = r->leaves;
-        r->leaves = q->next;
+    while (r->queued != NULL) {
+        rdv_req *q = r->queued;
+        r->queued = q->next;
         req_free(q);
     }
     if (r->deliver != NULL)
         event_free(r->deliver);
     if (r->watchdog != NULL)
         event_free(r->watchdog);
-    if (r->refresh != NULL)
-        event_free(r->refresh);
     free(r->password);
     free(r);
 }
@@ -1205,15 +1501,18 @@ int rd_rdv_join(rd_rdv *r, const char *job, const rd_rdv_member *self)
     rdv_job *j = job_find(r, job);
     if (j == NULL) {
         j = calloc(1, sizeof(*j));
-        if (j == NULL || conn_init(&j->watch, r, j) != 0) {
+        if (j == NULL || conn_init(&j->watch, r, j) != 0 ||
+            (j->tick = evtimer_new(r->base, on_tick, j)) == NULL) {
             if (j != NULL)
                 job_free(j);
             rd_log(RD_LOG_ERROR, SUBSYS, "join %s: out of memory", job);
             return -1;
         }
         snprintf(j->name, sizeof(j->name), "%s", job);
+        j->uid = ++r->next_uid;
         j->next = r->jobs;
         r->jobs = j;
+        tick_in(j, r->lease_ms / 3);
         conn_start(&j->watch);
     }
     j->self = *self;
@@ -1233,16 +1532,41 @@ void rd_rdv_leave(rd_rdv *r, const char *job)
     if (j == NULL)
         return;
     *pp = j->next;
-    rdv_req *q = req_new(r, j->name, &j->self, RDV_LEAVE);
-    if (q == NULL) {
+    rdv_req *q = req_self(r, j, RDV_LEAVE);
+    if (q == NULL)
         rd_log(RD_LOG_ERROR, SUBSYS, "leave %s: out of memory; the lease will expire", job);
-    } else if (r->cmd.state == RDV_READY) {
-        req_send(r, q);
-    } else {
-        q->next = r->leaves;
-        r->leaves = q;
-    }
+    else
+        req_send_or_queue(r, q);
     job_free(j);
+}
+
+/* See rendezvous.h. The EVICT waits for the command connection when it is down. */
+int rd_rdv_evict(rd_rdv *r, const char *job, const char *node, uint64_t incarnation,
+                 const char *reason)
+{
+    char why[RDV_REASON_MAX + 1];
+    if (!rd_name_valid(job) || node == NULL || !rd_name_valid(node)) {
+        rd_log(RD_LOG_ERROR, SUBSYS, "evict from %s: invalid job or node name",
+               rd_name_valid(job) ? job : "(invalid)");
+        return -1;
+    }
+    snprintf(why, sizeof(why), "%s", reason != NULL && reason[0] != '\0' ? reason : "evicted");
+    const rdv_job *j = job_find(r, job);
+    rdv_req *q = req_new(r, job, node, incarnation, why, RDV_EVICT, j != NULL ? j->high_gen : 0);
+    if (q == NULL) {
+        rd_log(RD_LOG_ERROR, SUBSYS, "evict %s from %s: out of memory", node, job);
+        return -1;
+    }
+    req_send_or_queue(r, q);
+    return 0;
+}
+
+/* See rendezvous.h. */
+void rd_rdv_sweep_soon(rd_rdv *r, const char *job)
+{
+    rdv_job *j = job != NULL ? job_find(r, job) : NULL;
+    if (j != NULL)
+        refresh_now(r, j);
 }
 
 /* See rendezvous.h. */

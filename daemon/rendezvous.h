@@ -1,7 +1,9 @@
-/* Rendezvous through Redis: each node's membership of a job is a lease; joins and leaves are one
- * atomic step that bumps the job's generation and appends an event to the job's stream, which
- * watchers read with XREAD BLOCK from their last id, so no change is missed across a reconnect.
- * The only module that talks to hiredis. Loop thread only. */
+/* Rendezvous through Redis: each node's membership of a job is a lease; joins, leaves, evictions
+ * and expiries are one atomic step that bumps the job's generation and appends an event to the
+ * job's stream, which watchers read with XREAD BLOCK from their last id, so no change is missed
+ * across a reconnect. Generations never go backwards, even when Redis loses its data: the first
+ * daemon back restores the membership it knew. The only module that talks to hiredis. Loop thread
+ * only. */
 #ifndef RD_RENDEZVOUS_H
 #define RD_RENDEZVOUS_H
 
@@ -20,28 +22,36 @@ typedef struct {
     char addr[RD_ADDR_MAX]; /* where its peers connect: --advertise, else --listen */
     uint32_t local_size;    /* clients of the job on that node */
     uint32_t world_size;    /* the world its clients asked for */
+    uint32_t min_size;      /* the fewest ranks its clients run with (0 from an older daemon) */
+    uint64_t since;         /* when it joined the job (wall clock ms): orders the ring */
     uint64_t incarnation;   /* random per daemon start: tells a restarted node from the old one */
 } rd_rdv_member;
 
-/* A job's membership at one generation, members sorted by node name (the ring order). */
+/* A job's membership at one generation, members in ring order (by since, then name). Every
+ * daemon reading generation g reads the same members and the same started flag. */
 typedef struct {
     uint64_t generation;
+    int started; /* 1 once the job has had a complete ring: its members' local sizes reached their
+                  * (common) world_size at some generation since the job's first member joined;
+                  * reset only when its last member is gone */
+    uint64_t started_at; /* the newest since of the members it started with */
     size_t nmembers;
     rd_rdv_member *members;
 } rd_rdv_view;
 
 typedef struct rd_rdv rd_rdv;
 
-/* Called on the loop with the job's membership each time its generation changes as seen here
- * (after a join, an event, a lease sweep or a reconnect); the view is valid during the call only.
- * A generation lower than one already delivered means Redis lost its data: the caller treats it
- * as a new rendezvous. */
+/* Called on the loop with the job's membership each time its generation grows as seen here
+ * (after a join, an event, a lease sweep, an eviction or a reconnect); the view is valid during
+ * the call only. Generations delivered only increase: a lower one read from Redis (it lost its
+ * data) is not delivered but repaired (restored at the last generation, or joined above it). */
 typedef void (*rd_rdv_view_fn)(void *arg, const char *job, const rd_rdv_view *view);
 
 typedef struct {
     const char *url;      /* redis://HOST:PORT[/DB] */
     const char *password; /* AUTH, or NULL */
-    int64_t lease_ms;     /* lease TTL; refreshed every lease_ms / 3 */
+    int64_t lease_ms;     /* lease TTL; refreshed every lease_ms / 3, and other members' leases
+                           * swept a few ms after they can first expire */
     rd_rdv_view_fn on_view;
     void *arg;
 } rd_rdv_options;
@@ -61,6 +71,19 @@ int rd_rdv_join(rd_rdv *r, const char *job, const rd_rdv_member *self);
 
 /* Removes this node from job (generation + 1, event) and stops watching it. */
 void rd_rdv_leave(rd_rdv *r, const char *job);
+
+/* Removes node from job if its record still has incarnation (a restarted daemon of that name is
+ * left alone): record and lease deleted, generation + 1, an 'evict' event carrying reason (cut to
+ * 200 bytes). For a peer known dead (its links broke and its listener refuses connections), so
+ * the others need not wait for its lease to expire. Asynchronous, now or once Redis is reachable;
+ * works whether or not this node joined job. Returns 0, or -1 when out of memory or for an
+ * invalid job or node name (logged). */
+int rd_rdv_evict(rd_rdv *r, const char *job, const char *node, uint64_t incarnation,
+                 const char *reason);
+
+/* Refreshes this node's lease of job now, sweeping members whose leases expired (a caller that
+ * suspects a peer); a refresh in flight is followed by another. No-op for a job not joined. */
+void rd_rdv_sweep_soon(rd_rdv *r, const char *job);
 
 /* 1 while the command connection to Redis is up. */
 int rd_rdv_connected(const rd_rdv *r);

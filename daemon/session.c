@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "arena.h"
+#include "drain.h"
 #include "job.h"
 #include "log.h"
 #include "status.h"
@@ -147,6 +148,8 @@ void rd_session_complete(rd_session *s, uint64_t request_id, ringd_result_t stat
     c.request_id = request_id;
     c.status = (uint32_t)status;
     c.message = (char *)(message != NULL ? message : "");
+    if (s->job != NULL)
+        rd_job_client_view(s->job, s->local_rank, &c);
     m.body_case = RINGD__MSG__BODY_COMPLETE;
     m.complete = &c;
     if (s->ops_in_flight > 0)
@@ -188,6 +191,7 @@ void rd_session_close(rd_session *s, ringd_result_t status, const char *fmt, ...
 static void session_free(rd_session *s)
 {
     rd_daemon *d = s->d;
+    rd_drain_forget(d, s);
     if (s->job != NULL)
         rd_job_leave(s);
     rd_arena_unref(s->arena);
@@ -260,6 +264,18 @@ static void dispatch(rd_session *s, const rd_msg *m)
         rd_job_submit(s, m->submit);
         return;
     case RINGD__MSG__BODY_STATUS_REQUEST: rd_status_reply(s); return;
+    case RINGD__MSG__BODY_DRAIN_REQUEST: {
+        if (s->state != RD_SESSION_NEW) {
+            rd_session_close(s, RINGD_E_PROTOCOL, "DrainRequest from a client of a job");
+            return;
+        }
+        int64_t ms = m->drain_request->timeout_ms ? (int64_t)m->drain_request->timeout_ms
+                                                  : s->d->cfg.drain_timeout;
+        event_del(s->ev_handshake); /* a drain may take longer; it answers within its bound */
+        if (rd_drain_start(s->d, s, ms, 0) != 0)
+            rd_session_close(s, RINGD_E_NOMEM, "out of memory starting a drain");
+        return;
+    }
     case RINGD__MSG__BODY_POKE: return; /* the loop polls the rings after every turn */
     default:
         rd_session_close(s, RINGD_E_PROTOCOL, "message type %d is not one a client sends",

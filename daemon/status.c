@@ -38,6 +38,7 @@ void rd_status_reply(struct rd_session *s)
     r.redis_connected = rd_world_redis_connected(d);
     r.ring_passes = d->ring_passes;
     r.ring_ops = d->ring_ops;
+    r.draining = d->draining;
 
     if (rd_job_describe(d, &jobs, &njobs) != 0)
         goto fail;

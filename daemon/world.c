@@ -38,9 +38,10 @@ typedef enum {
     W_WAITING,    /* registered; the membership does not make a complete ring yet */
     W_CONNECTING, /* complete at this generation: links being made */
     W_UP,         /* links up: ops run */
+    W_LEAVING,    /* drained: told every node it leaves; links close as the others let go */
 } world_state;
 
-static const char *const state_names[] = {"idle", "waiting", "connecting", "up"};
+static const char *const state_names[] = {"idle", "waiting", "connecting", "up", "leaving"};
 
 /* One outbound connection being made, retried until the generation changes. */
 typedef struct {
@@ -67,12 +68,27 @@ struct rd_world {
     rd_neg *neg;
     struct rd_xfer *xfer;
     struct retiring *retiring; /* data planes of earlier generations, ending */
-    int degraded; /* draining: a link broke or the membership changed; re-forms once drained */
+    /* A graceful change (a node leaves through ringctl drain): every node seals the ring (Bye:
+     * it announces and orders nothing more at this generation), ops every node announced end,
+     * and the rest carry over to the next ring. */
+    int carrying;
+    uint8_t sealed[RD_RING_NODES_MAX];  /* Bye from that node at this generation */
+    uint8_t leaving[RD_RING_NODES_MAX]; /* ...saying it leaves the job */
+    int resync; /* the ring broke or changed: the next one makes clients re-synchronise */
+    char resync_why[512];
+    uint64_t stale;              /* no ring forms at this generation or below: it broke */
+    uint64_t deferred;           /* a view whose departures were deferred once, waiting for Byes */
+    struct rd_peer_probe *probe; /* is a node whose link broke still there? */
+    rd_rdv_member probing;       /* that node */
+    uint64_t since;              /* when this node first registered the job: its ring order */
+    int was_up;                  /* has been in a ring of the job */
     struct event *ev_reform;
-    struct event *ev_grace; /* degraded: re-forms even if some op can still never end */
-    struct event *ev_check; /* runs maybe_up on the next turn */
-    struct event *ev_order; /* coordinator: sends the queued order at the end of the turn */
-    char **order;           /* coordinator: names of ring-bound ops not yet ordered */
+    struct event *ev_grace;  /* carrying: gives up on seals after --peer-timeout */
+    struct event *ev_defer;  /* applies a deferred view */
+    struct event *ev_linger; /* leaving: closes the links left open */
+    struct event *ev_check;  /* runs maybe_up on the next turn */
+    struct event *ev_order;  /* coordinator: sends the queued order at the end of the turn */
+    char **order;            /* coordinator: names of ring-bound ops not yet ordered */
     size_t norder, caporder;
     /* throughput sampling */
     uint64_t bytes_sent, bytes_recv; /* of earlier generations */
@@ -83,15 +99,9 @@ struct rd_world {
 };
 
 static void on_task_done(void *arg, rd_xfer_task *t);
+static void on_linger(evutil_socket_t fd, short what, void *arg);
 static void on_order(evutil_socket_t fd, short what, void *arg);
 static void order_clear(rd_world *w);
-
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static void set_state(rd_world *w, world_state st)
 {
@@ -128,6 +138,8 @@ static int view_copy(rd_rdv_view *dst, const rd_rdv_view *src)
     dst->members = m;
     dst->nmembers = src->nmembers;
     dst->generation = src->generation;
+    dst->started = src->started;
+    dst->started_at = src->started_at;
     return 0;
 }
 
@@ -151,12 +163,26 @@ static void on_retired(void *arg, struct rd_xfer *x)
     rd_xfer_free(x, RINGD_E_MEMBERSHIP, "the ring is gone");
 }
 
-/* Closes everything of the current generation; negotiating ops and the ring's queued tasks
- * fail. graceful: the task on the wire may still end by itself, as it does when a node that
- * left had already done its part; otherwise (the job or the daemon ends) it is cut short. */
-static void teardown(rd_world *w, const char *why, int graceful)
+typedef enum {
+    TD_CARRY, /* a graceful change: ops under negotiation go on at the next ring */
+    TD_FAIL,  /* the ring broke or changed: ops not moving data are doomed, clients resync */
+    TD_LEAVE, /* this node leaves the job: what is not moving data fails */
+    TD_END,   /* the job or the daemon ends here: everything is cut short */
+} teardown_how;
+
+/* Closes everything of the current generation. Unless TD_END, the task on the wire may still
+ * end by itself, as it does when a node that left had already done its part. */
+static void teardown(rd_world *w, const char *why, teardown_how how)
 {
-    int was_up = w->state == W_UP || w->state == W_CONNECTING;
+    int was_up = w->state == W_UP || w->state == W_CONNECTING || w->state == W_LEAVING;
+    int graceful = how != TD_END;
+    if (how == TD_FAIL && was_up) {
+        w->resync = 1;
+        snprintf(w->resync_why, sizeof(w->resync_why), "%s", why);
+        if (w->stale < w->generation)
+            w->stale = w->generation;
+        rd_job_disrupted(w->job);
+    }
     for (int c = 0; c < RD_RING_CONNS_MAX; c++) {
         slot *s = &w->out_data[c];
         rd_peer_dial_cancel(s->dial);
@@ -181,9 +207,12 @@ static void teardown(rd_world *w, const char *why, int graceful)
     }
     rd_neg_free(w->neg);
     w->neg = NULL;
-    w->degraded = 0;
+    w->carrying = 0;
+    memset(w->sealed, 0, sizeof(w->sealed));
+    memset(w->leaving, 0, sizeof(w->leaving));
     event_del(w->ev_reform);
     event_del(w->ev_grace);
+    event_del(w->ev_linger);
     event_del(w->ev_order);
     order_clear(w);
     if (w->xfer != NULL) {
@@ -210,7 +239,7 @@ static void teardown(rd_world *w, const char *why, int graceful)
         free(r);
     }
     if (was_up)
-        rd_job_ring_down(w->job, why);
+        rd_job_ring_down(w->job, why, how == TD_CARRY);
 }
 
 static void dial_start(slot *s);
@@ -230,6 +259,28 @@ static void on_retry(evutil_socket_t fd, short what, void *arg)
     dial_start(arg);
 }
 
+/* The ring of this generation is up: the job learns its ranks and size. */
+static void ring_is_up(rd_world *w)
+{
+    uint32_t size = 0;
+    for (int i = 0; i < w->nnodes; i++)
+        size += member(w, i)->local_size;
+    set_state(w, W_UP);
+    w->was_up = 1;
+    rd_log(RD_LOG_INFO, "world",
+           "job '%s': ring of %d nodes up at generation %" PRIu64
+           ", this node is %d (ranks %u-%u of %u)",
+           rd_job_name(w->job), w->nnodes, w->generation, w->position, w->first_rank,
+           w->first_rank + member(w, w->position)->local_size - 1, size);
+    int resync = w->resync;
+    w->resync = 0;
+    char why[640];
+    snprintf(why, sizeof(why),
+             "job '%s' changed (%s); it is at generation %" PRIu64 " with %u ranks: re-synchronise",
+             rd_job_name(w->job), resync ? w->resync_why : "new members", w->generation, size);
+    rd_job_ring_up(w->job, w->first_rank, w->generation, size, resync, why);
+}
+
 /* Every link of the generation is there: start the data plane and welcome the clients. */
 static void maybe_up(rd_world *w)
 {
@@ -242,6 +293,10 @@ static void maybe_up(rd_world *w)
     for (int i = 0; i < w->nnodes; i++)
         if (i != w->position && w->ctrl[i] == NULL)
             return;
+    if (w->nnodes == 1) { /* the job's last node: ops run here alone, without a data plane */
+        ring_is_up(w);
+        return;
+    }
 
     uint32_t sizes[RD_RING_NODES_MAX];
     for (int i = 0; i < w->nnodes; i++)
@@ -270,46 +325,89 @@ static void maybe_up(rd_world *w)
     w->xfer = rd_xfer_new(w->d->base, &xc, on_task_done, w, err, sizeof(err));
     if (w->xfer == NULL) {
         rd_log(RD_LOG_ERROR, "world", "job '%s': %s", rd_job_name(w->job), err);
-        teardown(w, "cannot start the ring", 1);
+        teardown(w, "cannot start the ring", TD_FAIL);
         set_state(w, W_WAITING);
         return;
     }
-    set_state(w, W_UP);
-    rd_log(RD_LOG_INFO, "world",
-           "job '%s': ring of %d nodes up at generation %" PRIu64 ", this node is %d (ranks %u-%u)",
-           rd_job_name(w->job), w->nnodes, w->generation, w->position, w->first_rank,
-           w->first_rank + member(w, w->position)->local_size - 1);
-    rd_job_ring_up(w->job, w->first_rank, w->generation);
+    ring_is_up(w);
 }
 
 static void on_ctrl_msg(void *arg, rd_peer_chan *c, const rd_msg *m);
 static void on_ctrl_err(void *arg, rd_peer_chan *c, const char *why);
 
-/* Schedules a teardown and re-connection at the current view, off the current callback. */
+/* Schedules the ring's teardown (it broke) off the current callback. */
 static void reform_later(rd_world *w)
 {
     event_active(w->ev_reform, 0, 0);
 }
 
-/* 1 when nothing this node could still finish waits on the other nodes: no op half announced,
- * none negotiated for the ring and waiting for the coordinator's order. */
-static int drained(const rd_world *w)
+static void apply_view(rd_world *w);
+static void on_order(evutil_socket_t fd, short what, void *arg);
+
+/* Sends Bye (leaving or only sealing) to every node still connected. */
+static void send_bye(rd_world *w, int leaving)
 {
-    return w->neg == NULL || (rd_neg_pending(w->neg) == 0 && !rd_job_awaits_order(w->job));
+    Ringd__Bye bye = RINGD__BYE__INIT;
+    bye.generation = w->generation;
+    bye.leaving = leaving;
+    rd_msg m = RINGD__MSG__INIT;
+    m.body_case = RINGD__MSG__BODY_BYE;
+    m.bye = &bye;
+    for (int i = 0; i < w->nnodes; i++)
+        if (i != w->position && w->ctrl[i] != NULL)
+            rd_peer_chan_send(w->ctrl[i], &m);
 }
 
-/* The ring will change (a node left, or the membership moved on): new ops fail at once, those
- * under way end as they can, and the ring re-forms once drained, or after --peer-timeout. */
-static void degrade(rd_world *w)
+/* A graceful change begins (a node said it leaves): this node seals the ring, announcing and
+ * ordering nothing more at this generation; the coordinator's order so far goes out first. */
+static void carry_start(rd_world *w)
 {
-    if (w->degraded)
+    if (w->carrying || w->state != W_UP)
         return;
+    if (w->position == 0)
+        on_order(-1, 0, w);
+    w->carrying = 1;
+    send_bye(w, 0);
     int64_t ms = w->d->cfg.peer_timeout;
     struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
     evtimer_add(w->ev_grace, &tv);
-    w->degraded = 1;
-    rd_log(RD_LOG_INFO, "world", "job '%s': ring of generation %" PRIu64 " draining",
+    rd_log(RD_LOG_INFO, "world",
+           "job '%s': ring of generation %" PRIu64 " sealed for a graceful change",
            rd_job_name(w->job), w->generation);
+}
+
+/* Carrying: once every other node has sealed (so every announcement and order of this
+ * generation is in) and the orders have started, the ring is taken down keeping what is under
+ * negotiation, and the next view is applied. */
+static void carry_check(rd_world *w)
+{
+    if (!w->carrying)
+        return;
+    for (int i = 0; i < w->nnodes; i++)
+        if (i != w->position && !w->sealed[i])
+            return;
+    if (rd_job_awaits_order(w->job) == 2) /* ordered batches whose ops are not all here */
+        return;
+    if (w->latest.generation == w->generation)
+        return; /* the rendezvous has not shown the change yet */
+    teardown(w, "the ring is re-forming without a node that left", TD_CARRY);
+    set_state(w, W_WAITING);
+    apply_view(w);
+}
+
+/* Carrying for too long: some node never sealed. The ring counts as broken. */
+static void on_grace(evutil_socket_t fd, short what, void *arg)
+{
+    rd_world *w = arg;
+    (void)fd;
+    (void)what;
+    if (!w->carrying)
+        return;
+    rd_log(RD_LOG_WARN, "world",
+           "job '%s': not every node sealed generation %" PRIu64
+           " within --peer-timeout; dropping the ring",
+           rd_job_name(w->job), w->generation);
+    reform_later(w);
 }
 
 /* A ring task ended (on the current data plane or a retiring one). A data plane that broke
@@ -317,8 +415,10 @@ static void degrade(rd_world *w)
 static void on_task_done(void *arg, rd_xfer_task *t)
 {
     rd_world *w = arg;
-    if (w->xfer != NULL && rd_xfer_broken(w->xfer))
+    if (w->xfer != NULL && rd_xfer_broken(w->xfer)) {
+        rd_job_disrupted(w->job); /* its failures are answered once the ring is back */
         reform_later(w);
+    }
     rd_job_task_done(w->job, t);
 }
 
@@ -397,11 +497,70 @@ static void connect_ring(rd_world *w)
         dial_start(&w->out_ctrl[q]);
 }
 
-/* Applies the last view: waits, or (re)forms the ring at its generation. */
+/* 1 when v has a member with m's node name and incarnation; *same_size says whether its local
+ * size is unchanged too. */
+static int view_has(const rd_rdv_view *v, const rd_rdv_member *m, int *same_size)
+{
+    for (size_t i = 0; i < v->nmembers; i++) {
+        if (strcmp(v->members[i].node, m->node) == 0 &&
+            v->members[i].incarnation == m->incarnation) {
+            *same_size = v->members[i].local_size == m->local_size;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+typedef enum {
+    CHANGE_GRACEFUL, /* only nodes that said Bye left: carry over */
+    CHANGE_DEFER,    /* nodes left whose links still stand: a Bye may be on its way */
+    CHANGE_BREAK,    /* anything else: the ring's clients re-synchronise */
+} change_kind;
+
+/* How the ring's members (w->view) differ from v, with a message naming the nodes. */
+static change_kind classify(const rd_world *w, const rd_rdv_view *v, char *why, size_t len)
+{
+    int graceful = 1, defer = 0, same;
+    size_t n = 0;
+    why[0] = '\0';
+    for (int i = 0; i < w->nnodes; i++) {
+        const rd_rdv_member *m = member(w, i);
+        if (view_has(v, m, &same) && same)
+            continue;
+        if (!view_has(v, m, &same)) {
+            graceful &= w->leaving[i];
+            defer |= !w->leaving[i] && !w->sealed[i] && i != w->position && w->ctrl[i] != NULL;
+            n += (size_t)snprintf(why + n, n < len ? len - n : 0, "%snode %s %s", n ? ", " : "",
+                                  m->node, w->leaving[i] ? "left" : "is gone");
+        } else {
+            graceful = 0;
+            n += (size_t)snprintf(why + n, n < len ? len - n : 0, "%snode %s now has %s ranks",
+                                  n ? ", " : "", m->node, "other");
+        }
+    }
+    for (size_t i = 0; i < v->nmembers; i++) {
+        const rd_rdv_member *m = &v->members[i];
+        if (w->nnodes > 0 && view_has(&w->view, m, &same))
+            continue;
+        graceful = 0;
+        n += (size_t)snprintf(why + n, n < len ? len - n : 0, "%snode %s joined", n ? ", " : "",
+                              m->node);
+    }
+    if (n == 0)
+        snprintf(why, len, "the ring broke and re-forms");
+    if (graceful && n > 0)
+        return CHANGE_GRACEFUL;
+    return defer ? CHANGE_DEFER : CHANGE_BREAK;
+}
+
+/* Applies the last view: waits, or (re)forms the ring at its generation. A ring that is up and
+ * meets a new generation first ends: gracefully when the only change is nodes that said Bye,
+ * else broken (its clients re-synchronise). */
 static void apply_view(rd_world *w)
 {
     const rd_rdv_view *v = &w->latest;
-    uint32_t world = rd_job_world_size(w->job), ranks = 0, first = 0;
+    uint32_t world = rd_job_world_size(w->job), min = rd_job_min_size(w->job);
+    uint32_t ranks = 0, first = 0;
     int pos = -1, consistent = 1;
     char detail[512] = "";
     for (size_t i = 0; i < v->nmembers; i++) {
@@ -410,39 +569,55 @@ static void apply_view(rd_world *w)
             pos = (int)i;
             first = ranks;
         }
-        if (m->world_size != world && consistent) {
+        if ((m->world_size != world || m->min_size != min) && consistent) {
             consistent = 0;
             snprintf(detail, sizeof(detail),
-                     "node %s runs the job with world_size %u, this node with %u", m->node,
-                     m->world_size, world);
+                     "node %s runs the job with world_size %u min_size %u, this node with %u "
+                     "and %u",
+                     m->node, m->world_size, m->min_size, world, min);
         }
         ranks += m->local_size;
     }
+    int enough = ranks >= world || (v->started && ranks >= min);
     if (pos < 0)
-        snprintf(detail, sizeof(detail), "this node is not registered yet");
-    else if (consistent && ranks > world)
-        snprintf(detail, sizeof(detail), "%zu nodes register %u ranks for a world of %u",
-                 v->nmembers, ranks, world);
+        snprintf(detail, sizeof(detail), "this node is not registered (yet)");
     else if (v->nmembers > RD_RING_NODES_MAX)
         snprintf(detail, sizeof(detail), "more than %d nodes", RD_RING_NODES_MAX);
-    int complete = pos >= 0 && consistent && ranks == world && v->nmembers >= 2 &&
-                   v->nmembers <= RD_RING_NODES_MAX;
+    else if (consistent && !enough && v->started)
+        snprintf(detail, sizeof(detail),
+                 "%u ranks on %zu nodes, below min_size %u: waiting for nodes to come", ranks,
+                 v->nmembers, min);
+    else if (consistent && !enough)
+        snprintf(detail, sizeof(detail), "%u of %u ranks have registered (on %zu nodes)", ranks,
+                 world, v->nmembers);
+    else if (v->generation <= w->stale)
+        snprintf(detail, sizeof(detail), "generation %" PRIu64 " broke; waiting for the next",
+                 v->generation);
+    int complete = pos >= 0 && consistent && enough && v->nmembers <= RD_RING_NODES_MAX &&
+                   v->generation > w->stale;
 
-    if ((w->state == W_UP || w->state == W_CONNECTING) && complete &&
-        w->generation == v->generation)
+    if (w->state == W_LEAVING || w->state == W_IDLE)
         return;
-    if (w->state == W_UP && !drained(w)) {
-        /* Ops every node announced still end: announcements in flight arrive first (a node that
-         * left closes its links after its last one), then the ring re-forms. */
-        degrade(w);
+    if ((w->state == W_UP || w->state == W_CONNECTING) && w->generation == v->generation)
         return;
-    }
-    if (w->state == W_UP || w->state == W_CONNECTING) {
-        char why[160];
-        snprintf(why, sizeof(why),
-                 "the ring of job '%s' changed (generation %" PRIu64 " -> %" PRIu64 "); resubmit",
-                 rd_job_name(w->job), w->generation, v->generation);
-        teardown(w, why, 1);
+
+    if (w->state == W_UP) {
+        char why[512];
+        change_kind k = classify(w, v, why, sizeof(why));
+        if (k == CHANGE_DEFER && w->deferred != v->generation) {
+            w->deferred = v->generation; /* a Bye or the link's end settles it */
+            struct timeval tv = {0, 100 * 1000};
+            evtimer_add(w->ev_defer, &tv);
+            return;
+        }
+        if (k == CHANGE_GRACEFUL) {
+            carry_start(w);
+            carry_check(w);
+            return;
+        }
+        teardown(w, why, TD_FAIL);
+    } else if (w->state == W_CONNECTING) {
+        teardown(w, "the membership changed while the ring formed", w->resync ? TD_FAIL : TD_CARRY);
     }
     if (view_copy(&w->view, v) != 0) {
         rd_log(RD_LOG_ERROR, "world", "job '%s': out of memory", rd_job_name(w->job));
@@ -450,11 +625,19 @@ static void apply_view(rd_world *w)
         return;
     }
     w->generation = v->generation;
+    w->nnodes = 0;
     if (!complete) {
         if (detail[0] != '\0')
-            rd_log(RD_LOG_WARN, "world", "job '%s': %s", rd_job_name(w->job), detail);
+            rd_log(RD_LOG_INFO, "world", "job '%s': generation %" PRIu64 ": %s",
+                   rd_job_name(w->job), v->generation, detail);
         set_state(w, W_WAITING);
         rd_job_ring_waiting(w->job, ranks, (uint32_t)v->nmembers, v->generation, detail);
+        if (pos < 0 && w->was_up && w->since != 0) {
+            /* Removed while it ran (its lease ran out, or it was evicted): it comes back as a
+             * newcomer, after the nodes that went on without it, so rank 0 stays with them. */
+            w->since = 0;
+            rd_world_register(w);
+        }
         return;
     }
     w->position = pos;
@@ -463,6 +646,17 @@ static void apply_view(rd_world *w)
     connect_ring(w);
 }
 
+/* The view deferred for a Bye that never came: apply it as it is. */
+static void on_defer(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    apply_view(arg);
+}
+
+/* The ring broke (a link failed, a peer misbehaved, or seals never came): it is taken down with
+ * its ops doomed, and this node registers again so that every node moves to a new generation
+ * (the one that broke never forms again). */
 static void on_reform(evutil_socket_t fd, short what, void *arg)
 {
     rd_world *w = arg;
@@ -470,9 +664,9 @@ static void on_reform(evutil_socket_t fd, short what, void *arg)
     (void)what;
     if (w->state != W_UP && w->state != W_CONNECTING)
         return;
-    teardown(w, "the ring is re-forming (a link failed or the membership changed); resubmit", 1);
+    teardown(w, "the ring's links broke", TD_FAIL);
     set_state(w, W_WAITING);
-    apply_view(w); /* same generation: connect again */
+    rd_world_register(w);
 }
 
 /* Runs maybe_up on the turn after a peer's connection was accepted. */
@@ -505,7 +699,7 @@ static void on_sample(evutil_socket_t fd, short what, void *arg)
     (void)what;
     uint64_t s, r;
     link_bytes(w, &s, &r);
-    int64_t now = now_ms();
+    int64_t now = rd_now_ms();
     double dt = (double)(now - w->last_sample_ms) / 1000.0;
     if (dt > 0) {
         w->rate_sent = (double)(s - w->last_sent) / dt;
@@ -538,17 +732,20 @@ rd_world *rd_world_new(rd_daemon *d, struct rd_job *j)
         ok &= w->out_ctrl[i].retry != NULL;
     }
     w->ev_reform = event_new(d->base, -1, 0, on_reform, w);
-    w->ev_grace = evtimer_new(d->base, on_reform, w);
+    w->ev_grace = evtimer_new(d->base, on_grace, w);
+    w->ev_defer = evtimer_new(d->base, on_defer, w);
+    w->ev_linger = evtimer_new(d->base, on_linger, w);
     w->ev_check = event_new(d->base, -1, 0, on_check, w);
     w->ev_order = event_new(d->base, -1, 0, on_order, w);
     w->ev_sample = event_new(d->base, -1, EV_PERSIST, on_sample, w);
     struct timeval sec = {1, 0};
     if (!ok || w->ev_reform == NULL || w->ev_grace == NULL || w->ev_order == NULL ||
-        w->ev_check == NULL || w->ev_sample == NULL || event_add(w->ev_sample, &sec) != 0) {
+        w->ev_defer == NULL || w->ev_linger == NULL || w->ev_check == NULL ||
+        w->ev_sample == NULL || event_add(w->ev_sample, &sec) != 0) {
         rd_world_free(w);
         return NULL;
     }
-    w->last_sample_ms = now_ms();
+    w->last_sample_ms = rd_now_ms();
     return w;
 }
 
@@ -556,9 +753,10 @@ void rd_world_free(rd_world *w)
 {
     if (w == NULL)
         return;
-    if (w->state != W_IDLE && w->d->worlds != NULL)
+    if (w->state != W_IDLE && w->state != W_LEAVING && w->d->worlds != NULL)
         rd_rdv_leave(w->d->worlds->rdv, rd_job_name(w->job));
-    teardown(w, "the job ended on this node", 0);
+    rd_peer_probe_cancel(w->probe);
+    teardown(w, "the job ended on this node", TD_END);
     for (int c = 0; c < RD_RING_CONNS_MAX; c++)
         if (w->out_data[c].retry != NULL)
             event_free(w->out_data[c].retry);
@@ -573,6 +771,10 @@ void rd_world_free(rd_world *w)
         event_free(w->ev_check);
     if (w->ev_grace != NULL)
         event_free(w->ev_grace);
+    if (w->ev_defer != NULL)
+        event_free(w->ev_defer);
+    if (w->ev_linger != NULL)
+        event_free(w->ev_linger);
     if (w->ev_order != NULL)
         event_free(w->ev_order);
     order_clear(w);
@@ -591,7 +793,14 @@ void rd_world_register(rd_world *w)
     snprintf(self.addr, sizeof(self.addr), "%s", ws->address);
     self.local_size = rd_job_local_size(w->job);
     self.world_size = rd_job_world_size(w->job);
+    self.min_size = rd_job_min_size(w->job);
     self.incarnation = ws->incarnation;
+    if (w->since == 0) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        w->since = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+    }
+    self.since = w->since;
     if (rd_rdv_join(ws->rdv, rd_job_name(w->job), &self) != 0) {
         rd_log(RD_LOG_ERROR, "world", "job '%s': out of memory registering", rd_job_name(w->job));
         return;
@@ -604,9 +813,78 @@ void rd_world_unregister(rd_world *w)
 {
     if (w->state == W_IDLE)
         return;
-    rd_rdv_leave(w->d->worlds->rdv, rd_job_name(w->job));
-    teardown(w, "a local client left the job", 1);
+    if (w->state != W_LEAVING)
+        rd_rdv_leave(w->d->worlds->rdv, rd_job_name(w->job));
+    teardown(w, "this node left the job", TD_LEAVE);
     set_state(w, W_IDLE);
+}
+
+void rd_world_resize(rd_world *w, const char *why)
+{
+    if (w->state == W_IDLE || w->state == W_LEAVING)
+        return;
+    teardown(w, why, TD_FAIL);
+    w->resync = 1; /* also when the ring was not up: the clients' ranks change */
+    snprintf(w->resync_why, sizeof(w->resync_why), "%s", why);
+    rd_world_register(w);
+}
+
+/* Leaving: the links the other nodes have not closed yet are closed now. */
+static void on_linger(evutil_socket_t fd, short what, void *arg)
+{
+    rd_world *w = arg;
+    (void)fd;
+    (void)what;
+    if (w->state != W_LEAVING)
+        return;
+    teardown(w, "this node left the job", TD_LEAVE);
+    set_state(w, W_IDLE);
+}
+
+int rd_world_leave(rd_world *w)
+{
+    if (w->state == W_LEAVING || w->state == W_IDLE)
+        return 1;
+    if (w->state != W_UP) {
+        rd_world_unregister(w);
+        return 1;
+    }
+    if (w->position == 0)
+        on_order(-1, 0, w); /* what it ordered goes out before its Bye */
+    send_bye(w, 1);
+    rd_rdv_leave(w->d->worlds->rdv, rd_job_name(w->job));
+    set_state(w, W_LEAVING);
+    /* The others close their links once they have read the Bye; whatever is left goes soon. */
+    struct timeval tv = {1, 0};
+    evtimer_add(w->ev_linger, &tv);
+    rd_log(RD_LOG_INFO, "world", "job '%s': left the ring of generation %" PRIu64,
+           rd_job_name(w->job), w->generation);
+    return 1;
+}
+
+void rd_world_missing(const rd_world *w, const char *name, const void *own, char *buf, size_t len)
+{
+    buf[0] = '\0';
+    if (w->neg != NULL)
+        rd_neg_missing(w->neg, name, own, buf, len);
+}
+
+void rd_world_forget(rd_world *w, const void *own)
+{
+    if (w->neg != NULL)
+        rd_neg_forget(w->neg, own);
+}
+
+void rd_world_detail(const rd_world *w, char *buf, size_t len)
+{
+    uint32_t ranks = 0;
+    for (size_t i = 0; i < w->latest.nmembers; i++)
+        ranks += w->latest.members[i].local_size;
+    snprintf(buf, len,
+             "%u ranks registered on %zu nodes at generation %" PRIu64
+             " (world_size %u, min_size %u), ring %s",
+             ranks, w->latest.nmembers, w->latest.generation, rd_job_world_size(w->job),
+             rd_job_min_size(w->job), state_names[w->state]);
 }
 
 int rd_world_up(const rd_world *w)
@@ -684,8 +962,6 @@ static void on_order(evutil_socket_t fd, short what, void *arg)
     free(ptrs);
     free(entries);
     order_clear(w);
-    if (w->degraded && drained(w))
-        reform_later(w);
 }
 
 /* Hands every op now done negotiating to the job; the coordinator also orders those bound for
@@ -697,28 +973,22 @@ static void negotiated(rd_world *w)
     if (n == 0)
         return;
     for (size_t i = 0; i < n; i++) {
-        Ringd__GoEntry *e = &done[i].e;
-        char *why;
-        /* A draining ring orders nothing more: the op fails now, not at the grace period's end. */
-        if (w->degraded && e->status == RINGD_OK && !e->direct &&
-            (why = strdup("the ring is re-forming (a node left or a link broke); resubmit")) !=
-                NULL) {
-            free(e->message);
-            e->message = why;
-            e->status = RINGD_E_MEMBERSHIP;
-        }
+        if (done[i].own == NULL) /* this node gave up on it (stalled) */
+            continue;
         rd_job_negotiated(w->job, done[i].own, &done[i].e);
-        if (w->position == 0 && done[i].e.status == RINGD_OK && !done[i].e.direct)
+        /* A sealed coordinator orders nothing more: what it has not ordered carries over. */
+        if (w->position == 0 && !w->carrying && done[i].e.status == RINGD_OK && !done[i].e.direct)
             order_add(w, done[i].e.name);
     }
     rd_neg_done_free(done, n);
-    if (w->degraded && drained(w))
-        reform_later(w);
+    carry_check(w);
 }
 
-void rd_world_ready(rd_world *w, const char *name, const rd_op_params *p, ringd_result_t status,
-                    const char *message, int direct, const uint8_t *data, size_t len, void *own)
+int rd_world_ready(rd_world *w, const char *name, const rd_op_params *p, ringd_result_t status,
+                   const char *message, int direct, const uint8_t *data, size_t len, void *own)
 {
+    if (w->state != W_UP || w->carrying)
+        return 0; /* held for the next ring */
     Ringd__OpSpec spec = RINGD__OP_SPEC__INIT;
     rd_op_params_to_spec(p, &spec);
     spec.direct = direct;
@@ -727,17 +997,6 @@ void rd_world_ready(rd_world *w, const char *name, const rd_op_params *p, ringd_
     spec.name = (char *)name;
     spec.status = (uint32_t)status;
     spec.message = (char *)(message != NULL ? message : "");
-    char why[320];
-    if (w->degraded) {
-        /* The ring is draining: the op fails, on every node alike, at once. The other nodes hear
-         * of it so their announcements of it end too; gone nodes never will. */
-        snprintf(why, sizeof(why), "tensor '%s': the ring of job '%s' is re-forming; resubmit",
-                 name, rd_job_name(w->job));
-        spec.status = RINGD_E_MEMBERSHIP;
-        spec.message = why;
-        spec.direct = 0;
-        spec.data.len = 0;
-    }
     Ringd__OpSpec *specs[1] = {&spec};
     Ringd__Ready r = RINGD__READY__INIT;
     r.generation = w->generation;
@@ -753,12 +1012,15 @@ void rd_world_ready(rd_world *w, const char *name, const rd_op_params *p, ringd_
     if (rd_neg_ready(w->neg, w->position, &spec, own, err, sizeof(err)) != 0) {
         rd_log(RD_LOG_ERROR, "world", "job '%s': %s", rd_job_name(w->job), err);
         reform_later(w);
-        return;
+        return 1;
     }
-    for (int i = 0; w->degraded && i < w->nnodes; i++)
-        if (i != w->position && w->ctrl[i] == NULL)
-            rd_neg_node_gone(w->neg, i, why);
     negotiated(w);
+    return 1;
+}
+
+int rd_world_solo(const rd_world *w)
+{
+    return w->nnodes == 1;
 }
 
 void rd_world_submit(rd_world *w, struct rd_xfer_task *t)
@@ -768,22 +1030,27 @@ void rd_world_submit(rd_world *w, struct rd_xfer_task *t)
     rd_xfer_submit(w->xfer, t);
 }
 
-/* A control message: a node's Ready, or the coordinator's Go. */
+/* The position of the node on the other end of channel c, or -1. */
+static int chan_position(const rd_world *w, const rd_peer_chan *c)
+{
+    for (int i = 0; i < w->nnodes; i++)
+        if (w->ctrl[i] == c)
+            return i;
+    return -1;
+}
+
+/* A control message: a node's Ready, the coordinator's Go, or a node's Bye. */
 static void on_ctrl_msg(void *arg, rd_peer_chan *c, const rd_msg *m)
 {
     rd_world *w = arg;
     w->d->activity++;
     if (w->state != W_UP && w->state != W_CONNECTING)
         return;
-    int from = -1;
-    for (int i = 0; i < w->nnodes; i++)
-        if (w->ctrl[i] == c)
-            from = i;
+    int from = chan_position(w, c);
     if (from == 0 && w->position != 0 && m->body_case == RINGD__MSG__BODY_GO &&
         m->go->generation == w->generation) {
         rd_job_go(w->job, m->go);
-        if (w->degraded && drained(w))
-            reform_later(w);
+        carry_check(w);
         return;
     }
     if (from >= 0 && m->body_case == RINGD__MSG__BODY_READY &&
@@ -800,39 +1067,78 @@ static void on_ctrl_msg(void *arg, rd_peer_chan *c, const rd_msg *m)
         negotiated(w);
         return;
     }
+    if (from >= 0 && m->body_case == RINGD__MSG__BODY_BYE && m->bye->generation == w->generation) {
+        w->sealed[from] = 1;
+        w->leaving[from] |= m->bye->leaving;
+        rd_log(RD_LOG_INFO, "world", "job '%s': node %s %s generation %" PRIu64,
+               rd_job_name(w->job), member(w, from)->node,
+               m->bye->leaving ? "leaves the ring of" : "sealed", w->generation);
+        if (w->state == W_UP) {
+            carry_start(w);
+            carry_check(w);
+        }
+        return;
+    }
     rd_log(RD_LOG_WARN, "world",
            "job '%s': unexpected control message %d from %s at generation %" PRIu64,
            rd_job_name(w->job), (int)m->body_case, rd_peer_chan_name(c), w->generation);
 }
 
-/* A control link broke, most often because that node's job ended. Ops every node has announced
- * can still end (their data may already be on the way); the others fail, and the ring re-forms
- * once nothing is left negotiating. */
+/* Whether a node whose link broke still listens: a refusal means its daemon is gone, and it is
+ * removed from the rendezvous at once instead of when its lease runs out. */
+static void on_probed(void *arg, int alive, const char *why)
+{
+    rd_world *w = arg;
+    w->probe = NULL;
+    const rd_rdv_member *m = &w->probing;
+    if (alive == 0 && w->d->worlds != NULL) {
+        char reason[384];
+        snprintf(reason, sizeof(reason), "%s:%s", m->node, why);
+        rd_log(RD_LOG_WARN, "world", "job '%s': node %s is gone (%s); removing it",
+               rd_job_name(w->job), m->node, why);
+        rd_rdv_evict(w->d->worlds->rdv, rd_job_name(w->job), m->node, m->incarnation, reason);
+    } else {
+        /* Still there (or unknown): the link broke, not the node. A new generation re-forms it. */
+        rd_world_register(w);
+    }
+}
+
+/* A control link broke. After a Bye that is the node letting go; otherwise the node is gone or
+ * the link failed: the ring breaks (its ops are doomed until the next ring) and the node is
+ * probed to tell which. */
 static void on_ctrl_err(void *arg, rd_peer_chan *c, const char *why)
 {
     rd_world *w = arg;
-    int from = -1;
-    for (int i = 0; i < w->nnodes; i++)
-        if (w->ctrl[i] == c)
-            from = i;
+    int from = chan_position(w, c);
+    if (from >= 0 && w->sealed[from]) {
+        rd_peer_chan_free(c);
+        w->ctrl[from] = NULL;
+        carry_check(w);
+        return;
+    }
     rd_log(RD_LOG_WARN, "world", "job '%s': control link with node %s: %s", rd_job_name(w->job),
            rd_peer_chan_name(c), why);
-    if (from < 0 || w->state != W_UP) {
+    if (w->state == W_LEAVING) {
+        rd_peer_chan_free(c);
+        for (int i = 0; i < RD_RING_NODES_MAX; i++)
+            if (w->ctrl[i] == c)
+                w->ctrl[i] = NULL;
+        return;
+    }
+    if (from < 0 || (w->state != W_UP && w->state != W_CONNECTING)) {
         reform_later(w);
         return;
     }
-    char gone[1024];
-    snprintf(gone, sizeof(gone),
-             "the control link with node %s broke (%s), most often because it left the ring of "
-             "job '%s'; resubmit",
-             member(w, from)->node, why, rd_job_name(w->job));
-    rd_peer_chan_free(c);
-    w->ctrl[from] = NULL;
-    degrade(w);
-    rd_neg_node_gone(w->neg, from, gone);
-    negotiated(w);
-    if (drained(w))
-        reform_later(w);
+    char gone[768];
+    snprintf(gone, sizeof(gone), "node %s left the ring of job '%s' (its control link broke: %s)",
+             member(w, from)->node, rd_job_name(w->job), why);
+    w->probing = *member(w, from);
+    rd_peer_probe_cancel(w->probe);
+    w->probe = rd_peer_probe_new(w->d->base, w->probing.addr, on_probed, w);
+    teardown(w, gone, TD_FAIL);
+    set_state(w, W_WAITING);
+    if (w->probe == NULL)
+        rd_world_register(w);
 }
 
 /* The job's world named in a PeerHello, if this node has one. */

@@ -36,15 +36,38 @@ void rd_world_register(rd_world *w);
 /* A local client left: leaves the rendezvous (the others see the ring break). */
 void rd_world_unregister(rd_world *w);
 
+/* The job's local clients changed while it runs: the ring is torn down (ops doomed, see
+ * rd_job_ring_down) and the node registers again with its new local size. */
+void rd_world_resize(rd_world *w, const char *why);
+
+/* Draining: once nothing is under way, tells every node it leaves (Bye), leaves the rendezvous
+ * and closes the links. Returns 1 when it has left. */
+int rd_world_leave(rd_world *w);
+
+/* The nodes that have not announced the op named name (own: this node's announced op, or NULL
+ * for one this node has not announced), as "ranks 2-3 (node n1)"; "" when not known. */
+void rd_world_missing(const rd_world *w, const char *name, const void *own, char *buf, size_t len);
+
+/* This node gave up on its announced op own (stalled): the negotiation ends it without it. */
+void rd_world_forget(rd_world *w, const void *own);
+
+/* Why the job has no ring, for messages ("2 of min_size 3 ranks on 2 nodes"). */
+void rd_world_detail(const rd_world *w, char *buf, size_t len);
+
 /* 1 when the ring is complete and its links are up: ops may be negotiated. */
 int rd_world_up(const rd_world *w);
 
-/* Announces to every node that this node's ranks all submitted name with p (or that it failed
- * here: status non-zero and message). A direct op (small: see --direct-bytes) carries this node's
- * contribution in data[0..len). Once every node has announced it, rd_job_negotiated(j, own, ...)
- * follows; for ops bound for the ring, the coordinator's order then comes through rd_job_go. */
-void rd_world_ready(rd_world *w, const char *name, const rd_op_params *p, ringd_result_t status,
-                    const char *message, int direct, const uint8_t *data, size_t len, void *own);
+/* Returns 0 when the ring is changing gracefully and takes no announcements (the op is held:
+ * nothing happened to it), else 1 and announces to every node that this node's ranks all
+ * submitted name with p (or that it failed here: status non-zero and message). A direct op (small:
+ * see --direct-bytes) carries this node's contribution in data[0..len). Once every node has
+ * announced it, rd_job_negotiated(j, own, ...) follows; for ops bound for the ring, the
+ * coordinator's order then comes through rd_job_go. */
+int rd_world_ready(rd_world *w, const char *name, const rd_op_params *p, ringd_result_t status,
+                   const char *message, int direct, const uint8_t *data, size_t len, void *own);
+
+/* 1 when the job's ring is this node alone: ops bound for it run here without a data plane. */
+int rd_world_solo(const rd_world *w);
 
 /* Runs t on the ring; rd_job_task_done(j, t) follows on the loop. */
 void rd_world_submit(rd_world *w, struct rd_xfer_task *t);

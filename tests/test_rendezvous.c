@@ -1,5 +1,5 @@
-/* Rendezvous against a real redis-server: views, leaves, lease expiry, reconnects, AUTH and
- * untrusted records. */
+/* Rendezvous against a real redis-server: views, leaves, evictions, lease expiry and how soon it
+ * is seen, the started flag, reconnects, Redis losing its data, AUTH and untrusted records. */
 #define _GNU_SOURCE
 #include "rendezvous.h"
 #include "harness.h"
@@ -21,6 +21,7 @@
 
 #define JOB "job-1"
 #define NINST 3
+#define NBASES 3
 #define HISTORY 256
 
 /* What one instance's on_view saw. */
@@ -30,13 +31,15 @@ typedef struct {
     rd_rdv_member members[16];
     size_t nmembers;
     uint64_t gen;
+    int started;
     uint64_t gens[HISTORY];
     size_t sizes[HISTORY];
+    int starts[HISTORY];
 } seen_t;
 
 static th_redis srv;
-static struct event_base *bases[2];
-static int pumped[2] = {1, 1}; /* which bases pump() runs */
+static struct event_base *bases[NBASES];
+static int pumped[NBASES] = {1, 1, 1}; /* which bases pump() runs */
 static rd_rdv *inst[NINST];
 static seen_t seen[NINST];
 static pid_t child;
@@ -47,7 +50,7 @@ static int pump(int64_t end)
 {
     if (th_now_ms() >= end)
         return 0;
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < NBASES; i++) {
         if (bases[i] == NULL || !pumped[i])
             continue;
         struct timeval tv = {0, 10 * 1000};
@@ -73,9 +76,11 @@ static void on_view(void *arg, const char *job, const rd_rdv_view *v)
     if (s->nviews < HISTORY) {
         s->gens[s->nviews] = v->generation;
         s->sizes[s->nviews] = v->nmembers;
+        s->starts[s->nviews] = v->started;
     }
     s->nviews++;
     s->gen = v->generation;
+    s->started = v->started;
     s->nmembers = v->nmembers < 16 ? v->nmembers : 16;
     memcpy(s->members, v->members, s->nmembers * sizeof(*v->members));
 }
@@ -113,13 +118,41 @@ static rd_rdv *open_inst(int i, int b, const char *password, const char *suffix,
     return inst[i];
 }
 
-/* A fresh redis-server and two event bases per test. */
+/* Asserts that instance i was delivered strictly increasing generations. */
+static void assert_increasing(int i)
+{
+    for (int k = 1; k < seen[i].nviews && k < HISTORY; k++)
+        cr_assert_gt(seen[i].gens[k], seen[i].gens[k - 1],
+                     "instance %d: generation %" PRIu64 " delivered after %" PRIu64, i,
+                     seen[i].gens[k], seen[i].gens[k - 1]);
+}
+
+/* A raw command's reply as text (see th_redis_cmd), "" on an I/O error. */
+static const char *raw(char *out, size_t len, int argc, const char *const *argv)
+{
+    if (th_redis_cmd(&srv, out, len, argc, argv) != 0)
+        out[0] = '\0';
+    return out;
+}
+
+/* The job's generation counter in Redis, 0 when absent. */
+static uint64_t redis_gen(void)
+{
+    char out[64];
+    const char *get[] = {"GET", "ringd:{" JOB "}:gen"};
+    raw(out, sizeof(out), 2, get);
+    return strcmp(out, "(nil)") == 0 ? 0 : strtoull(out, NULL, 10);
+}
+
+/* A fresh redis-server and the event bases per test. */
 static void setup(void)
 {
     cr_assert_eq(th_redis_start(&srv, NULL), 0, "redis-server did not start");
-    bases[0] = event_base_new();
-    bases[1] = event_base_new();
-    cr_assert(bases[0] != NULL && bases[1] != NULL);
+    for (int i = 0; i < NBASES; i++) {
+        bases[i] = event_base_new();
+        cr_assert_not_null(bases[i]);
+        pumped[i] = 1;
+    }
 }
 
 /* Runs after setup (the suite's init): the same server, now with a password. */
@@ -145,7 +178,7 @@ static void teardown(void)
         rd_rdv_free(inst[i]);
         inst[i] = NULL;
     }
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < NBASES; i++) {
         if (bases[i] != NULL)
             event_base_free(bases[i]);
         bases[i] = NULL;
@@ -291,8 +324,9 @@ Test(rendezvous, a_member_that_crashes_disappears_when_its_lease_expires, .timeo
     int64_t took = th_now_ms() - t0;
     cr_assert_null(has(0, "node-c"), "the crashed member is still there");
     cr_assert_not_null(has(0, "node-a"));
-    /* lease 300 ms + refresh period 100 ms, plus slack for slow (sanitizer) builds. */
-    cr_assert_leq(took, 1500, "removal took %" PRId64 " ms", took);
+    /* Its last refresh was before the kill: the survivor sweeps a few ms after that lease can
+     * expire, so lease 300 ms plus slack for slow (sanitizer) builds. */
+    cr_assert_leq(took, 300 + 300, "removal took %" PRId64 " ms", took);
 }
 
 Test(rendezvous, a_watcher_that_loses_its_connection_sees_changes_made_meanwhile, .timeout = 30)
@@ -380,12 +414,13 @@ Test(rendezvous, a_watcher_whose_stream_connection_alone_drops_catches_up_on_rec
     cr_assert_eq(seen[0].gen, before + 1);
 }
 
-Test(rendezvous, a_redis_restart_that_loses_all_data_leads_both_to_register_again, .timeout = 30)
+Test(rendezvous, a_redis_restart_that_loses_all_data_keeps_the_members_and_the_generation,
+     .timeout = 30)
 {
     rd_rdv *a = open_inst(0, 0, NULL, "", 30000);
-    rd_rdv *b = open_inst(1, 0, NULL, "", 30000);
+    rd_rdv *b = open_inst(1, 1, NULL, "", 30000);
     join_both(a, b);
-    /* Push the generation up so that the one after the restart is visibly lower. */
+    /* Push the generation up so that a restart from scratch would visibly lower it. */
     rd_rdv_member ma = member("node-a", "10.0.0.1:7070", 2, 0xfedcba9876543210ULL);
     for (int k = 0; k < 3; k++)
         cr_assert_eq(rd_rdv_join(a, JOB, &ma), 0);
@@ -394,23 +429,108 @@ Test(rendezvous, a_redis_restart_that_loses_all_data_leads_both_to_register_agai
         ;
     cr_assert(seen[0].gen == 5 && seen[1].gen == 5, "gens %" PRIu64 " %" PRIu64, seen[0].gen,
               seen[1].gen);
+    cr_assert(seen[0].started && seen[1].started);
     int na = seen[0].nviews, nb = seen[1].nviews;
 
     cr_assert_eq(th_redis_restart(&srv, NULL), 0, "redis-server did not restart");
-    end = th_now_ms() + 8000;
-    while (!(seen[0].nmembers == 2 && seen[1].nmembers == 2 && seen[0].gen < 5 && seen[1].gen < 5 &&
-             seen[0].gen == seen[1].gen) &&
-           pump(end))
-        ;
-    for (int i = 0; i < 2; i++) {
-        cr_assert_eq(seen[i].nmembers, 2, "instance %d: %zu members", i, seen[i].nmembers);
-        cr_assert_lt(seen[i].gen, 5, "instance %d: generation %" PRIu64, i, seen[i].gen);
-    }
-    cr_assert(seen[0].nviews > na && seen[1].nviews > nb);
     char out[64];
     const char *hlen[] = {"HLEN", "ringd:{" JOB "}:members"};
-    cr_assert_eq(th_redis_cmd(&srv, out, sizeof(out), 2, hlen), 0);
-    cr_assert_str_eq(out, ":2");
+    end = th_now_ms() + 8000;
+    while (!(rd_rdv_connected(a) && rd_rdv_connected(b) &&
+             strcmp(raw(out, sizeof(out), 2, hlen), ":2") == 0 && redis_gen() == 5) &&
+           pump(end))
+        ;
+    cr_assert_str_eq(out, ":2", "the members were not restored");
+    cr_assert_eq(redis_gen(), 5, "restored at generation %" PRIu64, redis_gen());
+    pump_for(300);
+    /* The same members at the same generation: nothing new to deliver, the rings keep going. */
+    cr_assert_eq(seen[0].nviews, na, "a was delivered a view after the restart");
+    cr_assert_eq(seen[1].nviews, nb, "b was delivered a view after the restart");
+    cr_assert_eq(redis_gen(), 5);
+    const char *started[] = {"GET", "ringd:{" JOB "}:started"};
+    /* kept: the newest join time of the members it started with (0 here) */
+    cr_assert_str_eq(raw(out, sizeof(out), 2, started), "0");
+    const char *ttl_a[] = {"PTTL", "ringd:{" JOB "}:lease:node-a"};
+    const char *ttl_b[] = {"PTTL", "ringd:{" JOB "}:lease:node-b"};
+    cr_assert(atoi(raw(out, sizeof(out), 2, ttl_a) + 1) > 0, "node-a's lease: %s", out);
+    cr_assert(atoi(raw(out, sizeof(out), 2, ttl_b) + 1) > 0, "node-b's lease: %s", out);
+
+    /* Watching still works after the restart: b's next change reaches a. */
+    rd_rdv_member mb = member("node-b", "10.0.0.22:7070", 2, 42);
+    cr_assert_eq(rd_rdv_join(b, JOB, &mb), 0);
+    end = th_now_ms() + 5000;
+    while (!(seen[0].gen == 6 && seen[1].gen == 6) && pump(end))
+        ;
+    cr_assert_eq(seen[0].gen, 6);
+    cr_assert_str_eq(has(0, "node-b")->addr, "10.0.0.22:7070");
+    cr_assert_not_null(has(0, "node-a"));
+    assert_increasing(0);
+    assert_increasing(1);
+}
+
+Test(rendezvous, a_member_that_died_while_redis_was_down_is_swept_after_the_restore, .timeout = 30)
+{
+    rd_rdv *a = open_inst(0, 0, NULL, "", 600);
+    rd_rdv *b = open_inst(1, 1, NULL, "", 600);
+    join_both(a, b);
+    uint64_t before = seen[0].gen;
+    int na = seen[0].nviews;
+
+    /* b dies while Redis is down (its leave on exit fails), and Redis comes back empty. */
+    cr_assert_eq(th_redis_kill(&srv), 0);
+    rd_rdv_free(b);
+    inst[1] = NULL;
+    cr_assert_eq(th_redis_restart(&srv, NULL), 0, "redis-server did not restart");
+
+    /* a restores both at the same generation (nothing delivered), then b's restored lease
+     * expires and a sees it gone at the next generation. */
+    char out[64];
+    const char *hlen[] = {"HLEN", "ringd:{" JOB "}:members"};
+    int restored = 0;
+    int64_t end = th_now_ms() + 8000;
+    while (has(0, "node-b") != NULL && pump(end))
+        restored |= strcmp(raw(out, sizeof(out), 2, hlen), ":2") == 0 && redis_gen() == before;
+    cr_assert(restored, "Redis never held both members at generation %" PRIu64, before);
+    cr_assert_null(has(0, "node-b"), "the dead member was never swept");
+    cr_assert_eq(seen[0].nviews, na + 1, "views delivered: %d, expected %d", seen[0].nviews,
+                 na + 1);
+    cr_assert_eq(seen[0].gen, before + 1);
+    cr_assert_eq(seen[0].nmembers, 1);
+    assert_increasing(0);
+}
+
+Test(rendezvous, a_node_joining_after_redis_lost_its_data_sends_no_generation_back, .timeout = 30)
+{
+    rd_rdv *a = open_inst(0, 0, NULL, "", 30000);
+    rd_rdv *b = open_inst(1, 1, NULL, "", 30000);
+    join_both(a, b);
+    uint64_t before = seen[0].gen;
+
+    /* a and b are not running while Redis restarts empty and a new node c joins first. */
+    pumped[0] = pumped[1] = 0;
+    cr_assert_eq(th_redis_restart(&srv, NULL), 0, "redis-server did not restart");
+    rd_rdv *c = open_inst(2, 2, NULL, "", 30000);
+    rd_rdv_member mc = member("node-c", "10.0.0.3:7070", 1, 3);
+    cr_assert_eq(rd_rdv_join(c, JOB, &mc), 0);
+    int64_t end = th_now_ms() + 5000;
+    while (seen[2].nviews == 0 && pump(end))
+        ;
+    cr_assert_eq(seen[2].gen, 1);
+
+    /* a and b join again above the generation they knew; everyone agrees in the end. */
+    pumped[0] = pumped[1] = 1;
+    end = th_now_ms() + 8000;
+    while (!(seen[0].nmembers == 3 && seen[1].nmembers == 3 && seen[2].nmembers == 3 &&
+             seen[0].gen == seen[1].gen && seen[1].gen == seen[2].gen) &&
+           pump(end))
+        ;
+    for (int i = 0; i < 3; i++) {
+        cr_assert_eq(seen[i].nmembers, 3, "instance %d: %zu members", i, seen[i].nmembers);
+        cr_assert_eq(seen[i].gen, seen[0].gen);
+        assert_increasing(i);
+    }
+    /* Above what a and b had delivered before the restart. */
+    cr_assert_gt(seen[0].gen, before);
 }
 
 Test(rendezvous, auth_with_the_right_password_works, .init = setup_auth, .timeout = 30)
@@ -513,7 +633,13 @@ Test(rendezvous, malformed_member_records_are_ignored, .timeout = 30)
         {"bad\x01name", "1 1 1 1 h:1"},
         {longname, "1 1 1 1 h:1"},
         {"", "1 1 1 1 h:1"},
-        {"node-z", "1 18446744073709551615 4294967295 0 [::1]:9"}, /* valid */
+        {"bad-12", "2 1 1 1 h:1"},
+        {"bad-13", "2 1 1 1 4294967296 h:1"},
+        {"bad-14", "2 1 1 1 x h:1"},
+        {"bad-15", "3 1 1 1 1 h:1"},
+        {"bad-16", "22 1 1 1 1 h:1"},
+        {"node-y", "2 5 1 4 4294967295 h:2"},                      /* valid */
+        {"node-z", "1 18446744073709551615 4294967295 0 [::1]:9"}, /* valid, version 1 */
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         char lease[600];
@@ -529,14 +655,19 @@ Test(rendezvous, malformed_member_records_are_ignored, .timeout = 30)
     while (!(has(0, "node-b") && has(1, "node-b")) && pump(end))
         ;
     for (int i = 0; i < 2; i++) {
-        cr_assert_eq(seen[i].nmembers, 3, "instance %d: %zu members", i, seen[i].nmembers);
+        cr_assert_eq(seen[i].nmembers, 4, "instance %d: %zu members", i, seen[i].nmembers);
         cr_assert_str_eq(seen[i].members[0].node, "node-a");
         cr_assert_str_eq(seen[i].members[1].node, "node-b");
-        cr_assert_str_eq(seen[i].members[2].node, "node-z");
-        cr_assert_eq(seen[i].members[2].incarnation, UINT64_MAX);
-        cr_assert_eq(seen[i].members[2].local_size, UINT32_MAX);
-        cr_assert_eq(seen[i].members[2].world_size, 0);
-        cr_assert_str_eq(seen[i].members[2].addr, "[::1]:9");
+        cr_assert_str_eq(seen[i].members[2].node, "node-y");
+        cr_assert_eq(seen[i].members[2].incarnation, 5);
+        cr_assert_eq(seen[i].members[2].min_size, UINT32_MAX);
+        cr_assert_str_eq(seen[i].members[2].addr, "h:2");
+        cr_assert_str_eq(seen[i].members[3].node, "node-z");
+        cr_assert_eq(seen[i].members[3].incarnation, UINT64_MAX);
+        cr_assert_eq(seen[i].members[3].local_size, UINT32_MAX);
+        cr_assert_eq(seen[i].members[3].world_size, 0);
+        cr_assert_eq(seen[i].members[3].min_size, 0);
+        cr_assert_str_eq(seen[i].members[3].addr, "[::1]:9");
     }
     /* Still alive and refreshing. */
     cr_assert(rd_rdv_connected(a) && rd_rdv_connected(b));
@@ -677,4 +808,224 @@ Test(rendezvous, a_lease_refreshed_in_time_keeps_the_member, .timeout = 30)
     const char *pttl[] = {"PTTL", "ringd:{" JOB "}:lease:node-a"};
     cr_assert_eq(th_redis_cmd(&srv, out, sizeof(out), 2, pttl), 0);
     cr_assert(out[0] == ':' && atoi(out + 1) > 0 && atoi(out + 1) <= 300, "PTTL %s", out);
+}
+
+Test(rendezvous, min_size_round_trips_through_the_record, .timeout = 30)
+{
+    rd_rdv *a = open_inst(0, 0, NULL, "", 30000);
+    rd_rdv *b = open_inst(1, 0, NULL, "", 30000);
+    rd_rdv_member ma = member("node-a", "10.0.0.1:7070", 2, 11);
+    rd_rdv_member mb = member("node-b", "10.0.0.2:7070", 1, 12);
+    ma.min_size = 3;
+    mb.min_size = UINT32_MAX;
+    cr_assert_eq(rd_rdv_join(a, JOB, &ma), 0);
+    cr_assert_eq(rd_rdv_join(b, JOB, &mb), 0);
+    int64_t end = th_now_ms() + 5000;
+    while (!(seen[0].nmembers == 2 && seen[1].nmembers == 2) && pump(end))
+        ;
+    for (int i = 0; i < 2; i++) {
+        cr_assert_eq(seen[i].nmembers, 2);
+        cr_assert_eq(has(i, "node-a")->min_size, 3);
+        cr_assert_eq(has(i, "node-b")->min_size, UINT32_MAX);
+        cr_assert_eq(has(i, "node-a")->world_size, 4);
+        cr_assert_eq(has(i, "node-a")->local_size, 2);
+    }
+    char out[128];
+    const char *hget[] = {"HGET", "ringd:{" JOB "}:members", "node-a"};
+    cr_assert_str_eq(raw(out, sizeof(out), 3, hget), "3 11 2 4 3 0 10.0.0.1:7070");
+}
+
+Test(rendezvous, started_is_set_when_the_local_sizes_reach_the_world_size_and_outlives_a_leave,
+     .timeout = 30)
+{
+    rd_rdv *a = open_inst(0, 0, NULL, "", 30000);
+    rd_rdv *b = open_inst(1, 0, NULL, "", 30000);
+    char out[64];
+    const char *started[] = {"EXISTS", "ringd:{" JOB "}:started"};
+    rd_rdv_member mb = member("node-b", "10.0.0.2:7070", 2, 2);
+    rd_rdv_member ma = member("node-a", "10.0.0.1:7070", 1, 1);
+    cr_assert_eq(rd_rdv_join(b, JOB, &mb), 0);
+    int64_t end = th_now_ms() + 5000;
+    while (seen[1].gen != 1 && pump(end))
+        ;
+    cr_assert_eq(seen[1].gen, 1);
+    cr_assert_eq(seen[1].started, 0, "2 of 4 ranks: started");
+
+    /* 3 of 4. */
+    cr_assert_eq(rd_rdv_join(a, JOB, &ma), 0);
+    while (!(seen[0].gen == 2 && seen[1].gen == 2) && pump(end))
+        ;
+    cr_assert(seen[0].gen == 2 && seen[1].gen == 2);
+    cr_assert(seen[0].started == 0 && seen[1].started == 0, "3 of 4 ranks: started");
+    cr_assert_str_eq(raw(out, sizeof(out), 2, started), ":0");
+
+    /* 4 of 4: started, in the same generation for both. */
+    ma.local_size = 2;
+    cr_assert_eq(rd_rdv_join(a, JOB, &ma), 0);
+    while (!(seen[0].gen == 3 && seen[1].gen == 3) && pump(end))
+        ;
+    cr_assert(seen[0].gen == 3 && seen[1].gen == 3);
+    cr_assert(seen[0].started == 1 && seen[1].started == 1, "4 of 4 ranks: not started");
+    for (int i = 0; i < 2; i++)
+        for (int k = 0; k < seen[i].nviews && k < HISTORY; k++)
+            cr_assert_eq(seen[i].starts[k], seen[i].gens[k] >= 3, "instance %d generation %" PRIu64,
+                         i, seen[i].gens[k]);
+
+    /* b leaves: 2 ranks, still started. */
+    rd_rdv_leave(b, JOB);
+    while (seen[0].gen != 4 && pump(end))
+        ;
+    cr_assert_eq(seen[0].gen, 4);
+    cr_assert_eq(seen[0].nmembers, 1);
+    cr_assert_eq(seen[0].started, 1, "started lost when a member left");
+    cr_assert_str_eq(raw(out, sizeof(out), 2, started), ":1");
+
+    /* The last member leaves: the job starts over. */
+    rd_rdv_leave(a, JOB);
+    while (strcmp(raw(out, sizeof(out), 2, started), ":0") != 0 && pump(end))
+        ;
+    cr_assert_str_eq(out, ":0", "started outlived the last member");
+    cr_assert_eq(rd_rdv_join(a, JOB, &ma), 0);
+    while (seen[0].gen != 6 && pump(end))
+        ;
+    cr_assert_eq(seen[0].gen, 6);
+    cr_assert_eq(seen[0].started, 0, "2 of 4 ranks of a new start: started");
+}
+
+Test(rendezvous, members_that_disagree_on_the_world_size_do_not_start, .timeout = 30)
+{
+    rd_rdv *a = open_inst(0, 0, NULL, "", 30000);
+    rd_rdv *b = open_inst(1, 0, NULL, "", 30000);
+    rd_rdv_member mb = member("node-b", "10.0.0.2:7070", 2, 2);
+    rd_rdv_member ma = member("node-a", "10.0.0.1:7070", 2, 1);
+    ma.world_size = 3;
+    cr_assert_eq(rd_rdv_join(b, JOB, &mb), 0);
+    cr_assert_eq(rd_rdv_join(a, JOB, &ma), 0);
+    int64_t end = th_now_ms() + 5000;
+    while (!(seen[0].nmembers == 2 && seen[1].nmembers == 2 && seen[0].gen == seen[1].gen) &&
+           pump(end))
+        ;
+    cr_assert_eq(seen[0].nmembers, 2);
+    cr_assert(seen[0].started == 0 && seen[1].started == 0);
+}
+
+Test(rendezvous, eviction_removes_only_the_incarnation_named, .timeout = 30)
+{
+    rd_rdv *a = open_inst(0, 0, NULL, "", 30000);
+    rd_rdv *b = open_inst(1, 0, NULL, "", 30000);
+    /* c never joins the job: anyone may evict. */
+    rd_rdv *c = open_inst(2, 0, NULL, "", 30000);
+    join_both(a, b);
+    uint64_t before = seen[0].gen;
+    int na = seen[0].nviews;
+    char out[256];
+    const char *hexists[] = {"HEXISTS", "ringd:{" JOB "}:members", "node-b"};
+
+    /* A restarted node-b (another incarnation) is not evicted, nor a node that is not there. */
+    cr_assert_eq(rd_rdv_evict(a, JOB, "node-b", 43, "stale"), 0);
+    cr_assert_eq(rd_rdv_evict(a, JOB, "node-q", 42, "absent"), 0);
+    pump_for(300);
+    cr_assert_str_eq(raw(out, sizeof(out), 3, hexists), ":1");
+    cr_assert_eq(redis_gen(), before);
+    cr_assert_eq(seen[0].nviews, na);
+
+    cr_assert_eq(rd_rdv_evict(c, JOB, "node-b", 42, "links broke; listener refused"), 0);
+    int64_t end = th_now_ms() + 5000;
+    while (!(has(0, "node-b") == NULL && has(1, "node-b") == NULL) && pump(end))
+        ;
+    for (int i = 0; i < 2; i++) {
+        cr_assert_null(has(i, "node-b"), "instance %d still sees node-b", i);
+        cr_assert_eq(seen[i].gen, before + 1);
+    }
+    cr_assert_str_eq(raw(out, sizeof(out), 3, hexists), ":0");
+    const char *lease[] = {"EXISTS", "ringd:{" JOB "}:lease:node-b"};
+    cr_assert_str_eq(raw(out, sizeof(out), 2, lease), ":0");
+    const char *event[] = {"EVAL",
+                           "return table.concat(redis.call('XREVRANGE', KEYS[1], '+', '-', "
+                           "'COUNT', 1)[1][2], ' ')",
+                           "1", "ringd:{" JOB "}:events"};
+    char want[160];
+    snprintf(want, sizeof(want),
+             "gen %" PRIu64 " type evict node node-b reason links broke; listener refused",
+             before + 1);
+    cr_assert_str_eq(raw(out, sizeof(out), 4, event), want);
+
+    /* Invalid names are refused at once. */
+    cr_assert_eq(rd_rdv_evict(a, JOB, "", 1, "x"), -1);
+    cr_assert_eq(rd_rdv_evict(a, "bad\x01job", "node-b", 1, "x"), -1);
+}
+
+/* A member record and lease written straight into Redis, for a member that never refreshes;
+ * returns when its lease expires, in th_now_ms time (an upper bound within a few ms). */
+static int64_t plant_member(const char *node, int lease_ms)
+{
+    char key[128], px[24], out[64];
+    snprintf(key, sizeof(key), "ringd:{" JOB "}:lease:%s", node);
+    snprintf(px, sizeof(px), "%d", lease_ms);
+    cr_assert_eq(
+        th_redis_do(&srv, "HSET", "ringd:{" JOB "}:members", node, "2 9 1 4 1 10.0.0.9:1", NULL),
+        0);
+    cr_assert_eq(th_redis_do(&srv, "SET", key, "9", "PX", px, NULL), 0);
+    const char *pttl[] = {"PTTL", key};
+    raw(out, sizeof(out), 2, pttl);
+    cr_assert(out[0] == ':' && atoi(out + 1) > 0, "PTTL %s", out);
+    return th_now_ms() + atoi(out + 1);
+}
+
+Test(rendezvous, a_silent_member_is_swept_within_milliseconds_of_its_lease_expiring, .timeout = 30)
+{
+    /* Lease 3 s: refreshes every 1 s. The silent member's lease ends 1.5 s after it is written,
+     * between the survivor's refreshes (about 1 s and 2 s after its join): sweeping only at
+     * refreshes would see it gone about 500 ms late. */
+    rd_rdv *a = open_inst(0, 0, NULL, "", 3000);
+    pumped[1] = pumped[2] = 0; /* finer pumping of a's base */
+    int64_t expires = plant_member("node-s", 1500);
+    rd_rdv_member ma = member("node-a", "10.0.0.1:7070", 1, 1);
+    cr_assert_eq(rd_rdv_join(a, JOB, &ma), 0);
+    int64_t end = th_now_ms() + 5000;
+    while (seen[0].nviews == 0 && pump(end))
+        ;
+    cr_assert_not_null(has(0, "node-s"));
+    while (has(0, "node-s") != NULL && pump(end))
+        ;
+    int64_t gone = th_now_ms();
+    cr_assert_null(has(0, "node-s"), "the silent member was never swept");
+    cr_assert_geq(gone, expires - 10, "swept %" PRId64 " ms before its lease expired",
+                  expires - gone);
+    /* A few ms in fact; 100 ms of slack for slow (sanitizer) builds. */
+    cr_assert_leq(gone - expires, 100, "swept %" PRId64 " ms after its lease expired",
+                  gone - expires);
+    cr_assert_not_null(has(0, "node-a"));
+    cr_assert_eq(seen[0].gen, 2);
+}
+
+Test(rendezvous, sweep_soon_sweeps_at_once, .timeout = 30)
+{
+    rd_rdv *a = open_inst(0, 0, NULL, "", 30000);
+    rd_rdv_member ma = member("node-a", "10.0.0.1:7070", 1, 1);
+    cr_assert_eq(rd_rdv_join(a, JOB, &ma), 0);
+    int64_t end = th_now_ms() + 5000;
+    while (seen[0].nviews == 0 && pump(end))
+        ;
+    cr_assert_eq(seen[0].gen, 1);
+    /* A record whose lease is already gone; no event tells anyone. */
+    cr_assert_eq(th_redis_do(&srv, "HSET", "ringd:{" JOB "}:members", "node-s",
+                             "2 9 1 4 1 10.0.0.9:1", NULL),
+                 0);
+    pump_for(200);
+    cr_assert_eq(redis_gen(), 1);
+    rd_rdv_sweep_soon(a, JOB);
+    rd_rdv_sweep_soon(a, JOB); /* while the first is in flight */
+    rd_rdv_sweep_soon(a, "no-such-job");
+    /* Far sooner than the 10 s refresh period. */
+    end = th_now_ms() + 1000;
+    while (redis_gen() != 2 && pump(end))
+        ;
+    cr_assert_eq(redis_gen(), 2);
+    char out[64];
+    const char *hexists[] = {"HEXISTS", "ringd:{" JOB "}:members", "node-s"};
+    cr_assert_str_eq(raw(out, sizeof(out), 3, hexists), ":0");
+    while (seen[0].gen != 2 && pump(end))
+        ;
+    cr_assert_eq(seen[0].gen, 2);
 }

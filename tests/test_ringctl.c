@@ -1,9 +1,13 @@
 /* ringctl and ringd-bench against a real ringd: status text and JSON with clients attached, exit
- * codes scripts rely on, and a short bench sweep whose results are checked. */
+ * codes scripts rely on (status and drain), and a short bench sweep whose results are checked. */
 #include <criterion/criterion.h>
+#include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -62,17 +66,19 @@ Test(ringctl, status_lists_jobs_and_clients_as_text_and_json)
     char pid[32];
     snprintf(pid, sizeof(pid), " %d ", (int)getpid());
     cr_expect(strstr(out, pid) != NULL, "client pid missing: %s", out);
+    cr_expect(strstr(out, "draining") == NULL, "a daemon not draining says so: %s", out);
     free(out);
 
     snprintf(cmd, sizeof(cmd),
              "%s --socket %s status --json | python3 -c 'import json,sys; d=json.load(sys.stdin); "
              "c=d[\"clients\"][0]; j=d[\"jobs\"][0]; "
              "print(c[\"pid\"], c[\"local_rank\"], c[\"ops_completed\"], j[\"name\"], "
-             "j[\"generation\"], d[\"ops\"][\"completed\"])'",
+             "j[\"generation\"], d[\"ops\"][\"completed\"], d[\"draining\"], "
+             "\"min_size\" in j, j[\"stalls\"])'",
              getenv("RINGCTL_BIN"), daemon_.sock);
     cr_assert_eq(run(cmd, &out), 0, "ringctl --json did not print valid JSON");
     char want[128];
-    snprintf(want, sizeof(want), "%d 0 1 status-job 1 1\n", (int)getpid());
+    snprintf(want, sizeof(want), "%d 0 1 status-job 1 1 False True []\n", (int)getpid());
     cr_expect_str_eq(out, want);
     free(out);
     ringd_close(r);
@@ -89,6 +95,133 @@ Test(ringctl, exit_codes_tell_scripts_what_happened)
     snprintf(cmd, sizeof(cmd), "%s --socket %s frobnicate 2>/dev/null", getenv("RINGCTL_BIN"),
              daemon_.sock);
     cr_expect_eq(run(cmd, &out), 2, "an unknown command must exit 2");
+    free(out);
+    th_daemon_finish(&daemon_);
+}
+
+/* Usage errors are found before ringctl connects: the live daemon never sees a DrainRequest. */
+Test(ringctl, drain_usage_errors_exit_2)
+{
+    static const char *const args[] = {
+        "--timeout abc", "--timeout -1", "--timeout 12x",    "--timeout=",
+        "--timeout",     "--frobnicate", "--json --verbose",
+    };
+    for (size_t i = 0; i < sizeof(args) / sizeof(args[0]); i++) {
+        char cmd[512], *out;
+        snprintf(cmd, sizeof(cmd), "%s --socket %s drain %s 2>&1", getenv("RINGCTL_BIN"),
+                 daemon_.sock, args[i]);
+        cr_expect_eq(run(cmd, &out), 2, "drain %s must exit 2:\n%s", args[i], out);
+        cr_expect(strstr(out, "usage") != NULL || strstr(out, "--timeout") != NULL,
+                  "drain %s does not say what is wrong:\n%s", args[i], out);
+        free(out);
+    }
+    th_daemon_finish(&daemon_);
+}
+
+Test(ringctl, drain_of_an_unreachable_daemon_exits_1)
+{
+    char cmd[512], *out;
+    snprintf(cmd, sizeof(cmd), "%s --socket %s/nowhere.sock drain --timeout 100 --json 2>&1",
+             getenv("RINGCTL_BIN"), daemon_.dir);
+    cr_expect_eq(run(cmd, &out), 1, "an unreachable daemon must exit 1:\n%s", out);
+    cr_expect(strstr(out, "nowhere.sock") != NULL, "the message names the socket:\n%s", out);
+    free(out);
+    th_daemon_finish(&daemon_);
+}
+
+/* A stand-in daemon that answers one DrainRequest with a canned DrainReply, so ringctl's side of
+ * drain is checked whatever the real daemon does. */
+typedef struct {
+    int listen_fd;
+    uint32_t status; /* of the reply */
+    const char *message;
+    int asked;           /* set once a DrainRequest came */
+    uint32_t timeout_ms; /* the one it asked for */
+} fake_drain;
+
+static void *fake_drain_serve(void *arg)
+{
+    fake_drain *f = arg;
+    struct pollfd p = {.fd = f->listen_fd, .events = POLLIN};
+    if (poll(&p, 1, 10000) != 1)
+        return NULL;
+    int fd = accept(f->listen_fd, NULL, NULL);
+    if (fd < 0)
+        return NULL;
+    rd_msg *m = th_recv(fd, 10000, NULL);
+    if (m != NULL && m->body_case == RINGD__MSG__BODY_DRAIN_REQUEST) {
+        f->asked = 1;
+        f->timeout_ms = m->drain_request->timeout_ms;
+        Ringd__DrainReply d = RINGD__DRAIN_REPLY__INIT;
+        rd_msg r = RINGD__MSG__INIT;
+        d.status = f->status;
+        d.message = (char *)f->message;
+        d.jobs = 1;
+        d.ops_finished = 4;
+        d.ops_failed = f->status == RINGD_OK ? 0 : 2;
+        d.elapsed_ms = 312;
+        r.body_case = RINGD__MSG__BODY_DRAIN_REPLY;
+        r.drain_reply = &d;
+        th_send(fd, &r);
+    }
+    if (m != NULL)
+        rd_frame_free(m);
+    close(fd);
+    return NULL;
+}
+
+/* Runs `ringctl --socket <fake> drain <args>` against a fake daemon answering as f says; returns
+ * ringctl's exit status and its stdout in out. */
+static int drain_against_fake(fake_drain *f, const char *args, char **out)
+{
+    char path[256], cmd[512];
+    struct sockaddr_un sun = {.sun_family = AF_UNIX};
+    snprintf(path, sizeof(path), "%s/fake.sock", daemon_.dir);
+    unlink(path);
+    cr_assert_lt(strlen(path), sizeof(sun.sun_path));
+    memcpy(sun.sun_path, path, strlen(path) + 1);
+    f->listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    cr_assert_geq(f->listen_fd, 0);
+    cr_assert_eq(bind(f->listen_fd, (struct sockaddr *)&sun, sizeof(sun)), 0);
+    cr_assert_eq(listen(f->listen_fd, 1), 0);
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, fake_drain_serve, f), 0);
+    snprintf(cmd, sizeof(cmd), "%s --socket %s drain %s", getenv("RINGCTL_BIN"), path, args);
+    int rc = run(cmd, out);
+    pthread_join(t, NULL);
+    close(f->listen_fd);
+    unlink(path);
+    return rc;
+}
+
+Test(ringctl, drain_prints_the_outcome_and_exits_0_when_clean_and_3_when_not)
+{
+    char *out;
+    fake_drain clean = {.status = RINGD_OK, .message = ""};
+    cr_expect_eq(drain_against_fake(&clean, "--timeout 1500", &out), 0, "%s", out);
+    cr_expect(clean.asked && clean.timeout_ms == 1500, "asked %d, timeout_ms %u", clean.asked,
+              clean.timeout_ms);
+    cr_expect_str_eq(out, "drained: left 1 job(s) in 312 ms; 4 ops finished, 0 failed\n");
+    free(out);
+
+    fake_drain cut = {.status = RINGD_E_TIMEOUT, .message = "2 ops cut at the drain timeout"};
+    cr_expect_eq(drain_against_fake(&cut, "--json 2>/dev/null", &out), 3,
+                 "a drain that was not clean must exit 3: %s", out);
+    cr_expect(cut.asked && cut.timeout_ms == 0, "asked %d, timeout_ms %u", cut.asked,
+              cut.timeout_ms);
+    char json[256], cmd[512];
+    snprintf(json, sizeof(json), "%s/drain.json", daemon_.dir);
+    FILE *fp = fopen(json, "w");
+    cr_assert_not_null(fp);
+    fputs(out, fp);
+    fclose(fp);
+    free(out);
+    snprintf(cmd, sizeof(cmd),
+             "python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d[\"clean\"], "
+             "d[\"status\"], d[\"jobs\"], d[\"ops_failed\"], d[\"message\"])' %s",
+             json);
+    cr_assert_eq(run(cmd, &out), 0, "ringctl drain --json did not print valid JSON");
+    cr_expect_str_eq(out, "False 4 1 2 2 ops cut at the drain timeout\n");
     free(out);
     th_daemon_finish(&daemon_);
 }

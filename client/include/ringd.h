@@ -5,7 +5,37 @@
  * Buffers outside the arena work too: the library copies them in and out.
  *
  * Threads: a ringd_t and its requests may be used by one thread at a time.
- * The library never prints; errors come back as a ringd_result_t plus ringd_errmsg(). */
+ * The library never prints; errors come back as a ringd_result_t plus ringd_errmsg().
+ *
+ * Membership changes. A job may lose ranks and gain them while it runs; every change starts a
+ * new generation and renumbers the ranks (ring order of the nodes, then local rank). The answer
+ * to every collective tells the library the job as it is now, so when a call returns,
+ * ringd_rank(), ringd_size(), ringd_local_rank(), ringd_local_size() and ringd_generation()
+ * already give the new values, on success and on failure alike.
+ *  - Loss (a daemon, host, link or client process gone): every collective in flight fails with
+ *    RINGD_E_MEMBERSHIP, ringd_errmsg() naming the lost node or rank.
+ *  - Join (a node or process joins): collectives every old member had agreed on finish; the
+ *    rest fail with RINGD_E_MEMBERSHIP. The newcomer's ringd_open returns in the new generation.
+ *  - Graceful leave (ringctl drain, SIGTERM to a daemon): the leaving node's collectives already
+ *    submitted finish and its later ones fail with RINGD_E_MEMBERSHIP; on the other nodes nothing
+ *    fails, collectives go on among the remaining ranks and return with the new size.
+ * After a loss or a join, a collective submitted before the library heard of the change fails
+ * the same way, once; the calls after it run in the new generation. The survivors restore their
+ * last committed state and everyone, a newcomer right after ringd_open, takes rank 0's copy
+ * under a name of this generation before going on at the new size:
+ *
+ *     rc = train_step(r, &state);                 // the step's collectives
+ *     while (rc == RINGD_E_MEMBERSHIP) {          // again if it changes once more
+ *         state = committed;
+ *         snprintf(name, sizeof(name), "state.%" PRIu64, ringd_generation(r));
+ *         rc = ringd_broadcast(r, name, &state, sizeof(state), RINGD_U8, 0);
+ *     }
+ *
+ * The job keeps running while it has at least min_size ranks (ringd_options_t); below that,
+ * collectives wait for ranks to come back and fail with RINGD_E_TIMEOUT if none come in time.
+ * A collective some ranks submitted and others never did fails with RINGD_E_STALLED after the
+ * daemon's --stall-abort deadline (ringd_errmsg() names the missing ranks); `ringctl status`
+ * lists such tensors earlier, from --stall-warn on. */
 #ifndef RINGD_H
 #define RINGD_H
 
@@ -29,9 +59,9 @@ typedef enum {
     RINGD_E_PROTOCOL = 3, /* the daemon or the library sent something the other did not accept */
     RINGD_E_TIMEOUT = 4,  /* a deadline passed */
     RINGD_E_MISMATCH = 5, /* ranks submitted the same name with different parameters */
-    RINGD_E_MEMBERSHIP = 6, /* a participant joined or left; re-synchronise and retry */
+    RINGD_E_MEMBERSHIP = 6, /* ranks joined or left: restore state, broadcast it, go on */
     RINGD_E_NOMEM = 7,      /* out of memory, or the arena is full */
-    RINGD_E_STALLED = 8,    /* some ranks never submitted the tensor */
+    RINGD_E_STALLED = 8,    /* some ranks never submitted the tensor (see ringd_errmsg) */
     RINGD_E_CLOSED = 9,     /* the session is closed or broken */
     RINGD_E_SYSTEM = 10,    /* a system call failed; see ringd_errmsg */
     RINGD_E_REFUSED = 11,   /* the daemon refused: job full or inconsistent sizes */
@@ -70,11 +100,15 @@ typedef struct {
     size_t arena_size;       /* shared-memory arena bytes; 0: the daemon's default */
     int poll_us;             /* RINGD_POLL_US: how long a wait polls shared memory (yielding the
                                 CPU) before it sleeps on the socket; 0: 100, -1: never poll */
+    int reserved;            /* unused: fields added after it lie beyond the first version's
+                                struct_size (its tail padding), so old callers never pass them */
+    int min_size;            /* RINGD_MIN_SIZE: once the job has started, it keeps running while
+                                it has at least this many ranks (at most world_size); 0: 1 */
 } ringd_options_t;
 
 #define RINGD_OPTIONS_INIT                                                                         \
     {                                                                                              \
-        sizeof(ringd_options_t), NULL, NULL, 0, 0, 0, 0, 0, 0                                      \
+        sizeof(ringd_options_t), NULL, NULL, 0, 0, 0, 0, 0, 0, 0, 0                                \
     }
 
 /* Connects to the daemon and joins the job; returns once the job's local clients have all
@@ -85,6 +119,8 @@ ringd_result_t ringd_open(const ringd_options_t *opts, ringd_t **r);
 /* Leaves the job, unmaps the arena and frees r and its requests. ringd_close(NULL) is a no-op. */
 void ringd_close(ringd_t *r);
 
+/* The session's place in the job as of the last answer from the daemon: they change after a
+ * membership change (see above), never in between two calls on r. */
 int ringd_rank(const ringd_t *r);
 int ringd_size(const ringd_t *r);
 int ringd_local_rank(const ringd_t *r);
@@ -131,7 +167,9 @@ ringd_result_t ringd_broadcast(ringd_t *r, const char *name, void *buf, size_t c
 ringd_result_t ringd_broadcast_async(ringd_t *r, const char *name, void *buf, size_t count,
                                      ringd_dtype_t dtype, int root, ringd_request_t **req);
 
-/* Every rank contributes count elements; recvbuf receives size * count, in rank order. */
+/* Every rank contributes count elements; recvbuf receives size * count, in rank order. recvbuf
+ * holds ringd_size() * count as of the call; after a rank left, ringd_size() once the call
+ * returns says how many of them hold the result. */
 ringd_result_t ringd_allgather(ringd_t *r, const char *name, const void *sendbuf, void *recvbuf,
                                size_t count, ringd_dtype_t dtype);
 ringd_result_t ringd_allgather_async(ringd_t *r, const char *name, const void *sendbuf,

@@ -1,0 +1,159 @@
+/* Graceful drain: polls every job until it has left its ring, then answers whoever asked. */
+#include "drain.h"
+
+#include <event2/event.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "daemon.h"
+#include "job.h"
+#include "log.h"
+#include "session.h"
+
+#define RD_DRAIN_POLL_MS 5
+#define RD_DRAIN_LINGER_MS 200 /* SIGTERM: lets the Byes and the rendezvous' leaves go out */
+
+typedef struct waiter {
+    rd_session *s;
+    struct waiter *next;
+} waiter;
+
+struct rd_drain {
+    rd_daemon *d;
+    struct event *ev;
+    int64_t started_ms, deadline_ms, done_ms;
+    uint64_t completed0, failed0;
+    uint32_t jobs;
+    int exit_after, done, clean;
+    waiter *waiters;
+};
+
+/* Answers every waiter with the drain's outcome. */
+static void reply_all(struct rd_drain *dr)
+{
+    rd_daemon *d = dr->d;
+    Ringd__DrainReply r = RINGD__DRAIN_REPLY__INIT;
+    char msg[512];
+    r.status = dr->clean ? RINGD_OK : RINGD_E_TIMEOUT;
+    if (dr->clean)
+        snprintf(msg, sizeof(msg), "node %s left %u job(s)", d->cfg.node, dr->jobs);
+    else
+        snprintf(msg, sizeof(msg),
+                 "node %s left %u job(s), but ops were still under way after %" PRId64
+                 " ms and failed",
+                 d->cfg.node, dr->jobs, dr->deadline_ms - dr->started_ms);
+    r.message = msg;
+    r.jobs = dr->jobs;
+    r.ops_finished = d->ops_completed - dr->completed0;
+    r.ops_failed = d->ops_failed - dr->failed0;
+    r.elapsed_ms = (uint64_t)(dr->done_ms - dr->started_ms);
+    rd_msg m = RINGD__MSG__INIT;
+    m.body_case = RINGD__MSG__BODY_DRAIN_REPLY;
+    m.drain_reply = &r;
+    while (dr->waiters != NULL) {
+        waiter *w = dr->waiters;
+        dr->waiters = w->next;
+        rd_session_send(w->s, &m);
+        free(w);
+    }
+}
+
+static void on_poll(evutil_socket_t fd, short what, void *arg)
+{
+    struct rd_drain *dr = arg;
+    rd_daemon *d = dr->d;
+    (void)fd;
+    (void)what;
+    int64_t now = rd_now_ms();
+    if (!dr->done) {
+        int all = 1, force = now >= dr->deadline_ms;
+        for (struct rd_job *j = d->jobs; j != NULL; j = rd_job_next(j))
+            all &= rd_job_drain(j, force);
+        if (!all && !force)
+            return;
+        dr->done = 1;
+        dr->clean = all;
+        dr->done_ms = now;
+        rd_log(all ? RD_LOG_INFO : RD_LOG_WARN, "drain", "node %s drained in %" PRId64 " ms (%s)",
+               d->cfg.node, now - dr->started_ms,
+               all ? "every op under way finished" : "ops still under way failed");
+        reply_all(dr);
+    }
+    if (dr->exit_after && now - dr->done_ms >= RD_DRAIN_LINGER_MS) {
+        event_del(dr->ev);
+        event_base_loopbreak(d->base);
+    } else if (!dr->exit_after) {
+        event_del(dr->ev);
+    }
+}
+
+int rd_drain_start(rd_daemon *d, rd_session *s, int64_t timeout_ms, int exit_after)
+{
+    struct rd_drain *dr = d->drain;
+    if (dr == NULL) {
+        if ((dr = calloc(1, sizeof(*dr))) == NULL)
+            return -1;
+        dr->ev = event_new(d->base, -1, EV_PERSIST, on_poll, dr);
+        if (dr->ev == NULL) {
+            free(dr);
+            return -1;
+        }
+        dr->d = d;
+        dr->started_ms = rd_now_ms();
+        dr->deadline_ms = dr->started_ms + timeout_ms;
+        dr->completed0 = d->ops_completed;
+        dr->failed0 = d->ops_failed;
+        for (struct rd_job *j = d->jobs; j != NULL; j = rd_job_next(j))
+            dr->jobs++;
+        d->drain = dr;
+        d->draining = 1;
+        rd_log(RD_LOG_INFO, "drain", "node %s draining %u job(s), waiting up to %" PRId64 " ms",
+               d->cfg.node, dr->jobs, timeout_ms);
+    }
+    if (s != NULL) {
+        waiter *w = malloc(sizeof(*w));
+        if (w == NULL)
+            return -1;
+        w->s = s;
+        w->next = dr->waiters;
+        dr->waiters = w;
+    }
+    dr->exit_after |= exit_after;
+    struct timeval tv = {0, RD_DRAIN_POLL_MS * 1000};
+    if (dr->done && dr->waiters != NULL)
+        reply_all(dr); /* drained already: answered at once */
+    if (!event_pending(dr->ev, EV_TIMEOUT, NULL))
+        event_add(dr->ev, &tv);
+    event_active(dr->ev, 0, 0);
+    return 0;
+}
+
+void rd_drain_forget(rd_daemon *d, rd_session *s)
+{
+    if (d->drain == NULL)
+        return;
+    for (waiter **pp = &d->drain->waiters; *pp != NULL; pp = &(*pp)->next) {
+        if ((*pp)->s == s) {
+            waiter *w = *pp;
+            *pp = w->next;
+            free(w);
+            return;
+        }
+    }
+}
+
+void rd_drain_free(rd_daemon *d)
+{
+    struct rd_drain *dr = d->drain;
+    if (dr == NULL)
+        return;
+    while (dr->waiters != NULL) {
+        waiter *w = dr->waiters;
+        dr->waiters = w->next;
+        free(w);
+    }
+    event_free(dr->ev);
+    free(dr);
+    d->drain = NULL;
+}
