@@ -79,6 +79,7 @@ struct rd_job {
     uint32_t first_rank; /* global rank of local rank 0 */
     uint64_t generation;
     uint64_t sync_generation; /* Submits tagged with an older generation fail: the ring changed */
+    char sync_why[512];       /* what changed then */
     int started;              /* welcomed its clients once */
     int draining;             /* leaving: new Submits are refused */
     int disrupted;            /* the ring broke: ops it fails are answered once it is back */
@@ -581,17 +582,17 @@ void rd_job_submit(struct rd_session *s, const Ringd__Submit *m)
     }
     if (j->draining) {
         snprintf(err, sizeof(err),
-                 "tensor '%s': node %s is draining; job '%s' goes on without this node", m->name,
-                 j->d->cfg.node, j->name);
-        rd_session_complete(s, m->request_id, RINGD_E_MEMBERSHIP, err);
+                 "tensor '%s': node %s drained: job '%s' goes on without it; this session "
+                 "runs no more collectives (close it, and open a new one to join again)",
+                 m->name, j->d->cfg.node, j->name);
+        rd_session_complete(s, m->request_id, RINGD_E_CLOSED, err);
         return;
     }
     if (m->generation != 0 && m->generation < j->sync_generation) {
         snprintf(err, sizeof(err),
-                 "tensor '%s': job '%s' changed since generation %" PRIu64 " (now %" PRIu64
-                 ", rank %u of %u): restore the last committed state and "
-                 "broadcast it from rank 0",
-                 m->name, j->name, m->generation, j->generation, j->first_rank + rank, j->size);
+                 "tensor '%s': %s (this rank is now %u of %u, generation %" PRIu64
+                 "): restore the last committed state and broadcast it from rank 0",
+                 m->name, j->sync_why, j->first_rank + rank, j->size, j->generation);
         rd_session_complete(s, m->request_id, RINGD_E_MEMBERSHIP, err);
         return;
     }
@@ -755,6 +756,7 @@ static void job_reshape(rd_job *j, const char *why)
     j->generation++;
     j->size = j->local_size;
     j->sync_generation = j->generation;
+    snprintf(j->sync_why, sizeof(j->sync_why), "%s", why);
     fail_unstarted(j, why);
     job_welcome(j);
     rd_log(RD_LOG_INFO, "job", "job '%s': %s; generation %" PRIu64 ", %u ranks", j->name, why,
@@ -880,7 +882,7 @@ int rd_job_drain(rd_job *j, int force)
             while (o != NULL) {
                 rd_op *next = o->next;
                 if (o->state == OP_PENDING || (o->state == OP_NEGOTIATING && !o->announced))
-                    op_fail(o, RINGD_E_MEMBERSHIP,
+                    op_fail(o, RINGD_E_CLOSED,
                             "tensor '%s': node %s is draining; job '%s' goes on without it",
                             o->name, j->d->cfg.node, j->name);
                 o = next;
@@ -1264,6 +1266,7 @@ void rd_job_ring_up(rd_job *j, uint32_t first_rank, uint64_t generation, uint32_
     j->disrupted = 0;
     if (sync || !j->started) {
         j->sync_generation = generation;
+        snprintf(j->sync_why, sizeof(j->sync_why), "%s", why);
         fail_unstarted(j, why);
     }
     job_welcome(j);

@@ -732,8 +732,11 @@ const char *rd_peer_chan_name(const rd_peer_chan *c)
 }
 
 struct rd_peer_probe {
+    struct sockaddr_storage ss;
+    unsigned sslen;
     int fd;
     struct event *ev;
+    struct event *delay;
     rd_peer_probe_fn fn;
     void *arg;
 };
@@ -744,6 +747,8 @@ void rd_peer_probe_cancel(rd_peer_probe *p)
         return;
     if (p->ev != NULL)
         event_free(p->ev);
+    if (p->delay != NULL)
+        event_free(p->delay);
     if (p->fd >= 0)
         close(p->fd);
     free(p);
@@ -767,31 +772,40 @@ static void on_probe(evutil_socket_t fd, short what, void *arg)
        err == 0 ? "it accepts connections" : strerror(err));
 }
 
-rd_peer_probe *rd_peer_probe_new(struct event_base *base, const char *addr, rd_peer_probe_fn fn,
-                                 void *arg)
+/* Starts the probe's connect. */
+static void probe_connect(evutil_socket_t fd, short what, void *arg)
 {
-    struct sockaddr_storage ss;
-    unsigned sslen;
+    rd_peer_probe *p = arg;
+    (void)fd;
+    (void)what;
+    struct timeval tv = {1, 0};
+    int rc = connect(p->fd, (struct sockaddr *)&p->ss, p->sslen);
+    event_add(p->ev, &tv);
+    if (rc != 0 && errno != EINPROGRESS)
+        event_active(p->ev, EV_WRITE, 0); /* SO_ERROR holds the refusal */
+}
+
+rd_peer_probe *rd_peer_probe_new(struct event_base *base, const char *addr, int delay_ms,
+                                 rd_peer_probe_fn fn, void *arg)
+{
     char err[256];
-    if (rd_peer_resolve(addr, &ss, &sslen, err, sizeof(err)) != 0)
-        return NULL;
     rd_peer_probe *p = calloc(1, sizeof(*p));
     if (p == NULL)
         return NULL;
+    p->fd = -1;
+    if (rd_peer_resolve(addr, &p->ss, &p->sslen, err, sizeof(err)) != 0) {
+        free(p);
+        return NULL;
+    }
     p->fn = fn;
     p->arg = arg;
-    p->fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (p->fd < 0 || (p->ev = event_new(base, p->fd, EV_WRITE, on_probe, p)) == NULL) {
+    p->fd = socket(p->ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (p->fd < 0 || (p->ev = event_new(base, p->fd, EV_WRITE, on_probe, p)) == NULL ||
+        (p->delay = evtimer_new(base, probe_connect, p)) == NULL) {
         rd_peer_probe_cancel(p);
         return NULL;
     }
-    int rc = connect(p->fd, (struct sockaddr *)&ss, sslen);
-    struct timeval tv = {1, 0};
-    if (rc == 0 || errno == EINPROGRESS) {
-        event_add(p->ev, &tv);
-    } else {
-        event_add(p->ev, &tv);
-        event_active(p->ev, EV_WRITE, 0); /* SO_ERROR holds the refusal */
-    }
+    struct timeval tv = {delay_ms / 1000, (delay_ms % 1000) * 1000};
+    evtimer_add(p->delay, &tv);
     return p;
 }

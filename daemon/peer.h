@@ -82,10 +82,10 @@ int rd_peer_resolve(const char *addr, struct sockaddr_storage *ss, unsigned *ssl
 typedef struct rd_peer_probe rd_peer_probe;
 typedef void (*rd_peer_probe_fn)(void *arg, int alive, const char *why);
 
-/* Starts a probe; NULL when addr does not resolve or out of memory. fn is called on a later
- * turn, once, unless cancelled first. */
-rd_peer_probe *rd_peer_probe_new(struct event_base *base, const char *addr, rd_peer_probe_fn fn,
-                                 void *arg);
+/* Starts a probe after delay_ms; NULL when addr does not resolve or out of memory. fn is called
+ * on a later turn, once, unless cancelled first. */
+rd_peer_probe *rd_peer_probe_new(struct event_base *base, const char *addr, int delay_ms,
+                                 rd_peer_probe_fn fn, void *arg);
 
 /* Stops a probe before it reports. NULL is a no-op. */
 void rd_peer_probe_cancel(rd_peer_probe *p);

@@ -134,10 +134,10 @@
     "  return view('rejoined')\n"                                                                  \
     "end\n"
 
-enum { RDV_JOIN, RDV_REFRESH, RDV_LEAVE, RDV_VIEW, RDV_EVICT, RDV_RESTORE, RDV_NSCRIPTS };
+enum { RDV_JOIN, RDV_REFRESH, RDV_LEAVE, RDV_VIEW, RDV_EVICT, RDV_RESTORE, RDV_BUMP, RDV_NSCRIPTS };
 
-static const char *const rdv_script_name[RDV_NSCRIPTS] = {"JOIN", "REFRESH", "LEAVE",
-                                                          "VIEW", "EVICT",   "RESTORE"};
+static const char *const rdv_script_name[RDV_NSCRIPTS] = {"JOIN",  "REFRESH", "LEAVE", "VIEW",
+                                                          "EVICT", "RESTORE", "BUMP"};
 
 static const char *const rdv_script[RDV_NSCRIPTS] = {
     /* JOIN: (re)writes our lease and record. */
@@ -190,6 +190,10 @@ static const char *const rdv_script[RDV_NSCRIPTS] = {
                    "'type', 'restore', 'node', node)\n"
                    "if redis.call('HGET', members, node) ~= rec then join() end\n"
                    "return view('restored')\n",
+    /* BUMP (rec: the reason; the floor: the generation that broke): moves the job past that
+     * generation unless someone already has, so both ends of a broken link bump it once. */
+    RDV_LUA_COMMON "if stored() <= low then bump('reform', node, rec) end\n"
+                   "return view('ok')\n",
 };
 
 /* A connection's life; see conn_set_state. */
@@ -1555,6 +1559,23 @@ int rd_rdv_evict(rd_rdv *r, const char *job, const char *node, uint64_t incarnat
     rdv_req *q = req_new(r, job, node, incarnation, why, RDV_EVICT, j != NULL ? j->high_gen : 0);
     if (q == NULL) {
         rd_log(RD_LOG_ERROR, SUBSYS, "evict %s from %s: out of memory", node, job);
+        return -1;
+    }
+    req_send_or_queue(r, q);
+    return 0;
+}
+
+/* See rendezvous.h. */
+int rd_rdv_bump(rd_rdv *r, const char *job, uint64_t above, const char *reason)
+{
+    char why[RDV_REASON_MAX + 1];
+    rdv_job *j = rd_name_valid(job) ? job_find(r, job) : NULL;
+    if (j == NULL)
+        return -1;
+    snprintf(why, sizeof(why), "%s", reason != NULL && reason[0] != '\0' ? reason : "re-form");
+    rdv_req *q = req_new(r, job, j->self.node, j->self.incarnation, why, RDV_BUMP, above);
+    if (q == NULL) {
+        rd_log(RD_LOG_ERROR, SUBSYS, "bump %s: out of memory", job);
         return -1;
     }
     req_send_or_queue(r, q);

@@ -72,6 +72,11 @@ int rd_rdv_join(rd_rdv *r, const char *job, const rd_rdv_member *self);
 /* Removes this node from job (generation + 1, event) and stops watching it. */
 void rd_rdv_leave(rd_rdv *r, const char *job);
 
+/* Moves job to a generation above `above` (appending an event with reason), unless the job is
+ * already past it: both ends of a link that broke ask, the job moves once. Returns 0, or -1 for a
+ * job not joined here or out of memory. */
+int rd_rdv_bump(rd_rdv *r, const char *job, uint64_t above, const char *reason);
+
 /* Removes node from job if its record still has incarnation (a restarted daemon of that name is
  * left alone): record and lease deleted, generation + 1, an 'evict' event carrying reason (cut to
  * 200 bytes). For a peer known dead (its links broke and its listener refuses connections), so

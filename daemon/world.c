@@ -80,6 +80,7 @@ struct rd_world {
     uint64_t deferred;           /* a view whose departures were deferred once, waiting for Byes */
     struct rd_peer_probe *probe; /* is a node whose link broke still there? */
     rd_rdv_member probing;       /* that node */
+    int probes;                  /* probes of it so far */
     uint64_t since;              /* when this node first registered the job: its ring order */
     int was_up;                  /* has been in a ring of the job */
     struct event *ev_reform;
@@ -100,6 +101,7 @@ struct rd_world {
 
 static void on_task_done(void *arg, rd_xfer_task *t);
 static void on_linger(evutil_socket_t fd, short what, void *arg);
+static void move_on(rd_world *w, const char *reason);
 static void on_order(evutil_socket_t fd, short what, void *arg);
 static void order_clear(rd_world *w);
 
@@ -176,7 +178,9 @@ static void teardown(rd_world *w, const char *why, teardown_how how)
 {
     int was_up = w->state == W_UP || w->state == W_CONNECTING || w->state == W_LEAVING;
     int graceful = how != TD_END;
-    if (how == TD_FAIL && was_up) {
+    if (how == TD_FAIL && w->resync)
+        why = w->resync_why; /* ops doomed meanwhile hear the first cause */
+    else if (how == TD_FAIL && was_up) {
         w->resync = 1;
         snprintf(w->resync_why, sizeof(w->resync_why), "%s", why);
         if (w->stale < w->generation)
@@ -666,7 +670,7 @@ static void on_reform(evutil_socket_t fd, short what, void *arg)
         return;
     teardown(w, "the ring's links broke", TD_FAIL);
     set_state(w, W_WAITING);
-    rd_world_register(w);
+    move_on(w, "the ring's links broke");
 }
 
 /* Runs maybe_up on the turn after a peer's connection was accepted. */
@@ -1084,6 +1088,15 @@ static void on_ctrl_msg(void *arg, rd_peer_chan *c, const rd_msg *m)
            rd_job_name(w->job), (int)m->body_case, rd_peer_chan_name(c), w->generation);
 }
 
+/* The ring of generation w->stale broke with every node still there: the job moves to the next
+ * generation (once, however many nodes ask), where the ring forms again. */
+static void move_on(rd_world *w, const char *reason)
+{
+    if (rd_rdv_bump(w->d->worlds->rdv, rd_job_name(w->job), w->stale, reason) != 0)
+        rd_world_register(w);
+    apply_view(w); /* another node may have moved it on already */
+}
+
 /* Whether a node whose link broke still listens: a refusal means its daemon is gone, and it is
  * removed from the rendezvous at once instead of when its lease runs out. */
 static void on_probed(void *arg, int alive, const char *why)
@@ -1091,15 +1104,22 @@ static void on_probed(void *arg, int alive, const char *why)
     rd_world *w = arg;
     w->probe = NULL;
     const rd_rdv_member *m = &w->probing;
+    rd_log(RD_LOG_DEBUG, "world", "job '%s': probe of node %s at %s: %s", rd_job_name(w->job),
+           m->node, m->addr, why);
     if (alive == 0 && w->d->worlds != NULL) {
         char reason[384];
         snprintf(reason, sizeof(reason), "%s:%s", m->node, why);
         rd_log(RD_LOG_WARN, "world", "job '%s': node %s is gone (%s); removing it",
                rd_job_name(w->job), m->node, why);
         rd_rdv_evict(w->d->worlds->rdv, rd_job_name(w->job), m->node, m->incarnation, reason);
+    } else if (alive == 1 && ++w->probes < 3) {
+        /* A daemon just killed may still have its listener open for a moment: look again. */
+        w->probe = rd_peer_probe_new(w->d->base, m->addr, 50, on_probed, w);
+        if (w->probe == NULL)
+            move_on(w, "a link broke");
     } else {
         /* Still there (or unknown): the link broke, not the node. A new generation re-forms it. */
-        rd_world_register(w);
+        move_on(w, "a link broke");
     }
 }
 
@@ -1130,15 +1150,18 @@ static void on_ctrl_err(void *arg, rd_peer_chan *c, const char *why)
         return;
     }
     char gone[768];
-    snprintf(gone, sizeof(gone), "node %s left the ring of job '%s' (its control link broke: %s)",
-             member(w, from)->node, rd_job_name(w->job), why);
+    snprintf(gone, sizeof(gone),
+             "the control link of job '%s' with node %s broke (%s): that node is gone, or the "
+             "link failed",
+             rd_job_name(w->job), member(w, from)->node, why);
     w->probing = *member(w, from);
+    w->probes = 0;
     rd_peer_probe_cancel(w->probe);
-    w->probe = rd_peer_probe_new(w->d->base, w->probing.addr, on_probed, w);
+    w->probe = rd_peer_probe_new(w->d->base, w->probing.addr, 0, on_probed, w);
     teardown(w, gone, TD_FAIL);
     set_state(w, W_WAITING);
     if (w->probe == NULL)
-        rd_world_register(w);
+        move_on(w, "a link broke");
 }
 
 /* The job's world named in a PeerHello, if this node has one. */
