@@ -83,6 +83,7 @@ struct rd_job {
     int started;              /* welcomed its clients once */
     int draining;             /* leaving: new Submits are refused */
     int disrupted;            /* the ring broke: ops it fails are answered once it is back */
+    int left;                 /* drained: has left its ring */
     int64_t wait_ms;          /* how long ops wait for a ring to come back */
     struct event *ev_tick;    /* stall inspector and wait deadlines */
     rd_world *world;          /* jobs spanning nodes */
@@ -212,6 +213,9 @@ static void job_free(rd_job *j)
 /* Frees j once it has neither clients nor ops on the executor. */
 static void job_maybe_free(rd_job *j)
 {
+    /* A draining job outlives its clients until it has left its ring gracefully. */
+    if (j->draining && !j->left)
+        return;
     if (j->nclients == 0 && j->nrunning == 0 && !j->freeing) {
         rd_log(RD_LOG_INFO, "job", "job '%s': last client left", j->name);
         job_free(j);
@@ -896,6 +900,10 @@ int rd_job_drain(rd_job *j, int force)
         fail_unstarted(j, why);
         if (j->world != NULL)
             rd_world_unregister(j->world);
+        if (!j->left) {
+            j->left = 1;
+            event_active(j->ev_free, 0, 0);
+        }
         return 1;
     }
     int busy = j->nrunning > 0;
@@ -904,8 +912,12 @@ int rd_job_drain(rd_job *j, int force)
             busy = o->state == OP_NEGOTIATING || o->state == OP_RUNNING;
     if (busy)
         return 0;
-    if (j->world != NULL)
-        return rd_world_leave(j->world);
+    if (j->world != NULL && !rd_world_leave(j->world))
+        return 0;
+    if (!j->left) {
+        j->left = 1;
+        event_active(j->ev_free, 0, 0); /* a job without clients goes, off the caller's loop */
+    }
     return 1;
 }
 
@@ -1081,6 +1093,11 @@ void rd_job_leave(struct rd_session *s)
                     o->parts[k].s = NULL;
     if (j->started && !j->draining && j->nclients > 0) {
         job_reshape(j, why);
+        job_maybe_free(j);
+        return;
+    }
+    if (j->draining) { /* what it submitted still ends; the drain leaves the ring */
+        slots_compact(j);
         job_maybe_free(j);
         return;
     }

@@ -81,6 +81,7 @@ struct rd_world {
     struct rd_peer_probe *probe; /* is a node whose link broke still there? */
     rd_rdv_member probing;       /* that node */
     int probes;                  /* probes of it so far */
+    size_t ntasks;               /* ring passes submitted to the current data plane, not done */
     uint64_t since;              /* when this node first registered the job: its ring order */
     int was_up;                  /* has been in a ring of the job */
     struct event *ev_reform;
@@ -226,6 +227,7 @@ static void teardown(rd_world *w, const char *why, teardown_how how)
         w->bytes_recv += received;
         struct rd_xfer *x = w->xfer;
         w->xfer = NULL;
+        w->ntasks = 0;
         retiring *r = graceful ? malloc(sizeof(*r)) : NULL;
         if (r != NULL) {
             r->x = x;
@@ -392,6 +394,8 @@ static void carry_check(rd_world *w)
             return;
     if (rd_job_awaits_order(w->job) == 2) /* ordered batches whose ops are not all here */
         return;
+    if (w->ntasks > 0) /* ordered ring passes still on the wire or queued for it */
+        return;
     if (w->latest.generation == w->generation)
         return; /* the rendezvous has not shown the change yet */
     teardown(w, "the ring is re-forming without a node that left", TD_CARRY);
@@ -419,11 +423,16 @@ static void on_grace(evutil_socket_t fd, short what, void *arg)
 static void on_task_done(void *arg, rd_xfer_task *t)
 {
     rd_world *w = arg;
+    int current = t->ring == w->xfer;
+    if (current)
+        w->ntasks--;
     if (w->xfer != NULL && rd_xfer_broken(w->xfer)) {
         rd_job_disrupted(w->job); /* its failures are answered once the ring is back */
         reform_later(w);
     }
     rd_job_task_done(w->job, t);
+    if (current)
+        carry_check(w);
 }
 
 /* A dial ended: a data connection waits in its slot for the data plane, a control connection
@@ -1031,6 +1040,8 @@ void rd_world_submit(rd_world *w, struct rd_xfer_task *t)
 {
     w->d->ring_passes++;
     w->d->ring_ops += t->nmembers;
+    w->ntasks++;
+    t->ring = w->xfer;
     rd_xfer_submit(w->xfer, t);
 }
 

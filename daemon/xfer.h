@@ -32,6 +32,7 @@ typedef struct rd_xfer_task {
     size_t nmembers; /* more than one: a fused allreduce */
     rd_xfer_member *members;
     void *ctx;             /* the caller's */
+    struct rd_xfer *ring;  /* the caller's: which data plane it went to */
     ringd_result_t status; /* set by the thread */
     char message[320];
     uint64_t seq;
