@@ -20,7 +20,19 @@
  * died on their own, and recovery times (from an action to the first successful op started after
  * it on another node). Exit status 0 only with no wrong result, no hang, no daemon death and at
  * least one op; other errors are printed as they happen and fail the run only with --strict,
- * since a deadline can legitimately pass while the job is being reshaped. */
+ * since a deadline can legitimately pass while the job is being reshaped.
+ *
+ * Since each kind of fault has its own target, it then prints the lease TTL and one line per kind
+ * of action: recovery times (from the SIGKILL, the SIGSTOP, the start of `ringctl drain`), and the
+ * failures that completed between the action and the next one (or the end), split into those on
+ * the survivors (other nodes whose daemon was not itself being taken down) until the acted-on node
+ * comes back (its daemon started again or resumed, its clients started again), those on the
+ * survivors after that ("rejoin": its joining the job again reshapes it once more), and those on
+ * the acted-on node's own clients. A verdict line per target follows: after a kill, recovery within
+ * 500 ms (the link break is seen directly); after a stop, within the lease TTL + 1 s (a silent
+ * host is noticed when its lease runs out); after a drain, within 500 ms with no failed op on the
+ * survivors. An action never recovered from misses its target. Targets are reported, not
+ * enforced: they do not change the exit status. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
@@ -55,6 +67,10 @@
 #define RESPAWN_DELAY_MS 500   /* before a client that exited on its own is started again */
 #define SHUTDOWN_LIMIT_MS 5000 /* at the end, children get this long to exit */
 #define QUIET_MS 5000          /* no chaos in the last this long (at most a quarter of the run) */
+/* The targets, per kind of action, for the first successful op on the survivors after it. */
+#define KILL_TARGET_MS 500  /* the link break is seen directly */
+#define STOP_SLACK_MS 1000  /* a silent host: within the lease TTL plus this */
+#define DRAIN_TARGET_MS 500 /* and no failed op on the survivors */
 
 /* ---- what clients report ------------------------------------------------------------------ */
 
@@ -285,9 +301,17 @@ typedef struct {
 enum { ACT_KILL, ACT_STOP, ACT_DRAIN, ACT_RESTART, ACT_COUNT };
 static const char *const act_names[ACT_COUNT] = {"kill", "stop", "drain", "restart"};
 
+/* One chaos action and what followed it until the next one. Failures are counted by the time
+ * they completed: those on node's own clients (its daemon was taken down under them), and those
+ * on the survivors (other nodes whose daemon was not itself being taken down), split at the
+ * moment node comes back, since its joining the job again fails the survivors' ops too. */
 typedef struct {
     int64_t t, recovered; /* recovered: end of the first successful op after it; -1 none yet */
+    int64_t back; /* node's daemon started again, resumed, or its clients started; or INT64_MAX */
     int kind, node;
+    long membership, errors; /* on the survivors before back: RINGD_E_MEMBERSHIP, anything else */
+    long rejoin;             /* on the survivors from back on: any failure */
+    long own;                /* on node's own clients: any failure */
 } soak_action;
 
 typedef struct {
@@ -434,6 +458,14 @@ static int socket_answers(const char *sock)
     return ok;
 }
 
+/* Notes that node i comes back from the actions taken on it. */
+static void node_back(soak *s, int i, int64_t now)
+{
+    for (int a = 0; a < s->n_act; a++)
+        if (s->act[a].node == i && s->act[a].back == INT64_MAX)
+            s->act[a].back = now;
+}
+
 /* Starts node i's daemon; its clients follow once its socket answers. */
 static void node_start(soak *s, int i)
 {
@@ -454,6 +486,7 @@ static void node_start(soak *s, int i)
     n->pid = spawn(n->log, argv);
     n->state = NODE_STARTING;
     n->until = rb_now_ms() + START_LIMIT_MS;
+    node_back(s, i, rb_now_ms());
 }
 
 static void client_start(soak *s, int i, int k)
@@ -474,6 +507,7 @@ static void client_start(soak *s, int i, int k)
     c->pid = pid > 0 ? pid : 0;
     c->last_progress = rb_now_ms();
     c->respawn_at = pid > 0 ? 0 : c->last_progress + RESPAWN_DELAY_MS;
+    node_back(s, i, c->last_progress);
 }
 
 /* Kills node i's clients and forgets them (they are reaped whenever they exit); with respawn_ms
@@ -541,7 +575,8 @@ static void chaos(soak *s, int64_t now)
         s->act = a;
         s->cap_act = cap;
     }
-    s->act[s->n_act++] = (soak_action){.t = now, .recovered = -1, .kind = kind, .node = i};
+    s->act[s->n_act++] =
+        (soak_action){.t = now, .recovered = -1, .back = INT64_MAX, .kind = kind, .node = i};
     s->act_count[kind]++;
     switch (kind) {
     case ACT_KILL:
@@ -587,6 +622,15 @@ static void chaos(soak *s, int64_t now)
     }
 }
 
+/* The last action taken at or before t, or NULL: the one a failure completed at t follows. */
+static soak_action *action_at(soak *s, int64_t t)
+{
+    for (int a = s->n_act - 1; a >= 0; a--)
+        if (s->act[a].t <= t)
+            return &s->act[a];
+    return NULL;
+}
+
 /* Takes in one report. */
 static void on_event(soak *s, const soak_event *ev)
 {
@@ -604,6 +648,16 @@ static void on_event(soak *s, const soak_event *ev)
         c->last = *ev;
         c->opened |= ev->kind == EV_OPEN;
     }
+    soak_action *after =
+        ev->kind == EV_MEMBERSHIP || ev->kind == EV_ERROR ? action_at(s, ev->t_end) : NULL;
+    if (after != NULL && after->node == ev->node)
+        after->own++;
+    else if (after != NULL && !expected && ev->t_end >= after->back)
+        after->rejoin++;
+    else if (after != NULL && !expected && ev->kind == EV_MEMBERSHIP)
+        after->membership++;
+    else if (after != NULL && !expected)
+        after->errors++;
     switch ((ev_kind)ev->kind) {
     case EV_OPEN:
         if (s->o.verbose)
@@ -772,6 +826,7 @@ static int node_tick(soak *s, int i, int64_t now)
         if (now >= n->until) {
             kill(n->pid, SIGCONT);
             n->state = NODE_UP;
+            node_back(s, i, now);
         }
         break;
     case NODE_EXITING:
@@ -899,7 +954,66 @@ static void stop_all(soak *s)
         nftw(s->dir, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
 }
 
-/* Prints the per-action lines and the summary. Returns the exit status. */
+/* What the actions of one kind came to. */
+typedef struct {
+    int count, recovered;
+    double median, max; /* recovery in ms over the recovered ones; -1 when none */
+    long membership, errors, own, rejoin;
+} kind_summary;
+
+/* Sums up the actions of one kind. */
+static kind_summary summarize(const soak *s, int kind)
+{
+    kind_summary k = {.median = -1.0, .max = -1.0};
+    double *rec = malloc(((size_t)s->n_act + 1) * sizeof(double));
+    for (int a = 0; a < s->n_act; a++) {
+        const soak_action *x = &s->act[a];
+        if (x->kind != kind)
+            continue;
+        k.count++;
+        k.membership += x->membership;
+        k.errors += x->errors;
+        k.own += x->own;
+        k.rejoin += x->rejoin;
+        if (x->recovered < 0)
+            continue;
+        double ms = (double)(x->recovered - x->t);
+        k.max = ms > k.max ? ms : k.max;
+        if (rec != NULL)
+            rec[k.recovered] = ms;
+        k.recovered++;
+    }
+    if (rec != NULL && k.recovered > 0)
+        k.median = rb_median(rec, k.recovered);
+    free(rec);
+    return k;
+}
+
+/* Prints the verdict on one kind's target: recovery within limit_ms (described by limit) and,
+ * with no_failures, no failed op on the survivors. An action never recovered from misses it. */
+static void print_target(const kind_summary *k, const char *kind, int no_failures, double limit_ms,
+                         const char *limit)
+{
+    char unrec[48] = "";
+    long failed = k->membership + k->errors;
+    if (k->count - k->recovered > 0)
+        snprintf(unrec, sizeof(unrec), ", %d unrecovered", k->count - k->recovered);
+    if (k->count == 0) {
+        printf("soak: target %s %srecovery <= %s: not exercised\n", kind,
+               no_failures ? "failed ops 0 and " : "", limit);
+        return;
+    }
+    int met = k->count == k->recovered && k->max <= limit_ms && (!no_failures || failed == 0);
+    if (no_failures)
+        printf("soak: target %s failed ops %ld and recovery max %.0f%s <= %s: %s\n", kind, failed,
+               k->max, unrec, limit, met ? "met" : "NOT met");
+    else
+        printf("soak: target %s recovery max %.0f ms%s <= %s: %s\n", kind, k->max, unrec, limit,
+               met ? "met" : "NOT met");
+}
+
+/* Prints the per-action lines, the summary, a line per kind of action and the verdicts on the
+ * targets, which are reported, not enforced. Returns the exit status. */
 static int report(const soak *s, int failed)
 {
     static const char *const codes[RINGD_RESULT_COUNT] = {
@@ -910,8 +1024,11 @@ static int report(const soak *s, int failed)
     for (int a = 0; a < s->n_act && rec != NULL; a++) {
         const soak_action *x = &s->act[a];
         int64_t ms = x->recovered >= 0 ? x->recovered - x->t : -1;
-        printf("soak: action %d %s %s at +%.3fs recovery_ms %" PRId64 "\n", a + 1,
-               act_names[x->kind], s->n[x->node].name, (double)(x->t - s->t0) / 1000.0, ms);
+        printf(
+            "soak: action %d %s %s at +%.3fs recovery_ms %" PRId64
+            " failed_membership %ld other_errors %ld own_node_failures %ld rejoin_failures %ld\n",
+            a + 1, act_names[x->kind], s->n[x->node].name, (double)(x->t - s->t0) / 1000.0, ms,
+            x->membership, x->errors, x->own, x->rejoin);
         if (ms >= 0)
             rec[n_rec++] = (double)ms;
     }
@@ -933,6 +1050,22 @@ static int report(const soak *s, int failed)
            s->ops, s->membership, s->errors, s->closed, s->wrong, s->hangs, s->crashes, median, max,
            s->n_act - n_rec, s->act_count[ACT_KILL], s->act_count[ACT_STOP],
            s->act_count[ACT_DRAIN], s->act_count[ACT_RESTART]);
+    printf("soak: lease_ms %" PRIu64 "\n", s->o.lease_ms);
+    kind_summary ks[ACT_COUNT];
+    for (int k = 0; k < ACT_COUNT; k++) {
+        ks[k] = summarize(s, k);
+        printf("soak: kind %s count %d recovery_ms median %.0f max %.0f failed_membership %ld "
+               "other_errors %ld own_node_failures %ld rejoin_failures %ld unrecovered %d\n",
+               act_names[k], ks[k].count, ks[k].median, ks[k].max, ks[k].membership, ks[k].errors,
+               ks[k].own, ks[k].rejoin, ks[k].count - ks[k].recovered);
+    }
+    char limit[64];
+    snprintf(limit, sizeof(limit), "%d ms", KILL_TARGET_MS);
+    print_target(&ks[ACT_KILL], "kill", 0, KILL_TARGET_MS, limit);
+    snprintf(limit, sizeof(limit), "lease %" PRIu64 " + %d ms", s->o.lease_ms, STOP_SLACK_MS);
+    print_target(&ks[ACT_STOP], "stop", 0, (double)s->o.lease_ms + STOP_SLACK_MS, limit);
+    snprintf(limit, sizeof(limit), "%d ms", DRAIN_TARGET_MS);
+    print_target(&ks[ACT_DRAIN], "drain", 1, DRAIN_TARGET_MS, limit);
     int pass = !failed && s->ops > 0 && s->wrong == 0 && s->hangs == 0 && s->crashes == 0 &&
                (!s->o.strict || s->errors == 0);
     printf("soak: %s\n", pass ? "PASS" : "FAIL");

@@ -533,18 +533,32 @@ static ringd_result_t req_finish(ringd_request_t *q)
     return rc;
 }
 
+/* Waits for q up to op_timeout_ms. Finished: its result (q is freed). Not finished: TIMEOUT,
+ * with q kept pending, or given up (abandon: its buffers outside the arena are never touched
+ * again). */
+static ringd_result_t wait_req(ringd_request_t *q, int abandon)
+{
+    ringd_t *r = q->r;
+    ringd_result_t rc = pump(r, q, r->op_timeout_ms > 0 ? r->op_timeout_ms : -1);
+    if (rc != RINGD_E_TIMEOUT || q->done)
+        return req_finish(q);
+    if (abandon) {
+        q->abandoned = 1;
+        q->copy_to = NULL;
+        return fail(r, rc, "request %" PRIu64 ": no completion within %d ms; given up", q->id,
+                    r->op_timeout_ms);
+    }
+    return fail(r, rc,
+                "request %" PRIu64 ": no completion within %d ms; it is still "
+                "pending (wait again or close the session)",
+                q->id, r->op_timeout_ms);
+}
+
 ringd_result_t ringd_wait(ringd_request_t *q)
 {
     if (q == NULL)
         return RINGD_E_INVALID;
-    ringd_t *r = q->r;
-    ringd_result_t rc = pump(r, q, r->op_timeout_ms > 0 ? r->op_timeout_ms : -1);
-    if (rc == RINGD_E_TIMEOUT && !q->done)
-        return fail(r, rc,
-                    "request %" PRIu64 ": no completion within %d ms; it is still "
-                    "pending (wait again or close the session)",
-                    q->id, r->op_timeout_ms);
-    return req_finish(q);
+    return wait_req(q, 0);
 }
 
 ringd_result_t ringd_test(ringd_request_t *q, int *done)
@@ -705,13 +719,9 @@ static ringd_result_t submit_wait(ringd_t *r, const submit_args *a)
     ringd_result_t rc = submit(r, a, &q);
     if (rc != RINGD_OK)
         return rc;
-    rc = ringd_wait(q);
-    if (rc == RINGD_E_TIMEOUT && !q->done) {
-        /* The caller gets no handle and may free its buffers: never copy into them. */
-        q->abandoned = 1;
-        q->copy_to = NULL;
-    }
-    return rc;
+    /* The caller gets no handle and may free its buffers: a request that does not finish in time
+     * is given up. */
+    return wait_req(q, 1);
 }
 
 ringd_result_t ringd_allreduce_scaled(ringd_t *r, const char *name, const void *sendbuf,

@@ -691,8 +691,8 @@ static void job_welcome(rd_job *j)
                j->first_rank, j->first_rank + j->local_size - 1, j->size, j->generation);
 }
 
-/* Ends every op that is not moving data: doomed ones with their own message, the rest with
- * why. The job moved to a generation its clients must re-synchronise with. */
+/* Ends every op that is not moving data with why. The job moved to a generation its clients
+ * must re-synchronise with. */
 static void fail_unstarted(rd_job *j, const char *why)
 {
     for (size_t i = 0; i < j->nbuckets; i++) {
@@ -700,10 +700,7 @@ static void fail_unstarted(rd_job *j, const char *why)
         while (o != NULL) {
             rd_op *next = o->next;
             if (o->state == OP_PENDING || o->state == OP_NEGOTIATING) {
-                if (o->doomed && o->message != NULL)
-                    op_fail(o, RINGD_E_MEMBERSHIP, "%s", o->message);
-                else
-                    op_fail(o, RINGD_E_MEMBERSHIP, "tensor '%s': %s", o->name, why);
+                op_fail(o, RINGD_E_MEMBERSHIP, "tensor '%s': %s", o->name, why);
             } else if (o->state == OP_FAILED && o->await_go) {
                 o->await_go = 0;
                 if (o->nsubmitted == o->nparts) {
@@ -1329,6 +1326,11 @@ void rd_job_ring_down(rd_job *j, const char *why, int carry)
 void rd_job_disrupted(rd_job *j)
 {
     j->disrupted = 1;
+}
+
+void rd_job_ring_lost(rd_job *j, const char *why)
+{
+    fail_unstarted(j, why);
 }
 
 /* A ring task and the ops it carries (several when fused). */

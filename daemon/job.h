@@ -71,6 +71,10 @@ void rd_job_ring_waiting(rd_job *j, uint32_t ranks, uint32_t nodes, uint64_t gen
  * job's wait. */
 void rd_job_ring_down(rd_job *j, const char *why, int carry);
 
+/* No ring will come soon (this node lost its registration): every op not moving data fails now
+ * with RINGD_E_MEMBERSHIP and why. */
+void rd_job_ring_lost(rd_job *j, const char *why);
+
 /* The ring broke under running ops: their failures wait for the next ring like doomed ops. */
 void rd_job_disrupted(rd_job *j);
 

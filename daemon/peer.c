@@ -82,7 +82,12 @@ struct rd_peer_chan {
     void *arg;
     char why[160];
     int busy, dead;
+    struct rd_peer_chan *next, *prev; /* lingering */
 };
+
+/* Channels being closed: written out, half closed and read until the peer closes (a second at
+ * most), so that the peer reads the last messages sent rather than a reset. */
+static rd_peer_chan *lingering;
 
 int rd_peer_resolve(const char *addr, struct sockaddr_storage *ss, unsigned *sslen, char *err,
                     size_t errlen)
@@ -537,6 +542,7 @@ void rd_peer_net_free(rd_peer_net *n)
         return;
     while (n->setups != NULL)
         setup_free(n->setups);
+    rd_peer_chan_free_lingering();
     evconnlistener_free(n->listener);
     free(n);
 }
@@ -713,6 +719,40 @@ void rd_peer_chan_send(rd_peer_chan *c, const rd_msg *m)
         evbuffer_write(out, bufferevent_getfd(c->bev));
 }
 
+static void chan_destroy(rd_peer_chan *c)
+{
+    if (c->prev != NULL)
+        c->prev->next = c->next;
+    else if (lingering == c)
+        lingering = c->next;
+    if (c->next != NULL)
+        c->next->prev = c->prev;
+    bufferevent_free(c->bev);
+    event_free(c->ev_fail);
+    free(c);
+}
+
+static void on_linger_read(struct bufferevent *bev, void *arg)
+{
+    (void)arg;
+    struct evbuffer *in = bufferevent_get_input(bev);
+    evbuffer_drain(in, evbuffer_get_length(in));
+}
+
+/* Everything written: the peer gets the end of the stream after it. */
+static void on_linger_write(struct bufferevent *bev, void *arg)
+{
+    (void)arg;
+    shutdown(bufferevent_getfd(bev), SHUT_WR);
+}
+
+static void on_linger_event(struct bufferevent *bev, short what, void *arg)
+{
+    (void)bev;
+    (void)what; /* the peer closed, failed or took too long */
+    chan_destroy(arg);
+}
+
 void rd_peer_chan_free(rd_peer_chan *c)
 {
     if (c == NULL)
@@ -721,9 +761,28 @@ void rd_peer_chan_free(rd_peer_chan *c)
         c->dead = 1;
         return;
     }
-    bufferevent_free(c->bev);
-    event_free(c->ev_fail);
-    free(c);
+    event_del(c->ev_fail);
+    if (c->why[0] != '\0') { /* the connection is over already */
+        chan_destroy(c);
+        return;
+    }
+    c->next = lingering;
+    if (lingering != NULL)
+        lingering->prev = c;
+    lingering = c;
+    struct timeval sec = {1, 0};
+    bufferevent_setcb(c->bev, on_linger_read, on_linger_write, on_linger_event, c);
+    bufferevent_setwatermark(c->bev, EV_WRITE, 0, 0);
+    bufferevent_set_timeouts(c->bev, &sec, &sec);
+    bufferevent_enable(c->bev, EV_READ | EV_WRITE);
+    if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
+        shutdown(bufferevent_getfd(c->bev), SHUT_WR);
+}
+
+void rd_peer_chan_free_lingering(void)
+{
+    while (lingering != NULL)
+        chan_destroy(lingering);
 }
 
 const char *rd_peer_chan_name(const rd_peer_chan *c)

@@ -66,8 +66,13 @@ rd_peer_chan *rd_peer_chan_new(struct event_base *base, int fd, const char *peer
 /* Queues m; a failure is reported through on_err on a later loop turn. */
 void rd_peer_chan_send(rd_peer_chan *c, const rd_msg *m);
 
-/* Closes the connection. NULL is a no-op. */
+/* Lets the channel go: no callback comes any more. What was sent still goes out, then the
+ * connection is half closed and read until the peer closes it (a second at most), so the peer
+ * reads everything sent rather than a reset. NULL is a no-op. */
 void rd_peer_chan_free(rd_peer_chan *c);
+
+/* Closes at once the connections still lingering (rd_peer_net_free does it). */
+void rd_peer_chan_free_lingering(void);
 
 const char *rd_peer_chan_name(const rd_peer_chan *c);
 

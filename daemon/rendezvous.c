@@ -239,6 +239,7 @@ struct rdv_job {
     int undelivered;         /* view has a generation on_view has not had yet */
     uint64_t delivered_gen;  /* the last generation delivered, 0 before */
     int64_t next_tick_ms;    /* when tick fires */
+    int64_t confirmed_ms;    /* when Redis last confirmed our registration (0: never) */
     struct event *tick;      /* the next refresh: lease / 3, or sooner for a sweep */
     rdv_conn watch;
 };
@@ -1070,6 +1071,9 @@ static void on_script(redisAsyncContext *ac, void *reply, void *privdata)
                j->name, nbad, v->generation);
     if (q->script == RDV_JOIN && q->seq == j->join_seq)
         j->joined_seq = q->seq;
+    if ((q->script == RDV_JOIN || q->script == RDV_REFRESH || q->script == RDV_RESTORE) &&
+        strcmp(status, "superseded") != 0 && strcmp(status, "lost") != 0)
+        j->confirmed_ms = now_ms();
     if (strcmp(status, "rejoined") == 0)
         rd_log(RD_LOG_INFO, SUBSYS,
                "job %s: registration was gone or stale (lease expired, evicted, Redis lost data); "
@@ -1588,6 +1592,13 @@ void rd_rdv_sweep_soon(rd_rdv *r, const char *job)
     rdv_job *j = job != NULL ? job_find(r, job) : NULL;
     if (j != NULL)
         refresh_now(r, j);
+}
+
+/* See rendezvous.h. */
+int rd_rdv_lapsed(const rd_rdv *r, const char *job)
+{
+    const rdv_job *j = rd_name_valid(job) ? job_find((rd_rdv *)r, job) : NULL;
+    return j != NULL && j->confirmed_ms != 0 && now_ms() - j->confirmed_ms > r->lease_ms;
 }
 
 /* See rendezvous.h. */

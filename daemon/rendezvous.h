@@ -90,6 +90,10 @@ int rd_rdv_evict(rd_rdv *r, const char *job, const char *node, uint64_t incarnat
  * suspects a peer); a refresh in flight is followed by another. No-op for a job not joined. */
 void rd_rdv_sweep_soon(rd_rdv *r, const char *job);
 
+/* 1 when Redis has not confirmed this node's registration in job for longer than the lease:
+ * the other nodes count it gone (Redis is unreachable from here, or this node was stopped). */
+int rd_rdv_lapsed(const rd_rdv *r, const char *job);
+
 /* 1 while the command connection to Redis is up. */
 int rd_rdv_connected(const rd_rdv *r);
 

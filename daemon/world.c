@@ -76,8 +76,10 @@ struct rd_world {
     uint8_t leaving[RD_RING_NODES_MAX]; /* ...saying it leaves the job */
     int resync; /* the ring broke or changed: the next one makes clients re-synchronise */
     char resync_why[512];
-    uint64_t stale;              /* no ring forms at this generation or below: it broke */
-    uint64_t deferred;           /* a view whose departures were deferred once, waiting for Byes */
+    int explained;       /* resync_why says what changed (else the next view's changes do) */
+    rd_rdv_view last_up; /* the members of the last ring that was up */
+    uint64_t stale;      /* no ring forms at this generation or below: it broke */
+    uint64_t deferred;   /* a view whose departures were deferred once, waiting for Byes */
     struct rd_peer_probe *probe; /* is a node whose link broke still there? */
     rd_rdv_member probing;       /* that node */
     int probes;                  /* probes of it so far */
@@ -88,9 +90,11 @@ struct rd_world {
     struct event *ev_grace;  /* carrying: gives up on seals after --peer-timeout */
     struct event *ev_defer;  /* applies a deferred view */
     struct event *ev_linger; /* leaving: closes the links left open */
-    struct event *ev_check;  /* runs maybe_up on the next turn */
-    struct event *ev_order;  /* coordinator: sends the queued order at the end of the turn */
-    char **order;            /* coordinator: names of ring-bound ops not yet ordered */
+    struct event *ev_lapse;  /* looks whether this node's registration lapsed */
+    int lapsed;
+    struct event *ev_check; /* runs maybe_up on the next turn */
+    struct event *ev_order; /* coordinator: sends the queued order at the end of the turn */
+    char **order;           /* coordinator: names of ring-bound ops not yet ordered */
     size_t norder, caporder;
     /* throughput sampling */
     uint64_t bytes_sent, bytes_recv; /* of earlier generations */
@@ -103,6 +107,8 @@ struct rd_world {
 static void on_task_done(void *arg, rd_xfer_task *t);
 static void on_linger(evutil_socket_t fd, short what, void *arg);
 static void move_on(rd_world *w, const char *reason);
+static void on_lapse(evutil_socket_t fd, short what, void *arg);
+static void describe_changes(const rd_rdv_view *a, const rd_rdv_view *b, char *buf, size_t len);
 static void on_order(evutil_socket_t fd, short what, void *arg);
 static void order_clear(rd_world *w);
 
@@ -178,11 +184,14 @@ typedef enum {
 static void teardown(rd_world *w, const char *why, teardown_how how)
 {
     int was_up = w->state == W_UP || w->state == W_CONNECTING || w->state == W_LEAVING;
-    int graceful = how != TD_END;
+    /* A broken ring's pass on the wire is cut: a node may be gone, and its ops are doomed anyway.
+     */
+    int graceful = how == TD_CARRY || how == TD_LEAVE;
     if (how == TD_FAIL && w->resync)
         why = w->resync_why; /* ops doomed meanwhile hear the first cause */
     else if (how == TD_FAIL && was_up) {
         w->resync = 1;
+        w->explained = 0;
         snprintf(w->resync_why, sizeof(w->resync_why), "%s", why);
         if (w->stale < w->generation)
             w->stale = w->generation;
@@ -280,10 +289,18 @@ static void ring_is_up(rd_world *w)
            w->first_rank + member(w, w->position)->local_size - 1, size);
     int resync = w->resync;
     w->resync = 0;
-    char why[640];
+    char changes[512] = "", why[1024];
+    if (resync && !w->explained && w->last_up.nmembers > 0)
+        describe_changes(&w->last_up, &w->view, changes, sizeof(changes));
     snprintf(why, sizeof(why),
              "job '%s' changed (%s); it is at generation %" PRIu64 " with %u ranks: re-synchronise",
-             rd_job_name(w->job), resync ? w->resync_why : "new members", w->generation, size);
+             rd_job_name(w->job),
+             changes[0] != '\0' ? changes
+             : resync           ? w->resync_why
+                                : "new members",
+             w->generation, size);
+    if (view_copy(&w->last_up, &w->view) != 0)
+        w->last_up.nmembers = 0;
     rd_job_ring_up(w->job, w->first_rank, w->generation, size, resync, why);
 }
 
@@ -428,7 +445,11 @@ static void on_task_done(void *arg, rd_xfer_task *t)
         w->ntasks--;
     if (w->xfer != NULL && rd_xfer_broken(w->xfer)) {
         rd_job_disrupted(w->job); /* its failures are answered once the ring is back */
-        reform_later(w);
+        /* A node that breaks off the ring says why on its control link (Error, Bye), or that
+         * link ends too: a moment for that to arrive first, so the clients hear the cause. */
+        struct timeval tv = {0, 20 * 1000};
+        if (!event_pending(w->ev_reform, EV_TIMEOUT, NULL))
+            event_add(w->ev_reform, &tv);
     }
     rd_job_task_done(w->job, t);
     if (current)
@@ -522,6 +543,26 @@ static int view_has(const rd_rdv_view *v, const rd_rdv_member *m, int *same_size
         }
     }
     return 0;
+}
+
+/* What changed from members a to b, for messages: "node n1 is gone, node n3 joined". */
+static void describe_changes(const rd_rdv_view *a, const rd_rdv_view *b, char *buf, size_t len)
+{
+    size_t n = 0;
+    int same;
+    buf[0] = '\0';
+    for (size_t i = 0; i < a->nmembers && n < len; i++) {
+        const rd_rdv_member *m = &a->members[i];
+        if (!view_has(b, m, &same))
+            n += (size_t)snprintf(buf + n, len - n, "%snode %s is gone", n ? ", " : "", m->node);
+        else if (!same)
+            n += (size_t)snprintf(buf + n, len - n, "%snode %s has another number of ranks",
+                                  n ? ", " : "", m->node);
+    }
+    for (size_t i = 0; i < b->nmembers && n < len; i++)
+        if (!view_has(a, &b->members[i], &same))
+            n += (size_t)snprintf(buf + n, len - n, "%snode %s joined", n ? ", " : "",
+                                  b->members[i].node);
 }
 
 typedef enum {
@@ -629,6 +670,7 @@ static void apply_view(rd_world *w)
             return;
         }
         teardown(w, why, TD_FAIL);
+        w->explained = 1;
     } else if (w->state == W_CONNECTING) {
         teardown(w, "the membership changed while the ring formed", w->resync ? TD_FAIL : TD_CARRY);
     }
@@ -748,17 +790,21 @@ rd_world *rd_world_new(rd_daemon *d, struct rd_job *j)
     w->ev_grace = evtimer_new(d->base, on_grace, w);
     w->ev_defer = evtimer_new(d->base, on_defer, w);
     w->ev_linger = evtimer_new(d->base, on_linger, w);
+    w->ev_lapse = event_new(d->base, -1, EV_PERSIST, on_lapse, w);
     w->ev_check = event_new(d->base, -1, 0, on_check, w);
     w->ev_order = event_new(d->base, -1, 0, on_order, w);
     w->ev_sample = event_new(d->base, -1, EV_PERSIST, on_sample, w);
     struct timeval sec = {1, 0};
     if (!ok || w->ev_reform == NULL || w->ev_grace == NULL || w->ev_order == NULL ||
-        w->ev_defer == NULL || w->ev_linger == NULL || w->ev_check == NULL ||
+        w->ev_defer == NULL || w->ev_linger == NULL || w->ev_lapse == NULL || w->ev_check == NULL ||
         w->ev_sample == NULL || event_add(w->ev_sample, &sec) != 0) {
         rd_world_free(w);
         return NULL;
     }
     w->last_sample_ms = rd_now_ms();
+    int64_t ms = d->cfg.lease_ttl / 4;
+    struct timeval lt = {ms / 1000, (ms % 1000) * 1000};
+    event_add(w->ev_lapse, &lt);
     return w;
 }
 
@@ -788,12 +834,15 @@ void rd_world_free(rd_world *w)
         event_free(w->ev_defer);
     if (w->ev_linger != NULL)
         event_free(w->ev_linger);
+    if (w->ev_lapse != NULL)
+        event_free(w->ev_lapse);
     if (w->ev_order != NULL)
         event_free(w->ev_order);
     order_clear(w);
     free(w->order);
     view_clear(&w->view);
     view_clear(&w->latest);
+    view_clear(&w->last_up);
     free(w);
 }
 
@@ -836,9 +885,49 @@ void rd_world_resize(rd_world *w, const char *why)
 {
     if (w->state == W_IDLE || w->state == W_LEAVING)
         return;
+    /* The other nodes hear why before their links break, so their clients do too. */
+    Ringd__Error e = RINGD__ERROR__INIT;
+    e.status = RINGD_E_MEMBERSHIP;
+    e.message = (char *)why;
+    rd_msg m = RINGD__MSG__INIT;
+    m.body_case = RINGD__MSG__BODY_ERROR;
+    m.error = &e;
+    for (int i = 0; i < w->nnodes; i++)
+        if (i != w->position && w->ctrl[i] != NULL)
+            rd_peer_chan_send(w->ctrl[i], &m);
     teardown(w, why, TD_FAIL);
     w->resync = 1; /* also when the ring was not up: the clients' ranks change */
+    w->explained = 1;
     snprintf(w->resync_why, sizeof(w->resync_why), "%s", why);
+    rd_world_register(w);
+}
+
+/* Redis has not confirmed this node's registration for longer than the lease: the other nodes
+ * have gone on without it (Redis is unreachable from here, or this daemon was stopped). Its ring
+ * is over; the clients hear it now rather than when a ring comes back, and the node registers
+ * again as a newcomer, which Redis takes once it is reachable. */
+static void on_lapse(evutil_socket_t fd, short what, void *arg)
+{
+    rd_world *w = arg;
+    (void)fd;
+    (void)what;
+    int lapsed = w->state != W_IDLE && w->state != W_LEAVING &&
+                 rd_rdv_lapsed(w->d->worlds->rdv, rd_job_name(w->job));
+    if (!lapsed || w->lapsed) {
+        w->lapsed = lapsed;
+        return;
+    }
+    w->lapsed = 1;
+    char why[512];
+    snprintf(why, sizeof(why),
+             "node %s lost its place in job '%s': Redis has not confirmed it for more than "
+             "--lease-ttl %" PRId64 " ms, so the other nodes go on without it",
+             w->d->cfg.node, rd_job_name(w->job), w->d->cfg.lease_ttl);
+    rd_log(RD_LOG_WARN, "world", "%s", why);
+    if (w->state == W_UP || w->state == W_CONNECTING)
+        teardown(w, why, TD_FAIL);
+    rd_job_ring_lost(w->job, why);
+    w->since = 0;
     rd_world_register(w);
 }
 
@@ -1092,6 +1181,20 @@ static void on_ctrl_msg(void *arg, rd_peer_chan *c, const rd_msg *m)
             carry_start(w);
             carry_check(w);
         }
+        return;
+    }
+    if (from >= 0 && m->body_case == RINGD__MSG__BODY_ERROR && m->error->message != NULL &&
+        w->state == W_UP) {
+        /* A node breaks off the ring and says why (a client of it left): its clients' ops and
+         * these end with that reason; it registers anew, which moves the job on. */
+        char why[512];
+        snprintf(why, sizeof(why), "%.500s", m->error->message);
+        rd_log(RD_LOG_INFO, "world", "job '%s': node %s breaks off the ring: %s",
+               rd_job_name(w->job), member(w, from)->node, why);
+        teardown(w, why, TD_FAIL);
+        w->explained = 1;
+        set_state(w, W_WAITING);
+        apply_view(w);
         return;
     }
     rd_log(RD_LOG_WARN, "world",

@@ -8,7 +8,7 @@ RINGD_DEB_PACKAGES=(
   libevent-dev libprotobuf-c-dev protobuf-c-compiler libhiredis-dev libjson-c-dev
   libcriterion-dev redis-server
   openmpi-bin libopenmpi-dev
-  python3 libsodium-dev iproute2
+  python3 libsodium-dev iproute2 nftables
 )
 
 # ringd_apt_install PACKAGE...: installs those of the packages that are missing.
