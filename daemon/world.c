@@ -90,9 +90,10 @@ struct rd_world {
     struct event *ev_grace;  /* carrying: gives up on seals after --peer-timeout */
     struct event *ev_defer;  /* applies a deferred view */
     struct event *ev_linger; /* leaving: closes the links left open */
-    struct event *ev_lapse;  /* looks whether this node's registration lapsed */
+    struct event *ev_lapse;  /* keepalives; looks whether this node is cut off */
     int lapsed;
-    struct event *ev_check; /* runs maybe_up on the next turn */
+    int64_t heard[RD_RING_NODES_MAX]; /* last control message from each node (ms) */
+    struct event *ev_check;           /* runs maybe_up on the next turn */
     struct event *ev_order; /* coordinator: sends the queued order at the end of the turn */
     char **order;           /* coordinator: names of ring-bound ops not yet ordered */
     size_t norder, caporder;
@@ -282,6 +283,8 @@ static void ring_is_up(rd_world *w)
         size += member(w, i)->local_size;
     set_state(w, W_UP);
     w->was_up = 1;
+    for (int i = 0; i < w->nnodes; i++)
+        w->heard[i] = rd_now_ms();
     rd_log(RD_LOG_INFO, "world",
            "job '%s': ring of %d nodes up at generation %" PRIu64
            ", this node is %d (ranks %u-%u of %u)",
@@ -911,7 +914,22 @@ static void on_lapse(evutil_socket_t fd, short what, void *arg)
     rd_world *w = arg;
     (void)fd;
     (void)what;
-    int lapsed = w->state != W_IDLE && w->state != W_LEAVING &&
+    /* Every node hears from every other at least this often, ring traffic or not. */
+    int64_t now = rd_now_ms(), silent = 0;
+    rd_msg poke = RINGD__MSG__INIT;
+    Ringd__Poke p = RINGD__POKE__INIT;
+    poke.body_case = RINGD__MSG__BODY_POKE;
+    poke.poke = &p;
+    for (int i = 0; w->state == W_UP && i < w->nnodes; i++) {
+        if (i == w->position || w->ctrl[i] == NULL)
+            continue;
+        rd_peer_chan_send(w->ctrl[i], &poke);
+        if (now - w->heard[i] > silent)
+            silent = now - w->heard[i];
+    }
+    /* Redis down for everyone: the ring goes on as long as its nodes hear from each other. */
+    int cut_off = w->state != W_UP || silent > w->d->cfg.lease_ttl;
+    int lapsed = w->state != W_IDLE && w->state != W_LEAVING && cut_off &&
                  rd_rdv_lapsed(w->d->worlds->rdv, rd_job_name(w->job));
     if (!lapsed || w->lapsed) {
         w->lapsed = lapsed;
@@ -920,8 +938,8 @@ static void on_lapse(evutil_socket_t fd, short what, void *arg)
     w->lapsed = 1;
     char why[512];
     snprintf(why, sizeof(why),
-             "node %s lost its place in job '%s': Redis has not confirmed it for more than "
-             "--lease-ttl %" PRId64 " ms, so the other nodes go on without it",
+             "node %s lost its place in job '%s': neither Redis nor the other nodes have "
+             "answered for more than --lease-ttl %" PRId64 " ms, so they go on without it",
              w->d->cfg.node, rd_job_name(w->job), w->d->cfg.lease_ttl);
     rd_log(RD_LOG_WARN, "world", "%s", why);
     if (w->state == W_UP || w->state == W_CONNECTING)
@@ -1151,6 +1169,10 @@ static void on_ctrl_msg(void *arg, rd_peer_chan *c, const rd_msg *m)
     if (w->state != W_UP && w->state != W_CONNECTING)
         return;
     int from = chan_position(w, c);
+    if (from >= 0)
+        w->heard[from] = rd_now_ms();
+    if (m->body_case == RINGD__MSG__BODY_POKE) /* a keepalive */
+        return;
     if (from == 0 && w->position != 0 && m->body_case == RINGD__MSG__BODY_GO &&
         m->go->generation == w->generation) {
         rd_job_go(w->job, m->go);

@@ -532,6 +532,17 @@ int th_ringctl(const char *sock, char **out, int timeout_ms, ...)
     return th_command(out, timeout_ms, argv);
 }
 
+int th_sh(const char *fmt, ...)
+{
+    char cmd[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof(cmd), fmt, ap);
+    va_end(ap);
+    int ws = system(cmd);
+    return ws != -1 && WIFEXITED(ws) ? WEXITSTATUS(ws) : -1;
+}
+
 int th_in_netns(const char *ns, int (*fn)(void *arg), void *arg)
 {
     char path[160];

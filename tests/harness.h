@@ -103,6 +103,9 @@ int th_ringctl(const char *sock, char **out, int timeout_ms, ...) __attribute__(
  * processes forked meanwhile stay there. Returns fn's result, or -1 when ns cannot be entered. */
 int th_in_netns(const char *ns, int (*fn)(void *arg), void *arg);
 
+/* Runs a shell command (printf-style, up to 1 KiB); returns its exit status, or -1. */
+int th_sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
 /* The daemon's StatusReply (a Msg: rd_frame_free it) within 2 s, or NULL. */
 rd_msg *th_status(const char *sock);
 

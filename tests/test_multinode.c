@@ -903,18 +903,6 @@ Test(multinode, ringctl_json_shows_both_members_of_the_ring_and_bytes_on_its_lin
 static char ns_[2][32];
 static int ns_made_[2];
 
-static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int sh(const char *fmt, ...)
-{
-    char cmd[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof(cmd), fmt, ap);
-    va_end(ap);
-    int ws = system(cmd);
-    return ws != -1 && WIFEXITED(ws) ? WEXITSTATUS(ws) : -1;
-}
-
 /* The redis-server's log, so that its directory can go. */
 static void ns_redis_log_remove(void)
 {
@@ -931,30 +919,9 @@ static void netns_stop(void)
     th_ring_teardown(&ring_); /* the daemons and the redis-server in the namespaces */
     for (int k = 0; k < 2; k++) {
         if (ns_made_[k])
-            sh("ip netns del %s 2>/dev/null", ns_[k]); /* takes its end of the veth pair along */
+            th_sh("ip netns del %s 2>/dev/null", ns_[k]); /* takes its end of the veth pair along */
         ns_made_[k] = 0;
     }
-}
-
-/* Runs fn(arg) with the calling thread in network namespace ns; children forked meanwhile stay
- * there. Returns fn's result, or -1 if the namespace could not be entered. */
-static int in_netns(const char *ns, int (*fn)(void *arg), void *arg)
-{
-    char path[96];
-    snprintf(path, sizeof(path), "/run/netns/%s", ns);
-    int self = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
-    int there = open(path, O_RDONLY | O_CLOEXEC);
-    int rc = -1;
-    if (self >= 0 && there >= 0 && setns(there, CLONE_NEWNET) == 0) {
-        rc = fn(arg);
-        if (setns(self, CLONE_NEWNET) != 0)
-            abort(); /* the rest of the test must not run in the wrong namespace */
-    }
-    if (self >= 0)
-        close(self);
-    if (there >= 0)
-        close(there);
-    return rc;
 }
 
 #define NS_REDIS_PORT 6390
@@ -1060,21 +1027,21 @@ Test(multinode, daemons_in_two_network_namespaces_form_a_ring_over_a_veth_pair, 
     snprintf(ns_[0], sizeof(ns_[0]), "ringd-a%d", id);
     snprintf(ns_[1], sizeof(ns_[1]), "ringd-b%d", id);
     for (int k = 0; k < 2; k++) {
-        if (sh("ip netns add %s 2>/dev/null", ns_[k]) != 0) {
+        if (th_sh("ip netns add %s 2>/dev/null", ns_[k]) != 0) {
             netns_stop();
             cr_skip("'ip netns add' does not work here (no CAP_SYS_ADMIN or no iproute2)");
         }
         ns_made_[k] = 1;
     }
     /* veth names are at most 15 bytes; the pid keeps parallel runs apart */
-    cr_assert_eq(sh("ip link add rdva%d type veth peer name rdvb%d && "
-                    "ip link set rdva%d netns %s && ip link set rdvb%d netns %s && "
-                    "ip -n %s addr add 10.99.0.1/24 dev rdva%d && "
-                    "ip -n %s addr add 10.99.0.2/24 dev rdvb%d && "
-                    "ip -n %s link set rdva%d up && ip -n %s link set rdvb%d up && "
-                    "ip -n %s link set lo up && ip -n %s link set lo up",
-                    id, id, id, ns_[0], id, ns_[1], ns_[0], id, ns_[1], id, ns_[0], id, ns_[1], id,
-                    ns_[0], ns_[1]),
+    cr_assert_eq(th_sh("ip link add rdva%d type veth peer name rdvb%d && "
+                       "ip link set rdva%d netns %s && ip link set rdvb%d netns %s && "
+                       "ip -n %s addr add 10.99.0.1/24 dev rdva%d && "
+                       "ip -n %s addr add 10.99.0.2/24 dev rdvb%d && "
+                       "ip -n %s link set rdva%d up && ip -n %s link set rdvb%d up && "
+                       "ip -n %s link set lo up && ip -n %s link set lo up",
+                       id, id, id, ns_[0], id, ns_[1], ns_[0], id, ns_[1], id, ns_[0], id, ns_[1],
+                       id, ns_[0], ns_[1]),
                  0, "could not join the namespaces with a veth pair");
 
     snprintf(ring_.dir, sizeof(ring_.dir), "/tmp/ringd-netns.XXXXXX");
@@ -1086,11 +1053,11 @@ Test(multinode, daemons_in_two_network_namespaces_form_a_ring_over_a_veth_pair, 
     fclose(f);
     snprintf(job_, sizeof(job_), "multinode-netns.%d", (int)getpid());
 
-    cr_assert_eq(in_netns(ns_[0], ns_redis_start, NULL), 0, "redis-server in %s did not start",
+    cr_assert_eq(th_in_netns(ns_[0], ns_redis_start, NULL), 0, "redis-server in %s did not start",
                  ns_[0]);
-    cr_assert_eq(in_netns(ns_[0], ns_daemon_start, &(ns_node){0, "10.99.0.1"}), 0,
+    cr_assert_eq(th_in_netns(ns_[0], ns_daemon_start, &(ns_node){0, "10.99.0.1"}), 0,
                  "ringd in %s did not start", ns_[0]);
-    cr_assert_eq(in_netns(ns_[1], ns_daemon_start, &(ns_node){1, "10.99.0.2"}), 0,
+    cr_assert_eq(th_in_netns(ns_[1], ns_daemon_start, &(ns_node){1, "10.99.0.2"}), 0,
                  "ringd in %s did not start", ns_[1]);
 
     /* Unix sockets ignore network namespaces: the clients stay in this one */

@@ -36,18 +36,6 @@ static char br_ns_[32], host_ns_[NHOSTS][32];
 static int made_[NHOSTS + 1]; /* namespaces to delete: the hosts', then the bridge's */
 static int64_t t0_;
 
-static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int sh(const char *fmt, ...)
-{
-    char cmd[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof(cmd), fmt, ap);
-    va_end(ap);
-    int ws = system(cmd);
-    return ws != -1 && WIFEXITED(ws) ? WEXITSTATUS(ws) : -1;
-}
-
 static void teardown(void)
 {
     th_loop_free(loops_, NHOSTS);
@@ -60,11 +48,11 @@ static void teardown(void)
     th_ring_teardown(&ring_); /* the daemons in the namespaces, and redis-server */
     for (int k = 0; k < NHOSTS; k++) {
         if (made_[k])
-            sh("ip netns del %s 2>/dev/null", host_ns_[k]);
+            th_sh("ip netns del %s 2>/dev/null", host_ns_[k]);
         made_[k] = 0;
     }
     if (made_[NHOSTS])
-        sh("ip netns del %s 2>/dev/null", br_ns_); /* its veth ends and the bridge go along */
+        th_sh("ip netns del %s 2>/dev/null", br_ns_); /* its veth ends and the bridge go along */
     made_[NHOSTS] = 0;
 }
 
@@ -148,23 +136,23 @@ static void hosts_start(int lease_ms, int peer_timeout_ms)
         cr_skip("needs root to create network namespaces");
     int id = (int)getpid() % 100000;
     snprintf(br_ns_, sizeof(br_ns_), "rdf%d-br", id);
-    if (sh("ip netns add %s 2>/dev/null", br_ns_) != 0)
+    if (th_sh("ip netns add %s 2>/dev/null", br_ns_) != 0)
         SKIP("'ip netns add' does not work here (no CAP_SYS_ADMIN or no iproute2)");
     made_[NHOSTS] = 1;
-    cr_assert_eq(sh("ip -n %s link set lo up && ip -n %s link add br0 type bridge && "
-                    "ip -n %s addr add " REDIS_ADDR "/24 dev br0 && ip -n %s link set br0 up",
-                    br_ns_, br_ns_, br_ns_, br_ns_),
+    cr_assert_eq(th_sh("ip -n %s link set lo up && ip -n %s link add br0 type bridge && "
+                       "ip -n %s addr add " REDIS_ADDR "/24 dev br0 && ip -n %s link set br0 up",
+                       br_ns_, br_ns_, br_ns_, br_ns_),
                  0, "could not make the bridge");
     for (int k = 0; k < NHOSTS; k++) {
         snprintf(host_ns_[k], sizeof(host_ns_[k]), "rdf%d-h%d", id, k);
-        cr_assert_eq(sh("ip netns add %s", host_ns_[k]), 0);
+        cr_assert_eq(th_sh("ip netns add %s", host_ns_[k]), 0);
         made_[k] = 1;
-        cr_assert_eq(sh("ip -n %s link add v%d type veth peer name eth0 netns %s && "
-                        "ip -n %s link set v%d master br0 && ip -n %s link set v%d up && "
-                        "ip -n %s addr add 10.97.0.%d/24 dev eth0 && "
-                        "ip -n %s link set eth0 up && ip -n %s link set lo up",
-                        br_ns_, k, host_ns_[k], br_ns_, k, br_ns_, k, host_ns_[k], k + 1,
-                        host_ns_[k], host_ns_[k]),
+        cr_assert_eq(th_sh("ip -n %s link add v%d type veth peer name eth0 netns %s && "
+                           "ip -n %s link set v%d master br0 && ip -n %s link set v%d up && "
+                           "ip -n %s addr add 10.97.0.%d/24 dev eth0 && "
+                           "ip -n %s link set eth0 up && ip -n %s link set lo up",
+                           br_ns_, k, host_ns_[k], br_ns_, k, br_ns_, k, host_ns_[k], k + 1,
+                           host_ns_[k], host_ns_[k]),
                      0, "could not plug host %d into the bridge", k);
     }
 
@@ -229,7 +217,7 @@ Test(netfault,
     MUST(gen0 != 0, "no ring of 3 across the namespaces");
 
     int64_t t_down = th_now_ms();
-    cr_assert_eq(sh("ip -n %s link set v1 down", br_ns_), 0);
+    cr_assert_eq(th_sh("ip -n %s link set v1 down", br_ns_), 0);
     /* the survivors: one RINGD_E_MEMBERSHIP naming n1, then success at size 2 */
     int64_t slowest = 0;
     for (int k = 0; k < NHOSTS; k += 2) {
@@ -267,7 +255,7 @@ Test(netfault,
 
     /* the link back: n1 rejoins, everyone at size 3 */
     int64_t t_up = th_now_ms();
-    cr_assert_eq(sh("ip -n %s link set v1 up", br_ns_), 0);
+    cr_assert_eq(th_sh("ip -n %s link set v1 up", br_ns_), 0);
     uint64_t gen2 = th_ring_wait_up(&ring_, job_, 7, 3, gen1, 30000);
     MUST(gen2 != 0, "n1 did not rejoin within 30 s of its link coming back");
     for (int k = 0; k < NHOSTS; k++)
@@ -312,30 +300,30 @@ static void expect_ops_survive(int n, int timeout_ms, const char *what)
 /* 1 when the netem qdisc can be added on host 1's eth0 (then it stays, with spec). */
 static int netem(const char *spec)
 {
-    return sh("ip netns exec %s tc qdisc add dev eth0 root netem %s 2>/dev/null", host_ns_[1],
-              spec) == 0;
+    return th_sh("ip netns exec %s tc qdisc add dev eth0 root netem %s 2>/dev/null", host_ns_[1],
+                 spec) == 0;
 }
 
 /* Packet loss on host 1, both ways: netem, else nft, else iptables. Returns how, or NULL. */
 static const char *lose_packets(void)
 {
     if (netem("loss 5%")) { /* n1's sending side; and its receiving side, on the bridge */
-        sh("ip netns exec %s tc qdisc add dev v1 root netem loss 5%% 2>/dev/null", br_ns_);
+        th_sh("ip netns exec %s tc qdisc add dev v1 root netem loss 5%% 2>/dev/null", br_ns_);
         return "netem loss 5%";
     }
-    if (sh("command -v nft >/dev/null") == 0 &&
-        sh("ip netns exec %s nft 'add table inet rdloss; "
-           "add chain inet rdloss in { type filter hook input priority 0; policy accept; }; "
-           "add chain inet rdloss out { type filter hook output priority 0; policy accept; }; "
-           "add rule inet rdloss in numgen random mod 100 < 5 drop; "
-           "add rule inet rdloss out numgen random mod 100 < 5 drop'",
-           host_ns_[1]) == 0)
+    if (th_sh("command -v nft >/dev/null") == 0 &&
+        th_sh("ip netns exec %s nft 'add table inet rdloss; "
+              "add chain inet rdloss in { type filter hook input priority 0; policy accept; }; "
+              "add chain inet rdloss out { type filter hook output priority 0; policy accept; }; "
+              "add rule inet rdloss in numgen random mod 100 < 5 drop; "
+              "add rule inet rdloss out numgen random mod 100 < 5 drop'",
+              host_ns_[1]) == 0)
         return "nft numgen random mod 100 < 5 drop";
-    if (sh("command -v iptables >/dev/null") == 0 &&
-        sh("ip netns exec %s iptables -A INPUT -m statistic --mode random --probability 0.05 "
-           "-j DROP && ip netns exec %s iptables -A OUTPUT -m statistic --mode random "
-           "--probability 0.05 -j DROP",
-           host_ns_[1], host_ns_[1]) == 0)
+    if (th_sh("command -v iptables >/dev/null") == 0 &&
+        th_sh("ip netns exec %s iptables -A INPUT -m statistic --mode random --probability 0.05 "
+              "-j DROP && ip netns exec %s iptables -A OUTPUT -m statistic --mode random "
+              "--probability 0.05 -j DROP",
+              host_ns_[1], host_ns_[1]) == 0)
         return "iptables statistic 5% DROP";
     return NULL;
 }
@@ -368,10 +356,11 @@ Test(netfault, allreduces_stay_exact_over_a_rate_limited_link, .timeout = 180)
 {
     hosts_start(3000, 10000);
     /* 50 Mbit/s each way: a 256 KiB allreduce crosses it in some tens of ms */
-    if (sh("ip netns exec %s tc qdisc add dev eth0 root tbf rate 50mbit burst 64kb latency 100ms "
-           "2>/dev/null && ip netns exec %s tc qdisc add dev v1 root tbf rate 50mbit burst 64kb "
-           "latency 100ms 2>/dev/null",
-           host_ns_[1], br_ns_) != 0)
+    if (th_sh(
+            "ip netns exec %s tc qdisc add dev eth0 root tbf rate 50mbit burst 64kb latency 100ms "
+            "2>/dev/null && ip netns exec %s tc qdisc add dev v1 root tbf rate 50mbit burst 64kb "
+            "latency 100ms 2>/dev/null",
+            host_ns_[1], br_ns_) != 0)
         SKIP("no tbf qdisc here: the rate limit is not tested");
     expect_ops_survive(20, 120000, "a 50 Mbit/s limit on n1's link");
     stop_all();

@@ -16,9 +16,10 @@
  *    RINGD_E_MEMBERSHIP, ringd_errmsg() naming the lost node or rank.
  *  - Join (a node or process joins): collectives every old member had agreed on finish; the
  *    rest fail with RINGD_E_MEMBERSHIP. The newcomer's ringd_open returns in the new generation.
- *  - Graceful leave (ringctl drain, SIGTERM to a daemon): the leaving node's collectives already
- *    submitted finish and its later ones fail with RINGD_E_MEMBERSHIP; on the other nodes nothing
- *    fails, collectives go on among the remaining ranks and return with the new size.
+  *  - Graceful leave (ringctl drain, SIGTERM to a daemon): the leaving node's collectives already
+ *    submitted finish and its later ones fail with RINGD_E_CLOSED (close the session; open a new
+ *    one to join again); on the other nodes nothing fails, collectives go on among the remaining
+ *    ranks and return with the new size (a sum then covers the remaining ranks only).
  * After a loss or a join, a collective submitted before the library heard of the change fails
  * the same way, once; the calls after it run in the new generation. The survivors restore their
  * last committed state and everyone, a newcomer right after ringd_open, takes rank 0's copy
