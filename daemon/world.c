@@ -674,8 +674,10 @@ static void apply_view(rd_world *w)
         }
         teardown(w, why, TD_FAIL);
         w->explained = 1;
-    } else if (w->state == W_CONNECTING) {
-        teardown(w, "the membership changed while the ring formed", w->resync ? TD_FAIL : TD_CARRY);
+        } else if (w->state == W_CONNECTING) {
+        /* Not up yet, so no node could say Bye to it: whatever changed, clients re-synchronise
+         * (the message names the changes since the last ring that was up). */
+                teardown(w, "the membership changed while the ring formed", TD_FAIL);
     }
     if (view_copy(&w->view, v) != 0) {
         rd_log(RD_LOG_ERROR, "world", "job '%s': out of memory", rd_job_name(w->job));

@@ -103,6 +103,16 @@ int th_ringctl(const char *sock, char **out, int timeout_ms, ...) __attribute__(
  * processes forked meanwhile stay there. Returns fn's result, or -1 when ns cannot be entered. */
 int th_in_netns(const char *ns, int (*fn)(void *arg), void *arg);
 
+/* In a Criterion test: unless cond, calls evidence() (which prints what the test saw: logs,
+ * client events) and fails the test with the message. */
+#define TH_MUST(evidence, cond, ...)                                                               \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            evidence();                                                                            \
+            cr_assert_fail(__VA_ARGS__);                                                           \
+        }                                                                                          \
+    } while (0)
+
 /* Runs a shell command (printf-style, up to 1 KiB); returns its exit status, or -1. */
 int th_sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

@@ -55,13 +55,7 @@ static void evidence(void)
     th_ring_dump_logs(&ring_, 12000);
 }
 
-#define MUST(cond, ...)                                                                            \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            evidence();                                                                            \
-            cr_assert_fail(__VA_ARGS__);                                                           \
-        }                                                                                          \
-    } while (0)
+#define MUST(cond, ...) TH_MUST(evidence, cond, __VA_ARGS__)
 
 /* Adds a looping client of job_ on node k (world, local, min_size; open_timeout_ms 0: the
  * default) and starts it. */

@@ -75,13 +75,7 @@ static void evidence(void)
     th_ring_dump_logs(&ring_, 12000);
 }
 
-#define MUST(cond, ...)                                                                            \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            evidence();                                                                            \
-            cr_assert_fail(__VA_ARGS__);                                                           \
-        }                                                                                          \
-    } while (0)
+#define MUST(cond, ...) TH_MUST(evidence, cond, __VA_ARGS__)
 
 /* ---- the hosts ---- */
 
