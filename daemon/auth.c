@@ -105,7 +105,10 @@ int rd_auth_load(rd_auth_key *k, const char *path, char *err, size_t errlen)
                  path, len, RD_AUTH_KEY_MIN, path);
         goto out;
     }
-    if (st.st_mode & (S_IRGRP | S_IROTH))
+    /* A group read bit for the daemon's own group is how Kubernetes hands a Secret to a non-root
+     * container (fsGroup): only a group that others share is worth a warning. */
+    int group_shared = (st.st_mode & S_IRGRP) && st.st_gid != getegid();
+    if ((st.st_mode & S_IROTH) || group_shared)
         rd_log(RD_LOG_WARN, "auth", "key file %s is readable by %s (mode %04o); chmod 600 %s", path,
                (st.st_mode & S_IROTH) ? "others" : "its group", (unsigned)(st.st_mode & 07777),
                path);

@@ -25,8 +25,18 @@ ringd_apt_install() {
   "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 }
 
+# The k8s test (tests/k8s/run.sh): kubectl renders deploy/k8s offline, node validates it. Each
+# package only when its command is missing, so that a kubectl or node installed otherwise (another
+# apt repository's, which would conflict with Debian's) is used as it is.
+RINGD_K8S_DEB_PACKAGES=(kubectl:kubernetes-client node:nodejs npm:npm)
+
 ringd_install_deps() {
   ringd_apt_install "${RINGD_DEB_PACKAGES[@]}"
+  local need=() c
+  for c in "${RINGD_K8S_DEB_PACKAGES[@]}"; do
+    command -v "${c%%:*}" >/dev/null || need+=("${c#*:}")
+  done
+  [ ${#need[@]} -eq 0 ] || ringd_apt_install "${need[@]}"
 }
 
 # Extra packages of bench/net-peers.sh only: iperf3 (the wire's ceiling) and PyTorch (its Gloo).

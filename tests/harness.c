@@ -55,6 +55,11 @@ int th_wait_pid(pid_t pid, int timeout_ms)
 
 pid_t th_spawn(const char *log, const char *const *argv)
 {
+    return th_spawn_env(log, argv, NULL);
+}
+
+pid_t th_spawn_env(const char *log, const char *const *argv, const char *const *envp)
+{
     pid_t parent = getpid();
     pid_t pid = fork();
     if (pid != 0)
@@ -68,7 +73,10 @@ pid_t th_spawn(const char *log, const char *const *argv)
         dup2(fd, 2);
         close(fd);
     }
-    execvp(argv[0], (char *const *)argv);
+    if (envp != NULL)
+        execvpe(argv[0], (char *const *)argv, (char *const *)envp);
+    else
+        execvp(argv[0], (char *const *)argv);
     _exit(127);
 }
 
@@ -203,10 +211,16 @@ static int rm_entry(const char *path, const struct stat *st, int flag, struct FT
     return remove(path);
 }
 
+int th_rm_rf(const char *path)
+{
+    if (path == NULL || path[0] == '\0')
+        return 0;
+    return nftw(path, rm_entry, 8, FTW_DEPTH | FTW_PHYS) == 0 ? 0 : -1;
+}
+
 static void remove_dir(th_daemon *d)
 {
-    if (d->dir[0] != '\0')
-        nftw(d->dir, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
+    th_rm_rf(d->dir);
     d->dir[0] = '\0';
 }
 
@@ -493,6 +507,11 @@ int th_run(int n, int (*fn)(int i, void *arg), void *arg, int timeout_ms)
 
 int th_command(char **out, int timeout_ms, const char *const *argv)
 {
+    return th_command_env(out, timeout_ms, argv, NULL);
+}
+
+int th_command_env(char **out, int timeout_ms, const char *const *argv, const char *const *envp)
+{
     char path[] = "/tmp/ringd-cmd.XXXXXX";
     int fd = mkstemp(path);
     *out = NULL;
@@ -500,7 +519,7 @@ int th_command(char **out, int timeout_ms, const char *const *argv)
         return -1;
     close(fd);
     fflush(NULL);
-    pid_t pid = th_spawn(path, argv);
+    pid_t pid = th_spawn_env(path, argv, envp);
     int rc = -1;
     if (pid > 0) {
         int ws = th_wait_pid(pid, timeout_ms);

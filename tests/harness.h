@@ -83,9 +83,17 @@ char *th_daemon_log(const th_daemon *d);
 /* A whole file as text (malloc'd, NUL-terminated), or NULL when it cannot be read. */
 char *th_file_text(const char *path);
 
+/* Removes path and, when it is a directory, everything under it (not following symbolic links).
+ * Returns 0, or -1 when something could not be removed. NULL or "" is a no-op. */
+int th_rm_rf(const char *path);
+
 /* Forks argv (execvp) with stdout and stderr appended to log; the child dies with the test
  * process. Returns its pid, or -1. */
 pid_t th_spawn(const char *log, const char *const *argv);
+
+/* th_spawn with the environment envp ("NAME=value", NULL-terminated) instead of the test's;
+ * argv[0] is still looked up in the test's PATH. envp NULL: the test's environment. */
+pid_t th_spawn_env(const char *log, const char *const *argv, const char *const *envp);
 
 /* Waits for pid up to timeout_ms; returns its wait status, -1 while it still runs, -2 when it
  * is not a child. */
@@ -95,6 +103,9 @@ int th_wait_pid(pid_t pid, int timeout_ms);
  * the caller frees it, also on failure), waiting at most timeout_ms. Returns its exit code, or -1
  * when a signal ended it or it ran past the deadline (it is then killed). */
 int th_command(char **out, int timeout_ms, const char *const *argv);
+
+/* th_command with the environment envp (see th_spawn_env). */
+int th_command_env(char **out, int timeout_ms, const char *const *argv, const char *const *envp);
 
 /* th_command for "$RINGCTL_BIN --socket sock" and the further arguments (NULL-terminated). */
 int th_ringctl(const char *sock, char **out, int timeout_ms, ...) __attribute__((sentinel));
