@@ -674,10 +674,10 @@ static void apply_view(rd_world *w)
         }
         teardown(w, why, TD_FAIL);
         w->explained = 1;
-        } else if (w->state == W_CONNECTING) {
+    } else if (w->state == W_CONNECTING) {
         /* Not up yet, so no node could say Bye to it: whatever changed, clients re-synchronise
          * (the message names the changes since the last ring that was up). */
-                teardown(w, "the membership changed while the ring formed", TD_FAIL);
+        teardown(w, "the membership changed while the ring formed", TD_FAIL);
     }
     if (view_copy(&w->view, v) != 0) {
         rd_log(RD_LOG_ERROR, "world", "job '%s': out of memory", rd_job_name(w->job));
@@ -1332,6 +1332,13 @@ static ringd_result_t on_peer(void *arg, const Ringd__PeerHello *h, int fd, cons
 static ringd_result_t peer_check(rd_daemon *d, const Ringd__PeerHello *h, int fd,
                                  uint64_t *generation, int *quiet, char *err, size_t errlen)
 {
+    if (h->protocol != RD_PROTOCOL_VERSION) {
+        snprintf(err, errlen,
+                 "node %s speaks protocol %u, this node %d: run one ringd version "
+                 "per job (upgrade node by node only between compatible versions)",
+                 h->node, h->protocol, RD_PROTOCOL_VERSION);
+        return RINGD_E_PROTOCOL;
+    }
     rd_world *w = world_of(d, h->job);
     if (w == NULL || w->state == W_IDLE) {
         *quiet = 1; /* its clients left, or have not all come yet */

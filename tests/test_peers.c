@@ -657,6 +657,27 @@ Test(peers, a_peer_with_a_stale_generation_is_refused_and_the_ring_keeps_working
     th_ring_finish(&ring);
 }
 
+/* A daemon of another protocol version (a mixed upgrade) is refused before anything else. */
+Test(peers, a_peer_of_another_protocol_version_is_refused_and_the_ring_keeps_working)
+{
+    cr_assert_eq(th_ring_start(&ring, 2, NULL), 0);
+    ringd_t **s = sess;
+    open_ring(s);
+    uint64_t gen = ringd_generation(s[0]);
+    Ringd__PeerHello h = hello(JOB, gen, "n0", RINGD__LINK_KIND__LINK_DATA, 0);
+    h.protocol = RD_PROTOCOL_VERSION + 1;
+    char why[128];
+    snprintf(why, sizeof(why), "node n0 speaks protocol %d, this node %d", RD_PROTOCOL_VERSION + 1,
+             RD_PROTOCOL_VERSION);
+    expect_refused(&ring.d[1], &h, RINGD_E_PROTOCOL, why);
+    allreduce_ok(s, "after-protocol");
+    for (int i = 0; i < 2; i++) {
+        ringd_close(s[i]);
+        s[i] = NULL;
+    }
+    th_ring_finish(&ring);
+}
+
 Test(peers, peers_claiming_another_identity_are_refused_by_a_ring_that_is_up)
 {
     cr_assert_eq(th_ring_start(&ring, 2, NULL), 0);
