@@ -551,6 +551,31 @@ int th_ringctl(const char *sock, char **out, int timeout_ms, ...)
     return th_command(out, timeout_ms, argv);
 }
 
+int th_train_log(const char *log, int tag, th_train_line *out, int max)
+{
+    FILE *f = fopen(log, "r");
+    if (f == NULL)
+        return 0;
+    char line[512];
+    int n = 0;
+    while (fgets(line, sizeof(line), f) != NULL && n < max) {
+        if (strncmp(line, "rank ", 5) != 0)
+            continue; /* other output: open, re-synchronisation notes, the summary */
+        th_train_line *t = &out[n];
+        double loss;
+        t->pod = tag;
+        if (sscanf(line, "rank %d size %d gen %" SCNu64 " step %d loss %lf checksum %63s", &t->rank,
+                   &t->size, &t->gen, &t->step, &loss, t->checksum) != 6) {
+            fprintf(stderr, "%s: cannot parse: %s", log, line);
+            n = -1;
+            break;
+        }
+        n++;
+    }
+    fclose(f);
+    return n;
+}
+
 int th_sh(const char *fmt, ...)
 {
     char cmd[1024];

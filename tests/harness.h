@@ -124,6 +124,17 @@ int th_in_netns(const char *ns, int (*fn)(void *arg), void *arg);
         }                                                                                          \
     } while (0)
 
+/* One step line of bench/ringd-train: "rank R size N gen G step S loss L checksum C". */
+typedef struct {
+    int rank, size, step, pod; /* pod: the caller's, set to tag for every line */
+    uint64_t gen;
+    char checksum[64];
+} th_train_line;
+
+/* Parses the step lines of a ringd-train log into out (at most max), each tagged with tag;
+ * returns how many, 0 when the log does not exist yet, or -1 after printing a malformed one. */
+int th_train_log(const char *log, int tag, th_train_line *out, int max);
+
 /* Runs a shell command (printf-style, up to 1 KiB); returns its exit status, or -1. */
 int th_sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

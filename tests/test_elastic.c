@@ -440,11 +440,7 @@ Test(elastic, a_node_joining_a_running_job_fails_the_old_ranks_once_and_all_go_o
 #define TRAIN_STEPS "150"
 #define TRAIN_LINES 4096
 
-typedef struct {
-    int rank, size, step;
-    uint64_t gen;
-    char checksum[64];
-} train_line;
+typedef th_train_line train_line;
 
 static pid_t trainers_[3];
 static char train_logs_[3][256];
@@ -489,35 +485,10 @@ static pid_t start_trainer(int k, const char *log)
     return th_spawn(log, argv);
 }
 
-/* Parses log's step lines into out; returns how many, or -1 after printing a malformed one. */
-static int parse_train_log(const char *log, train_line *out, int max)
-{
-    FILE *f = fopen(log, "r");
-    if (f == NULL)
-        return 0;
-    char line[512];
-    int n = 0;
-    while (fgets(line, sizeof(line), f) != NULL && n < max) {
-        if (strncmp(line, "rank ", 5) != 0)
-            continue; /* other output: open, re-synchronisation, the summary */
-        train_line *t = &out[n];
-        double loss;
-        if (sscanf(line, "rank %d size %d gen %" SCNu64 " step %d loss %lf checksum %63s", &t->rank,
-                   &t->size, &t->gen, &t->step, &loss, t->checksum) != 6) {
-            fprintf(stderr, "%s: cannot parse: %s", log, line);
-            n = -1;
-            break;
-        }
-        n++;
-    }
-    fclose(f);
-    return n;
-}
-
 static int last_step(const char *log)
 {
     static train_line lines[TRAIN_LINES];
-    int n = parse_train_log(log, lines, TRAIN_LINES);
+    int n = th_train_log(log, 0, lines, TRAIN_LINES);
     return n > 0 ? lines[n - 1].step : -1;
 }
 
@@ -553,7 +524,7 @@ Test(elastic, ringd_train_keeps_identical_checksums_on_every_rank_at_every_step_
     static train_line all[3 * TRAIN_LINES];
     int n = 0, size3 = 0, size2 = 0;
     for (int k = 0; k < 3; k++) {
-        int got = parse_train_log(logs[k], all + n, TRAIN_LINES);
+        int got = th_train_log(logs[k], k, all + n, TRAIN_LINES);
         MUST(got > 0, "ringd-train on n%d printed no step line (or a malformed one)", k);
         n += got;
     }

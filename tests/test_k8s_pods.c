@@ -1384,44 +1384,13 @@ static void nodes_make(void)
 
 /* ---- ringd-train's output ---- */
 
-typedef struct {
-    int rank, size, step, pod;
-    uint64_t gen;
-    char checksum[64];
-} train_line;
-
-/* Parses the step lines of a pod's log into out; returns how many, or -1 after printing a
- * malformed one. */
-static int parse_train_log(const k8s_pod *p, int pod, train_line *out, int max)
-{
-    FILE *f = fopen(p->log, "r");
-    if (f == NULL)
-        return 0;
-    char line[512];
-    int n = 0;
-    while (fgets(line, sizeof(line), f) != NULL && n < max) {
-        if (strncmp(line, "rank ", 5) != 0)
-            continue; /* re-synchronisation notes, errors, the test's markers */
-        train_line *t = &out[n];
-        double loss;
-        t->pod = pod;
-        if (sscanf(line, "rank %d size %d gen %" SCNu64 " step %d loss %lf checksum %63s", &t->rank,
-                   &t->size, &t->gen, &t->step, &loss, t->checksum) != 6) {
-            fprintf(stderr, "%s: cannot parse: %s", p->log, line);
-            n = -1;
-            break;
-        }
-        n++;
-    }
-    fclose(f);
-    return n;
-}
+typedef th_train_line train_line;
 
 /* Step lines of training pod k at size (0: any) printed after its first `after` step lines. */
 static int steps_at(int k, int size, int after)
 {
     static train_line lines[MAX_LINES];
-    int n = parse_train_log(&k_.trainer[k], k, lines, MAX_LINES), count = 0;
+    int n = th_train_log(k_.trainer[k].log, k, lines, MAX_LINES), count = 0;
     for (int i = after; i < n; i++)
         count += size == 0 || lines[i].size == size;
     return count;
@@ -1692,7 +1661,7 @@ Test(k8s_pods,
     static train_line all[NNODES * MAX_LINES];
     int n = 0, size2 = 0, last = 0;
     for (int k = 0; k < NNODES; k++) {
-        int got = parse_train_log(&k_.trainer[k], k, all + n, MAX_LINES);
+        int got = th_train_log(k_.trainer[k].log, k, all + n, MAX_LINES);
         MUST(got > 0, "%s printed no step line (or a malformed one)", k_.trainer[k].name);
         n += got;
     }
