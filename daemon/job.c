@@ -111,7 +111,8 @@ static rd_op *op_find(rd_job *j, const char *name, uint32_t rank, int *dup)
 {
     *dup = 0;
     for (rd_op *o = j->buckets[rd_name_hash(name) & (j->nbuckets - 1)]; o != NULL; o = o->next) {
-        if (strcmp(o->name, name) != 0)
+        /* An op of an earlier local size (still moving data) is not this rank's to join. */
+        if (strcmp(o->name, name) != 0 || rank >= o->nparts || o->nparts != j->local_size)
             continue;
         if (!o->parts[rank].submitted)
             return o;
@@ -747,6 +748,18 @@ static void slots_compact(rd_job *j)
  * through the rendezvous across nodes. */
 static void job_reshape(rd_job *j, const char *why)
 {
+    /* Mismatch tombstones index the old local ranks: the ranks they wait for are renumbered. */
+    for (size_t i = 0; i < j->nbuckets; i++) {
+        rd_op *o = j->buckets[i];
+        while (o != NULL) {
+            rd_op *next = o->next;
+            if (o->state == OP_FAILED) {
+                op_unlink(j, o);
+                op_free(o);
+            }
+            o = next;
+        }
+    }
     slots_compact(j);
     j->local_size = j->nclients;
     if (j->world != NULL) {
@@ -806,8 +819,17 @@ static void op_inspect(rd_op *o, int64_t now)
     rd_job *j = o->job;
     const rd_config *c = &j->d->cfg;
     int64_t age = now - o->since_ms;
-    if (age < c->stall_warn || o->ring_ready)
+    if (age < c->stall_warn)
         return;
+    /* Negotiated for the ring: the coordinator orders it within a turn, unless it gave up on it
+     * (its own stall abort). Past --stall-abort plus --peer-timeout, nothing will order it. */
+    if (o->ring_ready) {
+        if (c->stall_abort > 0 && age >= c->stall_abort + c->peer_timeout)
+            op_fail(o, RINGD_E_STALLED,
+                    "tensor '%s' stalled: the ring's coordinator gave up on it (--stall-abort)",
+                    o->name);
+        return;
+    }
     char missing[512];
     op_missing(o, missing, sizeof(missing));
     if (!o->stall_warned) {
@@ -1282,6 +1304,16 @@ void rd_job_ring_up(rd_job *j, uint32_t first_rank, uint64_t generation, uint32_
         j->sync_generation = generation;
         snprintf(j->sync_why, sizeof(j->sync_why), "%s", why);
         fail_unstarted(j, why);
+    }
+    /* Ops the last ring failed under are never carried over: their data may be half reduced. */
+    for (size_t i = 0; i < j->nbuckets; i++) {
+        rd_op *o = j->buckets[i];
+        while (o != NULL) {
+            rd_op *next = o->next;
+            if (o->doomed && o->state != OP_RUNNING && o->state != OP_FAILED)
+                op_fail(o, RINGD_E_MEMBERSHIP, "%s", o->message ? o->message : why);
+            o = next;
+        }
     }
     job_welcome(j);
     j->started = 1;

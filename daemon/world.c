@@ -431,6 +431,15 @@ static void on_grace(evutil_socket_t fd, short what, void *arg)
     (void)what;
     if (!w->carrying)
         return;
+    int sealed = 1;
+    for (int i = 0; i < w->nnodes; i++)
+        sealed &= i == w->position || w->sealed[i];
+    if (sealed && w->ntasks > 0) { /* passes still on the wire: the data plane bounds them */
+        int64_t ms = w->d->cfg.peer_timeout;
+        struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+        evtimer_add(w->ev_grace, &tv);
+        return;
+    }
     rd_log(RD_LOG_WARN, "world",
            "job '%s': not every node sealed generation %" PRIu64
            " within --peer-timeout; dropping the ring",
@@ -448,6 +457,11 @@ static void on_task_done(void *arg, rd_xfer_task *t)
         w->ntasks--;
     if (w->xfer != NULL && rd_xfer_broken(w->xfer)) {
         rd_job_disrupted(w->job); /* its failures are answered once the ring is back */
+        if (!w->resync) {         /* even if a graceful change takes the ring down first */
+            w->resync = 1;
+            w->explained = 0;
+            snprintf(w->resync_why, sizeof(w->resync_why), "the ring's data links broke");
+        }
         /* A node that breaks off the ring says why on its control link (Error, Bye), or that
          * link ends too: a moment for that to arrive first, so the clients hear the cause. */
         struct timeval tv = {0, 20 * 1000};
@@ -878,18 +892,25 @@ void rd_world_register(rd_world *w)
 
 void rd_world_unregister(rd_world *w)
 {
-    if (w->state == W_IDLE)
+    if (w->state == W_IDLE || w->state == W_LEAVING)
         return;
-    if (w->state != W_LEAVING)
-        rd_rdv_leave(w->d->worlds->rdv, rd_job_name(w->job));
+    if (w->state == W_UP) { /* its clients are done: the others finish what it announced */
+        rd_world_leave(w);
+        return;
+    }
+    rd_rdv_leave(w->d->worlds->rdv, rd_job_name(w->job));
     teardown(w, "this node left the job", TD_LEAVE);
     set_state(w, W_IDLE);
 }
 
 void rd_world_resize(rd_world *w, const char *why)
 {
-    if (w->state == W_IDLE || w->state == W_LEAVING)
+    if (w->state == W_LEAVING)
         return;
+    if (w->state == W_IDLE) { /* its clients had all left; one is back */
+        rd_world_register(w);
+        return;
+    }
     /* The other nodes hear why before their links break, so their clients do too. */
     Ringd__Error e = RINGD__ERROR__INIT;
     e.status = RINGD_E_MEMBERSHIP;
@@ -968,7 +989,9 @@ int rd_world_leave(rd_world *w)
     if (w->state == W_LEAVING || w->state == W_IDLE)
         return 1;
     if (w->state != W_UP) {
-        rd_world_unregister(w);
+        rd_rdv_leave(w->d->worlds->rdv, rd_job_name(w->job));
+        teardown(w, "this node left the job", TD_LEAVE);
+        set_state(w, W_IDLE);
         return 1;
     }
     if (w->position == 0)

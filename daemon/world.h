@@ -33,7 +33,8 @@ void rd_world_free(rd_world *w);
 /* Every local client is there: joins the rendezvous. */
 void rd_world_register(rd_world *w);
 
-/* A local client left: leaves the rendezvous (the others see the ring break). */
+/* The job has no local clients left (or must go now): leaves the rendezvous; a ring that is up
+ * is left gracefully (Bye, see rd_world_leave), so the others finish what this node announced. */
 void rd_world_unregister(rd_world *w);
 
 /* The job's local clients changed while it runs: the ring is torn down (ops doomed, see
