@@ -1043,14 +1043,7 @@ ringd_result_t rd_job_join(struct rd_session *s, const Ringd__Hello *h, char *er
         struct timeval tv = {every / 1000, (every % 1000) * 1000};
         if (j->ev_free == NULL || j->ev_tick == NULL || event_add(j->ev_tick, &tv) != 0 ||
             (j->world_size > j->local_size && (j->world = rd_world_new(d, j)) == NULL)) {
-            if (j->ev_free != NULL)
-                event_free(j->ev_free);
-            if (j->ev_tick != NULL)
-                event_free(j->ev_tick);
-            free(j->buckets);
-            free(j->slots);
-            free(j->name);
-            free(j);
+            job_free(j); /* not linked yet, no ops: only what was made */
             snprintf(err, errlen, "out of memory creating job '%s'", h->job);
             return RINGD_E_NOMEM;
         }
