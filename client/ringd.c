@@ -597,8 +597,42 @@ typedef struct {
     double prescale, postscale;
 } submit_args;
 
+/* The library cannot run the op named name (rc, its detail already in errmsg): tells the daemon,
+ * which fails that op on every other rank with this reason rather than letting them wait, and
+ * returns rc. The daemon's answer to it is dropped (the request is abandoned). */
+static ringd_result_t refuse(ringd_t *r, const submit_args *a, const char *name, ringd_result_t rc)
+{
+    char err[512];
+    ringd_request_t *q = calloc(1, sizeof(*q));
+    if (q == NULL)
+        return rc; /* the other ranks still learn of it from the stall inspector */
+    q->r = r;
+    q->id = r->next_id++;
+    q->stage = RD_NO_STAGE;
+    q->abandoned = 1;
+    Ringd__Submit s = RINGD__SUBMIT__INIT;
+    rd_msg m = RINGD__MSG__INIT;
+    s.request_id = q->id;
+    s.op = (Ringd__OpType)a->op;
+    s.name = (char *)name;
+    s.generation = r->generation;
+    s.refused = (uint32_t)rc;
+    s.refusal = r->errmsg;
+    m.body_case = RINGD__MSG__BODY_SUBMIT;
+    m.submit = &s;
+    if (send_to_daemon(r, &m, err, sizeof(err)) != RINGD_OK) {
+        req_free(q);
+        return rc;
+    }
+    q->next = r->reqs;
+    if (r->reqs != NULL)
+        r->reqs->prev = q;
+    r->reqs = q;
+    return rc;
+}
+
 /* Places the buffers in the arena (staging what lies outside), sends Submit, and returns the
- * request. */
+ * request. An op with a valid name that cannot be run is refused (see refuse). */
 static ringd_result_t submit(ringd_t *r, const submit_args *a, ringd_request_t **out)
 {
     char namebuf[48];
@@ -626,19 +660,25 @@ static ringd_result_t submit(ringd_t *r, const submit_args *a, ringd_request_t *
     uint64_t esz = a->op == RINGD__OP_TYPE__OP_BARRIER ? 1 : ringd_dtype_size(a->dtype);
     uint64_t count = a->op == RINGD__OP_TYPE__OP_BARRIER ? 0 : a->count;
     if (esz == 0)
-        return fail(r, RINGD_E_INVALID, "tensor '%s': unknown dtype %d", name, (int)a->dtype);
+        return refuse(r, a, name,
+                      fail(r, RINGD_E_INVALID, "tensor '%s': unknown dtype %d", name,
+                           (int)a->dtype));
     if (a->op != RINGD__OP_TYPE__OP_BARRIER && count == 0)
-        return fail(r, RINGD_E_INVALID, "tensor '%s': count must be at least 1", name);
+        return refuse(r, a, name,
+                      fail(r, RINGD_E_INVALID, "tensor '%s': count must be at least 1", name));
     uint64_t gather = a->op == RINGD__OP_TYPE__OP_ALLGATHER ? (uint64_t)r->size : 1;
     if (count > r->arena_size / esz / gather)
-        return fail(r, RINGD_E_INVALID,
-                    "tensor '%s': %zu elements do not fit the arena of %" PRIu64 " bytes", name,
-                    a->count, r->arena_size);
+        return refuse(r, a, name,
+                      fail(r, RINGD_E_INVALID,
+                           "tensor '%s': %zu elements do not fit the arena of %" PRIu64 " bytes",
+                           name, a->count, r->arena_size));
+    if (a->op != RINGD__OP_TYPE__OP_BARRIER && count > 0 && (a->send == NULL || a->recv == NULL))
+        return refuse(r, a, name, fail(r, RINGD_E_INVALID, "tensor '%s': a NULL buffer", name));
     uint64_t in_len = count * esz, out_len = in_len * gather;
 
     ringd_request_t *q = calloc(1, sizeof(*q));
     if (q == NULL)
-        return fail(r, RINGD_E_NOMEM, "out of memory");
+        return refuse(r, a, name, fail(r, RINGD_E_NOMEM, "out of memory"));
     q->r = r;
     q->id = r->next_id++;
     q->stage = RD_NO_STAGE;
@@ -648,8 +688,9 @@ static ringd_result_t submit(ringd_t *r, const submit_args *a, ringd_request_t *
         int si = in_arena(r, a->send, in_len), ri = in_arena(r, a->recv, out_len);
         if (si < 0 || ri < 0) {
             free(q);
-            return fail(r, RINGD_E_INVALID, "tensor '%s': a buffer straddles the arena's edge",
-                        name);
+            return refuse(
+                r, a, name,
+                fail(r, RINGD_E_INVALID, "tensor '%s': a buffer straddles the arena's edge", name));
         }
         if (si && ri) {
             in_off = (uint64_t)((const uint8_t *)a->send - r->arena);
@@ -660,10 +701,11 @@ static ringd_result_t submit(ringd_t *r, const submit_args *a, ringd_request_t *
             if (rd_alloc_get(&r->alloc, out_len, &q->stage) != 0) {
                 q->stage = RD_NO_STAGE;
                 free(q);
-                return fail(r, RINGD_E_NOMEM,
-                            "tensor '%s': no room in the arena to stage %" PRIu64
-                            " bytes (ringd_alloc buffers avoid the copy)",
-                            name, out_len);
+                return refuse(r, a, name,
+                              fail(r, RINGD_E_NOMEM,
+                                   "tensor '%s': no room in the arena to stage %" PRIu64
+                                   " bytes (ringd_alloc buffers avoid the copy)",
+                                   name, out_len));
             }
             out_off = q->stage;
             in_off = out_off + (gather > 1 ? in_len * (uint64_t)r->rank : 0);

@@ -60,7 +60,8 @@ typedef struct rd_op {
     int ring_ready; /* negotiated, bound for the ring: waits for the coordinator's order */
     int announced;  /* NEGOTIATING: the other nodes know of it; else held for the next ring */
     int doomed;     /* the ring broke under it: answered with message once the ring is back */
-    int stall_warned;
+    int64_t stall_asked_ms; /* 0: not warned of; -1: warned; else when the other nodes were
+                               last asked to end it (rd_world_stalled) */
     uint32_t nparts;  /* the job's local size when it was created */
     int64_t since_ms; /* first submission, or the disruption that doomed it */
     rd_local_plan plan;
@@ -262,26 +263,17 @@ static void op_finish(rd_op *o, ringd_result_t status, const char *message)
     op_free(o);
 }
 
-/* Fails a pending op. A mismatch leaves a tombstone that gives ranks yet to submit the same
- * error; any other failure removes the op at once. */
-static void op_fail(rd_op *o, ringd_result_t status, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void op_fail(rd_op *o, ringd_result_t status, const char *fmt, ...)
+/* Ends a pending op for good: the ranks that submitted it hear status and msg now, and the op
+ * stays as a tombstone that gives the ranks yet to submit it the same answer, until all have
+ * come and the other nodes know (await_go), or --stall-abort passes. */
+static void op_tombstone(rd_op *o, ringd_result_t status, const char *msg)
 {
-    char msg[768];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    rd_log(RD_LOG_WARN, "job", "job '%s': %s", o->job->name, msg);
-    if (status != RINGD_E_MISMATCH) {
-        op_finish(o, status, msg);
-        return;
-    }
     op_answer(o, status, msg);
     o->state = OP_FAILED;
     o->status = status;
+    free(o->message);
     o->message = strdup(msg);
+    o->since_ms = rd_now_ms();
     rd_daemon *d = o->job->d;
     if (d->ops_in_flight > 0)
         d->ops_in_flight--;
@@ -295,6 +287,24 @@ static void op_fail(rd_op *o, ringd_result_t status, const char *fmt, ...)
         op_unlink(o->job, o);
         op_free(o);
     }
+}
+
+/* Fails a pending op. A mismatch leaves a tombstone (op_tombstone); any other failure removes
+ * the op at once. */
+static void op_fail(rd_op *o, ringd_result_t status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void op_fail(rd_op *o, ringd_result_t status, const char *fmt, ...)
+{
+    char msg[768];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    rd_log(RD_LOG_WARN, "job", "job '%s': %s", o->job->name, msg);
+    if (status != RINGD_E_MISMATCH)
+        op_finish(o, status, msg);
+    else
+        op_tombstone(o, status, msg);
 }
 
 /* Runs a range of an op's data movement on a worker. */
@@ -312,13 +322,26 @@ static void on_op_done(void *ctx)
     job_maybe_free(j);
 }
 
-/* Points the op's plan at its ranks' buffers, with the divisor of the job's current size. */
+/* Points the op's plan at its ranks' buffers, with the divisor of the job's current size. An
+ * allgather whose input lies in another slot of its output (in place: the first) is moved to the
+ * rank's own slot first, so that writing the result never overwrites an input not yet read. */
 static void op_resolve(rd_op *o)
 {
-    o->plan.args.divisor = o->p.redop == RD_OP_AVG ? o->job->size : 1;
+    rd_job *j = o->job;
+    o->plan.args.divisor = o->p.redop == RD_OP_AVG ? j->size : 1;
     for (uint32_t k = 0; k < o->nparts; k++) {
-        o->plan.in[k] = o->parts[k].arena->base + o->parts[k].in_off;
-        o->plan.out[k] = o->parts[k].arena->base + o->parts[k].out_off;
+        part *pt = &o->parts[k];
+        if (o->p.coll == RD_COLL_ALLGATHER) {
+            uint64_t per = o->p.count * rd_dtype_size((rd_dtype)o->p.dtype);
+            uint64_t own = pt->out_off + per * (j->first_rank + k);
+            int overlaps = pt->in_off < pt->out_off + per * j->size && pt->in_off >= pt->out_off;
+            if (overlaps && pt->in_off != own && rd_arena_contains(pt->arena, own, per)) {
+                memmove(pt->arena->base + own, pt->arena->base + pt->in_off, per);
+                pt->in_off = own;
+            }
+        }
+        o->plan.in[k] = pt->arena->base + pt->in_off;
+        o->plan.out[k] = pt->arena->base + pt->out_off;
     }
 }
 
@@ -359,16 +382,13 @@ static rd_op_params params_of(const Ringd__Submit *m)
     return p;
 }
 
-/* Checks a Submit on its own: names, enums, sizes, and that its buffers lie in the arena.
+/* Checks a Submit with a valid name on its own: enums, sizes, and that its buffers lie in the
+ * arena.
  * Returns RINGD_OK, or RINGD_E_INVALID with err set. */
 static ringd_result_t validate(const struct rd_session *s, const Ringd__Submit *m, char *err,
                                size_t errlen)
 {
     const rd_job *j = s->job;
-    if (!rd_name_valid(m->name)) {
-        snprintf(err, errlen, "tensor names are 1..%d printable ASCII bytes", RD_NAME_MAX);
-        return RINGD_E_INVALID;
-    }
     if ((int)m->op < RD_COLL_ALLREDUCE || (int)m->op > RD_COLL_BARRIER) {
         snprintf(err, errlen, "tensor '%s': unknown op %d", m->name, (int)m->op);
         return RINGD_E_INVALID;
@@ -426,14 +446,22 @@ static ringd_result_t validate(const struct rd_session *s, const Ringd__Submit *
                  m->name, m->in_offset, in_len, m->out_offset, out_len, RD_CTRL_BYTES, size);
         return RINGD_E_INVALID;
     }
-    /* Input and output are the same place (in place), or apart; allgather's input may also be
-     * this rank's own slot of the output. */
+    if (m->in_offset % esz != 0 || m->out_offset % esz != 0) {
+        snprintf(err, errlen,
+                 "tensor '%s': input offset %" PRIu64 " or output offset %" PRIu64
+                 " is not a multiple of the %s element size (%" PRIu64 " bytes)",
+                 m->name, m->in_offset, m->out_offset, rd_dtype_name((rd_dtype)m->dtype), esz);
+        return RINGD_E_INVALID;
+    }
+    /* Input and output are the same place (in place), or apart. An allgather's input may be
+     * any whole slot of its output: the start (sendbuf == recvbuf) or this rank's own slot (MPI's
+     * form). Which slot is its own is decided when data moves (op_resolve): ranks may shift in
+     * between, and a client may not have heard of it yet. */
     uint64_t a = m->in_offset, b = m->out_offset;
     int apart = a + in_len <= b || b + out_len <= a;
     int in_place = a == b && m->op != RINGD__OP_TYPE__OP_ALLGATHER;
-    int own_slot =
-        m->op == RINGD__OP_TYPE__OP_ALLGATHER && a == b + in_len * (j->first_rank + s->local_rank);
-    if (!apart && !in_place && !own_slot) {
+    int in_slot = m->op == RINGD__OP_TYPE__OP_ALLGATHER && a >= b && (a - b) % in_len == 0;
+    if (!apart && !in_place && !in_slot) {
         snprintf(err, errlen, "tensor '%s': input and output overlap without being in place",
                  m->name);
         return RINGD_E_INVALID;
@@ -441,14 +469,15 @@ static ringd_result_t validate(const struct rd_session *s, const Ringd__Submit *
     return RINGD_OK;
 }
 
-/* Creates a pending op from its first submission. Returns NULL when out of memory. */
-static rd_op *op_new(rd_job *j, const Ringd__Submit *m, uint32_t rank)
+/* Creates a pending op named name with parameters p, first submitted by rank. Returns NULL
+ * when out of memory. */
+static rd_op *op_new(rd_job *j, const char *name, const rd_op_params *p, uint32_t rank)
 {
     rd_op *o = calloc(1, sizeof(*o));
     if (o == NULL)
         return NULL;
     o->job = j;
-    o->name = strdup(m->name);
+    o->name = strdup(name);
     o->nparts = j->local_size;
     o->since_ms = rd_now_ms();
     o->parts = calloc(o->nparts, sizeof(part));
@@ -464,19 +493,19 @@ static rd_op *op_new(rd_job *j, const Ringd__Submit *m, uint32_t rank)
     }
     o->state = OP_PENDING;
     o->first_rank = rank;
-    o->p = params_of(m);
+    o->p = *p;
 
-    rd_local_plan *p = &o->plan;
-    p->backend = rd_backend_cpu();
-    p->coll = (rd_coll)o->p.coll;
-    p->dtype = (rd_dtype)o->p.dtype;
-    p->redop = o->p.redop == RD_OP_AVG ? RD_OP_SUM : (rd_redop)o->p.redop;
-    p->args = (rd_reduce_args)RD_REDUCE_ARGS_INIT;
-    p->args.prescale = o->p.prescale;
-    p->args.postscale = o->p.postscale;
-    p->root = o->p.root;
-    p->count = o->p.count;
-    p->n = (int)o->nparts;
+    rd_local_plan *lp = &o->plan;
+    lp->backend = rd_backend_cpu();
+    lp->coll = (rd_coll)o->p.coll;
+    lp->dtype = (rd_dtype)o->p.dtype;
+    lp->redop = o->p.redop == RD_OP_AVG ? RD_OP_SUM : (rd_redop)o->p.redop;
+    lp->args = (rd_reduce_args)RD_REDUCE_ARGS_INIT;
+    lp->args.prescale = o->p.prescale;
+    lp->args.postscale = o->p.postscale;
+    lp->root = o->p.root;
+    lp->count = o->p.count;
+    lp->n = (int)o->nparts;
     return o;
 }
 
@@ -566,13 +595,97 @@ static void announce(rd_op *o)
     free(buf);
 }
 
+/* Local rank `rank` could not submit its part of the op named name (why: from this daemon or
+ * the client's library): the op fails with rc on every rank that submits it. Ranks here that
+ * already have hear it now, ranks yet to submit it when they do (a tombstone), and, with
+ * everywhere, the other nodes as soon as the announcement reaches them. s, the refused session,
+ * is answered too. */
+static void op_refuse(rd_job *j, struct rd_session *s, uint32_t rank, uint64_t request_id,
+                      const char *name, const rd_op_params *params, ringd_result_t rc,
+                      const char *why, int everywhere)
+{
+    char msg[768];
+    int dup;
+    rd_op *o = op_find(j, name, rank, &dup);
+    rd_log(RD_LOG_INFO, "job", "job '%s' local rank %u: %s", j->name, rank, why);
+    if (dup) { /* the earlier op of that name goes on */
+        rd_session_complete(s, request_id, rc, why);
+        return;
+    }
+    if (o != NULL && o->state == OP_FAILED) { /* failed already: this rank hears its own why */
+        o->parts[rank].submitted = 1;
+        o->nsubmitted++;
+        rd_session_complete(s, request_id, rc, why);
+        if (o->nsubmitted == o->nparts && !o->await_go) {
+            op_unlink(j, o);
+            op_free(o);
+        }
+        return;
+    }
+    if (o == NULL) {
+        rd_op_params p = *params;
+        if (p.coll < RD_COLL_ALLREDUCE || p.coll > RD_COLL_BARRIER) /* announceable all the same */
+            p = (rd_op_params){RD_COLL_BARRIER, RD_DT_U8, RD_OP_SUM, 0, 0, 1.0, 1.0};
+        o = op_new(j, name, &p, rank);
+        if (o == NULL) {
+            rd_session_complete(s, request_id, RINGD_E_NOMEM, "out of memory");
+            return;
+        }
+        op_insert(j, o);
+        j->d->ops_in_flight++;
+    }
+    part *pt = &o->parts[rank];
+    pt->s = s;
+    pt->submitted = 1;
+    pt->request_id = request_id;
+    o->nsubmitted++;
+    snprintf(msg, sizeof(msg), "rank %u (node %.64s) could not run it: %.600s",
+             j->first_rank + rank, j->d->cfg.node, why);
+    o->await_go = everywhere && j->world != NULL;
+    op_tombstone(o, rc, msg);
+    if (everywhere && j->world != NULL && rd_world_up(j->world))
+        tell(o, rc, msg, 0, NULL, 0);
+}
+
 void rd_job_submit(struct rd_session *s, const Ringd__Submit *m)
 {
     rd_job *j = s->job;
     uint32_t rank = s->local_rank;
     char err[768];
 
-    ringd_result_t rc = validate(s, m, err, sizeof(err));
+    if (!rd_name_valid(m->name)) { /* nothing to match it with: only this rank can hear of it */
+        snprintf(err, sizeof(err), "tensor names are 1..%d printable ASCII bytes", RD_NAME_MAX);
+        rd_session_complete(s, m->request_id, RINGD_E_INVALID, err);
+        return;
+    }
+    if (j->draining) {
+        /* Not told to the other nodes: they carry the op over to a ring without this node. */
+        snprintf(err, sizeof(err),
+                 "tensor '%s': node %s drained: job '%s' goes on without it; this session "
+                 "runs no more collectives (close it, and open a new one to join again)",
+                 m->name, j->d->cfg.node, j->name);
+        rd_session_complete(s, m->request_id, RINGD_E_CLOSED, err);
+        return;
+    }
+    ringd_result_t rc = RINGD_OK;
+    int everywhere = 1;
+    if (m->refused != 0) {
+        rc = m->refused < RINGD_RESULT_COUNT ? (ringd_result_t)m->refused : RINGD_E_INVALID;
+        snprintf(err, sizeof(err), "%.700s",
+                 m->refusal != NULL && m->refusal[0] ? m->refusal : "refused by the library");
+    } else if (m->generation != 0 && m->generation < j->sync_generation) {
+        /* Before the checks that depend on the job's size: they would judge by the wrong one.
+         * The other nodes are not told: their ranks re-synchronise too, and the op this one
+         * belongs to is of an earlier generation, which a node that joined since never had. */
+        everywhere = 0;
+        snprintf(err, sizeof(err),
+                 "tensor '%s': %s (this rank is now %u of %u, generation %" PRIu64
+                 "): restore the last committed state and broadcast it from rank 0",
+                 m->name, j->sync_why, j->first_rank + rank, j->size, j->generation);
+        rc = RINGD_E_MEMBERSHIP;
+    } else {
+        rc = validate(s, m, err, sizeof(err));
+    }
     if (rc == RINGD_OK && s->ops_in_flight > (uint64_t)j->d->cfg.max_pending) {
         snprintf(err, sizeof(err),
                  "tensor '%s': local rank %u already has %" PRIu64
@@ -581,24 +694,8 @@ void rd_job_submit(struct rd_session *s, const Ringd__Submit *m)
         rc = RINGD_E_INVALID;
     }
     if (rc != RINGD_OK) {
-        rd_log(RD_LOG_INFO, "job", "job '%s' local rank %u: %s", j->name, rank, err);
-        rd_session_complete(s, m->request_id, rc, err);
-        return;
-    }
-    if (j->draining) {
-        snprintf(err, sizeof(err),
-                 "tensor '%s': node %s drained: job '%s' goes on without it; this session "
-                 "runs no more collectives (close it, and open a new one to join again)",
-                 m->name, j->d->cfg.node, j->name);
-        rd_session_complete(s, m->request_id, RINGD_E_CLOSED, err);
-        return;
-    }
-    if (m->generation != 0 && m->generation < j->sync_generation) {
-        snprintf(err, sizeof(err),
-                 "tensor '%s': %s (this rank is now %u of %u, generation %" PRIu64
-                 "): restore the last committed state and broadcast it from rank 0",
-                 m->name, j->sync_why, j->first_rank + rank, j->size, j->generation);
-        rd_session_complete(s, m->request_id, RINGD_E_MEMBERSHIP, err);
+        rd_op_params p = params_of(m);
+        op_refuse(j, s, rank, m->request_id, m->name, &p, rc, err, everywhere);
         return;
     }
 
@@ -622,7 +719,8 @@ void rd_job_submit(struct rd_session *s, const Ringd__Submit *m)
         return;
     }
     if (o == NULL) {
-        o = op_new(j, m, rank);
+        rd_op_params p = params_of(m);
+        o = op_new(j, m->name, &p, rank);
         if (o == NULL) {
             rd_session_complete(s, m->request_id, RINGD_E_NOMEM, "out of memory");
             return;
@@ -693,7 +791,8 @@ static void job_welcome(rd_job *j)
 }
 
 /* Ends every op that is not moving data with why. The job moved to a generation its clients
- * must re-synchronise with. */
+ * must re-synchronise with: tombstones go too, as the ops they stand for are of the last one (a
+ * rank that submits one late is refused for its old generation). */
 static void fail_unstarted(rd_job *j, const char *why)
 {
     for (size_t i = 0; i < j->nbuckets; i++) {
@@ -702,12 +801,9 @@ static void fail_unstarted(rd_job *j, const char *why)
             rd_op *next = o->next;
             if (o->state == OP_PENDING || o->state == OP_NEGOTIATING) {
                 op_fail(o, RINGD_E_MEMBERSHIP, "tensor '%s': %s", o->name, why);
-            } else if (o->state == OP_FAILED && o->await_go) {
-                o->await_go = 0;
-                if (o->nsubmitted == o->nparts) {
-                    op_unlink(j, o);
-                    op_free(o);
-                }
+            } else if (o->state == OP_FAILED) {
+                op_unlink(j, o);
+                op_free(o);
             }
             o = next;
         }
@@ -812,8 +908,11 @@ static void op_missing(const rd_op *o, char *buf, size_t len)
         snprintf(buf, len, "ranks this node has not heard from");
 }
 
-/* An op that waits for some ranks: warned about after --stall-warn, failed on every rank that
- * submitted it after --stall-abort (this node's ranks here; every node does the same). */
+/* An op that waits for some ranks: warned about after --stall-warn, failed with RINGD_E_STALLED
+ * after --stall-abort. Every node must end it alike, so it ends only through the negotiation: a
+ * node whose ranks have not all submitted it (PENDING) announces it failed, which every node sees;
+ * a node that has announced it never fails it on its own clock, but asks the nodes that have not
+ * to announce it failed (rd_world_stalled), again every 250 ms until the negotiation ends it. */
 static void op_inspect(rd_op *o, int64_t now)
 {
     rd_job *j = o->job;
@@ -821,19 +920,19 @@ static void op_inspect(rd_op *o, int64_t now)
     int64_t age = now - o->since_ms;
     if (age < c->stall_warn)
         return;
-    /* Negotiated for the ring: the coordinator orders it within a turn, unless it gave up on it
-     * (its own stall abort). Past --stall-abort plus --peer-timeout, nothing will order it. */
+    /* Negotiated for the ring: the coordinator orders it within a turn. Past --stall-abort plus
+     * --peer-timeout, nothing will order it. */
     if (o->ring_ready) {
         if (c->stall_abort > 0 && age >= c->stall_abort + c->peer_timeout)
             op_fail(o, RINGD_E_STALLED,
-                    "tensor '%s' stalled: the ring's coordinator gave up on it (--stall-abort)",
+                    "tensor '%s' stalled: the ring's coordinator never ordered it (--stall-abort)",
                     o->name);
         return;
     }
     char missing[512];
     op_missing(o, missing, sizeof(missing));
-    if (!o->stall_warned) {
-        o->stall_warned = 1;
+    if (o->stall_asked_ms == 0) {
+        o->stall_asked_ms = -1; /* warned */
         rd_log(RD_LOG_WARN, "stall",
                "job '%s': tensor '%s' has waited %" PRId64 " ms for %s (--stall-abort %" PRId64
                " ms)",
@@ -844,13 +943,18 @@ static void op_inspect(rd_op *o, int64_t now)
     char msg[768];
     snprintf(msg, sizeof(msg), "tensor '%s' stalled: %s never submitted it within %" PRId64 " ms",
              o->name, missing, c->stall_abort);
-    if (j->world != NULL && rd_world_up(j->world)) {
-        if (o->state == OP_PENDING) /* the other nodes' announcements of it end too */
-            rd_world_ready(j->world, o->name, &o->p, RINGD_E_STALLED, msg, 0, NULL, 0, NULL);
-        else if (o->announced)
-            rd_world_forget(j->world, o);
+    if (o->state == OP_PENDING) {
+        rd_log(RD_LOG_WARN, "job", "job '%s': %s", j->name, msg);
+        o->await_go = j->world != NULL;
+        op_tombstone(o, RINGD_E_STALLED, msg);
+        if (j->world != NULL)
+            tell(o, RINGD_E_STALLED, msg, 0, NULL, 0);
+        return;
     }
-    op_fail(o, RINGD_E_STALLED, "%s", msg);
+    if (o->announced && now - o->stall_asked_ms >= 250) {
+        o->stall_asked_ms = now;
+        rd_world_stalled(j->world, o->name, msg);
+    }
 }
 
 /* Ops that have waited --open-timeout for a ring that is not there end: doomed ones with their
@@ -883,7 +987,14 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
         while (o != NULL) {
             rd_op *next = o->next;
             int waiting = o->doomed || (o->state == OP_NEGOTIATING && !o->announced && !up);
-            if (o->state == OP_RUNNING || o->state == OP_FAILED)
+            if (o->state == OP_FAILED) {
+                /* A tombstone some rank never came to: gone after --stall-abort. */
+                const rd_config *c = &j->d->cfg;
+                if (!o->await_go && c->stall_abort > 0 && now - o->since_ms >= c->stall_abort) {
+                    op_unlink(j, o);
+                    op_free(o);
+                }
+            } else if (o->state == OP_RUNNING)
                 ;
             else if (waiting && now - o->since_ms >= j->wait_ms)
                 op_wait_over(o);
@@ -1129,7 +1240,7 @@ static int describe_stalls(const rd_job *j, Ringd__JobInfo *ji)
     size_t n = 0;
     for (size_t b = 0; b < j->nbuckets; b++)
         for (const rd_op *o = j->buckets[b]; o != NULL; o = o->next)
-            n += o->stall_warned && (o->state == OP_PENDING || o->state == OP_NEGOTIATING);
+            n += o->stall_asked_ms != 0 && (o->state == OP_PENDING || o->state == OP_NEGOTIATING);
     if (n == 0)
         return 0;
     n = n < 64 ? n : 64;
@@ -1137,7 +1248,7 @@ static int describe_stalls(const rd_job *j, Ringd__JobInfo *ji)
         return -1;
     for (size_t b = 0; b < j->nbuckets; b++) {
         for (const rd_op *o = j->buckets[b]; o != NULL && ji->n_stalls < n; o = o->next) {
-            if (!o->stall_warned || (o->state != OP_PENDING && o->state != OP_NEGOTIATING))
+            if (o->stall_asked_ms == 0 || (o->state != OP_PENDING && o->state != OP_NEGOTIATING))
                 continue;
             Ringd__StallInfo *si = calloc(1, sizeof(*si));
             char missing[512];
@@ -1583,6 +1694,36 @@ int rd_job_awaits_order(const rd_job *j)
             if (o->state == OP_NEGOTIATING && o->ring_ready)
                 return 1;
     return 0;
+}
+
+void rd_job_failed_elsewhere(rd_job *j, const char *name, const rd_op_params *p, uint32_t status,
+                             const char *message)
+{
+    char msg[768];
+    ringd_result_t rc = status < RINGD_RESULT_COUNT ? (ringd_result_t)status : RINGD_E_PROTOCOL;
+    snprintf(msg, sizeof(msg), "%s", message); /* message may go with the negotiation's record */
+    /* The oldest op of that name this node has not announced is the one the failure is for. */
+    rd_op *o = NULL;
+    for (rd_op *x = j->buckets[rd_name_hash(name) & (j->nbuckets - 1)]; x != NULL; x = x->next) {
+        if (strcmp(x->name, name) != 0 || x->announced || x->ring_ready || x->doomed ||
+            x->state == OP_RUNNING)
+            continue;
+        o = x;
+        break;
+    }
+    if (o != NULL && o->state != OP_PENDING)
+        return; /* held (its announcement follows) or failed here already */
+    if (o == NULL) { /* none of this node's ranks has submitted it yet */
+        o = op_new(j, name, p, 0);
+        if (o == NULL)
+            return; /* the stall inspector still ends it */
+        op_insert(j, o);
+        j->d->ops_in_flight++;
+    }
+    rd_log(RD_LOG_INFO, "job", "job '%s': %s", j->name, msg);
+    o->await_go = 1;
+    op_tombstone(o, rc, msg);
+    tell(o, rc, msg, 0, NULL, 0);
 }
 
 void rd_job_negotiated(rd_job *j, void *own, const Ringd__GoEntry *e)

@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "frame.h"
+#include "negotiate.h"
 #include "ringd.h"
 
 struct rd_session;
@@ -89,6 +90,13 @@ rd_job *rd_job_next(const rd_job *j);
 /* Every node has announced the op whose handle is own (an rd_op of j): e fails it, carries its
  * result (direct), or says it is bound for the ring. */
 void rd_job_negotiated(rd_job *j, void *own, const Ringd__GoEntry *e);
+
+/* Another node announced that the op named name (params p) failed there, or the announcements
+ * disagree: the oldest op of that name this node has not announced fails now with status and
+ * message on every local rank that submitted it (and on those that submit it later), and this
+ * node announces the failure too, so that no node waits for the others' ranks. */
+void rd_job_failed_elsewhere(rd_job *j, const char *name, const rd_op_params *p, uint32_t status,
+                             const char *message);
 
 /* The coordinator's order for ops bound for the ring: each batch runs (fused where it can) once
  * every op in it is negotiated here, batches in order. */

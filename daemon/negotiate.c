@@ -414,10 +414,16 @@ void rd_neg_missing(const rd_neg *n, const char *name, const void *own, char *bu
     }
 }
 
-void rd_neg_forget(rd_neg *n, const void *own)
+const char *rd_neg_failed(const rd_neg *n, const char *name, uint32_t *status)
 {
-    for (size_t b = 0; b < RD_NEG_BUCKETS; b++)
-        for (rec *r = n->buckets[b]; r != NULL; r = r->next)
-            if (r->own == own)
-                r->own = NULL;
+    const rec *r = rec_find(n, name, NULL);
+    if (r == NULL || r->status == 0)
+        return NULL;
+    *status = r->status;
+    return r->message != NULL ? r->message : "failed on another node";
+}
+
+int rd_neg_awaits(const rd_neg *n, const char *name)
+{
+    return rec_find(n, name, NULL) != NULL;
 }

@@ -73,8 +73,12 @@ size_t rd_neg_pending(const rd_neg *n);
  * n2)" into buf; "" when every other node has. */
 void rd_neg_missing(const rd_neg *n, const char *name, const void *own, char *buf, size_t len);
 
-/* This node gave up on its op own: when every node has announced it, it is handed back with
- * own NULL (and ignored). */
-void rd_neg_forget(rd_neg *n, const void *own);
+/* When the oldest op named name that this node has not announced has already failed (a node
+ * announced a failure, or two announcements disagree), returns the reason (owned by the table,
+ * valid until its next change) with *status set; else NULL. */
+const char *rd_neg_failed(const rd_neg *n, const char *name, uint32_t *status);
+
+/* 1 when some node has announced an op named name that this node has not announced yet. */
+int rd_neg_awaits(const rd_neg *n, const char *name);
 
 #endif

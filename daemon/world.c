@@ -39,9 +39,22 @@ typedef enum {
     W_CONNECTING, /* complete at this generation: links being made */
     W_UP,         /* links up: ops run */
     W_LEAVING,    /* drained: told every node it leaves; links close as the others let go */
+    W_ASIDE,      /* the other nodes could not reach this one while the ring formed: not
+                     registered, registers again after a back-off once its address answers */
 } world_state;
 
-static const char *const state_names[] = {"idle", "waiting", "connecting", "up", "leaving"};
+static const char *const state_names[] = {"idle", "waiting", "connecting", "up", "leaving",
+                                          "set aside"};
+
+#define RD_ASIDE_MAX 8             /* members set aside that status still shows */
+#define RD_REJOIN_MAX_MS 300000    /* the longest a set-aside node waits to register again */
+
+/* A member this node could not reach while the ring formed, evicted for it. */
+typedef struct {
+    char node[RD_NAME_MAX + 1];
+    char addr[RD_ADDR_MAX];
+    char why[256];
+} aside_member;
 
 /* One outbound connection being made, retried until the generation changes. */
 typedef struct {
@@ -94,6 +107,19 @@ struct rd_world {
     int lapsed;
     int64_t heard[RD_RING_NODES_MAX]; /* last control message from each node (ms) */
     struct event *ev_check;           /* runs maybe_up on the next turn */
+    /* Reachability while the ring forms: the last failure of a dial to each member ("" when
+     * none, or once a dial to it succeeded); past --peer-timeout, members this node cannot reach
+     * are set aside (evicted, listed in aside), and this node, when nothing came from some
+     * member, sets itself aside (W_ASIDE, why in self_aside). */
+    char unreach[RD_RING_NODES_MAX][256];
+    struct event *ev_connect;
+    int64_t connect_ms; /* when the ring began connecting */
+    aside_member aside[RD_ASIDE_MAX];
+    int naside;
+    char self_aside[512];
+    int64_t rejoin_ms;           /* the next back-off of a set-aside node */
+    struct event *ev_rejoin;     /* W_ASIDE: dials this node's own address, then registers */
+    rd_peer_dial *self_dial;
     struct event *ev_order; /* coordinator: sends the queued order at the end of the turn */
     char **order;           /* coordinator: names of ring-bound ops not yet ordered */
     size_t norder, caporder;
@@ -112,6 +138,7 @@ static void on_lapse(evutil_socket_t fd, short what, void *arg);
 static void describe_changes(const rd_rdv_view *a, const rd_rdv_view *b, char *buf, size_t len);
 static void on_order(evutil_socket_t fd, short what, void *arg);
 static void order_clear(rd_world *w);
+static void aside_prune(rd_world *w, const rd_rdv_view *v);
 
 static void set_state(rd_world *w, world_state st)
 {
@@ -226,6 +253,7 @@ static void teardown(rd_world *w, const char *why, teardown_how how)
     memset(w->sealed, 0, sizeof(w->sealed));
     memset(w->leaving, 0, sizeof(w->leaving));
     event_del(w->ev_reform);
+    event_del(w->ev_connect);
     event_del(w->ev_grace);
     event_del(w->ev_linger);
     event_del(w->ev_order);
@@ -283,6 +311,9 @@ static void ring_is_up(rd_world *w)
         size += member(w, i)->local_size;
     set_state(w, W_UP);
     w->was_up = 1;
+    w->rejoin_ms = 0;
+    w->self_aside[0] = '\0';
+    aside_prune(w, &w->view);
     for (int i = 0; i < w->nnodes; i++)
         w->heard[i] = rd_now_ms();
     rd_log(RD_LOG_INFO, "world",
@@ -473,6 +504,155 @@ static void on_task_done(void *arg, rd_xfer_task *t)
         carry_check(w);
 }
 
+/* The ring position a slot dials: the next node for data, node s->index for control. */
+static int slot_target(const slot *s)
+{
+    const rd_world *w = s->w;
+    return s->kind == RINGD__LINK_KIND__LINK_CONTROL ? s->index : (w->position + 1) % w->nnodes;
+}
+
+/* Tells the waiting clients which members this node cannot reach so far, and why. */
+static void tell_waiting(rd_world *w)
+{
+    char detail[1024];
+    size_t n = (size_t)snprintf(detail, sizeof(detail),
+                                "every rank has registered; connecting to the other nodes");
+    for (int i = 0; i < w->nnodes && n < sizeof(detail); i++)
+        if (w->unreach[i][0] != '\0')
+            n += (size_t)snprintf(detail + n, sizeof(detail) - n,
+                                  "; node %s at %s is unreachable (%.200s)", member(w, i)->node,
+                                  member(w, i)->addr, w->unreach[i]);
+    rd_job_ring_waiting(w->job, rd_job_world_size(w->job), (uint32_t)w->nnodes, w->generation,
+                        detail);
+}
+
+/* 1 when this node's links with the member at position i are all up (either way). */
+static int links_up_with(const rd_world *w, int i)
+{
+    if (i == (w->position + 1) % w->nnodes)
+        for (int c = 0; c < conns(w); c++)
+            if (w->out_data[c].fd < 0)
+                return 0;
+    if (i == (w->position + w->nnodes - 1) % w->nnodes)
+        for (int c = 0; c < conns(w); c++)
+            if (w->in_data[c] < 0)
+                return 0;
+    return w->ctrl[i] != NULL;
+}
+
+/* 1 when the links this node dials to the member at position i are up. */
+static int dials_up_with(const rd_world *w, int i)
+{
+    if (i == (w->position + 1) % w->nnodes)
+        for (int c = 0; c < conns(w); c++)
+            if (w->out_data[c].fd < 0)
+                return 0;
+    return i > w->position || w->ctrl[i] != NULL;
+}
+
+/* 1 when at least one link of this generation came up: this node is not cut off itself. */
+static int any_link_up(const rd_world *w)
+{
+    for (int c = 0; c < conns(w); c++)
+        if (w->out_data[c].fd >= 0 || w->in_data[c] >= 0)
+            return 1;
+    for (int i = 0; i < w->nnodes; i++)
+        if (i != w->position && w->ctrl[i] != NULL)
+            return 1;
+    return 0;
+}
+
+/* Remembers member m as set aside with why, for status (the oldest entry goes when full). */
+static void aside_add(rd_world *w, const rd_rdv_member *m, const char *why)
+{
+    int k = 0;
+    while (k < w->naside && strcmp(w->aside[k].node, m->node) != 0)
+        k++;
+    if (k == RD_ASIDE_MAX) {
+        memmove(&w->aside[0], &w->aside[1], (RD_ASIDE_MAX - 1) * sizeof(w->aside[0]));
+        k = RD_ASIDE_MAX - 1;
+    } else if (k == w->naside) {
+        w->naside++;
+    }
+    snprintf(w->aside[k].node, sizeof(w->aside[k].node), "%s", m->node);
+    snprintf(w->aside[k].addr, sizeof(w->aside[k].addr), "%s", m->addr);
+    snprintf(w->aside[k].why, sizeof(w->aside[k].why), "%.255s", why);
+}
+
+/* Forgets the members set aside that are in view v now. */
+static void aside_prune(rd_world *w, const rd_rdv_view *v)
+{
+    int n = 0;
+    for (int k = 0; k < w->naside; k++) {
+        int back = 0;
+        for (size_t i = 0; i < v->nmembers && !back; i++)
+            back = strcmp(v->members[i].node, w->aside[k].node) == 0;
+        if (!back)
+            w->aside[n++] = w->aside[k];
+    }
+    w->naside = n;
+}
+
+/* When some member's links to this node never came though this node's own dials to it are up
+ * (or it dials none), says so in self_aside and returns 1: the others may not reach this node. */
+static int missing_inbound(rd_world *w)
+{
+    for (int i = 0; i < w->nnodes; i++) {
+        if (i == w->position || links_up_with(w, i))
+            continue;
+        int dialled = i == (w->position + 1) % w->nnodes || i < w->position;
+        if (dialled && !dials_up_with(w, i))
+            continue;
+        snprintf(w->self_aside, sizeof(w->self_aside),
+                 "no connection came from node %s within %" PRId64
+                 " ms: can it reach this node at %s (--advertise)?",
+                 member(w, i)->node, rd_now_ms() - w->connect_ms, w->d->worlds->address);
+        return 1;
+    }
+    return 0;
+}
+
+/* The ring has been connecting for --peer-timeout. Members this node dials and cannot reach are
+ * set aside: evicted from the rendezvous (that incarnation only), so that the others form the
+ * ring without them, as long as this node is not cut off itself (some link of its came up). */
+static void on_connect_deadline(evutil_socket_t fd, short what, void *arg)
+{
+    rd_world *w = arg;
+    (void)fd;
+    (void)what;
+    if (w->state != W_CONNECTING)
+        return;
+    if (missing_inbound(w))
+        rd_log(RD_LOG_WARN, "world", "job '%s': %s", rd_job_name(w->job), w->self_aside);
+    int cut_off = !any_link_up(w);
+    for (int i = 0; i < w->nnodes; i++) {
+        if (i == w->position || links_up_with(w, i))
+            continue;
+        const rd_rdv_member *m = member(w, i);
+        int dialled = i == (w->position + 1) % w->nnodes || i < w->position;
+        char why[512];
+        if (!dialled || dials_up_with(w, i)) /* what is missing is its dial to this node */
+            continue;
+        if (w->unreach[i][0] != '\0')
+            snprintf(why, sizeof(why), "node %.64s cannot reach it: %.300s", w->d->cfg.node,
+                     w->unreach[i]);
+        else
+            snprintf(why, sizeof(why), "node %.64s had no answer from %.128s within --peer-timeout",
+                     w->d->cfg.node, m->addr);
+        if (cut_off) {
+            rd_log(RD_LOG_WARN, "world",
+                   "job '%s': node %s is unreachable (%s), but no other link of this node came "
+                   "up either: not setting it aside",
+                   rd_job_name(w->job), m->node, why);
+            continue;
+        }
+        rd_log(RD_LOG_WARN, "world", "job '%s': setting node %s aside: %s", rd_job_name(w->job),
+               m->node, why);
+        aside_add(w, m, why);
+        rd_rdv_evict(w->d->worlds->rdv, rd_job_name(w->job), m->node, m->incarnation, why);
+    }
+}
+
 /* A dial ended: a data connection waits in its slot for the data plane, a control connection
  * becomes a channel; a refusal (most often a peer not yet at this generation) retries. */
 static void on_dialled(void *arg, int fd, const char *why)
@@ -480,11 +660,18 @@ static void on_dialled(void *arg, int fd, const char *why)
     slot *s = arg;
     rd_world *w = s->w;
     s->dial = NULL;
+    int to = slot_target(s);
     if (fd < 0) {
-        rd_log(RD_LOG_DEBUG, "world", "job '%s': %s; retrying", rd_job_name(w->job), why);
+        int first = w->unreach[to][0] == '\0';
+        snprintf(w->unreach[to], sizeof(w->unreach[to]), "%s", why);
+        rd_log(first ? RD_LOG_INFO : RD_LOG_DEBUG, "world", "job '%s': cannot reach node %s: %s; retrying",
+               rd_job_name(w->job), member(w, to)->node, why);
+        if (first)
+            tell_waiting(w);
         dial_later(s);
         return;
     }
+    w->unreach[to][0] = '\0';
     if (s->kind == RINGD__LINK_KIND__LINK_CONTROL) {
         w->ctrl[s->index] =
             rd_peer_chan_new(w->d->base, fd, member(w, s->index)->node,
@@ -507,7 +694,7 @@ static void dial_start(slot *s)
     rd_world *w = s->w;
     if (w->state != W_CONNECTING)
         return;
-    int to = s->kind == RINGD__LINK_KIND__LINK_CONTROL ? s->index : (w->position + 1) % w->nnodes;
+    int to = slot_target(s);
     Ringd__PeerHello h = RINGD__PEER_HELLO__INIT;
     h.protocol = RD_PROTOCOL_VERSION;
     h.job = (char *)rd_job_name(w->job);
@@ -540,8 +727,12 @@ static void connect_ring(rd_world *w)
         return;
     }
     set_state(w, W_CONNECTING);
-    rd_job_ring_waiting(w->job, rd_job_world_size(w->job), (uint32_t)w->nnodes, w->generation,
-                        "every rank has registered; connecting to the other nodes");
+    memset(w->unreach, 0, sizeof(w->unreach));
+    w->connect_ms = rd_now_ms();
+    int64_t ms = w->d->cfg.peer_timeout;
+    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+    evtimer_add(w->ev_connect, &tv);
+    tell_waiting(w);
     for (int c = 0; c < conns(w); c++)
         dial_start(&w->out_data[c]);
     for (int q = 0; q < w->position; q++)
@@ -560,6 +751,22 @@ static int view_has(const rd_rdv_view *v, const rd_rdv_member *m, int *same_size
         }
     }
     return 0;
+}
+
+/* 1 when a and b have the same members in the same order: names, incarnations, addresses,
+ * local sizes and job sizes. */
+static int same_members(const rd_rdv_view *a, const rd_rdv_view *b)
+{
+    if (a->nmembers != b->nmembers)
+        return 0;
+    for (size_t i = 0; i < a->nmembers; i++) {
+        const rd_rdv_member *x = &a->members[i], *y = &b->members[i];
+        if (strcmp(x->node, y->node) != 0 || strcmp(x->addr, y->addr) != 0 ||
+            x->incarnation != y->incarnation || x->local_size != y->local_size ||
+            x->world_size != y->world_size || x->min_size != y->min_size)
+            return 0;
+    }
+    return 1;
 }
 
 /* What changed from members a to b, for messages: "node n1 is gone, node n3 joined". */
@@ -624,6 +831,79 @@ static change_kind classify(const rd_world *w, const rd_rdv_view *v, char *why, 
     return defer ? CHANGE_DEFER : CHANGE_BREAK;
 }
 
+static void on_rejoin(evutil_socket_t fd, short what, void *arg);
+
+/* This node was set aside (self_aside says why): it leaves the rendezvous, tells its clients,
+ * and registers again after a back-off (--peer-timeout, doubling up to RD_REJOIN_MAX_MS). */
+static void set_aside(rd_world *w)
+{
+    teardown(w, w->self_aside, TD_FAIL);
+    rd_rdv_leave(w->d->worlds->rdv, rd_job_name(w->job));
+    w->since = 0;
+    set_state(w, W_ASIDE);
+    if (w->rejoin_ms < w->d->cfg.peer_timeout)
+        w->rejoin_ms = w->d->cfg.peer_timeout;
+    char detail[1024];
+    snprintf(detail, sizeof(detail),
+             "node %.64s was set aside: %.500s; it registers again in %" PRId64 " ms", w->d->cfg.node,
+             w->self_aside, w->rejoin_ms);
+    rd_log(RD_LOG_WARN, "world", "job '%s': %s", rd_job_name(w->job), detail);
+    rd_job_ring_waiting(w->job, 0, 0, w->generation, detail);
+    struct timeval tv = {w->rejoin_ms / 1000, (w->rejoin_ms % 1000) * 1000};
+    evtimer_add(w->ev_rejoin, &tv);
+    w->rejoin_ms = w->rejoin_ms * 2 > RD_REJOIN_MAX_MS ? RD_REJOIN_MAX_MS : w->rejoin_ms * 2;
+}
+
+#define RD_SELF_PROBE_JOB "~self-probe" /* a job no client names: any ringd refuses it */
+
+/* A set-aside node's dial of its own advertised address: registers again once this very daemon
+ * answers there (it refuses the probe, naming itself), which a port nothing listens on, a
+ * listener that never answers, a ringd of another key and a ringd of another node all fail. */
+static void on_self_dialled(void *arg, int fd, const char *why)
+{
+    rd_world *w = arg;
+    w->self_dial = NULL;
+    if (fd >= 0)
+        close(fd);
+    char self[RD_NAME_MAX + 16];
+    snprintf(self, sizeof(self), "on node %s", w->d->cfg.node);
+    if (w->state != W_ASIDE)
+        return;
+    if (fd < 0 && strstr(why, ": refused: ") != NULL && strstr(why, self) != NULL) {
+        w->self_aside[0] = '\0';
+        rd_log(RD_LOG_INFO, "world",
+               "job '%s': this node answers at %s: registering again after being set aside",
+               rd_job_name(w->job), w->d->worlds->address);
+        rd_world_register(w);
+        return;
+    }
+    snprintf(w->self_aside, sizeof(w->self_aside),
+             "this node does not answer at its own address (%.300s): check --advertise",
+             fd >= 0 ? "another daemon accepted" : why);
+    rd_log(RD_LOG_WARN, "world", "job '%s': %s; trying again in %" PRId64 " ms",
+           rd_job_name(w->job), w->self_aside, w->rejoin_ms);
+    struct timeval tv = {w->rejoin_ms / 1000, (w->rejoin_ms % 1000) * 1000};
+    evtimer_add(w->ev_rejoin, &tv);
+    w->rejoin_ms = w->rejoin_ms * 2 > RD_REJOIN_MAX_MS ? RD_REJOIN_MAX_MS : w->rejoin_ms * 2;
+}
+
+static void on_rejoin(evutil_socket_t fd, short what, void *arg)
+{
+    rd_world *w = arg;
+    (void)fd;
+    (void)what;
+    if (w->state != W_ASIDE || w->self_dial != NULL)
+        return;
+    Ringd__PeerHello h = RINGD__PEER_HELLO__INIT;
+    h.protocol = RD_PROTOCOL_VERSION;
+    h.job = (char *)RD_SELF_PROBE_JOB;
+    h.node = w->d->cfg.node;
+    h.kind = RINGD__LINK_KIND__LINK_CONTROL;
+    w->self_dial = rd_peer_dial_new(w->d->worlds->net, w->d->worlds->address, &h, on_self_dialled, w);
+    if (w->self_dial == NULL)
+        on_self_dialled(w, -1, "the address does not resolve");
+}
+
 /* Applies the last view: waits, or (re)forms the ring at its generation. A ring that is up and
  * meets a new generation first ends: gracefully when the only change is nodes that said Bye,
  * else broken (its clients re-synchronise). */
@@ -667,10 +947,29 @@ static void apply_view(rd_world *w)
     int complete = pos >= 0 && consistent && enough && v->nmembers <= RD_RING_NODES_MAX &&
                    v->generation > w->stale;
 
-    if (w->state == W_LEAVING || w->state == W_IDLE)
+    if (w->state == W_LEAVING || w->state == W_IDLE || w->state == W_ASIDE)
         return;
     if ((w->state == W_UP || w->state == W_CONNECTING) && w->generation == v->generation)
         return;
+    /* Only the generation moved, the members are the ones of the ring (each registered again
+     * after its lease ran out while Redis did not answer): the ring goes on as it is. */
+    if (w->state == W_UP && same_members(&w->view, v)) {
+        rd_log(RD_LOG_INFO, "world",
+               "job '%s': generation %" PRIu64 " has the members of the ring of generation %" PRIu64
+               " (registered again): the ring goes on",
+               rd_job_name(w->job), v->generation, w->generation);
+        return;
+    }
+    /* Removed after a ring that formed without some member's connection ever coming: the
+     * others could not reach this node, and set it aside. Registering again at once would stop their
+     * ring again; it waits, and first checks that its own address answers. */
+    if (pos < 0 && w->since != 0 && w->state == W_CONNECTING &&
+        rd_now_ms() - w->connect_ms >= w->d->cfg.peer_timeout / 2)
+        missing_inbound(w);
+    if (pos < 0 && w->since != 0 && w->self_aside[0] != '\0') {
+        set_aside(w);
+        return;
+    }
 
     if (w->state == W_UP) {
         char why[512];
@@ -813,8 +1112,10 @@ rd_world *rd_world_new(rd_daemon *d, struct rd_job *j)
     w->ev_check = event_new(d->base, -1, 0, on_check, w);
     w->ev_order = event_new(d->base, -1, 0, on_order, w);
     w->ev_sample = event_new(d->base, -1, EV_PERSIST, on_sample, w);
+    w->ev_connect = evtimer_new(d->base, on_connect_deadline, w);
+    w->ev_rejoin = evtimer_new(d->base, on_rejoin, w);
     struct timeval sec = {1, 0};
-    if (!ok || w->ev_reform == NULL || w->ev_grace == NULL || w->ev_order == NULL ||
+    if (!ok || w->ev_connect == NULL || w->ev_rejoin == NULL || w->ev_reform == NULL || w->ev_grace == NULL || w->ev_order == NULL ||
         w->ev_defer == NULL || w->ev_linger == NULL || w->ev_lapse == NULL || w->ev_check == NULL ||
         w->ev_sample == NULL || event_add(w->ev_sample, &sec) != 0) {
         rd_world_free(w);
@@ -831,10 +1132,15 @@ void rd_world_free(rd_world *w)
 {
     if (w == NULL)
         return;
-    if (w->state != W_IDLE && w->state != W_LEAVING && w->d->worlds != NULL)
+    if (w->state != W_IDLE && w->state != W_LEAVING && w->state != W_ASIDE && w->d->worlds != NULL)
         rd_rdv_leave(w->d->worlds->rdv, rd_job_name(w->job));
     rd_peer_probe_cancel(w->probe);
+    rd_peer_dial_cancel(w->self_dial);
     teardown(w, "the job ended on this node", TD_END);
+    if (w->ev_connect != NULL)
+        event_free(w->ev_connect);
+    if (w->ev_rejoin != NULL)
+        event_free(w->ev_rejoin);
     for (int c = 0; c < RD_RING_CONNS_MAX; c++)
         if (w->out_data[c].retry != NULL)
             event_free(w->out_data[c].retry);
@@ -882,6 +1188,7 @@ void rd_world_register(rd_world *w)
         w->since = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
     }
     self.since = w->since;
+    event_del(w->ev_rejoin);
     if (rd_rdv_join(ws->rdv, rd_job_name(w->job), &self) != 0) {
         rd_log(RD_LOG_ERROR, "world", "job '%s': out of memory registering", rd_job_name(w->job));
         return;
@@ -894,6 +1201,11 @@ void rd_world_unregister(rd_world *w)
 {
     if (w->state == W_IDLE || w->state == W_LEAVING)
         return;
+    if (w->state == W_ASIDE) {
+        event_del(w->ev_rejoin);
+        set_state(w, W_IDLE);
+        return;
+    }
     if (w->state == W_UP) { /* its clients are done: the others finish what it announced */
         rd_world_leave(w);
         return;
@@ -905,7 +1217,7 @@ void rd_world_unregister(rd_world *w)
 
 void rd_world_resize(rd_world *w, const char *why)
 {
-    if (w->state == W_LEAVING)
+    if (w->state == W_LEAVING || w->state == W_ASIDE) /* registers its new size when back */
         return;
     if (w->state == W_IDLE) { /* its clients had all left; one is back */
         rd_world_register(w);
@@ -952,7 +1264,7 @@ static void on_lapse(evutil_socket_t fd, short what, void *arg)
     }
     /* Redis down for everyone: the ring goes on as long as its nodes hear from each other. */
     int cut_off = w->state != W_UP || silent > w->d->cfg.lease_ttl;
-    int lapsed = w->state != W_IDLE && w->state != W_LEAVING && cut_off &&
+    int lapsed = w->state != W_IDLE && w->state != W_LEAVING && w->state != W_ASIDE && cut_off &&
                  rd_rdv_lapsed(w->d->worlds->rdv, rd_job_name(w->job));
     if (!lapsed || w->lapsed) {
         w->lapsed = lapsed;
@@ -988,6 +1300,10 @@ int rd_world_leave(rd_world *w)
 {
     if (w->state == W_LEAVING || w->state == W_IDLE)
         return 1;
+    if (w->state == W_ASIDE) {
+        rd_world_unregister(w);
+        return 1;
+    }
     if (w->state != W_UP) {
         rd_rdv_leave(w->d->worlds->rdv, rd_job_name(w->job));
         teardown(w, "this node left the job", TD_LEAVE);
@@ -1014,10 +1330,26 @@ void rd_world_missing(const rd_world *w, const char *name, const void *own, char
         rd_neg_missing(w->neg, name, own, buf, len);
 }
 
-void rd_world_forget(rd_world *w, const void *own)
+void rd_world_stalled(rd_world *w, const char *name, const char *message)
 {
-    if (w->neg != NULL)
-        rd_neg_forget(w->neg, own);
+    if (w->state != W_UP)
+        return;
+    Ringd__OpSpec spec = RINGD__OP_SPEC__INIT;
+    spec.name = (char *)name;
+    spec.op = RINGD__OP_TYPE__OP_BARRIER;
+    spec.status = RINGD_E_STALLED;
+    spec.message = (char *)message;
+    Ringd__OpSpec *specs[1] = {&spec};
+    Ringd__Ready r = RINGD__READY__INIT;
+    r.generation = w->generation;
+    r.stalled = specs;
+    r.n_stalled = 1;
+    rd_msg m = RINGD__MSG__INIT;
+    m.body_case = RINGD__MSG__BODY_READY;
+    m.ready = &r;
+    for (int i = 0; i < w->nnodes; i++)
+        if (i != w->position && w->ctrl[i] != NULL)
+            rd_peer_chan_send(w->ctrl[i], &m);
 }
 
 void rd_world_detail(const rd_world *w, char *buf, size_t len)
@@ -1118,8 +1450,6 @@ static void negotiated(rd_world *w)
     if (n == 0)
         return;
     for (size_t i = 0; i < n; i++) {
-        if (done[i].own == NULL) /* this node gave up on it (stalled) */
-            continue;
         rd_job_negotiated(w->job, done[i].own, &done[i].e);
         /* A sealed coordinator orders nothing more: what it has not ordered carries over. */
         if (w->position == 0 && !w->carrying && done[i].e.status == RINGD_OK && !done[i].e.direct)
@@ -1208,12 +1538,31 @@ static void on_ctrl_msg(void *arg, rd_peer_chan *c, const rd_msg *m)
         m->ready->generation == w->generation) {
         char err[256];
         for (size_t i = 0; i < m->ready->n_ops; i++) {
-            if (rd_neg_ready(w->neg, from, m->ready->ops[i], NULL, err, sizeof(err)) != 0) {
+            const Ringd__OpSpec *spec = m->ready->ops[i];
+            if (rd_neg_ready(w->neg, from, spec, NULL, err, sizeof(err)) != 0) {
                 rd_log(RD_LOG_WARN, "world", "job '%s': %s; dropping the ring", rd_job_name(w->job),
                        err);
                 reform_later(w);
                 return;
             }
+            /* A failure known elsewhere ends the op here now, not once this node's ranks all
+             * submitted it: no rank waits for what another already knows. */
+            uint32_t status;
+            const char *why = rd_neg_failed(w->neg, spec->name, &status);
+            if (why != NULL) {
+                rd_op_params p = rd_op_params_of_spec(spec);
+                rd_job_failed_elsewhere(w->job, spec->name, &p, status, why);
+            }
+        }
+        /* Ops a node asks to end as stalled: ended here only if this node has not announced
+         * them, by announcing them failed, which every node then sees alike. */
+        for (size_t i = 0; i < m->ready->n_stalled; i++) {
+            const Ringd__OpSpec *spec = m->ready->stalled[i];
+            if (!rd_name_valid(spec->name) || !rd_neg_awaits(w->neg, spec->name))
+                continue;
+            rd_op_params p = rd_op_params_of_spec(spec);
+            rd_job_failed_elsewhere(w->job, spec->name, &p, RINGD_E_STALLED,
+                                    spec->message != NULL ? spec->message : "stalled");
         }
         negotiated(w);
         return;
@@ -1253,6 +1602,8 @@ static void on_ctrl_msg(void *arg, rd_peer_chan *c, const rd_msg *m)
  * generation (once, however many nodes ask), where the ring forms again. */
 static void move_on(rd_world *w, const char *reason)
 {
+    if (w->state == W_ASIDE) /* not registered on purpose */
+        return;
     if (rd_rdv_bump(w->d->worlds->rdv, rd_job_name(w->job), w->stale, reason) != 0)
         rd_world_register(w);
     apply_view(w); /* another node may have moved it on already */
@@ -1519,33 +1870,53 @@ int rd_world_redis_connected(const rd_daemon *d)
 
 Ringd__RingInfo *rd_world_describe(const rd_world *w)
 {
-    /* One block: the RingInfo, then the member and link pointer arrays, then the structs. */
-    size_t n = w->view.nmembers;
-    size_t size = sizeof(Ringd__RingInfo) + (n + 2) * sizeof(void *) +
-                  n * sizeof(Ringd__MemberInfo) + 2 * sizeof(Ringd__LinkInfo);
+    /* One block: the RingInfo, then the member and link pointer arrays, the structs, and the
+     * members' state texts. Members set aside come after the view's. */
+    enum { STATE_LEN = 640 };
+    size_t n = w->view.nmembers, na = (size_t)w->naside;
+    size_t size = sizeof(Ringd__RingInfo) + (n + na + 2) * sizeof(void *) +
+                  (n + na) * sizeof(Ringd__MemberInfo) + 2 * sizeof(Ringd__LinkInfo) +
+                  (n + na) * STATE_LEN;
     Ringd__RingInfo *ri = calloc(1, size);
     if (ri == NULL)
         return NULL;
     ringd__ring_info__init(ri);
     ri->members = (Ringd__MemberInfo **)(ri + 1);
-    ri->links = (Ringd__LinkInfo **)(ri->members + n);
+    ri->links = (Ringd__LinkInfo **)(ri->members + n + na);
     Ringd__MemberInfo *mi = (Ringd__MemberInfo *)(ri->links + 2);
-    Ringd__LinkInfo *li = (Ringd__LinkInfo *)(mi + n);
+    Ringd__LinkInfo *li = (Ringd__LinkInfo *)(mi + n + na);
+    char *text = (char *)(li + 2);
     ri->generation = w->generation;
     ri->state = (char *)state_names[w->state];
     ri->position = (uint32_t)(w->position >= 0 ? w->position : 0);
     uint32_t first = 0;
-    for (size_t i = 0; i < n; i++) {
-        const rd_rdv_member *m = &w->view.members[i];
+    for (size_t i = 0; i < n + na; i++) {
+        char *st = text + i * STATE_LEN;
         ringd__member_info__init(&mi[i]);
+        mi[i].state = st;
+        ri->members[ri->n_members++] = &mi[i];
+        if (i >= n) { /* set aside by this node */
+            const aside_member *a = &w->aside[i - n];
+            mi[i].node = (char *)a->node;
+            mi[i].address = (char *)a->addr;
+            snprintf(st, STATE_LEN, "set aside: %s", a->why);
+            continue;
+        }
+        const rd_rdv_member *m = &w->view.members[i];
         mi[i].first_rank = first;
         mi[i].node = (char *)m->node;
         mi[i].address = (char *)m->addr;
         mi[i].local_size = m->local_size;
         int self = strcmp(m->node, w->d->cfg.node) == 0;
-        mi[i].state = (char *)(self ? state_names[w->state] : w->state == W_UP ? "up" : "member");
+        if (self && w->state == W_ASIDE)
+            snprintf(st, STATE_LEN, "set aside: %s", w->self_aside);
+        else if (self)
+            snprintf(st, STATE_LEN, "%s", state_names[w->state]);
+        else if (w->state == W_CONNECTING && (int)i < w->nnodes && w->unreach[i][0] != '\0')
+            snprintf(st, STATE_LEN, "unreachable: %s", w->unreach[i]);
+        else
+            snprintf(st, STATE_LEN, "%s", w->state == W_UP ? "up" : "member");
         first += m->local_size;
-        ri->members[ri->n_members++] = &mi[i];
     }
     if (n > 0)
         ri->coordinator = (char *)w->view.members[0].node;

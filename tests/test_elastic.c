@@ -731,6 +731,74 @@ Test(elastic, the_ring_serves_ops_while_redis_is_down_and_one_ring_goes_on_after
     th_ring_finish(&ring_);
 }
 
+/* Redis unreachable (stopped, its data kept, its leases expiring meanwhile) for 3.5 leases: the
+ * ring serves on, and once Redis answers again the membership is the same ring of 3 and every
+ * client goes on without a failed call. */
+Test(elastic, a_redis_outage_of_three_and_a_half_leases_changes_nothing_for_the_clients,
+     .timeout = 120)
+{
+    int local[3] = {1, 1, 1};
+    start_job(3, local, 1);
+    uint64_t gen0 = th_ring_wait_up(&ring_, job_, 7, 3, 0, 5000);
+    MUST(gen0 != 0, "no ring of 3");
+    int64_t t_down = th_now_ms();
+    MUST(kill(ring_.redis.pid, SIGSTOP) == 0, "cannot stop redis-server");
+    MUST(TH_WAIT(all_succeeded_after(t_down + 3 * LEASE_MS + LEASE_MS / 2), 20000),
+         "allreduces stopped while Redis did not answer");
+    int64_t t_up = th_now_ms();
+    MUST(kill(ring_.redis.pid, SIGCONT) == 0, "cannot resume redis-server");
+    MUST(TH_WAIT(all_succeeded_after(t_up + 3 * LEASE_MS), 20000),
+         "allreduces stopped after Redis answered again");
+    uint64_t gen1 = th_ring_wait_up(&ring_, job_, 7, 3, gen0 - 1, 10000);
+    MUST(gen1 >= gen0, "after the outage: no single ring of 3 at generation %" PRIu64 " or later",
+         gen0);
+    for (int i = 0; i < nloops_; i++)
+        MUST(loops_[i].failed == 0, "client %d had %d failed calls around the outage", i,
+             loops_[i].failed);
+    expect_no_wrong_results();
+    stop_loops();
+    th_ring_finish(&ring_);
+}
+
+/* Redis unreachable (stopped, its data kept) for longer than the lease: the ring serves on; a
+ * node killed meanwhile is still found out, and the ring re-forms without it once Redis answers
+ * again; a node started meanwhile joins then. */
+Test(elastic, a_redis_outage_longer_than_the_lease_keeps_the_ring_and_changes_after_it_apply,
+     .timeout = 180)
+{
+    int local[3] = {1, 1, 1};
+    start_job(3, local, 1);
+    uint64_t gen0 = th_ring_wait_up(&ring_, job_, 7, 3, 0, 5000);
+    MUST(gen0 != 0, "no ring of 3");
+
+    int64_t t_down = th_now_ms();
+    MUST(kill(ring_.redis.pid, SIGSTOP) == 0, "cannot stop redis-server");
+    MUST(TH_WAIT(all_succeeded_after(t_down + 3 * LEASE_MS + LEASE_MS / 2), 20000),
+         "allreduces stopped while Redis did not answer");
+    /* a node dies and another starts while Redis is still silent */
+    th_daemon_kill(&ring_.d[2]);
+    th_loop_kill(&loops_[2]);
+    MUST(th_ring_start_node(&ring_, 3, extra_) == 0, "n3 did not start");
+    ring_.n = 4;
+    add_loop(3, 3, 1, 1, 60000);
+    th_sleep_ms(LEASE_MS);
+    int64_t t_up = th_now_ms();
+    MUST(kill(ring_.redis.pid, SIGCONT) == 0, "cannot resume redis-server");
+    /* n0, n1 and n3 form one ring without n2, and every client of it goes on */
+    uint64_t gen1 = th_ring_wait_up(&ring_, job_, 0xb, 3, gen0, 20000);
+    MUST(gen1 > gen0, "no ring of n0, n1 and n3 within 20 s of Redis answering again");
+    MUST(TH_WAIT(loops_[0].last_ok_ms > t_up && loops_[1].last_ok_ms > t_up &&
+                     loops_[3].last_ok_ms > t_up && loops_[0].size == 3 && loops_[3].size == 3,
+                 20000),
+         "the clients of n0, n1 and n3 did not go on at 3 ranks after Redis answered again");
+    th_jobinfo info;
+    MUST(th_job_info(ring_.d[0].sock, job_, &info) == 0 && strstr(info.members, "n2") == NULL,
+         "n0's ring still holds n2: [%s]", info.members);
+    expect_no_wrong_results();
+    stop_loops();
+    th_ring_finish(&ring_);
+}
+
 /* ---- 8. the stall inspector ---- */
 
 #define STALL_WARN_MS 300

@@ -466,6 +466,24 @@ static int movement(int i, void *arg)
         if (tiny[3 * k] != k + 0.5 || tiny[3 * k + 1] != -k - 0.25 || tiny[3 * k + 2] != k * 1e300)
             return 45;
     }
+    /* in place, sendbuf == recvbuf: the contribution sits at the start of the output, in the
+     * arena and outside it, on the ring and direct (small) */
+    for (size_t c = gcount; c > 0; c = c > 3 ? 3 : 0) {
+        for (size_t e = 0; e < c; e++)
+            gather[e] = heap_gather[e] = (int32_t)(me * 13 - (int)e);
+        CHECK_OK(r, ringd_allgather(r, c > 3 ? "g.start" : "g.start.small", gather, gather, c,
+                                    RINGD_I32));
+        CHECK_OK(r, ringd_allgather(r, c > 3 ? "g.start.heap" : "g.start.heap.small", heap_gather,
+                                    heap_gather, c, RINGD_I32));
+        for (int k = 0; k < n; k++)
+            for (size_t e = 0; e < c; e++)
+                if (gather[(size_t)k * c + e] != (int32_t)(k * 13 - (int)e) ||
+                    heap_gather[(size_t)k * c + e] != (int32_t)(k * 13 - (int)e)) {
+                    fprintf(stderr, "rank %d: in-place allgather of %zu: slot %d element %zu\n",
+                            me, c, k, e);
+                    return 46;
+                }
+    }
     CHECK_OK(r, ringd_barrier(r, "the-barrier"));
     CHECK_OK(r, ringd_barrier(r, NULL));
     free(heap);

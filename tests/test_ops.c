@@ -261,6 +261,24 @@ static int movement(int idx, void *arg)
                 return 44;
         }
     }
+    /* in place, sendbuf == recvbuf: the contribution sits at the start of the output, in the
+     * arena and outside it, large (on the executor) and small (inline) */
+    for (size_t c = count; c > 0; c = c > 7 ? 7 : 0) {
+        for (size_t i = 0; i < c; i++)
+            gather[i] = heap_gather[i] = (int32_t)(me * 13 - (int)i);
+        CHECK_OK(r, ringd_allgather(r, c > 7 ? "g.start" : "g.start.small", gather, gather, c,
+                                    RINGD_I32));
+        CHECK_OK(r, ringd_allgather(r, c > 7 ? "g.start.heap" : "g.start.heap.small", heap_gather,
+                                    heap_gather, c, RINGD_I32));
+        for (int k = 0; k < n; k++)
+            for (size_t i = 0; i < c; i++)
+                if (gather[(size_t)k * c + i] != (int32_t)(k * 13 - (int)i) ||
+                    heap_gather[(size_t)k * c + i] != (int32_t)(k * 13 - (int)i)) {
+                    fprintf(stderr, "rank %d: in-place allgather of %zu: slot %d element %zu\n",
+                            me, c, k, i);
+                    return 45;
+                }
+    }
     CHECK_OK(r, ringd_barrier(r, "the-barrier"));
     CHECK_OK(r, ringd_barrier(r, NULL));
     free(heap);

@@ -146,9 +146,17 @@ void ringd_free(ringd_t *r, void *p);
 /* Collectives. Every call may be made by the thread that owns r; it returns RINGD_OK or an error
  * with its detail in ringd_errmsg(r). name identifies the tensor across ranks (NULL: an automatic
  * name from a per-session counter, which matches only when every rank calls in the same order).
- * Buffers may be in the arena or anywhere else; recvbuf may equal sendbuf. The _async forms return
- * a request that must be finished with ringd_wait, or ringd_test until it reports done; the buffers
- * must stay untouched until then. */
+ * Buffers may be in the arena or anywhere else, and may work in place as each call says; other
+ * overlaps of sendbuf and recvbuf are refused (RINGD_E_INVALID). The _async forms return a request
+ * that must be finished with ringd_wait, or ringd_test until it reports done; the buffers must stay
+ * untouched until then.
+ *
+ * A collective one rank cannot run (a bad argument, a buffer outside the arena, no room to stage
+ * it, --max-pending reached, a generation the job has left) fails on that rank at once and on every
+ * other rank of the op as soon as they submit it or, if they already have, within milliseconds:
+ * all of them get that rank's result code, and ringd_errmsg() names the rank, its node and why. */
+/* Reduces every rank's count elements of sendbuf with op into every rank's recvbuf. In place:
+ * recvbuf == sendbuf. */
 ringd_result_t ringd_allreduce(ringd_t *r, const char *name, const void *sendbuf, void *recvbuf,
                                size_t count, ringd_dtype_t dtype, ringd_redop_t op);
 ringd_result_t ringd_allreduce_async(ringd_t *r, const char *name, const void *sendbuf,
@@ -162,7 +170,7 @@ ringd_result_t ringd_allreduce_scaled(ringd_t *r, const char *name, const void *
                                       ringd_redop_t op, double prescale, double postscale,
                                       ringd_request_t **req);
 
-/* Copies root's buf to every rank's buf. */
+/* Copies root's buf to every rank's buf (one buffer: always in place). */
 ringd_result_t ringd_broadcast(ringd_t *r, const char *name, void *buf, size_t count,
                                ringd_dtype_t dtype, int root);
 ringd_result_t ringd_broadcast_async(ringd_t *r, const char *name, void *buf, size_t count,
@@ -170,7 +178,9 @@ ringd_result_t ringd_broadcast_async(ringd_t *r, const char *name, void *buf, si
 
 /* Every rank contributes count elements; recvbuf receives size * count, in rank order. recvbuf
  * holds ringd_size() * count as of the call; after a rank left, ringd_size() once the call
- * returns says how many of them hold the result. */
+ * returns says how many of them hold the result. Two in-place forms, in the arena or not:
+ * sendbuf == recvbuf (the contribution is the first count elements of recvbuf), and MPI's
+ * sendbuf == recvbuf + ringd_rank() * count (it already sits in this rank's slot). */
 ringd_result_t ringd_allgather(ringd_t *r, const char *name, const void *sendbuf, void *recvbuf,
                                size_t count, ringd_dtype_t dtype);
 ringd_result_t ringd_allgather_async(ringd_t *r, const char *name, const void *sendbuf,
