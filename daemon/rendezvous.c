@@ -574,10 +574,9 @@ static void record_format(const rd_rdv_member *m, char *buf, size_t len)
              m->incarnation, m->local_size, m->world_size, m->min_size, m->since, m->addr);
 }
 
-/* Parses a record read from Redis (untrusted) into m (node not touched): version 3 as written
- * by record_format, or an older daemon's version 2 (without since, read as 0) or 1 (without
- * min_size either); 0 or -1. */
-static int record_parse(const char *s, size_t len, rd_rdv_member *m)
+/* See rendezvous.h: a record read from Redis (untrusted), version 3 as written by record_format
+ * or an older daemon's 2 (without since, read as 0) or 1 (without min_size either). */
+int rd_rdv_record_parse(const char *s, size_t len, rd_rdv_member *m)
 {
     const char *tok[7];
     size_t tlen[7];
@@ -655,8 +654,8 @@ static int id_after(const char *a, const char *b)
     return ams > bms || (ams == bms && aseq > bseq);
 }
 
-/* Frees a view made by view_parse; NULL is fine. */
-static void view_free(rd_rdv_view *v)
+/* See rendezvous.h. */
+void rd_rdv_view_free(rd_rdv_view *v)
 {
     if (v == NULL)
         return;
@@ -677,12 +676,9 @@ static int member_cmp(const void *a, const void *b, void *arg)
     return strcmp(x->node, y->node);
 }
 
-/* Parses a script reply {status, generation, last stream id, {node, record, ...}, started,
- * soonest} into a new view (members sorted; malformed ones skipped, logged at debug and counted
- * in *nbad) and writes status, id and *soonest (the smallest PTTL of the other members' leases,
- * -1 for none). Returns NULL for a malformed reply (logged) or out of memory. Caller owns the
- * view. */
-static rd_rdv_view *view_parse(const redisReply *rep, const char *job, char *status,
+/* See rendezvous.h: a script reply {status, generation, last stream id, {node, record, ...},
+ * started, soonest}, malformed members logged at debug. */
+rd_rdv_view *rd_rdv_view_parse(const redisReply *rep, const char *job, char *status,
                                size_t statuslen, char *id, int64_t *soonest, size_t *nbad)
 {
     const char *why = NULL;
@@ -754,7 +750,7 @@ static rd_rdv_view *view_parse(const redisReply *rep, const char *job, char *sta
         }
         memcpy(m->node, k->str, k->len);
         m->node[k->len] = '\0';
-        if (!rd_name_valid(m->node) || record_parse(val->str, val->len, m) != 0) {
+        if (!rd_name_valid(m->node) || rd_rdv_record_parse(val->str, val->len, m) != 0) {
             rd_log(RD_LOG_DEBUG, SUBSYS, "job %s: member record %zu is malformed; ignored", job,
                    i / 2);
             memset(m, 0, sizeof(*m));
@@ -771,7 +767,7 @@ bad:
     return NULL;
 oom:
     rd_log(RD_LOG_ERROR, SUBSYS, "job %s: out of memory parsing a view", job);
-    view_free(v);
+    rd_rdv_view_free(v);
     return NULL;
 }
 
@@ -823,7 +819,7 @@ static void on_deliver(evutil_socket_t fd, short what, void *arg)
         r->gone = &gone;
         r->on_view(r->arg, name, v);
         if (gone) {
-            view_free(v);
+            rd_rdv_view_free(v);
             return;
         }
         r->gone = NULL;
@@ -831,7 +827,7 @@ static void on_deliver(evutil_socket_t fd, short what, void *arg)
         if (j != NULL && j->uid == uid && j->view == NULL)
             j->view = v;
         else
-            view_free(v);
+            rd_rdv_view_free(v);
     }
 }
 
@@ -860,7 +856,7 @@ static void job_take_view(rd_rdv *r, rdv_job *j, rd_rdv_view *v, const char *id,
                    j->name, v->generation, j->high_gen);
         j->behind_logged = 1;
         snprintf(j->lastid, sizeof(j->lastid), "%s", id);
-        view_free(v);
+        rd_rdv_view_free(v);
         if (script == RDV_VIEW)
             refresh_now(r, j);
     } else {
@@ -868,7 +864,7 @@ static void job_take_view(rd_rdv *r, rdv_job *j, rd_rdv_view *v, const char *id,
         if (j->lastid[0] == '\0' || id_after(id, j->lastid))
             snprintf(j->lastid, sizeof(j->lastid), "%s", id);
         j->high_gen = v->generation;
-        view_free(j->view);
+        rd_rdv_view_free(j->view);
         j->view = v;
         if (v->generation > j->delivered_gen) {
             j->undelivered = 1;
@@ -1053,14 +1049,14 @@ static void on_script(redisAsyncContext *ac, void *reply, void *privdata)
         return;
     }
     size_t nbad = 0;
-    rd_rdv_view *v = view_parse(rep, q->job, status, sizeof(status), id, &soonest, &nbad);
+    rd_rdv_view *v = rd_rdv_view_parse(rep, q->job, status, sizeof(status), id, &soonest, &nbad);
     if (v != NULL && q->script == RDV_EVICT)
         rd_log(strcmp(status, "evicted") == 0 ? RD_LOG_INFO : RD_LOG_DEBUG, SUBSYS,
                "job %s: %s node %s (incarnation %s): %s", q->job,
                strcmp(status, "evicted") == 0 ? "evicted" : "nothing to evict: no",
                q->args[RDV_NKEYS + 1], q->args[RDV_NKEYS + 2], q->args[RDV_NKEYS + 3]);
     if (v == NULL || j == NULL) {
-        view_free(v);
+        rd_rdv_view_free(v);
         req_free(q);
         return;
     }
@@ -1198,6 +1194,34 @@ static void on_watchdog(evutil_socket_t fd, short what, void *arg)
 
 /* ---- watching ---- */
 
+/* See rendezvous.h: XREAD's {{key, {{id, {fields}}, ...}}, ...}, of which only the last id
+ * matters. */
+int rd_rdv_stream_last_id(const redisReply *rep, const char **id, size_t *len)
+{
+    uint64_t ms, seq;
+    *id = NULL;
+    *len = 0;
+    if (rep->type != REDIS_REPLY_ARRAY)
+        return -1;
+    for (size_t i = 0; i < rep->elements; i++) {
+        const redisReply *s = rep->element[i];
+        if (s->type != REDIS_REPLY_ARRAY || s->elements != 2 ||
+            s->element[1]->type != REDIS_REPLY_ARRAY)
+            continue;
+        const redisReply *ents = s->element[1];
+        for (size_t k = 0; k < ents->elements; k++) {
+            const redisReply *e = ents->element[k];
+            if (e->type == REDIS_REPLY_ARRAY && e->elements >= 1 &&
+                e->element[0]->type == REDIS_REPLY_STRING &&
+                id_parse(e->element[0]->str, e->element[0]->len, &ms, &seq) == 0) {
+                *id = e->element[0]->str;
+                *len = e->element[0]->len;
+            }
+        }
+    }
+    return *id != NULL ? 0 : -1;
+}
+
 /* XREAD's answer: entries mean something changed, so the command connection reads the view. */
 static void on_xread(redisAsyncContext *ac, void *reply, void *privdata)
 {
@@ -1216,27 +1240,9 @@ static void on_xread(redisAsyncContext *ac, void *reply, void *privdata)
         return;
     }
     if (rep->type == REDIS_REPLY_ARRAY) {
-        /* {{key, {{id, {fields}}, ...}}}: only the last id matters. */
         const char *last = NULL;
         size_t lastlen = 0;
-        uint64_t ms, seq;
-        for (size_t i = 0; i < rep->elements; i++) {
-            const redisReply *s = rep->element[i];
-            if (s->type != REDIS_REPLY_ARRAY || s->elements != 2 ||
-                s->element[1]->type != REDIS_REPLY_ARRAY)
-                continue;
-            const redisReply *ents = s->element[1];
-            for (size_t k = 0; k < ents->elements; k++) {
-                const redisReply *e = ents->element[k];
-                if (e->type == REDIS_REPLY_ARRAY && e->elements >= 1 &&
-                    e->element[0]->type == REDIS_REPLY_STRING &&
-                    id_parse(e->element[0]->str, e->element[0]->len, &ms, &seq) == 0) {
-                    last = e->element[0]->str;
-                    lastlen = e->element[0]->len;
-                }
-            }
-        }
-        if (last == NULL) {
+        if (rd_rdv_stream_last_id(rep, &last, &lastlen) != 0) {
             rd_log(RD_LOG_WARN, SUBSYS, "job %s: malformed XREAD reply; reading the view", j->name);
         } else {
             memcpy(j->lastid, last, lastlen);
@@ -1285,7 +1291,7 @@ static void job_free(rdv_job *j)
     conn_fini(&j->watch);
     if (j->tick != NULL)
         event_free(j->tick);
-    view_free(j->view);
+    rd_rdv_view_free(j->view);
     free(j);
 }
 

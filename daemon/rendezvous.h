@@ -13,6 +13,7 @@
 #include "frame.h"
 
 struct event_base;
+struct redisReply;
 
 #define RD_ADDR_MAX 128 /* "host:port" */
 
@@ -96,5 +97,26 @@ int rd_rdv_lapsed(const rd_rdv *r, const char *job);
 
 /* 1 while the command connection to Redis is up. */
 int rd_rdv_connected(const rd_rdv *r);
+
+/* Pure decoders of what Redis returns (untrusted: any client of the Redis may have written it),
+ * exported for the fuzz harnesses in tests/fuzz; any thread. */
+
+/* Parses a member record "V <incarnation> <local_size> <world_size> [<min_size> [<since>]] <addr>"
+ * (V = 3, 2 or 1) of len bytes into m, node not touched. Returns 0, or -1 when malformed. */
+int rd_rdv_record_parse(const char *s, size_t len, rd_rdv_member *m);
+
+/* Parses a script reply into a new view (members sorted; malformed members skipped and counted in
+ * *nbad) and writes its status (statuslen bytes at most), last stream id (id holds 48 bytes) and
+ * *soonest (smallest lease PTTL of the others, -1 for none). Returns NULL for a malformed reply
+ * (logged) or out of memory. The caller owns the view: rd_rdv_view_free. */
+rd_rdv_view *rd_rdv_view_parse(const struct redisReply *rep, const char *job, char *status,
+                               size_t statuslen, char *id, int64_t *soonest, size_t *nbad);
+
+/* Frees a view of rd_rdv_view_parse; NULL is a no-op. */
+void rd_rdv_view_free(rd_rdv_view *v);
+
+/* Finds the last well-formed entry id in an XREAD reply; *id points into rep, *len bytes, not
+ * terminated. Returns 0, or -1 (id NULL) when the reply holds none. */
+int rd_rdv_stream_last_id(const struct redisReply *rep, const char **id, size_t *len);
 
 #endif

@@ -258,6 +258,7 @@ static void reduce_f64(rd_redop op, double *dst, const void *const *src, int nsr
 #if defined(__x86_64__) && defined(__GNUC__)
 /* x86 processors with F16C convert 8 halves per instruction, rounding to nearest even like the
  * portable code; chosen at run time, so the build does not depend on the build machine. */
+#include <cpuid.h>
 #include <immintrin.h>
 
 #define RD_F16C_TARGET __attribute__((target("avx,f16c")))
@@ -284,9 +285,12 @@ RD_F16C_TARGET static void narrow_f16_f16c(uint16_t *restrict out, const float *
         out[i] = f32_to_f16(in[i]);
 }
 
+/* CPUID itself rather than __builtin_cpu_supports("f16c"), which clang before 15 does not
+ * know. */
 static int have_f16c(void)
 {
-    return __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+    unsigned a, b, c, d;
+    return __builtin_cpu_supports("avx") && __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
 }
 
 /* bfloat16 with AVX2: the same bit operations as bf16_to_f32 and f32_to_bf16, 8 at a time. */

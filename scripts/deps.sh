@@ -9,6 +9,7 @@ RINGD_DEB_PACKAGES=(
   libcriterion-dev redis-server
   openmpi-bin libopenmpi-dev
   python3 libsodium-dev iproute2 nftables
+  clang libclang-rt-14-dev
 )
 
 # ringd_apt_install PACKAGE...: installs those of the packages that are missing.
