@@ -35,6 +35,7 @@
  * enforced: they do not change the exit status. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -94,6 +95,7 @@ typedef struct {
 typedef struct {
     int nodes, local;
     uint64_t duration_s, seed, chaos_ms, max_count, hang_ms, lease_ms, min_size, restart_ms;
+    uint64_t mixed; /* non-zero: ops alternate between max_count and this many elements */
     int chaos, strict, keep, verbose;
     const char *ringd, *ringctl, *redis;
     char **daemon_args; /* after "--" */
@@ -233,7 +235,9 @@ static int client_main(const soak_opts *o, const char *sock, int node, int slot,
                 rb_sleep_ms(10);
             continue;
         }
-        size_t count = op_count(o->seed, step, o->max_count);
+        size_t count = o->mixed == 0 ? op_count(o->seed, step, o->max_count)
+                       : step % 2 == 0 ? (size_t)o->max_count
+                                       : (size_t)o->mixed;
         for (size_t k = 0; k < count; k++)
             send[k] = (int32_t)(term(o->seed, step, k) + me);
         ev.count = count;
@@ -323,6 +327,9 @@ typedef struct {
     uint64_t rng;
     int64_t t0, next_chaos;
     int formed;
+    int64_t sampled_ms; /* when the daemons' memory and descriptors were first sampled */
+    long rss_kib[MAX_NODES], fds[MAX_NODES]; /* that first sample */
+    pid_t sampled_pid[MAX_NODES];
     long ops, membership, errors, closed, wrong, hangs, crashes;
     long errors_by[RINGD_RESULT_COUNT];
     soak_action *act;
@@ -863,6 +870,52 @@ static int node_tick(soak *s, int i, int64_t now)
     return 0;
 }
 
+/* The resident memory (KiB) and open descriptors of process pid; -1 each when unknown. */
+static void resources(pid_t pid, long *rss_kib, long *fds)
+{
+    char path[64], line[256];
+    *rss_kib = *fds = -1;
+    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "r");
+    while (f != NULL && fgets(line, sizeof(line), f) != NULL)
+        if (strncmp(line, "VmRSS:", 6) == 0)
+            *rss_kib = strtol(line + 6, NULL, 10);
+    if (f != NULL)
+        fclose(f);
+    snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+    DIR *d = opendir(path);
+    if (d == NULL)
+        return;
+    long n = 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL;)
+        n += e->d_name[0] != '.';
+    closedir(d);
+    *fds = n;
+}
+
+/* Samples every daemon's memory and descriptors (first), or prints them next to the first
+ * sample (at the end): a daemon that leaks grows between the two. */
+static void sample_daemons(soak *s, int first)
+{
+    for (int i = 0; i < s->o.nodes; i++) {
+        const soak_node *n = &s->n[i];
+        long rss, fds;
+        if (n->pid <= 0)
+            continue;
+        resources(n->pid, &rss, &fds);
+        if (first) {
+            s->rss_kib[i] = rss;
+            s->fds[i] = fds;
+            s->sampled_pid[i] = n->pid;
+            continue;
+        }
+        printf("soak: resources %s: rss %ld -> %ld KiB, fds %ld -> %ld, from %.0f s to the end%s\n",
+               n->name, s->rss_kib[i], rss, s->fds[i], fds,
+               (double)(s->sampled_ms - s->t0) / 1000.0,
+               s->sampled_pid[i] == n->pid ? "" : " (restarted in between: not comparable)");
+    }
+}
+
 /* Runs the soak until --duration passes. Returns 0, or -1 when it could not go on. */
 static int run(soak *s)
 {
@@ -874,8 +927,16 @@ static int run(soak *s)
         node_start(s, i);
     while (!interrupted) {
         int64_t now = rb_now_ms();
-        if (now >= end)
+        if (now >= end) {
+            if (s->sampled_ms != 0)
+                sample_daemons(s, 0);
             return 0;
+        }
+        /* Memory and descriptors once the job has run a while (arenas mapped, links made). */
+        if (s->formed && s->sampled_ms == 0 && now >= s->t0 + 10000) {
+            s->sampled_ms = now;
+            sample_daemons(s, 1);
+        }
         int ws;
         pid_t pid;
         while ((pid = waitpid(-1, &ws, WNOHANG)) > 0)
@@ -1106,6 +1167,8 @@ static void usage(FILE *f)
            "  --no-chaos        no chaos actions: ops only\n"
            "  --restart-ms MS   mean delay before a daemon taken down starts again (default 1000)\n"
            "  --max-count N     largest allreduce in i32 elements (default 256K)\n"
+           "  --mixed N         ops alternate between --max-count and N elements (a steady\n"
+           "                    load of two sizes) instead of log-uniform sizes\n"
            "  --min-size N      the job's min_size (default 1)\n"
            "  --lease-ttl MS    the daemons' --lease-ttl (default 1000)\n"
            "  --hang-ms MS      a client with no op finished this long hangs (default 30000)\n"
@@ -1132,6 +1195,7 @@ static int parse(soak *s, int argc, char **argv, char *ringd_buf, char *ringctl_
         {"no-chaos", no_argument, NULL, 'C'},
         {"restart-ms", required_argument, NULL, 'R'},
         {"max-count", required_argument, NULL, 'x'},
+        {"mixed", required_argument, NULL, 'X'},
         {"min-size", required_argument, NULL, 'm'},
         {"lease-ttl", required_argument, NULL, 't'},
         {"hang-ms", required_argument, NULL, 'H'},
@@ -1166,6 +1230,7 @@ static int parse(soak *s, int argc, char **argv, char *ringd_buf, char *ringctl_
         case 'C': o->chaos = 0; break;
         case 'R': bad = rb_parse_u64(optarg, 0, 600000, &o->restart_ms); break;
         case 'x': bad = rb_parse_u64(optarg, 1, 64 << 20, &o->max_count); break;
+        case 'X': bad = rb_parse_u64(optarg, 1, 64 << 20, &o->mixed); break;
         case 'm': bad = rb_parse_u64(optarg, 1, MAX_NODES * MAX_LOCAL, &o->min_size); break;
         case 't': bad = rb_parse_u64(optarg, 100, 600000, &o->lease_ms); break;
         case 'H': bad = rb_parse_u64(optarg, 100, 3600000, &o->hang_ms); break;
