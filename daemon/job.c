@@ -469,9 +469,9 @@ static ringd_result_t validate(const struct rd_session *s, const Ringd__Submit *
     return RINGD_OK;
 }
 
-/* Creates a pending op named name with parameters p, first submitted by rank. Returns NULL
- * when out of memory. */
-static rd_op *op_new(rd_job *j, const char *name, const rd_op_params *p, uint32_t rank)
+/* A pending op named name with parameters p, first submitted by rank, not yet in the table.
+ * Returns NULL when out of memory. */
+static rd_op *op_alloc(rd_job *j, const char *name, const rd_op_params *p, uint32_t rank)
 {
     rd_op *o = calloc(1, sizeof(*o));
     if (o == NULL)
@@ -506,6 +506,18 @@ static rd_op *op_new(rd_job *j, const char *name, const rd_op_params *p, uint32_
     lp->root = o->p.root;
     lp->count = o->p.count;
     lp->n = (int)o->nparts;
+    return o;
+}
+
+/* Creates a pending op (op_alloc) in the job's table, counted in flight. Returns NULL when out
+ * of memory. */
+static rd_op *op_new(rd_job *j, const char *name, const rd_op_params *p, uint32_t rank)
+{
+    rd_op *o = op_alloc(j, name, p, rank);
+    if (o == NULL)
+        return NULL;
+    op_insert(j, o);
+    j->d->ops_in_flight++;
     return o;
 }
 
@@ -631,8 +643,6 @@ static void op_refuse(rd_job *j, struct rd_session *s, uint32_t rank, uint64_t r
             rd_session_complete(s, request_id, RINGD_E_NOMEM, "out of memory");
             return;
         }
-        op_insert(j, o);
-        j->d->ops_in_flight++;
     }
     part *pt = &o->parts[rank];
     pt->s = s;
@@ -725,8 +735,6 @@ void rd_job_submit(struct rd_session *s, const Ringd__Submit *m)
             rd_session_complete(s, m->request_id, RINGD_E_NOMEM, "out of memory");
             return;
         }
-        op_insert(j, o);
-        j->d->ops_in_flight++;
     }
 
     part *pt = &o->parts[rank];
@@ -1717,8 +1725,6 @@ void rd_job_failed_elsewhere(rd_job *j, const char *name, const rd_op_params *p,
         o = op_new(j, name, p, 0);
         if (o == NULL)
             return; /* the stall inspector still ends it */
-        op_insert(j, o);
-        j->d->ops_in_flight++;
     }
     rd_log(RD_LOG_INFO, "job", "job '%s': %s", j->name, msg);
     o->await_go = 1;

@@ -139,6 +139,7 @@ static void describe_changes(const rd_rdv_view *a, const rd_rdv_view *b, char *b
 static void on_order(evutil_socket_t fd, short what, void *arg);
 static void order_clear(rd_world *w);
 static void aside_prune(rd_world *w, const rd_rdv_view *v);
+static void ready_to_all(rd_world *w, Ringd__OpSpec *spec, int stalled);
 
 static void set_state(rd_world *w, world_state st)
 {
@@ -1339,17 +1340,7 @@ void rd_world_stalled(rd_world *w, const char *name, const char *message)
     spec.op = RINGD__OP_TYPE__OP_BARRIER;
     spec.status = RINGD_E_STALLED;
     spec.message = (char *)message;
-    Ringd__OpSpec *specs[1] = {&spec};
-    Ringd__Ready r = RINGD__READY__INIT;
-    r.generation = w->generation;
-    r.stalled = specs;
-    r.n_stalled = 1;
-    rd_msg m = RINGD__MSG__INIT;
-    m.body_case = RINGD__MSG__BODY_READY;
-    m.ready = &r;
-    for (int i = 0; i < w->nnodes; i++)
-        if (i != w->position && w->ctrl[i] != NULL)
-            rd_peer_chan_send(w->ctrl[i], &m);
+    ready_to_all(w, &spec, 1);
 }
 
 void rd_world_detail(const rd_world *w, char *buf, size_t len)
@@ -1441,6 +1432,28 @@ static void on_order(evutil_socket_t fd, short what, void *arg)
     order_clear(w);
 }
 
+/* Sends every other node a Ready of this generation with spec: an op ready here, or (stalled) one
+ * this node asks the others to end as stalled. */
+static void ready_to_all(rd_world *w, Ringd__OpSpec *spec, int stalled)
+{
+    Ringd__OpSpec *specs[1] = {spec};
+    Ringd__Ready r = RINGD__READY__INIT;
+    r.generation = w->generation;
+    if (stalled) {
+        r.stalled = specs;
+        r.n_stalled = 1;
+    } else {
+        r.ops = specs;
+        r.n_ops = 1;
+    }
+    rd_msg m = RINGD__MSG__INIT;
+    m.body_case = RINGD__MSG__BODY_READY;
+    m.ready = &r;
+    for (int i = 0; i < w->nnodes; i++)
+        if (i != w->position && w->ctrl[i] != NULL)
+            rd_peer_chan_send(w->ctrl[i], &m);
+}
+
 /* Hands every op now done negotiating to the job; the coordinator also orders those bound for
  * the ring, for every node, in the order they got done here. */
 static void negotiated(rd_world *w)
@@ -1472,17 +1485,7 @@ int rd_world_ready(rd_world *w, const char *name, const rd_op_params *p, ringd_r
     spec.name = (char *)name;
     spec.status = (uint32_t)status;
     spec.message = (char *)(message != NULL ? message : "");
-    Ringd__OpSpec *specs[1] = {&spec};
-    Ringd__Ready r = RINGD__READY__INIT;
-    r.generation = w->generation;
-    r.ops = specs;
-    r.n_ops = 1;
-    rd_msg m = RINGD__MSG__INIT;
-    m.body_case = RINGD__MSG__BODY_READY;
-    m.ready = &r;
-    for (int i = 0; i < w->nnodes; i++)
-        if (i != w->position && w->ctrl[i] != NULL)
-            rd_peer_chan_send(w->ctrl[i], &m);
+    ready_to_all(w, &spec, 0);
     char err[256];
     if (rd_neg_ready(w->neg, w->position, &spec, own, err, sizeof(err)) != 0) {
         rd_log(RD_LOG_ERROR, "world", "job '%s': %s", rd_job_name(w->job), err);

@@ -188,6 +188,18 @@ int th_wait_eof(int fd, int timeout_ms);
 
 struct ringd;
 
+/* In a client process of th_run: returns 20 from the enclosing function when call does not
+ * return RINGD_OK, after printing the call, its result, the rank and ringd_errmsg(r). */
+#define TH_CHECK_OK(r, call)                                                                       \
+    do {                                                                                           \
+        ringd_result_t rc_ = (call);                                                               \
+        if (rc_ != RINGD_OK) {                                                                     \
+            fprintf(stderr, "%s:%d: rank %d: %s: %s: %s\n", __FILE__, __LINE__, ringd_rank(r),     \
+                    #call, ringd_strerror(rc_), ringd_errmsg(r));                                  \
+            return 20;                                                                             \
+        }                                                                                          \
+    } while (0)
+
 /* A libringd session of job on sock with n local ranks (world n), op_timeout_ms for every wait
  * and arena_size bytes (0: the daemon's default). Returns NULL after printing why. */
 struct ringd *th_open(const char *sock, const char *job, int n, size_t arena_size,

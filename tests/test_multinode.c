@@ -108,16 +108,6 @@ static ringd_t *join(const topo *t, int i, size_t arena)
     return r;
 }
 
-#define CHECK_OK(r, call)                                                                          \
-    do {                                                                                           \
-        ringd_result_t rc_ = (call);                                                               \
-        if (rc_ != RINGD_OK) {                                                                     \
-            fprintf(stderr, "%s:%d: rank %d: %s: %s: %s\n", __FILE__, __LINE__, ringd_rank(r),     \
-                    #call, ringd_strerror(rc_), ringd_errmsg(r));                                  \
-            return 20;                                                                             \
-        }                                                                                          \
-    } while (0)
-
 /* ---- inputs and references ---- */
 
 static int is_float(ringd_dtype_t dt)
@@ -283,7 +273,7 @@ static int all_reductions(int i, void *arg)
                 char name[64];
                 snprintf(name, sizeof(name), "r.%s.%s.%zu", rd_dtype_name((rd_dtype)dt),
                          rd_redop_name((rd_redop)op), counts[c]);
-                CHECK_OK(r, ringd_allreduce(r, name, src, dst, counts[c], (ringd_dtype_t)dt,
+                TH_CHECK_OK(r, ringd_allreduce(r, name, src, dst, counts[c], (ringd_dtype_t)dt,
                                             (ringd_redop_t)op));
                 int rc =
                     check(r, name, dst, (ringd_dtype_t)dt, (ringd_redop_t)op, counts[c], 1.0, 1.0);
@@ -300,7 +290,7 @@ static int all_reductions(int i, void *arg)
                 char name[64];
                 snprintf(name, sizeof(name), "s.%s.%s.%zu", rd_dtype_name((rd_dtype)dt),
                          rd_redop_name((rd_redop)op), counts[c]);
-                CHECK_OK(r, ringd_allreduce_scaled(r, name, in, in, counts[c], (ringd_dtype_t)dt,
+                TH_CHECK_OK(r, ringd_allreduce_scaled(r, name, in, in, counts[c], (ringd_dtype_t)dt,
                                                    (ringd_redop_t)op, 0.5, 3.0, NULL));
                 int rc =
                     check(r, name, in, (ringd_dtype_t)dt, (ringd_redop_t)op, counts[c], 0.5, 3.0);
@@ -371,7 +361,7 @@ static int big_allreduce(int i, void *arg)
         return 30;
     for (size_t k = 0; k < BIG_COUNT; k++)
         in[k] = (float)((k % 4099) + (size_t)me * 5);
-    CHECK_OK(r, ringd_allreduce(r, "big", in, out, BIG_COUNT, RINGD_F32, RINGD_SUM));
+    TH_CHECK_OK(r, ringd_allreduce(r, "big", in, out, BIG_COUNT, RINGD_F32, RINGD_SUM));
     for (size_t k = 0; k < BIG_COUNT; k++) {
         float want = (float)((k % 4099) * (size_t)n + (size_t)(5 * n * (n - 1) / 2));
         if (out[k] != want) {
@@ -423,9 +413,9 @@ static int movement(int i, void *arg)
             heap[k] = -(int32_t)(me * 100 + (int)k);
         char name[32];
         snprintf(name, sizeof(name), "b.%d", root);
-        CHECK_OK(r, ringd_broadcast(r, name, buf, count, RINGD_I32, root));
+        TH_CHECK_OK(r, ringd_broadcast(r, name, buf, count, RINGD_I32, root));
         snprintf(name, sizeof(name), "bh.%d", root);
-        CHECK_OK(r, ringd_broadcast(r, name, heap, small, RINGD_I32, root));
+        TH_CHECK_OK(r, ringd_broadcast(r, name, heap, small, RINGD_I32, root));
         for (size_t k = 0; k < count; k++) {
             if (buf[k] != (int32_t)(root * 1000003 + (int)k)) {
                 fprintf(stderr, "rank %d: broadcast from %d: element %zu is %d\n", me, root, k,
@@ -440,8 +430,8 @@ static int movement(int i, void *arg)
     /* allgather: arena to arena, heap to heap, in place from this rank's own slot, tiny */
     for (size_t k = 0; k < gcount; k++)
         buf[k] = heap_in[k] = (int32_t)(me * 7 + (int)k);
-    CHECK_OK(r, ringd_allgather(r, "g.arena", buf, gather, gcount, RINGD_I32));
-    CHECK_OK(r, ringd_allgather(r, "g.heap", heap_in, heap_gather, gcount, RINGD_I32));
+    TH_CHECK_OK(r, ringd_allgather(r, "g.arena", buf, gather, gcount, RINGD_I32));
+    TH_CHECK_OK(r, ringd_allgather(r, "g.heap", heap_in, heap_gather, gcount, RINGD_I32));
     for (int k = 0; k < n; k++) {
         for (size_t e = 0; e < gcount; e++) {
             if (gather[(size_t)k * gcount + e] != (int32_t)(k * 7 + (int)e) ||
@@ -455,10 +445,10 @@ static int movement(int i, void *arg)
     memset(gather, 0xee, gcount * 4 * (size_t)n);
     for (size_t e = 0; e < gcount; e++)
         gather[(size_t)me * gcount + e] = (int32_t)(me * 11 - (int)e);
-    CHECK_OK(r, ringd_allgather(r, "g.inplace", gather + (size_t)me * gcount, gather, gcount,
+    TH_CHECK_OK(r, ringd_allgather(r, "g.inplace", gather + (size_t)me * gcount, gather, gcount,
                                 RINGD_I32));
     double mine[3] = {me + 0.5, -me - 0.25, me * 1e300};
-    CHECK_OK(r, ringd_allgather(r, "g.tiny", mine, tiny, 3, RINGD_F64));
+    TH_CHECK_OK(r, ringd_allgather(r, "g.tiny", mine, tiny, 3, RINGD_F64));
     for (int k = 0; k < n; k++) {
         for (size_t e = 0; e < gcount; e++)
             if (gather[(size_t)k * gcount + e] != (int32_t)(k * 11 - (int)e))
@@ -471,9 +461,9 @@ static int movement(int i, void *arg)
     for (size_t c = gcount; c > 0; c = c > 3 ? 3 : 0) {
         for (size_t e = 0; e < c; e++)
             gather[e] = heap_gather[e] = (int32_t)(me * 13 - (int)e);
-        CHECK_OK(r, ringd_allgather(r, c > 3 ? "g.start" : "g.start.small", gather, gather, c,
+        TH_CHECK_OK(r, ringd_allgather(r, c > 3 ? "g.start" : "g.start.small", gather, gather, c,
                                     RINGD_I32));
-        CHECK_OK(r, ringd_allgather(r, c > 3 ? "g.start.heap" : "g.start.heap.small", heap_gather,
+        TH_CHECK_OK(r, ringd_allgather(r, c > 3 ? "g.start.heap" : "g.start.heap.small", heap_gather,
                                     heap_gather, c, RINGD_I32));
         for (int k = 0; k < n; k++)
             for (size_t e = 0; e < c; e++)
@@ -484,8 +474,8 @@ static int movement(int i, void *arg)
                     return 46;
                 }
     }
-    CHECK_OK(r, ringd_barrier(r, "the-barrier"));
-    CHECK_OK(r, ringd_barrier(r, NULL));
+    TH_CHECK_OK(r, ringd_barrier(r, "the-barrier"));
+    TH_CHECK_OK(r, ringd_barrier(r, NULL));
     free(heap);
     free(heap_in);
     free(heap_gather);
@@ -568,10 +558,10 @@ static int many_async(int i, void *arg)
         char name[32];
         snprintf(name, sizeof(name), "a.%d", k);
         if (pre != 1.0)
-            CHECK_OK(r, ringd_allreduce_scaled(r, name, buf[k], buf[k], count, dt, op, pre, 1.0,
+            TH_CHECK_OK(r, ringd_allreduce_scaled(r, name, buf[k], buf[k], count, dt, op, pre, 1.0,
                                                &req[k]));
         else
-            CHECK_OK(r, ringd_allreduce_async(r, name, buf[k], buf[k], count, dt, op, &req[k]));
+            TH_CHECK_OK(r, ringd_allreduce_async(r, name, buf[k], buf[k], count, dt, op, &req[k]));
     }
     /* finish in yet another order: from the end, every third one by polling */
     for (int s = T - 1; s >= 0; s--) {
@@ -579,7 +569,7 @@ static int many_async(int i, void *arg)
         if (k % 3 == 1) {
             int done = 0;
             for (int64_t end = th_now_ms() + OP_TIMEOUT_MS; !done && th_now_ms() < end;) {
-                CHECK_OK(r, ringd_test(req[k], &done));
+                TH_CHECK_OK(r, ringd_test(req[k], &done));
                 if (!done)
                     usleep(100);
             }
@@ -588,7 +578,7 @@ static int many_async(int i, void *arg)
                 return 50;
             }
         } else {
-            CHECK_OK(r, ringd_wait(req[k]));
+            TH_CHECK_OK(r, ringd_wait(req[k]));
         }
     }
     for (int k = 0; k < T; k++) {
@@ -716,12 +706,12 @@ static int mismatch(int i, void *arg)
     float *x = buf;
     for (int k = 0; k < 4; k++)
         x[k] = (float)(ringd_rank(r) + k);
-    CHECK_OK(r, ringd_allreduce(r, "w", x, x, 4, RINGD_F32, RINGD_SUM));
+    TH_CHECK_OK(r, ringd_allreduce(r, "w", x, x, 4, RINGD_F32, RINGD_SUM));
     int n = ringd_size(r);
     for (int k = 0; k < 4; k++)
         if (x[k] != (float)(n * k + n * (n - 1) / 2))
             return 62;
-    CHECK_OK(r, ringd_barrier(r, "after"));
+    TH_CHECK_OK(r, ringd_barrier(r, "after"));
     ringd_close(r);
     return 0;
 }
@@ -781,7 +771,7 @@ static int complete_open(int i, void *arg)
     if (r == NULL)
         return 10;
     int32_t v = ringd_rank(r) + 1;
-    CHECK_OK(r, ringd_allreduce(r, "after-timeout", &v, &v, 1, RINGD_I32, RINGD_SUM));
+    TH_CHECK_OK(r, ringd_allreduce(r, "after-timeout", &v, &v, 1, RINGD_I32, RINGD_SUM));
     ringd_close(r);
     return v == 3 ? 0 : 72;
 }
@@ -830,10 +820,10 @@ static int ringctl_peer(int i, void *arg)
         return 30;
     for (size_t k = 0; k < RINGCTL_BYTES; k++)
         x[k] = 1.0f;
-    CHECK_OK(r, ringd_allreduce(r, "sixteen", x, x, RINGCTL_BYTES, RINGD_F32, RINGD_SUM));
+    TH_CHECK_OK(r, ringd_allreduce(r, "sixteen", x, x, RINGCTL_BYTES, RINGD_F32, RINGD_SUM));
     if (x[0] != 2.0f || x[RINGCTL_BYTES - 1] != 2.0f)
         return 40;
-    CHECK_OK(r, ringd_barrier(r, "looked"));
+    TH_CHECK_OK(r, ringd_barrier(r, "looked"));
     ringd_close(r);
     return 0;
 }
@@ -1022,13 +1012,13 @@ static int netns_client(int i, void *arg)
         return 30;
     for (size_t k = 0; k < count; k++)
         x[k] = (float)(k % 1000) * (float)(me + 1);
-    CHECK_OK(r, ringd_allreduce(r, "ns.sum", x, x, count, RINGD_F32, RINGD_SUM));
+    TH_CHECK_OK(r, ringd_allreduce(r, "ns.sum", x, x, count, RINGD_F32, RINGD_SUM));
     for (size_t k = 0; k < count; k++)
         if (x[k] != (float)(k % 1000) * (float)(n * (n + 1) / 2))
             return 40;
     for (int k = 0; k < 1000; k++)
         b[k] = me == n - 1 ? (int64_t)k * 1000000007 : -1;
-    CHECK_OK(r, ringd_broadcast(r, "ns.bcast", b, 1000, RINGD_I64, n - 1));
+    TH_CHECK_OK(r, ringd_broadcast(r, "ns.bcast", b, 1000, RINGD_I64, n - 1));
     for (int k = 0; k < 1000; k++)
         if (b[k] != (int64_t)k * 1000000007)
             return 41;
@@ -1100,9 +1090,9 @@ static int status_during_big_op(int i, void *arg)
         return 11;
     for (size_t k = 0; k < count; k++)
         buf[k] = (float)((k + (size_t)i) % 7);
-    CHECK_OK(r, ringd_barrier(r, "before"));
+    TH_CHECK_OK(r, ringd_barrier(r, "before"));
     ringd_request_t *req;
-    CHECK_OK(r, ringd_allreduce_async(r, "big", buf, buf, count, RINGD_F32, RINGD_SUM, &req));
+    TH_CHECK_OK(r, ringd_allreduce_async(r, "big", buf, buf, count, RINGD_F32, RINGD_SUM, &req));
     int done = 0, asked = 0;
     int64_t worst = 0;
     int first, k = node_of(t, i, &first);
@@ -1118,7 +1108,7 @@ static int status_during_big_op(int i, void *arg)
             asked++;
         }
         th_sleep_ms(10);
-        CHECK_OK(r, ringd_test(req, &done));
+        TH_CHECK_OK(r, ringd_test(req, &done));
     }
     for (size_t e = 0; e < count; e += 4099) {
         float want = (float)((e % 7) + ((e + 1) % 7));

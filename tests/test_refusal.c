@@ -52,16 +52,6 @@ static void stop(void)
 
 TestSuite(refusal, .fini = stop, .timeout = 120);
 
-#define CHECK_OK(r, call)                                                                          \
-    do {                                                                                           \
-        ringd_result_t rc_ = (call);                                                               \
-        if (rc_ != RINGD_OK) {                                                                     \
-            fprintf(stderr, "%s:%d: rank %d: %s: %s: %s\n", __FILE__, __LINE__, ringd_rank(r),     \
-                    #call, ringd_strerror(rc_), ringd_errmsg(r));                                  \
-            return 20;                                                                             \
-        }                                                                                          \
-    } while (0)
-
 /* The refusing rank's own call: must fail with want and say why. */
 static int expect_refused(ringd_t *r, ringd_result_t rc, ringd_result_t want, const char *why,
                           int line)
@@ -110,9 +100,9 @@ static int refusing_call(ringd_t *r, const rcase *c, const char *name, int k, fl
     int n = ringd_size(r);
     ringd_result_t rc;
     if (c->kind == R_PENDING) { /* two ops the others have not submitted yet, then one more */
-        CHECK_OK(r, ringd_allreduce_async(r, "pending.0", buf, buf, COUNT, RINGD_F32, RINGD_SUM,
+        TH_CHECK_OK(r, ringd_allreduce_async(r, "pending.0", buf, buf, COUNT, RINGD_F32, RINGD_SUM,
                                           &pending_[0]));
-        CHECK_OK(r, ringd_allreduce_async(r, "pending.1", b1, b1, COUNT, RINGD_F32, RINGD_SUM,
+        TH_CHECK_OK(r, ringd_allreduce_async(r, "pending.1", b1, b1, COUNT, RINGD_F32, RINGD_SUM,
                                           &pending_[1]));
     }
     refuse_now(k);
@@ -176,15 +166,15 @@ static int round_of(ringd_t *r, const rcase *c, const char *name, int k, int oth
     if (me == bad) {
         int rc = refusing_call(r, c, name, k, buf, b1);
         if (rc == 0 && !others_first && c->kind != R_CLOSED)
-            CHECK_OK(r, ringd_barrier(r, "after-refusal"));
+            TH_CHECK_OK(r, ringd_barrier(r, "after-refusal"));
         if (rc == 0 && c->kind == R_PENDING) { /* its two earlier ops still complete */
-            CHECK_OK(r, ringd_wait(pending_[0]));
-            CHECK_OK(r, ringd_wait(pending_[1]));
+            TH_CHECK_OK(r, ringd_wait(pending_[0]));
+            TH_CHECK_OK(r, ringd_wait(pending_[1]));
         }
         return rc;
     }
     if (!others_first) /* the refusal is done when this barrier ends */
-        CHECK_OK(r, ringd_barrier(r, "after-refusal"));
+        TH_CHECK_OK(r, ringd_barrier(r, "after-refusal"));
     ringd_result_t rc;
     if (c->kind == R_ROOT)
         rc = ringd_broadcast(r, name, buf, COUNT, RINGD_F32, 0);
@@ -205,8 +195,8 @@ static int round_of(ringd_t *r, const rcase *c, const char *name, int k, int oth
         int bad_rc = expect_told(r, rc, RINGD_E_INVALID, bad, "--max-pending", t, __LINE__);
         if (bad_rc != 0)
             return bad_rc;
-        CHECK_OK(r, ringd_allreduce(r, "pending.0", buf, buf, COUNT, RINGD_F32, RINGD_SUM));
-        CHECK_OK(r, ringd_allreduce(r, "pending.1", b1, b1, COUNT, RINGD_F32, RINGD_SUM));
+        TH_CHECK_OK(r, ringd_allreduce(r, "pending.0", buf, buf, COUNT, RINGD_F32, RINGD_SUM));
+        TH_CHECK_OK(r, ringd_allreduce(r, "pending.1", b1, b1, COUNT, RINGD_F32, RINGD_SUM));
         return 0;
     }
     case R_ROOT: return expect_told(r, rc, RINGD_E_INVALID, bad, "is not a rank", t, __LINE__);
@@ -265,7 +255,7 @@ static int client(int i, void *arg)
         *one = 1;
         rc = ringd_allreduce(r, "still-works", one, one, 1, RINGD_I32, RINGD_SUM);
     } while (rc == RINGD_E_MEMBERSHIP);
-    CHECK_OK(r, rc);
+    TH_CHECK_OK(r, rc);
     if (*one != ringd_size(r)) {
         fprintf(stderr, "rank %d: sum of ones %d, size %d\n", me, *one, ringd_size(r));
         return 16;
@@ -336,7 +326,7 @@ static int stall_client(int i, void *arg)
         return 11;
     for (size_t k = 0; k < sc->count; k++)
         buf[k] = 1.0f;
-    CHECK_OK(r, ringd_barrier(r, "start"));
+    TH_CHECK_OK(r, ringd_barrier(r, "start"));
     th_sleep_ms(me == 0 ? 0 : me == 1 ? 500 : sc->late_ms);
     ringd_result_t rc = ringd_allreduce(r, "x", buf, buf, sc->count, RINGD_F32, RINGD_SUM);
     clock_->refused_ms[me] = rc == RINGD_OK ? 100 + (int64_t)buf[0] : rc;
@@ -348,7 +338,7 @@ static int stall_client(int i, void *arg)
         fprintf(stderr, "rank %d: stalled without saying so: %s\n", me, ringd_errmsg(r));
         return 21;
     }
-    CHECK_OK(r, ringd_barrier(r, "end")); /* the job goes on */
+    TH_CHECK_OK(r, ringd_barrier(r, "end")); /* the job goes on */
     ringd_close(r);
     return 0;
 }
