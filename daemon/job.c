@@ -609,12 +609,11 @@ static void announce(rd_op *o)
 
 /* Local rank `rank` could not submit its part of the op named name (why: from this daemon or
  * the client's library): the op fails with rc on every rank that submits it. Ranks here that
- * already have hear it now, ranks yet to submit it when they do (a tombstone), and, with
- * everywhere, the other nodes as soon as the announcement reaches them. s, the refused session,
- * is answered too. */
+ * already have hear it now, ranks yet to submit it when they do (a tombstone), and the other
+ * nodes as soon as the announcement reaches them. s, the refused session, is answered too. */
 static void op_refuse(rd_job *j, struct rd_session *s, uint32_t rank, uint64_t request_id,
                       const char *name, const rd_op_params *params, ringd_result_t rc,
-                      const char *why, int everywhere)
+                      const char *why)
 {
     char msg[768];
     int dup;
@@ -651,9 +650,9 @@ static void op_refuse(rd_job *j, struct rd_session *s, uint32_t rank, uint64_t r
     o->nsubmitted++;
     snprintf(msg, sizeof(msg), "rank %u (node %.64s) could not run it: %.600s",
              j->first_rank + rank, j->d->cfg.node, why);
-    o->await_go = everywhere && j->world != NULL;
+    o->await_go = j->world != NULL;
     op_tombstone(o, rc, msg);
-    if (everywhere && j->world != NULL && rd_world_up(j->world))
+    if (j->world != NULL && rd_world_up(j->world))
         tell(o, rc, msg, 0, NULL, 0);
 }
 
@@ -677,22 +676,22 @@ void rd_job_submit(struct rd_session *s, const Ringd__Submit *m)
         rd_session_complete(s, m->request_id, RINGD_E_CLOSED, err);
         return;
     }
-    ringd_result_t rc = RINGD_OK;
-    int everywhere = 1;
-    if (m->refused != 0) {
-        rc = m->refused < RINGD_RESULT_COUNT ? (ringd_result_t)m->refused : RINGD_E_INVALID;
-        snprintf(err, sizeof(err), "%.700s",
-                 m->refusal != NULL && m->refusal[0] ? m->refusal : "refused by the library");
-    } else if (m->generation != 0 && m->generation < j->sync_generation) {
-        /* Before the checks that depend on the job's size: they would judge by the wrong one.
-         * The other nodes are not told: their ranks re-synchronise too, and the op this one
-         * belongs to is of an earlier generation, which a node that joined since never had. */
-        everywhere = 0;
+    if (m->generation != 0 && m->generation < j->sync_generation) {
+        /* Before any check that depends on the job's size, the library's too: they judged by
+         * the wrong one. Only this rank hears it: every rank re-synchronises, and the op it
+         * belongs to is of an earlier generation (a tombstone would fail the next one). */
         snprintf(err, sizeof(err),
                  "tensor '%s': %s (this rank is now %u of %u, generation %" PRIu64
                  "): restore the last committed state and broadcast it from rank 0",
                  m->name, j->sync_why, j->first_rank + rank, j->size, j->generation);
-        rc = RINGD_E_MEMBERSHIP;
+        rd_session_complete(s, m->request_id, RINGD_E_MEMBERSHIP, err);
+        return;
+    }
+    ringd_result_t rc;
+    if (m->refused != 0) {
+        rc = m->refused < RINGD_RESULT_COUNT ? (ringd_result_t)m->refused : RINGD_E_INVALID;
+        snprintf(err, sizeof(err), "%.700s",
+                 m->refusal != NULL && m->refusal[0] ? m->refusal : "refused by the library");
     } else {
         rc = validate(s, m, err, sizeof(err));
     }
@@ -705,7 +704,7 @@ void rd_job_submit(struct rd_session *s, const Ringd__Submit *m)
     }
     if (rc != RINGD_OK) {
         rd_op_params p = params_of(m);
-        op_refuse(j, s, rank, m->request_id, m->name, &p, rc, err, everywhere);
+        op_refuse(j, s, rank, m->request_id, m->name, &p, rc, err);
         return;
     }
 
@@ -959,9 +958,17 @@ static void op_inspect(rd_op *o, int64_t now)
             tell(o, RINGD_E_STALLED, msg, 0, NULL, 0);
         return;
     }
-    if (o->announced && now - o->stall_asked_ms >= 250) {
+    if (!o->announced)
+        return;
+    /* Asked at --stall-abort, again every --peer-timeout. A node that does not answer twice is
+     * in no state to: past that only a new ring ends the op, alike everywhere. */
+    if (age >= c->stall_abort + 3 * c->peer_timeout) {
+        rd_world_reform(j->world, msg);
+        return;
+    }
+    if (o->stall_asked_ms <= 0 || now - o->stall_asked_ms >= c->peer_timeout) {
         o->stall_asked_ms = now;
-        rd_world_stalled(j->world, o->name, msg);
+        rd_world_stalled(j->world, o->name, o, msg);
     }
 }
 
@@ -1452,7 +1459,8 @@ void rd_job_ring_down(rd_job *j, const char *why, int carry)
     for (size_t i = 0; i < j->nbuckets; i++) {
         for (rd_op *o = j->buckets[i]; o != NULL; o = o->next) {
             if (o->state == OP_FAILED) {
-                o->announced = 0; /* the next ring hears of it */
+                if (o->await_go)
+                    o->announced = 0; /* the next ring hears of it */
                 continue;
             }
             if (o->state == OP_RUNNING || o->doomed)
@@ -1724,7 +1732,7 @@ void rd_job_failed_elsewhere(rd_job *j, const char *name, const rd_op_params *p,
     if (o == NULL) { /* none of this node's ranks has submitted it yet */
         o = op_new(j, name, p, 0);
         if (o == NULL)
-            return; /* the stall inspector still ends it */
+            return; /* this node's announcement of the failure waits for its ranks */
     }
     rd_log(RD_LOG_INFO, "job", "job '%s': %s", j->name, msg);
     o->await_go = 1;

@@ -414,16 +414,56 @@ void rd_neg_missing(const rd_neg *n, const char *name, const void *own, char *bu
     }
 }
 
-const char *rd_neg_failed(const rd_neg *n, const char *name, uint32_t *status)
+const char *rd_neg_failed(const rd_neg *n, const char *name, uint32_t *status,
+                          rd_op_params *p)
 {
     const rec *r = rec_find(n, name, NULL);
     if (r == NULL || r->status == 0)
         return NULL;
     *status = r->status;
+    *p = r->first;
     return r->message != NULL ? r->message : "failed on another node";
 }
 
-int rd_neg_awaits(const rd_neg *n, const char *name)
+size_t rd_neg_failed_names(const rd_neg *n, char ***names)
 {
-    return rec_find(n, name, NULL) != NULL;
+    size_t k = 0, cap = 0;
+    *names = NULL;
+    for (size_t b = 0; b < RD_NEG_BUCKETS; b++) {
+        for (const rec *r = n->buckets[b]; r != NULL; r = r->next) {
+            if (r->status == 0 || r->have[n->self])
+                continue;
+            if (k == cap) {
+                size_t c = cap ? cap * 2 : 8;
+                char **x = realloc(*names, c * sizeof(*x));
+                if (x == NULL)
+                    return k;
+                *names = x;
+                cap = c;
+            }
+            if (((*names)[k] = strdup(r->name)) != NULL)
+                k++;
+        }
+    }
+    return k;
+}
+
+int rd_neg_awaits(const rd_neg *n, const char *name, int from)
+{
+    for (const rec *r = n->buckets[rd_name_hash(name) % RD_NEG_BUCKETS]; r != NULL; r = r->next)
+        if (strcmp(r->name, name) == 0 && !r->have[n->self])
+            return r->have[from]; /* the oldest this node owes: the one from is waiting in */
+    return 0;
+}
+
+int rd_neg_missing_nodes(const rd_neg *n, const void *own, int *pos, int max)
+{
+    int k = 0;
+    for (size_t b = 0; b < RD_NEG_BUCKETS; b++)
+        for (const rec *r = n->buckets[b]; r != NULL; r = r->next)
+            if (r->own == own)
+                for (int i = 0; i < n->nnodes && k < max; i++)
+                    if (!r->have[i])
+                        pos[k++] = i;
+    return k;
 }

@@ -75,10 +75,20 @@ void rd_neg_missing(const rd_neg *n, const char *name, const void *own, char *bu
 
 /* When the oldest op named name that this node has not announced has already failed (a node
  * announced a failure, or two announcements disagree), returns the reason (owned by the table,
- * valid until its next change) with *status set; else NULL. */
-const char *rd_neg_failed(const rd_neg *n, const char *name, uint32_t *status);
+ * valid until its next change) with *status and the first announcement's *p set; else NULL. */
+const char *rd_neg_failed(const rd_neg *n, const char *name, uint32_t *status,
+                          rd_op_params *p);
 
-/* 1 when some node has announced an op named name that this node has not announced yet. */
-int rd_neg_awaits(const rd_neg *n, const char *name);
+/* The names of the failed ops this node has not announced (rd_neg_failed says more), into
+ * *names (malloc'd, each name too). Returns how many. */
+size_t rd_neg_failed_names(const rd_neg *n, char ***names);
+
+/* 1 when the oldest op named name that this node has not announced is one node `from` has: the
+ * one from waits in. */
+int rd_neg_awaits(const rd_neg *n, const char *name, int from);
+
+/* The positions of the nodes that have not announced this node's op own, up to max into pos.
+ * Returns how many. */
+int rd_neg_missing_nodes(const rd_neg *n, const void *own, int *pos, int max);
 
 #endif

@@ -430,8 +430,8 @@ static void on_setup_event(evutil_socket_t fd, short what, void *arg)
             return;
         if (r == 0 && s->client && s->state == SETUP_CONFIRM) {
             /* It hung up on this node's proof of the key: it holds another key (or none). */
-            setup_fail(s, "handshake rejected: the peer did not accept this node's proof of the "
-                          "ring key (does it hold the same --key-file?)");
+            setup_fail(s, "handshake rejected: the peer hung up on this node's proof of the ring "
+                          "key (most likely it holds another --key-file)");
             return;
         }
         if (r <= 0) {

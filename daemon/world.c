@@ -100,6 +100,7 @@ struct rd_world {
     uint64_t since;              /* when this node first registered the job: its ring order */
     int was_up;                  /* has been in a ring of the job */
     struct event *ev_reform;
+    char reform_why[512]; /* why rd_world_reform asked for it ("": the links broke) */
     struct event *ev_grace;  /* carrying: gives up on seals after --peer-timeout */
     struct event *ev_defer;  /* applies a deferred view */
     struct event *ev_linger; /* leaving: closes the links left open */
@@ -139,7 +140,8 @@ static void describe_changes(const rd_rdv_view *a, const rd_rdv_view *b, char *b
 static void on_order(evutil_socket_t fd, short what, void *arg);
 static void order_clear(rd_world *w);
 static void aside_prune(rd_world *w, const rd_rdv_view *v);
-static void ready_to_all(rd_world *w, Ringd__OpSpec *spec, int stalled);
+static void ready_send(rd_world *w, Ringd__OpSpec *spec, int stalled, const int *to, int nto);
+static void failed_elsewhere(rd_world *w, const char *name);
 
 static void set_state(rd_world *w, world_state st)
 {
@@ -337,6 +339,16 @@ static void ring_is_up(rd_world *w)
     if (view_copy(&w->last_up, &w->view) != 0)
         w->last_up.nmembers = 0;
     rd_job_ring_up(w->job, w->first_rank, w->generation, size, resync, why);
+    /* Failures other nodes announced while this node still connected end its ops now. */
+    char **names;
+    size_t nfailed = w->neg != NULL ? rd_neg_failed_names(w->neg, &names) : 0;
+    for (size_t i = 0; i < nfailed; i++) {
+        if (w->state == W_UP && w->neg != NULL)
+            failed_elsewhere(w, names[i]);
+        free(names[i]);
+    }
+    if (nfailed > 0)
+        free(names);
 }
 
 /* Every link of the generation is there: start the data plane and welcome the clients. */
@@ -697,7 +709,7 @@ static void dial_start(slot *s)
         return;
     int to = slot_target(s);
     Ringd__PeerHello h = RINGD__PEER_HELLO__INIT;
-    h.protocol = RD_PROTOCOL_VERSION;
+    h.protocol = RD_PEER_PROTOCOL_VERSION;
     h.job = (char *)rd_job_name(w->job);
     h.generation = w->generation;
     h.node = w->d->cfg.node;
@@ -867,10 +879,13 @@ static void on_self_dialled(void *arg, int fd, const char *why)
     if (fd >= 0)
         close(fd);
     char self[RD_NAME_MAX + 16];
-    snprintf(self, sizeof(self), "on node %s", w->d->cfg.node);
+    size_t n = (size_t)snprintf(self, sizeof(self), " on node %s", w->d->cfg.node);
+    size_t len = fd < 0 ? strlen(why) : 0;
     if (w->state != W_ASIDE)
         return;
-    if (fd < 0 && strstr(why, ": refused: ") != NULL && strstr(why, self) != NULL) {
+    /* Refused by a ringd that ends its answer with this node's name: this very daemon. */
+    if (fd < 0 && strstr(why, ": refused: ") != NULL && len >= n &&
+        strcmp(why + len - n, self) == 0) {
         w->self_aside[0] = '\0';
         rd_log(RD_LOG_INFO, "world",
                "job '%s': this node answers at %s: registering again after being set aside",
@@ -896,7 +911,7 @@ static void on_rejoin(evutil_socket_t fd, short what, void *arg)
     if (w->state != W_ASIDE || w->self_dial != NULL)
         return;
     Ringd__PeerHello h = RINGD__PEER_HELLO__INIT;
-    h.protocol = RD_PROTOCOL_VERSION;
+    h.protocol = RD_PEER_PROTOCOL_VERSION;
     h.job = (char *)RD_SELF_PROBE_JOB;
     h.node = w->d->cfg.node;
     h.kind = RINGD__LINK_KIND__LINK_CONTROL;
@@ -1038,9 +1053,12 @@ static void on_reform(evutil_socket_t fd, short what, void *arg)
     (void)what;
     if (w->state != W_UP && w->state != W_CONNECTING)
         return;
-    teardown(w, "the ring's links broke", TD_FAIL);
+    char why[512];
+    snprintf(why, sizeof(why), "%s", w->reform_why[0] ? w->reform_why : "the ring's links broke");
+    w->reform_why[0] = '\0';
+    teardown(w, why, TD_FAIL);
     set_state(w, W_WAITING);
-    move_on(w, "the ring's links broke");
+    move_on(w, why);
 }
 
 /* Runs maybe_up on the turn after a peer's connection was accepted. */
@@ -1218,8 +1236,12 @@ void rd_world_unregister(rd_world *w)
 
 void rd_world_resize(rd_world *w, const char *why)
 {
-    if (w->state == W_LEAVING || w->state == W_ASIDE) /* registers its new size when back */
+    if (w->state == W_LEAVING)
         return;
+    if (w->state == W_ASIDE) { /* registers its new size when back; its ops cannot wait that long */
+        rd_job_ring_lost(w->job, why);
+        return;
+    }
     if (w->state == W_IDLE) { /* its clients had all left; one is back */
         rd_world_register(w);
         return;
@@ -1331,16 +1353,27 @@ void rd_world_missing(const rd_world *w, const char *name, const void *own, char
         rd_neg_missing(w->neg, name, own, buf, len);
 }
 
-void rd_world_stalled(rd_world *w, const char *name, const char *message)
+void rd_world_stalled(rd_world *w, const char *name, const void *own, const char *message)
 {
-    if (w->state != W_UP)
+    int to[RD_RING_NODES_MAX];
+    if (w->state != W_UP || w->neg == NULL)
         return;
+    int nto = rd_neg_missing_nodes(w->neg, own, to, RD_RING_NODES_MAX);
     Ringd__OpSpec spec = RINGD__OP_SPEC__INIT;
     spec.name = (char *)name;
     spec.op = RINGD__OP_TYPE__OP_BARRIER;
     spec.status = RINGD_E_STALLED;
     spec.message = (char *)message;
-    ready_to_all(w, &spec, 1);
+    ready_send(w, &spec, 1, to, nto);
+}
+
+void rd_world_reform(rd_world *w, const char *why)
+{
+    if (w->state != W_UP)
+        return;
+    rd_log(RD_LOG_WARN, "world", "job '%s': %s; the ring re-forms", rd_job_name(w->job), why);
+    snprintf(w->reform_why, sizeof(w->reform_why), "%s", why);
+    reform_later(w);
 }
 
 void rd_world_detail(const rd_world *w, char *buf, size_t len)
@@ -1432,9 +1465,20 @@ static void on_order(evutil_socket_t fd, short what, void *arg)
     order_clear(w);
 }
 
-/* Sends every other node a Ready of this generation with spec: an op ready here, or (stalled) one
- * this node asks the others to end as stalled. */
-static void ready_to_all(rd_world *w, Ringd__OpSpec *spec, int stalled)
+/* When the oldest op named name that this node has not announced failed on another node, it
+ * ends here too (rd_job_failed_elsewhere). */
+static void failed_elsewhere(rd_world *w, const char *name)
+{
+    uint32_t status;
+    rd_op_params p;
+    const char *why = rd_neg_failed(w->neg, name, &status, &p);
+    if (why != NULL)
+        rd_job_failed_elsewhere(w->job, name, &p, status, why);
+}
+
+/* Sends a Ready of this generation with spec, an op ready here or (stalled) one this node asks
+ * the others to end as stalled, to the nodes at to[0..nto), or with to NULL to every other node. */
+static void ready_send(rd_world *w, Ringd__OpSpec *spec, int stalled, const int *to, int nto)
 {
     Ringd__OpSpec *specs[1] = {spec};
     Ringd__Ready r = RINGD__READY__INIT;
@@ -1449,9 +1493,11 @@ static void ready_to_all(rd_world *w, Ringd__OpSpec *spec, int stalled)
     rd_msg m = RINGD__MSG__INIT;
     m.body_case = RINGD__MSG__BODY_READY;
     m.ready = &r;
-    for (int i = 0; i < w->nnodes; i++)
+    for (int k = 0; k < (to != NULL ? nto : w->nnodes); k++) {
+        int i = to != NULL ? to[k] : k;
         if (i != w->position && w->ctrl[i] != NULL)
             rd_peer_chan_send(w->ctrl[i], &m);
+    }
 }
 
 /* Hands every op now done negotiating to the job; the coordinator also orders those bound for
@@ -1485,7 +1531,7 @@ int rd_world_ready(rd_world *w, const char *name, const rd_op_params *p, ringd_r
     spec.name = (char *)name;
     spec.status = (uint32_t)status;
     spec.message = (char *)(message != NULL ? message : "");
-    ready_to_all(w, &spec, 0);
+    ready_send(w, &spec, 0, NULL, 0);
     char err[256];
     if (rd_neg_ready(w->neg, w->position, &spec, own, err, sizeof(err)) != 0) {
         rd_log(RD_LOG_ERROR, "world", "job '%s': %s", rd_job_name(w->job), err);
@@ -1549,19 +1595,16 @@ static void on_ctrl_msg(void *arg, rd_peer_chan *c, const rd_msg *m)
                 return;
             }
             /* A failure known elsewhere ends the op here now, not once this node's ranks all
-             * submitted it: no rank waits for what another already knows. */
-            uint32_t status;
-            const char *why = rd_neg_failed(w->neg, spec->name, &status);
-            if (why != NULL) {
-                rd_op_params p = rd_op_params_of_spec(spec);
-                rd_job_failed_elsewhere(w->job, spec->name, &p, status, why);
-            }
+             * submitted it: no rank waits for what another already knows. (While the ring
+             * forms, its clients are still on the last one: ring_is_up looks then.) */
+            if (w->state == W_UP)
+                failed_elsewhere(w, spec->name);
         }
         /* Ops a node asks to end as stalled: ended here only if this node has not announced
          * them, by announcing them failed, which every node then sees alike. */
-        for (size_t i = 0; i < m->ready->n_stalled; i++) {
+        for (size_t i = 0; i < m->ready->n_stalled && w->state == W_UP; i++) {
             const Ringd__OpSpec *spec = m->ready->stalled[i];
-            if (!rd_name_valid(spec->name) || !rd_neg_awaits(w->neg, spec->name))
+            if (!rd_name_valid(spec->name) || !rd_neg_awaits(w->neg, spec->name, from))
                 continue;
             rd_op_params p = rd_op_params_of_spec(spec);
             rd_job_failed_elsewhere(w->job, spec->name, &p, RINGD_E_STALLED,
@@ -1709,11 +1752,11 @@ static ringd_result_t on_peer(void *arg, const Ringd__PeerHello *h, int fd, cons
 static ringd_result_t peer_check(rd_daemon *d, const Ringd__PeerHello *h, int fd,
                                  uint64_t *generation, int *quiet, char *err, size_t errlen)
 {
-    if (h->protocol != RD_PROTOCOL_VERSION) {
+    if (h->protocol != RD_PEER_PROTOCOL_VERSION) {
         snprintf(err, errlen,
                  "node %s speaks protocol %u, this node %d: run one ringd version "
                  "per job (upgrade node by node only between compatible versions)",
-                 h->node, h->protocol, RD_PROTOCOL_VERSION);
+                 h->node, h->protocol, RD_PEER_PROTOCOL_VERSION);
         return RINGD_E_PROTOCOL;
     }
     rd_world *w = world_of(d, h->job);

@@ -49,10 +49,14 @@ int rd_world_leave(rd_world *w);
  * for one this node has not announced), as "ranks 2-3 (node n1)"; "" when not known. */
 void rd_world_missing(const rd_world *w, const char *name, const void *own, char *buf, size_t len);
 
-/* This node's announced op name has waited past --stall-abort (message says for whom): asks every
- * node that has not announced it to announce it failed (RINGD_E_STALLED), which ends it alike on
- * every node. Nothing while the ring is not up. */
-void rd_world_stalled(rd_world *w, const char *name, const char *message);
+/* This node's announced op own, named name, has waited past --stall-abort (message says for
+ * whom): asks the nodes that have not announced it to announce it failed (RINGD_E_STALLED), which
+ * ends it alike on every node. Nothing while the ring is not up. */
+void rd_world_stalled(rd_world *w, const char *name, const void *own, const char *message);
+
+/* Something only a new ring settles (why): the ring breaks and re-forms; ops not moving data fail
+ * with RINGD_E_MEMBERSHIP and why once it is back. Nothing while the ring is not up. */
+void rd_world_reform(rd_world *w, const char *why);
 
 /* Why the job has no ring, for messages ("2 of min_size 3 ranks on 2 nodes"). */
 void rd_world_detail(const rd_world *w, char *buf, size_t len);

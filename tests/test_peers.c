@@ -308,7 +308,7 @@ static Ringd__PeerHello hello(const char *job, uint64_t gen, const char *node, i
                               uint32_t index)
 {
     Ringd__PeerHello h = RINGD__PEER_HELLO__INIT;
-    h.protocol = RD_PROTOCOL_VERSION;
+    h.protocol = RD_PEER_PROTOCOL_VERSION;
     h.job = (char *)job;
     h.generation = gen;
     h.node = (char *)node;
@@ -665,10 +665,10 @@ Test(peers, a_peer_of_another_protocol_version_is_refused_and_the_ring_keeps_wor
     open_ring(s);
     uint64_t gen = ringd_generation(s[0]);
     Ringd__PeerHello h = hello(JOB, gen, "n0", RINGD__LINK_KIND__LINK_DATA, 0);
-    h.protocol = RD_PROTOCOL_VERSION + 1;
+    h.protocol = RD_PEER_PROTOCOL_VERSION + 1;
     char why[128];
-    snprintf(why, sizeof(why), "node n0 speaks protocol %d, this node %d", RD_PROTOCOL_VERSION + 1,
-             RD_PROTOCOL_VERSION);
+    snprintf(why, sizeof(why), "node n0 speaks protocol %d, this node %d", RD_PEER_PROTOCOL_VERSION + 1,
+             RD_PEER_PROTOCOL_VERSION);
     expect_refused(&ring.d[1], &h, RINGD_E_PROTOCOL, why);
     allreduce_ok(s, "after-protocol");
     for (int i = 0; i < 2; i++) {

@@ -35,7 +35,8 @@
  * The job keeps running while it has at least min_size ranks (ringd_options_t); below that,
  * collectives wait for ranks to come back and fail with RINGD_E_TIMEOUT if none come in time.
  * A collective some ranks submitted and others never did fails with RINGD_E_STALLED after the
- * daemon's --stall-abort deadline (ringd_errmsg() names the missing ranks); `ringctl status`
+ * daemon's --stall-abort deadline (ringd_errmsg() names the missing ranks), on every rank alike:
+ * a rank that submits it after that gets RINGD_E_STALLED too, never a result; `ringctl status`
  * lists such tensors earlier, from --stall-warn on. */
 #ifndef RINGD_H
 #define RINGD_H

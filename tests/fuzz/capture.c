@@ -123,7 +123,7 @@ static void msg_peer_hello(rd_msg *m, Ringd__PeerHello *h, uint64_t generation)
 {
     ringd__msg__init(m);
     ringd__peer_hello__init(h);
-    h->protocol = RD_PROTOCOL_VERSION;
+    h->protocol = RD_PEER_PROTOCOL_VERSION;
     h->job = "fuzz";
     h->generation = generation;
     h->node = "node-b";

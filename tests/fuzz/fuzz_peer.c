@@ -211,7 +211,7 @@ static void run_client(const uint8_t *data, size_t size, int authed)
 {
     int64_t until = rd_now_ms() + STEP_LIMIT_MS;
     Ringd__PeerHello h = RINGD__PEER_HELLO__INIT;
-    h.protocol = RD_PROTOCOL_VERSION;
+    h.protocol = RD_PEER_PROTOCOL_VERSION;
     h.job = "fuzz";
     h.generation = 4;
     h.node = "node-a";
