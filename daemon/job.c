@@ -919,7 +919,8 @@ static void op_missing(const rd_op *o, char *buf, size_t len)
  * after --stall-abort. Every node must end it alike, so it ends only through the negotiation: a
  * node whose ranks have not all submitted it (PENDING) announces it failed, which every node sees;
  * a node that has announced it never fails it on its own clock, but asks the nodes that have not
- * to announce it failed (rd_world_stalled), again every 250 ms until the negotiation ends it. */
+ * to announce it failed (rd_world_stalled), again every --peer-timeout; past --stall-abort plus
+ * three --peer-timeout, nobody having answered, the ring re-forms (rd_world_reform). */
 static void op_inspect(rd_op *o, int64_t now)
 {
     rd_job *j = o->job;
