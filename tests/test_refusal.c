@@ -308,10 +308,10 @@ typedef struct {
     size_t count;    /* f32 elements: small ones go direct, large ones round the ring */
 } stall_case;
 
-/* 2 nodes: rank 0 (node n0, the coordinator) submits at once, rank 1 (node n1) 500 ms later,
- * rank 2 (node n1) at late_ms; --stall-abort is 1000 ms. n0's deadline passes first, n1's would
+/* 2 nodes: rank 0 (node n0, the coordinator) submits at once, rank 1 (node n1) 1000 ms later,
+ * rank 2 (node n1) at late_ms; --stall-abort is 2000 ms. n0's deadline passes first, n1's would
  * pass later: every rank must get the same outcome, a result or RINGD_E_STALLED. The outcome
- * codes go to out[rank]. */
+ * codes go to clock_->refused_ms[rank]. */
 static int stall_client(int i, void *arg)
 {
     const stall_case *sc = arg;
@@ -327,7 +327,7 @@ static int stall_client(int i, void *arg)
     for (size_t k = 0; k < sc->count; k++)
         buf[k] = 1.0f;
     TH_CHECK_OK(r, ringd_barrier(r, "start"));
-    th_sleep_ms(me == 0 ? 0 : me == 1 ? 500 : sc->late_ms);
+    th_sleep_ms(me == 0 ? 0 : me == 1 ? 1000 : sc->late_ms);
     ringd_result_t rc = ringd_allreduce(r, "x", buf, buf, sc->count, RINGD_F32, RINGD_SUM);
     clock_->refused_ms[me] = rc == RINGD_OK ? 100 + (int64_t)buf[0] : rc;
     if (rc != RINGD_OK && rc != RINGD_E_STALLED) {
@@ -345,7 +345,7 @@ static int stall_client(int i, void *arg)
 
 static void run_stall(int late_ms, size_t count, int want)
 {
-    static const char *const args[] = {"--stall-abort", "1000", "--stall-warn", "500", NULL};
+    static const char *const args[] = {"--stall-abort", "2000", "--stall-warn", "500", NULL};
     clock_ = mmap(NULL, sizeof(*clock_), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     cr_assert_neq(clock_, MAP_FAILED);
     cr_assert_eq(th_ring_start(&ring_, 2, args), 0, "redis-server and 2 ringd did not start");
@@ -364,15 +364,15 @@ static void run_stall(int late_ms, size_t count, int want)
 
 Test(refusal, a_stall_abort_on_the_first_node_fails_a_small_op_on_every_rank_even_if_its_last_rank_comes)
 {
-    run_stall(1250, 4, RINGD_E_STALLED);
+    run_stall(2600, 4, RINGD_E_STALLED);
 }
 
 Test(refusal, a_stall_abort_on_the_first_node_fails_a_ring_op_on_every_rank_even_if_its_last_rank_comes)
 {
-    run_stall(1250, 1 << 20, RINGD_E_STALLED);
+    run_stall(2600, 1 << 20, RINGD_E_STALLED);
 }
 
 Test(refusal, an_op_whose_last_rank_comes_before_every_deadline_completes_on_every_rank)
 {
-    run_stall(300, 4, 103);
+    run_stall(600, 4, 103);
 }
