@@ -47,6 +47,9 @@ static const char *const state_names[] = {"idle", "waiting", "connecting", "up",
                                           "set aside"};
 
 #define RD_ASIDE_MAX 8             /* members set aside that status still shows */
+/* How a node that holds the ring key refuses a peer it is not ready for yet (peer_check): the
+ * dialler keeps trying and never sets it aside for that, as it answers and only lags. */
+#define RD_NOT_FORMING "is not forming generation"
 #define RD_REJOIN_MAX_MS 300000    /* the longest a set-aside node waits to register again */
 
 /* A member this node could not reach while the ring formed, evicted for it. */
@@ -646,6 +649,13 @@ static void on_connect_deadline(evutil_socket_t fd, short what, void *arg)
         char why[512];
         if (!dialled || dials_up_with(w, i)) /* what is missing is its dial to this node */
             continue;
+        if (strstr(w->unreach[i], RD_NOT_FORMING) != NULL) {
+            rd_log(RD_LOG_WARN, "world",
+                   "job '%s': node %s answers but has not reached generation %" PRIu64
+                   " within --peer-timeout (%s)",
+                   rd_job_name(w->job), m->node, w->generation, w->unreach[i]);
+            continue;
+        }
         if (w->unreach[i][0] != '\0')
             snprintf(why, sizeof(why), "node %.64s cannot reach it: %.300s", w->d->cfg.node,
                      w->unreach[i]);
@@ -1774,7 +1784,7 @@ static ringd_result_t peer_check(rd_daemon *d, const Ringd__PeerHello *h, int fd
     if (h->generation > w->generation || w->state != W_CONNECTING) {
         *quiet = 1;
         snprintf(err, errlen,
-                 "job '%s' is not forming generation %" PRIu64 " here (at %" PRIu64 ", %s)", h->job,
+                 "job '%s' " RD_NOT_FORMING " %" PRIu64 " here (at %" PRIu64 ", %s)", h->job,
                  h->generation, w->generation, state_names[w->state]);
         return RINGD_E_MEMBERSHIP;
     }
