@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <event2/event.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -176,6 +177,27 @@ static void close_hard(int fd)
     close(fd);
 }
 
+/* connect(2) that a signal does not end (libFuzzer's timers interrupt system calls): an
+ * interrupted connect goes on in the background, so it is waited for. Returns 0 or -1. */
+static int connect_blocking(int fd, const struct sockaddr *sa, socklen_t len)
+{
+    if (connect(fd, sa, len) == 0)
+        return 0;
+    if (errno != EINTR)
+        return -1;
+    struct pollfd p = {.fd = fd, .events = POLLOUT};
+    while (poll(&p, 1, -1) < 0)
+        if (errno != EINTR)
+            return -1;
+    int e = 0;
+    socklen_t el = sizeof(e);
+    if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &el) != 0 || e != 0) {
+        errno = e;
+        return -1;
+    }
+    return 0;
+}
+
 /* The harness dials the daemon's peer listener; with authed, it answers honestly first. */
 static void run_server(const uint8_t *data, size_t size, int authed)
 {
@@ -186,7 +208,7 @@ static void run_server(const uint8_t *data, size_t size, int authed)
     if (rd_peer_resolve(rd_peer_net_address(fx.net), &ss, &sslen, err, sizeof(err)) != 0)
         abort();
     int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0 || connect(fd, (struct sockaddr *)&ss, sslen) != 0) {
+    if (fd < 0 || connect_blocking(fd, (struct sockaddr *)&ss, sslen) != 0) {
         fprintf(stderr, "fuzz_peer: connect: %s\n", strerror(errno));
         abort();
     }
