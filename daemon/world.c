@@ -1643,6 +1643,9 @@ static void on_ctrl_msg(void *arg, rd_peer_chan *c, const rd_msg *m)
         snprintf(why, sizeof(why), "%.500s", m->error->message);
         rd_log(RD_LOG_INFO, "world", "job '%s': node %s breaks off the ring: %s",
                rd_job_name(w->job), member(w, from)->node, why);
+        /* Its data links may have ended first: the cause it names beats "the links broke". */
+        if (w->resync)
+            snprintf(w->resync_why, sizeof(w->resync_why), "%s", why);
         teardown(w, why, TD_FAIL);
         w->explained = 1;
         set_state(w, W_WAITING);
