@@ -597,6 +597,15 @@ typedef struct {
     double prescale, postscale;
 } submit_args;
 
+/* Puts q on r's list of outstanding requests. */
+static void req_link(ringd_t *r, ringd_request_t *q)
+{
+    q->next = r->reqs;
+    if (r->reqs != NULL)
+        r->reqs->prev = q;
+    r->reqs = q;
+}
+
 /* The library cannot run the op named name (rc, its detail already in errmsg): tells the daemon,
  * which fails that op on every other rank with this reason rather than letting them wait, and
  * returns rc. The daemon's answer to it is dropped (the request is abandoned). */
@@ -624,10 +633,7 @@ static ringd_result_t refuse(ringd_t *r, const submit_args *a, const char *name,
         req_free(q);
         return rc;
     }
-    q->next = r->reqs;
-    if (r->reqs != NULL)
-        r->reqs->prev = q;
-    r->reqs = q;
+    req_link(r, q);
     return rc;
 }
 
@@ -746,10 +752,7 @@ static ringd_result_t submit(ringd_t *r, const submit_args *a, ringd_request_t *
         break_session(r, rc, err);
         return rc;
     }
-    q->next = r->reqs;
-    if (r->reqs != NULL)
-        r->reqs->prev = q;
-    r->reqs = q;
+    req_link(r, q);
     *out = q;
     return RINGD_OK;
 }
