@@ -28,6 +28,14 @@ typedef enum {
     RD_OP_COUNT
 } rd_redop;
 
+/* Collectives. Values match OpType in ringd.proto. */
+typedef enum {
+    RD_COLL_ALLREDUCE = 0,
+    RD_COLL_BROADCAST = 1,
+    RD_COLL_ALLGATHER = 2,
+    RD_COLL_BARRIER = 3,
+} rd_coll;
+
 /* How the raw inputs are scaled and the combined result finished.
  * Floating types: each input is multiplied by prescale before combining; the combined value is
  * divided by divisor (when > 1) and multiplied by postscale. f32, f16 and bf16 compute in float,

@@ -7,13 +7,6 @@
 
 #include "backend.h"
 
-typedef enum {
-    RD_COLL_ALLREDUCE = 0,
-    RD_COLL_BROADCAST = 1,
-    RD_COLL_ALLGATHER = 2,
-    RD_COLL_BARRIER = 3,
-} rd_coll;
-
 /* One op's buffers and parameters, ready to run. in[k] and out[k] point into local rank k's
  * arena, already checked against it; for allgather out[k] holds n * count elements. */
 typedef struct {

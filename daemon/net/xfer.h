@@ -7,7 +7,6 @@
 #include <stdint.h>
 
 #include "backend.h"
-#include "local.h"
 #include "ringd.h"
 
 struct event_base;

@@ -10,7 +10,6 @@
 #include <string.h>
 
 #include "backend.h"
-#include "local.h"
 #include "ringd.h"
 #include "log.h"
 
