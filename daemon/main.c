@@ -1,4 +1,5 @@
-/* ringd: parses options and wires the listener, sessions, jobs and executor to one event loop. */
+/* ringd: parses options and wires the layers to one event loop: the front (listener, sessions,
+ * admin requests) over the engine (jobs) over the network (rings, rendezvous) over the core. */
 #include <event2/event.h>
 #include <event2/thread.h>
 #include <sched.h>
@@ -9,7 +10,7 @@
 #include <time.h>
 
 #include "config.h"
-#include "daemon.h"
+#include "counters.h"
 #include "drain.h"
 #include "exec.h"
 #include "job.h"
@@ -17,13 +18,31 @@
 #include "log.h"
 #include "ringd_build.h"
 #include "session.h"
+#include "status.h"
 #include "world.h"
 
 extern char **environ;
 
+/* The daemon: one of each layer's contexts, and what they share. */
+typedef struct {
+    rd_config cfg;
+    rd_counters counters;
+    struct event_base *base;
+    rd_exec *exec;
+    rd_net *net; /* NULL without --redis */
+    rd_engine *engine;
+    rd_front front;
+} rd_daemon;
+
+/* The admin requests a connection may send instead of a Hello. */
+static const rd_admin_handler admin_handlers[] = {
+    {RINGD__MSG__BODY_STATUS_REQUEST, rd_status_request},
+    {RINGD__MSG__BODY_DRAIN_REQUEST, rd_drain_request},
+};
+
 static void on_accept(int fd, void *arg)
 {
-    rd_session_accept(arg, fd);
+    rd_session_accept(&((rd_daemon *)arg)->front, fd);
 }
 
 static int64_t now_us(void)
@@ -40,19 +59,19 @@ static int64_t now_us(void)
 static int run_loop(rd_daemon *d)
 {
     int64_t last = now_us();
-    uint64_t seen = d->activity;
+    uint64_t seen = d->counters.activity;
     while (!event_base_got_break(d->base)) {
         int rc;
-        if (rd_session_poll_rings(d) > 0 || d->activity != seen) {
-            seen = d->activity;
+        if (rd_session_poll_rings(&d->front) > 0 || d->counters.activity != seen) {
+            seen = d->counters.activity;
             last = now_us();
         }
         if (now_us() - last < d->cfg.poll_us) {
             rc = event_base_loop(d->base, EVLOOP_NONBLOCK);
             sched_yield();
-        } else if (rd_session_prepare_sleep(d)) {
+        } else if (rd_session_prepare_sleep(&d->front)) {
             rc = event_base_loop(d->base, EVLOOP_ONCE);
-            rd_session_wake(d);
+            rd_session_wake(&d->front);
             last = now_us();
         } else {
             continue;
@@ -69,9 +88,9 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 {
     rd_daemon *d = arg;
     (void)what;
-    if (sig == SIGTERM && !d->draining) {
+    if (sig == SIGTERM && !rd_engine_draining(d->engine)) {
         rd_log(RD_LOG_INFO, "main", "SIGTERM: draining, then shutting down");
-        if (rd_drain_start(d, NULL, d->cfg.drain_timeout, 1) == 0)
+        if (rd_drain_start(&d->front, NULL, d->cfg.drain_timeout, 1) == 0)
             return;
     }
     rd_log(RD_LOG_INFO, "main", "signal %d: shutting down", (int)sig);
@@ -94,7 +113,6 @@ int main(int argc, char **argv)
     }
     rd_log_set_level((rd_log_level)d.cfg.log_level);
     signal(SIGPIPE, SIG_IGN);
-    clock_gettime(CLOCK_MONOTONIC, &d.started);
 
     d.base = event_base_new();
     if (d.base == NULL) {
@@ -106,10 +124,27 @@ int main(int argc, char **argv)
         rd_log(RD_LOG_ERROR, "main", "%s", err);
         goto out;
     }
-    if (rd_world_init(&d, err, sizeof(err)) != 0) {
+    if (d.cfg.redis_url[0] != '\0' &&
+        (d.net = rd_net_new(d.base, &d.cfg, &d.counters, err, sizeof(err))) == NULL) {
         rd_log(RD_LOG_ERROR, "main", "%s", err);
         goto out;
     }
+    d.engine = rd_engine_new(d.base, &d.cfg, &d.counters, d.exec, d.net, &rd_session_client_events);
+    if (d.engine == NULL) {
+        rd_log(RD_LOG_ERROR, "main", "out of memory");
+        goto out;
+    }
+    d.front = (rd_front){
+        .base = d.base,
+        .cfg = &d.cfg,
+        .counters = &d.counters,
+        .engine = d.engine,
+        .net = d.net,
+        .admin = admin_handlers,
+        .nadmin = sizeof(admin_handlers) / sizeof(admin_handlers[0]),
+        .forget = rd_drain_forget,
+    };
+    clock_gettime(CLOCK_MONOTONIC, &d.front.started);
     l = rd_listener_new(d.base, d.cfg.socket_path, on_accept, &d, err, sizeof(err));
     if (l == NULL) {
         rd_log(RD_LOG_ERROR, "main", "%s", err);
@@ -123,7 +158,7 @@ int main(int argc, char **argv)
         goto out;
     }
     rd_log(RD_LOG_INFO, "main", "ringd %s listening on %s (%s, %d worker threads)", RINGD_VERSION,
-           d.cfg.socket_path, d.worlds != NULL ? "multi-node" : "one-node ring",
+           d.cfg.socket_path, d.net != NULL ? "multi-node" : "one-node ring",
            (int)d.cfg.threads);
     rd_config_dump(&d.cfg);
 
@@ -135,10 +170,10 @@ int main(int argc, char **argv)
 out:
     rd_listener_free(l);
     rd_exec_free(d.exec);
-    rd_session_free_all(&d);
-    rd_drain_free(&d);
-    rd_job_free_all(&d);
-    rd_world_shutdown(&d);
+    rd_session_free_all(&d.front);
+    rd_drain_free(&d.front);
+    rd_engine_free(d.engine);
+    rd_net_free(d.net);
     if (ev_int != NULL)
         event_free(ev_int);
     if (ev_term != NULL)

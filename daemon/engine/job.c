@@ -12,13 +12,12 @@
 #include <string.h>
 
 #include "arena.h"
-#include "daemon.h"
+#include "counters.h"
 #include "exec.h"
 #include "local.h"
 #include "log.h"
 #include "negotiate.h"
 #include "ring.h"
-#include "session.h"
 #include "world.h"
 #include "xfer.h"
 
@@ -27,6 +26,17 @@
 #define RD_ARENA_MIN (RD_CTRL_BYTES + 4096u)
 
 static void goq_clear(rd_job *j);
+
+struct rd_engine {
+    struct event_base *base;
+    const rd_config *cfg;
+    rd_counters *counters;
+    rd_exec *exec;
+    rd_net *net;           /* NULL: one-node jobs only */
+    rd_client_events ev;   /* news for the clients */
+    rd_job *jobs;
+    int draining;          /* leaving every job: new clients are refused */
+};
 
 typedef enum {
     OP_PENDING,     /* waiting for some local ranks to submit */
@@ -38,7 +48,7 @@ typedef enum {
 
 /* One local rank's submission of an op. */
 typedef struct {
-    struct rd_session *s; /* NULL once the session has gone */
+    rd_client *s; /* NULL once the session has gone */
     rd_arena *arena;      /* referenced while submitted */
     uint64_t request_id;
     uint64_t in_off, out_off;
@@ -69,7 +79,7 @@ typedef struct rd_op {
 } rd_op;
 
 struct rd_job {
-    struct rd_daemon *d;
+    rd_engine *e;
     char *name;
     uint32_t world_size; /* ranks the job starts with (Hello) */
     uint32_t min_size;   /* elastic: ranks it keeps running with */
@@ -92,13 +102,20 @@ struct rd_job {
     struct go_batch *goq, *goq_tail; /* the coordinator's orders not yet started */
     int freeing;
     uid_t uid;                 /* of the first client: only that user's processes may join */
-    struct rd_session **slots; /* by local rank */
+    rd_client **slots; /* by local rank */
     rd_op **buckets;
     size_t nbuckets, nops;
     uint32_t nrunning; /* ops on the executor: the job outlives its clients until they end */
     uint64_t ops_completed, ops_failed;
     rd_job *next;
 };
+
+/* Tells client c how its request ended. */
+static void answer(const rd_job *j, rd_client *c, uint64_t request_id, ringd_result_t status,
+                   const char *message)
+{
+    j->e->ev.complete(c, request_id, status, message);
+}
 
 const char *rd_job_name(const rd_job *j)
 {
@@ -183,7 +200,7 @@ static void op_free(rd_op *o)
 
 static void job_free(rd_job *j)
 {
-    rd_daemon *d = j->d;
+    rd_engine *d = j->e;
     j->freeing = 1;
     rd_world_free(j->world);
     j->world = NULL;
@@ -192,8 +209,8 @@ static void job_free(rd_job *j)
         while (j->buckets[i] != NULL) {
             rd_op *o = j->buckets[i];
             j->buckets[i] = o->next;
-            if (o->state != OP_FAILED && d->ops_in_flight > 0)
-                d->ops_in_flight--;
+            if (o->state != OP_FAILED && d->counters->ops_in_flight > 0)
+                d->counters->ops_in_flight--;
             op_free(o);
         }
     }
@@ -237,7 +254,7 @@ static void op_answer(rd_op *o, ringd_result_t status, const char *message)
     for (uint32_t k = 0; k < o->nparts; k++) {
         part *pt = &o->parts[k];
         if (pt->submitted && pt->s != NULL && !pt->answered) {
-            rd_session_complete(pt->s, pt->request_id, status, message);
+            answer(o->job, pt->s, pt->request_id, status, message);
             pt->answered = 1;
         }
     }
@@ -247,16 +264,16 @@ static void op_answer(rd_op *o, ringd_result_t status, const char *message)
 static void op_finish(rd_op *o, ringd_result_t status, const char *message)
 {
     rd_job *j = o->job;
-    rd_daemon *d = j->d;
+    rd_engine *d = j->e;
     op_answer(o, status, message);
-    if (d->ops_in_flight > 0)
-        d->ops_in_flight--;
+    if (d->counters->ops_in_flight > 0)
+        d->counters->ops_in_flight--;
     if (status == RINGD_OK) {
-        d->ops_completed++;
+        d->counters->ops_completed++;
         j->ops_completed++;
-        d->bytes_reduced += rd_local_bytes(&o->plan);
+        d->counters->bytes_reduced += rd_local_bytes(&o->plan);
     } else {
-        d->ops_failed++;
+        d->counters->ops_failed++;
         j->ops_failed++;
     }
     op_unlink(j, o);
@@ -274,10 +291,10 @@ static void op_tombstone(rd_op *o, ringd_result_t status, const char *msg)
     free(o->message);
     o->message = strdup(msg);
     o->since_ms = rd_now_ms();
-    rd_daemon *d = o->job->d;
-    if (d->ops_in_flight > 0)
-        d->ops_in_flight--;
-    d->ops_failed++;
+    rd_engine *d = o->job->e;
+    if (d->counters->ops_in_flight > 0)
+        d->counters->ops_in_flight--;
+    d->counters->ops_failed++;
     o->job->ops_failed++;
     for (uint32_t k = 0; k < o->nparts; k++) {
         rd_arena_unref(o->parts[k].arena);
@@ -349,12 +366,12 @@ static void op_resolve(rd_op *o)
 static void op_start(rd_op *o)
 {
     rd_job *j = o->job;
-    rd_daemon *d = j->d;
+    rd_engine *d = j->e;
     rd_local_plan *p = &o->plan;
 
     op_resolve(o);
     size_t units = rd_local_units(p);
-    if (rd_local_bytes(p) < d->cfg.inline_bytes || units == 0) {
+    if (rd_local_bytes(p) < d->cfg->inline_bytes || units == 0) {
         rd_local_run(p, 0, units);
         op_finish(o, RINGD_OK, NULL);
         return;
@@ -385,7 +402,7 @@ static rd_op_params params_of(const Ringd__Submit *m)
 /* Checks a Submit with a valid name on its own: enums, sizes, and that its buffers lie in the
  * arena.
  * Returns RINGD_OK, or RINGD_E_INVALID with err set. */
-static ringd_result_t validate(const struct rd_session *s, const Ringd__Submit *m, char *err,
+static ringd_result_t validate(const rd_client *s, const Ringd__Submit *m, char *err,
                                size_t errlen)
 {
     const rd_job *j = s->job;
@@ -517,7 +534,7 @@ static rd_op *op_new(rd_job *j, const char *name, const rd_op_params *p, uint32_
     if (o == NULL)
         return NULL;
     op_insert(j, o);
-    j->d->ops_in_flight++;
+    j->e->counters->ops_in_flight++;
     return o;
 }
 
@@ -542,8 +559,8 @@ static int op_matches(const rd_op *o, const Ringd__Submit *m, uint32_t rank, cha
             msg, len,
             "tensor '%s' mismatch (%s): rank %u (node %.64s) submitted %s; rank %u (node %.64s) "
             "submitted %s",
-            o->name, fields, j->first_rank + o->first_rank, j->d->cfg.node, a, j->first_rank + rank,
-            j->d->cfg.node, b);
+            o->name, fields, j->first_rank + o->first_rank, j->e->cfg->node, a, j->first_rank + rank,
+            j->e->cfg->node, b);
     return 0;
 }
 
@@ -576,7 +593,7 @@ static void announce(rd_op *o)
                 o->name, o->p.root, j->name, j->size, j->generation);
         return;
     }
-    if (o->p.coll == RD_COLL_BARRIER || result_bytes(o) > j->d->cfg.direct_bytes) {
+    if (o->p.coll == RD_COLL_BARRIER || result_bytes(o) > j->e->cfg->direct_bytes) {
         tell(o, RINGD_OK, NULL, 0, NULL, 0);
         return;
     }
@@ -611,7 +628,7 @@ static void announce(rd_op *o)
  * the client's library): the op fails with rc on every rank that submits it. Ranks here that
  * already have hear it now, ranks yet to submit it when they do (a tombstone), and the other
  * nodes as soon as the announcement reaches them. s, the refused session, is answered too. */
-static void op_refuse(rd_job *j, struct rd_session *s, uint32_t rank, uint64_t request_id,
+static void op_refuse(rd_job *j, rd_client *s, uint32_t rank, uint64_t request_id,
                       const char *name, const rd_op_params *params, ringd_result_t rc,
                       const char *why)
 {
@@ -620,13 +637,13 @@ static void op_refuse(rd_job *j, struct rd_session *s, uint32_t rank, uint64_t r
     rd_op *o = op_find(j, name, rank, &dup);
     rd_log(RD_LOG_INFO, "job", "job '%s' local rank %u: %s", j->name, rank, why);
     if (dup) { /* the earlier op of that name goes on */
-        rd_session_complete(s, request_id, rc, why);
+        answer(j, s, request_id, rc, why);
         return;
     }
     if (o != NULL && o->state == OP_FAILED) { /* failed already: this rank hears its own why */
         o->parts[rank].submitted = 1;
         o->nsubmitted++;
-        rd_session_complete(s, request_id, rc, why);
+        answer(j, s, request_id, rc, why);
         if (o->nsubmitted == o->nparts && !o->await_go) {
             op_unlink(j, o);
             op_free(o);
@@ -639,7 +656,7 @@ static void op_refuse(rd_job *j, struct rd_session *s, uint32_t rank, uint64_t r
             p = (rd_op_params){RD_COLL_BARRIER, RD_DT_U8, RD_OP_SUM, 0, 0, 1.0, 1.0};
         o = op_new(j, name, &p, rank);
         if (o == NULL) {
-            rd_session_complete(s, request_id, RINGD_E_NOMEM, "out of memory");
+            answer(j, s, request_id, RINGD_E_NOMEM, "out of memory");
             return;
         }
     }
@@ -649,14 +666,14 @@ static void op_refuse(rd_job *j, struct rd_session *s, uint32_t rank, uint64_t r
     pt->request_id = request_id;
     o->nsubmitted++;
     snprintf(msg, sizeof(msg), "rank %u (node %.64s) could not run it: %.600s",
-             j->first_rank + rank, j->d->cfg.node, why);
+             j->first_rank + rank, j->e->cfg->node, why);
     o->await_go = j->world != NULL;
     op_tombstone(o, rc, msg);
     if (j->world != NULL && rd_world_up(j->world))
         tell(o, rc, msg, 0, NULL, 0);
 }
 
-void rd_job_submit(struct rd_session *s, const Ringd__Submit *m)
+void rd_job_submit(rd_client *s, const Ringd__Submit *m)
 {
     rd_job *j = s->job;
     uint32_t rank = s->local_rank;
@@ -664,7 +681,7 @@ void rd_job_submit(struct rd_session *s, const Ringd__Submit *m)
 
     if (!rd_name_valid(m->name)) { /* nothing to match it with: only this rank can hear of it */
         snprintf(err, sizeof(err), "tensor names are 1..%d printable ASCII bytes", RD_NAME_MAX);
-        rd_session_complete(s, m->request_id, RINGD_E_INVALID, err);
+        answer(j, s, m->request_id, RINGD_E_INVALID, err);
         return;
     }
     if (j->draining) {
@@ -672,8 +689,8 @@ void rd_job_submit(struct rd_session *s, const Ringd__Submit *m)
         snprintf(err, sizeof(err),
                  "tensor '%s': node %s drained: job '%s' goes on without it; this session "
                  "runs no more collectives (close it, and open a new one to join again)",
-                 m->name, j->d->cfg.node, j->name);
-        rd_session_complete(s, m->request_id, RINGD_E_CLOSED, err);
+                 m->name, j->e->cfg->node, j->name);
+        answer(j, s, m->request_id, RINGD_E_CLOSED, err);
         return;
     }
     if (m->generation != 0 && m->generation < j->sync_generation) {
@@ -684,7 +701,7 @@ void rd_job_submit(struct rd_session *s, const Ringd__Submit *m)
                  "tensor '%s': %s (this rank is now %u of %u, generation %" PRIu64
                  "): restore the last committed state and broadcast it from rank 0",
                  m->name, j->sync_why, j->first_rank + rank, j->size, j->generation);
-        rd_session_complete(s, m->request_id, RINGD_E_MEMBERSHIP, err);
+        answer(j, s, m->request_id, RINGD_E_MEMBERSHIP, err);
         return;
     }
     ringd_result_t rc;
@@ -695,7 +712,7 @@ void rd_job_submit(struct rd_session *s, const Ringd__Submit *m)
     } else {
         rc = validate(s, m, err, sizeof(err));
     }
-    if (rc == RINGD_OK && s->ops_in_flight > (uint64_t)j->d->cfg.max_pending) {
+    if (rc == RINGD_OK && s->ops_in_flight > (uint64_t)j->e->cfg->max_pending) {
         snprintf(err, sizeof(err),
                  "tensor '%s': local rank %u already has %" PRIu64
                  " collectives outstanding (--max-pending)",
@@ -714,13 +731,13 @@ void rd_job_submit(struct rd_session *s, const Ringd__Submit *m)
         snprintf(err, sizeof(err),
                  "tensor '%s' is already submitted by local rank %u and not yet complete", m->name,
                  rank);
-        rd_session_complete(s, m->request_id, RINGD_E_INVALID, err);
+        answer(j, s, m->request_id, RINGD_E_INVALID, err);
         return;
     }
     if (o != NULL && o->state == OP_FAILED) {
         o->parts[rank].submitted = 1;
         o->nsubmitted++;
-        rd_session_complete(s, m->request_id, o->status, o->message);
+        answer(j, s, m->request_id, o->status, o->message);
         if (o->nsubmitted == o->nparts && !o->await_go) {
             op_unlink(j, o);
             op_free(o);
@@ -731,7 +748,7 @@ void rd_job_submit(struct rd_session *s, const Ringd__Submit *m)
         rd_op_params p = params_of(m);
         o = op_new(j, m->name, &p, rank);
         if (o == NULL) {
-            rd_session_complete(s, m->request_id, RINGD_E_NOMEM, "out of memory");
+            answer(j, s, m->request_id, RINGD_E_NOMEM, "out of memory");
             return;
         }
     }
@@ -771,23 +788,13 @@ static void job_welcome(rd_job *j)
 {
     int any = 0;
     for (uint32_t k = 0; k < j->nclients; k++) {
-        struct rd_session *s = j->slots[k];
-        if (s->state != RD_SESSION_JOINING)
+        rd_client *c = j->slots[k];
+        if (c->welcomed)
             continue;
-        Ringd__Welcome w = RINGD__WELCOME__INIT;
-        rd_msg m = RINGD__MSG__INIT;
-        w.rank = j->first_rank + k;
-        w.size = j->size;
-        w.local_rank = k;
-        w.local_size = j->local_size;
-        w.generation = j->generation;
-        w.arena_size = s->arena->size;
-        w.data_offset = RD_CTRL_BYTES;
-        m.body_case = RINGD__MSG__BODY_WELCOME;
-        m.welcome = &w;
-        if (rd_session_send_fd(s, &m, s->arena->fd) == 0) {
-            rd_arena_close_fd(s->arena);
-            rd_session_activate(s);
+        rd_client_view v = {j->generation, j->first_rank + k, j->size, k, j->local_size};
+        if (j->e->ev.welcome(c, &v, c->arena->fd) == 0) {
+            rd_arena_close_fd(c->arena);
+            c->welcomed = 1;
         }
         any = 1;
     }
@@ -867,7 +874,7 @@ static void job_reshape(rd_job *j, const char *why)
     j->local_size = j->nclients;
     if (j->world != NULL) {
         if (j->nclients > 0)
-            rd_world_resize(j->world, why);
+            rd_world_resize(j->world, j->local_size, why);
         return;
     }
     j->generation++;
@@ -884,7 +891,7 @@ static void job_reshape(rd_job *j, const char *why)
  * shortest limit, between 10 ms and 1 s. */
 static int64_t tick_ms(const rd_job *j)
 {
-    const rd_config *c = &j->d->cfg;
+    const rd_config *c = j->e->cfg;
     int64_t t = c->stall_warn;
     if (c->stall_abort > 0 && c->stall_abort < t)
         t = c->stall_abort;
@@ -906,7 +913,7 @@ static void op_missing(const rd_op *o, char *buf, size_t len)
             n += (size_t)snprintf(local + n, sizeof(local) - n, "%s%u", n ? ", " : "rank ",
                                   j->first_rank + k);
     if (n > 0)
-        snprintf(local + n, sizeof(local) - n, " (node %s)", j->d->cfg.node);
+        snprintf(local + n, sizeof(local) - n, " (node %s)", j->e->cfg->node);
     if (j->world != NULL)
         rd_world_missing(j->world, o->name, o->state == OP_NEGOTIATING ? o : NULL, remote,
                          sizeof(remote));
@@ -924,7 +931,7 @@ static void op_missing(const rd_op *o, char *buf, size_t len)
 static void op_inspect(rd_op *o, int64_t now)
 {
     rd_job *j = o->job;
-    const rd_config *c = &j->d->cfg;
+    const rd_config *c = j->e->cfg;
     int64_t age = now - o->since_ms;
     if (age < c->stall_warn)
         return;
@@ -1005,7 +1012,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
             int waiting = o->doomed || (o->state == OP_NEGOTIATING && !o->announced && !up);
             if (o->state == OP_FAILED) {
                 /* A tombstone some rank never came to: gone after --stall-abort. */
-                const rd_config *c = &j->d->cfg;
+                const rd_config *c = j->e->cfg;
                 if (!o->await_go && c->stall_abort > 0 && now - o->since_ms >= c->stall_abort) {
                     op_unlink(j, o);
                     op_free(o);
@@ -1034,7 +1041,7 @@ int rd_job_drain(rd_job *j, int force)
                 if (o->state == OP_PENDING || (o->state == OP_NEGOTIATING && !o->announced))
                     op_fail(o, RINGD_E_CLOSED,
                             "tensor '%s': node %s is draining; job '%s' goes on without it",
-                            o->name, j->d->cfg.node, j->name);
+                            o->name, j->e->cfg->node, j->name);
                 o = next;
             }
         }
@@ -1042,7 +1049,7 @@ int rd_job_drain(rd_job *j, int force)
     if (force) {
         char why[512];
         snprintf(why, sizeof(why), "node %s drained before the op could end (--drain-timeout)",
-                 j->d->cfg.node);
+                 j->e->cfg->node);
         fail_unstarted(j, why);
         if (j->world != NULL)
             rd_world_unregister(j->world);
@@ -1072,16 +1079,18 @@ rd_job *rd_job_next(const rd_job *j)
     return j->next;
 }
 
-ringd_result_t rd_job_join(struct rd_session *s, const Ringd__Hello *h, char *err, size_t errlen)
+static const rd_world_events world_events;
+
+ringd_result_t rd_job_join(rd_client *s, const Ringd__Hello *h, char *err, size_t errlen)
 {
-    rd_daemon *d = s->d;
+    rd_engine *d = s->engine;
     if (h->protocol != RD_PROTOCOL_VERSION) {
         snprintf(err, errlen, "protocol %u is not supported (this daemon speaks %d)", h->protocol,
                  RD_PROTOCOL_VERSION);
         return RINGD_E_PROTOCOL;
     }
     if (d->draining) {
-        snprintf(err, errlen, "node %s is draining: it takes no new clients", d->cfg.node);
+        snprintf(err, errlen, "node %s is draining: it takes no new clients", d->cfg->node);
         return RINGD_E_REFUSED;
     }
     if (!rd_name_valid(h->job)) {
@@ -1093,7 +1102,7 @@ ringd_result_t rd_job_join(struct rd_session *s, const Ringd__Hello *h, char *er
                  RD_LOCAL_SIZE_MAX);
         return RINGD_E_INVALID;
     }
-    if (h->world_size < h->local_size || (h->world_size > h->local_size && d->worlds == NULL)) {
+    if (h->world_size < h->local_size || (h->world_size > h->local_size && d->net == NULL)) {
         snprintf(err, errlen,
                  "job '%s': world_size %u differs from local_size %u, but this daemon runs "
                  "without --redis and serves this node alone",
@@ -1106,10 +1115,10 @@ ringd_result_t rd_job_join(struct rd_session *s, const Ringd__Hello *h, char *er
                  min_size, h->world_size);
         return RINGD_E_INVALID;
     }
-    uint64_t want = h->arena_size ? h->arena_size : d->cfg.arena_size;
-    if (want < RD_ARENA_MIN || want > d->cfg.arena_max) {
+    uint64_t want = h->arena_size ? h->arena_size : d->cfg->arena_size;
+    if (want < RD_ARENA_MIN || want > d->cfg->arena_max) {
         snprintf(err, errlen, "arena of %" PRIu64 " bytes is outside %u..%" PRIu64 " (--arena-max)",
-                 want, RD_ARENA_MIN, d->cfg.arena_max);
+                 want, RD_ARENA_MIN, d->cfg->arena_max);
         return RINGD_E_INVALID;
     }
 
@@ -1156,7 +1165,7 @@ ringd_result_t rd_job_join(struct rd_session *s, const Ringd__Hello *h, char *er
             snprintf(err, errlen, "out of memory creating job '%s'", h->job);
             return RINGD_E_NOMEM;
         }
-        j->d = d;
+        j->e = d;
         j->uid = s->uid;
         j->nbuckets = RD_OP_BUCKETS_MIN;
         j->world_size = h->world_size;
@@ -1169,7 +1178,8 @@ ringd_result_t rd_job_join(struct rd_session *s, const Ringd__Hello *h, char *er
         int64_t every = tick_ms(j);
         struct timeval tv = {every / 1000, (every % 1000) * 1000};
         if (j->ev_free == NULL || j->ev_tick == NULL || event_add(j->ev_tick, &tv) != 0 ||
-            (j->world_size > j->local_size && (j->world = rd_world_new(d, j)) == NULL)) {
+            (j->world_size > j->local_size && (j->world = rd_world_new(d->net, j->name, j->world_size, j->min_size,
+                                              j->local_size, &world_events, j)) == NULL)) {
             job_free(j); /* not linked yet, no ops: only what was made */
             snprintf(err, errlen, "out of memory creating job '%s'", h->job);
             return RINGD_E_NOMEM;
@@ -1184,13 +1194,12 @@ ringd_result_t rd_job_join(struct rd_session *s, const Ringd__Hello *h, char *er
     j->nclients++;
     s->job = j;
     s->local_rank = k;
-    rd_session_set_state(s, RD_SESSION_JOINING);
     rd_log(RD_LOG_INFO, "job", "job '%s': pid %d joined as local rank %u (%u of %u)", j->name,
            (int)s->pid, k, j->nclients, j->local_cap);
     if (j->started) {
         char why[640];
         snprintf(why, sizeof(why), "pid %d joined job '%s' on node %s", (int)s->pid, j->name,
-                 d->cfg.node);
+                 d->cfg->node);
         job_reshape(j, why);
         return RINGD_OK;
     }
@@ -1208,7 +1217,7 @@ ringd_result_t rd_job_join(struct rd_session *s, const Ringd__Hello *h, char *er
     return RINGD_OK;
 }
 
-void rd_job_leave(struct rd_session *s)
+void rd_job_leave(rd_client *s)
 {
     rd_job *j = s->job;
     uint32_t rank = s->local_rank;
@@ -1216,7 +1225,7 @@ void rd_job_leave(struct rd_session *s)
 
     if (j->started)
         snprintf(why, sizeof(why), "rank %u (pid %d, node %s) left job '%s'", j->first_rank + rank,
-                 (int)s->pid, j->d->cfg.node, j->name);
+                 (int)s->pid, j->e->cfg->node, j->name);
     else
         snprintf(why, sizeof(why), "local rank %u (pid %d) left job '%s'", rank, (int)s->pid,
                  j->name);
@@ -1284,7 +1293,7 @@ static int describe_stalls(const rd_job *j, Ringd__JobInfo *ji)
     return 0;
 }
 
-int rd_job_describe(struct rd_daemon *d, Ringd__JobInfo ***out, size_t *nout)
+int rd_job_describe(rd_engine *d, Ringd__JobInfo ***out, size_t *nout)
 {
     size_t n = 0;
     for (rd_job *j = d->jobs; j != NULL; j = j->next)
@@ -1351,71 +1360,71 @@ void rd_job_describe_free(Ringd__JobInfo **jobs, size_t njobs)
     free(jobs);
 }
 
-void rd_job_free_all(struct rd_daemon *d)
+rd_engine *rd_engine_new(struct event_base *base, const rd_config *cfg, rd_counters *counters,
+                         rd_exec *exec, rd_net *net, const rd_client_events *ev)
 {
-    while (d->jobs != NULL)
-        job_free(d->jobs);
+    rd_engine *e = calloc(1, sizeof(*e));
+    if (e == NULL)
+        return NULL;
+    e->base = base;
+    e->cfg = cfg;
+    e->counters = counters;
+    e->exec = exec;
+    e->net = net;
+    e->ev = *ev;
+    return e;
 }
 
-rd_job *rd_job_find(struct rd_daemon *d, const char *name)
+void rd_engine_free(rd_engine *e)
 {
-    for (rd_job *j = d->jobs; j != NULL; j = j->next)
-        if (strcmp(j->name, name) == 0)
-            return j;
-    return NULL;
+    if (e == NULL)
+        return;
+    while (e->jobs != NULL)
+        job_free(e->jobs);
+    free(e);
 }
 
-rd_world *rd_job_world(const rd_job *j)
+void rd_engine_set_draining(rd_engine *e)
 {
-    return j->world;
+    e->draining = 1;
 }
 
-uint32_t rd_job_world_size(const rd_job *j)
+int rd_engine_draining(const rd_engine *e)
 {
-    return j->world_size;
+    return e->draining;
 }
 
-uint32_t rd_job_local_size(const rd_job *j)
+rd_job *rd_engine_jobs(const rd_engine *e)
 {
-    return j->local_size;
+    return e->jobs;
 }
 
-uint32_t rd_job_min_size(const rd_job *j)
-{
-    return j->min_size;
-}
-
-void rd_job_client_view(const rd_job *j, uint32_t local_rank, Ringd__Complete *c)
+int rd_job_client_view(const rd_job *j, uint32_t local_rank, rd_client_view *v)
 {
     if (!j->started)
-        return;
-    c->generation = j->generation;
-    c->rank = j->first_rank + local_rank;
-    c->size = j->size;
-    c->local_rank = local_rank;
-    c->local_size = j->local_size;
+        return 0;
+    v->generation = j->generation;
+    v->rank = j->first_rank + local_rank;
+    v->size = j->size;
+    v->local_rank = local_rank;
+    v->local_size = j->local_size;
+    return 1;
 }
 
-void rd_job_ring_waiting(rd_job *j, uint32_t ranks, uint32_t nodes, uint64_t generation,
+static void on_ring_waiting(void *arg, uint32_t ranks, uint32_t nodes, uint64_t generation,
                          const char *detail)
 {
-    Ringd__Waiting wt = RINGD__WAITING__INIT;
-    wt.ranks = ranks;
-    wt.world_size = j->world_size;
-    wt.nodes = nodes;
-    wt.generation = generation;
-    wt.detail = (char *)(detail != NULL ? detail : "");
-    rd_msg m = RINGD__MSG__INIT;
-    m.body_case = RINGD__MSG__BODY_WAITING;
-    m.waiting = &wt;
+    rd_job *j = arg;
     for (uint32_t k = 0; k < j->nclients; k++)
-        if (j->slots[k]->state == RD_SESSION_JOINING)
-            rd_session_send(j->slots[k], &m);
+        if (!j->slots[k]->welcomed)
+            j->e->ev.waiting(j->slots[k], ranks, j->world_size, nodes, generation,
+                             detail != NULL ? detail : "");
 }
 
-void rd_job_ring_up(rd_job *j, uint32_t first_rank, uint64_t generation, uint32_t size, int sync,
+static void on_ring_up(void *arg, uint32_t first_rank, uint64_t generation, uint32_t size, int sync,
                     const char *why)
 {
+    rd_job *j = arg;
     j->first_rank = first_rank;
     j->generation = generation;
     j->size = size;
@@ -1452,8 +1461,9 @@ void rd_job_ring_up(rd_job *j, uint32_t first_rank, uint64_t generation, uint32_
     }
 }
 
-void rd_job_ring_down(rd_job *j, const char *why, int carry)
+static void on_ring_down(void *arg, const char *why, int carry)
 {
+    rd_job *j = arg;
     goq_clear(j);
     if (!carry)
         j->disrupted = 1;
@@ -1476,13 +1486,15 @@ void rd_job_ring_down(rd_job *j, const char *why, int carry)
     }
 }
 
-void rd_job_disrupted(rd_job *j)
+static void on_disrupted(void *arg)
 {
+    rd_job *j = arg;
     j->disrupted = 1;
 }
 
-void rd_job_ring_lost(rd_job *j, const char *why)
+static void on_ring_lost(void *arg, const char *why)
 {
+    rd_job *j = arg;
     fail_unstarted(j, why);
 }
 
@@ -1534,10 +1546,11 @@ static void ring_start(rd_job *j, rd_op **ops, size_t n)
     rd_world_submit(j->world, &rt->t);
 }
 
-void rd_job_task_done(rd_job *j, struct rd_xfer_task *t)
+static void on_task_done(void *arg, struct rd_xfer_task *t)
 {
+    rd_job *j = arg;
     ring_task *rt = t->ctx;
-    j->d->activity++;
+    j->e->counters->activity++;
     for (size_t i = 0; i < rt->nops; i++) {
         rd_op *o = rt->ops[i];
         j->nrunning--;
@@ -1621,7 +1634,7 @@ static int batch_start(rd_job *j, go_batch *b)
     }
     /* Groups of small allreduces agreeing on dtype, op and scales, each up to the threshold,
      * started in the order of their first op; other ops run alone, in order. */
-    uint64_t threshold = j->d->cfg.fusion_threshold;
+    uint64_t threshold = j->e->cfg->fusion_threshold;
     size_t *grp = calloc(b->n, sizeof(*grp)), ngroups = 0;
     size_t *lead = calloc(b->n, sizeof(*lead));
     uint64_t *gbytes = calloc(b->n, sizeof(*gbytes));
@@ -1681,8 +1694,9 @@ static void goq_drain(rd_job *j)
     }
 }
 
-void rd_job_go(rd_job *j, const Ringd__Go *go)
+static void on_go(void *arg, const Ringd__Go *go)
 {
+    rd_job *j = arg;
     go_batch *b = calloc(1, sizeof(*b));
     if (b == NULL || (b->names = calloc(go->n_ops ? go->n_ops : 1, sizeof(char *))) == NULL) {
         free(b);
@@ -1702,8 +1716,9 @@ void rd_job_go(rd_job *j, const Ringd__Go *go)
     goq_drain(j);
 }
 
-int rd_job_awaits_order(const rd_job *j)
+static int on_awaits_order(void *arg)
 {
+    rd_job *j = arg;
     if (j->goq != NULL)
         return 2;
     for (size_t b = 0; b < j->nbuckets; b++)
@@ -1713,9 +1728,10 @@ int rd_job_awaits_order(const rd_job *j)
     return 0;
 }
 
-void rd_job_failed_elsewhere(rd_job *j, const char *name, const rd_op_params *p, uint32_t status,
+static void on_failed_elsewhere(void *arg, const char *name, const rd_op_params *p, uint32_t status,
                              const char *message)
 {
+    rd_job *j = arg;
     char msg[768];
     ringd_result_t rc = status < RINGD_RESULT_COUNT ? (ringd_result_t)status : RINGD_E_PROTOCOL;
     snprintf(msg, sizeof(msg), "%s", message); /* message may go with the negotiation's record */
@@ -1741,8 +1757,9 @@ void rd_job_failed_elsewhere(rd_job *j, const char *name, const rd_op_params *p,
     tell(o, rc, msg, 0, NULL, 0);
 }
 
-void rd_job_negotiated(rd_job *j, void *own, const Ringd__GoEntry *e)
+static void on_negotiated(void *arg, void *own, const Ringd__GoEntry *e)
 {
+    rd_job *j = arg;
     rd_op *o = own;
     if (o->state == OP_FAILED) { /* failed here already; the others now know */
         o->await_go = 0;
@@ -1776,3 +1793,16 @@ void rd_job_negotiated(rd_job *j, void *own, const Ringd__GoEntry *e)
     o->ring_ready = 1;
     goq_drain(j);
 }
+
+static const rd_world_events world_events = {
+    .ring_up = on_ring_up,
+    .ring_waiting = on_ring_waiting,
+    .ring_down = on_ring_down,
+    .ring_lost = on_ring_lost,
+    .disrupted = on_disrupted,
+    .negotiated = on_negotiated,
+    .failed_elsewhere = on_failed_elsewhere,
+    .go = on_go,
+    .awaits_order = on_awaits_order,
+    .task_done = on_task_done,
+};

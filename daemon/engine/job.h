@@ -10,103 +10,102 @@
 #include "negotiate.h"
 #include "ringd.h"
 
-struct rd_session;
-struct rd_daemon;
+#include <sys/types.h>
+
+#include "config.h"
+#include "counters.h"
+#include "exec.h"
+#include "world.h"
+
+struct event_base;
+struct rd_arena;
 
 #define RD_LOCAL_SIZE_MAX 1024
 
+typedef struct rd_engine rd_engine;
 typedef struct rd_job rd_job;
 
-/* Adds session s (state NEW) to the job its Hello names, creating the job and the session's
- * arena; once the job has all its local clients each waiting one gets Welcome and the arena fd.
- * Returns RINGD_OK, or a refusal with err set (the caller closes the session). */
-ringd_result_t rd_job_join(struct rd_session *s, const Ringd__Hello *h, char *err, size_t errlen);
+/* A local client of a job as the engine sees it. The front embeds one in each client
+ * connection and fills engine, pid and uid; the engine sets the rest from rd_job_join on. */
+typedef struct rd_client {
+    rd_engine *engine;
+    pid_t pid; /* of the client process (SO_PEERCRED) */
+    uid_t uid;
+    struct rd_job *job;       /* from rd_job_join until rd_job_leave */
+    uint32_t local_rank;      /* in the job's current generation */
+    struct rd_arena *arena;   /* one reference, from rd_job_join on; the front drops it */
+    uint64_t ops_in_flight;   /* Submits not yet answered (the front counts them) */
+    uint64_t ops_completed;
+    int welcomed;             /* has been sent Welcome */
+} rd_client;
 
-/* Validates and matches one Submit of an active session. Every outcome ends in exactly one
- * Complete for the request, now or when the op finishes. */
-void rd_job_submit(struct rd_session *s, const Ringd__Submit *m);
+/* The job as one client sees it. */
+typedef struct {
+    uint64_t generation;
+    uint32_t rank, size, local_rank, local_size;
+} rd_client_view;
 
-/* Removes a departing session from its job. A running job goes on without it at a new
+/* News for clients, sent by the front. Loop thread. */
+typedef struct {
+    /* The job has started: sends c Welcome with v and its arena's memfd. Returns 0 once sent
+     * (the client may then submit), -1 when c is going away. */
+    int (*welcome)(rd_client *c, const rd_client_view *v, int arena_fd);
+    /* c waits for the job's ring: ranks of world_size registered on nodes at generation. */
+    void (*waiting)(rd_client *c, uint32_t ranks, uint32_t world_size, uint32_t nodes,
+                    uint64_t generation, const char *detail);
+    /* c's request ended with status (message: why, "" on success). */
+    void (*complete)(rd_client *c, uint64_t request_id, ringd_result_t status,
+                     const char *message);
+} rd_client_events;
+
+/* The engine of the daemon's jobs: cfg, counters, exec (the data-path executor) and net (NULL
+ * without --redis: one-node jobs only) are borrowed for its lifetime; ev is copied. Returns NULL
+ * when out of memory. */
+rd_engine *rd_engine_new(struct event_base *base, const rd_config *cfg, rd_counters *counters,
+                         rd_exec *exec, rd_net *net, const rd_client_events *ev);
+
+/* Frees every job and op left at shutdown, after the executor has stopped. NULL is a no-op. */
+void rd_engine_free(rd_engine *e);
+
+/* From now on new clients are refused (a drain). */
+void rd_engine_set_draining(rd_engine *e);
+int rd_engine_draining(const rd_engine *e);
+
+/* The first of the engine's jobs (rd_job_next gives the others), or NULL. */
+rd_job *rd_engine_jobs(const rd_engine *e);
+
+/* Adds client c (its engine, pid and uid set) to the job its Hello names, creating the job and
+ * the client's arena; once the job has all its local clients each waiting one is welcomed.
+ * Returns RINGD_OK, or a refusal with err set (the caller closes the connection). */
+ringd_result_t rd_job_join(rd_client *c, const Ringd__Hello *h, char *err, size_t errlen);
+
+/* Validates and matches one Submit of a welcomed client. Every outcome ends in exactly one
+ * complete event for the request, now or when the op finishes. */
+void rd_job_submit(rd_client *c, const Ringd__Submit *m);
+
+/* Removes a departing client from its job. A running job goes on without it at a new
  * generation (every op not moving data fails with RINGD_E_MEMBERSHIP naming it); running ops
  * finish without it. */
-void rd_job_leave(struct rd_session *s);
+void rd_job_leave(rd_client *c);
 
 /* Describes every job into the reply's jobs array (allocated with malloc; rd_job_describe_free
  * releases it). */
-int rd_job_describe(struct rd_daemon *d, Ringd__JobInfo ***jobs, size_t *njobs);
+int rd_job_describe(rd_engine *e, Ringd__JobInfo ***jobs, size_t *njobs);
 void rd_job_describe_free(Ringd__JobInfo **jobs, size_t njobs);
-
-/* Frees every job and op left at shutdown, after the executor has stopped. */
-void rd_job_free_all(struct rd_daemon *d);
 
 /* The job's name, for status. */
 const char *rd_job_name(const rd_job *j);
 
-/* Multi-node jobs: lookups and the calls daemon/world.c makes into the job. */
-struct rd_world;
-struct rd_xfer_task;
-rd_job *rd_job_find(struct rd_daemon *d, const char *name);
-struct rd_world *rd_job_world(const rd_job *j);
-uint32_t rd_job_world_size(const rd_job *j);
-uint32_t rd_job_local_size(const rd_job *j);
-uint32_t rd_job_min_size(const rd_job *j);
-
-/* The job as the client at local_rank sees it, into a Complete (unchanged before it started). */
-void rd_job_client_view(const rd_job *j, uint32_t local_rank, Ringd__Complete *c);
-
-/* The ring is up at generation with size ranks: waiting clients get Welcome with ranks from
- * first_rank on; ops held meanwhile are announced. sync: the membership changed in a way
- * clients must re-synchronise with (not a graceful leave): every op not moving data fails with
- * RINGD_E_MEMBERSHIP (why, or the message it was doomed with), and so do Submits tagged with an
- * older generation. */
-void rd_job_ring_up(rd_job *j, uint32_t first_rank, uint64_t generation, uint32_t size, int sync,
-                    const char *why);
-
-/* Tells waiting clients how far the ring has come (Waiting). */
-void rd_job_ring_waiting(rd_job *j, uint32_t ranks, uint32_t nodes, uint64_t generation,
-                         const char *detail);
-
-/* The ring went down. carry (a graceful leave): ops under negotiation are announced again on the
- * next ring. Otherwise every op not moving data is doomed: it fails with RINGD_E_MEMBERSHIP and
- * why when the next ring is up (its answer then carries the new rank and size), or after the
- * job's wait. */
-void rd_job_ring_down(rd_job *j, const char *why, int carry);
-
-/* No ring will come soon (this node lost its registration): every op not moving data fails now
- * with RINGD_E_MEMBERSHIP and why. */
-void rd_job_ring_lost(rd_job *j, const char *why);
-
-/* The ring broke under running ops: their failures wait for the next ring like doomed ops. */
-void rd_job_disrupted(rd_job *j);
+/* The job as the client at local_rank sees it into *v: returns 1, or 0 (v untouched) before the
+ * job started. */
+int rd_job_client_view(const rd_job *j, uint32_t local_rank, rd_client_view *v);
 
 /* Leaves the job gracefully (ringctl drain, SIGTERM): new Submits are refused and ops not yet
  * announced fail; returns 1 once nothing is under way and the node has left the ring. Call
  * again until it does; force: what is still under way fails and the node leaves now. */
 int rd_job_drain(rd_job *j, int force);
 
-/* The daemon's next job after j, or NULL. */
+/* The engine's next job after j, or NULL. */
 rd_job *rd_job_next(const rd_job *j);
-
-/* Every node has announced the op whose handle is own (an rd_op of j): e fails it, carries its
- * result (direct), or says it is bound for the ring. */
-void rd_job_negotiated(rd_job *j, void *own, const Ringd__GoEntry *e);
-
-/* Another node announced that the op named name (params p) failed there, or the announcements
- * disagree: the oldest op of that name this node has not announced fails now with status and
- * message on every local rank that submitted it (and on those that submit it later), and this
- * node announces the failure too, so that no node waits for the others' ranks. */
-void rd_job_failed_elsewhere(rd_job *j, const char *name, const rd_op_params *p, uint32_t status,
-                             const char *message);
-
-/* The coordinator's order for ops bound for the ring: each batch runs (fused where it can) once
- * every op in it is negotiated here, batches in order. */
-void rd_job_go(rd_job *j, const Ringd__Go *go);
-
-/* 2 while orders of the coordinator wait for ops to be negotiated here, 1 while ops negotiated
- * for the ring wait for the coordinator's order, else 0. */
-int rd_job_awaits_order(const rd_job *j);
-
-/* A ring task ended (an rd_xfer_done_fn with the job as argument). */
-void rd_job_task_done(rd_job *j, struct rd_xfer_task *t);
 
 #endif

@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "daemon.h"
+#include "front.h"
 #include "job.h"
 #include "log.h"
 #include "session.h"
@@ -20,7 +20,7 @@ typedef struct waiter {
 } waiter;
 
 struct rd_drain {
-    rd_daemon *d;
+    rd_front *d;
     struct event *ev;
     int64_t started_ms, deadline_ms, done_ms;
     uint64_t completed0, failed0;
@@ -32,21 +32,21 @@ struct rd_drain {
 /* Answers every waiter with the drain's outcome. */
 static void reply_all(struct rd_drain *dr)
 {
-    rd_daemon *d = dr->d;
+    rd_front *d = dr->d;
     Ringd__DrainReply r = RINGD__DRAIN_REPLY__INIT;
     char msg[512];
     r.status = dr->clean ? RINGD_OK : RINGD_E_TIMEOUT;
     if (dr->clean)
-        snprintf(msg, sizeof(msg), "node %s left %u job(s)", d->cfg.node, dr->jobs);
+        snprintf(msg, sizeof(msg), "node %s left %u job(s)", d->cfg->node, dr->jobs);
     else
         snprintf(msg, sizeof(msg),
                  "node %s left %u job(s), but ops were still under way after %" PRId64
                  " ms and failed",
-                 d->cfg.node, dr->jobs, dr->deadline_ms - dr->started_ms);
+                 d->cfg->node, dr->jobs, dr->deadline_ms - dr->started_ms);
     r.message = msg;
     r.jobs = dr->jobs;
-    r.ops_finished = d->ops_completed - dr->completed0;
-    r.ops_failed = d->ops_failed - dr->failed0;
+    r.ops_finished = d->counters->ops_completed - dr->completed0;
+    r.ops_failed = d->counters->ops_failed - dr->failed0;
     r.elapsed_ms = (uint64_t)(dr->done_ms - dr->started_ms);
     rd_msg m = RINGD__MSG__INIT;
     m.body_case = RINGD__MSG__BODY_DRAIN_REPLY;
@@ -62,13 +62,13 @@ static void reply_all(struct rd_drain *dr)
 static void on_poll(evutil_socket_t fd, short what, void *arg)
 {
     struct rd_drain *dr = arg;
-    rd_daemon *d = dr->d;
+    rd_front *d = dr->d;
     (void)fd;
     (void)what;
     int64_t now = rd_now_ms();
     if (!dr->done) {
         int all = 1, force = now >= dr->deadline_ms;
-        for (struct rd_job *j = d->jobs; j != NULL; j = rd_job_next(j))
+        for (struct rd_job *j = rd_engine_jobs(d->engine); j != NULL; j = rd_job_next(j))
             all &= rd_job_drain(j, force);
         if (!all && !force)
             return;
@@ -76,7 +76,7 @@ static void on_poll(evutil_socket_t fd, short what, void *arg)
         dr->clean = all;
         dr->done_ms = now;
         rd_log(all ? RD_LOG_INFO : RD_LOG_WARN, "drain", "node %s drained in %" PRId64 " ms (%s)",
-               d->cfg.node, now - dr->started_ms,
+               d->cfg->node, now - dr->started_ms,
                all ? "every op under way finished" : "ops still under way failed");
         reply_all(dr);
     }
@@ -88,7 +88,7 @@ static void on_poll(evutil_socket_t fd, short what, void *arg)
     }
 }
 
-int rd_drain_start(rd_daemon *d, rd_session *s, int64_t timeout_ms, int exit_after)
+int rd_drain_start(rd_front *d, rd_session *s, int64_t timeout_ms, int exit_after)
 {
     struct rd_drain *dr = d->drain;
     if (dr == NULL) {
@@ -102,14 +102,14 @@ int rd_drain_start(rd_daemon *d, rd_session *s, int64_t timeout_ms, int exit_aft
         dr->d = d;
         dr->started_ms = rd_now_ms();
         dr->deadline_ms = dr->started_ms + timeout_ms;
-        dr->completed0 = d->ops_completed;
-        dr->failed0 = d->ops_failed;
-        for (struct rd_job *j = d->jobs; j != NULL; j = rd_job_next(j))
+        dr->completed0 = d->counters->ops_completed;
+        dr->failed0 = d->counters->ops_failed;
+        for (struct rd_job *j = rd_engine_jobs(d->engine); j != NULL; j = rd_job_next(j))
             dr->jobs++;
         d->drain = dr;
-        d->draining = 1;
+        rd_engine_set_draining(d->engine);
         rd_log(RD_LOG_INFO, "drain", "node %s draining %u job(s), waiting up to %" PRId64 " ms",
-               d->cfg.node, dr->jobs, timeout_ms);
+               d->cfg->node, dr->jobs, timeout_ms);
     }
     if (s != NULL) {
         waiter *w = malloc(sizeof(*w));
@@ -129,7 +129,7 @@ int rd_drain_start(rd_daemon *d, rd_session *s, int64_t timeout_ms, int exit_aft
     return 0;
 }
 
-void rd_drain_forget(rd_daemon *d, rd_session *s)
+void rd_drain_forget(rd_front *d, rd_session *s)
 {
     if (d->drain == NULL)
         return;
@@ -143,7 +143,7 @@ void rd_drain_forget(rd_daemon *d, rd_session *s)
     }
 }
 
-void rd_drain_free(rd_daemon *d)
+void rd_drain_free(rd_front *d)
 {
     struct rd_drain *dr = d->drain;
     if (dr == NULL)
@@ -156,4 +156,16 @@ void rd_drain_free(rd_daemon *d)
     event_free(dr->ev);
     free(dr);
     d->drain = NULL;
+}
+
+void rd_drain_request(rd_session *s, const rd_msg *m)
+{
+    if (s->state != RD_SESSION_NEW) {
+        rd_session_close(s, RINGD_E_PROTOCOL, "DrainRequest from a client of a job");
+        return;
+    }
+    int64_t ms = m->drain_request->timeout_ms ? (int64_t)m->drain_request->timeout_ms
+                                              : s->f->cfg->drain_timeout;
+    if (rd_drain_start(s->f, s, ms, 0) != 0)
+        rd_session_close(s, RINGD_E_NOMEM, "out of memory starting a drain");
 }

@@ -6,19 +6,25 @@
 
 #include <stdint.h>
 
-struct rd_daemon;
+#include "frame.h"
+
+struct rd_front;
 struct rd_session;
 
-/* Starts draining d (or joins the drain under way): s (a ringctl session, or NULL) gets a
+/* Starts draining the node (or joins the drain under way): s (a ringctl session, or NULL) gets a
  * DrainReply when it ends; exit_after ends the event loop then (SIGTERM). timeout_ms bounds the
  * wait for ops under way; what is still under way then fails. Returns 0, or -1 when out of
  * memory. */
-int rd_drain_start(struct rd_daemon *d, struct rd_session *s, int64_t timeout_ms, int exit_after);
+int rd_drain_start(struct rd_front *f, struct rd_session *s, int64_t timeout_ms, int exit_after);
+
+/* The DrainRequest handler: starts draining (or joins the drain under way) within the request's
+ * timeout, the daemon's --drain-timeout when it gives none; s gets a DrainReply at the end. */
+void rd_drain_request(struct rd_session *s, const rd_msg *m);
 
 /* s is going away: it is not answered. */
-void rd_drain_forget(struct rd_daemon *d, struct rd_session *s);
+void rd_drain_forget(struct rd_front *f, struct rd_session *s);
 
 /* Frees the drain's state at shutdown. */
-void rd_drain_free(struct rd_daemon *d);
+void rd_drain_free(struct rd_front *f);
 
 #endif

@@ -14,10 +14,8 @@
 #include <unistd.h>
 
 #include "arena.h"
-#include "drain.h"
 #include "job.h"
 #include "log.h"
-#include "status.h"
 
 /* A peer that lets this much output pile up without reading it is dropped. */
 #define RD_SESSION_OUT_MAX (64u << 20)
@@ -29,7 +27,7 @@ static const char *const state_names[] = {"new", "joining", "active", "closing"}
 static void set_state(rd_session *s, rd_session_state st)
 {
     rd_log(RD_LOG_DEBUG, "session", "#%llu pid %d: %s -> %s", (unsigned long long)s->id,
-           (int)s->pid, state_names[s->state], state_names[st]);
+           (int)s->c.pid, state_names[s->state], state_names[st]);
     s->state = st;
 }
 
@@ -44,7 +42,7 @@ static void flush_out(rd_session *s)
             break;
         if (s->state != RD_SESSION_CLOSING) {
             rd_log(RD_LOG_INFO, "session", "#%llu pid %d: write: %s", (unsigned long long)s->id,
-                   (int)s->pid, n < 0 ? strerror(errno) : "closed");
+                   (int)s->c.pid, n < 0 ? strerror(errno) : "closed");
             set_state(s, RD_SESSION_CLOSING);
             event_active(s->ev_close, 0, 0);
         }
@@ -140,21 +138,35 @@ static void send_shared(rd_session *s, const rd_msg *msg)
     }
 }
 
-void rd_session_complete(rd_session *s, uint64_t request_id, ringd_result_t status,
-                         const char *message)
+/* The session of an engine client. */
+static rd_session *session_of(rd_client *c)
 {
+    return (rd_session *)((char *)c - offsetof(rd_session, c));
+}
+
+/* Sends Complete{request_id, status, message} with the job as the client sees it now. */
+static void client_complete(rd_client *cl, uint64_t request_id, ringd_result_t status,
+                            const char *message)
+{
+    rd_session *s = session_of(cl);
     Ringd__Complete c = RINGD__COMPLETE__INIT;
     rd_msg m = RINGD__MSG__INIT;
+    rd_client_view v;
     c.request_id = request_id;
     c.status = (uint32_t)status;
     c.message = (char *)(message != NULL ? message : "");
-    if (s->job != NULL)
-        rd_job_client_view(s->job, s->local_rank, &c);
+    if (s->c.job != NULL && rd_job_client_view(s->c.job, s->c.local_rank, &v)) {
+        c.generation = v.generation;
+        c.rank = v.rank;
+        c.size = v.size;
+        c.local_rank = v.local_rank;
+        c.local_size = v.local_size;
+    }
     m.body_case = RINGD__MSG__BODY_COMPLETE;
     m.complete = &c;
-    if (s->ops_in_flight > 0)
-        s->ops_in_flight--;
-    s->ops_completed++;
+    if (s->c.ops_in_flight > 0)
+        s->c.ops_in_flight--;
+    s->c.ops_completed++;
     if (s->state == RD_SESSION_ACTIVE)
         send_shared(s, &m);
     else
@@ -172,7 +184,7 @@ void rd_session_close(rd_session *s, ringd_result_t status, const char *fmt, ...
     vsnprintf(why, sizeof(why), fmt, ap);
     va_end(ap);
     rd_log(status == RINGD_OK ? RD_LOG_INFO : RD_LOG_WARN, "session", "#%llu pid %d: closing: %s",
-           (unsigned long long)s->id, (int)s->pid, why);
+           (unsigned long long)s->id, (int)s->c.pid, why);
     if (status != RINGD_OK) {
         Ringd__Error e = RINGD__ERROR__INIT;
         rd_msg m = RINGD__MSG__INIT;
@@ -190,18 +202,19 @@ void rd_session_close(rd_session *s, ringd_result_t status, const char *fmt, ...
 /* Unlinks and frees s; the job learns it left first, so no op points at it afterwards. */
 static void session_free(rd_session *s)
 {
-    rd_daemon *d = s->d;
-    rd_drain_forget(d, s);
-    if (s->job != NULL)
-        rd_job_leave(s);
-    rd_arena_unref(s->arena);
+    rd_front *f = s->f;
+    if (f->forget != NULL)
+        f->forget(f, s);
+    if (s->c.job != NULL)
+        rd_job_leave(&s->c);
+    rd_arena_unref(s->c.arena);
     if (s->prev != NULL)
         s->prev->next = s->next;
     else
-        d->sessions = s->next;
+        f->sessions = s->next;
     if (s->next != NULL)
         s->next->prev = s->prev;
-    d->nsessions--;
+    f->nsessions--;
     event_free(s->ev_read);
     event_free(s->ev_write);
     event_free(s->ev_close);
@@ -219,7 +232,7 @@ static void on_close(evutil_socket_t fd, short what, void *arg)
     (void)what;
     /* Best effort for the Error frame; a peer that does not read it loses it. */
     evbuffer_write(s->out, s->fd);
-    rd_log(RD_LOG_DEBUG, "session", "#%llu pid %d: freed", (unsigned long long)s->id, (int)s->pid);
+    rd_log(RD_LOG_DEBUG, "session", "#%llu pid %d: freed", (unsigned long long)s->id, (int)s->c.pid);
     session_free(s);
 }
 
@@ -230,7 +243,7 @@ static void on_handshake_timeout(evutil_socket_t fd, short what, void *arg)
     (void)what;
     if (s->state == RD_SESSION_NEW)
         rd_session_close(s, RINGD_E_TIMEOUT, "sent no Hello or status request within %lld ms",
-                         (long long)s->d->cfg.handshake_ms);
+                         (long long)s->f->cfg->handshake_ms);
 }
 
 static void on_writable(evutil_socket_t fd, short what, void *arg)
@@ -240,9 +253,12 @@ static void on_writable(evutil_socket_t fd, short what, void *arg)
     flush_out(arg);
 }
 
-/* Dispatches one decoded message according to the session's state. */
+/* Dispatches one decoded message according to the session's state: a client's Hello and
+ * Submits go to the engine, admin requests to the front's handler table. The first message
+ * accepted ends the handshake, whatever it is. */
 static void dispatch(rd_session *s, const rd_msg *m)
 {
+    event_del(s->ev_handshake);
     switch (m->body_case) {
     case RINGD__MSG__BODY_HELLO: {
         char err[512];
@@ -250,7 +266,8 @@ static void dispatch(rd_session *s, const rd_msg *m)
             rd_session_close(s, RINGD_E_PROTOCOL, "Hello after the session was set up");
             return;
         }
-        ringd_result_t rc = rd_job_join(s, m->hello, err, sizeof(err));
+        set_state(s, RD_SESSION_JOINING); /* the job may welcome it at once */
+        ringd_result_t rc = rd_job_join(&s->c, m->hello, err, sizeof(err));
         if (rc != RINGD_OK)
             rd_session_close(s, rc, "%s", err);
         return;
@@ -260,28 +277,20 @@ static void dispatch(rd_session *s, const rd_msg *m)
             rd_session_close(s, RINGD_E_PROTOCOL, "Submit before the session joined a job");
             return;
         }
-        s->ops_in_flight++;
-        rd_job_submit(s, m->submit);
+        s->c.ops_in_flight++;
+        rd_job_submit(&s->c, m->submit);
         return;
-    case RINGD__MSG__BODY_STATUS_REQUEST: rd_status_reply(s); return;
-    case RINGD__MSG__BODY_DRAIN_REQUEST: {
-        if (s->state != RD_SESSION_NEW) {
-            rd_session_close(s, RINGD_E_PROTOCOL, "DrainRequest from a client of a job");
+    case RINGD__MSG__BODY_POKE: return; /* the loop polls the rings after every turn */
+    default: break;
+    }
+    for (size_t i = 0; i < s->f->nadmin; i++) {
+        if (s->f->admin[i].body_case == (int)m->body_case) {
+            s->f->admin[i].handle(s, m);
             return;
         }
-        int64_t ms = m->drain_request->timeout_ms ? (int64_t)m->drain_request->timeout_ms
-                                                  : s->d->cfg.drain_timeout;
-        event_del(s->ev_handshake); /* a drain may take longer; it answers within its bound */
-        if (rd_drain_start(s->d, s, ms, 0) != 0)
-            rd_session_close(s, RINGD_E_NOMEM, "out of memory starting a drain");
-        return;
     }
-    case RINGD__MSG__BODY_POKE: return; /* the loop polls the rings after every turn */
-    default:
-        rd_session_close(s, RINGD_E_PROTOCOL, "message type %d is not one a client sends",
-                         (int)m->body_case);
-        return;
-    }
+    rd_session_close(s, RINGD_E_PROTOCOL, "message type %d is not one a client sends",
+                     (int)m->body_case);
 }
 
 /* Reads what the socket has and handles every whole frame in it. */
@@ -314,9 +323,9 @@ static void on_readable(evutil_socket_t fd, short what, void *arg)
         uint8_t hdr[RD_FRAME_HEADER];
         evbuffer_copyout(s->in, hdr, sizeof(hdr));
         uint32_t payload = rd_frame_payload_len(hdr);
-        if (payload > s->d->cfg.max_frame) {
+        if (payload > s->f->cfg->max_frame) {
             rd_session_close(s, RINGD_E_PROTOCOL, "frame of %u bytes exceeds --max-frame %llu",
-                             payload, (unsigned long long)s->d->cfg.max_frame);
+                             payload, (unsigned long long)s->f->cfg->max_frame);
             return;
         }
         if (len < RD_FRAME_HEADER + (size_t)payload)
@@ -325,7 +334,7 @@ static void on_readable(evutil_socket_t fd, short what, void *arg)
         rd_msg *m = NULL;
         size_t used = 0;
         rd_frame_status st =
-            rd_frame_decode(buf, RD_FRAME_HEADER + payload, (uint32_t)s->d->cfg.max_frame, &m,
+            rd_frame_decode(buf, RD_FRAME_HEADER + payload, (uint32_t)s->f->cfg->max_frame, &m,
                             &used, err, sizeof(err));
         evbuffer_drain(s->in, RD_FRAME_HEADER + payload);
         if (st != RD_FRAME_OK) {
@@ -337,15 +346,15 @@ static void on_readable(evutil_socket_t fd, short what, void *arg)
     }
 }
 
-void rd_session_accept(rd_daemon *d, int fd)
+void rd_session_accept(rd_front *f, int fd)
 {
     static uint64_t next_id = 1;
     struct ucred cred;
     socklen_t clen = sizeof(cred);
 
-    if (d->nsessions >= (unsigned)d->cfg.max_clients) {
+    if (f->nsessions >= (unsigned)f->cfg->max_clients) {
         rd_log(RD_LOG_WARN, "session", "refusing a connection: %u sessions open (--max-clients)",
-               d->nsessions);
+               f->nsessions);
         close(fd);
         return;
     }
@@ -355,23 +364,24 @@ void rd_session_accept(rd_daemon *d, int fd)
         close(fd);
         return;
     }
-    s->d = d;
+    s->f = f;
     s->fd = fd;
     s->id = next_id++;
-    s->pid = -1;
+    s->c.engine = f->engine;
+    s->c.pid = -1;
     if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) == 0) {
-        s->pid = cred.pid;
-        s->uid = cred.uid;
+        s->c.pid = cred.pid;
+        s->c.uid = cred.uid;
         s->gid = cred.gid;
     }
     s->in = evbuffer_new();
     s->out = evbuffer_new();
-    s->ev_read = event_new(d->base, fd, EV_READ | EV_PERSIST, on_readable, s);
-    s->ev_write = event_new(d->base, fd, EV_WRITE, on_writable, s);
-    s->ev_close = event_new(d->base, -1, 0, on_close, s);
-    s->ev_handshake = evtimer_new(d->base, on_handshake_timeout, s);
-    struct timeval hs = {(time_t)(d->cfg.handshake_ms / 1000),
-                         (suseconds_t)(d->cfg.handshake_ms % 1000) * 1000};
+    s->ev_read = event_new(f->base, fd, EV_READ | EV_PERSIST, on_readable, s);
+    s->ev_write = event_new(f->base, fd, EV_WRITE, on_writable, s);
+    s->ev_close = event_new(f->base, -1, 0, on_close, s);
+    s->ev_handshake = evtimer_new(f->base, on_handshake_timeout, s);
+    struct timeval hs = {(time_t)(f->cfg->handshake_ms / 1000),
+                         (suseconds_t)(f->cfg->handshake_ms % 1000) * 1000};
     if (s->in == NULL || s->out == NULL || s->ev_read == NULL || s->ev_write == NULL ||
         s->ev_close == NULL || s->ev_handshake == NULL || event_add(s->ev_read, NULL) != 0 ||
         evtimer_add(s->ev_handshake, &hs) != 0) {
@@ -392,48 +402,87 @@ void rd_session_accept(rd_daemon *d, int fd)
         close(fd);
         return;
     }
-    s->next = d->sessions;
-    if (d->sessions != NULL)
-        d->sessions->prev = s;
-    d->sessions = s;
-    d->nsessions++;
+    s->next = f->sessions;
+    if (f->sessions != NULL)
+        f->sessions->prev = s;
+    f->sessions = s;
+    f->nsessions++;
     rd_log(RD_LOG_DEBUG, "session", "#%llu: connected, pid %d uid %d", (unsigned long long)s->id,
-           (int)s->pid, (int)s->uid);
+           (int)s->c.pid, (int)s->c.uid);
 }
 
-void rd_session_free_all(rd_daemon *d)
+void rd_session_free_all(rd_front *f)
 {
-    for (rd_session *s = d->sessions; s != NULL; s = s->next)
+    for (rd_session *s = f->sessions; s != NULL; s = s->next)
         s->state = RD_SESSION_CLOSING;
-    while (d->sessions != NULL)
-        session_free(d->sessions);
+    while (f->sessions != NULL)
+        session_free(f->sessions);
 }
 
-void rd_session_set_state(rd_session *s, rd_session_state st)
+/* Sends Welcome with the arena's fd and, once sent, attaches the shared rings in the arena:
+ * the session is ACTIVE. */
+static int client_welcome(rd_client *cl, const rd_client_view *v, int arena_fd)
 {
-    set_state(s, st);
-}
-
-void rd_session_activate(rd_session *s)
-{
-    rd_ctrl *c = (rd_ctrl *)s->arena->base;
+    rd_session *s = session_of(cl);
+    if (s->state != RD_SESSION_JOINING)
+        return -1;
+    Ringd__Welcome w = RINGD__WELCOME__INIT;
+    rd_msg m = RINGD__MSG__INIT;
+    w.rank = v->rank;
+    w.size = v->size;
+    w.local_rank = v->local_rank;
+    w.local_size = v->local_size;
+    w.generation = v->generation;
+    w.arena_size = s->c.arena->size;
+    w.data_offset = RD_CTRL_BYTES;
+    m.body_case = RINGD__MSG__BODY_WELCOME;
+    m.welcome = &w;
+    if (rd_session_send_fd(s, &m, arena_fd) != 0)
+        return -1;
+    rd_ctrl *c = (rd_ctrl *)s->c.arena->base;
     rd_ring_attach_consumer(&s->sq, &c->sq);
     rd_ring_attach_producer(&s->cq, &c->cq);
     set_state(s, RD_SESSION_ACTIVE);
+    return 0;
 }
+
+/* Tells a joining client how far its job's ring has come. */
+static void client_waiting(rd_client *cl, uint32_t ranks, uint32_t world_size, uint32_t nodes,
+                           uint64_t generation, const char *detail)
+{
+    rd_session *s = session_of(cl);
+    if (s->state != RD_SESSION_JOINING)
+        return;
+    Ringd__Waiting wt = RINGD__WAITING__INIT;
+    wt.ranks = ranks;
+    wt.world_size = world_size;
+    wt.nodes = nodes;
+    wt.generation = generation;
+    wt.detail = (char *)detail;
+    rd_msg m = RINGD__MSG__INIT;
+    m.body_case = RINGD__MSG__BODY_WAITING;
+    m.waiting = &wt;
+    rd_session_send(s, &m);
+}
+
+const rd_client_events rd_session_client_events = {
+    .welcome = client_welcome,
+    .waiting = client_waiting,
+    .complete = client_complete,
+};
 
 /* Frames taken from one ring per poll, so one busy client cannot starve the others. */
 #define RD_POLL_BATCH 64
 
-int rd_session_poll_rings(rd_daemon *d)
+int rd_session_poll_rings(rd_front *f)
 {
     int taken = 0;
     char err[256];
-    for (rd_session *s = d->sessions; s != NULL; s = s->next) {
+    for (rd_session *s = f->sessions; s != NULL; s = s->next) {
         for (int i = 0; i < RD_POLL_BATCH && s->state == RD_SESSION_ACTIVE; i++) {
             rd_msg *m = NULL;
             rd_ring_status st =
-                rd_ring_get(&s->sq, (uint32_t)d->cfg.max_frame, &m, err, sizeof(err));
+                rd_ring_get(&s->sq, (uint32_t)f->cfg->max_frame, &m, err, sizeof(err));
             if (st == RD_RING_EMPTY)
                 break;
             if (st != RD_RING_OK) {
@@ -448,20 +497,20 @@ int rd_session_poll_rings(rd_daemon *d)
     return taken;
 }
 
-int rd_session_prepare_sleep(rd_daemon *d)
+int rd_session_prepare_sleep(rd_front *f)
 {
-    for (rd_session *s = d->sessions; s != NULL; s = s->next) {
+    for (rd_session *s = f->sessions; s != NULL; s = s->next) {
         if (s->state == RD_SESSION_ACTIVE && !rd_ring_prepare_sleep(&s->sq)) {
-            rd_session_wake(d);
+            rd_session_wake(f);
             return 0;
         }
     }
     return 1;
 }
 
-void rd_session_wake(rd_daemon *d)
+void rd_session_wake(rd_front *f)
 {
-    for (rd_session *s = d->sessions; s != NULL; s = s->next)
+    for (rd_session *s = f->sessions; s != NULL; s = s->next)
         if (s->state == RD_SESSION_ACTIVE)
             rd_ring_wake(&s->sq);
 }

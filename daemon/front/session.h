@@ -6,15 +6,14 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "daemon.h"
 #include "frame.h"
+#include "front.h"
+#include "job.h"
 #include "ring.h"
 #include "ringd.h"
 
 struct evbuffer;
 struct event;
-struct rd_job;
-struct rd_arena;
 
 typedef enum {
     RD_SESSION_NEW,     /* connected; its first message says whether it is a client or a query */
@@ -24,7 +23,7 @@ typedef enum {
 } rd_session_state;
 
 typedef struct rd_session {
-    rd_daemon *d;
+    rd_front *f;
     uint64_t id;
     int fd;
     rd_session_state state;
@@ -34,21 +33,15 @@ typedef struct rd_session {
     struct event *ev_handshake; /* closes a connection that stays NEW too long */
     struct evbuffer *in;
     struct evbuffer *out;
-    pid_t pid; /* SO_PEERCRED */
-    uid_t uid;
-    gid_t gid;
-    struct rd_job *job; /* set from JOINING on */
-    uint32_t local_rank;
-    struct rd_arena *arena; /* one reference, from JOINING on */
-    rd_ring sq;             /* client -> daemon, consumed here; attached from ACTIVE on */
-    rd_ring cq;             /* daemon -> client, produced here */
-    uint64_t ops_in_flight;
-    uint64_t ops_completed;
+    gid_t gid;  /* SO_PEERCRED, with c.pid and c.uid */
+    rd_client c; /* the engine's view of the client: job, local rank, arena */
+    rd_ring sq;  /* client -> daemon, consumed here; attached from ACTIVE on */
+    rd_ring cq;  /* daemon -> client, produced here */
     struct rd_session *prev, *next;
 } rd_session;
 
 /* Takes ownership of an accepted connection. */
-void rd_session_accept(rd_daemon *d, int fd);
+void rd_session_accept(rd_front *f, int fd);
 
 /* Queues msg for the peer. A peer that cannot take it is closed on the next loop turn. */
 void rd_session_send(rd_session *s, const rd_msg *msg);
@@ -56,32 +49,25 @@ void rd_session_send(rd_session *s, const rd_msg *msg);
 /* Sends msg with fd attached (SCM_RIGHTS). Returns 0, or -1 after scheduling the close. */
 int rd_session_send_fd(rd_session *s, const rd_msg *msg, int fd);
 
-/* Sends Complete{request_id, status, message}. */
-void rd_session_complete(rd_session *s, uint64_t request_id, ringd_result_t status,
-                         const char *message);
+/* The front's answers to the engine's news for a client (rd_client_events). */
+extern const rd_client_events rd_session_client_events;
 
 /* Logs why, sends Error{status, why} best-effort and closes the session on the next loop turn. */
 void rd_session_close(rd_session *s, ringd_result_t status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* Moves s to state st (logged). */
-void rd_session_set_state(rd_session *s, rd_session_state st);
-
-/* Welcome sent: attaches the shared rings in the session's arena and moves it to ACTIVE. */
-void rd_session_activate(rd_session *s);
-
 /* Takes the frames waiting in every active session's shared ring (a bounded number each) and
  * dispatches them. Returns how many were taken. */
-int rd_session_poll_rings(rd_daemon *d);
+int rd_session_poll_rings(rd_front *f);
 
 /* The loop is about to sleep: tells every active client to Poke the socket for its next
  * message. Returns 0 when a frame arrived meanwhile (then nothing is announced). */
-int rd_session_prepare_sleep(rd_daemon *d);
+int rd_session_prepare_sleep(rd_front *f);
 
 /* The loop woke up: withdraws the announcement. */
-void rd_session_wake(rd_daemon *d);
+void rd_session_wake(rd_front *f);
 
 /* Tears down every session at once (daemon shutdown). */
-void rd_session_free_all(rd_daemon *d);
+void rd_session_free_all(rd_front *f);
 
 #endif

@@ -2,9 +2,12 @@
 #ifndef RD_STATUS_H
 #define RD_STATUS_H
 
+#include "frame.h"
+
 struct rd_session;
 
-/* Builds a StatusReply (version, uptime, jobs, clients, op counters) and sends it to s. */
-void rd_status_reply(struct rd_session *s);
+/* The StatusRequest handler: builds a StatusReply (version, uptime, jobs, clients, op counters)
+ * and sends it to s. */
+void rd_status_request(struct rd_session *s, const rd_msg *req);
 
 #endif

@@ -16,8 +16,7 @@
 #include <unistd.h>
 
 #include "auth.h"
-#include "daemon.h"
-#include "job.h"
+#include "counters.h"
 #include "log.h"
 #include "peer.h"
 #include "rendezvous.h"
@@ -25,13 +24,17 @@
 
 #define RD_WORLD_RETRY_MS 100
 
-typedef struct rd_worlds {
+struct rd_net {
+    struct event_base *base;
+    const rd_config *cfg;
+    rd_counters *counters;
     rd_auth_key key;
-    rd_peer_net *net;
+    rd_peer_net *peers; /* the listener and dialler of authenticated links */
     rd_rdv *rdv;
     uint64_t incarnation;
     char address[RD_ADDR_MAX];
-} rd_worlds;
+    rd_world *worlds; /* every multi-node job's */
+};
 
 typedef enum {
     W_IDLE,       /* not registered: the job lacks local clients */
@@ -69,8 +72,11 @@ typedef struct {
 } slot;
 
 struct rd_world {
-    rd_daemon *d;
-    struct rd_job *job;
+    rd_net *net;
+    char name[RD_NAME_MAX + 1]; /* the job's */
+    uint32_t world_size, min_size, local_size;
+    rd_world_events ev; /* news for the job */
+    void *arg;
     world_state state;
     rd_rdv_view view;   /* the membership the ring is formed (or waits) with */
     rd_rdv_view latest; /* the rendezvous' last word, adopted once the ring can change */
@@ -133,6 +139,7 @@ struct rd_world {
     double rate_sent, rate_recv;
     int64_t last_sample_ms;
     struct event *ev_sample;
+    rd_world *next; /* in net->worlds */
 };
 
 static void on_task_done(void *arg, rd_xfer_task *t);
@@ -150,13 +157,13 @@ static void set_state(rd_world *w, world_state st)
 {
     if (w->state != st)
         rd_log(RD_LOG_INFO, "world", "job '%s': ring %s -> %s (generation %" PRIu64 ")",
-               rd_job_name(w->job), state_names[w->state], state_names[st], w->generation);
+               w->name, state_names[w->state], state_names[st], w->generation);
     w->state = st;
 }
 
 static int conns(const rd_world *w)
 {
-    return (int)w->d->cfg.conns_per_link;
+    return (int)w->net->cfg->conns_per_link;
 }
 
 static const rd_rdv_member *member(const rd_world *w, int pos)
@@ -229,7 +236,7 @@ static void teardown(rd_world *w, const char *why, teardown_how how)
         snprintf(w->resync_why, sizeof(w->resync_why), "%s", why);
         if (w->stale < w->generation)
             w->stale = w->generation;
-        rd_job_disrupted(w->job);
+        w->ev.disrupted(w->arg);
     }
     for (int c = 0; c < RD_RING_CONNS_MAX; c++) {
         slot *s = &w->out_data[c];
@@ -289,7 +296,7 @@ static void teardown(rd_world *w, const char *why, teardown_how how)
         free(r);
     }
     if (was_up)
-        rd_job_ring_down(w->job, why, how == TD_CARRY);
+        w->ev.ring_down(w->arg, why, how == TD_CARRY);
 }
 
 static void dial_start(slot *s);
@@ -325,7 +332,7 @@ static void ring_is_up(rd_world *w)
     rd_log(RD_LOG_INFO, "world",
            "job '%s': ring of %d nodes up at generation %" PRIu64
            ", this node is %d (ranks %u-%u of %u)",
-           rd_job_name(w->job), w->nnodes, w->generation, w->position, w->first_rank,
+           w->name, w->nnodes, w->generation, w->position, w->first_rank,
            w->first_rank + member(w, w->position)->local_size - 1, size);
     int resync = w->resync;
     w->resync = 0;
@@ -334,14 +341,14 @@ static void ring_is_up(rd_world *w)
         describe_changes(&w->last_up, &w->view, changes, sizeof(changes));
     snprintf(why, sizeof(why),
              "job '%s' changed (%s); it is at generation %" PRIu64 " with %u ranks: re-synchronise",
-             rd_job_name(w->job),
+             w->name,
              changes[0] != '\0' ? changes
              : resync           ? w->resync_why
                                 : "new members",
              w->generation, size);
     if (view_copy(&w->last_up, &w->view) != 0)
         w->last_up.nmembers = 0;
-    rd_job_ring_up(w->job, w->first_rank, w->generation, size, resync, why);
+    w->ev.ring_up(w->arg, w->first_rank, w->generation, size, resync, why);
     /* Failures other nodes announced while this node still connected end its ops now. */
     char **names;
     size_t nfailed = w->neg != NULL ? rd_neg_failed_names(w->neg, &names) : 0;
@@ -385,19 +392,19 @@ static void maybe_up(rd_world *w)
         .position = w->position,
         .local_sizes = sizes,
         .generation = w->generation,
-        .segment_size = w->d->cfg.segment_size,
+        .segment_size = w->net->cfg->segment_size,
         .conns = C,
         .send_fds = sfd,
         .recv_fds = rfd,
-        .timeout_ms = w->d->cfg.peer_timeout,
-        .poll_us = w->d->cfg.poll_us,
+        .timeout_ms = w->net->cfg->peer_timeout,
+        .poll_us = w->net->cfg->poll_us,
         .next_node = member(w, (w->position + 1) % w->nnodes)->node,
         .prev_node = member(w, (w->position + w->nnodes - 1) % w->nnodes)->node,
     };
     char err[256];
-    w->xfer = rd_xfer_new(w->d->base, &xc, on_task_done, w, err, sizeof(err));
+    w->xfer = rd_xfer_new(w->net->base, &xc, on_task_done, w, err, sizeof(err));
     if (w->xfer == NULL) {
-        rd_log(RD_LOG_ERROR, "world", "job '%s': %s", rd_job_name(w->job), err);
+        rd_log(RD_LOG_ERROR, "world", "job '%s': %s", w->name, err);
         teardown(w, "cannot start the ring", TD_FAIL);
         set_state(w, W_WAITING);
         return;
@@ -441,12 +448,12 @@ static void carry_start(rd_world *w)
         on_order(-1, 0, w);
     w->carrying = 1;
     send_bye(w, 0);
-    int64_t ms = w->d->cfg.peer_timeout;
+    int64_t ms = w->net->cfg->peer_timeout;
     struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
     evtimer_add(w->ev_grace, &tv);
     rd_log(RD_LOG_INFO, "world",
            "job '%s': ring of generation %" PRIu64 " sealed for a graceful change",
-           rd_job_name(w->job), w->generation);
+           w->name, w->generation);
 }
 
 /* Carrying: once every other node has sealed (so every announcement and order of this
@@ -459,7 +466,7 @@ static void carry_check(rd_world *w)
     for (int i = 0; i < w->nnodes; i++)
         if (i != w->position && !w->sealed[i])
             return;
-    if (rd_job_awaits_order(w->job) == 2) /* ordered batches whose ops are not all here */
+    if (w->ev.awaits_order(w->arg) == 2) /* ordered batches whose ops are not all here */
         return;
     if (w->ntasks > 0) /* ordered ring passes still on the wire or queued for it */
         return;
@@ -482,7 +489,7 @@ static void on_grace(evutil_socket_t fd, short what, void *arg)
     for (int i = 0; i < w->nnodes; i++)
         sealed &= i == w->position || w->sealed[i];
     if (sealed && w->ntasks > 0) { /* passes still on the wire: the data plane bounds them */
-        int64_t ms = w->d->cfg.peer_timeout;
+        int64_t ms = w->net->cfg->peer_timeout;
         struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
         evtimer_add(w->ev_grace, &tv);
         return;
@@ -490,7 +497,7 @@ static void on_grace(evutil_socket_t fd, short what, void *arg)
     rd_log(RD_LOG_WARN, "world",
            "job '%s': not every node sealed generation %" PRIu64
            " within --peer-timeout; dropping the ring",
-           rd_job_name(w->job), w->generation);
+           w->name, w->generation);
     reform_later(w);
 }
 
@@ -503,7 +510,7 @@ static void on_task_done(void *arg, rd_xfer_task *t)
     if (current)
         w->ntasks--;
     if (w->xfer != NULL && rd_xfer_broken(w->xfer)) {
-        rd_job_disrupted(w->job); /* its failures are answered once the ring is back */
+        w->ev.disrupted(w->arg); /* its failures are answered once the ring is back */
         if (!w->resync) {         /* even if a graceful change takes the ring down first */
             w->resync = 1;
             w->explained = 0;
@@ -515,7 +522,7 @@ static void on_task_done(void *arg, rd_xfer_task *t)
         if (!event_pending(w->ev_reform, EV_TIMEOUT, NULL))
             event_add(w->ev_reform, &tv);
     }
-    rd_job_task_done(w->job, t);
+    w->ev.task_done(w->arg, t);
     if (current)
         carry_check(w);
 }
@@ -538,7 +545,7 @@ static void tell_waiting(rd_world *w)
             n += (size_t)snprintf(detail + n, sizeof(detail) - n,
                                   "; node %s at %s is unreachable (%.200s)", member(w, i)->node,
                                   member(w, i)->addr, w->unreach[i]);
-    rd_job_ring_waiting(w->job, rd_job_world_size(w->job), (uint32_t)w->nnodes, w->generation,
+    w->ev.ring_waiting(w->arg, w->world_size, (uint32_t)w->nnodes, w->generation,
                         detail);
 }
 
@@ -622,7 +629,7 @@ static int missing_inbound(rd_world *w)
         snprintf(w->self_aside, sizeof(w->self_aside),
                  "no connection came from node %s within %" PRId64
                  " ms: can it reach this node at %s (--advertise)?",
-                 member(w, i)->node, rd_now_ms() - w->connect_ms, w->d->worlds->address);
+                 member(w, i)->node, rd_now_ms() - w->connect_ms, w->net->address);
         return 1;
     }
     return 0;
@@ -639,7 +646,7 @@ static void on_connect_deadline(evutil_socket_t fd, short what, void *arg)
     if (w->state != W_CONNECTING)
         return;
     if (missing_inbound(w))
-        rd_log(RD_LOG_WARN, "world", "job '%s': %s", rd_job_name(w->job), w->self_aside);
+        rd_log(RD_LOG_WARN, "world", "job '%s': %s", w->name, w->self_aside);
     int cut_off = !any_link_up(w);
     for (int i = 0; i < w->nnodes; i++) {
         if (i == w->position || links_up_with(w, i))
@@ -653,26 +660,26 @@ static void on_connect_deadline(evutil_socket_t fd, short what, void *arg)
             rd_log(RD_LOG_WARN, "world",
                    "job '%s': node %s answers but has not reached generation %" PRIu64
                    " within --peer-timeout (%s)",
-                   rd_job_name(w->job), m->node, w->generation, w->unreach[i]);
+                   w->name, m->node, w->generation, w->unreach[i]);
             continue;
         }
         if (w->unreach[i][0] != '\0')
-            snprintf(why, sizeof(why), "node %.64s cannot reach it: %.300s", w->d->cfg.node,
+            snprintf(why, sizeof(why), "node %.64s cannot reach it: %.300s", w->net->cfg->node,
                      w->unreach[i]);
         else
             snprintf(why, sizeof(why), "node %.64s had no answer from %.128s within --peer-timeout",
-                     w->d->cfg.node, m->addr);
+                     w->net->cfg->node, m->addr);
         if (cut_off) {
             rd_log(RD_LOG_WARN, "world",
                    "job '%s': node %s is unreachable (%s), but no other link of this node came "
                    "up either: not setting it aside",
-                   rd_job_name(w->job), m->node, why);
+                   w->name, m->node, why);
             continue;
         }
-        rd_log(RD_LOG_WARN, "world", "job '%s': setting node %s aside: %s", rd_job_name(w->job),
+        rd_log(RD_LOG_WARN, "world", "job '%s': setting node %s aside: %s", w->name,
                m->node, why);
         aside_add(w, m, why);
-        rd_rdv_evict(w->d->worlds->rdv, rd_job_name(w->job), m->node, m->incarnation, why);
+        rd_rdv_evict(w->net->rdv, w->name, m->node, m->incarnation, why);
     }
 }
 
@@ -688,7 +695,7 @@ static void on_dialled(void *arg, int fd, const char *why)
         int first = w->unreach[to][0] == '\0';
         snprintf(w->unreach[to], sizeof(w->unreach[to]), "%s", why);
         rd_log(first ? RD_LOG_INFO : RD_LOG_DEBUG, "world", "job '%s': cannot reach node %s: %s; retrying",
-               rd_job_name(w->job), member(w, to)->node, why);
+               w->name, member(w, to)->node, why);
         if (first)
             tell_waiting(w);
         dial_later(s);
@@ -697,8 +704,8 @@ static void on_dialled(void *arg, int fd, const char *why)
     w->unreach[to][0] = '\0';
     if (s->kind == RINGD__LINK_KIND__LINK_CONTROL) {
         w->ctrl[s->index] =
-            rd_peer_chan_new(w->d->base, fd, member(w, s->index)->node,
-                             (uint32_t)w->d->cfg.max_frame, on_ctrl_msg, on_ctrl_err, w);
+            rd_peer_chan_new(w->net->base, fd, member(w, s->index)->node,
+                             (uint32_t)w->net->cfg->max_frame, on_ctrl_msg, on_ctrl_err, w);
         if (w->ctrl[s->index] == NULL) {
             close(fd);
             reform_later(w);
@@ -720,14 +727,14 @@ static void dial_start(slot *s)
     int to = slot_target(s);
     Ringd__PeerHello h = RINGD__PEER_HELLO__INIT;
     h.protocol = RD_PEER_PROTOCOL_VERSION;
-    h.job = (char *)rd_job_name(w->job);
+    h.job = (char *)w->name;
     h.generation = w->generation;
-    h.node = w->d->cfg.node;
+    h.node = (char *)w->net->cfg->node;
     h.kind = (Ringd__LinkKind)s->kind;
     h.index = s->kind == RINGD__LINK_KIND__LINK_CONTROL ? 0 : (uint32_t)s->index;
     h.conns = (uint32_t)conns(w);
-    h.segment_size = w->d->cfg.segment_size;
-    s->dial = rd_peer_dial_new(w->d->worlds->net, member(w, to)->addr, &h, on_dialled, s);
+    h.segment_size = w->net->cfg->segment_size;
+    s->dial = rd_peer_dial_new(w->net->peers, member(w, to)->addr, &h, on_dialled, s);
     if (s->dial == NULL)
         dial_later(s);
 }
@@ -742,17 +749,17 @@ static void connect_ring(rd_world *w)
         nodes[i] = (rd_neg_node){member(w, i)->node, first, member(w, i)->local_size};
         first += member(w, i)->local_size;
     }
-    w->neg = rd_neg_new(w->nnodes, nodes, w->position, w->d->cfg.direct_bytes);
+    w->neg = rd_neg_new(w->nnodes, nodes, w->position, w->net->cfg->direct_bytes);
     if (w->neg == NULL) {
         rd_log(RD_LOG_ERROR, "world", "job '%s': out of memory forming the ring",
-               rd_job_name(w->job));
+               w->name);
         set_state(w, W_WAITING);
         return;
     }
     set_state(w, W_CONNECTING);
     memset(w->unreach, 0, sizeof(w->unreach));
     w->connect_ms = rd_now_ms();
-    int64_t ms = w->d->cfg.peer_timeout;
+    int64_t ms = w->net->cfg->peer_timeout;
     struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
     evtimer_add(w->ev_connect, &tv);
     tell_waiting(w);
@@ -861,17 +868,17 @@ static void on_rejoin(evutil_socket_t fd, short what, void *arg);
 static void set_aside(rd_world *w)
 {
     teardown(w, w->self_aside, TD_FAIL);
-    rd_rdv_leave(w->d->worlds->rdv, rd_job_name(w->job));
+    rd_rdv_leave(w->net->rdv, w->name);
     w->since = 0;
     set_state(w, W_ASIDE);
-    if (w->rejoin_ms < w->d->cfg.peer_timeout)
-        w->rejoin_ms = w->d->cfg.peer_timeout;
+    if (w->rejoin_ms < w->net->cfg->peer_timeout)
+        w->rejoin_ms = w->net->cfg->peer_timeout;
     char detail[1024];
     snprintf(detail, sizeof(detail),
-             "node %.64s was set aside: %.500s; it registers again in %" PRId64 " ms", w->d->cfg.node,
+             "node %.64s was set aside: %.500s; it registers again in %" PRId64 " ms", w->net->cfg->node,
              w->self_aside, w->rejoin_ms);
-    rd_log(RD_LOG_WARN, "world", "job '%s': %s", rd_job_name(w->job), detail);
-    rd_job_ring_waiting(w->job, 0, 0, w->generation, detail);
+    rd_log(RD_LOG_WARN, "world", "job '%s': %s", w->name, detail);
+    w->ev.ring_waiting(w->arg, 0, 0, w->generation, detail);
     struct timeval tv = {w->rejoin_ms / 1000, (w->rejoin_ms % 1000) * 1000};
     evtimer_add(w->ev_rejoin, &tv);
     w->rejoin_ms = w->rejoin_ms * 2 > RD_REJOIN_MAX_MS ? RD_REJOIN_MAX_MS : w->rejoin_ms * 2;
@@ -889,7 +896,7 @@ static void on_self_dialled(void *arg, int fd, const char *why)
     if (fd >= 0)
         close(fd);
     char self[RD_NAME_MAX + 16];
-    size_t n = (size_t)snprintf(self, sizeof(self), " on node %s", w->d->cfg.node);
+    size_t n = (size_t)snprintf(self, sizeof(self), " on node %s", w->net->cfg->node);
     size_t len = fd < 0 ? strlen(why) : 0;
     if (w->state != W_ASIDE)
         return;
@@ -899,7 +906,7 @@ static void on_self_dialled(void *arg, int fd, const char *why)
         w->self_aside[0] = '\0';
         rd_log(RD_LOG_INFO, "world",
                "job '%s': this node answers at %s: registering again after being set aside",
-               rd_job_name(w->job), w->d->worlds->address);
+               w->name, w->net->address);
         rd_world_register(w);
         return;
     }
@@ -907,7 +914,7 @@ static void on_self_dialled(void *arg, int fd, const char *why)
              "this node does not answer at its own address (%.300s): check --advertise",
              fd >= 0 ? "another daemon accepted" : why);
     rd_log(RD_LOG_WARN, "world", "job '%s': %s; trying again in %" PRId64 " ms",
-           rd_job_name(w->job), w->self_aside, w->rejoin_ms);
+           w->name, w->self_aside, w->rejoin_ms);
     struct timeval tv = {w->rejoin_ms / 1000, (w->rejoin_ms % 1000) * 1000};
     evtimer_add(w->ev_rejoin, &tv);
     w->rejoin_ms = w->rejoin_ms * 2 > RD_REJOIN_MAX_MS ? RD_REJOIN_MAX_MS : w->rejoin_ms * 2;
@@ -923,9 +930,9 @@ static void on_rejoin(evutil_socket_t fd, short what, void *arg)
     Ringd__PeerHello h = RINGD__PEER_HELLO__INIT;
     h.protocol = RD_PEER_PROTOCOL_VERSION;
     h.job = (char *)RD_SELF_PROBE_JOB;
-    h.node = w->d->cfg.node;
+    h.node = (char *)w->net->cfg->node;
     h.kind = RINGD__LINK_KIND__LINK_CONTROL;
-    w->self_dial = rd_peer_dial_new(w->d->worlds->net, w->d->worlds->address, &h, on_self_dialled, w);
+    w->self_dial = rd_peer_dial_new(w->net->peers, w->net->address, &h, on_self_dialled, w);
     if (w->self_dial == NULL)
         on_self_dialled(w, -1, "the address does not resolve");
 }
@@ -936,13 +943,13 @@ static void on_rejoin(evutil_socket_t fd, short what, void *arg)
 static void apply_view(rd_world *w)
 {
     const rd_rdv_view *v = &w->latest;
-    uint32_t world = rd_job_world_size(w->job), min = rd_job_min_size(w->job);
+    uint32_t world = w->world_size, min = w->min_size;
     uint32_t ranks = 0, first = 0;
     int pos = -1, consistent = 1;
     char detail[512] = "";
     for (size_t i = 0; i < v->nmembers; i++) {
         const rd_rdv_member *m = &v->members[i];
-        if (strcmp(m->node, w->d->cfg.node) == 0 && m->incarnation == w->d->worlds->incarnation) {
+        if (strcmp(m->node, w->net->cfg->node) == 0 && m->incarnation == w->net->incarnation) {
             pos = (int)i;
             first = ranks;
         }
@@ -983,14 +990,14 @@ static void apply_view(rd_world *w)
         rd_log(RD_LOG_INFO, "world",
                "job '%s': generation %" PRIu64 " has the members of the ring of generation %" PRIu64
                " (registered again): the ring goes on",
-               rd_job_name(w->job), v->generation, w->generation);
+               w->name, v->generation, w->generation);
         return;
     }
     /* Removed after a ring that formed without some member's connection ever coming: the
      * others could not reach this node, and set it aside. Registering again at once would stop their
      * ring again; it waits, and first checks that its own address answers. */
     if (pos < 0 && w->since != 0 && w->state == W_CONNECTING &&
-        rd_now_ms() - w->connect_ms >= w->d->cfg.peer_timeout / 2)
+        rd_now_ms() - w->connect_ms >= w->net->cfg->peer_timeout / 2)
         missing_inbound(w);
     if (pos < 0 && w->since != 0 && w->self_aside[0] != '\0') {
         set_aside(w);
@@ -1019,7 +1026,7 @@ static void apply_view(rd_world *w)
         teardown(w, "the membership changed while the ring formed", TD_FAIL);
     }
     if (view_copy(&w->view, v) != 0) {
-        rd_log(RD_LOG_ERROR, "world", "job '%s': out of memory", rd_job_name(w->job));
+        rd_log(RD_LOG_ERROR, "world", "job '%s': out of memory", w->name);
         set_state(w, W_WAITING);
         return;
     }
@@ -1028,9 +1035,9 @@ static void apply_view(rd_world *w)
     if (!complete) {
         if (detail[0] != '\0')
             rd_log(RD_LOG_INFO, "world", "job '%s': generation %" PRIu64 ": %s",
-                   rd_job_name(w->job), v->generation, detail);
+                   w->name, v->generation, detail);
         set_state(w, W_WAITING);
-        rd_job_ring_waiting(w->job, ranks, (uint32_t)v->nmembers, v->generation, detail);
+        w->ev.ring_waiting(w->arg, ranks, (uint32_t)v->nmembers, v->generation, detail);
         if (pos < 0 && w->was_up && w->since != 0) {
             /* Removed while it ran (its lease ran out, or it was evicted): it comes back as a
              * newcomer, after the nodes that went on without it, so rank 0 stays with them. */
@@ -1112,37 +1119,46 @@ static void on_sample(evutil_socket_t fd, short what, void *arg)
     w->last_sample_ms = now;
 }
 
-rd_world *rd_world_new(rd_daemon *d, struct rd_job *j)
+rd_world *rd_world_new(rd_net *net, const char *job, uint32_t world_size, uint32_t min_size,
+                       uint32_t local_size, const rd_world_events *ev, void *arg)
 {
     rd_world *w = calloc(1, sizeof(*w));
     if (w == NULL)
         return NULL;
-    w->d = d;
-    w->job = j;
+    struct event_base *base = net->base;
+    w->net = net;
+    snprintf(w->name, sizeof(w->name), "%s", job);
+    w->world_size = world_size;
+    w->min_size = min_size;
+    w->local_size = local_size;
+    w->ev = *ev;
+    w->arg = arg;
     w->state = W_IDLE;
+    w->next = net->worlds;
+    net->worlds = w;
     int ok = 1;
     for (int c = 0; c < RD_RING_CONNS_MAX; c++) {
         w->out_data[c] = (slot){.w = w, .kind = RINGD__LINK_KIND__LINK_DATA, .index = c, .fd = -1};
-        w->out_data[c].retry = event_new(d->base, -1, 0, on_retry, &w->out_data[c]);
+        w->out_data[c].retry = event_new(base, -1, 0, on_retry, &w->out_data[c]);
         ok &= w->out_data[c].retry != NULL;
         w->in_data[c] = -1;
     }
     for (int i = 0; i < RD_RING_NODES_MAX; i++) {
         w->out_ctrl[i] =
             (slot){.w = w, .kind = RINGD__LINK_KIND__LINK_CONTROL, .index = i, .fd = -1};
-        w->out_ctrl[i].retry = event_new(d->base, -1, 0, on_retry, &w->out_ctrl[i]);
+        w->out_ctrl[i].retry = event_new(base, -1, 0, on_retry, &w->out_ctrl[i]);
         ok &= w->out_ctrl[i].retry != NULL;
     }
-    w->ev_reform = event_new(d->base, -1, 0, on_reform, w);
-    w->ev_grace = evtimer_new(d->base, on_grace, w);
-    w->ev_defer = evtimer_new(d->base, on_defer, w);
-    w->ev_linger = evtimer_new(d->base, on_linger, w);
-    w->ev_lapse = event_new(d->base, -1, EV_PERSIST, on_lapse, w);
-    w->ev_check = event_new(d->base, -1, 0, on_check, w);
-    w->ev_order = event_new(d->base, -1, 0, on_order, w);
-    w->ev_sample = event_new(d->base, -1, EV_PERSIST, on_sample, w);
-    w->ev_connect = evtimer_new(d->base, on_connect_deadline, w);
-    w->ev_rejoin = evtimer_new(d->base, on_rejoin, w);
+    w->ev_reform = event_new(base, -1, 0, on_reform, w);
+    w->ev_grace = evtimer_new(base, on_grace, w);
+    w->ev_defer = evtimer_new(base, on_defer, w);
+    w->ev_linger = evtimer_new(base, on_linger, w);
+    w->ev_lapse = event_new(base, -1, EV_PERSIST, on_lapse, w);
+    w->ev_check = event_new(base, -1, 0, on_check, w);
+    w->ev_order = event_new(base, -1, 0, on_order, w);
+    w->ev_sample = event_new(base, -1, EV_PERSIST, on_sample, w);
+    w->ev_connect = evtimer_new(base, on_connect_deadline, w);
+    w->ev_rejoin = evtimer_new(base, on_rejoin, w);
     struct timeval sec = {1, 0};
     if (!ok || w->ev_connect == NULL || w->ev_rejoin == NULL || w->ev_reform == NULL || w->ev_grace == NULL || w->ev_order == NULL ||
         w->ev_defer == NULL || w->ev_linger == NULL || w->ev_lapse == NULL || w->ev_check == NULL ||
@@ -1151,7 +1167,7 @@ rd_world *rd_world_new(rd_daemon *d, struct rd_job *j)
         return NULL;
     }
     w->last_sample_ms = rd_now_ms();
-    int64_t ms = d->cfg.lease_ttl / 4;
+    int64_t ms = net->cfg->lease_ttl / 4;
     struct timeval lt = {ms / 1000, (ms % 1000) * 1000};
     event_add(w->ev_lapse, &lt);
     return w;
@@ -1161,8 +1177,14 @@ void rd_world_free(rd_world *w)
 {
     if (w == NULL)
         return;
-    if (w->state != W_IDLE && w->state != W_LEAVING && w->state != W_ASIDE && w->d->worlds != NULL)
-        rd_rdv_leave(w->d->worlds->rdv, rd_job_name(w->job));
+    for (rd_world **pp = &w->net->worlds; *pp != NULL; pp = &(*pp)->next) {
+        if (*pp == w) {
+            *pp = w->next;
+            break;
+        }
+    }
+    if (w->state != W_IDLE && w->state != W_LEAVING && w->state != W_ASIDE)
+        rd_rdv_leave(w->net->rdv, w->name);
     rd_peer_probe_cancel(w->probe);
     rd_peer_dial_cancel(w->self_dial);
     teardown(w, "the job ended on this node", TD_END);
@@ -1202,14 +1224,14 @@ void rd_world_free(rd_world *w)
 
 void rd_world_register(rd_world *w)
 {
-    rd_worlds *ws = w->d->worlds;
+    rd_net *ws = w->net;
     rd_rdv_member self;
     memset(&self, 0, sizeof(self));
-    snprintf(self.node, sizeof(self.node), "%s", w->d->cfg.node);
+    snprintf(self.node, sizeof(self.node), "%s", w->net->cfg->node);
     snprintf(self.addr, sizeof(self.addr), "%s", ws->address);
-    self.local_size = rd_job_local_size(w->job);
-    self.world_size = rd_job_world_size(w->job);
-    self.min_size = rd_job_min_size(w->job);
+    self.local_size = w->local_size;
+    self.world_size = w->world_size;
+    self.min_size = w->min_size;
     self.incarnation = ws->incarnation;
     if (w->since == 0) {
         struct timespec ts;
@@ -1218,12 +1240,12 @@ void rd_world_register(rd_world *w)
     }
     self.since = w->since;
     event_del(w->ev_rejoin);
-    if (rd_rdv_join(ws->rdv, rd_job_name(w->job), &self) != 0) {
-        rd_log(RD_LOG_ERROR, "world", "job '%s': out of memory registering", rd_job_name(w->job));
+    if (rd_rdv_join(ws->rdv, w->name, &self) != 0) {
+        rd_log(RD_LOG_ERROR, "world", "job '%s': out of memory registering", w->name);
         return;
     }
     set_state(w, W_WAITING);
-    rd_job_ring_waiting(w->job, 0, 0, w->generation, "registering in the rendezvous");
+    w->ev.ring_waiting(w->arg, 0, 0, w->generation, "registering in the rendezvous");
 }
 
 void rd_world_unregister(rd_world *w)
@@ -1239,17 +1261,18 @@ void rd_world_unregister(rd_world *w)
         rd_world_leave(w);
         return;
     }
-    rd_rdv_leave(w->d->worlds->rdv, rd_job_name(w->job));
+    rd_rdv_leave(w->net->rdv, w->name);
     teardown(w, "this node left the job", TD_LEAVE);
     set_state(w, W_IDLE);
 }
 
-void rd_world_resize(rd_world *w, const char *why)
+void rd_world_resize(rd_world *w, uint32_t local_size, const char *why)
 {
+    w->local_size = local_size;
     if (w->state == W_LEAVING)
         return;
     if (w->state == W_ASIDE) { /* registers its new size when back; its ops cannot wait that long */
-        rd_job_ring_lost(w->job, why);
+        w->ev.ring_lost(w->arg, why);
         return;
     }
     if (w->state == W_IDLE) { /* its clients had all left; one is back */
@@ -1296,23 +1319,23 @@ static void on_lapse(evutil_socket_t fd, short what, void *arg)
             silent = now - w->heard[i];
     }
     /* Redis down for everyone: the ring goes on as long as its nodes hear from each other. */
-    int cut_off = w->state != W_UP || silent > w->d->cfg.lease_ttl;
+    int cut_off = w->state != W_UP || silent > w->net->cfg->lease_ttl;
     int lapsed = w->state != W_IDLE && w->state != W_LEAVING && w->state != W_ASIDE && cut_off &&
-                 rd_rdv_lapsed(w->d->worlds->rdv, rd_job_name(w->job));
+                 rd_rdv_lapsed(w->net->rdv, w->name);
     if (!lapsed || w->lapsed) {
         w->lapsed = lapsed;
         return;
     }
     w->lapsed = 1;
-    char why[512];
+    char why[1024];
     snprintf(why, sizeof(why),
              "node %s lost its place in job '%s': neither Redis nor the other nodes have "
              "answered for more than --lease-ttl %" PRId64 " ms, so they go on without it",
-             w->d->cfg.node, rd_job_name(w->job), w->d->cfg.lease_ttl);
+             w->net->cfg->node, w->name, w->net->cfg->lease_ttl);
     rd_log(RD_LOG_WARN, "world", "%s", why);
     if (w->state == W_UP || w->state == W_CONNECTING)
         teardown(w, why, TD_FAIL);
-    rd_job_ring_lost(w->job, why);
+    w->ev.ring_lost(w->arg, why);
     w->since = 0;
     rd_world_register(w);
 }
@@ -1338,7 +1361,7 @@ int rd_world_leave(rd_world *w)
         return 1;
     }
     if (w->state != W_UP) {
-        rd_rdv_leave(w->d->worlds->rdv, rd_job_name(w->job));
+        rd_rdv_leave(w->net->rdv, w->name);
         teardown(w, "this node left the job", TD_LEAVE);
         set_state(w, W_IDLE);
         return 1;
@@ -1346,13 +1369,13 @@ int rd_world_leave(rd_world *w)
     if (w->position == 0)
         on_order(-1, 0, w); /* what it ordered goes out before its Bye */
     send_bye(w, 1);
-    rd_rdv_leave(w->d->worlds->rdv, rd_job_name(w->job));
+    rd_rdv_leave(w->net->rdv, w->name);
     set_state(w, W_LEAVING);
     /* The others close their links once they have read the Bye; whatever is left goes soon. */
     struct timeval tv = {1, 0};
     evtimer_add(w->ev_linger, &tv);
     rd_log(RD_LOG_INFO, "world", "job '%s': left the ring of generation %" PRIu64,
-           rd_job_name(w->job), w->generation);
+           w->name, w->generation);
     return 1;
 }
 
@@ -1381,7 +1404,7 @@ void rd_world_reform(rd_world *w, const char *why)
 {
     if (w->state != W_UP)
         return;
-    rd_log(RD_LOG_WARN, "world", "job '%s': %s; the ring re-forms", rd_job_name(w->job), why);
+    rd_log(RD_LOG_WARN, "world", "job '%s': %s; the ring re-forms", w->name, why);
     snprintf(w->reform_why, sizeof(w->reform_why), "%s", why);
     reform_later(w);
 }
@@ -1394,8 +1417,8 @@ void rd_world_detail(const rd_world *w, char *buf, size_t len)
     snprintf(buf, len,
              "%u ranks registered on %zu nodes at generation %" PRIu64
              " (world_size %u, min_size %u), ring %s",
-             ranks, w->latest.nmembers, w->latest.generation, rd_job_world_size(w->job),
-             rd_job_min_size(w->job), state_names[w->state]);
+             ranks, w->latest.nmembers, w->latest.generation, w->world_size,
+             w->min_size, state_names[w->state]);
 }
 
 int rd_world_up(const rd_world *w)
@@ -1413,7 +1436,7 @@ static void order_add(rd_world *w, const char *name)
         char **o = realloc(w->order, cap * sizeof(*o));
         if (o == NULL) {
             rd_log(RD_LOG_ERROR, "world", "job '%s': out of memory ordering ops",
-                   rd_job_name(w->job));
+                   w->name);
             reform_later(w);
             return;
         }
@@ -1469,7 +1492,7 @@ static void on_order(evutil_socket_t fd, short what, void *arg)
     for (int i = 1; i < w->nnodes; i++)
         if (w->ctrl[i] != NULL)
             rd_peer_chan_send(w->ctrl[i], &m);
-    rd_job_go(w->job, &go);
+    w->ev.go(w->arg, &go);
     free(ptrs);
     free(entries);
     order_clear(w);
@@ -1483,7 +1506,7 @@ static void failed_elsewhere(rd_world *w, const char *name)
     rd_op_params p;
     const char *why = rd_neg_failed(w->neg, name, &status, &p);
     if (why != NULL)
-        rd_job_failed_elsewhere(w->job, name, &p, status, why);
+        w->ev.failed_elsewhere(w->arg, name, &p, status, why);
 }
 
 /* Sends a Ready of this generation with spec, an op ready here or (stalled) one this node asks
@@ -1519,7 +1542,7 @@ static void negotiated(rd_world *w)
     if (n == 0)
         return;
     for (size_t i = 0; i < n; i++) {
-        rd_job_negotiated(w->job, done[i].own, &done[i].e);
+        w->ev.negotiated(w->arg, done[i].own, &done[i].e);
         /* A sealed coordinator orders nothing more: what it has not ordered carries over. */
         if (w->position == 0 && !w->carrying && done[i].e.status == RINGD_OK && !done[i].e.direct)
             order_add(w, done[i].e.name);
@@ -1544,7 +1567,7 @@ int rd_world_ready(rd_world *w, const char *name, const rd_op_params *p, ringd_r
     ready_send(w, &spec, 0, NULL, 0);
     char err[256];
     if (rd_neg_ready(w->neg, w->position, &spec, own, err, sizeof(err)) != 0) {
-        rd_log(RD_LOG_ERROR, "world", "job '%s': %s", rd_job_name(w->job), err);
+        rd_log(RD_LOG_ERROR, "world", "job '%s': %s", w->name, err);
         reform_later(w);
         return 1;
     }
@@ -1559,8 +1582,8 @@ int rd_world_solo(const rd_world *w)
 
 void rd_world_submit(rd_world *w, struct rd_xfer_task *t)
 {
-    w->d->ring_passes++;
-    w->d->ring_ops += t->nmembers;
+    w->net->counters->ring_passes++;
+    w->net->counters->ring_ops += t->nmembers;
     w->ntasks++;
     t->ring = w->xfer;
     rd_xfer_submit(w->xfer, t);
@@ -1579,7 +1602,7 @@ static int chan_position(const rd_world *w, const rd_peer_chan *c)
 static void on_ctrl_msg(void *arg, rd_peer_chan *c, const rd_msg *m)
 {
     rd_world *w = arg;
-    w->d->activity++;
+    w->net->counters->activity++;
     if (w->state != W_UP && w->state != W_CONNECTING)
         return;
     int from = chan_position(w, c);
@@ -1589,7 +1612,7 @@ static void on_ctrl_msg(void *arg, rd_peer_chan *c, const rd_msg *m)
         return;
     if (from == 0 && w->position != 0 && m->body_case == RINGD__MSG__BODY_GO &&
         m->go->generation == w->generation) {
-        rd_job_go(w->job, m->go);
+        w->ev.go(w->arg, m->go);
         carry_check(w);
         return;
     }
@@ -1599,7 +1622,7 @@ static void on_ctrl_msg(void *arg, rd_peer_chan *c, const rd_msg *m)
         for (size_t i = 0; i < m->ready->n_ops; i++) {
             const Ringd__OpSpec *spec = m->ready->ops[i];
             if (rd_neg_ready(w->neg, from, spec, NULL, err, sizeof(err)) != 0) {
-                rd_log(RD_LOG_WARN, "world", "job '%s': %s; dropping the ring", rd_job_name(w->job),
+                rd_log(RD_LOG_WARN, "world", "job '%s': %s; dropping the ring", w->name,
                        err);
                 reform_later(w);
                 return;
@@ -1617,7 +1640,7 @@ static void on_ctrl_msg(void *arg, rd_peer_chan *c, const rd_msg *m)
             if (!rd_name_valid(spec->name) || !rd_neg_awaits(w->neg, spec->name, from))
                 continue;
             rd_op_params p = rd_op_params_of_spec(spec);
-            rd_job_failed_elsewhere(w->job, spec->name, &p, RINGD_E_STALLED,
+            w->ev.failed_elsewhere(w->arg, spec->name, &p, RINGD_E_STALLED,
                                     spec->message != NULL ? spec->message : "stalled");
         }
         negotiated(w);
@@ -1627,7 +1650,7 @@ static void on_ctrl_msg(void *arg, rd_peer_chan *c, const rd_msg *m)
         w->sealed[from] = 1;
         w->leaving[from] |= m->bye->leaving;
         rd_log(RD_LOG_INFO, "world", "job '%s': node %s %s generation %" PRIu64,
-               rd_job_name(w->job), member(w, from)->node,
+               w->name, member(w, from)->node,
                m->bye->leaving ? "leaves the ring of" : "sealed", w->generation);
         if (w->state == W_UP) {
             carry_start(w);
@@ -1642,7 +1665,7 @@ static void on_ctrl_msg(void *arg, rd_peer_chan *c, const rd_msg *m)
         char why[512];
         snprintf(why, sizeof(why), "%.500s", m->error->message);
         rd_log(RD_LOG_INFO, "world", "job '%s': node %s breaks off the ring: %s",
-               rd_job_name(w->job), member(w, from)->node, why);
+               w->name, member(w, from)->node, why);
         /* Its data links may have ended first: the cause it names beats "the links broke". */
         if (w->resync)
             snprintf(w->resync_why, sizeof(w->resync_why), "%s", why);
@@ -1654,7 +1677,7 @@ static void on_ctrl_msg(void *arg, rd_peer_chan *c, const rd_msg *m)
     }
     rd_log(RD_LOG_WARN, "world",
            "job '%s': unexpected control message %d from %s at generation %" PRIu64,
-           rd_job_name(w->job), (int)m->body_case, rd_peer_chan_name(c), w->generation);
+           w->name, (int)m->body_case, rd_peer_chan_name(c), w->generation);
 }
 
 /* The ring of generation w->stale broke with every node still there: the job moves to the next
@@ -1663,7 +1686,7 @@ static void move_on(rd_world *w, const char *reason)
 {
     if (w->state == W_ASIDE) /* not registered on purpose */
         return;
-    if (rd_rdv_bump(w->d->worlds->rdv, rd_job_name(w->job), w->stale, reason) != 0)
+    if (rd_rdv_bump(w->net->rdv, w->name, w->stale, reason) != 0)
         rd_world_register(w);
     apply_view(w); /* another node may have moved it on already */
 }
@@ -1675,17 +1698,17 @@ static void on_probed(void *arg, int alive, const char *why)
     rd_world *w = arg;
     w->probe = NULL;
     const rd_rdv_member *m = &w->probing;
-    rd_log(RD_LOG_DEBUG, "world", "job '%s': probe of node %s at %s: %s", rd_job_name(w->job),
+    rd_log(RD_LOG_DEBUG, "world", "job '%s': probe of node %s at %s: %s", w->name,
            m->node, m->addr, why);
-    if (alive == 0 && w->d->worlds != NULL) {
+    if (alive == 0) {
         char reason[384];
         snprintf(reason, sizeof(reason), "%s:%s", m->node, why);
         rd_log(RD_LOG_WARN, "world", "job '%s': node %s is gone (%s); removing it",
-               rd_job_name(w->job), m->node, why);
-        rd_rdv_evict(w->d->worlds->rdv, rd_job_name(w->job), m->node, m->incarnation, reason);
+               w->name, m->node, why);
+        rd_rdv_evict(w->net->rdv, w->name, m->node, m->incarnation, reason);
     } else if (alive == 1 && ++w->probes < 3) {
         /* A daemon just killed may still have its listener open for a moment: look again. */
-        w->probe = rd_peer_probe_new(w->d->base, m->addr, 50, on_probed, w);
+        w->probe = rd_peer_probe_new(w->net->base, m->addr, 50, on_probed, w);
         if (w->probe == NULL)
             move_on(w, "a link broke");
     } else {
@@ -1707,7 +1730,7 @@ static void on_ctrl_err(void *arg, rd_peer_chan *c, const char *why)
         carry_check(w);
         return;
     }
-    rd_log(RD_LOG_WARN, "world", "job '%s': control link with node %s: %s", rd_job_name(w->job),
+    rd_log(RD_LOG_WARN, "world", "job '%s': control link with node %s: %s", w->name,
            rd_peer_chan_name(c), why);
     if (w->state == W_LEAVING) {
         rd_peer_chan_free(c);
@@ -1724,11 +1747,11 @@ static void on_ctrl_err(void *arg, rd_peer_chan *c, const char *why)
     snprintf(gone, sizeof(gone),
              "the control link of job '%s' with node %s broke (%s): that node is gone, or the "
              "link failed",
-             rd_job_name(w->job), member(w, from)->node, why);
+             w->name, member(w, from)->node, why);
     w->probing = *member(w, from);
     w->probes = 0;
     rd_peer_probe_cancel(w->probe);
-    w->probe = rd_peer_probe_new(w->d->base, w->probing.addr, 0, on_probed, w);
+    w->probe = rd_peer_probe_new(w->net->base, w->probing.addr, 0, on_probed, w);
     teardown(w, gone, TD_FAIL);
     set_state(w, W_WAITING);
     if (w->probe == NULL)
@@ -1736,13 +1759,15 @@ static void on_ctrl_err(void *arg, rd_peer_chan *c, const char *why)
 }
 
 /* The job's world named in a PeerHello, if this node has one. */
-static rd_world *world_of(rd_daemon *d, const char *job)
+static rd_world *world_of(rd_net *net, const char *job)
 {
-    struct rd_job *j = rd_job_find(d, job);
-    return j != NULL ? rd_job_world(j) : NULL;
+    rd_world *w = net->worlds;
+    while (w != NULL && strcmp(w->name, job) != 0)
+        w = w->next;
+    return w;
 }
 
-static ringd_result_t peer_check(rd_daemon *d, const Ringd__PeerHello *h, int fd,
+static ringd_result_t peer_check(rd_net *net, const Ringd__PeerHello *h, int fd,
                                  uint64_t *generation, int *quiet, char *err, size_t errlen);
 
 /* Decides on a peer's PeerHello and logs a refusal: a peer ahead of this node's view retries
@@ -1762,7 +1787,7 @@ static ringd_result_t on_peer(void *arg, const Ringd__PeerHello *h, int fd, cons
 /* Takes an authenticated peer's connection into the ring it names, or says why not: unknown job,
  * another generation, settings that differ, a node that is not the expected neighbour. *quiet
  * marks refusals the peer is expected to retry. */
-static ringd_result_t peer_check(rd_daemon *d, const Ringd__PeerHello *h, int fd,
+static ringd_result_t peer_check(rd_net *net, const Ringd__PeerHello *h, int fd,
                                  uint64_t *generation, int *quiet, char *err, size_t errlen)
 {
     if (h->protocol != RD_PEER_PROTOCOL_VERSION) {
@@ -1772,10 +1797,10 @@ static ringd_result_t peer_check(rd_daemon *d, const Ringd__PeerHello *h, int fd
                  h->node, h->protocol, RD_PEER_PROTOCOL_VERSION);
         return RINGD_E_PROTOCOL;
     }
-    rd_world *w = world_of(d, h->job);
+    rd_world *w = world_of(net, h->job);
     if (w == NULL || w->state == W_IDLE) {
         *quiet = 1; /* its clients left, or have not all come yet */
-        snprintf(err, errlen, "job '%s' has no clients on node %s", h->job, d->cfg.node);
+        snprintf(err, errlen, "job '%s' has no clients on node %s", h->job, net->cfg->node);
         return RINGD_E_REFUSED;
     }
     *generation = w->generation;
@@ -1791,11 +1816,11 @@ static ringd_result_t peer_check(rd_daemon *d, const Ringd__PeerHello *h, int fd
                  h->generation, w->generation, state_names[w->state]);
         return RINGD_E_MEMBERSHIP;
     }
-    if (h->conns != (uint32_t)conns(w) || h->segment_size != d->cfg.segment_size) {
+    if (h->conns != (uint32_t)conns(w) || h->segment_size != net->cfg->segment_size) {
         snprintf(err, errlen,
                  "node %s runs --conns-per-link %u --segment-size %" PRIu64
                  ", this node %d and %" PRIu64 "; all nodes must agree",
-                 h->node, h->conns, h->segment_size, conns(w), d->cfg.segment_size);
+                 h->node, h->conns, h->segment_size, conns(w), net->cfg->segment_size);
         return RINGD_E_REFUSED;
     }
     int prev = (w->position + w->nnodes - 1) % w->nnodes;
@@ -1822,7 +1847,7 @@ static ringd_result_t peer_check(rd_daemon *d, const Ringd__PeerHello *h, int fd
         return RINGD_E_REFUSED;
     }
     rd_peer_chan_free(w->ctrl[from]); /* a re-dial replaces the earlier connection */
-    w->ctrl[from] = rd_peer_chan_new(d->base, fd, h->node, (uint32_t)d->cfg.max_frame, on_ctrl_msg,
+    w->ctrl[from] = rd_peer_chan_new(net->base, fd, h->node, (uint32_t)net->cfg->max_frame, on_ctrl_msg,
                                      on_ctrl_err, w);
     if (w->ctrl[from] == NULL) { /* the caller closes fd */
         snprintf(err, errlen, "out of memory");
@@ -1835,8 +1860,8 @@ static ringd_result_t peer_check(rd_daemon *d, const Ringd__PeerHello *h, int fd
 /* The rendezvous' new view of a job: kept as the latest, applied when the ring can change. */
 static void on_view(void *arg, const char *job, const rd_rdv_view *v)
 {
-    rd_daemon *d = arg;
-    rd_world *w = world_of(d, job);
+    rd_net *net = arg;
+    rd_world *w = world_of(net, job);
     if (w == NULL || w->state == W_IDLE)
         return;
     if (view_copy(&w->latest, v) != 0) {
@@ -1861,70 +1886,72 @@ static int read_secret(const char *path, char *buf, size_t len, char *err, size_
     return 0;
 }
 
-int rd_world_init(rd_daemon *d, char *err, size_t errlen)
+rd_net *rd_net_new(struct event_base *base, const rd_config *cfg, rd_counters *counters, char *err,
+                   size_t errlen)
 {
-    if (d->cfg.redis_url[0] == '\0')
-        return 0;
-    rd_worlds *ws = calloc(1, sizeof(*ws));
+    rd_net *net = calloc(1, sizeof(*net));
     char password[512] = "";
-    if (ws == NULL || rd_auth_init() != 0) {
+    if (net == NULL || rd_auth_init() != 0) {
         snprintf(err, errlen, "cannot initialise the crypto library");
-        free(ws);
-        return -1;
+        free(net);
+        return NULL;
     }
-    d->worlds = ws;
-    if (d->cfg.insecure) {
-        rd_auth_insecure(&ws->key);
+    net->base = base;
+    net->cfg = cfg;
+    net->counters = counters;
+    if (cfg->insecure) {
+        rd_auth_insecure(&net->key);
         rd_log(RD_LOG_WARN, "world", "--insecure: peers are not authenticated");
-    } else if (rd_auth_load(&ws->key, d->cfg.key_file, err, errlen) != 0) {
-        return -1;
+    } else if (rd_auth_load(&net->key, cfg->key_file, err, errlen) != 0) {
+        goto fail;
     }
-    if (d->cfg.redis_password_file[0] != '\0' &&
-        read_secret(d->cfg.redis_password_file, password, sizeof(password), err, errlen) != 0)
-        return -1;
-    if (getrandom(&ws->incarnation, sizeof(ws->incarnation), 0) != sizeof(ws->incarnation))
-        ws->incarnation = (uint64_t)getpid() << 32 ^ (uint64_t)time(NULL);
-    ws->net = rd_peer_net_new(d->base, d->cfg.listen, &ws->key, d->cfg.handshake_ms, on_peer, d,
-                              err, errlen);
-    if (ws->net == NULL)
-        return -1;
-    const char *adv = d->cfg.advertise[0] != '\0' ? d->cfg.advertise : rd_peer_net_address(ws->net);
-    snprintf(ws->address, sizeof(ws->address), "%s", adv);
+    if (cfg->redis_password_file[0] != '\0' &&
+        read_secret(cfg->redis_password_file, password, sizeof(password), err, errlen) != 0)
+        goto fail;
+    if (getrandom(&net->incarnation, sizeof(net->incarnation), 0) != sizeof(net->incarnation))
+        net->incarnation = (uint64_t)getpid() << 32 ^ (uint64_t)time(NULL);
+    net->peers = rd_peer_net_new(base, cfg->listen, &net->key, cfg->handshake_ms, on_peer, net,
+                                 err, errlen);
+    if (net->peers == NULL)
+        goto fail;
+    const char *adv = cfg->advertise[0] != '\0' ? cfg->advertise : rd_peer_net_address(net->peers);
+    snprintf(net->address, sizeof(net->address), "%s", adv);
     rd_rdv_options o = {
-        .url = d->cfg.redis_url,
+        .url = cfg->redis_url,
         .password = password[0] != '\0' ? password : NULL,
-        .lease_ms = d->cfg.lease_ttl,
+        .lease_ms = cfg->lease_ttl,
         .on_view = on_view,
-        .arg = d,
+        .arg = net,
     };
-    ws->rdv = rd_rdv_new(d->base, &o, err, errlen);
+    net->rdv = rd_rdv_new(base, &o, err, errlen);
     memset(password, 0, sizeof(password));
-    if (ws->rdv == NULL)
-        return -1;
+    if (net->rdv == NULL)
+        goto fail;
     rd_log(RD_LOG_INFO, "world", "node %s: peers connect to %s (listening on %s); rendezvous %s",
-           d->cfg.node, ws->address, rd_peer_net_address(ws->net), d->cfg.redis_url);
-    return 0;
+           cfg->node, net->address, rd_peer_net_address(net->peers), cfg->redis_url);
+    return net;
+fail:
+    rd_net_free(net);
+    return NULL;
 }
 
-void rd_world_shutdown(rd_daemon *d)
+void rd_net_free(rd_net *net)
 {
-    rd_worlds *ws = d->worlds;
-    if (ws == NULL)
+    if (net == NULL)
         return;
-    rd_rdv_free(ws->rdv);
-    rd_peer_net_free(ws->net);
-    free(ws);
-    d->worlds = NULL;
+    rd_rdv_free(net->rdv);
+    rd_peer_net_free(net->peers);
+    free(net);
 }
 
-const char *rd_world_address(const rd_daemon *d)
+const char *rd_net_address(const rd_net *net)
 {
-    return d->worlds != NULL ? d->worlds->address : "";
+    return net != NULL ? net->address : "";
 }
 
-int rd_world_redis_connected(const rd_daemon *d)
+int rd_net_redis_connected(const rd_net *net)
 {
-    return d->worlds != NULL && d->worlds->rdv != NULL && rd_rdv_connected(d->worlds->rdv);
+    return net != NULL && net->rdv != NULL && rd_rdv_connected(net->rdv);
 }
 
 Ringd__RingInfo *rd_world_describe(const rd_world *w)
@@ -1966,7 +1993,7 @@ Ringd__RingInfo *rd_world_describe(const rd_world *w)
         mi[i].node = (char *)m->node;
         mi[i].address = (char *)m->addr;
         mi[i].local_size = m->local_size;
-        int self = strcmp(m->node, w->d->cfg.node) == 0;
+        int self = strcmp(m->node, w->net->cfg->node) == 0;
         if (self && w->state == W_ASIDE)
             snprintf(st, STATE_LEN, "set aside: %s", w->self_aside);
         else if (self)

@@ -11,21 +11,64 @@
 #include "negotiate.h"
 #include "ringd.h"
 
-struct rd_daemon;
-struct rd_job;
+#include "config.h"
+#include "counters.h"
+
+struct event_base;
 struct rd_xfer_task;
 
+typedef struct rd_net rd_net;
 typedef struct rd_world rd_world;
 
-/* Loads the ring key and starts the peer listener and the rendezvous (--redis). Returns 0, or -1
- * with err set. Without --redis does nothing. */
-int rd_world_init(struct rd_daemon *d, char *err, size_t errlen);
+/* The daemon-wide network context (--redis): loads the ring key, starts the peer listener and
+ * connects to the rendezvous. cfg and counters are borrowed for its lifetime. Returns NULL with
+ * err set. */
+rd_net *rd_net_new(struct event_base *base, const rd_config *cfg, rd_counters *counters, char *err,
+                   size_t errlen);
 
-/* Stops them (after every world is freed). */
-void rd_world_shutdown(struct rd_daemon *d);
+/* Stops them, after every world is freed. NULL is a no-op. */
+void rd_net_free(rd_net *net);
 
-/* The multi-node side of job j (world_size > local_size). Returns NULL when out of memory. */
-rd_world *rd_world_new(struct rd_daemon *d, struct rd_job *j);
+/* The address peers dial ("" for a NULL net), and whether Redis is connected. */
+const char *rd_net_address(const rd_net *net);
+int rd_net_redis_connected(const rd_net *net);
+
+/* News of a world for its job, on the loop. arg is the one given to rd_world_new. */
+typedef struct {
+    /* The ring is up at generation with size ranks, this node's first being first_rank. sync: the
+     * membership changed in a way clients must re-synchronise with (not a graceful leave), why
+     * says how. */
+    void (*ring_up)(void *arg, uint32_t first_rank, uint64_t generation, uint32_t size, int sync,
+                    const char *why);
+    /* How far the ring has come while it forms (ranks registered on nodes, detail). */
+    void (*ring_waiting)(void *arg, uint32_t ranks, uint32_t nodes, uint64_t generation,
+                         const char *detail);
+    /* The ring went down. carry (a graceful change): ops under negotiation are announced again
+     * on the next ring; otherwise every op not moving data is doomed with why. */
+    void (*ring_down)(void *arg, const char *why, int carry);
+    /* No ring will come soon (this node lost its registration): ops not moving data fail now. */
+    void (*ring_lost)(void *arg, const char *why);
+    /* The ring broke under running ops: their failures wait for the next ring. */
+    void (*disrupted)(void *arg);
+    /* Every node has announced this node's op own (see rd_world_ready). */
+    void (*negotiated)(void *arg, void *own, const Ringd__GoEntry *e);
+    /* Another node announced that the op named name failed there (or announcements disagree):
+     * the oldest op of that name this node has not announced fails with status and message. */
+    void (*failed_elsewhere)(void *arg, const char *name, const rd_op_params *p, uint32_t status,
+                             const char *message);
+    /* The coordinator's order for ops bound for the ring. */
+    void (*go)(void *arg, const Ringd__Go *go);
+    /* 2 while orders wait for ops to be negotiated here, 1 while negotiated ring-bound ops wait
+     * for an order, else 0. */
+    int (*awaits_order)(void *arg);
+    /* A ring task submitted with rd_world_submit ended. */
+    void (*task_done)(void *arg, struct rd_xfer_task *t);
+} rd_world_events;
+
+/* The multi-node side of job (world_size > local_size), reporting to ev with arg (the structure
+ * is copied). Returns NULL when out of memory. */
+rd_world *rd_world_new(rd_net *net, const char *job, uint32_t world_size, uint32_t min_size,
+                       uint32_t local_size, const rd_world_events *ev, void *arg);
 
 /* Leaves the rendezvous, closes the links, ends the ring's tasks. NULL is a no-op. */
 void rd_world_free(rd_world *w);
@@ -37,9 +80,9 @@ void rd_world_register(rd_world *w);
  * is left gracefully (Bye, see rd_world_leave), so the others finish what this node announced. */
 void rd_world_unregister(rd_world *w);
 
-/* The job's local clients changed while it runs: the ring is torn down (ops doomed, see
- * rd_job_ring_down) and the node registers again with its new local size. */
-void rd_world_resize(rd_world *w, const char *why);
+/* The job's local clients changed (now local_size of them): a ring that runs is torn down (ops
+ * doomed, see ring_down) and the node registers again with its new local size. */
+void rd_world_resize(rd_world *w, uint32_t local_size, const char *why);
 
 /* Draining: once nothing is under way, tells every node it leaves (Bye), leaves the rendezvous
  * and closes the links. Returns 1 when it has left. */
@@ -68,23 +111,19 @@ int rd_world_up(const rd_world *w);
  * nothing happened to it), else 1 and announces to every node that this node's ranks all
  * submitted name with p (or that it failed here: status non-zero and message). A direct op (small:
  * see --direct-bytes) carries this node's contribution in data[0..len). Once every node has
- * announced it, rd_job_negotiated(j, own, ...) follows; for ops bound for the ring, the
- * coordinator's order then comes through rd_job_go. */
+ * announced it, the negotiated event follows; for ops bound for the ring, the coordinator's order
+ * then comes through the go event. */
 int rd_world_ready(rd_world *w, const char *name, const rd_op_params *p, ringd_result_t status,
                    const char *message, int direct, const uint8_t *data, size_t len, void *own);
 
 /* 1 when the job's ring is this node alone: ops bound for it run here without a data plane. */
 int rd_world_solo(const rd_world *w);
 
-/* Runs t on the ring; rd_job_task_done(j, t) follows on the loop. */
+/* Runs t on the ring; the task_done event follows on the loop. */
 void rd_world_submit(rd_world *w, struct rd_xfer_task *t);
 
 /* The ring, for status (allocated; rd_world_describe_free releases it). NULL when out of memory. */
 Ringd__RingInfo *rd_world_describe(const rd_world *w);
 void rd_world_describe_free(Ringd__RingInfo *ri);
-
-/* The bound peer address ("" without --redis), and whether Redis is connected. */
-const char *rd_world_address(const struct rd_daemon *d);
-int rd_world_redis_connected(const struct rd_daemon *d);
 
 #endif

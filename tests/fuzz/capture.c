@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 #include "auth.h"
-#include "daemon.h"
+#include "counters.h"
 #include "frame.h"
 #include "log.h"
 #include "ring.h"

@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 #include "auth.h"
-#include "daemon.h"
+#include "counters.h"
 #include "log.h"
 #include "peer.h"
 

@@ -17,25 +17,54 @@
 #include <unistd.h>
 
 #include "arena.h"
-#include "daemon.h"
+#include "counters.h"
 #include "drain.h"
 #include "exec.h"
 #include "job.h"
 #include "log.h"
 #include "ring.h"
 #include "session.h"
+#include "status.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 #define TEARDOWN_LIMIT_MS 10000 /* a session and its job must be gone this long after EOF */
 
-static rd_daemon daemon_state;
+/* The layers of a one-node daemon (no network context). */
+typedef struct {
+    rd_config cfg;
+    rd_counters counters;
+    struct event_base *base;
+    rd_exec *exec;
+    rd_engine *engine;
+    rd_front front;
+} daemon_state;
+
+static daemon_state state;
+
+static const rd_admin_handler admin_handlers[] = {
+    {RINGD__MSG__BODY_STATUS_REQUEST, rd_status_request},
+    {RINGD__MSG__BODY_DRAIN_REQUEST, rd_drain_request},
+};
+
+/* A fresh engine under the front (after a drain, which lasts for the engine's life). */
+static void engine_start(daemon_state *d)
+{
+    rd_engine_free(d->engine);
+    d->engine = rd_engine_new(d->base, &d->cfg, &d->counters, d->exec, NULL,
+                              &rd_session_client_events);
+    if (d->engine == NULL) {
+        fprintf(stderr, "fuzz_session: out of memory\n");
+        abort();
+    }
+    d->front.engine = d->engine;
+}
 
 /* The daemon as main.c wires it for one node, with small arenas so each Hello is cheap. */
-static rd_daemon *daemon_get(void)
+static daemon_state *daemon_get(void)
 {
     static int ready;
-    rd_daemon *d = &daemon_state;
+    daemon_state *d = &state;
     if (ready)
         return d;
     char *argv[] = {"ringd", "--threads",   "1",   "--arena-size", "128K",  "--arena-max",
@@ -50,12 +79,21 @@ static rd_daemon *daemon_get(void)
     }
     rd_log_set_level((rd_log_level)d->cfg.log_level);
     signal(SIGPIPE, SIG_IGN);
-    clock_gettime(CLOCK_MONOTONIC, &d->started);
     d->base = event_base_new();
     if (d->base == NULL || (d->exec = rd_exec_new(d->base, 1, err, sizeof(err))) == NULL) {
         fprintf(stderr, "fuzz_session: cannot start the daemon state: %s\n", err);
         abort();
     }
+    d->front = (rd_front){
+        .base = d->base,
+        .cfg = &d->cfg,
+        .counters = &d->counters,
+        .admin = admin_handlers,
+        .nadmin = sizeof(admin_handlers) / sizeof(admin_handlers[0]),
+        .forget = rd_drain_forget,
+    };
+    clock_gettime(CLOCK_MONOTONIC, &d->front.started);
+    engine_start(d);
     ready = 1;
     return d;
 }
@@ -91,16 +129,16 @@ static void drain_replies(int fd)
 }
 
 /* One turn of ringd's loop: events, then the shared rings. */
-static void turn(rd_daemon *d, int client)
+static void turn(daemon_state *d, int client)
 {
     event_base_loop(d->base, EVLOOP_NONBLOCK);
-    rd_session_poll_rings(d);
+    rd_session_poll_rings(&d->front);
     if (client >= 0)
         drain_replies(client);
 }
 
 /* Writes the client's socket bytes, turning the loop whenever the socket is full. */
-static void send_all(rd_daemon *d, int client, const uint8_t *p, size_t len)
+static void send_all(daemon_state *d, int client, const uint8_t *p, size_t len)
 {
     for (int spins = 0; len > 0 && spins < 10000; spins++) {
         ssize_t n = send(client, p, len, MSG_DONTWAIT | MSG_NOSIGNAL);
@@ -117,7 +155,7 @@ static void send_all(rd_daemon *d, int client, const uint8_t *p, size_t len)
 /* Appends bytes to the session's submission ring as a client would (up to the ring's room). */
 static void ring_write(rd_session *s, const uint8_t *p, size_t len)
 {
-    rd_ctrl *c = (rd_ctrl *)s->arena->base;
+    rd_ctrl *c = (rd_ctrl *)s->c.arena->base;
     uint64_t head = atomic_load(&c->sq.head), tail = atomic_load(&c->sq.tail);
     uint64_t room = RD_RING_BYTES - (head - tail);
     if (head - tail > RD_RING_BYTES)
@@ -133,7 +171,7 @@ static void ring_write(rd_session *s, const uint8_t *p, size_t len)
  * then bytes appended to the shared submission ring once the session is active. */
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    rd_daemon *d = daemon_get();
+    daemon_state *d = daemon_get();
     int sp[2];
     if (size < 2 || socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) != 0)
         return 0;
@@ -144,11 +182,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     size_t nring = size - 2 - nsock;
 
     fcntl(sp[0], F_SETFL, O_NONBLOCK);
-    rd_session_accept(d, sp[0]);
+    rd_session_accept(&d->front, sp[0]);
     send_all(d, sp[1], sock, nsock);
     for (int i = 0; i < 16; i++)
         turn(d, sp[1]);
-    rd_session *s = d->sessions;
+    rd_session *s = d->front.sessions;
     if (s != NULL && s->state == RD_SESSION_ACTIVE && nring > 0) {
         ring_write(s, ring, nring);
         for (int i = 0; i < 16; i++)
@@ -158,17 +196,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     /* Hung up: the session, its ops and its job must all go away. */
     int64_t until = rd_now_ms() + TEARDOWN_LIMIT_MS;
-    while (d->sessions != NULL || d->jobs != NULL) {
+    while (d->front.sessions != NULL || rd_engine_jobs(d->engine) != NULL) {
         if (rd_now_ms() > until) {
             fprintf(stderr,
                     "fuzz_session: %u sessions and %s left %d ms after the client hung up\n",
-                    d->nsessions, d->jobs != NULL ? "a job" : "no job", TEARDOWN_LIMIT_MS);
+                    d->front.nsessions, rd_engine_jobs(d->engine) != NULL ? "a job" : "no job",
+                    TEARDOWN_LIMIT_MS);
             abort();
         }
         turn(d, -1);
     }
     /* A DrainRequest drains the whole daemon for good; the next input starts from a fresh one. */
-    rd_drain_free(d);
-    d->draining = 0;
+    if (d->front.drain != NULL) {
+        rd_drain_free(&d->front);
+        engine_start(d);
+    }
     return 0;
 }

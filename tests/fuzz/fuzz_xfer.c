@@ -12,7 +12,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "daemon.h"
+#include "counters.h"
 #include "log.h"
 #include "xfer.h"
 

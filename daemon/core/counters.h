@@ -1,0 +1,26 @@
+/* Daemon-wide counters and the monotonic clock, shared by every layer on the loop thread. */
+#ifndef RD_COUNTERS_H
+#define RD_COUNTERS_H
+
+#include <stdint.h>
+#include <time.h>
+
+typedef struct {
+    uint64_t ops_in_flight; /* collectives submitted and not yet ended */
+    uint64_t ops_completed;
+    uint64_t ops_failed;
+    uint64_t bytes_reduced; /* bytes written into arenas by collectives */
+    uint64_t ring_passes;   /* collectives run on rings, a fused group counting once */
+    uint64_t ring_ops;      /* ops those passes carried */
+    uint64_t activity;      /* bumped by peer messages: the loop keeps polling after them */
+} rd_counters;
+
+/* CLOCK_MONOTONIC in milliseconds. */
+static inline int64_t rd_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+#endif
