@@ -18,6 +18,7 @@
 #include "log.h"
 #include "negotiate.h"
 #include "ring.h"
+#include "schedule.h"
 #include "world.h"
 #include "xfer.h"
 
@@ -25,7 +26,6 @@
 #define RD_GRAIN 4096 /* elements: worker ranges start on multiples of this */
 #define RD_ARENA_MIN (RD_CTRL_BYTES + 4096u)
 
-static void goq_clear(rd_job *j);
 
 struct rd_engine {
     struct event_base *base;
@@ -71,7 +71,7 @@ typedef struct rd_op {
     int announced;  /* NEGOTIATING: the other nodes know of it; else held for the next ring */
     int doomed;     /* the ring broke under it: answered with message once the ring is back */
     int64_t stall_asked_ms; /* 0: not warned of; -1: warned; else when the other nodes were
-                               last asked to end it (rd_world_stalled) */
+                               last asked to end it (rd_sched_stalled) */
     uint32_t nparts;  /* the job's local size when it was created */
     int64_t since_ms; /* first submission, or the disruption that doomed it */
     rd_local_plan plan;
@@ -99,7 +99,7 @@ struct rd_job {
     struct event *ev_tick;    /* stall inspector and wait deadlines */
     rd_world *world;          /* jobs spanning nodes */
     struct event *ev_free;    /* frees the job on a later turn, out of any callback */
-    struct go_batch *goq, *goq_tail; /* the coordinator's orders not yet started */
+    rd_sched *sched;          /* with world: announcements, orders, fusion */
     int freeing;
     uid_t uid;                 /* of the first client: only that user's processes may join */
     rd_client **slots; /* by local rank */
@@ -204,7 +204,8 @@ static void job_free(rd_job *j)
     j->freeing = 1;
     rd_world_free(j->world);
     j->world = NULL;
-    goq_clear(j);
+    rd_sched_free(j->sched);
+    j->sched = NULL;
     for (size_t i = 0; i < j->nbuckets; i++) {
         while (j->buckets[i] != NULL) {
             rd_op *o = j->buckets[i];
@@ -577,7 +578,7 @@ static void tell(rd_op *o, ringd_result_t status, const char *message, int direc
                  const uint8_t *data, size_t len)
 {
     o->announced = 1;
-    if (!rd_world_ready(o->job->world, o->name, &o->p, status, message, direct, data, len, o))
+    if (!rd_sched_announce(o->job->sched, o->name, &o->p, status, message, direct, data, len, o))
         o->announced = 0; /* held: o is untouched */
 }
 
@@ -915,7 +916,7 @@ static void op_missing(const rd_op *o, char *buf, size_t len)
     if (n > 0)
         snprintf(local + n, sizeof(local) - n, " (node %s)", j->e->cfg->node);
     if (j->world != NULL)
-        rd_world_missing(j->world, o->name, o->state == OP_NEGOTIATING ? o : NULL, remote,
+        rd_sched_missing(j->sched, o->name, o->state == OP_NEGOTIATING ? o : NULL, remote,
                          sizeof(remote));
     snprintf(buf, len, "%s%s%s", local, local[0] && remote[0] ? "; " : "", remote);
     if (buf[0] == '\0')
@@ -926,7 +927,7 @@ static void op_missing(const rd_op *o, char *buf, size_t len)
  * after --stall-abort. Every node must end it alike, so it ends only through the negotiation: a
  * node whose ranks have not all submitted it (PENDING) announces it failed, which every node sees;
  * a node that has announced it never fails it on its own clock, but asks the nodes that have not
- * to announce it failed (rd_world_stalled), again every --peer-timeout; past --stall-abort plus
+ * to announce it failed (rd_sched_stalled), again every --peer-timeout; past --stall-abort plus
  * three --peer-timeout, nobody having answered, the ring re-forms (rd_world_reform). */
 static void op_inspect(rd_op *o, int64_t now)
 {
@@ -976,7 +977,7 @@ static void op_inspect(rd_op *o, int64_t now)
     }
     if (o->stall_asked_ms <= 0 || now - o->stall_asked_ms >= c->peer_timeout) {
         o->stall_asked_ms = now;
-        rd_world_stalled(j->world, o->name, o, msg);
+        rd_sched_stalled(j->sched, o->name, o, msg);
     }
 }
 
@@ -1080,6 +1081,7 @@ rd_job *rd_job_next(const rd_job *j)
 }
 
 static const rd_world_events world_events;
+static const rd_sched_events sched_events;
 
 ringd_result_t rd_job_join(rd_client *s, const Ringd__Hello *h, char *err, size_t errlen)
 {
@@ -1178,8 +1180,10 @@ ringd_result_t rd_job_join(rd_client *s, const Ringd__Hello *h, char *err, size_
         int64_t every = tick_ms(j);
         struct timeval tv = {every / 1000, (every % 1000) * 1000};
         if (j->ev_free == NULL || j->ev_tick == NULL || event_add(j->ev_tick, &tv) != 0 ||
-            (j->world_size > j->local_size && (j->world = rd_world_new(d->net, j->name, j->world_size, j->min_size,
-                                              j->local_size, &world_events, j)) == NULL)) {
+            (j->world_size > j->local_size && ((j->world = rd_world_new(d->net, j->name, j->world_size, j->min_size,
+                                               j->local_size, &world_events, j)) == NULL ||
+             (j->sched = rd_sched_new(d->base, d->cfg, j->world, j->name, &sched_events, j)) ==
+                 NULL))) {
             job_free(j); /* not linked yet, no ops: only what was made */
             snprintf(err, errlen, "out of memory creating job '%s'", h->job);
             return RINGD_E_NOMEM;
@@ -1459,12 +1463,13 @@ static void on_ring_up(void *arg, uint32_t first_rank, uint64_t generation, uint
             o = next;
         }
     }
+    /* Failures other nodes announced while this node still connected end its ops now. */
+    rd_sched_ring_up(j->sched);
 }
 
 static void on_ring_down(void *arg, const char *why, int carry)
 {
     rd_job *j = arg;
-    goq_clear(j);
     if (!carry)
         j->disrupted = 1;
     for (size_t i = 0; i < j->nbuckets; i++) {
@@ -1505,9 +1510,11 @@ typedef struct {
     rd_op *ops[];
 } ring_task;
 
-/* Hands ops[0..n) (one op, or allreduces that fuse) to the ring. */
-static void ring_start(rd_job *j, rd_op **ops, size_t n)
+/* Hands ops[0..n) (one op, or allreduces that fuse) to the ring (rd_sched_events.start). */
+static void on_start(void *arg, void **owns, size_t n)
 {
+    rd_job *j = arg;
+    rd_op **ops = (rd_op **)owns;
     if (n == 0)
         return;
     if (rd_world_solo(j->world)) { /* the job's last node: the local reduction is the result */
@@ -1568,158 +1575,25 @@ static void on_task_done(void *arg, struct rd_xfer_task *t)
         event_active(j->ev_free, 0, 0);
 }
 
-/* One order of the coordinator: names of ops bound for the ring. */
-typedef struct go_batch {
-    size_t n;
-    char **names;
-    struct go_batch *next;
-} go_batch;
-
-static void batch_free(go_batch *b)
-{
-    for (size_t i = 0; i < b->n; i++)
-        free(b->names[i]);
-    free(b->names);
-    free(b);
-}
-
-static void goq_clear(rd_job *j)
-{
-    while (j->goq != NULL) {
-        go_batch *b = j->goq;
-        j->goq = b->next;
-        batch_free(b);
-    }
-    j->goq_tail = NULL;
-}
-
 /* The oldest op of that name negotiated for the ring here and not yet started, skipping the
  * first skip of them (a batch may order one name several times). */
-static rd_op *op_ring_ready(rd_job *j, const char *name, size_t skip)
-{
-    for (rd_op *o = j->buckets[rd_name_hash(name) & (j->nbuckets - 1)]; o != NULL; o = o->next)
-        if (o->state == OP_NEGOTIATING && o->ring_ready && strcmp(o->name, name) == 0 &&
-            skip-- == 0)
-            return o;
-    return NULL;
-}
-
-/* 1 when o may join a fused group that starts with first and holds bytes so far. */
-static int fuses(const rd_op *first, const rd_op *o, uint64_t bytes, uint64_t threshold)
-{
-    uint64_t ob = o->p.count * rd_dtype_size((rd_dtype)o->p.dtype);
-    return first->p.coll == RD_COLL_ALLREDUCE && o->p.coll == RD_COLL_ALLREDUCE &&
-           first->p.dtype == o->p.dtype && first->p.redop == o->p.redop &&
-           first->p.prescale == o->p.prescale && first->p.postscale == o->p.postscale &&
-           bytes + ob <= threshold;
-}
-
-/* Starts the head batch if every op of it is negotiated here: small allreduces of the batch that
- * agree on dtype, op and scales share one ring pass, up to --fusion-threshold bytes. Every node
- * groups a batch the same way, since it depends on the batch and the agreed parameters only.
- * Returns 1 when the batch started. */
-static int batch_start(rd_job *j, go_batch *b)
-{
-    rd_op **ops = calloc(b->n ? b->n : 1, sizeof(*ops));
-    if (ops == NULL)
-        return 0;
-    for (size_t i = 0; i < b->n; i++) {
-        size_t skip = 0;
-        for (size_t k = 0; k < i; k++)
-            skip += strcmp(b->names[k], b->names[i]) == 0;
-        if ((ops[i] = op_ring_ready(j, b->names[i], skip)) == NULL) {
-            free(ops);
-            return 0;
-        }
-    }
-    /* Groups of small allreduces agreeing on dtype, op and scales, each up to the threshold,
-     * started in the order of their first op; other ops run alone, in order. */
-    uint64_t threshold = j->e->cfg->fusion_threshold;
-    size_t *grp = calloc(b->n, sizeof(*grp)), ngroups = 0;
-    size_t *lead = calloc(b->n, sizeof(*lead));
-    uint64_t *gbytes = calloc(b->n, sizeof(*gbytes));
-    rd_op **members = calloc(b->n, sizeof(*members));
-    if (grp == NULL || lead == NULL || gbytes == NULL || members == NULL) {
-        free(grp);
-        free(lead);
-        free(gbytes);
-        free(members);
-        free(ops);
-        return 0; /* tried again on the next order or negotiation */
-    }
-    for (size_t i = 0; i < b->n; i++) {
-        rd_op *o = ops[i];
-        uint64_t ob = o->p.count * rd_dtype_size((rd_dtype)o->p.dtype);
-        grp[i] = SIZE_MAX;
-        if (o->p.coll != RD_COLL_ALLREDUCE || ob >= threshold)
-            continue;
-        size_t g = 0;
-        while (g < ngroups && !fuses(ops[lead[g]], o, gbytes[g], threshold))
-            g++;
-        if (g == ngroups)
-            lead[ngroups++] = i;
-        grp[i] = g;
-        gbytes[g] += ob;
-    }
-    for (size_t i = 0; i < b->n; i++) {
-        if (grp[i] == SIZE_MAX) {
-            ring_start(j, &ops[i], 1);
-            continue;
-        }
-        if (lead[grp[i]] != i)
-            continue;
-        size_t nm = 0;
-        for (size_t k = i; k < b->n; k++)
-            if (grp[k] == grp[i])
-                members[nm++] = ops[k];
-        ring_start(j, members, nm);
-    }
-    free(grp);
-    free(lead);
-    free(gbytes);
-    free(members);
-    free(ops);
-    return 1;
-}
-
-/* Starts queued batches in order while their ops are negotiated here. */
-static void goq_drain(rd_job *j)
-{
-    while (j->goq != NULL && batch_start(j, j->goq)) {
-        go_batch *b = j->goq;
-        j->goq = b->next;
-        if (j->goq == NULL)
-            j->goq_tail = NULL;
-        batch_free(b);
-    }
-}
-
-static void on_go(void *arg, const Ringd__Go *go)
+static void *on_ring_ready(void *arg, const char *name, size_t skip, rd_op_params *p)
 {
     rd_job *j = arg;
-    go_batch *b = calloc(1, sizeof(*b));
-    if (b == NULL || (b->names = calloc(go->n_ops ? go->n_ops : 1, sizeof(char *))) == NULL) {
-        free(b);
-        rd_log(RD_LOG_ERROR, "job", "job '%s': out of memory queueing the ring's order", j->name);
-        return;
+    for (rd_op *o = j->buckets[rd_name_hash(name) & (j->nbuckets - 1)]; o != NULL; o = o->next) {
+        if (o->state == OP_NEGOTIATING && o->ring_ready && strcmp(o->name, name) == 0 &&
+            skip-- == 0) {
+            *p = o->p;
+            return o;
+        }
     }
-    for (size_t i = 0; i < go->n_ops; i++) {
-        if (!rd_name_valid(go->ops[i]->name) || (b->names[b->n] = strdup(go->ops[i]->name)) == NULL)
-            continue;
-        b->n++;
-    }
-    if (j->goq_tail != NULL)
-        j->goq_tail->next = b;
-    else
-        j->goq = b;
-    j->goq_tail = b;
-    goq_drain(j);
+    return NULL;
 }
 
 static int on_awaits_order(void *arg)
 {
     rd_job *j = arg;
-    if (j->goq != NULL)
+    if (rd_sched_orders_waiting(j->sched))
         return 2;
     for (size_t b = 0; b < j->nbuckets; b++)
         for (const rd_op *o = j->buckets[b]; o != NULL; o = o->next)
@@ -1791,7 +1665,33 @@ static void on_negotiated(void *arg, void *own, const Ringd__GoEntry *e)
         return;
     }
     o->ring_ready = 1;
-    goq_drain(j);
+    rd_sched_run(j->sched);
+}
+
+static int on_ring_forming(void *arg, uint64_t generation, int nnodes, int position,
+                           const rd_ring_node *nodes)
+{
+    rd_job *j = arg;
+    (void)generation;
+    return rd_sched_ring_forming(j->sched, nnodes, position, nodes);
+}
+
+static void on_ring_ended(void *arg)
+{
+    rd_job *j = arg;
+    rd_sched_ring_ended(j->sched);
+}
+
+static void on_message(void *arg, int from, const rd_msg *m)
+{
+    rd_job *j = arg;
+    rd_sched_message(j->sched, from, m);
+}
+
+static void on_flush(void *arg)
+{
+    rd_job *j = arg;
+    rd_sched_flush(j->sched);
 }
 
 static const rd_world_events world_events = {
@@ -1800,9 +1700,17 @@ static const rd_world_events world_events = {
     .ring_down = on_ring_down,
     .ring_lost = on_ring_lost,
     .disrupted = on_disrupted,
-    .negotiated = on_negotiated,
-    .failed_elsewhere = on_failed_elsewhere,
-    .go = on_go,
+    .ring_forming = on_ring_forming,
+    .ring_ended = on_ring_ended,
+    .message = on_message,
+    .flush = on_flush,
     .awaits_order = on_awaits_order,
     .task_done = on_task_done,
+};
+
+static const rd_sched_events sched_events = {
+    .negotiated = on_negotiated,
+    .failed_elsewhere = on_failed_elsewhere,
+    .ring_ready = on_ring_ready,
+    .start = on_start,
 };

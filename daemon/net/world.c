@@ -1,7 +1,7 @@
 /* Multi-node jobs: registration in the rendezvous, forming the ring's links for a generation
- * (data connections to the next node, a control connection between every two nodes), negotiation
- * messages (every node announces its ready ops to all; the coordinator orders those bound for the
- * ring), and handing agreed ops to the data plane. */
+ * (data connections to the next node, a control connection between every two nodes, which carries
+ * the engine's scheduling messages), graceful changes (seals), and handing ring passes to the data
+ * plane. */
 #define _GNU_SOURCE
 #include "world.h"
 
@@ -18,6 +18,7 @@
 #include "auth.h"
 #include "counters.h"
 #include "log.h"
+#include "membership.h"
 #include "peer.h"
 #include "rendezvous.h"
 #include "xfer.h"
@@ -87,7 +88,6 @@ struct rd_world {
     slot out_ctrl[RD_RING_NODES_MAX]; /* to each node before this one in the ring */
     int in_data[RD_RING_CONNS_MAX];
     rd_peer_chan *ctrl[RD_RING_NODES_MAX]; /* with every other node, by position */
-    rd_neg *neg;
     struct rd_xfer *xfer;
     struct retiring *retiring; /* data planes of earlier generations, ending */
     /* A graceful change (a node leaves through ringctl drain): every node seals the ring (Bye:
@@ -130,9 +130,6 @@ struct rd_world {
     int64_t rejoin_ms;           /* the next back-off of a set-aside node */
     struct event *ev_rejoin;     /* W_ASIDE: dials this node's own address, then registers */
     rd_peer_dial *self_dial;
-    struct event *ev_order; /* coordinator: sends the queued order at the end of the turn */
-    char **order;           /* coordinator: names of ring-bound ops not yet ordered */
-    size_t norder, caporder;
     /* throughput sampling */
     uint64_t bytes_sent, bytes_recv; /* of earlier generations */
     uint64_t last_sent, last_recv;
@@ -146,12 +143,7 @@ static void on_task_done(void *arg, rd_xfer_task *t);
 static void on_linger(evutil_socket_t fd, short what, void *arg);
 static void move_on(rd_world *w, const char *reason);
 static void on_lapse(evutil_socket_t fd, short what, void *arg);
-static void describe_changes(const rd_rdv_view *a, const rd_rdv_view *b, char *buf, size_t len);
-static void on_order(evutil_socket_t fd, short what, void *arg);
-static void order_clear(rd_world *w);
 static void aside_prune(rd_world *w, const rd_rdv_view *v);
-static void ready_send(rd_world *w, Ringd__OpSpec *spec, int stalled, const int *to, int nto);
-static void failed_elsewhere(rd_world *w, const char *name);
 
 static void set_state(rd_world *w, world_state st)
 {
@@ -260,8 +252,7 @@ static void teardown(rd_world *w, const char *why, teardown_how how)
         rd_peer_chan_free(w->ctrl[i]);
         w->ctrl[i] = NULL;
     }
-    rd_neg_free(w->neg);
-    w->neg = NULL;
+    w->ev.ring_ended(w->arg);
     w->carrying = 0;
     memset(w->sealed, 0, sizeof(w->sealed));
     memset(w->leaving, 0, sizeof(w->leaving));
@@ -269,8 +260,6 @@ static void teardown(rd_world *w, const char *why, teardown_how how)
     event_del(w->ev_connect);
     event_del(w->ev_grace);
     event_del(w->ev_linger);
-    event_del(w->ev_order);
-    order_clear(w);
     if (w->xfer != NULL) {
         uint64_t sent, received;
         rd_xfer_bytes(w->xfer, &sent, &received);
@@ -338,7 +327,7 @@ static void ring_is_up(rd_world *w)
     w->resync = 0;
     char changes[512] = "", why[1024];
     if (resync && !w->explained && w->last_up.nmembers > 0)
-        describe_changes(&w->last_up, &w->view, changes, sizeof(changes));
+        rd_membership_describe(&w->last_up, &w->view, changes, sizeof(changes));
     snprintf(why, sizeof(why),
              "job '%s' changed (%s); it is at generation %" PRIu64 " with %u ranks: re-synchronise",
              w->name,
@@ -349,16 +338,6 @@ static void ring_is_up(rd_world *w)
     if (view_copy(&w->last_up, &w->view) != 0)
         w->last_up.nmembers = 0;
     w->ev.ring_up(w->arg, w->first_rank, w->generation, size, resync, why);
-    /* Failures other nodes announced while this node still connected end its ops now. */
-    char **names;
-    size_t nfailed = w->neg != NULL ? rd_neg_failed_names(w->neg, &names) : 0;
-    for (size_t i = 0; i < nfailed; i++) {
-        if (w->state == W_UP && w->neg != NULL)
-            failed_elsewhere(w, names[i]);
-        free(names[i]);
-    }
-    if (nfailed > 0)
-        free(names);
 }
 
 /* Every link of the generation is there: start the data plane and welcome the clients. */
@@ -422,7 +401,6 @@ static void reform_later(rd_world *w)
 }
 
 static void apply_view(rd_world *w);
-static void on_order(evutil_socket_t fd, short what, void *arg);
 
 /* Sends Bye (leaving or only sealing) to every node still connected. */
 static void send_bye(rd_world *w, int leaving)
@@ -444,8 +422,7 @@ static void carry_start(rd_world *w)
 {
     if (w->carrying || w->state != W_UP)
         return;
-    if (w->position == 0)
-        on_order(-1, 0, w);
+    w->ev.flush(w->arg);
     w->carrying = 1;
     send_bye(w, 0);
     int64_t ms = w->net->cfg->peer_timeout;
@@ -742,15 +719,14 @@ static void dial_start(slot *s)
 /* The view is complete: make the links of its generation. */
 static void connect_ring(rd_world *w)
 {
-    /* The table exists from now on: nodes up before this one announce their ops already. */
-    rd_neg_node nodes[RD_RING_NODES_MAX];
+    /* Scheduling messages come from now on: nodes up before this one announce their ops already. */
+    rd_ring_node nodes[RD_RING_NODES_MAX];
     uint32_t first = 0;
     for (int i = 0; i < w->nnodes; i++) {
-        nodes[i] = (rd_neg_node){member(w, i)->node, first, member(w, i)->local_size};
+        nodes[i] = (rd_ring_node){member(w, i)->node, first, member(w, i)->local_size};
         first += member(w, i)->local_size;
     }
-    w->neg = rd_neg_new(w->nnodes, nodes, w->position, w->net->cfg->direct_bytes);
-    if (w->neg == NULL) {
+    if (w->ev.ring_forming(w->arg, w->generation, w->nnodes, w->position, nodes) != 0) {
         rd_log(RD_LOG_ERROR, "world", "job '%s': out of memory forming the ring",
                w->name);
         set_state(w, W_WAITING);
@@ -769,96 +745,15 @@ static void connect_ring(rd_world *w)
         dial_start(&w->out_ctrl[q]);
 }
 
-/* 1 when v has a member with m's node name and incarnation; *same_size says whether its local
- * size is unchanged too. */
-static int view_has(const rd_rdv_view *v, const rd_rdv_member *m, int *same_size)
+/* How view v changes the ring (why says what changed). */
+static rd_change classify(const rd_world *w, const rd_rdv_view *v, char *why, size_t len)
 {
-    for (size_t i = 0; i < v->nmembers; i++) {
-        if (strcmp(v->members[i].node, m->node) == 0 &&
-            v->members[i].incarnation == m->incarnation) {
-            *same_size = v->members[i].local_size == m->local_size;
-            return 1;
-        }
-    }
-    return 0;
-}
-
-/* 1 when a and b have the same members in the same order: names, incarnations, addresses,
- * local sizes and job sizes. */
-static int same_members(const rd_rdv_view *a, const rd_rdv_view *b)
-{
-    if (a->nmembers != b->nmembers)
-        return 0;
-    for (size_t i = 0; i < a->nmembers; i++) {
-        const rd_rdv_member *x = &a->members[i], *y = &b->members[i];
-        if (strcmp(x->node, y->node) != 0 || strcmp(x->addr, y->addr) != 0 ||
-            x->incarnation != y->incarnation || x->local_size != y->local_size ||
-            x->world_size != y->world_size || x->min_size != y->min_size)
-            return 0;
-    }
-    return 1;
-}
-
-/* What changed from members a to b, for messages: "node n1 is gone, node n3 joined". */
-static void describe_changes(const rd_rdv_view *a, const rd_rdv_view *b, char *buf, size_t len)
-{
-    size_t n = 0;
-    int same;
-    buf[0] = '\0';
-    for (size_t i = 0; i < a->nmembers && n < len; i++) {
-        const rd_rdv_member *m = &a->members[i];
-        if (!view_has(b, m, &same))
-            n += (size_t)snprintf(buf + n, len - n, "%snode %s is gone", n ? ", " : "", m->node);
-        else if (!same)
-            n += (size_t)snprintf(buf + n, len - n, "%snode %s has another number of ranks",
-                                  n ? ", " : "", m->node);
-    }
-    for (size_t i = 0; i < b->nmembers && n < len; i++)
-        if (!view_has(a, &b->members[i], &same))
-            n += (size_t)snprintf(buf + n, len - n, "%snode %s joined", n ? ", " : "",
-                                  b->members[i].node);
-}
-
-typedef enum {
-    CHANGE_GRACEFUL, /* only nodes that said Bye left: carry over */
-    CHANGE_DEFER,    /* nodes left whose links still stand: a Bye may be on its way */
-    CHANGE_BREAK,    /* anything else: the ring's clients re-synchronise */
-} change_kind;
-
-/* How the ring's members (w->view) differ from v, with a message naming the nodes. */
-static change_kind classify(const rd_world *w, const rd_rdv_view *v, char *why, size_t len)
-{
-    int graceful = 1, defer = 0, same;
-    size_t n = 0;
-    why[0] = '\0';
-    for (int i = 0; i < w->nnodes; i++) {
-        const rd_rdv_member *m = member(w, i);
-        if (view_has(v, m, &same) && same)
-            continue;
-        if (!view_has(v, m, &same)) {
-            graceful &= w->leaving[i];
-            defer |= !w->leaving[i] && !w->sealed[i] && i != w->position && w->ctrl[i] != NULL;
-            n += (size_t)snprintf(why + n, n < len ? len - n : 0, "%snode %s %s", n ? ", " : "",
-                                  m->node, w->leaving[i] ? "left" : "is gone");
-        } else {
-            graceful = 0;
-            n += (size_t)snprintf(why + n, n < len ? len - n : 0, "%snode %s now has %s ranks",
-                                  n ? ", " : "", m->node, "other");
-        }
-    }
-    for (size_t i = 0; i < v->nmembers; i++) {
-        const rd_rdv_member *m = &v->members[i];
-        if (w->nnodes > 0 && view_has(&w->view, m, &same))
-            continue;
-        graceful = 0;
-        n += (size_t)snprintf(why + n, n < len ? len - n : 0, "%snode %s joined", n ? ", " : "",
-                              m->node);
-    }
-    if (n == 0)
-        snprintf(why, len, "the ring broke and re-forms");
-    if (graceful && n > 0)
-        return CHANGE_GRACEFUL;
-    return defer ? CHANGE_DEFER : CHANGE_BREAK;
+    rd_member_news news[RD_RING_NODES_MAX];
+    for (int i = 0; i < w->nnodes; i++)
+        news[i] = (rd_member_news){w->leaving[i], w->sealed[i],
+                                   i != w->position && w->ctrl[i] != NULL};
+    const rd_rdv_view *cur = w->nnodes > 0 ? &w->view : NULL;
+    return rd_membership_assess(cur, w->nnodes, news, v, why, len);
 }
 
 static void on_rejoin(evutil_socket_t fd, short what, void *arg);
@@ -986,7 +881,7 @@ static void apply_view(rd_world *w)
         return;
     /* Only the generation moved, the members are the ones of the ring (each registered again
      * after its lease ran out while Redis did not answer): the ring goes on as it is. */
-    if (w->state == W_UP && same_members(&w->view, v)) {
+    if (w->state == W_UP && rd_membership_same(&w->view, v)) {
         rd_log(RD_LOG_INFO, "world",
                "job '%s': generation %" PRIu64 " has the members of the ring of generation %" PRIu64
                " (registered again): the ring goes on",
@@ -1006,14 +901,14 @@ static void apply_view(rd_world *w)
 
     if (w->state == W_UP) {
         char why[512];
-        change_kind k = classify(w, v, why, sizeof(why));
-        if (k == CHANGE_DEFER && w->deferred != v->generation) {
+        rd_change k = classify(w, v, why, sizeof(why));
+        if (k == RD_CHANGE_DEFER && w->deferred != v->generation) {
             w->deferred = v->generation; /* a Bye or the link's end settles it */
             struct timeval tv = {0, 100 * 1000};
             evtimer_add(w->ev_defer, &tv);
             return;
         }
-        if (k == CHANGE_GRACEFUL) {
+        if (k == RD_CHANGE_GRACEFUL) {
             carry_start(w);
             carry_check(w);
             return;
@@ -1155,12 +1050,11 @@ rd_world *rd_world_new(rd_net *net, const char *job, uint32_t world_size, uint32
     w->ev_linger = evtimer_new(base, on_linger, w);
     w->ev_lapse = event_new(base, -1, EV_PERSIST, on_lapse, w);
     w->ev_check = event_new(base, -1, 0, on_check, w);
-    w->ev_order = event_new(base, -1, 0, on_order, w);
     w->ev_sample = event_new(base, -1, EV_PERSIST, on_sample, w);
     w->ev_connect = evtimer_new(base, on_connect_deadline, w);
     w->ev_rejoin = evtimer_new(base, on_rejoin, w);
     struct timeval sec = {1, 0};
-    if (!ok || w->ev_connect == NULL || w->ev_rejoin == NULL || w->ev_reform == NULL || w->ev_grace == NULL || w->ev_order == NULL ||
+    if (!ok || w->ev_connect == NULL || w->ev_rejoin == NULL || w->ev_reform == NULL || w->ev_grace == NULL ||
         w->ev_defer == NULL || w->ev_linger == NULL || w->ev_lapse == NULL || w->ev_check == NULL ||
         w->ev_sample == NULL || event_add(w->ev_sample, &sec) != 0) {
         rd_world_free(w);
@@ -1212,10 +1106,6 @@ void rd_world_free(rd_world *w)
         event_free(w->ev_linger);
     if (w->ev_lapse != NULL)
         event_free(w->ev_lapse);
-    if (w->ev_order != NULL)
-        event_free(w->ev_order);
-    order_clear(w);
-    free(w->order);
     view_clear(&w->view);
     view_clear(&w->latest);
     view_clear(&w->last_up);
@@ -1366,8 +1256,7 @@ int rd_world_leave(rd_world *w)
         set_state(w, W_IDLE);
         return 1;
     }
-    if (w->position == 0)
-        on_order(-1, 0, w); /* what it ordered goes out before its Bye */
+    w->ev.flush(w->arg); /* what the coordinator ordered goes out before its Bye */
     send_bye(w, 1);
     rd_rdv_leave(w->net->rdv, w->name);
     set_state(w, W_LEAVING);
@@ -1377,27 +1266,6 @@ int rd_world_leave(rd_world *w)
     rd_log(RD_LOG_INFO, "world", "job '%s': left the ring of generation %" PRIu64,
            w->name, w->generation);
     return 1;
-}
-
-void rd_world_missing(const rd_world *w, const char *name, const void *own, char *buf, size_t len)
-{
-    buf[0] = '\0';
-    if (w->neg != NULL)
-        rd_neg_missing(w->neg, name, own, buf, len);
-}
-
-void rd_world_stalled(rd_world *w, const char *name, const void *own, const char *message)
-{
-    int to[RD_RING_NODES_MAX];
-    if (w->state != W_UP || w->neg == NULL)
-        return;
-    int nto = rd_neg_missing_nodes(w->neg, own, to, RD_RING_NODES_MAX);
-    Ringd__OpSpec spec = RINGD__OP_SPEC__INIT;
-    spec.name = (char *)name;
-    spec.op = RINGD__OP_TYPE__OP_BARRIER;
-    spec.status = RINGD_E_STALLED;
-    spec.message = (char *)message;
-    ready_send(w, &spec, 1, to, nto);
 }
 
 void rd_world_reform(rd_world *w, const char *why)
@@ -1426,158 +1294,34 @@ int rd_world_up(const rd_world *w)
     return w->state == W_UP;
 }
 
-/* Coordinator: queues a ring-bound op for the next order. Ops done negotiating in one loop turn
- * (announcements read together, as they are when ranks submit back to back) go out as one
- * batch, which is what fusion works within. */
-static void order_add(rd_world *w, const char *name)
-{
-    if (w->norder == w->caporder) {
-        size_t cap = w->caporder ? w->caporder * 2 : 64;
-        char **o = realloc(w->order, cap * sizeof(*o));
-        if (o == NULL) {
-            rd_log(RD_LOG_ERROR, "world", "job '%s': out of memory ordering ops",
-                   w->name);
-            reform_later(w);
-            return;
-        }
-        w->order = o;
-        w->caporder = cap;
-    }
-    if ((w->order[w->norder] = strdup(name)) == NULL) {
-        reform_later(w);
-        return;
-    }
-    if (w->norder++ == 0)
-        event_active(w->ev_order, 0, 0);
-}
-
-static void order_clear(rd_world *w)
-{
-    for (size_t i = 0; i < w->norder; i++)
-        free(w->order[i]);
-    w->norder = 0;
-}
-
-/* Coordinator, end of a loop turn: sends the queued order to every node and applies it here. */
-static void on_order(evutil_socket_t fd, short what, void *arg)
-{
-    rd_world *w = arg;
-    (void)fd;
-    (void)what;
-    if (w->norder == 0 || w->state != W_UP) {
-        order_clear(w);
-        return;
-    }
-    Ringd__GoEntry *entries = calloc(w->norder, sizeof(*entries));
-    Ringd__GoEntry **ptrs = calloc(w->norder, sizeof(*ptrs));
-    if (entries == NULL || ptrs == NULL) {
-        free(entries);
-        free(ptrs);
-        order_clear(w);
-        reform_later(w);
-        return;
-    }
-    Ringd__Go go = RINGD__GO__INIT;
-    for (size_t i = 0; i < w->norder; i++) {
-        ringd__go_entry__init(&entries[i]);
-        entries[i].name = w->order[i];
-        ptrs[i] = &entries[i];
-    }
-    go.generation = w->generation;
-    go.ops = ptrs;
-    go.n_ops = w->norder;
-    rd_msg m = RINGD__MSG__INIT;
-    m.body_case = RINGD__MSG__BODY_GO;
-    m.go = &go;
-    for (int i = 1; i < w->nnodes; i++)
-        if (w->ctrl[i] != NULL)
-            rd_peer_chan_send(w->ctrl[i], &m);
-    w->ev.go(w->arg, &go);
-    free(ptrs);
-    free(entries);
-    order_clear(w);
-}
-
-/* When the oldest op named name that this node has not announced failed on another node, it
- * ends here too (rd_job_failed_elsewhere). */
-static void failed_elsewhere(rd_world *w, const char *name)
-{
-    uint32_t status;
-    rd_op_params p;
-    const char *why = rd_neg_failed(w->neg, name, &status, &p);
-    if (why != NULL)
-        w->ev.failed_elsewhere(w->arg, name, &p, status, why);
-}
-
-/* Sends a Ready of this generation with spec, an op ready here or (stalled) one this node asks
- * the others to end as stalled, to the nodes at to[0..nto), or with to NULL to every other node. */
-static void ready_send(rd_world *w, Ringd__OpSpec *spec, int stalled, const int *to, int nto)
-{
-    Ringd__OpSpec *specs[1] = {spec};
-    Ringd__Ready r = RINGD__READY__INIT;
-    r.generation = w->generation;
-    if (stalled) {
-        r.stalled = specs;
-        r.n_stalled = 1;
-    } else {
-        r.ops = specs;
-        r.n_ops = 1;
-    }
-    rd_msg m = RINGD__MSG__INIT;
-    m.body_case = RINGD__MSG__BODY_READY;
-    m.ready = &r;
-    for (int k = 0; k < (to != NULL ? nto : w->nnodes); k++) {
-        int i = to != NULL ? to[k] : k;
-        if (i != w->position && w->ctrl[i] != NULL)
-            rd_peer_chan_send(w->ctrl[i], &m);
-    }
-}
-
-/* Hands every op now done negotiating to the job; the coordinator also orders those bound for
- * the ring, for every node, in the order they got done here. */
-static void negotiated(rd_world *w)
-{
-    rd_neg_done *done;
-    size_t n = rd_neg_take(w->neg, &done);
-    if (n == 0)
-        return;
-    for (size_t i = 0; i < n; i++) {
-        w->ev.negotiated(w->arg, done[i].own, &done[i].e);
-        /* A sealed coordinator orders nothing more: what it has not ordered carries over. */
-        if (w->position == 0 && !w->carrying && done[i].e.status == RINGD_OK && !done[i].e.direct)
-            order_add(w, done[i].e.name);
-    }
-    rd_neg_done_free(done, n);
-    carry_check(w);
-}
-
-int rd_world_ready(rd_world *w, const char *name, const rd_op_params *p, ringd_result_t status,
-                   const char *message, int direct, const uint8_t *data, size_t len, void *own)
-{
-    if (w->state != W_UP || w->carrying)
-        return 0; /* held for the next ring */
-    Ringd__OpSpec spec = RINGD__OP_SPEC__INIT;
-    rd_op_params_to_spec(p, &spec);
-    spec.direct = direct;
-    spec.data.data = (uint8_t *)data;
-    spec.data.len = len;
-    spec.name = (char *)name;
-    spec.status = (uint32_t)status;
-    spec.message = (char *)(message != NULL ? message : "");
-    ready_send(w, &spec, 0, NULL, 0);
-    char err[256];
-    if (rd_neg_ready(w->neg, w->position, &spec, own, err, sizeof(err)) != 0) {
-        rd_log(RD_LOG_ERROR, "world", "job '%s': %s", w->name, err);
-        reform_later(w);
-        return 1;
-    }
-    negotiated(w);
-    return 1;
-}
-
 int rd_world_solo(const rd_world *w)
 {
     return w->nnodes == 1;
+}
+
+void rd_world_send(rd_world *w, const int *to, int nto, const rd_msg *m)
+{
+    for (int k = 0; k < (to != NULL ? nto : w->nnodes); k++) {
+        int i = to != NULL ? to[k] : k;
+        if (i >= 0 && i < w->nnodes && i != w->position && w->ctrl[i] != NULL)
+            rd_peer_chan_send(w->ctrl[i], m);
+    }
+}
+
+uint64_t rd_world_generation(const rd_world *w)
+{
+    return w->generation;
+}
+
+int rd_world_sealed(const rd_world *w)
+{
+    return w->carrying;
+}
+
+void rd_world_drop(rd_world *w, const char *why)
+{
+    rd_log(RD_LOG_WARN, "world", "job '%s': %s; dropping the ring", w->name, why);
+    reform_later(w);
 }
 
 void rd_world_submit(rd_world *w, struct rd_xfer_task *t)
@@ -1610,40 +1354,11 @@ static void on_ctrl_msg(void *arg, rd_peer_chan *c, const rd_msg *m)
         w->heard[from] = rd_now_ms();
     if (m->body_case == RINGD__MSG__BODY_POKE) /* a keepalive */
         return;
-    if (from == 0 && w->position != 0 && m->body_case == RINGD__MSG__BODY_GO &&
-        m->go->generation == w->generation) {
-        w->ev.go(w->arg, m->go);
+    if (from >= 0 &&
+        ((m->body_case == RINGD__MSG__BODY_GO && m->go->generation == w->generation) ||
+         (m->body_case == RINGD__MSG__BODY_READY && m->ready->generation == w->generation))) {
+        w->ev.message(w->arg, from, m);
         carry_check(w);
-        return;
-    }
-    if (from >= 0 && m->body_case == RINGD__MSG__BODY_READY &&
-        m->ready->generation == w->generation) {
-        char err[256];
-        for (size_t i = 0; i < m->ready->n_ops; i++) {
-            const Ringd__OpSpec *spec = m->ready->ops[i];
-            if (rd_neg_ready(w->neg, from, spec, NULL, err, sizeof(err)) != 0) {
-                rd_log(RD_LOG_WARN, "world", "job '%s': %s; dropping the ring", w->name,
-                       err);
-                reform_later(w);
-                return;
-            }
-            /* A failure known elsewhere ends the op here now, not once this node's ranks all
-             * submitted it: no rank waits for what another already knows. (While the ring
-             * forms, its clients are still on the last one: ring_is_up looks then.) */
-            if (w->state == W_UP)
-                failed_elsewhere(w, spec->name);
-        }
-        /* Ops a node asks to end as stalled: ended here only if this node has not announced
-         * them, by announcing them failed, which every node then sees alike. */
-        for (size_t i = 0; i < m->ready->n_stalled && w->state == W_UP; i++) {
-            const Ringd__OpSpec *spec = m->ready->stalled[i];
-            if (!rd_name_valid(spec->name) || !rd_neg_awaits(w->neg, spec->name, from))
-                continue;
-            rd_op_params p = rd_op_params_of_spec(spec);
-            w->ev.failed_elsewhere(w->arg, spec->name, &p, RINGD_E_STALLED,
-                                    spec->message != NULL ? spec->message : "stalled");
-        }
-        negotiated(w);
         return;
     }
     if (from >= 0 && m->body_case == RINGD__MSG__BODY_BYE && m->bye->generation == w->generation) {

@@ -1,6 +1,7 @@
 /* Jobs that span nodes: the daemon's rendezvous and peer listener, and for each such job its
- * registration, the ring's links at each generation, negotiation through the coordinator (the
- * first node of the ring) and the data plane. Loop thread only. */
+ * registration, the ring's membership and links at each generation (data connections to the
+ * next node, a control link with every other node, which carries the engine's scheduling
+ * messages) and the data plane. Loop thread only. */
 #ifndef RD_WORLD_H
 #define RD_WORLD_H
 
@@ -8,7 +9,6 @@
 #include <stdint.h>
 
 #include "frame.h"
-#include "negotiate.h"
 #include "ringd.h"
 
 #include "config.h"
@@ -18,6 +18,12 @@ struct event_base;
 struct rd_xfer_task;
 
 typedef struct rd_net rd_net;
+
+/* A node of a ring, for the engine's table and messages. */
+typedef struct {
+    const char *node;
+    uint32_t first_rank, local_size;
+} rd_ring_node;
 typedef struct rd_world rd_world;
 
 /* The daemon-wide network context (--redis): loads the ring key, starts the peer listener and
@@ -50,14 +56,19 @@ typedef struct {
     void (*ring_lost)(void *arg, const char *why);
     /* The ring broke under running ops: their failures wait for the next ring. */
     void (*disrupted)(void *arg);
-    /* Every node has announced this node's op own (see rd_world_ready). */
-    void (*negotiated)(void *arg, void *own, const Ringd__GoEntry *e);
-    /* Another node announced that the op named name failed there (or announcements disagree):
-     * the oldest op of that name this node has not announced fails with status and message. */
-    void (*failed_elsewhere)(void *arg, const char *name, const rd_op_params *p, uint32_t status,
-                             const char *message);
-    /* The coordinator's order for ops bound for the ring. */
-    void (*go)(void *arg, const Ringd__Go *go);
+    /* The ring of generation forms with nodes[0..nnodes) (valid during the call), this node at
+     * position: scheduling messages of that generation may come from now on. Returns 0, or -1
+     * (out of memory: the ring waits for the next view). */
+    int (*ring_forming)(void *arg, uint64_t generation, int nnodes, int position,
+                        const rd_ring_node *nodes);
+    /* The ring of the current generation ended, up or not (before ring_down when it was up). */
+    void (*ring_ended)(void *arg);
+    /* A scheduling message (Ready, Go) of the current generation from the node at position
+     * from, while the ring forms or is up. */
+    void (*message)(void *arg, int from, const rd_msg *m);
+    /* The ring seals for a graceful change: what the coordinator has queued goes out now,
+     * before this node's Bye. */
+    void (*flush)(void *arg);
     /* 2 while orders wait for ops to be negotiated here, 1 while negotiated ring-bound ops wait
      * for an order, else 0. */
     int (*awaits_order)(void *arg);
@@ -88,15 +99,6 @@ void rd_world_resize(rd_world *w, uint32_t local_size, const char *why);
  * and closes the links. Returns 1 when it has left. */
 int rd_world_leave(rd_world *w);
 
-/* The nodes that have not announced the op named name (own: this node's announced op, or NULL
- * for one this node has not announced), as "ranks 2-3 (node n1)"; "" when not known. */
-void rd_world_missing(const rd_world *w, const char *name, const void *own, char *buf, size_t len);
-
-/* This node's announced op own, named name, has waited past --stall-abort (message says for
- * whom): asks the nodes that have not announced it to announce it failed (RINGD_E_STALLED), which
- * ends it alike on every node. Nothing while the ring is not up. */
-void rd_world_stalled(rd_world *w, const char *name, const void *own, const char *message);
-
 /* Something only a new ring settles (why): the ring breaks and re-forms; ops not moving data fail
  * with RINGD_E_MEMBERSHIP and why once it is back. Nothing while the ring is not up. */
 void rd_world_reform(rd_world *w, const char *why);
@@ -107,14 +109,20 @@ void rd_world_detail(const rd_world *w, char *buf, size_t len);
 /* 1 when the ring is complete and its links are up: ops may be negotiated. */
 int rd_world_up(const rd_world *w);
 
-/* Returns 0 when the ring is changing gracefully and takes no announcements (the op is held:
- * nothing happened to it), else 1 and announces to every node that this node's ranks all
- * submitted name with p (or that it failed here: status non-zero and message). A direct op (small:
- * see --direct-bytes) carries this node's contribution in data[0..len). Once every node has
- * announced it, the negotiated event follows; for ops bound for the ring, the coordinator's order
- * then comes through the go event. */
-int rd_world_ready(rd_world *w, const char *name, const rd_op_params *p, ringd_result_t status,
-                   const char *message, int direct, const uint8_t *data, size_t len, void *own);
+/* Sends m to the nodes at positions to[0..nto) of the current ring, or with to NULL to every
+ * other node, on the control links that are up. */
+void rd_world_send(rd_world *w, const int *to, int nto, const rd_msg *m);
+
+/* The generation of the ring formed or forming. */
+uint64_t rd_world_generation(const rd_world *w);
+
+/* 1 while the ring is sealed for a graceful change: nothing more is announced or ordered at
+ * this generation. */
+int rd_world_sealed(const rd_world *w);
+
+/* A node sent something impossible, or this node cannot go on with the ring (why, logged): it
+ * breaks and re-forms, in whatever state it is. */
+void rd_world_drop(rd_world *w, const char *why);
 
 /* 1 when the job's ring is this node alone: ops bound for it run here without a data plane. */
 int rd_world_solo(const rd_world *w);

@@ -95,7 +95,7 @@ typedef struct rec {
 struct rd_neg {
     int nnodes, self;
     uint64_t max_data; /* --direct-bytes: the most a node's contribution can be */
-    rd_neg_node *nodes;
+    rd_ring_node *nodes;
     char **names;
     rec *buckets[RD_NEG_BUCKETS];
     size_t pending;
@@ -103,7 +103,7 @@ struct rd_neg {
     size_t nout, capout;
 };
 
-rd_neg *rd_neg_new(int nnodes, const rd_neg_node *nodes, int self, uint64_t max_data)
+rd_neg *rd_neg_new(int nnodes, const rd_ring_node *nodes, int self, uint64_t max_data)
 {
     rd_neg *n = calloc(1, sizeof(*n));
     if (n == NULL)
@@ -161,7 +161,7 @@ void rd_neg_free(rd_neg *n)
 /* "ranks 2-3 (node b)" */
 static void ranks_of(const rd_neg *n, int node, char *buf, size_t len)
 {
-    const rd_neg_node *x = &n->nodes[node];
+    const rd_ring_node *x = &n->nodes[node];
     if (x->local_size == 1)
         snprintf(buf, len, "rank %u (node %s)", x->first_rank, x->node);
     else
@@ -281,6 +281,12 @@ int rd_neg_ready(rd_neg *n, int node, const Ringd__OpSpec *spec, void *own, char
 {
     if (!rd_name_valid(spec->name) || (int)spec->op < 0 || (int)spec->op > RD_COLL_BARRIER) {
         snprintf(err, errlen, "node %s announced an invalid op", n->nodes[node].node);
+        return -1;
+    }
+    if ((int)spec->dtype < 0 || (int)spec->dtype >= RD_DT_COUNT || (int)spec->redop < 0 ||
+        (int)spec->redop >= RD_OP_COUNT) {
+        snprintf(err, errlen, "node %s announced tensor '%s' with dtype %d, reduce op %d",
+                 n->nodes[node].node, spec->name, (int)spec->dtype, (int)spec->redop);
         return -1;
     }
     if (spec->data.len > n->max_data) {

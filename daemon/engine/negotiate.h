@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "frame.h"
+#include "world.h"
 
 /* What every rank's submission of one op must agree on; fields an op does not use are fixed
  * (count 0 for a barrier, root 0 unless broadcast, scales 1 unless allreduce). */
@@ -33,17 +34,11 @@ rd_op_params rd_op_params_of_spec(const Ringd__OpSpec *s);
 /* An OpSpec of p (name and message borrowed). */
 void rd_op_params_to_spec(const rd_op_params *p, Ringd__OpSpec *s);
 
-/* A node of the ring, for messages. */
-typedef struct {
-    const char *node;
-    uint32_t first_rank, local_size;
-} rd_neg_node;
-
 typedef struct rd_neg rd_neg;
 
 /* A table for nnodes nodes (copied), self being this node; a direct op's contribution is at most
  * max_data bytes. Returns NULL when out of memory. */
-rd_neg *rd_neg_new(int nnodes, const rd_neg_node *nodes, int self, uint64_t max_data);
+rd_neg *rd_neg_new(int nnodes, const rd_ring_node *nodes, int self, uint64_t max_data);
 void rd_neg_free(rd_neg *n);
 
 /* Records that node has spec ready (or failed there, spec->status != 0); own is this node's

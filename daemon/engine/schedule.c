@@ -1,0 +1,450 @@
+/* Scheduling across nodes: announcements, the negotiation table, the coordinator's order, and
+ * the ordered batches run with fusion. */
+#include "schedule.h"
+
+#include <event2/event.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "log.h"
+#include "xfer.h"
+
+/* One order of the coordinator: names of ops bound for the ring, run in that order. */
+typedef struct batch {
+    size_t n;
+    char **names;
+    struct batch *next;
+} batch;
+
+struct rd_sched {
+    const rd_config *cfg;
+    rd_world *w;
+    char job[RD_NAME_MAX + 1];
+    rd_sched_events ev;
+    void *arg;
+    rd_neg *neg; /* from the ring's forming to its end */
+    int nnodes, position;
+    /* coordinator: names of ring-bound ops done negotiating this loop turn, sent at its end */
+    char **order;
+    size_t norder, caporder;
+    struct event *ev_order;
+    batch *orders, *orders_tail; /* orders received, not yet started */
+};
+
+static void on_order(evutil_socket_t fd, short what, void *arg);
+
+rd_sched *rd_sched_new(struct event_base *base, const rd_config *cfg, rd_world *w,
+                       const char *job, const rd_sched_events *ev, void *arg)
+{
+    rd_sched *s = calloc(1, sizeof(*s));
+    if (s == NULL)
+        return NULL;
+    s->cfg = cfg;
+    s->w = w;
+    snprintf(s->job, sizeof(s->job), "%s", job);
+    s->ev = *ev;
+    s->arg = arg;
+    s->ev_order = event_new(base, -1, 0, on_order, s);
+    if (s->ev_order == NULL) {
+        free(s);
+        return NULL;
+    }
+    return s;
+}
+
+static void order_clear(rd_sched *s)
+{
+    for (size_t i = 0; i < s->norder; i++)
+        free(s->order[i]);
+    s->norder = 0;
+}
+
+static void batch_free(batch *b)
+{
+    for (size_t i = 0; i < b->n; i++)
+        free(b->names[i]);
+    free(b->names);
+    free(b);
+}
+
+void rd_sched_ring_ended(rd_sched *s)
+{
+    rd_neg_free(s->neg);
+    s->neg = NULL;
+    event_del(s->ev_order);
+    order_clear(s);
+    while (s->orders != NULL) {
+        batch *b = s->orders;
+        s->orders = b->next;
+        batch_free(b);
+    }
+    s->orders_tail = NULL;
+}
+
+void rd_sched_free(rd_sched *s)
+{
+    if (s == NULL)
+        return;
+    rd_sched_ring_ended(s);
+    event_free(s->ev_order);
+    free(s->order);
+    free(s);
+}
+
+int rd_sched_ring_forming(rd_sched *s, int nnodes, int position, const rd_ring_node *nodes)
+{
+    rd_sched_ring_ended(s);
+    s->neg = rd_neg_new(nnodes, nodes, position, s->cfg->direct_bytes);
+    if (s->neg == NULL)
+        return -1;
+    s->nnodes = nnodes;
+    s->position = position;
+    return 0;
+}
+
+/* When the oldest op named name that this node has not announced failed on another node, it
+ * ends here too. */
+static void failed_elsewhere(rd_sched *s, const char *name)
+{
+    uint32_t status;
+    rd_op_params p;
+    const char *why = rd_neg_failed(s->neg, name, &status, &p);
+    if (why != NULL)
+        s->ev.failed_elsewhere(s->arg, name, &p, status, why);
+}
+
+void rd_sched_ring_up(rd_sched *s)
+{
+    char **names;
+    size_t nfailed = s->neg != NULL ? rd_neg_failed_names(s->neg, &names) : 0;
+    for (size_t i = 0; i < nfailed; i++) {
+        if (rd_world_up(s->w) && s->neg != NULL)
+            failed_elsewhere(s, names[i]);
+        free(names[i]);
+    }
+    if (nfailed > 0)
+        free(names);
+}
+
+/* Coordinator: queues a ring-bound op for the next order. Ops done negotiating in one loop turn
+ * (announcements read together, as they are when ranks submit back to back) go out as one
+ * batch, which is what fusion works within. */
+static void order_add(rd_sched *s, const char *name)
+{
+    if (s->norder == s->caporder) {
+        size_t cap = s->caporder ? s->caporder * 2 : 64;
+        char **o = realloc(s->order, cap * sizeof(*o));
+        if (o == NULL) {
+            rd_world_drop(s->w, "out of memory ordering ops");
+            return;
+        }
+        s->order = o;
+        s->caporder = cap;
+    }
+    if ((s->order[s->norder] = strdup(name)) == NULL) {
+        rd_world_drop(s->w, "out of memory ordering ops");
+        return;
+    }
+    if (s->norder++ == 0)
+        event_active(s->ev_order, 0, 0);
+}
+
+static void go_received(rd_sched *s, const Ringd__Go *go);
+
+/* Coordinator, end of a loop turn: sends the queued order to every node and applies it here. */
+static void on_order(evutil_socket_t fd, short what, void *arg)
+{
+    rd_sched *s = arg;
+    (void)fd;
+    (void)what;
+    if (s->norder == 0 || !rd_world_up(s->w)) {
+        order_clear(s);
+        return;
+    }
+    Ringd__GoEntry *entries = calloc(s->norder, sizeof(*entries));
+    Ringd__GoEntry **ptrs = calloc(s->norder, sizeof(*ptrs));
+    if (entries == NULL || ptrs == NULL) {
+        free(entries);
+        free(ptrs);
+        order_clear(s);
+        rd_world_drop(s->w, "out of memory ordering ops");
+        return;
+    }
+    Ringd__Go go = RINGD__GO__INIT;
+    for (size_t i = 0; i < s->norder; i++) {
+        ringd__go_entry__init(&entries[i]);
+        entries[i].name = s->order[i];
+        ptrs[i] = &entries[i];
+    }
+    go.generation = rd_world_generation(s->w);
+    go.ops = ptrs;
+    go.n_ops = s->norder;
+    rd_msg m = RINGD__MSG__INIT;
+    m.body_case = RINGD__MSG__BODY_GO;
+    m.go = &go;
+    rd_world_send(s->w, NULL, 0, &m);
+    go_received(s, &go);
+    free(ptrs);
+    free(entries);
+    order_clear(s);
+}
+
+void rd_sched_flush(rd_sched *s)
+{
+    if (s->position == 0)
+        on_order(-1, 0, s);
+}
+
+/* Sends a Ready of this generation with spec, an op ready here or (stalled) one this node asks
+ * the others to end as stalled, to the nodes at to[0..nto), or with to NULL to every other node. */
+static void ready_send(rd_sched *s, Ringd__OpSpec *spec, int stalled, const int *to, int nto)
+{
+    Ringd__OpSpec *specs[1] = {spec};
+    Ringd__Ready r = RINGD__READY__INIT;
+    r.generation = rd_world_generation(s->w);
+    if (stalled) {
+        r.stalled = specs;
+        r.n_stalled = 1;
+    } else {
+        r.ops = specs;
+        r.n_ops = 1;
+    }
+    rd_msg m = RINGD__MSG__INIT;
+    m.body_case = RINGD__MSG__BODY_READY;
+    m.ready = &r;
+    rd_world_send(s->w, to, nto, &m);
+}
+
+/* Hands every op now done negotiating to the job; the coordinator also orders those bound for
+ * the ring, for every node, in the order they got done here. */
+static void negotiated(rd_sched *s)
+{
+    rd_neg_done *done;
+    size_t n = rd_neg_take(s->neg, &done);
+    if (n == 0)
+        return;
+    for (size_t i = 0; i < n; i++) {
+        s->ev.negotiated(s->arg, done[i].own, &done[i].e);
+        /* A sealed coordinator orders nothing more: what it has not ordered carries over. */
+        if (s->position == 0 && !rd_world_sealed(s->w) && done[i].e.status == RINGD_OK &&
+            !done[i].e.direct)
+            order_add(s, done[i].e.name);
+        if (s->neg == NULL) /* the job ended the ring meanwhile */
+            break;
+    }
+    rd_neg_done_free(done, n);
+}
+
+int rd_sched_announce(rd_sched *s, const char *name, const rd_op_params *p, ringd_result_t status,
+                      const char *message, int direct, const uint8_t *data, size_t len,
+                      void *own)
+{
+    if (!rd_world_up(s->w) || rd_world_sealed(s->w) || s->neg == NULL)
+        return 0; /* held for the next ring */
+    Ringd__OpSpec spec = RINGD__OP_SPEC__INIT;
+    rd_op_params_to_spec(p, &spec);
+    spec.direct = direct;
+    spec.data.data = (uint8_t *)data;
+    spec.data.len = len;
+    spec.name = (char *)name;
+    spec.status = (uint32_t)status;
+    spec.message = (char *)(message != NULL ? message : "");
+    ready_send(s, &spec, 0, NULL, 0);
+    char err[256];
+    if (rd_neg_ready(s->neg, s->position, &spec, own, err, sizeof(err)) != 0) {
+        rd_world_drop(s->w, err);
+        return 1;
+    }
+    negotiated(s);
+    return 1;
+}
+
+/* A node's Ready: ops it has ready (or failed there), and ops it asks to end as stalled. */
+static void ready_received(rd_sched *s, int from, const Ringd__Ready *r)
+{
+    char err[256];
+    for (size_t i = 0; i < r->n_ops; i++) {
+        const Ringd__OpSpec *spec = r->ops[i];
+        if (rd_neg_ready(s->neg, from, spec, NULL, err, sizeof(err)) != 0) {
+            rd_world_drop(s->w, err);
+            return;
+        }
+        /* A failure known elsewhere ends the op here now, not once this node's ranks all
+         * submitted it: no rank waits for what another already knows. (While the ring forms,
+         * its clients are still on the last one: rd_sched_ring_up looks then.) */
+        if (rd_world_up(s->w))
+            failed_elsewhere(s, spec->name);
+        if (s->neg == NULL)
+            return;
+    }
+    /* Ops a node asks to end as stalled: ended here only if this node has not announced them,
+     * by announcing them failed, which every node then sees alike. */
+    for (size_t i = 0; i < r->n_stalled && rd_world_up(s->w) && s->neg != NULL; i++) {
+        const Ringd__OpSpec *spec = r->stalled[i];
+        if (!rd_name_valid(spec->name) || !rd_neg_awaits(s->neg, spec->name, from))
+            continue;
+        rd_op_params p = rd_op_params_of_spec(spec);
+        s->ev.failed_elsewhere(s->arg, spec->name, &p, RINGD_E_STALLED,
+                               spec->message != NULL ? spec->message : "stalled");
+    }
+    if (s->neg != NULL)
+        negotiated(s);
+}
+
+/* An order of the coordinator (or this node's own, as coordinator): queued, then started in
+ * order as its ops are negotiated here. */
+static void go_received(rd_sched *s, const Ringd__Go *go)
+{
+    batch *b = calloc(1, sizeof(*b));
+    if (b == NULL || (b->names = calloc(go->n_ops ? go->n_ops : 1, sizeof(char *))) == NULL) {
+        free(b);
+        rd_world_drop(s->w, "out of memory queueing the coordinator's order");
+        return;
+    }
+    for (size_t i = 0; i < go->n_ops; i++) {
+        if (!rd_name_valid(go->ops[i]->name) || (b->names[b->n] = strdup(go->ops[i]->name)) == NULL)
+            continue;
+        b->n++;
+    }
+    if (s->orders_tail != NULL)
+        s->orders_tail->next = b;
+    else
+        s->orders = b;
+    s->orders_tail = b;
+    rd_sched_run(s);
+}
+
+void rd_sched_message(rd_sched *s, int from, const rd_msg *m)
+{
+    if (s->neg == NULL)
+        return;
+    if (m->body_case == RINGD__MSG__BODY_READY)
+        ready_received(s, from, m->ready);
+    else if (m->body_case == RINGD__MSG__BODY_GO && from == 0 && s->position != 0)
+        go_received(s, m->go);
+}
+
+void rd_sched_missing(const rd_sched *s, const char *name, const void *own, char *buf,
+                      size_t len)
+{
+    buf[0] = '\0';
+    if (s->neg != NULL)
+        rd_neg_missing(s->neg, name, own, buf, len);
+}
+
+void rd_sched_stalled(rd_sched *s, const char *name, const void *own, const char *message)
+{
+    int to[RD_RING_NODES_MAX];
+    if (!rd_world_up(s->w) || s->neg == NULL)
+        return;
+    int nto = rd_neg_missing_nodes(s->neg, own, to, RD_RING_NODES_MAX);
+    Ringd__OpSpec spec = RINGD__OP_SPEC__INIT;
+    spec.name = (char *)name;
+    spec.op = RINGD__OP_TYPE__OP_BARRIER;
+    spec.status = RINGD_E_STALLED;
+    spec.message = (char *)message;
+    ready_send(s, &spec, 1, to, nto);
+}
+
+int rd_sched_orders_waiting(const rd_sched *s)
+{
+    return s->orders != NULL;
+}
+
+/* 1 when o (params q, ob bytes) may join a group that starts with first and holds bytes. */
+static int fuses(const rd_op_params *first, const rd_op_params *q, uint64_t ob, uint64_t bytes,
+                 uint64_t threshold)
+{
+    return first->coll == RD_COLL_ALLREDUCE && q->coll == RD_COLL_ALLREDUCE &&
+           first->dtype == q->dtype && first->redop == q->redop &&
+           first->prescale == q->prescale && first->postscale == q->postscale &&
+           bytes + ob <= threshold;
+}
+
+size_t rd_sched_group(const rd_op_params *p, size_t n, uint64_t threshold, size_t *group)
+{
+    size_t ngroups = 0;
+    size_t *lead = malloc((n ? n : 1) * sizeof(*lead));
+    uint64_t *gbytes = malloc((n ? n : 1) * sizeof(*gbytes));
+    if (lead == NULL || gbytes == NULL) {
+        free(lead);
+        free(gbytes);
+        return SIZE_MAX;
+    }
+    for (size_t i = 0; i < n; i++) {
+        uint64_t ob = p[i].count * rd_dtype_size((rd_dtype)p[i].dtype);
+        group[i] = SIZE_MAX;
+        if (p[i].coll != RD_COLL_ALLREDUCE || ob >= threshold)
+            continue;
+        size_t g = 0;
+        while (g < ngroups && !fuses(&p[lead[g]], &p[i], ob, gbytes[g], threshold))
+            g++;
+        if (g == ngroups) {
+            lead[ngroups] = i;
+            gbytes[ngroups++] = 0;
+        }
+        group[i] = g;
+        gbytes[g] += ob;
+    }
+    free(lead);
+    free(gbytes);
+    return ngroups;
+}
+
+/* Starts batch b if every op of it is negotiated here: each fused group as one ring pass, in
+ * the order of its first op, other ops alone. Returns 1 when the batch started. */
+static int batch_start(rd_sched *s, const batch *b)
+{
+    size_t n = b->n;
+    void **owns = calloc(n ? n : 1, sizeof(*owns));
+    void **members = calloc(n ? n : 1, sizeof(*members));
+    rd_op_params *p = calloc(n ? n : 1, sizeof(*p));
+    size_t *group = calloc(n ? n : 1, sizeof(*group));
+    int started = 0;
+    if (owns == NULL || members == NULL || p == NULL || group == NULL)
+        goto out; /* tried again on the next order or negotiation */
+    for (size_t i = 0; i < n; i++) {
+        size_t skip = 0;
+        for (size_t k = 0; k < i; k++)
+            skip += strcmp(b->names[k], b->names[i]) == 0;
+        if ((owns[i] = s->ev.ring_ready(s->arg, b->names[i], skip, &p[i])) == NULL)
+            goto out;
+    }
+    if (rd_sched_group(p, n, s->cfg->fusion_threshold, group) == SIZE_MAX)
+        goto out; /* every node must group alike: never fall back to running ops alone */
+    for (size_t i = 0; i < n; i++) {
+        if (group[i] == SIZE_MAX) {
+            s->ev.start(s->arg, &owns[i], 1);
+            continue;
+        }
+        size_t k, nm = 0;
+        for (k = 0; k < i && group[k] != group[i]; k++)
+            ;
+        if (k < i) /* not the group's first op: started with it */
+            continue;
+        for (k = i; k < n; k++)
+            if (group[k] == group[i])
+                members[nm++] = owns[k];
+        s->ev.start(s->arg, members, nm);
+    }
+    started = 1;
+out:
+    free(group);
+    free(p);
+    free(members);
+    free(owns);
+    return started;
+}
+
+void rd_sched_run(rd_sched *s)
+{
+    while (s->orders != NULL && batch_start(s, s->orders)) {
+        batch *b = s->orders;
+        s->orders = b->next;
+        if (s->orders == NULL)
+            s->orders_tail = NULL;
+        batch_free(b);
+    }
+}

@@ -1,0 +1,103 @@
+/* Scheduling of a multi-node job's ops, the protocol its nodes run over the ring's control links:
+ * each node announces the ops its ranks all submitted (Ready) to every other node; the
+ * negotiation table says when every node has announced one, and how it ends (failed, direct, or
+ * bound for the ring); the coordinator (the ring's first node) orders those bound for the ring
+ * (Go), and every node runs each ordered batch once all its ops are negotiated there, fusing
+ * small allreduces into one ring pass. Stalled ops are ended alike on every node (Ready.stalled).
+ * One per job, for its life; the table lives from a ring's forming to its end. Loop thread only.
+ */
+#ifndef RD_SCHEDULE_H
+#define RD_SCHEDULE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "frame.h"
+#include "negotiate.h"
+#include "ringd.h"
+#include "world.h"
+
+struct event_base;
+
+typedef struct rd_sched rd_sched;
+
+/* News for the job, which owns the ops (own: the job's handle of one of its ops). */
+typedef struct {
+    /* Every node has announced this node's op own: e says failed (status, message), direct (the
+     * result in e->data) or bound for the ring (status 0, not direct). */
+    void (*negotiated)(void *arg, void *own, const Ringd__GoEntry *e);
+    /* Another node announced that the op named name (params p) failed there, or the
+     * announcements disagree: the oldest op of that name this node has not announced fails with
+     * status and message, and is announced failed (rd_sched_announce). */
+    void (*failed_elsewhere)(void *arg, const char *name, const rd_op_params *p, uint32_t status,
+                             const char *message);
+    /* The oldest op named name negotiated for the ring here and not yet started, skipping skip
+     * of them, with its params in *p; NULL when it is not negotiated here yet. */
+    void *(*ring_ready)(void *arg, const char *name, size_t skip, rd_op_params *p);
+    /* Runs owns[0..n) on the ring as one pass: one op, or n allreduces that fuse. */
+    void (*start)(void *arg, void **owns, size_t n);
+} rd_sched_events;
+
+/* The scheduler of job (its world w, borrowed), reporting to ev with arg (copied). Returns NULL
+ * when out of memory. */
+rd_sched *rd_sched_new(struct event_base *base, const rd_config *cfg, rd_world *w,
+                       const char *job, const rd_sched_events *ev, void *arg);
+
+/* NULL is a no-op. */
+void rd_sched_free(rd_sched *s);
+
+/* The ring of a generation forms with nodes[0..nnodes), this node at position: the negotiation
+ * table starts empty (nodes up before this one announce their ops already). Returns 0, or -1
+ * when out of memory. */
+int rd_sched_ring_forming(rd_sched *s, int nnodes, int position, const rd_ring_node *nodes);
+
+/* The ring is up: failures other nodes announced while this node connected end its ops now. */
+void rd_sched_ring_up(rd_sched *s);
+
+/* The ring of this generation ended: the table, the coordinator's queue and the orders not
+ * started are dropped (the job re-announces what it carries over). */
+void rd_sched_ring_ended(rd_sched *s);
+
+/* A Ready or Go from the node at position from, of the current generation. A node that sent
+ * something impossible gets the ring re-formed. */
+void rd_sched_message(rd_sched *s, int from, const rd_msg *m);
+
+/* The ring seals (a graceful change): the coordinator sends the order it has queued now. */
+void rd_sched_flush(rd_sched *s);
+
+/* Returns 0 when the ring cannot take announcements now (forming, or sealed for a graceful
+ * change: the op is held and nothing happened to it), else 1 once it announced to every node
+ * that this node's ranks all submitted name with p, or that it failed here (status non-zero,
+ * message). A direct op carries this node's contribution in data[0..len). Once every node has
+ * announced it, the negotiated event follows, and for an op bound for the ring its start in
+ * the coordinator's order. */
+int rd_sched_announce(rd_sched *s, const char *name, const rd_op_params *p, ringd_result_t status,
+                      const char *message, int direct, const uint8_t *data, size_t len,
+                      void *own);
+
+/* The nodes that have not announced the op named name (own: this node's announced op, or NULL
+ * for one this node has not announced), as "ranks 2-3 (node n1)"; "" when not known. */
+void rd_sched_missing(const rd_sched *s, const char *name, const void *own, char *buf,
+                      size_t len);
+
+/* This node's announced op own, named name, waited past --stall-abort (message says for whom):
+ * asks the nodes that have not announced it to announce it failed (RINGD_E_STALLED), which
+ * ends it alike on every node. Nothing while the ring is not up. */
+void rd_sched_stalled(rd_sched *s, const char *name, const void *own, const char *message);
+
+/* 1 while orders of the coordinator wait for their ops to be negotiated here. */
+int rd_sched_orders_waiting(const rd_sched *s);
+
+/* Starts the queued orders, in order, while every op of the next is negotiated here (after an
+ * op became ready for the ring). */
+void rd_sched_run(rd_sched *s);
+
+/* Fusion, the same on every node since it depends only on the batch and the agreed params:
+ * allreduces of p[0..n) smaller than threshold bytes that agree on dtype, op and scales share a
+ * group of at most threshold bytes, groups numbered in the order of their first op; group[i] is
+ * SIZE_MAX for an op that runs alone. Returns the number of groups, or SIZE_MAX when out of
+ * memory (then nothing may start: every node must group alike). */
+size_t rd_sched_group(const rd_op_params *p, size_t n, uint64_t threshold, size_t *group);
+
+#endif

@@ -1,0 +1,246 @@
+/* Scheduling decisions without I/O: whether two submissions match, how an ordered batch fuses,
+ * and the negotiation table that says when every node has announced an op and how it ends. */
+#include <criterion/criterion.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "negotiate.h"
+#include "schedule.h"
+
+static rd_op_params allreduce(rd_dtype dt, uint64_t count)
+{
+    return (rd_op_params){RD_COLL_ALLREDUCE, dt, RD_OP_SUM, 0, count, 1.0, 1.0};
+}
+
+Test(schedule, submissions_that_agree_match)
+{
+    rd_op_params a = allreduce(RD_DT_F32, 8), b = a;
+    char fields[96] = "junk";
+    cr_assert(rd_op_params_compare(&a, &b, fields, sizeof(fields)));
+    cr_assert_str_eq(fields, "");
+}
+
+Test(schedule, a_mismatch_names_every_field_that_differs)
+{
+    rd_op_params a = allreduce(RD_DT_F32, 8), b = allreduce(RD_DT_F64, 9);
+    b.postscale = 0.5;
+    char fields[96];
+    cr_assert_not(rd_op_params_compare(&a, &b, fields, sizeof(fields)));
+    cr_assert_str_eq(fields, "dtype, count, postscale");
+    rd_op_params c = a;
+    c.coll = RD_COLL_BROADCAST;
+    c.root = 3;
+    cr_assert_not(rd_op_params_compare(&a, &c, fields, sizeof(fields)));
+    cr_assert_str_eq(fields, "op, root");
+}
+
+Test(schedule, params_are_described_in_the_words_of_the_api)
+{
+    char buf[160];
+    rd_op_params a = allreduce(RD_DT_BF16, 4);
+    a.prescale = 0.25;
+    rd_op_params_describe(buf, sizeof(buf), &a);
+    cr_assert_str_eq(buf, "allreduce bf16 count 4 op sum prescale 0.25 postscale 1");
+    rd_op_params b = {RD_COLL_BROADCAST, RD_DT_U8, RD_OP_SUM, 7, 16, 1.0, 1.0};
+    rd_op_params_describe(buf, sizeof(buf), &b);
+    cr_assert_str_eq(buf, "broadcast u8 count 16 root 7");
+}
+
+Test(schedule, small_allreduces_that_agree_fuse_in_order_of_their_first_op)
+{
+    rd_op_params p[] = {
+        allreduce(RD_DT_F32, 100), /* 400 B */
+        allreduce(RD_DT_F64, 10),  /* another dtype: its own group */
+        allreduce(RD_DT_F32, 200), /* joins group 0 */
+        {RD_COLL_BROADCAST, RD_DT_F32, RD_OP_SUM, 0, 4, 1.0, 1.0}, /* never fuses */
+        allreduce(RD_DT_F64, 20),                                  /* joins group 1 */
+    };
+    size_t group[5];
+    cr_assert_eq(rd_sched_group(p, 5, 4096, group), 2);
+    cr_assert_eq(group[0], 0);
+    cr_assert_eq(group[1], 1);
+    cr_assert_eq(group[2], 0);
+    cr_assert_eq(group[3], SIZE_MAX);
+    cr_assert_eq(group[4], 1);
+}
+
+Test(schedule, a_group_holds_at_most_the_threshold)
+{
+    rd_op_params p[] = {allreduce(RD_DT_F32, 500), allreduce(RD_DT_F32, 500),
+                        allreduce(RD_DT_F32, 500), allreduce(RD_DT_F32, 24)};
+    size_t group[4];
+    /* 2000 + 2000 fill 4096 but a third 2000 would not fit; 96 more bytes still do. */
+    cr_assert_eq(rd_sched_group(p, 4, 4096, group), 2);
+    cr_assert_eq(group[0], 0);
+    cr_assert_eq(group[1], 0);
+    cr_assert_eq(group[2], 1);
+    cr_assert_eq(group[3], 0);
+}
+
+Test(schedule, an_allreduce_as_large_as_the_threshold_runs_alone)
+{
+    rd_op_params p[] = {allreduce(RD_DT_F32, 1024), allreduce(RD_DT_F32, 1)};
+    size_t group[2];
+    cr_assert_eq(rd_sched_group(p, 2, 4096, group), 1);
+    cr_assert_eq(group[0], SIZE_MAX);
+    cr_assert_eq(group[1], 0);
+}
+
+Test(schedule, ops_with_other_ops_or_scales_do_not_fuse)
+{
+    rd_op_params p[] = {allreduce(RD_DT_F32, 1), allreduce(RD_DT_F32, 1),
+                        allreduce(RD_DT_F32, 1)};
+    p[1].redop = RD_OP_MAX;
+    p[2].prescale = 0.5;
+    size_t group[3];
+    cr_assert_eq(rd_sched_group(p, 3, 1 << 20, group), 3);
+    cr_assert_eq(group[0], 0);
+    cr_assert_eq(group[1], 1);
+    cr_assert_eq(group[2], 2);
+}
+
+Test(schedule, an_empty_batch_has_no_groups)
+{
+    size_t group[1];
+    cr_assert_eq(rd_sched_group(NULL, 0, 4096, group), 0);
+}
+
+/* --- the negotiation table --- */
+
+static const rd_ring_node nodes3[] = {{"n1", 0, 2}, {"n2", 2, 2}, {"n3", 4, 1}};
+
+static Ringd__OpSpec spec_of(const char *name, const rd_op_params *p)
+{
+    Ringd__OpSpec s = RINGD__OP_SPEC__INIT;
+    rd_op_params_to_spec(p, &s);
+    s.name = (char *)name;
+    s.message = (char *)"";
+    return s;
+}
+
+Test(schedule, an_op_is_done_negotiating_once_every_node_announced_it)
+{
+    rd_neg *n = rd_neg_new(3, nodes3, 1, 0);
+    cr_assert_not_null(n);
+    rd_op_params p = allreduce(RD_DT_F32, 1 << 20);
+    Ringd__OpSpec s = spec_of("grad", &p);
+    char err[256];
+    int own;
+    rd_neg_done *done;
+    cr_assert_eq(rd_neg_ready(n, 0, &s, NULL, err, sizeof(err)), 0);
+    cr_assert_eq(rd_neg_ready(n, 1, &s, &own, err, sizeof(err)), 0);
+    cr_assert_eq(rd_neg_pending(n), 1);
+    char missing[128];
+    rd_neg_missing(n, "grad", &own, missing, sizeof(missing));
+    cr_assert_str_eq(missing, "rank 4 (node n3)");
+    cr_assert_eq(rd_neg_take(n, &done), 0);
+    cr_assert_eq(rd_neg_ready(n, 2, &s, NULL, err, sizeof(err)), 0);
+    cr_assert_eq(rd_neg_take(n, &done), 1);
+    cr_assert_eq(done[0].own, &own);
+    cr_assert_eq(done[0].e.status, RINGD_OK);
+    cr_assert_not(done[0].e.direct, "an op above max_data goes on the ring");
+    rd_neg_done_free(done, 1);
+    cr_assert_eq(rd_neg_pending(n), 0);
+    rd_neg_free(n);
+}
+
+Test(schedule, announcements_that_disagree_fail_the_op_naming_both_sides)
+{
+    rd_neg *n = rd_neg_new(3, nodes3, 0, 0);
+    rd_op_params p = allreduce(RD_DT_F32, 8), q = allreduce(RD_DT_F32, 9);
+    Ringd__OpSpec a = spec_of("w", &p), b = spec_of("w", &q);
+    char err[256], *name = NULL;
+    int own;
+    rd_neg_done *done;
+    cr_assert_eq(rd_neg_ready(n, 0, &a, &own, err, sizeof(err)), 0);
+    cr_assert_eq(rd_neg_ready(n, 2, &b, NULL, err, sizeof(err)), 0);
+    uint32_t status;
+    rd_op_params first;
+    const char *why = rd_neg_failed(n, "w", &status, &first);
+    cr_assert_null(why, "this node announced the op: it learns the outcome with the others");
+    cr_assert_eq(rd_neg_ready(n, 1, &a, NULL, err, sizeof(err)), 0);
+    cr_assert_eq(rd_neg_take(n, &done), 1);
+    cr_assert_eq(done[0].e.status, RINGD_E_MISMATCH);
+    name = done[0].e.message;
+    cr_assert(strstr(name, "count") != NULL, "%s", name);
+    cr_assert(strstr(name, "ranks 0-1 (node n1)") != NULL, "%s", name);
+    cr_assert(strstr(name, "rank 4 (node n3)") != NULL, "%s", name);
+    rd_neg_done_free(done, 1);
+    rd_neg_free(n);
+}
+
+Test(schedule, a_failure_elsewhere_is_known_before_this_node_announces)
+{
+    rd_neg *n = rd_neg_new(3, nodes3, 2, 0);
+    rd_op_params p = allreduce(RD_DT_F32, 8);
+    Ringd__OpSpec s = spec_of("g", &p);
+    s.status = RINGD_E_INVALID;
+    s.message = (char *)"rank 1 (node n1) could not run it: bad offset";
+    char err[256];
+    cr_assert_eq(rd_neg_ready(n, 0, &s, NULL, err, sizeof(err)), 0);
+    uint32_t status;
+    rd_op_params first;
+    const char *why = rd_neg_failed(n, "g", &status, &first);
+    cr_assert_not_null(why);
+    cr_assert_eq(status, RINGD_E_INVALID);
+    cr_assert_str_eq(why, "rank 1 (node n1) could not run it: bad offset");
+    cr_assert_eq(first.count, 8);
+    char **names;
+    cr_assert_eq(rd_neg_failed_names(n, &names), 1);
+    cr_assert_str_eq(names[0], "g");
+    free(names[0]);
+    free(names);
+    rd_neg_free(n);
+}
+
+Test(schedule, a_node_that_sends_a_bad_spec_is_refused)
+{
+    rd_neg *n = rd_neg_new(3, nodes3, 0, 0);
+    rd_op_params p = allreduce(RD_DT_F32, 8);
+    Ringd__OpSpec s = spec_of("bad\nname", &p);
+    char err[256] = "";
+    cr_assert_neq(rd_neg_ready(n, 1, &s, NULL, err, sizeof(err)), 0);
+    cr_assert_neq(err[0], '\0');
+    s = spec_of("ok", &p);
+    s.dtype = 99;
+    cr_assert_neq(rd_neg_ready(n, 1, &s, NULL, err, sizeof(err)), 0);
+    cr_assert(strstr(err, "dtype 99") != NULL, "%s", err);
+    s = spec_of("ok", &p);
+    s.redop = 17;
+    cr_assert_neq(rd_neg_ready(n, 1, &s, NULL, err, sizeof(err)), 0);
+    s = spec_of("ok", &p);
+    s.op = 9;
+    cr_assert_neq(rd_neg_ready(n, 1, &s, NULL, err, sizeof(err)), 0);
+    cr_assert_eq(rd_neg_pending(n), 0, "nothing of a refused announcement stays");
+    rd_neg_free(n);
+}
+
+Test(schedule, small_ops_travel_with_the_negotiation)
+{
+    static const rd_ring_node two[] = {{"a", 0, 1}, {"b", 1, 1}};
+    rd_neg *n = rd_neg_new(2, two, 0, 1024);
+    rd_op_params p = allreduce(RD_DT_F32, 2);
+    float x[2] = {1.5f, 2.0f}, y[2] = {0.25f, -1.0f};
+    Ringd__OpSpec a = spec_of("s", &p), b = spec_of("s", &p);
+    a.direct = b.direct = 1;
+    a.data.data = (uint8_t *)x;
+    a.data.len = sizeof(x);
+    b.data.data = (uint8_t *)y;
+    b.data.len = sizeof(y);
+    char err[256];
+    int own;
+    rd_neg_done *done;
+    cr_assert_eq(rd_neg_ready(n, 0, &a, &own, err, sizeof(err)), 0);
+    cr_assert_eq(rd_neg_ready(n, 1, &b, NULL, err, sizeof(err)), 0, "%s", err);
+    cr_assert_eq(rd_neg_take(n, &done), 1);
+    cr_assert(done[0].e.direct);
+    cr_assert_eq(done[0].e.data.len, sizeof(x));
+    float r[2];
+    memcpy(r, done[0].e.data.data, sizeof(r));
+    cr_assert_float_eq(r[0], 1.75f, 0);
+    cr_assert_float_eq(r[1], 1.0f, 0);
+    rd_neg_done_free(done, 1);
+    rd_neg_free(n);
+}
