@@ -214,6 +214,12 @@ Test(schedule, a_node_that_sends_a_bad_spec_is_refused)
     s.op = 9;
     cr_assert_neq(rd_neg_ready(n, 1, &s, NULL, err, sizeof(err)), 0);
     cr_assert_eq(rd_neg_pending(n), 0, "nothing of a refused announcement stays");
+    s = spec_of("ok", &p);
+    s.redop = 17;
+    s.status = RINGD_E_INVALID;
+    s.message = (char *)"unknown reduce op 17";
+    cr_assert_eq(rd_neg_ready(n, 1, &s, NULL, err, sizeof(err)), 0,
+                 "a failure is announced with the parameters it failed for: %s", err);
     rd_neg_free(n);
 }
 

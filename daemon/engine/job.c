@@ -2,6 +2,7 @@
  * ready ops inline or on the executor, and failing what a departed client leaves behind. */
 #include "job.h"
 
+#include <assert.h>
 #include <event2/event.h>
 #include <inttypes.h>
 #include <math.h>
@@ -38,13 +39,48 @@ struct rd_engine {
     int draining;          /* leaving every job: new clients are refused */
 };
 
+/* The life of an op. Every change goes through op_set_state, which checks it against
+ * op_moves and logs it; the job keeps the ops of each state on a list of their own. */
 typedef enum {
-    OP_PENDING,     /* waiting for some local ranks to submit */
-    OP_NEGOTIATING, /* every local rank submitted; announced to the other nodes (or held until
-                       the ring is up) and waiting for them and the coordinator's order */
-    OP_RUNNING,     /* data moving on the executor or the ring */
-    OP_FAILED,      /* mismatch: answers late submitters with the same error until all have come */
+    OP_PENDING,    /* waiting for some local ranks to submit */
+    OP_HELD,       /* every local rank submitted (multi-node): waits for a ring that takes
+                      announcements (forming, or sealed for a graceful change) */
+    OP_ANNOUNCED,  /* the other nodes know of it: waits until every node has announced it */
+    OP_RING_READY, /* negotiated, bound for the ring: waits for the coordinator's order */
+    OP_RUNNING,    /* data moving on the executor or the ring */
+    OP_DOOMED,     /* the ring broke under it: its ranks hear the message once the ring is back
+                      (their answer then carries the new generation), or when the wait ends */
+    OP_UNTOLD,     /* failed here; the other nodes have yet to hear it (told on the next ring) */
+    OP_TOLD,       /* failed here and announced: waits until every node has announced it */
+    OP_TOMBSTONE,  /* failed, and every node knows: answers the ranks yet to submit it with the
+                      same error until all have come, or --stall-abort passes */
+    OP_NSTATES
 } op_state;
+
+static const char *const op_state_names[OP_NSTATES] = {
+    "pending", "held", "announced", "ring-ready", "running", "doomed", "untold", "told",
+    "tombstone"};
+
+/* Which state may follow which (bit per state). An op leaves every state by being freed. */
+#define B(st) (1u << (st))
+static const unsigned op_moves[OP_NSTATES] = {
+    [OP_PENDING] = B(OP_HELD) | B(OP_RUNNING) | B(OP_DOOMED) | B(OP_UNTOLD) | B(OP_TOMBSTONE),
+    [OP_HELD] = B(OP_ANNOUNCED) | B(OP_DOOMED),
+    [OP_ANNOUNCED] = B(OP_HELD) | B(OP_RING_READY) | B(OP_DOOMED),
+    [OP_RING_READY] = B(OP_HELD) | B(OP_RUNNING) | B(OP_DOOMED),
+    [OP_RUNNING] = B(OP_DOOMED),
+    [OP_DOOMED] = B(OP_UNTOLD) | B(OP_TOMBSTONE),
+    [OP_UNTOLD] = B(OP_TOLD),
+    [OP_TOLD] = B(OP_UNTOLD) | B(OP_TOMBSTONE),
+    [OP_TOMBSTONE] = 0,
+};
+#undef B
+
+/* 1 for the states of an op that failed here and stays as a tombstone. */
+static int op_failed(op_state st)
+{
+    return st == OP_UNTOLD || st == OP_TOLD || st == OP_TOMBSTONE;
+}
 
 /* One local rank's submission of an op. */
 typedef struct {
@@ -66,16 +102,14 @@ typedef struct rd_op {
     part *parts; /* local_size entries */
     ringd_result_t status;
     char *message;
-    int await_go;   /* a failed op the other nodes have yet to learn of */
-    int ring_ready; /* negotiated, bound for the ring: waits for the coordinator's order */
-    int announced;  /* NEGOTIATING: the other nodes know of it; else held for the next ring */
-    int doomed;     /* the ring broke under it: answered with message once the ring is back */
-    int64_t stall_asked_ms; /* 0: not warned of; -1: warned; else when the other nodes were
-                               last asked to end it (rd_sched_stalled) */
+    int warned;       /* the stall inspector has logged it (--stall-warn) */
+    int64_t asked_ms; /* when the other nodes were last asked to end it (0: never) */
     uint32_t nparts;  /* the job's local size when it was created */
     int64_t since_ms; /* first submission, or the disruption that doomed it */
+    uint64_t seq;     /* creation order: ops of one name are announced in it */
     rd_local_plan plan;
-    struct rd_op *next; /* bucket chain */
+    struct rd_op *next;              /* bucket chain */
+    struct rd_op *sprev, *snext;     /* the list of its state */
 } rd_op;
 
 struct rd_job {
@@ -105,10 +139,52 @@ struct rd_job {
     rd_client **slots; /* by local rank */
     rd_op **buckets;
     size_t nbuckets, nops;
+    rd_op *first[OP_NSTATES], *last[OP_NSTATES]; /* ops by state, each list in order of arrival */
+    size_t count[OP_NSTATES];
+    uint64_t next_seq;
     uint32_t nrunning; /* ops on the executor: the job outlives its clients until they end */
     uint64_t ops_completed, ops_failed;
     rd_job *next;
 };
+
+static void state_list_add(rd_job *j, rd_op *o)
+{
+    o->snext = NULL;
+    o->sprev = j->last[o->state];
+    if (o->sprev != NULL)
+        o->sprev->snext = o;
+    else
+        j->first[o->state] = o;
+    j->last[o->state] = o;
+    j->count[o->state]++;
+}
+
+static void state_list_del(rd_job *j, rd_op *o)
+{
+    if (o->sprev != NULL)
+        o->sprev->snext = o->snext;
+    else
+        j->first[o->state] = o->snext;
+    if (o->snext != NULL)
+        o->snext->sprev = o->sprev;
+    else
+        j->last[o->state] = o->sprev;
+    j->count[o->state]--;
+    o->sprev = o->snext = NULL;
+}
+
+/* The one place an op changes state: the move must be one op_moves allows (a programmer error
+ * otherwise), and is logged. */
+static void op_set_state(rd_op *o, op_state st)
+{
+    rd_job *j = o->job;
+    assert(op_moves[o->state] & (1u << st));
+    rd_log(RD_LOG_DEBUG, "job", "job '%s': tensor '%s' #%" PRIu64 ": %s -> %s", j->name, o->name,
+           o->seq, op_state_names[o->state], op_state_names[st]);
+    state_list_del(j, o);
+    o->state = st;
+    state_list_add(j, o);
+}
 
 /* Tells client c how its request ended. */
 static void answer(const rd_job *j, rd_client *c, uint64_t request_id, ringd_result_t status,
@@ -134,7 +210,7 @@ static rd_op *op_find(rd_job *j, const char *name, uint32_t rank, int *dup)
             continue;
         if (!o->parts[rank].submitted)
             return o;
-        if (o->state != OP_FAILED)
+        if (!op_failed(o->state))
             *dup = 1;
     }
     return NULL;
@@ -174,6 +250,7 @@ static void op_insert(rd_job *j, rd_op *o)
     o->next = NULL;
     *pp = o;
     j->nops++;
+    state_list_add(j, o);
 }
 
 static void op_unlink(rd_job *j, rd_op *o)
@@ -183,6 +260,7 @@ static void op_unlink(rd_job *j, rd_op *o)
         pp = &(*pp)->next;
     *pp = o->next;
     j->nops--;
+    state_list_del(j, o);
 }
 
 /* Releases an op that is already unlinked: arena references, buffers, strings. */
@@ -210,7 +288,7 @@ static void job_free(rd_job *j)
         while (j->buckets[i] != NULL) {
             rd_op *o = j->buckets[i];
             j->buckets[i] = o->next;
-            if (o->state != OP_FAILED && d->counters->ops_in_flight > 0)
+            if (!op_failed(o->state) && d->counters->ops_in_flight > 0)
                 d->counters->ops_in_flight--;
             op_free(o);
         }
@@ -283,11 +361,11 @@ static void op_finish(rd_op *o, ringd_result_t status, const char *message)
 
 /* Ends a pending op for good: the ranks that submitted it hear status and msg now, and the op
  * stays as a tombstone that gives the ranks yet to submit it the same answer, until all have
- * come and the other nodes know (await_go), or --stall-abort passes. */
+ * come and the other nodes know (UNTOLD, TOLD), or --stall-abort passes. */
 static void op_tombstone(rd_op *o, ringd_result_t status, const char *msg)
 {
     op_answer(o, status, msg);
-    o->state = OP_FAILED;
+    op_set_state(o, o->job->world != NULL ? OP_UNTOLD : OP_TOMBSTONE);
     o->status = status;
     free(o->message);
     o->message = strdup(msg);
@@ -301,7 +379,7 @@ static void op_tombstone(rd_op *o, ringd_result_t status, const char *msg)
         rd_arena_unref(o->parts[k].arena);
         o->parts[k].arena = NULL;
     }
-    if (o->nsubmitted == o->nparts && !o->await_go) { /* nobody left to tell */
+    if (o->nsubmitted == o->nparts && o->state == OP_TOMBSTONE) { /* nobody left to tell */
         op_unlink(o->job, o);
         op_free(o);
     }
@@ -377,12 +455,11 @@ static void op_start(rd_op *o)
         op_finish(o, RINGD_OK, NULL);
         return;
     }
-    o->state = OP_RUNNING;
     if (rd_exec_submit(d->exec, op_run, on_op_done, o, units, RD_GRAIN) != 0) {
-        o->state = OP_PENDING;
         op_fail(o, RINGD_E_NOMEM, "tensor '%s': out of memory queueing the op", o->name);
         return;
     }
+    op_set_state(o, OP_RUNNING);
     j->nrunning++;
 }
 
@@ -510,6 +587,7 @@ static rd_op *op_alloc(rd_job *j, const char *name, const rd_op_params *p, uint3
         return NULL;
     }
     o->state = OP_PENDING;
+    o->seq = j->next_seq++;
     o->first_rank = rank;
     o->p = *p;
 
@@ -577,9 +655,10 @@ static uint64_t result_bytes(const rd_op *o)
 static void tell(rd_op *o, ringd_result_t status, const char *message, int direct,
                  const uint8_t *data, size_t len)
 {
-    o->announced = 1;
+    op_state held = o->state; /* HELD, or UNTOLD for a failure */
+    op_set_state(o, held == OP_HELD ? OP_ANNOUNCED : OP_TOLD);
     if (!rd_sched_announce(o->job->sched, o->name, &o->p, status, message, direct, data, len, o))
-        o->announced = 0; /* held: o is untouched */
+        op_set_state(o, held); /* held: o is untouched */
 }
 
 /* Every local rank submitted an op of a multi-node job: tells the coordinator, with this node's
@@ -641,11 +720,11 @@ static void op_refuse(rd_job *j, rd_client *s, uint32_t rank, uint64_t request_i
         answer(j, s, request_id, rc, why);
         return;
     }
-    if (o != NULL && o->state == OP_FAILED) { /* failed already: this rank hears its own why */
+    if (o != NULL && op_failed(o->state)) { /* failed already: this rank hears its own why */
         o->parts[rank].submitted = 1;
         o->nsubmitted++;
         answer(j, s, request_id, rc, why);
-        if (o->nsubmitted == o->nparts && !o->await_go) {
+        if (o->nsubmitted == o->nparts && o->state == OP_TOMBSTONE) {
             op_unlink(j, o);
             op_free(o);
         }
@@ -668,7 +747,6 @@ static void op_refuse(rd_job *j, rd_client *s, uint32_t rank, uint64_t request_i
     o->nsubmitted++;
     snprintf(msg, sizeof(msg), "rank %u (node %.64s) could not run it: %.600s",
              j->first_rank + rank, j->e->cfg->node, why);
-    o->await_go = j->world != NULL;
     op_tombstone(o, rc, msg);
     if (j->world != NULL && rd_world_up(j->world))
         tell(o, rc, msg, 0, NULL, 0);
@@ -735,11 +813,11 @@ void rd_job_submit(rd_client *s, const Ringd__Submit *m)
         answer(j, s, m->request_id, RINGD_E_INVALID, err);
         return;
     }
-    if (o != NULL && o->state == OP_FAILED) {
+    if (o != NULL && op_failed(o->state)) {
         o->parts[rank].submitted = 1;
         o->nsubmitted++;
         answer(j, s, m->request_id, o->status, o->message);
-        if (o->nsubmitted == o->nparts && !o->await_go) {
+        if (o->nsubmitted == o->nparts && o->state == OP_TOMBSTONE) {
             op_unlink(j, o);
             op_free(o);
         }
@@ -767,16 +845,15 @@ void rd_job_submit(rd_client *s, const Ringd__Submit *m)
 
     if (!op_matches(o, m, rank, err, sizeof(err))) {
         /* A tombstone first; then the other nodes learn of it (which may end it at once). */
-        o->await_go = j->world != NULL;
         op_fail(o, RINGD_E_MISMATCH, "%s", err);
         if (j->world != NULL && rd_world_up(j->world))
             tell(o, RINGD_E_MISMATCH, err, 0, NULL, 0);
         return;
     }
-    if (o->nsubmitted < o->nparts)
+    if (o->nsubmitted < o->nparts || o->state == OP_DOOMED) /* doomed: answered later */
         return;
     if (j->world != NULL) {
-        o->state = OP_NEGOTIATING;
+        op_set_state(o, OP_HELD);
         if (rd_world_up(j->world))
             announce(o);
         return;
@@ -810,17 +887,17 @@ static void job_welcome(rd_job *j)
  * rank that submits one late is refused for its old generation). */
 static void fail_unstarted(rd_job *j, const char *why)
 {
-    for (size_t i = 0; i < j->nbuckets; i++) {
-        rd_op *o = j->buckets[i];
-        while (o != NULL) {
-            rd_op *next = o->next;
-            if (o->state == OP_PENDING || o->state == OP_NEGOTIATING) {
-                op_fail(o, RINGD_E_MEMBERSHIP, "tensor '%s': %s", o->name, why);
-            } else if (o->state == OP_FAILED) {
-                op_unlink(j, o);
-                op_free(o);
-            }
-            o = next;
+    static const op_state live[] = {OP_PENDING, OP_HELD, OP_ANNOUNCED, OP_RING_READY, OP_DOOMED};
+    static const op_state failed[] = {OP_UNTOLD, OP_TOLD, OP_TOMBSTONE};
+    for (size_t k = 0; k < sizeof(live) / sizeof(live[0]); k++)
+        while (j->first[live[k]] != NULL)
+            op_fail(j->first[live[k]], RINGD_E_MEMBERSHIP, "tensor '%s': %s",
+                    j->first[live[k]]->name, why);
+    for (size_t k = 0; k < sizeof(failed) / sizeof(failed[0]); k++) {
+        while (j->first[failed[k]] != NULL) {
+            rd_op *o = j->first[failed[k]];
+            op_unlink(j, o);
+            op_free(o);
         }
     }
 }
@@ -833,9 +910,7 @@ static void op_doom(rd_op *o, const char *why)
     snprintf(msg, sizeof(msg), "tensor '%s': %s", o->name, why);
     free(o->message);
     o->message = strdup(msg);
-    o->doomed = 1;
-    o->announced = 0;
-    o->ring_ready = 0;
+    op_set_state(o, OP_DOOMED);
     o->since_ms = rd_now_ms();
 }
 
@@ -860,15 +935,12 @@ static void slots_compact(rd_job *j)
 static void job_reshape(rd_job *j, const char *why)
 {
     /* Mismatch tombstones index the old local ranks: the ranks they wait for are renumbered. */
-    for (size_t i = 0; i < j->nbuckets; i++) {
-        rd_op *o = j->buckets[i];
-        while (o != NULL) {
-            rd_op *next = o->next;
-            if (o->state == OP_FAILED) {
-                op_unlink(j, o);
-                op_free(o);
-            }
-            o = next;
+    static const op_state failed[] = {OP_UNTOLD, OP_TOLD, OP_TOMBSTONE};
+    for (size_t k = 0; k < sizeof(failed) / sizeof(failed[0]); k++) {
+        while (j->first[failed[k]] != NULL) {
+            rd_op *o = j->first[failed[k]];
+            op_unlink(j, o);
+            op_free(o);
         }
     }
     slots_compact(j);
@@ -916,8 +988,12 @@ static void op_missing(const rd_op *o, char *buf, size_t len)
     if (n > 0)
         snprintf(local + n, sizeof(local) - n, " (node %s)", j->e->cfg->node);
     if (j->world != NULL)
-        rd_sched_missing(j->sched, o->name, o->state == OP_NEGOTIATING ? o : NULL, remote,
-                         sizeof(remote));
+        rd_sched_missing(j->sched, o->name,
+                         o->state == OP_HELD || o->state == OP_ANNOUNCED ||
+                                 o->state == OP_RING_READY
+                             ? o
+                             : NULL,
+                         remote, sizeof(remote));
     snprintf(buf, len, "%s%s%s", local, local[0] && remote[0] ? "; " : "", remote);
     if (buf[0] == '\0')
         snprintf(buf, len, "ranks this node has not heard from");
@@ -938,7 +1014,7 @@ static void op_inspect(rd_op *o, int64_t now)
         return;
     /* Negotiated for the ring: the coordinator orders it within a turn. Past --stall-abort plus
      * --peer-timeout, nothing will order it. */
-    if (o->ring_ready) {
+    if (o->state == OP_RING_READY) {
         if (c->stall_abort > 0 && age >= c->stall_abort + c->peer_timeout)
             op_fail(o, RINGD_E_STALLED,
                     "tensor '%s' stalled: the ring's coordinator never ordered it (--stall-abort)",
@@ -947,8 +1023,8 @@ static void op_inspect(rd_op *o, int64_t now)
     }
     char missing[512];
     op_missing(o, missing, sizeof(missing));
-    if (o->stall_asked_ms == 0) {
-        o->stall_asked_ms = -1; /* warned */
+    if (!o->warned) {
+        o->warned = 1;
         rd_log(RD_LOG_WARN, "stall",
                "job '%s': tensor '%s' has waited %" PRId64 " ms for %s (--stall-abort %" PRId64
                " ms)",
@@ -961,13 +1037,12 @@ static void op_inspect(rd_op *o, int64_t now)
              o->name, missing, c->stall_abort);
     if (o->state == OP_PENDING) {
         rd_log(RD_LOG_WARN, "job", "job '%s': %s", j->name, msg);
-        o->await_go = j->world != NULL;
         op_tombstone(o, RINGD_E_STALLED, msg);
         if (j->world != NULL)
             tell(o, RINGD_E_STALLED, msg, 0, NULL, 0);
         return;
     }
-    if (!o->announced)
+    if (o->state != OP_ANNOUNCED)
         return;
     /* Asked at --stall-abort, again every --peer-timeout. A node that does not answer twice is
      * in no state to: past that only a new ring ends the op, alike everywhere. */
@@ -975,8 +1050,8 @@ static void op_inspect(rd_op *o, int64_t now)
         rd_world_reform(j->world, msg);
         return;
     }
-    if (o->stall_asked_ms <= 0 || now - o->stall_asked_ms >= c->peer_timeout) {
-        o->stall_asked_ms = now;
+    if (o->asked_ms == 0 || now - o->asked_ms >= c->peer_timeout) {
+        o->asked_ms = now;
         rd_sched_stalled(j->sched, o->name, o, msg);
     }
 }
@@ -989,7 +1064,7 @@ static void op_wait_over(rd_op *o)
     char detail[384] = "";
     if (j->world != NULL)
         rd_world_detail(j->world, detail, sizeof(detail));
-    if (o->doomed) {
+    if (o->state == OP_DOOMED) {
         op_fail(o, RINGD_E_MEMBERSHIP, "%s (the ring has not re-formed within %" PRId64 " ms: %s)",
                 o->message, j->wait_ms, detail);
         return;
@@ -1004,27 +1079,38 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     rd_job *j = arg;
     (void)fd;
     (void)what;
+    const rd_config *c = j->e->cfg;
     int64_t now = rd_now_ms();
     int up = j->world == NULL || rd_world_up(j->world);
-    for (size_t i = 0; i < j->nbuckets; i++) {
-        rd_op *o = j->buckets[i];
-        while (o != NULL) {
-            rd_op *next = o->next;
-            int waiting = o->doomed || (o->state == OP_NEGOTIATING && !o->announced && !up);
-            if (o->state == OP_FAILED) {
-                /* A tombstone some rank never came to: gone after --stall-abort. */
-                const rd_config *c = j->e->cfg;
-                if (!o->await_go && c->stall_abort > 0 && now - o->since_ms >= c->stall_abort) {
-                    op_unlink(j, o);
-                    op_free(o);
-                }
-            } else if (o->state == OP_RUNNING)
-                ;
-            else if (waiting && now - o->since_ms >= j->wait_ms)
+    rd_op *o, *next;
+    /* A tombstone some rank never came to: gone after --stall-abort. */
+    for (o = j->first[OP_TOMBSTONE]; o != NULL; o = next) {
+        next = o->snext;
+        if (c->stall_abort > 0 && now - o->since_ms >= c->stall_abort) {
+            op_unlink(j, o);
+            op_free(o);
+        }
+    }
+    /* Ops waiting for a ring: they end once the job's wait is over. */
+    for (o = j->first[OP_DOOMED]; o != NULL; o = next) {
+        next = o->snext;
+        if (now - o->since_ms >= j->wait_ms)
+            op_wait_over(o);
+    }
+    if (!up) {
+        for (o = j->first[OP_HELD]; o != NULL; o = next) {
+            next = o->snext;
+            if (now - o->since_ms >= j->wait_ms)
                 op_wait_over(o);
-            else if (!waiting && up)
-                op_inspect(o, now);
-            o = next;
+        }
+        return;
+    }
+    /* The ring is up: ops that wait for ranks are inspected for stalls. */
+    static const op_state waiting[] = {OP_PENDING, OP_HELD, OP_ANNOUNCED, OP_RING_READY};
+    for (size_t k = 0; k < sizeof(waiting) / sizeof(waiting[0]); k++) {
+        for (o = j->first[waiting[k]]; o != NULL; o = next) {
+            next = o->snext;
+            op_inspect(o, now);
         }
     }
 }
@@ -1035,17 +1121,12 @@ int rd_job_drain(rd_job *j, int force)
         j->draining = 1;
         /* Ops some local ranks have not submitted can no longer complete here: they fail, and
          * the other nodes, never having heard of them, carry them over without this node. */
-        for (size_t i = 0; i < j->nbuckets; i++) {
-            rd_op *o = j->buckets[i];
-            while (o != NULL) {
-                rd_op *next = o->next;
-                if (o->state == OP_PENDING || (o->state == OP_NEGOTIATING && !o->announced))
-                    op_fail(o, RINGD_E_CLOSED,
-                            "tensor '%s': node %s is draining; job '%s' goes on without it",
-                            o->name, j->e->cfg->node, j->name);
-                o = next;
-            }
-        }
+        static const op_state unannounced[] = {OP_PENDING, OP_HELD, OP_DOOMED};
+        for (size_t k = 0; k < sizeof(unannounced) / sizeof(unannounced[0]); k++)
+            while (j->first[unannounced[k]] != NULL)
+                op_fail(j->first[unannounced[k]], RINGD_E_CLOSED,
+                        "tensor '%s': node %s is draining; job '%s' goes on without it",
+                        j->first[unannounced[k]]->name, j->e->cfg->node, j->name);
     }
     if (force) {
         char why[512];
@@ -1060,10 +1141,8 @@ int rd_job_drain(rd_job *j, int force)
         }
         return 1;
     }
-    int busy = j->nrunning > 0;
-    for (size_t i = 0; i < j->nbuckets && !busy; i++)
-        for (rd_op *o = j->buckets[i]; o != NULL && !busy; o = o->next)
-            busy = o->state == OP_NEGOTIATING || o->state == OP_RUNNING;
+    int busy = j->nrunning > 0 || j->count[OP_HELD] > 0 || j->count[OP_ANNOUNCED] > 0 ||
+               j->count[OP_RING_READY] > 0 || j->count[OP_RUNNING] > 0 || j->count[OP_DOOMED] > 0;
     if (busy)
         return 0;
     if (j->world != NULL && !rd_world_leave(j->world))
@@ -1262,6 +1341,12 @@ void rd_job_leave(rd_client *s)
     job_maybe_free(j);
 }
 
+/* 1 when o waits for ranks past --stall-warn. */
+static int stalled(const rd_op *o)
+{
+    return o->warned && !op_failed(o->state) && o->state != OP_RUNNING;
+}
+
 /* The job's ops that have waited past --stall-warn, into ji->stalls (at most 64). */
 static int describe_stalls(const rd_job *j, Ringd__JobInfo *ji)
 {
@@ -1269,7 +1354,7 @@ static int describe_stalls(const rd_job *j, Ringd__JobInfo *ji)
     size_t n = 0;
     for (size_t b = 0; b < j->nbuckets; b++)
         for (const rd_op *o = j->buckets[b]; o != NULL; o = o->next)
-            n += o->stall_asked_ms != 0 && (o->state == OP_PENDING || o->state == OP_NEGOTIATING);
+            n += stalled(o);
     if (n == 0)
         return 0;
     n = n < 64 ? n : 64;
@@ -1277,7 +1362,7 @@ static int describe_stalls(const rd_job *j, Ringd__JobInfo *ji)
         return -1;
     for (size_t b = 0; b < j->nbuckets; b++) {
         for (const rd_op *o = j->buckets[b]; o != NULL && ji->n_stalls < n; o = o->next) {
-            if (o->stall_asked_ms == 0 || (o->state != OP_PENDING && o->state != OP_NEGOTIATING))
+            if (!stalled(o))
                 continue;
             Ringd__StallInfo *si = calloc(1, sizeof(*si));
             char missing[512];
@@ -1325,18 +1410,15 @@ int rd_job_describe(rd_engine *d, Ringd__JobInfo ***out, size_t *nout)
         ji->ops_completed = j->ops_completed;
         ji->ops_failed = j->ops_failed;
         size_t pending = 0;
-        for (size_t b = 0; b < j->nbuckets; b++)
-            for (rd_op *o = j->buckets[b]; o != NULL; o = o->next)
-                pending += o->state != OP_FAILED;
+        for (int st = 0; st < OP_NSTATES; st++)
+            pending += op_failed((op_state)st) ? 0 : j->count[st];
         ji->ops_in_flight = pending;
         size_t show = pending < 64 ? pending : 64;
         ji->pending = calloc(show ? show : 1, sizeof(char *));
         if (ji->pending == NULL)
             goto fail;
-        for (size_t b = 0; b < j->nbuckets && ji->n_pending < show; b++)
-            for (rd_op *o = j->buckets[b]; o != NULL && ji->n_pending < show; o = o->next)
-                if (o->state == OP_PENDING)
-                    ji->pending[ji->n_pending++] = o->name;
+        for (rd_op *o = j->first[OP_PENDING]; o != NULL && ji->n_pending < show; o = o->snext)
+            ji->pending[ji->n_pending++] = o->name;
     }
     *out = jobs;
     *nout = n;
@@ -1425,6 +1507,13 @@ static void on_ring_waiting(void *arg, uint32_t ranks, uint32_t nodes, uint64_t 
                              detail != NULL ? detail : "");
 }
 
+/* Orders ops by creation. */
+static int op_seq_cmp(const void *a, const void *b)
+{
+    const rd_op *x = *(rd_op *const *)a, *y = *(rd_op *const *)b;
+    return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
 static void on_ring_up(void *arg, uint32_t first_rank, uint64_t generation, uint32_t size, int sync,
                     const char *why)
 {
@@ -1439,30 +1528,33 @@ static void on_ring_up(void *arg, uint32_t first_rank, uint64_t generation, uint
         fail_unstarted(j, why);
     }
     /* Ops the last ring failed under are never carried over: their data may be half reduced. */
-    for (size_t i = 0; i < j->nbuckets; i++) {
-        rd_op *o = j->buckets[i];
-        while (o != NULL) {
-            rd_op *next = o->next;
-            if (o->doomed && o->state != OP_RUNNING && o->state != OP_FAILED)
-                op_fail(o, RINGD_E_MEMBERSHIP, "%s", o->message ? o->message : why);
-            o = next;
-        }
+    while (j->first[OP_DOOMED] != NULL) {
+        rd_op *o = j->first[OP_DOOMED];
+        op_fail(o, RINGD_E_MEMBERSHIP, "%s", o->message ? o->message : why);
     }
     job_welcome(j);
     j->started = 1;
-    /* Ops held while the ring was down, or carried over from the last one, in submission order
-     * per name. */
-    for (size_t i = 0; i < j->nbuckets; i++) {
-        rd_op *o = j->buckets[i];
-        while (o != NULL) {
-            rd_op *next = o->next; /* telling o may end o, never another op */
-            if (o->state == OP_NEGOTIATING && !o->announced && !o->ring_ready)
-                announce(o);
-            else if (o->state == OP_FAILED && o->await_go && !o->announced)
-                tell(o, o->status, o->message, 0, NULL, 0);
-            o = next;
-        }
+    /* Ops held while the ring was down, or carried over from the last one, and failures the
+     * other nodes have yet to hear of, in creation order (ops of one name are matched across
+     * nodes in the order each node announces them). Telling o may end o, never another op. */
+    size_t n = j->count[OP_HELD] + j->count[OP_UNTOLD], k = 0;
+    rd_op **ops = n > 0 ? malloc(n * sizeof(*ops)) : NULL;
+    if (n > 0 && ops == NULL) {
+        rd_world_reform(j->world, "out of memory announcing the ops held for the ring");
+        return;
     }
+    for (rd_op *o = j->first[OP_HELD]; o != NULL; o = o->snext)
+        ops[k++] = o;
+    for (rd_op *o = j->first[OP_UNTOLD]; o != NULL; o = o->snext)
+        ops[k++] = o;
+    qsort(ops, n, sizeof(*ops), op_seq_cmp);
+    for (k = 0; k < n; k++) {
+        if (ops[k]->state == OP_HELD)
+            announce(ops[k]);
+        else
+            tell(ops[k], ops[k]->status, ops[k]->message, 0, NULL, 0);
+    }
+    free(ops);
     /* Failures other nodes announced while this node still connected end its ops now. */
     rd_sched_ring_up(j->sched);
 }
@@ -1470,24 +1562,25 @@ static void on_ring_up(void *arg, uint32_t first_rank, uint64_t generation, uint
 static void on_ring_down(void *arg, const char *why, int carry)
 {
     rd_job *j = arg;
-    if (!carry)
+    rd_op *o, *next;
+    while (j->first[OP_TOLD] != NULL) /* the next ring hears of them */
+        op_set_state(j->first[OP_TOLD], OP_UNTOLD);
+    if (!carry) {
         j->disrupted = 1;
-    for (size_t i = 0; i < j->nbuckets; i++) {
-        for (rd_op *o = j->buckets[i]; o != NULL; o = o->next) {
-            if (o->state == OP_FAILED) {
-                if (o->await_go)
-                    o->announced = 0; /* the next ring hears of it */
-                continue;
-            }
-            if (o->state == OP_RUNNING || o->doomed)
-                continue;
-            if (!carry) {
-                op_doom(o, why);
-            } else if (o->state == OP_NEGOTIATING) {
-                o->announced = 0;
-                o->ring_ready = 0;
-            }
-        }
+        static const op_state live[] = {OP_PENDING, OP_HELD, OP_ANNOUNCED, OP_RING_READY};
+        for (size_t k = 0; k < sizeof(live) / sizeof(live[0]); k++)
+            while (j->first[live[k]] != NULL)
+                op_doom(j->first[live[k]], why);
+        return;
+    }
+    /* A graceful change: what was under negotiation is announced again on the next ring. */
+    for (o = j->first[OP_ANNOUNCED]; o != NULL; o = next) {
+        next = o->snext;
+        op_set_state(o, OP_HELD);
+    }
+    for (o = j->first[OP_RING_READY]; o != NULL; o = next) {
+        next = o->snext;
+        op_set_state(o, OP_HELD);
     }
 }
 
@@ -1546,7 +1639,7 @@ static void on_start(void *arg, void **owns, size_t n)
     for (size_t i = 0; i < n; i++) {
         rd_op *o = ops[i];
         mem[i] = (rd_xfer_member){(const uint8_t **)o->plan.in, o->plan.out, o->p.count};
-        o->state = OP_RUNNING;
+        op_set_state(o, OP_RUNNING);
         rt->ops[i] = o;
         j->nrunning++;
     }
@@ -1562,7 +1655,6 @@ static void on_task_done(void *arg, struct rd_xfer_task *t)
         rd_op *o = rt->ops[i];
         j->nrunning--;
         if (t->status != RINGD_OK && j->disrupted) { /* answered once the ring is back */
-            o->state = OP_NEGOTIATING;
             op_doom(o, t->message);
             continue;
         }
@@ -1581,8 +1673,7 @@ static void *on_ring_ready(void *arg, const char *name, size_t skip, rd_op_param
 {
     rd_job *j = arg;
     for (rd_op *o = j->buckets[rd_name_hash(name) & (j->nbuckets - 1)]; o != NULL; o = o->next) {
-        if (o->state == OP_NEGOTIATING && o->ring_ready && strcmp(o->name, name) == 0 &&
-            skip-- == 0) {
+        if (o->state == OP_RING_READY && strcmp(o->name, name) == 0 && skip-- == 0) {
             *p = o->p;
             return o;
         }
@@ -1595,11 +1686,7 @@ static int on_awaits_order(void *arg)
     rd_job *j = arg;
     if (rd_sched_orders_waiting(j->sched))
         return 2;
-    for (size_t b = 0; b < j->nbuckets; b++)
-        for (const rd_op *o = j->buckets[b]; o != NULL; o = o->next)
-            if (o->state == OP_NEGOTIATING && o->ring_ready)
-                return 1;
-    return 0;
+    return j->count[OP_RING_READY] > 0;
 }
 
 static void on_failed_elsewhere(void *arg, const char *name, const rd_op_params *p, uint32_t status,
@@ -1612,8 +1699,8 @@ static void on_failed_elsewhere(void *arg, const char *name, const rd_op_params 
     /* The oldest op of that name this node has not announced is the one the failure is for. */
     rd_op *o = NULL;
     for (rd_op *x = j->buckets[rd_name_hash(name) & (j->nbuckets - 1)]; x != NULL; x = x->next) {
-        if (strcmp(x->name, name) != 0 || x->announced || x->ring_ready || x->doomed ||
-            x->state == OP_RUNNING)
+        if (strcmp(x->name, name) != 0 ||
+            (x->state != OP_PENDING && x->state != OP_HELD && x->state != OP_UNTOLD))
             continue;
         o = x;
         break;
@@ -1626,7 +1713,6 @@ static void on_failed_elsewhere(void *arg, const char *name, const rd_op_params 
             return; /* this node's announcement of the failure waits for its ranks */
     }
     rd_log(RD_LOG_INFO, "job", "job '%s': %s", j->name, msg);
-    o->await_go = 1;
     op_tombstone(o, rc, msg);
     tell(o, rc, msg, 0, NULL, 0);
 }
@@ -1635,14 +1721,15 @@ static void on_negotiated(void *arg, void *own, const Ringd__GoEntry *e)
 {
     rd_job *j = arg;
     rd_op *o = own;
-    if (o->state == OP_FAILED) { /* failed here already; the others now know */
-        o->await_go = 0;
+    if (o->state == OP_TOLD) { /* failed here already; the others now know */
+        op_set_state(o, OP_TOMBSTONE);
         if (o->nsubmitted == o->nparts) {
             op_unlink(j, o);
             op_free(o);
         }
         return;
     }
+    assert(o->state == OP_ANNOUNCED);
     if (e->status != RINGD_OK) {
         op_fail(o, e->status <= RINGD_E_REFUSED ? (ringd_result_t)e->status : RINGD_E_PROTOCOL,
                 "%s", e->message);
@@ -1664,7 +1751,7 @@ static void on_negotiated(void *arg, void *own, const Ringd__GoEntry *e)
         op_finish(o, RINGD_OK, NULL);
         return;
     }
-    o->ring_ready = 1;
+    op_set_state(o, OP_RING_READY);
     rd_sched_run(j->sched);
 }
 

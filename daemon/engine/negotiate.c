@@ -283,8 +283,10 @@ int rd_neg_ready(rd_neg *n, int node, const Ringd__OpSpec *spec, void *own, char
         snprintf(err, errlen, "node %s announced an invalid op", n->nodes[node].node);
         return -1;
     }
-    if ((int)spec->dtype < 0 || (int)spec->dtype >= RD_DT_COUNT || (int)spec->redop < 0 ||
-        (int)spec->redop >= RD_OP_COUNT) {
+    /* A failure may be announced with the very parameters it failed for; an op that goes on
+     * must have ones this node can compute with. */
+    if (spec->status == 0 && ((int)spec->dtype < 0 || (int)spec->dtype >= RD_DT_COUNT ||
+                              (int)spec->redop < 0 || (int)spec->redop >= RD_OP_COUNT)) {
         snprintf(err, errlen, "node %s announced tensor '%s' with dtype %d, reduce op %d",
                  n->nodes[node].node, spec->name, (int)spec->dtype, (int)spec->redop);
         return -1;
