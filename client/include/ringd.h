@@ -16,7 +16,7 @@
  *    RINGD_E_MEMBERSHIP, ringd_errmsg() naming the lost node or rank.
  *  - Join (a node or process joins): collectives every old member had agreed on finish; the
  *    rest fail with RINGD_E_MEMBERSHIP. The newcomer's ringd_open returns in the new generation.
-  *  - Graceful leave (ringctl drain, SIGTERM to a daemon): the leaving node's collectives already
+ *  - Graceful leave (ringctl drain, SIGTERM to a daemon): the leaving node's collectives already
  *    submitted finish and its later ones fail with RINGD_E_CLOSED (close the session; open a new
  *    one to join again); on the other nodes nothing fails, collectives go on among the remaining
  *    ranks and return with the new size (a sum then covers the remaining ranks only).
@@ -46,6 +46,14 @@
 
 #ifdef __cplusplus
 extern "C" {
+#endif
+
+/* Marks the library's exported functions: libringd is built with hidden visibility by default
+ * (client/meson.build), so a declaration without it is not part of libringd.so. */
+#if defined(__GNUC__) || defined(__clang__)
+#define RINGD_API __attribute__((visibility("default")))
+#else
+#define RINGD_API
 #endif
 
 #define RINGD_VERSION_MAJOR 0
@@ -116,33 +124,33 @@ typedef struct {
 /* Connects to the daemon and joins the job; returns once the job's local clients have all
  * joined, or fails at open_timeout_ms. On return *r is set even on failure (NULL only when no
  * memory could be had), so ringd_errmsg(*r) can explain; release it with ringd_close. */
-ringd_result_t ringd_open(const ringd_options_t *opts, ringd_t **r);
+RINGD_API ringd_result_t ringd_open(const ringd_options_t *opts, ringd_t **r);
 
 /* Leaves the job, unmaps the arena and frees r and its requests. ringd_close(NULL) is a no-op. */
-void ringd_close(ringd_t *r);
+RINGD_API void ringd_close(ringd_t *r);
 
 /* The session's place in the job as of the last answer from the daemon: they change after a
  * membership change (see above), never in between two calls on r. */
-int ringd_rank(const ringd_t *r);
-int ringd_size(const ringd_t *r);
-int ringd_local_rank(const ringd_t *r);
-int ringd_local_size(const ringd_t *r);
-uint64_t ringd_generation(const ringd_t *r);
+RINGD_API int ringd_rank(const ringd_t *r);
+RINGD_API int ringd_size(const ringd_t *r);
+RINGD_API int ringd_local_rank(const ringd_t *r);
+RINGD_API int ringd_local_size(const ringd_t *r);
+RINGD_API uint64_t ringd_generation(const ringd_t *r);
 
 /* Detail of the last failure on r (which call, which tensor, which ranks); "" when none.
  * Owned by r, valid until its next call. */
-const char *ringd_errmsg(const ringd_t *r);
+RINGD_API const char *ringd_errmsg(const ringd_t *r);
 
 /* A fixed description of a result and what to do about it. */
-const char *ringd_strerror(ringd_result_t rc);
+RINGD_API const char *ringd_strerror(ringd_result_t rc);
 
 /* Bytes of one element of dtype; 0 for an unknown dtype. */
-size_t ringd_dtype_size(ringd_dtype_t dtype);
+RINGD_API size_t ringd_dtype_size(ringd_dtype_t dtype);
 
 /* Allocates bytes (64-byte aligned) in the shared arena: collectives on it copy nothing through
  * the library. Returns NULL when the arena is full. Owned by r until ringd_free or ringd_close. */
-void *ringd_alloc(ringd_t *r, size_t bytes);
-void ringd_free(ringd_t *r, void *p);
+RINGD_API void *ringd_alloc(ringd_t *r, size_t bytes);
+RINGD_API void ringd_free(ringd_t *r, void *p);
 
 /* Collectives. Every call may be made by the thread that owns r; it returns RINGD_OK or an error
  * with its detail in ringd_errmsg(r). name identifies the tensor across ranks (NULL: an automatic
@@ -158,50 +166,52 @@ void ringd_free(ringd_t *r, void *p);
  * all of them get that rank's result code, and ringd_errmsg() names the rank, its node and why. */
 /* Reduces every rank's count elements of sendbuf with op into every rank's recvbuf. In place:
  * recvbuf == sendbuf. */
-ringd_result_t ringd_allreduce(ringd_t *r, const char *name, const void *sendbuf, void *recvbuf,
-                               size_t count, ringd_dtype_t dtype, ringd_redop_t op);
-ringd_result_t ringd_allreduce_async(ringd_t *r, const char *name, const void *sendbuf,
-                                     void *recvbuf, size_t count, ringd_dtype_t dtype,
-                                     ringd_redop_t op, ringd_request_t **req);
+RINGD_API ringd_result_t ringd_allreduce(ringd_t *r, const char *name, const void *sendbuf,
+                                         void *recvbuf, size_t count, ringd_dtype_t dtype,
+                                         ringd_redop_t op);
+RINGD_API ringd_result_t ringd_allreduce_async(ringd_t *r, const char *name, const void *sendbuf,
+                                               void *recvbuf, size_t count, ringd_dtype_t dtype,
+                                               ringd_redop_t op, ringd_request_t **req);
 
 /* Allreduce with scaling: each input is multiplied by prescale before the reduction, the result
  * by postscale after it (floating dtypes only). */
-ringd_result_t ringd_allreduce_scaled(ringd_t *r, const char *name, const void *sendbuf,
-                                      void *recvbuf, size_t count, ringd_dtype_t dtype,
-                                      ringd_redop_t op, double prescale, double postscale,
-                                      ringd_request_t **req);
+RINGD_API ringd_result_t ringd_allreduce_scaled(ringd_t *r, const char *name, const void *sendbuf,
+                                                void *recvbuf, size_t count, ringd_dtype_t dtype,
+                                                ringd_redop_t op, double prescale, double postscale,
+                                                ringd_request_t **req);
 
 /* Copies root's buf to every rank's buf (one buffer: always in place). */
-ringd_result_t ringd_broadcast(ringd_t *r, const char *name, void *buf, size_t count,
-                               ringd_dtype_t dtype, int root);
-ringd_result_t ringd_broadcast_async(ringd_t *r, const char *name, void *buf, size_t count,
-                                     ringd_dtype_t dtype, int root, ringd_request_t **req);
+RINGD_API ringd_result_t ringd_broadcast(ringd_t *r, const char *name, void *buf, size_t count,
+                                         ringd_dtype_t dtype, int root);
+RINGD_API ringd_result_t ringd_broadcast_async(ringd_t *r, const char *name, void *buf,
+                                               size_t count, ringd_dtype_t dtype, int root,
+                                               ringd_request_t **req);
 
 /* Every rank contributes count elements; recvbuf receives size * count, in rank order. recvbuf
  * holds ringd_size() * count as of the call; after a rank left, ringd_size() once the call
  * returns says how many of them hold the result. Two in-place forms, in the arena or not:
  * sendbuf == recvbuf (the contribution is the first count elements of recvbuf), and MPI's
  * sendbuf == recvbuf + ringd_rank() * count (it already sits in this rank's slot). */
-ringd_result_t ringd_allgather(ringd_t *r, const char *name, const void *sendbuf, void *recvbuf,
-                               size_t count, ringd_dtype_t dtype);
-ringd_result_t ringd_allgather_async(ringd_t *r, const char *name, const void *sendbuf,
-                                     void *recvbuf, size_t count, ringd_dtype_t dtype,
-                                     ringd_request_t **req);
+RINGD_API ringd_result_t ringd_allgather(ringd_t *r, const char *name, const void *sendbuf,
+                                         void *recvbuf, size_t count, ringd_dtype_t dtype);
+RINGD_API ringd_result_t ringd_allgather_async(ringd_t *r, const char *name, const void *sendbuf,
+                                               void *recvbuf, size_t count, ringd_dtype_t dtype,
+                                               ringd_request_t **req);
 
 /* Returns once every rank has entered the barrier of the same name. */
-ringd_result_t ringd_barrier(ringd_t *r, const char *name);
-ringd_result_t ringd_barrier_async(ringd_t *r, const char *name, ringd_request_t **req);
+RINGD_API ringd_result_t ringd_barrier(ringd_t *r, const char *name);
+RINGD_API ringd_result_t ringd_barrier_async(ringd_t *r, const char *name, ringd_request_t **req);
 
 /* Waits for req to finish and releases it. Returns its result; on failure ringd_errmsg(r) says
  * why. On RINGD_E_TIMEOUT (op_timeout_ms) req stays pending: wait or test it again, or close the
  * session. A synchronous call that times out gives up its request instead: buffers outside the
  * arena are never touched again, but the daemon may still write an arena buffer's result until
  * the op ends on every rank. */
-ringd_result_t ringd_wait(ringd_request_t *req);
+RINGD_API ringd_result_t ringd_wait(ringd_request_t *req);
 
 /* Sets *done to 1 when req has finished, then releases it and returns its result; otherwise sets
  * *done to 0 and returns RINGD_OK. Never blocks. */
-ringd_result_t ringd_test(ringd_request_t *req, int *done);
+RINGD_API ringd_result_t ringd_test(ringd_request_t *req, int *done);
 
 #ifdef __cplusplus
 }
