@@ -19,6 +19,12 @@
 #include "alloc.h"
 #include "conn.h"
 #include "ring.h"
+#include "ringd_build.h"
+
+/* ringd.h and meson.build each state the version: a release that bumps one must bump both. */
+_Static_assert(RINGD_VERSION_MAJOR == RINGD_PROJECT_VERSION_MAJOR &&
+                   RINGD_VERSION_MINOR == RINGD_PROJECT_VERSION_MINOR,
+               "ringd.h's RINGD_VERSION_MAJOR/MINOR differ from meson.build's project version");
 
 #define RD_DEFAULT_SOCKET "/run/ringd/ringd.sock"
 #define RD_DEFAULT_OPEN_TIMEOUT_MS 30000
@@ -95,6 +101,11 @@ const char *ringd_strerror(ringd_result_t rc)
     if ((int)rc < 0 || rc >= RINGD_RESULT_COUNT)
         return "unknown result code";
     return result_text[rc];
+}
+
+const char *ringd_version(void)
+{
+    return RINGD_VERSION;
 }
 
 size_t ringd_dtype_size(ringd_dtype_t dtype)

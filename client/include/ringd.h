@@ -56,6 +56,7 @@ extern "C" {
 #define RINGD_API
 #endif
 
+/* The version of this header; ringd_version() gives the library's. */
 #define RINGD_VERSION_MAJOR 0
 #define RINGD_VERSION_MINOR 1
 
@@ -143,6 +144,12 @@ RINGD_API const char *ringd_errmsg(const ringd_t *r);
 
 /* A fixed description of a result and what to do about it. */
 RINGD_API const char *ringd_strerror(ringd_result_t rc);
+
+/* The version of the libringd the process runs with, "MAJOR.MINOR.PATCH" (the project's version
+ * when it was built): it may be newer than the RINGD_VERSION_MAJOR/MINOR of the header a program
+ * was compiled with. A static string owned by the library; any thread may call it, before
+ * ringd_open too. */
+RINGD_API const char *ringd_version(void);
 
 /* Bytes of one element of dtype; 0 for an unknown dtype. */
 RINGD_API size_t ringd_dtype_size(ringd_dtype_t dtype);
