@@ -257,14 +257,22 @@ static ringd_result_t await_welcome(ringd_t *r, const char *job, int local_size,
     return RINGD_OK;
 }
 
+/* Writes sizeof(ringd_options_t) bytes: when the struct grows, callers built against this
+ * header must keep getting this size (a new symbol version in libringd.map for the larger one),
+ * or the library would write past their struct. */
+void ringd_options_init(ringd_options_t *o)
+{
+    if (o != NULL)
+        *o = (ringd_options_t)RINGD_OPTIONS_INIT;
+}
+
 ringd_result_t ringd_open(const ringd_options_t *opts, ringd_t **out)
 {
-    ringd_options_t o = RINGD_OPTIONS_INIT;
+    ringd_options_t o;
     char err[512];
 
     *out = NULL;
-    if (opts != NULL)
-        memcpy(&o, opts, opts->struct_size < sizeof(o) ? opts->struct_size : sizeof(o));
+    ringd_options_init(&o);
     ringd_t *r = calloc(1, sizeof(*r));
     if (r == NULL)
         return RINGD_E_NOMEM;
@@ -273,6 +281,25 @@ ringd_result_t ringd_open(const ringd_options_t *opts, ringd_t **out)
     r->conn.passed_fd = -1;
     r->next_id = 1;
     r->broken = RINGD_E_CLOSED; /* until Welcome */
+
+    /* The fields the caller's header had; those it did not keep their defaults. A size below
+     * 0.1's is a struct nobody initialised; one above ours, a newer header or garbage: either
+     * way the fields cannot be trusted. */
+    if (opts != NULL) {
+        size_t n = opts->struct_size;
+        if (n < sizeof(options_v0_1))
+            return fail(r, RINGD_E_INVALID,
+                        "ringd_options_t.struct_size is %zu, less than any ringd.h had (%zu): "
+                        "start from ringd_options_init() or RINGD_OPTIONS_INIT, which set it",
+                        n, sizeof(options_v0_1));
+        if (n > sizeof(o))
+            return fail(r, RINGD_E_INVALID,
+                        "ringd_options_t.struct_size is %zu, more than the %zu bytes libringd %s "
+                        "knows: start from ringd_options_init() or RINGD_OPTIONS_INIT, and run "
+                        "with a libringd at least as new as the ringd.h the program was built with",
+                        n, sizeof(o), RINGD_VERSION);
+        memcpy(&o, opts, n);
+    }
 
     const char *path = o.socket_path ? o.socket_path : getenv("RINGD_SOCKET");
     const char *job = o.job ? o.job : getenv("RINGD_JOB");

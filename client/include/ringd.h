@@ -97,8 +97,10 @@ typedef enum {
     RINGD_PROD = 4,
 } ringd_redop_t;
 
-/* Session options. Start from RINGD_OPTIONS_INIT; fields left 0/NULL take their environment
- * variable (shown) or the default. struct_size lets the struct grow without breaking callers. */
+/* Session options. Start from ringd_options_init() or RINGD_OPTIONS_INIT (the same values);
+ * fields left 0/NULL take their environment variable (shown) or the default. struct_size, which
+ * both set, lets the struct grow without breaking callers: the library reads only the fields the
+ * caller's header had, and ringd_open refuses a size no ringd.h ever had (RINGD_E_INVALID). */
 typedef struct {
     size_t struct_size;
     const char *socket_path; /* RINGD_SOCKET, else /run/ringd/ringd.sock */
@@ -122,9 +124,16 @@ typedef struct {
         sizeof(ringd_options_t), NULL, NULL, 0, 0, 0, 0, 0, 0, 0, 0                                \
     }
 
+/* Fills *o with what RINGD_OPTIONS_INIT gives: struct_size = sizeof(ringd_options_t), every other
+ * field 0 or NULL. For callers that cannot use the macro, such as bindings (Python ctypes) that
+ * should not reproduce the defaults. o is the caller's and must hold a whole ringd_options_t of
+ * this header; NULL is a no-op. Any thread may call it. */
+RINGD_API void ringd_options_init(ringd_options_t *o);
+
 /* Connects to the daemon and joins the job; returns once the job's local clients have all
- * joined, or fails at open_timeout_ms. On return *r is set even on failure (NULL only when no
- * memory could be had), so ringd_errmsg(*r) can explain; release it with ringd_close. */
+ * joined, or fails at open_timeout_ms. opts may be NULL (every default); it is read only during
+ * the call. On return *r is set even on failure (NULL only when no memory could be had), so
+ * ringd_errmsg(*r) can explain; release it with ringd_close. */
 RINGD_API ringd_result_t ringd_open(const ringd_options_t *opts, ringd_t **r);
 
 /* Leaves the job, unmaps the arena and frees r and its requests. ringd_close(NULL) is a no-op. */
