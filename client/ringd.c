@@ -807,10 +807,10 @@ static ringd_result_t submit_wait(ringd_t *r, const submit_args *a)
     return wait_req(q, 1);
 }
 
-ringd_result_t ringd_allreduce_scaled(ringd_t *r, const char *name, const void *sendbuf,
-                                      void *recvbuf, size_t count, ringd_dtype_t dtype,
-                                      ringd_redop_t op, double prescale, double postscale,
-                                      ringd_request_t **req)
+/* The submission of an allreduce; every allreduce call, sync or async, scaled or not. */
+static submit_args allreduce_args(const char *name, const void *sendbuf, void *recvbuf,
+                                  size_t count, ringd_dtype_t dtype, ringd_redop_t op,
+                                  double prescale, double postscale)
 {
     submit_args a = {RINGD__OP_TYPE__OP_ALLREDUCE,
                      name,
@@ -822,24 +822,44 @@ ringd_result_t ringd_allreduce_scaled(ringd_t *r, const char *name, const void *
                      0,
                      prescale,
                      postscale};
+    return a;
+}
+
+ringd_result_t ringd_allreduce_scaled_async(ringd_t *r, const char *name, const void *sendbuf,
+                                            void *recvbuf, size_t count, ringd_dtype_t dtype,
+                                            ringd_redop_t op, double prescale, double postscale,
+                                            ringd_request_t **req)
+{
+    submit_args a = allreduce_args(name, sendbuf, recvbuf, count, dtype, op, prescale, postscale);
     if (req == NULL)
-        return submit_wait(r, &a);
+        return RINGD_E_INVALID;
     return submit(r, &a, req);
+}
+
+ringd_result_t ringd_allreduce_scaled(ringd_t *r, const char *name, const void *sendbuf,
+                                      void *recvbuf, size_t count, ringd_dtype_t dtype,
+                                      ringd_redop_t op, double prescale, double postscale,
+                                      ringd_request_t **req)
+{
+    if (req != NULL)
+        return ringd_allreduce_scaled_async(r, name, sendbuf, recvbuf, count, dtype, op, prescale,
+                                            postscale, req);
+    submit_args a = allreduce_args(name, sendbuf, recvbuf, count, dtype, op, prescale, postscale);
+    return submit_wait(r, &a);
 }
 
 ringd_result_t ringd_allreduce(ringd_t *r, const char *name, const void *sendbuf, void *recvbuf,
                                size_t count, ringd_dtype_t dtype, ringd_redop_t op)
 {
-    return ringd_allreduce_scaled(r, name, sendbuf, recvbuf, count, dtype, op, 1.0, 1.0, NULL);
+    submit_args a = allreduce_args(name, sendbuf, recvbuf, count, dtype, op, 1.0, 1.0);
+    return submit_wait(r, &a);
 }
 
 ringd_result_t ringd_allreduce_async(ringd_t *r, const char *name, const void *sendbuf,
                                      void *recvbuf, size_t count, ringd_dtype_t dtype,
                                      ringd_redop_t op, ringd_request_t **req)
 {
-    if (req == NULL)
-        return RINGD_E_INVALID;
-    return ringd_allreduce_scaled(r, name, sendbuf, recvbuf, count, dtype, op, 1.0, 1.0, req);
+    return ringd_allreduce_scaled_async(r, name, sendbuf, recvbuf, count, dtype, op, 1.0, 1.0, req);
 }
 
 ringd_result_t ringd_broadcast_async(ringd_t *r, const char *name, void *buf, size_t count,

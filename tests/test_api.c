@@ -1,12 +1,17 @@
 /* libringd's ABI conveniences: ringd_options_init gives what RINGD_OPTIONS_INIT gives, ringd_open
- * takes an older header's smaller options and refuses a struct_size no header had, and
- * ringd_version agrees with the header. Calls that need no daemon run in the test process;
- * collectives go through a real ringd with forked clients. */
+ * takes an older header's smaller options and refuses a struct_size no header had, the _async
+ * form of a collective gives what its sync form gives, and ringd_version agrees with the header.
+ * Calls that need no daemon run in the test process; collectives go through a real ringd with
+ * forked clients. */
 #include <criterion/criterion.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "backend.h"
+#include "harness.h"
 #include "ringd.h"
 
 /* No daemon listens here: an open that gets past the options fails with RINGD_E_CONNECT. */
@@ -20,6 +25,22 @@ typedef struct {
     size_t arena_size;
     int poll_us;
 } options_v0_1;
+
+#define NPROCS 2
+
+static th_daemon daemon_;
+static char job_[64];
+
+static void start(void)
+{
+    cr_assert_eq(th_daemon_start(&daemon_, NULL), 0, "ringd did not start");
+    snprintf(job_, sizeof(job_), "api.%d", (int)getpid());
+}
+
+static void stop(void)
+{
+    th_daemon_teardown(&daemon_);
+}
 
 TestSuite(api, .timeout = 120);
 
@@ -56,8 +77,13 @@ static ringd_result_t open_result(const ringd_options_t *o, char *msg, size_t le
 
 Test(api, options_with_a_struct_size_no_header_had_are_refused)
 {
-    const size_t bad[] = {0, 1, sizeof(size_t), sizeof(options_v0_1) - 1,
-                          sizeof(ringd_options_t) + 1, sizeof(ringd_options_t) + 4096, (size_t)-1};
+    const size_t bad[] = {0,
+                          1,
+                          sizeof(size_t),
+                          sizeof(options_v0_1) - 1,
+                          sizeof(ringd_options_t) + 1,
+                          sizeof(ringd_options_t) + 4096,
+                          (size_t)-1};
     char msg[1024];
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         ringd_options_t o;
@@ -108,4 +134,90 @@ Test(api, version_names_the_header_s_major_and_minor)
     cr_assert(major == RINGD_VERSION_MAJOR && minor == RINGD_VERSION_MINOR,
               "ringd_version() is %s; ringd.h says %d.%d", v, RINGD_VERSION_MAJOR,
               RINGD_VERSION_MINOR);
+}
+
+/* Rank me's element i, exact in every floating dtype, as is every scaled sum of them. */
+static double element(int me, size_t i)
+{
+    return (double)((me + 1) * (int)(i % 7 + 1));
+}
+
+static void fill(void *buf, ringd_dtype_t dt, size_t count, int me)
+{
+    for (size_t i = 0; i < count; i++)
+        rd_dtype_store((rd_dtype)dt, buf, i, element(me, i));
+}
+
+/* Every floating dtype, sum and avg, in the arena and outside it: ringd_allreduce_scaled_async
+ * submitted first, the sync ringd_allreduce_scaled of the same input run while it is
+ * outstanding, and the two results equal bit for bit. */
+static int scaled_async_vs_sync(int idx, void *arg)
+{
+    (void)idx;
+    (void)arg;
+    ringd_t *r = th_open(daemon_.sock, job_, NPROCS, 16u << 20, 20000);
+    if (r == NULL)
+        return 10;
+    int me = ringd_rank(r), n = ringd_size(r);
+    const ringd_dtype_t dts[] = {RINGD_F32, RINGD_F64, RINGD_F16, RINGD_BF16};
+    const size_t counts[] = {5, 100003};
+    size_t most = counts[1] * 8;
+    void *arena[2] = {ringd_alloc(r, most), ringd_alloc(r, most)};
+    void *heap[2] = {malloc(most), malloc(most)};
+    if (arena[0] == NULL || arena[1] == NULL || heap[0] == NULL || heap[1] == NULL)
+        return 11;
+    for (int where = 0; where < 2; where++) {
+        void **b = where == 0 ? arena : heap;
+        for (size_t d = 0; d < sizeof(dts) / sizeof(dts[0]); d++) {
+            for (int op = RINGD_SUM; op <= RINGD_AVG; op++) {
+                for (size_t c = 0; c < 2; c++) {
+                    size_t count = counts[c], bytes = count * ringd_dtype_size(dts[d]);
+                    char name[64];
+                    ringd_request_t *req = NULL;
+                    fill(b[0], dts[d], count, me);
+                    fill(b[1], dts[d], count, me);
+                    snprintf(name, sizeof(name), "async.%d.%zu.%d.%zu", where, d, op, count);
+                    TH_CHECK_OK(r, ringd_allreduce_scaled_async(r, name, b[0], b[0], count, dts[d],
+                                                                (ringd_redop_t)op, 0.5, 3.0, &req));
+                    snprintf(name, sizeof(name), "sync.%d.%zu.%d.%zu", where, d, op, count);
+                    TH_CHECK_OK(r, ringd_allreduce_scaled(r, name, b[1], b[1], count, dts[d],
+                                                          (ringd_redop_t)op, 0.5, 3.0, NULL));
+                    TH_CHECK_OK(r, ringd_wait(req));
+                    if (memcmp(b[0], b[1], bytes) != 0) {
+                        fprintf(stderr, "rank %d: %s: the async result differs from the sync one\n",
+                                me, name);
+                        return 40;
+                    }
+                    /* ...and both are the scaled reduction, not two equal wrong answers. */
+                    if (dts[d] == RINGD_F64) {
+                        for (size_t i = 0; i < count; i++) {
+                            double want = 0;
+                            for (int k = 0; k < n; k++)
+                                want += 0.5 * element(k, i);
+                            want = (op == RINGD_AVG ? want / n : want) * 3.0;
+                            if (((double *)b[0])[i] != want) {
+                                fprintf(stderr, "rank %d: %s element %zu is %g, want %g\n", me,
+                                        name, i, ((double *)b[0])[i], want);
+                                return 41;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    /* The async form without a request to return is a bad call, not a sync one. */
+    if (ringd_allreduce_scaled_async(r, "no.req", arena[0], arena[0], 1, RINGD_F32, RINGD_SUM, 1.0,
+                                     1.0, NULL) != RINGD_E_INVALID)
+        return 42;
+    free(heap[0]);
+    free(heap[1]);
+    ringd_close(r);
+    return 0;
+}
+
+Test(api, allreduce_scaled_async_gives_what_the_sync_form_gives, .init = start, .fini = stop)
+{
+    cr_assert_eq(th_run(NPROCS, scaled_async_vs_sync, NULL, 100000), 0);
+    th_daemon_finish(&daemon_);
 }

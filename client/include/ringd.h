@@ -190,11 +190,17 @@ RINGD_API ringd_result_t ringd_allreduce_async(ringd_t *r, const char *name, con
                                                ringd_redop_t op, ringd_request_t **req);
 
 /* Allreduce with scaling: each input is multiplied by prescale before the reduction, the result
- * by postscale after it (floating dtypes only). */
+ * by postscale after it (floating dtypes only). ringd_allreduce_scaled with a req is
+ * ringd_allreduce_scaled_async; with NULL, the synchronous form. */
 RINGD_API ringd_result_t ringd_allreduce_scaled(ringd_t *r, const char *name, const void *sendbuf,
                                                 void *recvbuf, size_t count, ringd_dtype_t dtype,
                                                 ringd_redop_t op, double prescale, double postscale,
                                                 ringd_request_t **req);
+RINGD_API ringd_result_t ringd_allreduce_scaled_async(ringd_t *r, const char *name,
+                                                      const void *sendbuf, void *recvbuf,
+                                                      size_t count, ringd_dtype_t dtype,
+                                                      ringd_redop_t op, double prescale,
+                                                      double postscale, ringd_request_t **req);
 
 /* Copies root's buf to every rank's buf (one buffer: always in place). */
 RINGD_API ringd_result_t ringd_broadcast(ringd_t *r, const char *name, void *buf, size_t count,
