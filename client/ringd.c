@@ -838,12 +838,8 @@ ringd_result_t ringd_allreduce_scaled_async(ringd_t *r, const char *name, const 
 
 ringd_result_t ringd_allreduce_scaled(ringd_t *r, const char *name, const void *sendbuf,
                                       void *recvbuf, size_t count, ringd_dtype_t dtype,
-                                      ringd_redop_t op, double prescale, double postscale,
-                                      ringd_request_t **req)
+                                      ringd_redop_t op, double prescale, double postscale)
 {
-    if (req != NULL)
-        return ringd_allreduce_scaled_async(r, name, sendbuf, recvbuf, count, dtype, op, prescale,
-                                            postscale, req);
     submit_args a = allreduce_args(name, sendbuf, recvbuf, count, dtype, op, prescale, postscale);
     return submit_wait(r, &a);
 }

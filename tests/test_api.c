@@ -181,7 +181,7 @@ static int scaled_async_vs_sync(int idx, void *arg)
                                                                 (ringd_redop_t)op, 0.5, 3.0, &req));
                     snprintf(name, sizeof(name), "sync.%d.%zu.%d.%zu", where, d, op, count);
                     TH_CHECK_OK(r, ringd_allreduce_scaled(r, name, b[1], b[1], count, dts[d],
-                                                          (ringd_redop_t)op, 0.5, 3.0, NULL));
+                                                          (ringd_redop_t)op, 0.5, 3.0));
                     TH_CHECK_OK(r, ringd_wait(req));
                     if (memcmp(b[0], b[1], bytes) != 0) {
                         fprintf(stderr, "rank %d: %s: the async result differs from the sync one\n",

@@ -291,7 +291,7 @@ static int all_reductions(int i, void *arg)
                 snprintf(name, sizeof(name), "s.%s.%s.%zu", rd_dtype_name((rd_dtype)dt),
                          rd_redop_name((rd_redop)op), counts[c]);
                 TH_CHECK_OK(r, ringd_allreduce_scaled(r, name, in, in, counts[c], (ringd_dtype_t)dt,
-                                                   (ringd_redop_t)op, 0.5, 3.0, NULL));
+                                                      (ringd_redop_t)op, 0.5, 3.0));
                 int rc =
                     check(r, name, in, (ringd_dtype_t)dt, (ringd_redop_t)op, counts[c], 0.5, 3.0);
                 if (rc != 0)
@@ -558,8 +558,8 @@ static int many_async(int i, void *arg)
         char name[32];
         snprintf(name, sizeof(name), "a.%d", k);
         if (pre != 1.0)
-            TH_CHECK_OK(r, ringd_allreduce_scaled(r, name, buf[k], buf[k], count, dt, op, pre, 1.0,
-                                               &req[k]));
+            TH_CHECK_OK(r, ringd_allreduce_scaled_async(r, name, buf[k], buf[k], count, dt, op, pre,
+                                                        1.0, &req[k]));
         else
             TH_CHECK_OK(r, ringd_allreduce_async(r, name, buf[k], buf[k], count, dt, op, &req[k]));
     }

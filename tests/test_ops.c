@@ -204,7 +204,7 @@ static int scaled(int idx, void *arg)
             char name[32];
             snprintf(name, sizeof(name), "s.%zu.%d", d, op);
             CHECK_OK(r, ringd_allreduce_scaled(r, name, buf, buf, count, dts[d], (ringd_redop_t)op,
-                                               0.5, 3.0, NULL));
+                                               0.5, 3.0));
             reference(want, dts[d], (ringd_redop_t)op, count, n, 0.5, 3.0);
             if (memcmp(buf, want, count * esz) != 0) {
                 fprintf(stderr, "rank %d: scaled %s differs\n", me, name);

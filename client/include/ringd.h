@@ -190,12 +190,11 @@ RINGD_API ringd_result_t ringd_allreduce_async(ringd_t *r, const char *name, con
                                                ringd_redop_t op, ringd_request_t **req);
 
 /* Allreduce with scaling: each input is multiplied by prescale before the reduction, the result
- * by postscale after it (floating dtypes only). ringd_allreduce_scaled with a req is
- * ringd_allreduce_scaled_async; with NULL, the synchronous form. */
+ * by postscale after it (floating dtypes only). */
 RINGD_API ringd_result_t ringd_allreduce_scaled(ringd_t *r, const char *name, const void *sendbuf,
                                                 void *recvbuf, size_t count, ringd_dtype_t dtype,
-                                                ringd_redop_t op, double prescale, double postscale,
-                                                ringd_request_t **req);
+                                                ringd_redop_t op, double prescale,
+                                                double postscale);
 RINGD_API ringd_result_t ringd_allreduce_scaled_async(ringd_t *r, const char *name,
                                                       const void *sendbuf, void *recvbuf,
                                                       size_t count, ringd_dtype_t dtype,
