@@ -782,6 +782,12 @@ static ringd_result_t submit(ringd_t *r, const submit_args *a, ringd_request_t *
     s.prescale = a->prescale;
     s.postscale = a->postscale;
     s.generation = r->generation;
+    Ringd__TensorRef tin = RINGD__TENSOR_REF__INIT, tout = RINGD__TENSOR_REF__INIT;
+    tin.kind = tout.kind = RINGD__MEMORY_KIND__MEM_ARENA;
+    tin.offset = in_off;
+    tout.offset = out_off;
+    s.input = &tin;
+    s.output = &tout;
     m.body_case = RINGD__MSG__BODY_SUBMIT;
     m.submit = &s;
     ringd_result_t rc = send_to_daemon(r, &m, err, sizeof(err));
@@ -917,6 +923,31 @@ void *ringd_alloc(ringd_t *r, size_t bytes)
     if (r == NULL || r->arena == NULL || rd_alloc_get(&r->alloc, bytes, &off) != 0)
         return NULL;
     return r->arena + off;
+}
+
+ringd_result_t ringd_tensor_locate(ringd_t *r, const void *ptr, size_t nbytes, ringd_tensor_t *t)
+{
+    if (r == NULL || t == NULL || ptr == NULL)
+        return r != NULL ? fail(r, RINGD_E_INVALID, "ringd_tensor_locate: NULL argument")
+                         : RINGD_E_INVALID;
+    memset(t, 0, sizeof(*t));
+    if (r->arena == NULL)
+        return fail(r, RINGD_E_CLOSED, "the session has no arena (closed or broken)");
+    switch (in_arena(r, ptr, nbytes)) {
+    case 1:
+        t->kind = RINGD_MEM_ARENA;
+        t->offset = (uint64_t)((const uint8_t *)ptr - r->arena);
+        return RINGD_OK;
+    case -1:
+        return fail(r, RINGD_E_INVALID,
+                    "%zu bytes at %p straddle the edge of the arena (%" PRIu64 " bytes at %p)",
+                    nbytes, ptr, r->arena_size, (void *)r->arena);
+    default:
+        return fail(r, RINGD_E_INVALID,
+                    "%zu bytes at %p are host memory outside the arena: collectives copy them "
+                    "through it (ringd_alloc buffers need no copy)",
+                    nbytes, ptr);
+    }
 }
 
 void ringd_free(ringd_t *r, void *p)

@@ -74,14 +74,77 @@ uint16_t rd_f32_to_bf16(float f);
  * to nearest even). For filling and checking tensors in tools and tests. */
 void rd_dtype_store(rd_dtype dt, void *buf, size_t i, double v);
 
-/* A device backend. The CPU one is always built; the CUDA one (memory, IPC handles, NCCL
- * communicator) will implement the same table behind the 'cuda' feature. */
+/* Where a tensor's memory lives. Values match MemoryKind in ringd.proto and ringd_memory_t in
+ * client/include/ringd.h. */
+typedef enum {
+    RD_MEM_ARENA = 0,  /* the session's host arena: a sealed memfd the client maps too */
+    RD_MEM_DEVICE = 1, /* device memory exported as a file descriptor (CUDA VMM): not built yet */
+    RD_MEM_COUNT
+} rd_mem_kind;
+
+/* Memory of one client session that a backend made reachable (rd_backend.import): the data path
+ * reads and writes [base, base + size). Owned by whoever imported it, until release. */
+typedef struct {
+    rd_mem_kind kind;
+    int device;    /* device memory: its device */
+    uint8_t *base; /* where the daemon's data path reaches it */
+    uint64_t size;
+    void *priv; /* the backend's */
+} rd_mem;
+
+struct event_base;
+
+/* An asynchronous operation ended (status 0, or non-zero with why), on the loop it was given. */
+typedef void (*rd_backend_done_fn)(void *arg, int status, const char *why);
+
+/* Whole collectives run by a library that owns its transport (NCCL): one communicator per job and
+ * ring generation. A backend without one leaves rd_backend.transport NULL and collectives cross
+ * nodes on the daemon's TCP ring. */
+typedef struct rd_transport rd_transport;
+typedef struct {
+    /* A new communicator id into id (*id_len bytes, at most 128), made by the coordinator of
+     * each generation. Returns 0, or -1 with err set. */
+    int (*make_id)(uint8_t *id, size_t *id_len, char *err, size_t errlen);
+    /* A communicator for rank of nranks, all of whom were given the same id. Returns NULL with
+     * err set. */
+    rd_transport *(*init)(const uint8_t *id, size_t id_len, int nranks, int rank, int device,
+                          char *err, size_t errlen);
+    /* Runs one collective (RD_COLL_*) on device buffers; done follows on base's loop. */
+    int (*run)(rd_transport *t, struct event_base *base, int coll, rd_dtype dt, rd_redop op,
+               const void *in, void *out, size_t count, int root, rd_backend_done_fn done,
+               void *arg);
+    /* Ends the communicator, cutting short what runs on it (every done is called first). */
+    void (*abort)(rd_transport *t);
+} rd_transport_ops;
+
+/* A device backend: every reduction and copy of the data path goes through one. The CPU backend
+ * is always built; a CUDA backend fills the same table behind the 'cuda' feature. */
 typedef struct rd_backend {
     const char *name;
+    /* rd_reduce's contract, on memory this backend reaches. Thread-safe. */
     void (*reduce)(rd_dtype dt, rd_redop op, void *dst, const void *const *src, int nsrc,
                    size_t count, const rd_reduce_args *args);
+    /* dst[0..bytes) = src[0..bytes); the ranges may overlap. Thread-safe. */
+    void (*copy)(void *dst, const void *src, size_t bytes);
+    /* Makes size bytes of memory of kind, passed as fd (not taken), reachable as *m. Returns 0,
+     * or -1 with err set (a kind this backend does not handle among the reasons). */
+    int (*import)(rd_mem_kind kind, int device, int fd, uint64_t size, rd_mem *m, char *err,
+                  size_t errlen);
+    /* Undoes import. A zeroed m is a no-op. */
+    void (*release)(rd_mem *m);
+    /* reduce and copy that return at once: done(arg, ...) follows on base's loop, after the work
+     * (never from within the call). Return 0, or -1 when the work cannot be queued (then done is
+     * not called). Loop thread only. */
+    int (*reduce_async)(struct event_base *base, rd_dtype dt, rd_redop op, void *dst,
+                        const void *const *src, int nsrc, size_t count, const rd_reduce_args *args,
+                        rd_backend_done_fn done, void *arg);
+    int (*copy_async)(struct event_base *base, void *dst, const void *src, size_t bytes,
+                      rd_backend_done_fn done, void *arg);
+    const rd_transport_ops *transport; /* NULL: none */
 } rd_backend;
 
+/* The CPU backend: static storage, never freed. It imports RD_MEM_ARENA (a shared mapping of
+ * the memfd) and runs its asynchronous operations at once, reporting on the next loop turn. */
 const rd_backend *rd_backend_cpu(void);
 
 #endif

@@ -1,7 +1,14 @@
-/* CPU backend: blocked reduction kernels for every dtype and the f16/bf16 conversions. */
+/* CPU backend: blocked reduction kernels for every dtype, the f16/bf16 conversions, host arena
+ * mapping, and asynchronous operations reported on the event loop. */
 #include "backend.h"
 
 #include <assert.h>
+#include <errno.h>
+#include <event2/event.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
 #include <string.h>
 
 /* Elements per block. The float accumulator plus the f16/bf16 staging array (8 KiB together)
@@ -500,10 +507,107 @@ void rd_reduce(rd_dtype dt, rd_redop op, void *dst, const void *const *src, int 
     }
 }
 
+static void cpu_copy(void *dst, const void *src, size_t bytes)
+{
+    if (bytes > 0 && dst != src)
+        memmove(dst, src, bytes);
+}
+
+/* Host arenas: a shared read-write mapping of the memfd. */
+static int cpu_import(rd_mem_kind kind, int device, int fd, uint64_t size, rd_mem *m, char *err,
+                      size_t errlen)
+{
+    (void)device;
+    memset(m, 0, sizeof(*m));
+    if (kind != RD_MEM_ARENA) {
+        snprintf(err, errlen, "the cpu backend cannot reach memory of kind %d (device memory needs "
+                 "a ringd built with CUDA)", (int)kind);
+        return -1;
+    }
+    if (size == 0 || size > (uint64_t)SIZE_MAX) {
+        snprintf(err, errlen, "cannot map an arena of %" PRIu64 " bytes", size);
+        return -1;
+    }
+    void *p = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) {
+        snprintf(err, errlen, "mmap of the arena (%" PRIu64 " bytes): %s", size, strerror(errno));
+        return -1;
+    }
+    m->kind = kind;
+    m->base = p;
+    m->size = size;
+    return 0;
+}
+
+static void cpu_release(rd_mem *m)
+{
+    if (m->base != NULL)
+        munmap(m->base, (size_t)m->size);
+    memset(m, 0, sizeof(*m));
+}
+
+/* A finished asynchronous operation waiting for the next loop turn to report. */
+typedef struct {
+    rd_backend_done_fn done;
+    void *arg;
+} cpu_done;
+
+static void on_cpu_done(evutil_socket_t fd, short what, void *ctx)
+{
+    cpu_done d = *(cpu_done *)ctx;
+    (void)fd;
+    (void)what;
+    free(ctx);
+    d.done(d.arg, 0, NULL);
+}
+
+/* Reports on base's next turn: the work itself has already run. */
+static int cpu_report(struct event_base *base, rd_backend_done_fn done, void *arg)
+{
+    cpu_done *d = malloc(sizeof(*d));
+    struct timeval now = {0, 0};
+    if (d == NULL)
+        return -1;
+    d->done = done;
+    d->arg = arg;
+    if (event_base_once(base, -1, EV_TIMEOUT, on_cpu_done, d, &now) != 0) {
+        free(d);
+        return -1;
+    }
+    return 0;
+}
+
+/* The CPU has nothing to overlap with: the reduction runs now, and only its report waits for
+ * the loop, so that callers see one contract for every backend. The work is done even when the
+ * report cannot be queued (-1), which callers treat as a failure of the whole operation. */
+static int cpu_reduce_async(struct event_base *base, rd_dtype dt, rd_redop op, void *dst,
+                            const void *const *src, int nsrc, size_t count,
+                            const rd_reduce_args *args, rd_backend_done_fn done, void *arg)
+{
+    rd_reduce(dt, op, dst, src, nsrc, count, args);
+    return cpu_report(base, done, arg);
+}
+
+static int cpu_copy_async(struct event_base *base, void *dst, const void *src, size_t bytes,
+                          rd_backend_done_fn done, void *arg)
+{
+    cpu_copy(dst, src, bytes);
+    return cpu_report(base, done, arg);
+}
+
 /* The CPU backend table. Static storage; never freed. */
 const rd_backend *rd_backend_cpu(void)
 {
-    static const rd_backend cpu = {"cpu", rd_reduce};
+    static const rd_backend cpu = {
+        .name = "cpu",
+        .reduce = rd_reduce,
+        .copy = cpu_copy,
+        .import = cpu_import,
+        .release = cpu_release,
+        .reduce_async = cpu_reduce_async,
+        .copy_async = cpu_copy_async,
+        .transport = NULL,
+    };
     return &cpu;
 }
 

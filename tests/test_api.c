@@ -221,3 +221,49 @@ Test(api, allreduce_scaled_async_gives_what_the_sync_form_gives, .init = start, 
     cr_assert_eq(th_run(NPROCS, scaled_async_vs_sync, NULL, 100000), 0);
     th_daemon_finish(&daemon_);
 }
+
+/* One client: where its buffers are, as ringd_tensor_locate says. */
+static int locate_client(int idx, void *arg)
+{
+    (void)idx;
+    (void)arg;
+    ringd_t *r = th_open(daemon_.sock, job_, 1, 1u << 20, 20000);
+    if (r == NULL)
+        return 10;
+    ringd_tensor_t t;
+    uint8_t *a = ringd_alloc(r, 4096), *b = ringd_alloc(r, 64);
+    if (a == NULL || b == NULL)
+        return 11;
+    if (ringd_tensor_locate(r, a, 4096, &t) != RINGD_OK || t.kind != RINGD_MEM_ARENA ||
+        t.device != 0 || t.handle != 0)
+        return 12;
+    uint64_t off_a = t.offset;
+    if (ringd_tensor_locate(r, b, 64, &t) != RINGD_OK || t.offset == off_a ||
+        t.offset != off_a + (uint64_t)(b - a))
+        return 13; /* offsets are the buffers' distance into the one mapping */
+    if (ringd_tensor_locate(r, a + 100, 8, &t) != RINGD_OK || t.offset != off_a + 100)
+        return 14;
+    double heap[8];
+    if (ringd_tensor_locate(r, heap, sizeof(heap), &t) != RINGD_E_INVALID ||
+        strstr(ringd_errmsg(r), "outside the arena") == NULL)
+        return 15;
+    if (ringd_tensor_locate(r, a, (size_t)1 << 40, &t) != RINGD_E_INVALID ||
+        strstr(ringd_errmsg(r), "straddle") == NULL)
+        return 16;
+    if (ringd_tensor_locate(r, NULL, 8, &t) != RINGD_E_INVALID)
+        return 17;
+    /* What it describes is what the daemon takes: a collective on it runs. */
+    float *x = (float *)a;
+    for (int i = 0; i < 16; i++)
+        x[i] = (float)i;
+    if (ringd_allreduce(r, "located", x, x, 16, RINGD_F32, RINGD_SUM) != RINGD_OK || x[3] != 3.0f)
+        return 18;
+    ringd_close(r);
+    return 0;
+}
+
+Test(api, tensor_locate_describes_arena_buffers_and_refuses_others, .init = start, .fini = stop)
+{
+    cr_assert_eq(th_run(1, locate_client, NULL, 60000), 0);
+    th_daemon_finish(&daemon_);
+}

@@ -297,6 +297,67 @@ Test(faults, buffers_outside_the_arena_are_refused_and_the_session_continues)
     th_daemon_finish(&daemon_);
 }
 
+Test(faults, tensor_descriptors_the_daemon_cannot_reach_are_refused_naming_why)
+{
+    raw x;
+    raw_join(&x, hello(1, 1));
+    uint64_t d = x.data_offset;
+    struct {
+        int kind;
+        uint32_t device;
+        uint64_t handle, offset;
+        const char *what;
+    } bad[] = {
+        {RINGD__MEMORY_KIND__MEM_DEVICE, 0, 7, 0, "device memory"},
+        {5, 0, 0, d, "unknown memory"},
+        {RINGD__MEMORY_KIND__MEM_ARENA, 0, 0, d + 64, "does not describe arena offset"},
+        {RINGD__MEMORY_KIND__MEM_ARENA, 1, 0, d, "does not describe arena offset"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        for (int side = 0; side < 2; side++) {
+            Ringd__TensorRef ok = RINGD__TENSOR_REF__INIT, t = RINGD__TENSOR_REF__INIT;
+            ok.offset = d;
+            t.kind = (Ringd__MemoryKind)bad[i].kind;
+            t.device = bad[i].device;
+            t.handle = bad[i].handle;
+            t.offset = bad[i].offset;
+            Ringd__Submit s = RINGD__SUBMIT__INIT;
+            s.request_id = 200 + i * 2 + (uint64_t)side;
+            s.name = "t";
+            s.count = 16;
+            s.in_offset = s.out_offset = d;
+            s.prescale = s.postscale = 1.0;
+            s.input = side == 0 ? &t : &ok;
+            s.output = side == 0 ? &ok : &t;
+            Ringd__Complete *c = submit_raw(&x, &s);
+            cr_expect_eq(c->status, (uint32_t)RINGD_E_INVALID, "case %zu/%d: %u (%s)", i, side,
+                         c->status, c->message);
+            cr_expect(strstr(c->message, bad[i].what) != NULL, "case %zu/%d: '%s' not in '%s'", i,
+                      side, bad[i].what, c->message);
+            cr_expect(strstr(c->message, side == 0 ? "input" : "output") != NULL, "%s",
+                      c->message);
+            ringd__complete__free_unpacked(c, NULL);
+        }
+    }
+    /* Descriptors of the arena that agree with the offsets run the op. */
+    Ringd__TensorRef in = RINGD__TENSOR_REF__INIT, out = RINGD__TENSOR_REF__INIT;
+    in.offset = out.offset = d;
+    Ringd__Submit s = RINGD__SUBMIT__INIT;
+    s.request_id = 9;
+    s.name = "u";
+    s.count = 16;
+    s.in_offset = s.out_offset = d;
+    s.prescale = s.postscale = 1.0;
+    s.input = &in;
+    s.output = &out;
+    Ringd__Complete *c = submit_raw(&x, &s);
+    cr_expect_eq(c->status, (uint32_t)RINGD_OK, "%s", c->message);
+    ringd__complete__free_unpacked(c, NULL);
+    raw_leave(&x);
+    expect_still_serving();
+    th_daemon_finish(&daemon_);
+}
+
 /* Three clients; two submit "w" with different parameters. All three get MISMATCH naming both
  * sides, the third when it arrives later. */
 typedef struct {

@@ -131,6 +131,7 @@ static void check_allreduce(int n, const uint32_t *local, uint64_t count, uint64
                 ((int32_t *)b[i].in[l])[e] = value(first + l, e);
         first += local[i];
         b[i].m.count = count;
+        b[i].t.backend = rd_backend_cpu();
         b[i].t.coll = RD_COLL_ALLREDUCE;
         b[i].t.dtype = RD_DT_I32;
         b[i].t.redop = RD_OP_SUM;
@@ -184,6 +185,7 @@ Test(xfer, broadcast_and_allgather_cross_every_node)
                     ((int32_t *)b[i].in[l])[e] = value(first + l, e);
             first += local[i];
             b[i].m.count = count;
+            b[i].t.backend = rd_backend_cpu();
             b[i].t.coll = root % 2 ? RD_COLL_ALLGATHER : RD_COLL_BROADCAST;
             b[i].t.dtype = RD_DT_I32;
             b[i].t.root = root;
@@ -218,6 +220,7 @@ Test(xfer, a_frame_of_another_generation_fails_the_op_and_breaks_the_ring)
     for (int i = 0; i < 2; i++) {
         bufs_new(&b[i], 1, 4096, 4096);
         b[i].m.count = 1024;
+        b[i].t.backend = rd_backend_cpu();
         b[i].t.coll = RD_COLL_ALLREDUCE;
         b[i].t.dtype = RD_DT_F32;
         b[i].t.redop = RD_OP_SUM;
@@ -275,6 +278,7 @@ Test(xfer, garbage_and_a_closed_link_fail_the_op_without_harm)
         node_bufs b;
         bufs_new(&b, 1, 1 << 20, 1 << 20);
         b.m.count = 1 << 18;
+        b.t.backend = rd_backend_cpu();
         b.t.coll = RD_COLL_ALLREDUCE;
         b.t.dtype = RD_DT_F32;
         b.t.redop = RD_OP_SUM;

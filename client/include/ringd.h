@@ -168,6 +168,27 @@ RINGD_API size_t ringd_dtype_size(ringd_dtype_t dtype);
 RINGD_API void *ringd_alloc(ringd_t *r, size_t bytes);
 RINGD_API void ringd_free(ringd_t *r, void *p);
 
+/* Where a tensor's memory is, as the daemon reaches it. Values match MemoryKind in ringd.proto. */
+typedef enum {
+    RINGD_MEM_ARENA = 0,  /* the session's shared arena (ringd_alloc): no copy */
+    RINGD_MEM_DEVICE = 1, /* device memory registered with the daemon: not supported yet */
+} ringd_memory_t;
+
+/* A tensor descriptor: what every Submit tells the daemon of its input and output. */
+typedef struct {
+    ringd_memory_t kind;
+    int device;      /* RINGD_MEM_DEVICE: the device; else 0 */
+    uint64_t handle; /* RINGD_MEM_DEVICE: the registered memory; else 0 */
+    uint64_t offset; /* into the arena, or into the registered memory */
+} ringd_tensor_t;
+
+/* Describes the nbytes at ptr into *t, for bindings that want to know whether a buffer goes to
+ * the daemon without a copy. Returns RINGD_OK when they lie in r's arena; RINGD_E_INVALID when
+ * they do not (host memory elsewhere, which the collectives copy through the arena), or straddle
+ * its edge, with ringd_errmsg saying which. Any thread that owns r. */
+RINGD_API ringd_result_t ringd_tensor_locate(ringd_t *r, const void *ptr, size_t nbytes,
+                                             ringd_tensor_t *t);
+
 /* Collectives. Every call may be made by the thread that owns r; it returns RINGD_OK or an error
  * with its detail in ringd_errmsg(r). name identifies the tensor across ranks (NULL: an automatic
  * name from a per-session counter, which matches only when every rank calls in the same order).

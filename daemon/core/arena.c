@@ -1,4 +1,4 @@
-/* Client arenas: memfd creation, sealing, mapping and reference counting. */
+/* Client arenas: memfd creation, sealing, import into the backend, and reference counting. */
 #define _GNU_SOURCE
 #include "arena.h"
 
@@ -19,6 +19,7 @@ rd_arena *rd_arena_new(uint64_t size, char *err, size_t errlen)
         snprintf(err, errlen, "arena: out of memory");
         return NULL;
     }
+    a->backend = rd_backend_cpu();
     a->fd = memfd_create("ringd-arena", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (a->fd < 0) {
         snprintf(err, errlen, "memfd_create: %s", strerror(errno));
@@ -33,13 +34,9 @@ rd_arena *rd_arena_new(uint64_t size, char *err, size_t errlen)
         snprintf(err, errlen, "seal arena: %s", strerror(errno));
         goto fail;
     }
-    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, a->fd, 0);
-    if (p == MAP_FAILED) {
-        snprintf(err, errlen, "mmap arena of %llu bytes: %s", (unsigned long long)size,
-                 strerror(errno));
+    if (a->backend->import(RD_MEM_ARENA, 0, a->fd, size, &a->mem, err, errlen) != 0)
         goto fail;
-    }
-    a->base = p;
+    a->base = a->mem.base;
     a->size = size;
     rd_ctrl_init(a->base);
     a->refs = 1;
@@ -61,7 +58,7 @@ void rd_arena_unref(rd_arena *a)
 {
     if (a == NULL || --a->refs > 0)
         return;
-    munmap(a->base, a->size);
+    a->backend->release(&a->mem);
     rd_arena_close_fd(a);
     free(a);
 }

@@ -5,9 +5,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "backend.h"
+
 typedef struct rd_arena {
-    uint8_t *base;
+    uint8_t *base; /* mem.base: where the daemon reaches it */
     uint64_t size;
+    const rd_backend *backend; /* that imported it */
+    rd_mem mem;
     int fd;   /* open until handed to the client, then -1 */
     int refs; /* the session and every op using it; touched on the event loop only */
 } rd_arena;

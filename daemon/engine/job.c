@@ -432,7 +432,8 @@ static void op_resolve(rd_op *o)
             uint64_t own = pt->out_off + per * (j->first_rank + k);
             int overlaps = pt->in_off < pt->out_off + per * j->size && pt->in_off >= pt->out_off;
             if (overlaps && pt->in_off != own && rd_arena_contains(pt->arena, own, per)) {
-                memmove(pt->arena->base + own, pt->arena->base + pt->in_off, per);
+                pt->arena->backend->copy(pt->arena->base + own, pt->arena->base + pt->in_off,
+                                         per);
                 pt->in_off = own;
             }
         }
@@ -490,6 +491,29 @@ static ringd_result_t validate(const rd_client *s, const Ringd__Submit *m, char 
     }
     if (m->op == RINGD__OP_TYPE__OP_BARRIER)
         return RINGD_OK;
+    const Ringd__TensorRef *refs[2] = {m->input, m->output};
+    const uint64_t offs[2] = {m->in_offset, m->out_offset};
+    for (int k = 0; k < 2; k++) {
+        const Ringd__TensorRef *t = refs[k];
+        const char *which = k == 0 ? "input" : "output";
+        if (t == NULL)
+            continue; /* a library that predates tensor descriptors: the arena offsets */
+        if (t->kind != RINGD__MEMORY_KIND__MEM_ARENA) {
+            snprintf(err, errlen,
+                     "tensor '%s': its %s is in %s memory (kind %d), which node %s cannot reach: "
+                     "this ringd has no CUDA backend; pass host memory",
+                     m->name, which, t->kind == RINGD__MEMORY_KIND__MEM_DEVICE ? "device" : "unknown",
+                     (int)t->kind, j->e->cfg->node);
+            return RINGD_E_INVALID;
+        }
+        if (t->device != 0 || t->handle != 0 || t->offset != offs[k]) {
+            snprintf(err, errlen,
+                     "tensor '%s': the %s's descriptor (device %u, handle %" PRIu64
+                     ", offset %" PRIu64 ") does not describe arena offset %" PRIu64,
+                     m->name, which, t->device, t->handle, t->offset, offs[k]);
+            return RINGD_E_INVALID;
+        }
+    }
     if ((int)m->dtype < 0 || (int)m->dtype >= RD_DT_COUNT) {
         snprintf(err, errlen, "tensor '%s': unknown dtype %d", m->name, (int)m->dtype);
         return RINGD_E_INVALID;
@@ -687,17 +711,17 @@ static void announce(rd_op *o)
     if (o->p.coll == RD_COLL_ALLREDUCE) {
         rd_reduce_args a = RD_REDUCE_ARGS_INIT;
         a.prescale = o->p.prescale;
-        rd_reduce(o->plan.dtype, o->plan.redop, buf, (const void *const *)o->plan.in, (int)L,
-                  o->p.count, &a);
+        o->plan.backend->reduce(o->plan.dtype, o->plan.redop, buf,
+                                (const void *const *)o->plan.in, (int)L, o->p.count, &a);
         len = per;
     } else if (o->p.coll == RD_COLL_BROADCAST) {
         if (o->p.root >= j->first_rank && o->p.root < j->first_rank + L) {
-            memcpy(buf, o->plan.in[o->p.root - j->first_rank], per);
+            o->plan.backend->copy(buf, o->plan.in[o->p.root - j->first_rank], per);
             len = per;
         }
     } else {
         for (uint32_t k = 0; k < L; k++)
-            memcpy(buf + k * per, o->plan.in[k], per);
+            o->plan.backend->copy(buf + k * per, o->plan.in[k], per);
         len = per * L;
     }
     tell(o, RINGD_OK, NULL, 1, buf, len);
@@ -1627,6 +1651,7 @@ static void on_start(void *arg, void **owns, size_t n)
     for (size_t i = 0; i < n; i++)
         op_resolve(ops[i]);
     const rd_local_plan *p0 = &ops[0]->plan;
+    rt->t.backend = p0->backend;
     rt->t.coll = p0->coll;
     rt->t.dtype = p0->dtype;
     rt->t.redop = p0->redop;
@@ -1747,7 +1772,7 @@ static void on_negotiated(void *arg, void *own, const Ringd__GoEntry *e)
             return;
         }
         for (uint32_t k = 0; k < o->nparts; k++)
-            memcpy(o->plan.out[k], e->data.data, e->data.len);
+            o->plan.backend->copy(o->plan.out[k], e->data.data, e->data.len);
         op_finish(o, RINGD_OK, NULL);
         return;
     }

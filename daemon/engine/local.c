@@ -32,10 +32,10 @@ uint64_t rd_local_bytes(const rd_local_plan *p)
 }
 
 /* Copies len bytes unless source and destination are the same place (in-place ranks). */
-static void copy_if_moved(uint8_t *dst, const uint8_t *src, size_t len)
+static void copy_if_moved(const rd_local_plan *p, uint8_t *dst, const uint8_t *src, size_t len)
 {
     if (dst != src)
-        memcpy(dst, src, len);
+        p->backend->copy(dst, src, len);
 }
 
 /* Each chunk is reduced into daemon-private scratch and copied from there to every rank: no
@@ -53,7 +53,7 @@ static void run_allreduce(const rd_local_plan *p, size_t begin, size_t end)
             src[k] = p->in[k] + i * esz;
         p->backend->reduce(p->dtype, p->redop, scratch, src, p->n, len, &p->args);
         for (int k = 0; k < p->n; k++)
-            memcpy(p->out[k] + i * esz, scratch, len * esz);
+            p->backend->copy(p->out[k] + i * esz, scratch, len * esz);
     }
 }
 
@@ -62,7 +62,7 @@ static void run_broadcast(const rd_local_plan *p, size_t begin, size_t end)
     size_t esz = rd_dtype_size(p->dtype);
     const uint8_t *src = p->in[p->root] + begin * esz;
     for (int k = 0; k < p->n; k++)
-        copy_if_moved(p->out[k] + begin * esz, src, (end - begin) * esz);
+        copy_if_moved(p, p->out[k] + begin * esz, src, (end - begin) * esz);
 }
 
 /* Units are (source rank, element) pairs laid out as the gathered result. */
@@ -74,7 +74,7 @@ static void run_allgather(const rd_local_plan *p, size_t begin, size_t end)
         size_t len = p->count - off < end - begin ? p->count - off : end - begin;
         const uint8_t *src = p->in[r] + off * esz;
         for (int k = 0; k < p->n; k++)
-            copy_if_moved(p->out[k] + begin * esz, src, len * esz);
+            copy_if_moved(p, p->out[k] + begin * esz, src, len * esz);
         begin += len;
     }
 }

@@ -221,8 +221,10 @@ static int direct_result(const rd_neg *n, rec *r, ProtobufCBinaryData *out)
         rd_reduce_args a = RD_REDUCE_ARGS_INIT;
         a.postscale = p->postscale;
         a.divisor = p->redop == RD_OP_AVG ? (uint32_t)world : 1;
-        rd_reduce((rd_dtype)p->dtype, p->redop == RD_OP_AVG ? RD_OP_SUM : (rd_redop)p->redop,
-                  out->data, src, n->nnodes, p->count, &a);
+        /* The nodes' contributions arrived over the network into host memory. */
+        rd_backend_cpu()->reduce((rd_dtype)p->dtype,
+                                 p->redop == RD_OP_AVG ? RD_OP_SUM : (rd_redop)p->redop, out->data,
+                                 src, n->nnodes, p->count, &a);
     } else {
         size_t off = 0;
         for (int i = 0; i < n->nnodes; i++) {

@@ -278,8 +278,8 @@ static int lane_recv(run *r, lane *l, int idx)
         if (l->pos == sizeof(seg_hdr) + len) {
             if (st->reduce) {
                 const void *src[2] = {staging, st->local + off};
-                rd_reduce(r->t->dtype, r->t->redop, st->dst + off, src, 2, len / r->esz,
-                          st->final ? &r->fin : &r->mid);
+                r->t->backend->reduce(r->t->dtype, r->t->redop, st->dst + off, src, 2,
+                                      len / r->esz, st->final ? &r->fin : &r->mid);
             }
             atomic_fetch_add_explicit(&x->received, len, memory_order_relaxed);
             r->recv_done[l->g] = 1;
@@ -415,8 +415,9 @@ static int do_allreduce(rd_xfer *x, rd_xfer_task *t)
         pre.prescale = t->args.prescale;
         uint64_t off = 0;
         for (size_t m = 0; m < t->nmembers; m++) {
-            rd_reduce(t->dtype, t->redop, W + off * esz, (const void *const *)t->members[m].in, L,
-                      t->members[m].count, &pre);
+            t->backend->reduce(t->dtype, t->redop, W + off * esz,
+                               (const void *const *)t->members[m].in, L, t->members[m].count,
+                               &pre);
             off += t->members[m].count;
         }
         local = W;
@@ -450,7 +451,8 @@ static int do_allreduce(rd_xfer *x, rd_xfer_task *t)
         uint64_t off = 0;
         for (size_t m = 0; m < t->nmembers; m++) {
             for (int l = 0; l < L; l++)
-                memcpy(t->members[m].out[l], W + off * esz, t->members[m].count * esz);
+                t->backend->copy(t->members[m].out[l], W + off * esz,
+                                 t->members[m].count * esz);
             off += t->members[m].count;
         }
     }
@@ -492,7 +494,7 @@ static int do_broadcast(rd_xfer *x, rd_xfer_task *t)
         return -1;
     for (int l = 0; l < L; l++)
         if (m->out[l] != src)
-            memcpy(m->out[l], src, bytes);
+            t->backend->copy(m->out[l], src, bytes);
     return 0;
 }
 
@@ -513,7 +515,7 @@ static int do_allgather(rd_xfer *x, rd_xfer_task *t)
         return no_memory(t, off[N]);
     for (int l = 0; l < L; l++)
         if (W + off[P] + (uint64_t)l * per != m->in[l])
-            memmove(W + off[P] + (uint64_t)l * per, m->in[l], per);
+            t->backend->copy(W + off[P] + (uint64_t)l * per, m->in[l], per);
     plan p;
     memset(&p, 0, sizeof(p));
     for (int u = 0; u < N - 1; u++) {
@@ -526,7 +528,7 @@ static int do_allgather(rd_xfer *x, rd_xfer_task *t)
         return -1;
     for (int l = 0; l < L; l++)
         if (m->out[l] != W)
-            memcpy(m->out[l], W, off[N]);
+            t->backend->copy(m->out[l], W, off[N]);
     return 0;
 }
 

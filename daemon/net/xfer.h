@@ -23,7 +23,8 @@ typedef struct {
 } rd_xfer_member;
 
 typedef struct rd_xfer_task {
-    rd_coll coll; /* allreduce, broadcast or allgather */
+    const rd_backend *backend; /* reaches the members' memory: every reduction and copy */
+    rd_coll coll;              /* allreduce, broadcast or allgather */
     rd_dtype dtype;
     rd_redop redop; /* SUM, MIN, MAX or PROD */
     rd_reduce_args args;

@@ -479,6 +479,7 @@ static void capture_xfer_one(struct event_base *base, uint8_t sel, const char *n
         outs[i][0] = out[i];
         mem[i] = (rd_xfer_member){.in = ins[i], .out = outs[i], .count = count};
         memset(&t[i], 0, sizeof(t[i]));
+        t[i].backend = rd_backend_cpu();
         t[i].coll = (rd_coll)(sel % 3);
         t[i].dtype = RD_DT_I32;
         t[i].redop = RD_OP_SUM;

@@ -91,6 +91,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     rd_xfer_member m = {.in = ins, .out = outs, .count = count};
     rd_xfer_task t;
     memset(&t, 0, sizeof(t));
+    t.backend = rd_backend_cpu();
     t.coll = (rd_coll)(data[0] % 3); /* allreduce, broadcast, allgather */
     t.dtype = RD_DT_I32;
     t.redop = RD_OP_SUM;
