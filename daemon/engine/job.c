@@ -66,7 +66,7 @@ static const char *const op_state_names[OP_NSTATES] = {
 static const unsigned op_moves[OP_NSTATES] = {
     [OP_PENDING] = B(OP_HELD) | B(OP_RUNNING) | B(OP_DOOMED) | B(OP_UNTOLD) | B(OP_TOMBSTONE),
     [OP_HELD] = B(OP_ANNOUNCED) | B(OP_DOOMED),
-    [OP_ANNOUNCED] = B(OP_HELD) | B(OP_RING_READY) | B(OP_DOOMED),
+    [OP_ANNOUNCED] = B(OP_HELD) | B(OP_RING_READY) | B(OP_DOOMED) | B(OP_TOMBSTONE),
     [OP_RING_READY] = B(OP_HELD) | B(OP_RUNNING) | B(OP_DOOMED),
     [OP_RUNNING] = B(OP_DOOMED),
     [OP_DOOMED] = B(OP_UNTOLD) | B(OP_TOMBSTONE),
@@ -365,7 +365,10 @@ static void op_finish(rd_op *o, ringd_result_t status, const char *message)
 static void op_tombstone(rd_op *o, ringd_result_t status, const char *msg)
 {
     op_answer(o, status, msg);
-    op_set_state(o, o->job->world != NULL ? OP_UNTOLD : OP_TOMBSTONE);
+    /* A failure found here is news for the other nodes; one the negotiation brought (the op was
+     * announced) every node has already. */
+    int news = o->job->world != NULL && o->state != OP_ANNOUNCED;
+    op_set_state(o, news ? OP_UNTOLD : OP_TOMBSTONE);
     o->status = status;
     free(o->message);
     o->message = strdup(msg);
@@ -1571,7 +1574,8 @@ static void on_ring_up(void *arg, uint32_t first_rank, uint64_t generation, uint
         ops[k++] = o;
     for (rd_op *o = j->first[OP_UNTOLD]; o != NULL; o = o->snext)
         ops[k++] = o;
-    qsort(ops, n, sizeof(*ops), op_seq_cmp);
+    if (n > 1)
+        qsort(ops, n, sizeof(*ops), op_seq_cmp);
     for (k = 0; k < n; k++) {
         if (ops[k]->state == OP_HELD)
             announce(ops[k]);
