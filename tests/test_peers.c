@@ -5,12 +5,14 @@
 #define _GNU_SOURCE
 #include "auth.h"
 #include "frame.h"
+#include "peer.h"
 #include "ringd.h"
 #include "th_ring.h"
 
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <event2/event.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <netinet/in.h>
@@ -848,4 +850,86 @@ Test(peers, a_peer_announcing_a_huge_or_bad_hello_frame_is_closed)
     size_t n = rd_frame_pack(&m, frame);
     bad_hello_is_closed(&ring.d[0], frame, n, "first frame is not a PeerHello");
     th_ring_finish(&ring);
+}
+
+/* ---- the probe: does a process listen at a peer's address? ---------------------------------- */
+
+typedef struct {
+    struct event_base *base;
+    int calls;
+    int alive;
+    char why[128];
+} probe_outcome;
+
+static void on_probe_done(void *arg, int alive, const char *why)
+{
+    probe_outcome *o = arg;
+    o->calls++;
+    o->alive = alive;
+    snprintf(o->why, sizeof(o->why), "%s", why);
+    event_base_loopbreak(o->base);
+}
+
+/* Probes host:port with the daemon's own rd_peer_probe on a loop of the test's; the outcome comes
+ * within 3 s (the probe bounds itself at a second). */
+static probe_outcome probe_addr(const char *host, int port)
+{
+    probe_outcome o = {event_base_new(), 0, -2, ""};
+    char addr[64];
+    snprintf(addr, sizeof(addr), "%s:%d", host, port);
+    cr_assert_not_null(o.base);
+    rd_peer_probe *p = rd_peer_probe_new(o.base, addr, 0, on_probe_done, &o);
+    cr_assert_not_null(p, "rd_peer_probe_new(%s) failed", addr);
+    struct timeval bound = {3, 0};
+    event_base_loopexit(o.base, &bound);
+    event_base_dispatch(o.base);
+    if (o.calls == 0)
+        rd_peer_probe_cancel(p);
+    event_base_free(o.base);
+    cr_assert_eq(o.calls, 1, "the probe of %s reported %d times within 3 s", addr, o.calls);
+    return o;
+}
+
+/* A TCP socket bound to a loopback port: listening (something accepts there) or not (connects
+ * to it are refused, and the port stays taken so that nobody else listens there meanwhile). */
+static int loopback_port(int listening, int *port)
+{
+    struct sockaddr_in sin = {.sin_family = AF_INET};
+    sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t sl = sizeof(sin);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    cr_assert_geq(fd, 0, "socket: %s", strerror(errno));
+    cr_assert_eq(bind(fd, (struct sockaddr *)&sin, sizeof(sin)), 0, "bind: %s", strerror(errno));
+    cr_assert_eq(getsockname(fd, (struct sockaddr *)&sin, &sl), 0);
+    if (listening)
+        cr_assert_eq(listen(fd, 4), 0, "listen: %s", strerror(errno));
+    *port = ntohs(sin.sin_port);
+    return fd;
+}
+
+/* A refusal, whether connect returns it at once (as loopback does on some kernels) or reports it
+ * later through the socket's error, means nobody listens: alive 0. */
+Test(peers, a_probe_of_a_loopback_port_nobody_listens_on_reports_not_alive)
+{
+    int port;
+    int fd = loopback_port(0, &port);
+    probe_outcome o = probe_addr("127.0.0.1", port);
+    cr_expect_eq(o.alive, 0, "a refused port probed as alive %d (%s)", o.alive, o.why);
+    cr_expect(strstr(o.why, "refused") != NULL, "the reason is \"%s\"", o.why);
+    close(fd);
+
+    fd = loopback_port(1, &port);
+    o = probe_addr("127.0.0.1", port);
+    cr_expect_eq(o.alive, 1, "a listening port probed as alive %d (%s)", o.alive, o.why);
+    close(fd);
+}
+
+/* A connect that fails before it returns leaves nothing in SO_ERROR: the probe must report the
+ * error connect returned, not read the cleared socket error as success. A TCP connect to a
+ * multicast address fails that way on every Linux (Network is unreachable). */
+Test(peers, a_probe_whose_connect_fails_at_once_reports_that_error_not_alive)
+{
+    probe_outcome o = probe_addr("224.0.0.1", 9);
+    cr_expect_eq(o.alive, -1, "probed as alive %d (%s)", o.alive, o.why);
+    cr_expect(strstr(o.why, "unreachable") != NULL, "the reason is \"%s\"", o.why);
 }

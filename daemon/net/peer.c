@@ -800,6 +800,7 @@ struct rd_peer_probe {
     struct sockaddr_storage ss;
     unsigned sslen;
     int fd;
+    int err; /* connect's own failure: the socket's SO_ERROR no longer holds it */
     struct event *ev;
     struct event *delay;
     rd_peer_probe_fn fn;
@@ -825,7 +826,9 @@ static void on_probe(evutil_socket_t fd, short what, void *arg)
     rd_peer_probe *p = arg;
     int err = ETIMEDOUT;
     socklen_t len = sizeof(err);
-    if ((what & EV_WRITE) && getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
+    if (p->err != 0)
+        err = p->err;
+    else if ((what & EV_WRITE) && getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
         err = errno;
     rd_peer_probe_fn fn = p->fn;
     void *parg = p->arg;
@@ -845,9 +848,12 @@ static void probe_connect(evutil_socket_t fd, short what, void *arg)
     (void)what;
     struct timeval tv = {1, 0};
     int rc = connect(p->fd, (struct sockaddr *)&p->ss, p->sslen);
-    event_add(p->ev, &tv);
     if (rc != 0 && errno != EINPROGRESS)
-        event_active(p->ev, EV_WRITE, 0); /* SO_ERROR holds the refusal */
+        p->err = errno; /* a refusal on loopback often comes back here, and SO_ERROR is 0 then */
+    if (event_add(p->ev, &tv) != 0 && p->err == 0)
+        p->err = ENOMEM; /* it could not be waited for: reported now rather than never */
+    if (p->err != 0)
+        event_active(p->ev, EV_WRITE, 0);
 }
 
 rd_peer_probe *rd_peer_probe_new(struct event_base *base, const char *addr, int delay_ms,
