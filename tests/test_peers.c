@@ -933,3 +933,59 @@ Test(peers, a_probe_whose_connect_fails_at_once_reports_that_error_not_alive)
     cr_expect_eq(o.alive, -1, "probed as alive %d (%s)", o.alive, o.why);
     cr_expect(strstr(o.why, "unreachable") != NULL, "the reason is \"%s\"", o.why);
 }
+
+typedef struct {
+    struct event_base *base;
+    int calls;
+    int fd;
+    char why[256];
+} dial_outcome;
+
+static void on_dial_done(void *arg, int fd, const char *why)
+{
+    dial_outcome *o = arg;
+    o->calls++;
+    o->fd = fd;
+    snprintf(o->why, sizeof(o->why), "%s", why != NULL ? why : "");
+    event_base_loopbreak(o->base);
+}
+
+static ringd_result_t refuse_all(void *arg, const Ringd__PeerHello *h, int fd, const char *remote,
+                                 uint64_t *generation, char *err, size_t errlen)
+{
+    (void)arg;
+    (void)h;
+    (void)fd;
+    (void)remote;
+    (void)generation;
+    snprintf(err, errlen, "the test takes no peers");
+    return RINGD_E_REFUSED;
+}
+
+/* A dial whose connect fails before it returns says why, as the probe does, rather than going on
+ * to wait for a challenge on a socket that never connected. */
+Test(peers, a_dial_whose_connect_fails_at_once_says_why)
+{
+    dial_outcome o = {event_base_new(), 0, -2, ""};
+    cr_assert_not_null(o.base);
+    rd_auth_key k;
+    rd_auth_insecure(&k);
+    char err[256] = "";
+    rd_peer_net *n =
+        rd_peer_net_new(o.base, "127.0.0.1:0", &k, 2000, refuse_all, NULL, err, sizeof(err));
+    cr_assert_not_null(n, "%s", err);
+    Ringd__PeerHello h = hello(JOB, 1, "n9", RINGD__LINK_KIND__LINK_CONTROL, 0);
+    rd_peer_dial *d = rd_peer_dial_new(n, "224.0.0.1:9", &h, on_dial_done, &o);
+    cr_assert_not_null(d);
+    struct timeval bound = {3, 0};
+    event_base_loopexit(o.base, &bound);
+    event_base_dispatch(o.base);
+    if (o.calls == 0)
+        rd_peer_dial_cancel(d);
+    rd_peer_net_free(n);
+    event_base_free(o.base);
+    cr_assert_eq(o.calls, 1, "the dial reported %d times within 3 s", o.calls);
+    cr_expect_lt(o.fd, 0, "the dial connected (fd %d)", o.fd);
+    cr_expect(strstr(o.why, "connect: Network is unreachable") != NULL, "the reason is \"%s\"",
+              o.why);
+}

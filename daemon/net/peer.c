@@ -44,6 +44,8 @@ typedef struct setup {
     struct event *ev_deadline; /* the whole handshake's time limit, never extended */
     short armed;
     int quiet; /* the failure is routine: log it below warning */
+    /* client: the error connect failed with at once (SO_ERROR no longer holds it), or 0 */
+    int connect_err;
     uint8_t chal[RD_AUTH_CHALLENGE_LEN];
     uint8_t ans[RD_AUTH_ANSWER_LEN];
     uint8_t buf[RD_FRAME_HEADER + RD_PEER_HELLO_MAX];
@@ -340,9 +342,9 @@ static int setup_step(setup *s)
     uint8_t confirm[RD_AUTH_CONFIRM_LEN];
     switch (s->state) {
     case SETUP_CONNECT: {
-        int e = 0;
+        int e = s->connect_err;
         socklen_t el = sizeof(e);
-        if (getsockopt(s->fd, SOL_SOCKET, SO_ERROR, &e, &el) != 0 || e != 0) {
+        if (e != 0 || getsockopt(s->fd, SOL_SOCKET, SO_ERROR, &e, &el) != 0 || e != 0) {
             setup_fail(s, "connect: %s", strerror(e ? e : errno));
             return 0;
         }
@@ -594,6 +596,7 @@ rd_peer_dial *rd_peer_dial_new(rd_peer_net *n, const char *addr, const Ringd__Pe
                      rc == 0 ? RD_AUTH_CHALLENGE_LEN : 0);
     } else {
         /* reported on the next turn, so the caller never sees its callback before the return */
+        s->connect_err = errno;
         setup_expect(s, SETUP_CONNECT, 0);
         event_active(s->ev, EV_WRITE, 0);
     }
