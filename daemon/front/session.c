@@ -358,6 +358,13 @@ void rd_session_accept(rd_front *f, int fd)
         close(fd);
         return;
     }
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) != 0) {
+        /* uid 0 is all a session without credentials would have: root's rights */
+        rd_log(RD_LOG_ERROR, "session", "refusing a connection: getsockopt SO_PEERCRED: %s",
+               strerror(errno));
+        close(fd);
+        return;
+    }
     rd_session *s = calloc(1, sizeof(*s));
     if (s == NULL) {
         rd_log(RD_LOG_ERROR, "session", "out of memory accepting a connection");
@@ -368,12 +375,9 @@ void rd_session_accept(rd_front *f, int fd)
     s->fd = fd;
     s->id = next_id++;
     s->c.engine = f->engine;
-    s->c.pid = -1;
-    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) == 0) {
-        s->c.pid = cred.pid;
-        s->c.uid = cred.uid;
-        s->gid = cred.gid;
-    }
+    s->c.pid = cred.pid;
+    s->c.uid = cred.uid;
+    s->gid = cred.gid;
     s->in = evbuffer_new();
     s->out = evbuffer_new();
     s->ev_read = event_new(f->base, fd, EV_READ | EV_PERSIST, on_readable, s);
