@@ -111,8 +111,15 @@ int rd_session_send_fd(rd_session *s, const rd_msg *msg, int fd)
         rd_session_close(s, RINGD_E_SYSTEM, "sendmsg with arena fd: %s", strerror(errno));
         return -1;
     }
-    if ((size_t)w < n)
-        evbuffer_add(s->out, buf + w, n - (size_t)w);
+    if ((size_t)w < n && evbuffer_add(s->out, buf + w, n - (size_t)w) != 0) {
+        /* The frame's tail is lost: whatever followed, an Error too, would be read as its rest. */
+        rd_log(RD_LOG_ERROR, "session", "#%llu pid %d: out of memory queueing %zu bytes; closing",
+               (unsigned long long)s->id, (int)s->pid, n - (size_t)w);
+        set_state(s, RD_SESSION_CLOSING);
+        event_del(s->ev_read);
+        event_active(s->ev_close, 0, 0);
+        return -1;
+    }
     flush_out(s);
     return 0;
 }
