@@ -304,3 +304,37 @@ Test(xfer, garbage_and_a_closed_link_fail_the_op_without_harm)
         }
     }
 }
+
+/* A link that cannot be made non-blocking (here a bad descriptor) fails the ring's start naming
+ * the call, rather than leaving the ring's thread to block on it. */
+Test(xfer, a_link_that_cannot_be_made_non_blocking_fails_the_start)
+{
+    int sp[2];
+    cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sp), 0);
+    int sfd[1] = {sp[0]}, rfd[1] = {-1};
+    const uint32_t local[2] = {1, 1};
+    rd_xfer_config cfg = {
+        .nnodes = 2,
+        .position = 0,
+        .local_sizes = local,
+        .generation = 1,
+        .segment_size = 1 << 16,
+        .conns = 1,
+        .send_fds = sfd,
+        .recv_fds = rfd,
+        .timeout_ms = 5000,
+        .poll_us = 50,
+        .next_node = "next",
+        .prev_node = "prev",
+    };
+    struct event_base *base = event_base_new();
+    cr_assert_not_null(base);
+    char err[256] = "";
+    rd_xfer *x = rd_xfer_new(base, &cfg, on_done, NULL, err, sizeof(err));
+    if (x != NULL)
+        rd_xfer_free(x, RINGD_E_MEMBERSHIP, "test over");
+    event_base_free(base);
+    close(sp[1]);
+    cr_expect_null(x, "the ring started on a bad descriptor");
+    cr_expect(strstr(err, "fcntl O_NONBLOCK: Bad file descriptor") != NULL, "err: \"%s\"", err);
+}

@@ -664,6 +664,13 @@ static void on_done(evutil_socket_t fd, short what, void *arg)
         x->retired(x->retired_arg, x); /* frees x */
 }
 
+/* Sets O_NONBLOCK on fd. Returns 0, or -1 with errno set. */
+static int set_nonblocking(int fd)
+{
+    int fl = fcntl(fd, F_GETFL);
+    return fl < 0 ? -1 : fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+}
+
 rd_xfer *rd_xfer_new(struct event_base *base, const rd_xfer_config *c, rd_xfer_done_fn done,
                      void *arg, char *err, size_t errlen)
 {
@@ -696,37 +703,66 @@ rd_xfer *rd_xfer_new(struct event_base *base, const rd_xfer_config *c, rd_xfer_d
     x->cfg.local_sizes = x->local_sizes;
     snprintf(x->next_node, sizeof(x->next_node), "%s", c->next_node);
     snprintf(x->prev_node, sizeof(x->prev_node), "%s", c->prev_node);
-    for (int i = 0; i < c->conns; i++) { /* reads and writes below must never block */
+    for (int i = 0; i < c->conns; i++) {
         x->send_fds[i] = c->send_fds[i];
         x->recv_fds[i] = c->recv_fds[i];
-        fcntl(x->send_fds[i], F_SETFL, fcntl(x->send_fds[i], F_GETFL) | O_NONBLOCK);
-        fcntl(x->recv_fds[i], F_SETFL, fcntl(x->recv_fds[i], F_GETFL) | O_NONBLOCK);
     }
     x->done = done;
     x->arg = arg;
-    pthread_mutex_init(&x->lock, NULL);
-    pthread_cond_init(&x->cond, NULL);
-    x->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    x->ev = x->efd >= 0 ? event_new(base, x->efd, EV_READ | EV_PERSIST, on_done, x) : NULL;
-    if (x->ev == NULL || event_add(x->ev, NULL) != 0 ||
-        pthread_create(&x->thread, NULL, thread_main, x) != 0) {
-        snprintf(err, errlen, "cannot start the ring thread: %s", strerror(errno));
-        if (x->ev != NULL)
-            event_free(x->ev);
-        if (x->efd >= 0)
-            close(x->efd);
-        for (int i = 0; i < c->conns; i++) {
-            close(x->send_fds[i]);
-            close(x->recv_fds[i]);
-            free(x->staging[i]);
+    x->efd = -1;
+    /* inited: 1 once the lock is initialised, 2 once the condition is too */
+    int rc, inited = 0;
+    for (int i = 0; i < c->conns; i++) { /* reads and writes below must never block */
+        if (set_nonblocking(x->send_fds[i]) != 0 || set_nonblocking(x->recv_fds[i]) != 0) {
+            snprintf(err, errlen, "cannot start the ring thread: fcntl O_NONBLOCK: %s",
+                     strerror(errno));
+            goto fail;
         }
-        pthread_cond_destroy(&x->cond);
-        pthread_mutex_destroy(&x->lock);
-        free(x->local_sizes);
-        free(x);
-        return NULL;
+    }
+    if ((rc = pthread_mutex_init(&x->lock, NULL)) != 0) {
+        snprintf(err, errlen, "cannot start the ring thread: pthread_mutex_init: %s", strerror(rc));
+        goto fail;
+    }
+    inited = 1;
+    if ((rc = pthread_cond_init(&x->cond, NULL)) != 0) {
+        snprintf(err, errlen, "cannot start the ring thread: pthread_cond_init: %s", strerror(rc));
+        goto fail;
+    }
+    inited = 2;
+    x->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (x->efd < 0) {
+        snprintf(err, errlen, "cannot start the ring thread: eventfd: %s", strerror(errno));
+        goto fail;
+    }
+    x->ev = event_new(base, x->efd, EV_READ | EV_PERSIST, on_done, x);
+    if (x->ev == NULL || event_add(x->ev, NULL) != 0) {
+        snprintf(err, errlen, "cannot start the ring thread: cannot watch its completions");
+        goto fail;
+    }
+    /* pthread_create returns its error; it does not set errno */
+    if ((rc = pthread_create(&x->thread, NULL, thread_main, x)) != 0) {
+        snprintf(err, errlen, "cannot start the ring thread: pthread_create: %s", strerror(rc));
+        goto fail;
     }
     return x;
+
+fail:
+    if (x->ev != NULL)
+        event_free(x->ev);
+    if (x->efd >= 0)
+        close(x->efd);
+    for (int i = 0; i < c->conns; i++) {
+        close(x->send_fds[i]);
+        close(x->recv_fds[i]);
+        free(x->staging[i]);
+    }
+    if (inited == 2)
+        pthread_cond_destroy(&x->cond);
+    if (inited >= 1)
+        pthread_mutex_destroy(&x->lock);
+    free(x->local_sizes);
+    free(x);
+    return NULL;
 }
 
 void rd_xfer_submit(rd_xfer *x, rd_xfer_task *t)
