@@ -108,8 +108,18 @@ rd_exec *rd_exec_new(struct event_base *base, int nthreads, char *err, size_t er
         snprintf(err, errlen, "executor: out of memory");
         return NULL;
     }
-    pthread_mutex_init(&x->lock, NULL);
-    pthread_cond_init(&x->cond, NULL);
+    int rc = pthread_mutex_init(&x->lock, NULL);
+    if (rc != 0) {
+        snprintf(err, errlen, "executor: pthread_mutex_init: %s", strerror(rc));
+        free(x);
+        return NULL;
+    }
+    if ((rc = pthread_cond_init(&x->cond, NULL)) != 0) {
+        snprintf(err, errlen, "executor: pthread_cond_init: %s", strerror(rc));
+        pthread_mutex_destroy(&x->lock);
+        free(x);
+        return NULL;
+    }
     x->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (x->efd < 0) {
         snprintf(err, errlen, "eventfd: %s", strerror(errno));
@@ -126,7 +136,7 @@ rd_exec *rd_exec_new(struct event_base *base, int nthreads, char *err, size_t er
         goto fail;
     }
     for (; x->nthreads < nthreads; x->nthreads++) {
-        int rc = pthread_create(&x->threads[x->nthreads], NULL, worker_main, x);
+        rc = pthread_create(&x->threads[x->nthreads], NULL, worker_main, x);
         if (rc != 0) {
             snprintf(err, errlen, "pthread_create: %s", strerror(rc));
             goto fail;
