@@ -289,12 +289,20 @@ static void teardown(rd_world *w, const char *why, teardown_how how)
 }
 
 static void dial_start(slot *s);
+static void reform_later(rd_world *w);
 
-/* Dials again after RD_WORLD_RETRY_MS: the peer may not have reached this generation yet. */
+/* Dials again after RD_WORLD_RETRY_MS: the peer may not have reached this generation yet. A
+ * retry that cannot be scheduled would leave the ring connecting for ever: it re-forms instead. */
 static void dial_later(slot *s)
 {
     struct timeval tv = {0, RD_WORLD_RETRY_MS * 1000};
-    event_add(s->retry, &tv);
+    if (event_add(s->retry, &tv) != 0) {
+        rd_world *w = s->w;
+        rd_log(RD_LOG_ERROR, "world", "job '%s': cannot schedule a dial retry; the ring re-forms",
+               rd_job_name(w->job));
+        snprintf(w->reform_why, sizeof(w->reform_why), "a dial retry could not be scheduled");
+        reform_later(w);
+    }
 }
 
 /* A slot's retry timer: dial again. */
