@@ -664,7 +664,10 @@ static void on_connect_deadline(evutil_socket_t fd, short what, void *arg)
         rd_log(RD_LOG_WARN, "world", "job '%s': setting node %s aside: %s", w->name,
                m->node, why);
         aside_add(w, m, why);
-        rd_rdv_evict(w->net->rdv, w->name, m->node, m->incarnation, why);
+        if (rd_rdv_evict(w->net->rdv, w->name, m->node, m->incarnation, why) != 0)
+            rd_log(RD_LOG_WARN, "world",
+                   "job '%s': node %s could not be set aside; it leaves when its lease expires",
+                   w->name, m->node);
     }
 }
 
@@ -1428,7 +1431,14 @@ static void on_probed(void *arg, int alive, const char *why)
         snprintf(reason, sizeof(reason), "%s:%s", m->node, why);
         rd_log(RD_LOG_WARN, "world", "job '%s': node %s is gone (%s); removing it",
                w->name, m->node, why);
-        rd_rdv_evict(w->net->rdv, w->name, m->node, m->incarnation, reason);
+        rd_rdv *rdv = w->net->rdv;
+        if (rd_rdv_evict(rdv, w->name, m->node, m->incarnation, reason) != 0) {
+            rd_log(RD_LOG_WARN, "world",
+                   "job '%s': node %s could not be removed from the rendezvous; the ring "
+                   "re-forms at a new generation",
+                   w->name, m->node);
+            move_on(w, "a link broke");
+        }
     } else if (alive == 1 && ++w->probes < 3) {
         /* A daemon just killed may still have its listener open for a moment: look again. */
         w->probe = rd_peer_probe_new(w->net->base, m->addr, 50, on_probed, w);
