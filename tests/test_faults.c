@@ -3,6 +3,7 @@
  * a second daemon on a live socket, a stale socket. The daemon must answer with a clear error,
  * keep serving everyone else, and shut down cleanly (no leaks under the sanitizers). */
 #include <criterion/criterion.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -701,6 +702,44 @@ Test(faults, a_connection_that_never_says_hello_is_closed)
     int fd = th_connect(daemon_.sock);
     cr_assert_geq(fd, 0);
     expect_error(fd, RINGD_E_TIMEOUT, "sent no Hello");
+    close(fd);
+    expect_still_serving();
+    th_daemon_finish(&daemon_);
+}
+
+/* The handshake ends with the first message the daemon accepts, a StatusRequest as well as a
+ * Hello: a status connection kept open (a monitor polling over one connection) outlives
+ * --handshake-ms (500 here) and keeps being answered. */
+Test(faults, a_status_connection_kept_open_is_not_closed_by_the_handshake_timer)
+{
+    int fd = th_connect(daemon_.sock);
+    cr_assert_geq(fd, 0);
+    Ringd__StatusRequest q = RINGD__STATUS_REQUEST__INIT;
+    rd_msg m = RINGD__MSG__INIT;
+    m.body_case = RINGD__MSG__BODY_STATUS_REQUEST;
+    m.status_request = &q;
+    for (int i = 1; i <= 2; i++) {
+        cr_assert_eq(th_send(fd, &m), 0, "status request %d could not be sent", i);
+        rd_msg *r = th_recv(fd, 5000, NULL);
+        cr_assert_not_null(r, "no answer to status request %d", i);
+        cr_assert_eq(r->body_case, RINGD__MSG__BODY_STATUS_REPLY,
+                     "status request %d was answered with type %d (%s)", i, (int)r->body_case,
+                     r->body_case == RINGD__MSG__BODY_ERROR ? r->error->message : "");
+        rd_frame_free(r);
+        if (i == 2)
+            break;
+        /* three handshake timeouts: the connection must stay silent and open */
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, 1500) != 0) {
+            rd_msg *e = th_recv(fd, 1000, NULL);
+            char why[512];
+            snprintf(why, sizeof(why), "%s",
+                     e != NULL && e->body_case == RINGD__MSG__BODY_ERROR ? e->error->message
+                                                                         : "(no Error)");
+            rd_frame_free(e);
+            cr_assert_fail("the daemon ended the idle status connection: %s", why);
+        }
+    }
     close(fd);
     expect_still_serving();
     th_daemon_finish(&daemon_);

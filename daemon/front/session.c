@@ -348,6 +348,7 @@ static void on_readable(evutil_socket_t fd, short what, void *arg)
             rd_session_close(s, RINGD_E_PROTOCOL, "%s", err);
             return;
         }
+        event_del(s->ev_handshake); /* the first whole message ends the handshake, whatever it is */
         dispatch(s, m);
         rd_frame_free(m);
     }

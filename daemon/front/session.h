@@ -30,7 +30,7 @@ typedef struct rd_session {
     struct event *ev_read;
     struct event *ev_write;
     struct event *ev_close;
-    struct event *ev_handshake; /* closes a connection that stays NEW too long */
+    struct event *ev_handshake; /* closes a connection whose first message is late */
     struct evbuffer *in;
     struct evbuffer *out;
     gid_t gid;  /* SO_PEERCRED, with c.pid and c.uid */
