@@ -13,8 +13,10 @@
 
 #include "harness.h"
 #include "ringd.h"
+#include "th_ring.h"
 
 static th_daemon daemon_;
+static th_ring ring_; /* for the tests that need two nodes */
 
 static void start(void)
 {
@@ -23,6 +25,7 @@ static void start(void)
 
 static void stop(void)
 {
+    th_ring_teardown(&ring_);
     th_daemon_teardown(&daemon_);
 }
 
@@ -224,6 +227,77 @@ Test(ringctl, drain_prints_the_outcome_and_exits_0_when_clean_and_3_when_not)
     cr_expect_str_eq(out, "False 4 1 2 2 ops cut at the drain timeout\n");
     free(out);
     th_daemon_finish(&daemon_);
+}
+
+/* One rank of a job spanning the two ring nodes, opened in a thread so that both can join. */
+typedef struct {
+    const char *sock;
+    ringd_t *s;
+    ringd_result_t rc;
+    pthread_t t;
+} opener;
+
+static void *open_rank(void *arg)
+{
+    opener *o = arg;
+    ringd_options_t opt = RINGD_OPTIONS_INIT;
+    opt.socket_path = o->sock;
+    opt.job = "drain-job";
+    opt.world_size = 2;
+    opt.local_size = 1;
+    opt.arena_size = 1 << 20;
+    opt.open_timeout_ms = 15000;
+    opt.op_timeout_ms = 60000;
+    o->rc = ringd_open(&opt, &o->s);
+    return NULL;
+}
+
+/* Starts redis and ring nodes n0 (with extra0) and n1, a job with one rank on each, and an
+ * allreduce rank 0 submits and rank 1 never does: n0 has announced it to the ring, so a drain of
+ * n0 stays busy with it until the drain's timeout cuts it. *q is rank 0's request. */
+static void start_busy_drain(const char *const *extra0, opener o[2], ringd_request_t **q)
+{
+    cr_assert_eq(th_ring_init(&ring_, 1), 0);
+    cr_assert_eq(th_ring_start_node(&ring_, 0, extra0), 0);
+    cr_assert_eq(th_ring_start_node(&ring_, 1, NULL), 0);
+    for (int i = 0; i < 2; i++) {
+        o[i] = (opener){.sock = ring_.d[i].sock};
+        cr_assert_eq(pthread_create(&o[i].t, NULL, open_rank, &o[i]), 0);
+    }
+    for (int i = 0; i < 2; i++)
+        pthread_join(o[i].t, NULL);
+    for (int i = 0; i < 2; i++)
+        cr_assert_eq(o[i].rc, RINGD_OK, "open on n%d: %s", i, ringd_errmsg(o[i].s));
+    float *x = ringd_alloc(o[0].s, 64 * sizeof(float));
+    cr_assert_not_null(x);
+    cr_assert_eq(ringd_allreduce_async(o[0].s, "x", x, x, 64, RINGD_F32, RINGD_SUM, q), RINGD_OK,
+                 "%s", ringd_errmsg(o[0].s));
+    cr_assert(TH_WAIT_EVERY(th_job_in_flight(ring_.d[0].sock, "drain-job") == 1, 5000, 50),
+              "n0 never showed the op in flight");
+}
+
+/* The op cut by the drain failed; the sessions close and every daemon shuts down cleanly. */
+static void finish_busy_drain(opener o[2], ringd_request_t *q)
+{
+    cr_expect_neq(ringd_wait(q), RINGD_OK, "the op cut by the drain succeeded");
+    for (int i = 0; i < 2; i++)
+        ringd_close(o[i].s);
+    th_ring_finish(&ring_);
+    th_daemon_finish(&daemon_);
+}
+
+/* A drain whose timeout cuts an op under way is not clean: exit 3, the message says so. */
+Test(ringctl, a_drain_that_cuts_an_op_at_its_timeout_exits_3)
+{
+    opener o[2];
+    ringd_request_t *q;
+    start_busy_drain(NULL, o, &q);
+    char *out;
+    int rc = th_ringctl(ring_.d[0].sock, &out, 20000, "drain", "--timeout", "1000", NULL);
+    cr_expect_eq(rc, 3, "ringctl drain exited %d (want 3: the op cut at 1 s):\n%s", rc, out);
+    cr_expect(strstr(out, "ops were still under way after 1000 ms") != NULL, "%s", out);
+    free(out);
+    finish_busy_drain(o, q);
 }
 
 Test(ringctl, ringd_bench_sweeps_and_checks_its_results)

@@ -68,8 +68,13 @@ static void on_poll(evutil_socket_t fd, short what, void *arg)
     int64_t now = rd_now_ms();
     if (!dr->done) {
         int all = 1, force = now >= dr->deadline_ms;
-        for (struct rd_job *j = rd_engine_jobs(d->engine); j != NULL; j = rd_job_next(j))
-            all &= rd_job_drain(j, force);
+        for (struct rd_job *j = rd_engine_jobs(d->engine); j != NULL; j = rd_job_next(j)) {
+            if (rd_job_drain(j, 0))
+                continue;
+            all = 0; /* a job cut at the deadline left, but not cleanly */
+            if (force)
+                rd_job_drain(j, 1);
+        }
         if (!all && !force)
             return;
         dr->done = 1;
