@@ -14,8 +14,6 @@
 /* Exit codes scripts can rely on. */
 enum { EXIT_OK = 0, EXIT_DAEMON = 1, EXIT_USAGE = 2, EXIT_UNCLEAN = 3 };
 
-/* The daemon's --drain-timeout default: how long a drain without --timeout may take there. */
-#define RD_DRAIN_DEFAULT_MS 20000
 /* The largest drain timeout accepted: one day. */
 #define RD_DRAIN_MAX_MS 86400000
 
@@ -35,10 +33,9 @@ static void usage(FILE *out)
         "                                  ones are refused, the other nodes go on without this\n"
         "                                  one; the daemon then keeps running, refusing new\n"
         "                                  clients. MS bounds the drain (0 or none: the daemon's\n"
-        "                                  --drain-timeout, taken to be %d)\n"
+        "                                  --drain-timeout, which ringctl asks it for)\n"
         "exit status: 0 ok (drain: drained cleanly), 1 daemon unreachable or failing, 2 usage\n"
-        "error, 3 drained but not cleanly (ops cut at the timeout; the message says which)\n",
-        RD_DRAIN_DEFAULT_MS);
+        "error, 3 drained but not cleanly (ops cut at the timeout; the message says which)\n");
 }
 
 /* Parses a millisecond count in [lo, hi] from s into *out. Returns 0, or -1 when s is not one. */
@@ -291,8 +288,32 @@ static void print_drain(const Ringd__DrainReply *d, int json)
     json_object_put(o);
 }
 
-/* `drain`: asks the daemon to leave every job within drain_ms (0: its --drain-timeout) and waits
- * for the outcome that long plus timeout_ms. */
+/* The daemon's --drain-timeout, from its StatusReply, into *ms. Returns EXIT_OK, or EXIT_DAEMON
+ * after printing why. */
+static int daemon_drain_timeout(const char *path, int timeout_ms, int *ms)
+{
+    Ringd__StatusRequest q = RINGD__STATUS_REQUEST__INIT;
+    rd_msg m = RINGD__MSG__INIT, *reply;
+    m.body_case = RINGD__MSG__BODY_STATUS_REQUEST;
+    m.status_request = &q;
+    int rc = ask(path, &m, timeout_ms, &reply);
+    if (rc != EXIT_OK)
+        return rc;
+    if (reply->body_case != RINGD__MSG__BODY_STATUS_REPLY) {
+        if (reply->body_case != RINGD__MSG__BODY_ERROR)
+            fprintf(stderr, "ringctl: %s: unexpected reply type %d\n", path, (int)reply->body_case);
+        rd_frame_free(reply);
+        return EXIT_DAEMON;
+    }
+    /* 0 from a daemon older than the field: no drain is longer than the longest one accepted */
+    uint32_t v = reply->status_reply->drain_timeout_ms;
+    *ms = v > 0 && v <= RD_DRAIN_MAX_MS ? (int)v : RD_DRAIN_MAX_MS;
+    rd_frame_free(reply);
+    return EXIT_OK;
+}
+
+/* `drain`: asks the daemon to leave every job within drain_ms (0: its --drain-timeout, which it
+ * is asked for first) and waits for the outcome that long plus timeout_ms. */
 static int run_drain(const char *path, int timeout_ms, int drain_ms, int json)
 {
     Ringd__DrainRequest q = RINGD__DRAIN_REQUEST__INIT;
@@ -300,8 +321,11 @@ static int run_drain(const char *path, int timeout_ms, int drain_ms, int json)
     q.timeout_ms = (uint32_t)drain_ms;
     m.body_case = RINGD__MSG__BODY_DRAIN_REQUEST;
     m.drain_request = &q;
-    int64_t wait = (int64_t)(drain_ms > 0 ? drain_ms : RD_DRAIN_DEFAULT_MS) + timeout_ms;
-    int rc = ask(path, &m, wait > INT_MAX ? INT_MAX : (int)wait, &reply);
+    int bound = drain_ms, rc;
+    if (bound == 0 && (rc = daemon_drain_timeout(path, timeout_ms, &bound)) != EXIT_OK)
+        return rc;
+    int64_t wait = (int64_t)bound + timeout_ms;
+    rc = ask(path, &m, wait > INT_MAX ? INT_MAX : (int)wait, &reply);
     if (rc != EXIT_OK)
         return rc;
     if (reply->body_case != RINGD__MSG__BODY_DRAIN_REPLY) {

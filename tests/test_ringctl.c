@@ -132,14 +132,18 @@ Test(ringctl, drain_of_an_unreachable_daemon_exits_1)
     th_daemon_finish(&daemon_);
 }
 
-/* A stand-in daemon that answers one DrainRequest with a canned DrainReply, so ringctl's side of
- * drain is checked whatever the real daemon does. */
+/* A stand-in daemon that answers StatusRequests with its drain timeout and one DrainRequest with
+ * a canned DrainReply (or never), so ringctl's side of drain is checked whatever the real daemon
+ * does. */
 typedef struct {
     int listen_fd;
     uint32_t status; /* of the reply */
     const char *message;
-    int asked;           /* set once a DrainRequest came */
-    uint32_t timeout_ms; /* the one it asked for */
+    uint32_t drain_timeout_ms; /* StatusReply.drain_timeout_ms */
+    int mute;                  /* the DrainRequest gets no answer */
+    int status_asked;          /* StatusRequests that came */
+    int asked;                 /* set once a DrainRequest came */
+    uint32_t timeout_ms;       /* the one it asked for */
 } fake_drain;
 
 static void *fake_drain_serve(void *arg)
@@ -152,7 +156,23 @@ static void *fake_drain_serve(void *arg)
     if (fd < 0)
         return NULL;
     rd_msg *m = th_recv(fd, 10000, NULL);
-    if (m != NULL && m->body_case == RINGD__MSG__BODY_DRAIN_REQUEST) {
+    if (m != NULL && m->body_case == RINGD__MSG__BODY_STATUS_REQUEST) {
+        f->status_asked++;
+        Ringd__StatusReply sr = RINGD__STATUS_REPLY__INIT;
+        rd_msg r = RINGD__MSG__INIT;
+        sr.drain_timeout_ms = f->drain_timeout_ms;
+        r.body_case = RINGD__MSG__BODY_STATUS_REPLY;
+        r.status_reply = &sr;
+        th_send(fd, &r);
+        rd_frame_free(m);
+        close(fd);
+        return fake_drain_serve(f); /* the DrainRequest comes on a connection of its own */
+    }
+    if (m != NULL && m->body_case == RINGD__MSG__BODY_DRAIN_REQUEST && f->mute) {
+        f->asked = 1;
+        f->timeout_ms = m->drain_request->timeout_ms;
+        th_wait_eof(fd, 10000); /* until ringctl gives up */
+    } else if (m != NULL && m->body_case == RINGD__MSG__BODY_DRAIN_REQUEST) {
         f->asked = 1;
         f->timeout_ms = m->drain_request->timeout_ms;
         Ringd__DrainReply d = RINGD__DRAIN_REPLY__INIT;
@@ -173,9 +193,9 @@ static void *fake_drain_serve(void *arg)
     return NULL;
 }
 
-/* Runs `ringctl --socket <fake> drain <args>` against a fake daemon answering as f says; returns
- * ringctl's exit status and its stdout in out. */
-static int drain_against_fake(fake_drain *f, const char *args, char **out)
+/* Runs `ringctl --socket <fake> <opts> drain <args>` against a fake daemon answering as f says;
+ * returns ringctl's exit status and its stdout in out. */
+static int drain_against_fake(fake_drain *f, const char *opts, const char *args, char **out)
 {
     char path[256], cmd[512];
     struct sockaddr_un sun = {.sun_family = AF_UNIX};
@@ -189,7 +209,8 @@ static int drain_against_fake(fake_drain *f, const char *args, char **out)
     cr_assert_eq(listen(f->listen_fd, 1), 0);
     pthread_t t;
     cr_assert_eq(pthread_create(&t, NULL, fake_drain_serve, f), 0);
-    snprintf(cmd, sizeof(cmd), "%s --socket %s drain %s", getenv("RINGCTL_BIN"), path, args);
+    snprintf(cmd, sizeof(cmd), "%s --socket %s %s drain %s", getenv("RINGCTL_BIN"), path, opts,
+             args);
     int rc = run(cmd, out);
     pthread_join(t, NULL);
     close(f->listen_fd);
@@ -201,14 +222,17 @@ Test(ringctl, drain_prints_the_outcome_and_exits_0_when_clean_and_3_when_not)
 {
     char *out;
     fake_drain clean = {.status = RINGD_OK, .message = ""};
-    cr_expect_eq(drain_against_fake(&clean, "--timeout 1500", &out), 0, "%s", out);
+    cr_expect_eq(drain_against_fake(&clean, "", "--timeout 1500", &out), 0, "%s", out);
     cr_expect(clean.asked && clean.timeout_ms == 1500, "asked %d, timeout_ms %u", clean.asked,
               clean.timeout_ms);
+    cr_expect_eq(clean.status_asked, 0, "a drain with a timeout of its own asked for status");
     cr_expect_str_eq(out, "drained: left 1 job(s) in 312 ms; 4 ops finished, 0 failed\n");
     free(out);
 
-    fake_drain cut = {.status = RINGD_E_TIMEOUT, .message = "2 ops cut at the drain timeout"};
-    cr_expect_eq(drain_against_fake(&cut, "--json 2>/dev/null", &out), 3,
+    fake_drain cut = {.status = RINGD_E_TIMEOUT,
+                      .message = "2 ops cut at the drain timeout",
+                      .drain_timeout_ms = 1000};
+    cr_expect_eq(drain_against_fake(&cut, "", "--json 2>/dev/null", &out), 3,
                  "a drain that was not clean must exit 3: %s", out);
     cr_expect(cut.asked && cut.timeout_ms == 0, "asked %d, timeout_ms %u", cut.asked,
               cut.timeout_ms);
@@ -225,6 +249,26 @@ Test(ringctl, drain_prints_the_outcome_and_exits_0_when_clean_and_3_when_not)
              json);
     cr_assert_eq(run(cmd, &out), 0, "ringctl drain --json did not print valid JSON");
     cr_expect_str_eq(out, "False 4 1 2 2 ops cut at the drain timeout\n");
+    free(out);
+    th_daemon_finish(&daemon_);
+}
+
+/* Without a timeout of its own, drain waits as long as the daemon says its drain may take (its
+ * --drain-timeout, from a StatusReply) plus --timeout: here 1500 + 300 ms, after which ringctl
+ * gives up on a daemon that never answers. */
+Test(ringctl, drain_waits_as_long_as_the_daemon_says_its_drain_may_take)
+{
+    char *out;
+    fake_drain mute = {.drain_timeout_ms = 1500, .mute = 1};
+    int64_t t0 = th_now_ms();
+    int rc = drain_against_fake(&mute, "--timeout 300", "2>&1", &out);
+    int64_t took = th_now_ms() - t0;
+    cr_expect_eq(rc, 1, "a daemon that never answers must exit 1: %s", out);
+    cr_expect_eq(mute.status_asked, 1, "ringctl asked for status %d times", mute.status_asked);
+    cr_expect(mute.asked && mute.timeout_ms == 0, "asked %d, timeout_ms %u", mute.asked,
+              mute.timeout_ms);
+    cr_expect(strstr(out, "no reply from ringd within 1800 ms") != NULL, "%s", out);
+    cr_expect(took >= 1800 && took < 10000, "ringctl gave up after %lld ms", (long long)took);
     free(out);
     th_daemon_finish(&daemon_);
 }
@@ -296,6 +340,26 @@ Test(ringctl, a_drain_that_cuts_an_op_at_its_timeout_exits_3)
     int rc = th_ringctl(ring_.d[0].sock, &out, 20000, "drain", "--timeout", "1000", NULL);
     cr_expect_eq(rc, 3, "ringctl drain exited %d (want 3: the op cut at 1 s):\n%s", rc, out);
     cr_expect(strstr(out, "ops were still under way after 1000 ms") != NULL, "%s", out);
+    free(out);
+    finish_busy_drain(o, q);
+}
+
+/* A real daemon whose --drain-timeout (25 s) is longer than the 20 s ringctl used to assume, kept
+ * draining by an op: ringctl drain, given no timeout, waits for the daemon's own answer (the op
+ * cut at 25 s: exit 3) instead of giving up at 20 s plus --timeout. */
+Test(ringctl, drain_without_a_timeout_waits_out_a_long_daemon_drain_timeout)
+{
+    const char *const slow[] = {"--drain-timeout", "25000", NULL};
+    opener o[2];
+    ringd_request_t *q;
+    start_busy_drain(slow, o, &q);
+    char *out;
+    int64_t t0 = th_now_ms();
+    int rc = th_ringctl(ring_.d[0].sock, &out, 40000, "--timeout", "2000", "drain", NULL);
+    int64_t took = th_now_ms() - t0;
+    cr_expect_eq(rc, 3, "ringctl drain exited %d after %lld ms (want 3: the op cut at 25 s):\n%s",
+                 rc, (long long)took, out);
+    cr_expect(strstr(out, "ops were still under way after 25000 ms") != NULL, "%s", out);
     free(out);
     finish_busy_drain(o, q);
 }

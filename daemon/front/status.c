@@ -40,6 +40,7 @@ void rd_status_request(struct rd_session *s, const rd_msg *req)
     r.ring_passes = d->counters->ring_passes;
     r.ring_ops = d->counters->ring_ops;
     r.draining = rd_engine_draining(d->engine);
+    r.drain_timeout_ms = (uint32_t)d->cfg->drain_timeout;
 
     if (rd_job_describe(d->engine, &jobs, &njobs) != 0)
         goto fail;
