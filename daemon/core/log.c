@@ -7,13 +7,13 @@
 #include <time.h>
 #include <unistd.h>
 
-int rd_log_threshold = RD_LOG_INFO;
+atomic_int rd_log_threshold = RD_LOG_INFO;
 
 static const char *const level_names[] = {"debug", "info", "warn", "error"};
 
 void rd_log_set_level(rd_log_level level)
 {
-    rd_log_threshold = (int)level;
+    atomic_store_explicit(&rd_log_threshold, (int)level, memory_order_relaxed);
 }
 
 int rd_log_level_parse(const char *s)

@@ -2,6 +2,8 @@
 #ifndef RD_LOG_H
 #define RD_LOG_H
 
+#include <stdatomic.h>
+
 typedef enum {
     RD_LOG_DEBUG = 0,
     RD_LOG_INFO = 1,
@@ -9,7 +11,8 @@ typedef enum {
     RD_LOG_ERROR = 3,
 } rd_log_level;
 
-extern int rd_log_threshold;
+/* Read by every thread (the data plane's too) on each rd_log; a relaxed load is enough. */
+extern atomic_int rd_log_threshold;
 
 void rd_log_set_level(rd_log_level level);
 
@@ -22,7 +25,7 @@ void rd_log_write(rd_log_level level, const char *subsys, const char *fmt, ...)
 
 #define rd_log(level, subsys, ...)                                                                 \
     do {                                                                                           \
-        if ((int)(level) >= rd_log_threshold)                                                      \
+        if ((int)(level) >= atomic_load_explicit(&rd_log_threshold, memory_order_relaxed))         \
             rd_log_write((level), (subsys), __VA_ARGS__);                                          \
     } while (0)
 
