@@ -114,7 +114,7 @@ int rd_session_send_fd(rd_session *s, const rd_msg *msg, int fd)
     if ((size_t)w < n && evbuffer_add(s->out, buf + w, n - (size_t)w) != 0) {
         /* The frame's tail is lost: whatever followed, an Error too, would be read as its rest. */
         rd_log(RD_LOG_ERROR, "session", "#%llu pid %d: out of memory queueing %zu bytes; closing",
-               (unsigned long long)s->id, (int)s->pid, n - (size_t)w);
+               (unsigned long long)s->id, (int)s->c.pid, n - (size_t)w);
         set_state(s, RD_SESSION_CLOSING);
         event_del(s->ev_read);
         event_active(s->ev_close, 0, 0);
@@ -348,7 +348,6 @@ static void on_readable(evutil_socket_t fd, short what, void *arg)
             rd_session_close(s, RINGD_E_PROTOCOL, "%s", err);
             return;
         }
-        event_del(s->ev_handshake); /* the first whole message ends the handshake, whatever it is */
         dispatch(s, m);
         rd_frame_free(m);
     }

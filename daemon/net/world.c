@@ -299,7 +299,7 @@ static void dial_later(slot *s)
     if (event_add(s->retry, &tv) != 0) {
         rd_world *w = s->w;
         rd_log(RD_LOG_ERROR, "world", "job '%s': cannot schedule a dial retry; the ring re-forms",
-               rd_job_name(w->job));
+               w->name);
         snprintf(w->reform_why, sizeof(w->reform_why), "a dial retry could not be scheduled");
         reform_later(w);
     }
