@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "frame.h"
+#include "segment.h"
 
 #define MAX 4096u
 
@@ -481,4 +482,24 @@ Test(frame, accepts_names_up_to_name_max_bytes_and_no_longer)
     name[RD_NAME_MAX + 1] = '\0';
     cr_assert_eq(strlen(name), 257);
     cr_assert_eq(rd_name_valid(name), 0);
+}
+
+/* The data links' segment header: 32 bytes, little-endian, a magic first. */
+Test(frame, a_segment_header_round_trips_in_a_fixed_little_endian_layout)
+{
+    rd_seg s = {0x01020304u, 0x1122334455667788ull, 9, 10}, back;
+    uint8_t b[RD_SEG_HEADER];
+    rd_seg_encode(&s, b);
+    cr_assert_eq(b[0], 0x31, "the magic \"RDG1\" read as a little-endian integer");
+    cr_assert_eq(b[4], 0x04);
+    cr_assert_eq(b[8], 0x88);
+    cr_assert_eq(b[16], 9);
+    cr_assert_eq(b[24], 10);
+    cr_assert_eq(rd_seg_decode(b, &back), 0);
+    cr_assert_eq(back.len, s.len);
+    cr_assert_eq(back.generation, s.generation);
+    cr_assert_eq(back.seq, s.seq);
+    cr_assert_eq(back.g, s.g);
+    b[1] ^= 0xff;
+    cr_assert_eq(rd_seg_decode(b, &back), -1, "a header without the magic is refused");
 }

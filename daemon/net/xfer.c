@@ -12,7 +12,6 @@
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
-#include <endian.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -25,20 +24,12 @@
 #include <unistd.h>
 
 #include "frame.h"
+#include "segment.h"
 #include "log.h"
 
-#define RD_XFER_MAGIC 0x52444731u /* "RDG1" */
 #define RD_XFER_SEGMENT_MIN (64u << 10)
 #define RD_XFER_SPIN_US 2000 /* spin this long for a link mid-collective before sleeping */
 
-/* Precedes every non-empty segment on a link. Little-endian on the wire. */
-typedef struct {
-    uint32_t magic;
-    uint32_t len;
-    uint64_t generation;
-    uint64_t seq; /* the task's number in this ring's agreed order */
-    uint64_t g;   /* the segment's index in the task */
-} seg_hdr;
 
 typedef struct {
     const uint8_t *src;
@@ -65,7 +56,7 @@ typedef struct {
     int fd;
     uint64_t g;   /* next segment of this connection */
     uint64_t pos; /* bytes of it (header included) done */
-    seg_hdr hdr;
+    uint8_t hdr[RD_SEG_HEADER];
     int blocked; /* send: waiting for POLLOUT */
 } lane;
 
@@ -178,17 +169,14 @@ static int lane_send(run *r, lane *l, int idx)
         if (l->pos == 0) {
             if (st->dep >= 0 && !r->recv_done[(uint64_t)st->dep * r->S + k])
                 return progress;
-            l->hdr.magic = htole32(RD_XFER_MAGIC);
-            l->hdr.len = htole32((uint32_t)len);
-            l->hdr.generation = htole64(x->cfg.generation);
-            l->hdr.seq = htole64(r->t->seq);
-            l->hdr.g = htole64(l->g);
+            rd_seg h = {(uint32_t)len, x->cfg.generation, r->t->seq, l->g};
+            rd_seg_encode(&h, l->hdr);
         }
         struct iovec iov[2];
         int n = 0;
-        if (l->pos < sizeof(seg_hdr))
-            iov[n++] = (struct iovec){(uint8_t *)&l->hdr + l->pos, sizeof(seg_hdr) - l->pos};
-        uint64_t done = l->pos > sizeof(seg_hdr) ? l->pos - sizeof(seg_hdr) : 0;
+        if (l->pos < RD_SEG_HEADER)
+            iov[n++] = (struct iovec){l->hdr + l->pos, RD_SEG_HEADER - l->pos};
+        uint64_t done = l->pos > RD_SEG_HEADER ? l->pos - RD_SEG_HEADER : 0;
         iov[n++] = (struct iovec){(void *)(st->src + off + done), len - done};
         struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
         ssize_t w = sendmsg(l->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -206,7 +194,7 @@ static int lane_send(run *r, lane *l, int idx)
         progress = 1;
         l->blocked = 0;
         l->pos += (uint64_t)w;
-        if (l->pos == sizeof(seg_hdr) + len) {
+        if (l->pos == RD_SEG_HEADER + len) {
             atomic_fetch_add_explicit(&x->sent, len, memory_order_relaxed);
             l->pos = 0;
             l->g += (uint64_t)C;
@@ -234,11 +222,11 @@ static int lane_recv(run *r, lane *l, int idx)
         uint8_t *dst = st->reduce ? staging : st->dst + off;
         /* The header alone first: a payload lands in its buffer only after its header passed. */
         struct iovec iov;
-        if (l->pos < sizeof(seg_hdr))
-            iov = (struct iovec){(uint8_t *)&l->hdr + l->pos, sizeof(seg_hdr) - l->pos};
+        if (l->pos < RD_SEG_HEADER)
+            iov = (struct iovec){l->hdr + l->pos, RD_SEG_HEADER - l->pos};
         else
             iov =
-                (struct iovec){dst + (l->pos - sizeof(seg_hdr)), len - (l->pos - sizeof(seg_hdr))};
+                (struct iovec){dst + (l->pos - RD_SEG_HEADER), len - (l->pos - RD_SEG_HEADER)};
         ssize_t got = readv(l->fd, &iov, 1);
         if (got < 0) {
             if (errno == EINTR)
@@ -254,18 +242,18 @@ static int lane_recv(run *r, lane *l, int idx)
         progress = 1;
         uint64_t before = l->pos;
         l->pos += (uint64_t)got;
-        if (before < sizeof(seg_hdr) && l->pos >= sizeof(seg_hdr)) {
-            uint64_t gen = le64toh(l->hdr.generation);
-            if (le32toh(l->hdr.magic) != RD_XFER_MAGIC || gen != x->cfg.generation ||
-                le64toh(l->hdr.seq) != r->t->seq || le64toh(l->hdr.g) != l->g ||
-                le32toh(l->hdr.len) != len) {
+        if (before < RD_SEG_HEADER && l->pos >= RD_SEG_HEADER) {
+            rd_seg h;
+            int bad = rd_seg_decode(l->hdr, &h) != 0;
+            uint64_t gen = h.generation;
+            if (bad || gen != x->cfg.generation || h.seq != r->t->seq || h.g != l->g ||
+                h.len != len) {
                 rd_log(RD_LOG_WARN, "xfer",
                        "node %s sent a frame of generation %llu (op %llu, segment %llu, %u "
                        "bytes); expected generation %llu (op %llu, segment %llu, %llu bytes): "
                        "link dropped",
-                       x->prev_node, (unsigned long long)gen,
-                       (unsigned long long)le64toh(l->hdr.seq),
-                       (unsigned long long)le64toh(l->hdr.g), le32toh(l->hdr.len),
+                       x->prev_node, (unsigned long long)gen, (unsigned long long)h.seq,
+                       (unsigned long long)h.g, h.len,
                        (unsigned long long)x->cfg.generation, (unsigned long long)r->t->seq,
                        (unsigned long long)l->g, (unsigned long long)len);
                 fail(r, gen != x->cfg.generation ? RINGD_E_MEMBERSHIP : RINGD_E_PROTOCOL,
@@ -275,7 +263,7 @@ static int lane_recv(run *r, lane *l, int idx)
                 return -1;
             }
         }
-        if (l->pos == sizeof(seg_hdr) + len) {
+        if (l->pos == RD_SEG_HEADER + len) {
             if (st->reduce) {
                 const void *src[2] = {staging, st->local + off};
                 r->t->backend->reduce(r->t->dtype, r->t->redop, st->dst + off, src, 2,
