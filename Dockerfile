@@ -35,7 +35,7 @@ LABEL org.opencontainers.image.title="ringd" \
 # json-c (ringctl).
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-      libevent-core-2.1-7 libprotobuf-c1 libhiredis0.14 libsodium23 libjson-c5 \
+      libevent-core-2.1-7 libevent-extra-2.1-7 libprotobuf-c1 libhiredis0.14 libsodium23 libjson-c5 \
  && rm -rf /var/lib/apt/lists/*
 
 COPY --from=build /dest/usr/local/ /usr/local/

@@ -1029,3 +1029,28 @@ Test(rendezvous, sweep_soon_sweeps_at_once, .timeout = 30)
         ;
     cr_assert_eq(seen[0].gen, 2);
 }
+
+/* A Redis given by host name is looked up through evdns (from /etc/hosts here), and a name no
+ * resolver knows is complained about and retried, never blocking the loop or the others. */
+Test(rendezvous, a_redis_host_name_is_resolved_without_blocking_the_loop, .timeout = 30)
+{
+    char url[96], err[256] = "";
+    snprintf(url, sizeof(url), "redis://localhost:%d", srv.port);
+    rd_rdv_options o = {url, NULL, 30000, on_view, &seen[0]};
+    inst[0] = rd_rdv_new(bases[0], &o, err, sizeof(err));
+    cr_assert_not_null(inst[0], "rd_rdv_new: %s", err);
+    snprintf(url, sizeof(url), "redis://no-such-host.invalid:%d", srv.port);
+    rd_rdv_options bad = {url, NULL, 30000, on_view, &seen[1]};
+    inst[1] = rd_rdv_new(bases[0], &bad, err, sizeof(err));
+    cr_assert_not_null(inst[1], "an unknown name is not an error at start: %s", err);
+    rd_rdv_member m = member("node-a", "10.0.0.1:7070", 4, 7);
+    cr_assert_eq(rd_rdv_join(inst[0], JOB, &m), 0);
+    int64_t end = th_now_ms() + 10000;
+    while (!(seen[0].nmembers == 1 && rd_rdv_connected(inst[0])) && pump(end))
+        ;
+    cr_assert(rd_rdv_connected(inst[0]), "connected to localhost");
+    cr_assert_eq(seen[0].nmembers, 1);
+    cr_assert_not(rd_rdv_connected(inst[1]));
+    rd_rdv_free(inst[1]); /* a lookup or retry under way is cancelled */
+    inst[1] = NULL;
+}

@@ -5,7 +5,10 @@
 #include "log.h"
 
 #include <stdarg.h>
+#include <arpa/inet.h>
+#include <event2/dns.h>
 #include <event2/event.h>
+#include <event2/util.h>
 #include <hiredis/hiredis.h>
 #include <hiredis/async.h>
 #include <hiredis/adapters/libevent.h>
@@ -218,6 +221,7 @@ typedef struct {
     int npending;        /* commands sent on ac, not yet answered */
     int64_t progress_ms; /* last reply, or the first command sent after quiet */
     struct event *retry; /* reconnect timer */
+    struct evdns_getaddrinfo_request *resolving; /* the host name's lookup under way */
     char lasterr[160];   /* last error logged, to log each distinct one once */
 } rdv_conn;
 
@@ -258,7 +262,9 @@ typedef struct rdv_req {
 
 struct rd_rdv {
     struct event_base *base;
+    struct evdns_base *dns; /* resolves a host name without blocking the loop */
     char host[256];
+    char ip[INET6_ADDRSTRLEN]; /* the host's address as last resolved ("" before) */
     int port;
     int db;
     char *password;
@@ -447,14 +453,66 @@ static void on_script_load(redisAsyncContext *ac, void *reply, void *privdata)
     }
 }
 
-/* Starts connecting c: AUTH, SELECT and a PING (SCRIPT LOADs on the command connection) are
- * queued at once and go out when the connect completes. */
+static void conn_connect(rdv_conn *c, const char *ip);
+
+/* The host name's lookup ended: connects to the first address (IPv4 first), or retries later. */
+static void on_resolved(int result, struct evutil_addrinfo *res, void *arg)
+{
+    if (result == EVUTIL_EAI_CANCEL)
+        return; /* the connection is being freed: arg may be gone */
+    rdv_conn *c = arg;
+    c->resolving = NULL;
+    const struct evutil_addrinfo *pick = NULL;
+    for (const struct evutil_addrinfo *a = res; a != NULL; a = a->ai_next)
+        if (pick == NULL || (pick->ai_family != AF_INET && a->ai_family == AF_INET))
+            pick = a;
+    char ip[INET6_ADDRSTRLEN] = "";
+    if (pick != NULL && pick->ai_family == AF_INET)
+        inet_ntop(AF_INET, &((const struct sockaddr_in *)pick->ai_addr)->sin_addr, ip, sizeof(ip));
+    else if (pick != NULL && pick->ai_family == AF_INET6)
+        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)pick->ai_addr)->sin6_addr, ip,
+                  sizeof(ip));
+    if (res != NULL)
+        evutil_freeaddrinfo(res);
+    if (result != 0 || ip[0] == '\0') {
+        conn_complain(c, RD_LOG_WARN, "resolve %s: %s (retrying)", c->r->host,
+                      result != 0 ? evutil_gai_strerror(result) : "no IPv4 or IPv6 address");
+        conn_lost(c);
+        return;
+    }
+    snprintf(c->r->ip, sizeof(c->r->ip), "%s", ip);
+    conn_connect(c, ip);
+}
+
+/* Starts connecting c, first looking the host name up (again on every reconnect: a Redis that
+ * moves keeps its name) through evdns, so that a slow resolver never holds the event loop; a
+ * numeric address connects at once. */
 static void conn_start(rdv_conn *c)
+{
+    rd_rdv *r = c->r;
+    if (c->ac != NULL || c->closing || c->resolving != NULL)
+        return;
+    struct in6_addr scratch;
+    if (inet_pton(AF_INET, r->host, &scratch) == 1 || inet_pton(AF_INET6, r->host, &scratch) == 1) {
+        conn_connect(c, r->host);
+        return;
+    }
+    struct evutil_addrinfo hints;
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    conn_set_state(c, RDV_CONNECTING);
+    c->resolving = evdns_getaddrinfo(r->dns, r->host, NULL, &hints, on_resolved, c);
+}
+
+/* Connects c to ip: AUTH, SELECT and a PING (SCRIPT LOADs on the command connection) are queued
+ * at once and go out when the connect completes. */
+static void conn_connect(rdv_conn *c, const char *ip)
 {
     rd_rdv *r = c->r;
     if (c->ac != NULL || c->closing)
         return;
-    redisAsyncContext *ac = redisAsyncConnect(r->host, r->port);
+    redisAsyncContext *ac = redisAsyncConnect(ip, r->port);
     if (ac == NULL) {
         conn_complain(c, RD_LOG_WARN, "redisAsyncConnect: out of memory (retrying)");
         conn_lost(c);
@@ -528,6 +586,9 @@ static int conn_init(rdv_conn *c, rd_rdv *r, rdv_job *job)
 static void conn_fini(rdv_conn *c)
 {
     c->closing = 1;
+    if (c->resolving != NULL)
+        evdns_getaddrinfo_cancel(c->resolving);
+    c->resolving = NULL;
     conn_close(c);
     if (c->retry != NULL)
         event_free(c->retry);
@@ -1390,6 +1451,11 @@ rd_rdv *rd_rdv_new(struct event_base *base, const rd_rdv_options *o, char *err, 
     r->arg = o->arg;
     if (o->password != NULL && (r->password = strdup(o->password)) == NULL)
         goto oom;
+    /* The system's resolver configuration (resolv.conf, hosts); a name it cannot give now is
+     * looked up again at each reconnect. */
+    r->dns = evdns_base_new(base, EVDNS_BASE_INITIALIZE_NAMESERVERS);
+    if (r->dns == NULL)
+        goto oom;
     if (conn_init(&r->cmd, r, NULL) != 0)
         goto oom;
     r->watchdog = event_new(base, -1, EV_PERSIST, on_watchdog, r);
@@ -1426,7 +1492,8 @@ static void leave_all_sync(rd_rdv *r)
     int sent = 0;
     if (r->jobs == NULL && r->queued == NULL)
         return;
-    redisContext *c = redisConnectWithTimeout(r->host, r->port, ctv);
+    /* The address last resolved, so that leaving never waits for a resolver at exit. */
+    redisContext *c = redisConnectWithTimeout(r->ip[0] != '\0' ? r->ip : r->host, r->port, ctv);
     if (c == NULL || c->err) {
         rd_log(RD_LOG_WARN, SUBSYS, "leaving on exit: connect %s:%d: %s; the leases will expire",
                r->host, r->port, c != NULL ? c->errstr : "out of memory");
@@ -1494,6 +1561,8 @@ void rd_rdv_free(rd_rdv *r)
         event_free(r->deliver);
     if (r->watchdog != NULL)
         event_free(r->watchdog);
+    if (r->dns != NULL)
+        evdns_base_free(r->dns, 1);
     free(r->password);
     free(r);
 }
