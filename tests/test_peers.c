@@ -989,3 +989,45 @@ Test(peers, a_dial_whose_connect_fails_at_once_says_why)
     cr_expect(strstr(o.why, "connect: Network is unreachable") != NULL, "the reason is \"%s\"",
               o.why);
 }
+
+/* A peer given by host name is looked up through evdns, never inside rd_peer_dial_new: a name
+ * /etc/hosts knows reaches the peer (refused here: the handshake itself ran), and a name nobody
+ * knows fails with the resolver's reason, reported from the loop. */
+Test(peers, a_dial_by_host_name_looks_it_up_off_the_loop)
+{
+    dial_outcome o = {event_base_new(), 0, -2, ""};
+    cr_assert_not_null(o.base);
+    rd_auth_key k;
+    rd_auth_insecure(&k);
+    char err[256] = "", addr[64];
+    rd_peer_net *n =
+        rd_peer_net_new(o.base, "127.0.0.1:0", &k, 2000, refuse_all, NULL, err, sizeof(err));
+    cr_assert_not_null(n, "%s", err);
+    const char *bound = rd_peer_net_address(n);
+    snprintf(addr, sizeof(addr), "localhost%s", strrchr(bound, ':'));
+    Ringd__PeerHello h = hello(JOB, 1, "n9", RINGD__LINK_KIND__LINK_CONTROL, 0);
+    rd_peer_dial *d = rd_peer_dial_new(n, addr, &h, on_dial_done, &o);
+    cr_assert_not_null(d);
+    cr_assert_eq(o.calls, 0, "no callback from within rd_peer_dial_new");
+    struct timeval limit = {3, 0};
+    event_base_loopexit(o.base, &limit);
+    event_base_dispatch(o.base);
+    cr_assert_eq(o.calls, 1, "the dial to %s reported %d times within 3 s", addr, o.calls);
+    cr_expect(strstr(o.why, "the test takes no peers") != NULL || strstr(o.why, "refused") != NULL,
+              "the dial reached the listener by name: \"%s\"", o.why);
+    o.calls = 0;
+    d = rd_peer_dial_new(n, "no-such-host.invalid:9", &h, on_dial_done, &o);
+    cr_assert_not_null(d);
+    cr_assert_eq(o.calls, 0);
+    event_base_loopexit(o.base, &limit);
+    event_base_dispatch(o.base);
+    cr_assert_eq(o.calls, 1);
+    cr_expect_lt(o.fd, 0);
+    cr_expect(strstr(o.why, "resolve:") != NULL, "the reason is \"%s\"", o.why);
+    /* A lookup under way is cancelled with its dial. */
+    d = rd_peer_dial_new(n, "another-unknown-host.invalid:9", &h, on_dial_done, &o);
+    cr_assert_not_null(d);
+    rd_peer_dial_cancel(d);
+    rd_peer_net_free(n);
+    event_base_free(o.base);
+}

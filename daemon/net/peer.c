@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
+#include <event2/dns.h>
 #include <event2/event.h>
 #include <event2/listener.h>
 #include <fcntl.h>
@@ -33,6 +34,7 @@ typedef enum {
     SETUP_CONFIRM,   /* client: reading the server's confirmation */
     SETUP_FRAME_LEN, /* either: reading the 4-byte length of PeerHello / its answer */
     SETUP_FRAME,     /* either: reading that frame */
+    SETUP_RESOLVE,   /* client: looking the peer's host name up (evdns), before SETUP_CONNECT */
 } setup_state;
 
 typedef struct setup {
@@ -46,6 +48,10 @@ typedef struct setup {
     int quiet; /* the failure is routine: log it below warning */
     /* client: the error connect failed with at once (SO_ERROR no longer holds it), or 0 */
     int connect_err;
+    struct evdns_getaddrinfo_request *lookup; /* client: SETUP_RESOLVE's lookup, under way */
+    struct sockaddr_storage ss;               /* client: the address to connect to */
+    unsigned sslen;                           /* 0 while unknown */
+    char lookup_err[160];                     /* client: why the lookup failed */
     uint8_t chal[RD_AUTH_CHALLENGE_LEN];
     uint8_t ans[RD_AUTH_ANSWER_LEN];
     uint8_t buf[RD_FRAME_HEADER + RD_PEER_HELLO_MAX];
@@ -64,6 +70,7 @@ struct rd_peer_dial {
 
 struct rd_peer_net {
     struct event_base *base;
+    struct evdns_base *dns; /* host names of peers, looked up off the loop */
     struct evconnlistener *listener;
     const rd_auth_key *key;
     int64_t timeout_ms;
@@ -90,6 +97,59 @@ struct rd_peer_chan {
 /* Channels being closed: written out, half closed and read until the peer closes (a second at
  * most), so that the peer reads the last messages sent rather than a reset. */
 static rd_peer_chan *lingering;
+
+/* Splits "HOST:PORT" ("[V6]:PORT" too) into host and port, the port checked. Returns 0, or -1
+ * with err set. */
+static int addr_split(const char *addr, char *host, size_t hostlen, char port[8], char *err,
+                      size_t errlen)
+{
+    const char *colon = strrchr(addr, ':');
+    if (colon == NULL || colon == addr || colon[1] == '\0' || (size_t)(colon - addr) >= hostlen) {
+        snprintf(err, errlen, "address '%s' is not HOST:PORT", addr);
+        return -1;
+    }
+    memcpy(host, addr, (size_t)(colon - addr));
+    host[colon - addr] = '\0';
+    size_t hl = strlen(host);
+    if (host[0] == '[' && hl > 2 && host[hl - 1] == ']') {
+        memmove(host, host + 1, hl - 2);
+        host[hl - 2] = '\0';
+    }
+    char *end;
+    long p = strtol(colon + 1, &end, 10);
+    if (*end != '\0' || p < 0 || p > 65535) {
+        snprintf(err, errlen, "address '%s': bad port", addr);
+        return -1;
+    }
+    snprintf(port, 8, "%ld", p);
+    return 0;
+}
+
+/* A numeric address into *ss. Returns 0; 1 when host is a name (to look up); -1 with err set. */
+static int resolve_numeric(const char *addr, struct sockaddr_storage *ss, unsigned *sslen,
+                           char *host, size_t hostlen, char port[8], char *err, size_t errlen)
+{
+    if (addr_split(addr, host, hostlen, port, err, errlen) != 0)
+        return -1;
+    struct addrinfo hints, *res = NULL;
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV;
+    int rc = getaddrinfo(host, port, &hints, &res);
+    if (rc == EAI_NONAME)
+        return 1;
+    if (rc != 0 || res == NULL) {
+        snprintf(err, errlen, "address '%s': %s", addr, gai_strerror(rc));
+        if (res != NULL)
+            freeaddrinfo(res);
+        return -1;
+    }
+    memcpy(ss, res->ai_addr, res->ai_addrlen);
+    *sslen = (unsigned)res->ai_addrlen;
+    freeaddrinfo(res);
+    return 0;
+}
 
 int rd_peer_resolve(const char *addr, struct sockaddr_storage *ss, unsigned *sslen, char *err,
                     size_t errlen)
@@ -209,6 +269,9 @@ static void setup_unlink(setup *s)
 /* Frees a handshake; closes its fd unless handed over (fd < 0). */
 static void setup_free(setup *s)
 {
+    if (s->lookup != NULL)
+        evdns_getaddrinfo_cancel(s->lookup);
+    s->lookup = NULL;
     setup_unlink(s);
     if (s->ev != NULL)
         event_free(s->ev);
@@ -402,6 +465,8 @@ static int setup_step(setup *s)
         else
             server_hello(s);
         return 0;
+    case SETUP_RESOLVE: /* on_setup_event hands it to dial_connect, never here */
+        break;
     }
     return 0;
 }
@@ -414,12 +479,18 @@ static void on_setup_deadline(evutil_socket_t fd, short what, void *arg)
     setup_fail(s, "handshake timed out after %lld ms", (long long)s->n->timeout_ms);
 }
 
+static void dial_connect(setup *s);
+
 /* Reads what the handshake needs next, as far as it has arrived; a handshake whose bytes trickle
  * in is still bounded by its deadline. */
 static void on_setup_event(evutil_socket_t fd, short what, void *arg)
 {
     setup *s = arg;
     (void)what;
+    if (s->state == SETUP_RESOLVE) {
+        dial_connect(s);
+        return;
+    }
     if (s->state == SETUP_CONNECT) {
         setup_step(s);
         return;
@@ -522,6 +593,12 @@ rd_peer_net *rd_peer_net_new(struct event_base *base, const char *listen, const 
     n->base = base;
     n->key = key;
     n->timeout_ms = timeout_ms;
+    n->dns = evdns_base_new(base, EVDNS_BASE_INITIALIZE_NAMESERVERS);
+    if (n->dns == NULL) {
+        snprintf(err, errlen, "cannot start the resolver (evdns)");
+        free(n);
+        return NULL;
+    }
     n->accept_fn = fn;
     n->arg = arg;
     n->listener = evconnlistener_new_bind(
@@ -529,6 +606,7 @@ rd_peer_net *rd_peer_net_new(struct event_base *base, const char *listen, const 
         (struct sockaddr *)&ss, (int)sslen);
     if (n->listener == NULL) {
         snprintf(err, errlen, "listen on %s: %s", listen, strerror(errno));
+        evdns_base_free(n->dns, 1);
         free(n);
         return NULL;
     }
@@ -537,6 +615,7 @@ rd_peer_net *rd_peer_net_new(struct event_base *base, const char *listen, const 
     if (getsockname(evconnlistener_get_fd(n->listener), (struct sockaddr *)&bound, &bl) != 0) {
         snprintf(err, errlen, "getsockname: %s", strerror(errno));
         evconnlistener_free(n->listener);
+        evdns_base_free(n->dns, 1);
         free(n);
         return NULL;
     }
@@ -552,6 +631,8 @@ void rd_peer_net_free(rd_peer_net *n)
         setup_free(n->setups);
     rd_peer_chan_free_lingering();
     evconnlistener_free(n->listener);
+    if (n->dns != NULL)
+        evdns_base_free(n->dns, 1);
     free(n);
 }
 
@@ -560,25 +641,71 @@ const char *rd_peer_net_address(const rd_peer_net *n)
     return n->address;
 }
 
+/* Client: the address is known (s->ss): connects. Returns -1 when no socket could be made
+ * (nothing reported yet), else 0. */
+static int dial_start_connect(setup *s)
+{
+    int fd = socket(s->ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -1;
+    set_nodelay(fd);
+    s->fd = fd;
+    int rc = connect(fd, (struct sockaddr *)&s->ss, s->sslen);
+    if (rc == 0 || errno == EINPROGRESS) {
+        setup_expect(s, rc == 0 ? SETUP_CHALLENGE : SETUP_CONNECT,
+                     rc == 0 ? RD_AUTH_CHALLENGE_LEN : 0);
+    } else {
+        /* reported on the next turn, so the caller never sees its callback before the return */
+        s->connect_err = errno;
+        setup_expect(s, SETUP_CONNECT, 0);
+        event_active(s->ev, EV_WRITE, 0);
+    }
+    return 0;
+}
+
+/* Client, from the loop: the host name's lookup ended; connects, or reports why not. */
+static void dial_connect(setup *s)
+{
+    if (s->sslen == 0)
+        setup_fail(s, "resolve: %s", s->lookup_err[0] != '\0' ? s->lookup_err : "no address");
+    else if (dial_start_connect(s) != 0)
+        setup_fail(s, "socket: %s", strerror(errno));
+}
+
+/* The peer's host name was looked up: the connect goes on from the loop (the lookup may answer
+ * from within rd_peer_dial_new, whose caller must not see its callback before the return). */
+static void on_dial_resolved(int result, struct evutil_addrinfo *res, void *arg)
+{
+    if (result == EVUTIL_EAI_CANCEL)
+        return; /* the dial is being freed */
+    setup *s = arg;
+    s->lookup = NULL;
+    if (result == 0 && res != NULL && res->ai_addrlen <= sizeof(s->ss)) {
+        memcpy(&s->ss, res->ai_addr, res->ai_addrlen);
+        s->sslen = (unsigned)res->ai_addrlen;
+    } else {
+        snprintf(s->lookup_err, sizeof(s->lookup_err), "%s",
+                 result != 0 ? evutil_gai_strerror(result) : "no address");
+    }
+    if (res != NULL)
+        evutil_freeaddrinfo(res);
+    event_active(s->ev, EV_WRITE, 0);
+}
+
 rd_peer_dial *rd_peer_dial_new(rd_peer_net *n, const char *addr, const Ringd__PeerHello *h,
                                rd_peer_dial_fn fn, void *arg)
 {
     struct sockaddr_storage ss;
-    unsigned sslen;
-    char err[256];
-    if (rd_peer_resolve(addr, &ss, &sslen, err, sizeof(err)) != 0) {
+    unsigned sslen = 0;
+    char err[256], host[RD_PEER_ADDR_MAX], port[8];
+    int named = resolve_numeric(addr, &ss, &sslen, host, sizeof(host), port, err, sizeof(err));
+    if (named < 0) {
         rd_log(RD_LOG_WARN, "peer", "%s", err);
         return NULL;
     }
-    int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0)
+    setup *s = setup_new(n, -1, 1, sizeof(rd_peer_dial));
+    if (s == NULL)
         return NULL;
-    set_nodelay(fd);
-    setup *s = setup_new(n, fd, 1, sizeof(rd_peer_dial));
-    if (s == NULL) {
-        close(fd);
-        return NULL;
-    }
     rd_msg m = RINGD__MSG__INIT;
     m.body_case = RINGD__MSG__BODY_PEER_HELLO;
     m.peer_hello = (Ringd__PeerHello *)h;
@@ -590,16 +717,22 @@ rd_peer_dial *rd_peer_dial_new(rd_peer_net *n, const char *addr, const Ringd__Pe
     snprintf(s->remote, sizeof(s->remote), "%s", addr);
     s->fn = fn;
     s->arg = arg;
-    int rc = connect(fd, (struct sockaddr *)&ss, sslen);
-    if (rc == 0 || errno == EINPROGRESS) {
-        setup_expect(s, rc == 0 ? SETUP_CHALLENGE : SETUP_CONNECT,
-                     rc == 0 ? RD_AUTH_CHALLENGE_LEN : 0);
-    } else {
-        /* reported on the next turn, so the caller never sees its callback before the return */
-        s->connect_err = errno;
-        setup_expect(s, SETUP_CONNECT, 0);
-        event_active(s->ev, EV_WRITE, 0);
+    if (named == 0) {
+        s->ss = ss;
+        s->sslen = sslen;
+        if (dial_start_connect(s) != 0) {
+            setup_free(s);
+            return NULL;
+        }
+        return (rd_peer_dial *)s;
     }
+    /* A host name: looked up through evdns, within the handshake's deadline. */
+    struct evutil_addrinfo hints;
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    s->state = SETUP_RESOLVE;
+    s->lookup = evdns_getaddrinfo(n->dns, host, port, &hints, on_dial_resolved, s);
     return (rd_peer_dial *)s;
 }
 
@@ -867,7 +1000,11 @@ rd_peer_probe *rd_peer_probe_new(struct event_base *base, const char *addr, int 
     if (p == NULL)
         return NULL;
     p->fd = -1;
-    if (rd_peer_resolve(addr, &p->ss, &p->sslen, err, sizeof(err)) != 0) {
+    /* Numeric addresses only: a probe is a shortcut, never worth a lookup (NULL: the caller
+     * goes on as if the answer were unknown). */
+    char host[RD_PEER_ADDR_MAX], port[8];
+    if (resolve_numeric(addr, &p->ss, &p->sslen, host, sizeof(host), port, err, sizeof(err)) !=
+        0) {
         free(p);
         return NULL;
     }

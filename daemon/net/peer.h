@@ -76,8 +76,9 @@ void rd_peer_chan_free_lingering(void);
 
 const char *rd_peer_chan_name(const rd_peer_chan *c);
 
-/* Splits "HOST:PORT" or "[V6]:PORT" and resolves it (numeric hosts without a lookup). Returns 0,
- * or -1 with err set. */
+/* Splits "HOST:PORT" or "[V6]:PORT" and resolves it: numeric hosts without a lookup, a host name
+ * with one blocking lookup, so only for start-up (the peer listener); dials look names up through
+ * evdns. Returns 0, or -1 with err set. */
 int rd_peer_resolve(const char *addr, struct sockaddr_storage *ss, unsigned *sslen, char *err,
                     size_t errlen);
 
