@@ -243,28 +243,41 @@ static int ask(const char *path, const rd_msg *m, int timeout_ms, rd_msg **reply
     return EXIT_OK;
 }
 
+/* Asks for the daemon's StatusReply into *reply (the caller frees it with rd_frame_free).
+ * Returns EXIT_OK, or another exit status after printing why. */
+static int ask_status(const char *path, int timeout_ms, rd_msg **reply)
+{
+    Ringd__StatusRequest q = RINGD__STATUS_REQUEST__INIT;
+    rd_msg m = RINGD__MSG__INIT;
+    m.body_case = RINGD__MSG__BODY_STATUS_REQUEST;
+    m.status_request = &q;
+    int rc = ask(path, &m, timeout_ms, reply);
+    if (rc != EXIT_OK)
+        return rc;
+    if ((*reply)->body_case != RINGD__MSG__BODY_STATUS_REPLY) {
+        if ((*reply)->body_case != RINGD__MSG__BODY_ERROR)
+            fprintf(stderr, "ringctl: %s: unexpected reply type %d\n", path,
+                    (int)(*reply)->body_case);
+        rd_frame_free(*reply);
+        *reply = NULL;
+        return EXIT_DAEMON;
+    }
+    return EXIT_OK;
+}
+
 /* `status`: prints the daemon's StatusReply. */
 static int run_status(const char *path, int timeout_ms, int json)
 {
-    Ringd__StatusRequest q = RINGD__STATUS_REQUEST__INIT;
-    rd_msg m = RINGD__MSG__INIT, *reply;
-    m.body_case = RINGD__MSG__BODY_STATUS_REQUEST;
-    m.status_request = &q;
-    int rc = ask(path, &m, timeout_ms, &reply);
+    rd_msg *reply;
+    int rc = ask_status(path, timeout_ms, &reply);
     if (rc != EXIT_OK)
         return rc;
-    if (reply->body_case == RINGD__MSG__BODY_STATUS_REPLY) {
-        if (json)
-            print_json(reply->status_reply);
-        else
-            print_text(reply->status_reply);
-    } else {
-        if (reply->body_case != RINGD__MSG__BODY_ERROR)
-            fprintf(stderr, "ringctl: %s: unexpected reply type %d\n", path, (int)reply->body_case);
-        rc = EXIT_DAEMON;
-    }
+    if (json)
+        print_json(reply->status_reply);
+    else
+        print_text(reply->status_reply);
     rd_frame_free(reply);
-    return rc;
+    return EXIT_OK;
 }
 
 static void print_drain(const Ringd__DrainReply *d, int json)
@@ -292,19 +305,10 @@ static void print_drain(const Ringd__DrainReply *d, int json)
  * after printing why. */
 static int daemon_drain_timeout(const char *path, int timeout_ms, int *ms)
 {
-    Ringd__StatusRequest q = RINGD__STATUS_REQUEST__INIT;
-    rd_msg m = RINGD__MSG__INIT, *reply;
-    m.body_case = RINGD__MSG__BODY_STATUS_REQUEST;
-    m.status_request = &q;
-    int rc = ask(path, &m, timeout_ms, &reply);
+    rd_msg *reply;
+    int rc = ask_status(path, timeout_ms, &reply);
     if (rc != EXIT_OK)
         return rc;
-    if (reply->body_case != RINGD__MSG__BODY_STATUS_REPLY) {
-        if (reply->body_case != RINGD__MSG__BODY_ERROR)
-            fprintf(stderr, "ringctl: %s: unexpected reply type %d\n", path, (int)reply->body_case);
-        rd_frame_free(reply);
-        return EXIT_DAEMON;
-    }
     /* 0 from a daemon older than the field: no drain is longer than the longest one accepted */
     uint32_t v = reply->status_reply->drain_timeout_ms;
     *ms = v > 0 && v <= RD_DRAIN_MAX_MS ? (int)v : RD_DRAIN_MAX_MS;

@@ -125,19 +125,18 @@ static int addr_split(const char *addr, char *host, size_t hostlen, char port[8]
     return 0;
 }
 
-/* A numeric address into *ss. Returns 0; 1 when host is a name (to look up); -1 with err set. */
-static int resolve_numeric(const char *addr, struct sockaddr_storage *ss, unsigned *sslen,
-                           char *host, size_t hostlen, char port[8], char *err, size_t errlen)
+/* getaddrinfo of host and port with flags into *ss. Returns 0, 1 for a name when flags say
+ * AI_NUMERICHOST, or -1 with err set (naming addr). */
+static int lookup(const char *addr, const char *host, const char *port, int flags,
+                  struct sockaddr_storage *ss, unsigned *sslen, char *err, size_t errlen)
 {
-    if (addr_split(addr, host, hostlen, port, err, errlen) != 0)
-        return -1;
     struct addrinfo hints, *res = NULL;
     memset(&hints, 0, sizeof(hints));
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV;
+    hints.ai_flags = flags;
     int rc = getaddrinfo(host, port, &hints, &res);
-    if (rc == EAI_NONAME)
+    if (rc == EAI_NONAME && (flags & AI_NUMERICHOST))
         return 1;
     if (rc != 0 || res == NULL) {
         snprintf(err, errlen, "address '%s': %s", addr, gai_strerror(rc));
@@ -151,50 +150,24 @@ static int resolve_numeric(const char *addr, struct sockaddr_storage *ss, unsign
     return 0;
 }
 
+/* A numeric address into *ss. Returns 0; 1 when host is a name (to look up); -1 with err set. */
+static int resolve_numeric(const char *addr, struct sockaddr_storage *ss, unsigned *sslen,
+                           char *host, size_t hostlen, char port[8], char *err, size_t errlen)
+{
+    if (addr_split(addr, host, hostlen, port, err, errlen) != 0)
+        return -1;
+    return lookup(addr, host, port, AI_NUMERICHOST | AI_NUMERICSERV, ss, sslen, err, errlen);
+}
+
 int rd_peer_resolve(const char *addr, struct sockaddr_storage *ss, unsigned *sslen, char *err,
                     size_t errlen)
 {
-    char host[RD_PEER_ADDR_MAX];
-    const char *colon = strrchr(addr, ':');
-    if (colon == NULL || colon == addr || colon[1] == '\0' ||
-        (size_t)(colon - addr) >= sizeof(host)) {
-        snprintf(err, errlen, "address '%s' is not HOST:PORT", addr);
-        return -1;
-    }
-    memcpy(host, addr, (size_t)(colon - addr));
-    host[colon - addr] = '\0';
-    char *h = host;
-    size_t hl = strlen(h);
-    if (h[0] == '[' && hl > 2 && h[hl - 1] == ']') {
-        h[hl - 1] = '\0';
-        h++;
-    }
-    char *end;
-    long port = strtol(colon + 1, &end, 10);
-    if (*end != '\0' || port < 0 || port > 65535) {
-        snprintf(err, errlen, "address '%s': bad port", addr);
-        return -1;
-    }
-    struct addrinfo hints, *res = NULL;
-    memset(&hints, 0, sizeof(hints));
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV;
-    int rc = getaddrinfo(h, colon + 1, &hints, &res);
-    if (rc == EAI_NONAME) { /* a host name: one blocking lookup */
-        hints.ai_flags = AI_NUMERICSERV;
-        rc = getaddrinfo(h, colon + 1, &hints, &res);
-    }
-    if (rc != 0 || res == NULL) {
-        snprintf(err, errlen, "address '%s': %s", addr, gai_strerror(rc));
-        if (res != NULL)
-            freeaddrinfo(res);
-        return -1;
-    }
-    memcpy(ss, res->ai_addr, res->ai_addrlen);
-    *sslen = (unsigned)res->ai_addrlen;
-    freeaddrinfo(res);
-    return 0;
+    char host[RD_PEER_ADDR_MAX], port[8];
+    int rc = resolve_numeric(addr, ss, sslen, host, sizeof(host), port, err, errlen);
+    if (rc != 1)
+        return rc;
+    /* a host name: one blocking lookup (start-up only) */
+    return lookup(addr, host, port, AI_NUMERICSERV, ss, sslen, err, errlen);
 }
 
 /* "HOST:PORT" of a socket address. */
