@@ -260,10 +260,13 @@ static ringd_result_t await_welcome(ringd_t *r, const char *job, int local_size,
 /* Writes sizeof(ringd_options_t) bytes: when the struct grows, callers built against this
  * header must keep getting this size (a new symbol version in libringd.map for the larger one),
  * or the library would write past their struct. */
-void ringd_options_init(ringd_options_t *o)
+void ringd_options_init(ringd_options_t *o, size_t size)
 {
-    if (o != NULL)
-        *o = (ringd_options_t)RINGD_OPTIONS_INIT;
+    if (o == NULL || size < sizeof(o->struct_size))
+        return;
+    ringd_options_t init = RINGD_OPTIONS_INIT;
+    init.struct_size = size < sizeof(init) ? size : sizeof(init);
+    memcpy(o, &init, init.struct_size);
 }
 
 ringd_result_t ringd_open(const ringd_options_t *opts, ringd_t **out)
@@ -272,7 +275,7 @@ ringd_result_t ringd_open(const ringd_options_t *opts, ringd_t **out)
     char err[512];
 
     *out = NULL;
-    ringd_options_init(&o);
+    ringd_options_init(&o, sizeof(o));
     ringd_t *r = calloc(1, sizeof(*r));
     if (r == NULL)
         return RINGD_E_NOMEM;

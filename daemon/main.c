@@ -174,6 +174,9 @@ out:
     rd_drain_free(&d.front);
     rd_engine_free(d.engine);
     rd_net_free(d.net);
+    /* One more turn: name lookups cancelled just now report back, and their resolvers go. */
+    if (d.base != NULL)
+        event_base_loop(d.base, EVLOOP_NONBLOCK);
     if (ev_int != NULL)
         event_free(ev_int);
     if (ev_term != NULL)

@@ -56,7 +56,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "ringd_version() is %s, want %s\n", v, argv[1]);
         return 1;
     }
-    ringd_options_init(&o);
+    ringd_options_init(&o, sizeof(o));
     if (o.struct_size != sizeof(o) || strstr(ringd_strerror(RINGD_E_CONNECT), "ringd") == NULL) {
         fprintf(stderr, "ringd_options_init or ringd_strerror give nonsense\n");
         return 1;

@@ -48,7 +48,7 @@ Test(api, options_init_gives_the_values_of_the_init_macro)
 {
     ringd_options_t m = RINGD_OPTIONS_INIT, f;
     memset(&f, 0xa5, sizeof(f)); /* no field may keep what was there */
-    ringd_options_init(&f);
+    ringd_options_init(&f, sizeof(f));
     cr_assert_eq(f.struct_size, sizeof(ringd_options_t));
     cr_assert_eq(f.struct_size, m.struct_size);
     cr_assert_eq(f.socket_path, m.socket_path);
@@ -61,7 +61,25 @@ Test(api, options_init_gives_the_values_of_the_init_macro)
     cr_assert_eq(f.poll_us, m.poll_us);
     cr_assert_eq(f.reserved, m.reserved);
     cr_assert_eq(f.min_size, m.min_size);
-    ringd_options_init(NULL);
+    ringd_options_init(NULL, sizeof(ringd_options_t));
+    ringd_options_init(&f, 3); /* too small for struct_size: untouched */
+    cr_assert_eq(f.struct_size, sizeof(ringd_options_t));
+}
+
+/* A caller with an older, smaller struct (or a binding's own copy) is written only as far as
+ * its size, which struct_size then says. */
+Test(api, options_init_writes_no_further_than_the_caller_s_struct)
+{
+    unsigned char buf[sizeof(ringd_options_t) + 16];
+    memset(buf, 0xa5, sizeof(buf));
+    ringd_options_init((ringd_options_t *)(void *)buf, sizeof(options_v0_1));
+    options_v0_1 old;
+    memcpy(&old, buf, sizeof(old));
+    cr_assert_eq(old.struct_size, sizeof(options_v0_1));
+    cr_assert_null(old.socket_path);
+    cr_assert_eq(old.world_size, 0);
+    for (size_t i = sizeof(options_v0_1); i < sizeof(buf); i++)
+        cr_assert_eq(buf[i], 0xa5, "byte %zu past the caller's struct was written", i);
 }
 
 /* Opens with o and closes; returns the result, its message in msg. */
@@ -87,7 +105,7 @@ Test(api, options_with_a_struct_size_no_header_had_are_refused)
     char msg[1024];
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         ringd_options_t o;
-        ringd_options_init(&o);
+        ringd_options_init(&o, sizeof(o));
         o.socket_path = NO_SOCKET;
         o.struct_size = bad[i];
         ringd_result_t rc = open_result(&o, msg, sizeof(msg));
@@ -113,7 +131,7 @@ Test(api, options_of_an_older_smaller_header_are_taken)
     /* What lies beyond an older struct_size is the caller's memory, not options: a min_size
      * there that ringd_open would refuse is never read. */
     ringd_options_t o;
-    ringd_options_init(&o);
+    ringd_options_init(&o, sizeof(o));
     o.socket_path = NO_SOCKET;
     o.world_size = o.local_size = 1;
     o.min_size = 99;

@@ -707,6 +707,23 @@ Test(faults, a_connection_that_never_says_hello_is_closed)
     th_daemon_finish(&daemon_);
 }
 
+/* A Poke is not a handshake: a connection that only pokes is closed when --handshake-ms runs out,
+ * so no connection holds a client slot for nothing. */
+Test(faults, a_connection_that_only_pokes_is_still_closed_by_the_handshake_timer)
+{
+    int fd = th_connect(daemon_.sock);
+    cr_assert_geq(fd, 0);
+    Ringd__Poke p = RINGD__POKE__INIT;
+    rd_msg m = RINGD__MSG__INIT;
+    m.body_case = RINGD__MSG__BODY_POKE;
+    m.poke = &p;
+    cr_assert_eq(th_send(fd, &m), 0);
+    expect_error(fd, RINGD_E_TIMEOUT, "sent no Hello");
+    close(fd);
+    expect_still_serving();
+    th_daemon_finish(&daemon_);
+}
+
 /* The handshake ends with the first message the daemon accepts, a StatusRequest as well as a
  * Hello: a status connection kept open (a monitor polling over one connection) outlives
  * --handshake-ms (500 here) and keeps being answered. */

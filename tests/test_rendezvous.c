@@ -179,8 +179,10 @@ static void teardown(void)
         inst[i] = NULL;
     }
     for (int i = 0; i < NBASES; i++) {
-        if (bases[i] != NULL)
+        if (bases[i] != NULL) {
+            event_base_loop(bases[i], EVLOOP_NONBLOCK); /* cancelled lookups report back */
             event_base_free(bases[i]);
+        }
         bases[i] = NULL;
     }
     th_redis_stop(&srv);

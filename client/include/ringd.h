@@ -124,11 +124,12 @@ typedef struct {
         sizeof(ringd_options_t), NULL, NULL, 0, 0, 0, 0, 0, 0, 0, 0                                \
     }
 
-/* Fills *o with what RINGD_OPTIONS_INIT gives: struct_size = sizeof(ringd_options_t), every other
- * field 0 or NULL. For callers that cannot use the macro, such as bindings (Python ctypes) that
- * should not reproduce the defaults. o is the caller's and must hold a whole ringd_options_t of
- * this header; NULL is a no-op. Any thread may call it. */
-RINGD_API void ringd_options_init(ringd_options_t *o);
+/* Fills the size bytes at o (the caller's struct: sizeof(ringd_options_t) of the header it was
+ * built with) with what RINGD_OPTIONS_INIT gives: every field 0 or NULL, and struct_size = the
+ * smaller of size and this library's struct, so that a caller built against an older header,
+ * or a binding (Python ctypes) with its own copy of the struct, is never written past its end.
+ * NULL, or a size that does not hold struct_size, is a no-op. Any thread may call it. */
+RINGD_API void ringd_options_init(ringd_options_t *o, size_t size);
 
 /* Connects to the daemon and joins the job; returns once the job's local clients have all
  * joined, or fails at open_timeout_ms. opts may be NULL (every default); it is read only during

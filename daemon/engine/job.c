@@ -359,6 +359,26 @@ static void op_finish(rd_op *o, ringd_result_t status, const char *message)
     op_free(o);
 }
 
+/* A tombstone every node knows of goes once all its ranks have come. Returns 1 when o is gone. */
+static int tombstone_maybe_free(rd_op *o)
+{
+    if (o->state != OP_TOMBSTONE || o->nsubmitted < o->nparts)
+        return 0;
+    op_unlink(o->job, o);
+    op_free(o);
+    return 1;
+}
+
+/* Rank `rank` (client c, request_id) came to a failed op: it hears status and message. */
+static void tombstone_visit(rd_op *o, rd_client *c, uint32_t rank, uint64_t request_id,
+                            ringd_result_t status, const char *message)
+{
+    o->parts[rank].submitted = 1;
+    o->nsubmitted++;
+    answer(o->job, c, request_id, status, message);
+    tombstone_maybe_free(o);
+}
+
 /* Ends a pending op for good: the ranks that submitted it hear status and msg now, and the op
  * stays as a tombstone that gives the ranks yet to submit it the same answer, until all have
  * come and the other nodes know (UNTOLD, TOLD), or --stall-abort passes. */
@@ -382,10 +402,7 @@ static void op_tombstone(rd_op *o, ringd_result_t status, const char *msg)
         rd_arena_unref(o->parts[k].arena);
         o->parts[k].arena = NULL;
     }
-    if (o->nsubmitted == o->nparts && o->state == OP_TOMBSTONE) { /* nobody left to tell */
-        op_unlink(o->job, o);
-        op_free(o);
-    }
+    tombstone_maybe_free(o); /* nobody left to tell */
 }
 
 /* Fails a pending op. A mismatch leaves a tombstone (op_tombstone); any other failure removes
@@ -428,6 +445,8 @@ static void op_resolve(rd_op *o)
 {
     rd_job *j = o->job;
     o->plan.args.divisor = o->p.redop == RD_OP_AVG ? j->size : 1;
+    /* The backend that imported the ranks' memory moves it (one for all ranks of an op). */
+    o->plan.backend = o->parts[0].arena->backend;
     for (uint32_t k = 0; k < o->nparts; k++) {
         part *pt = &o->parts[k];
         if (o->p.coll == RD_COLL_ALLGATHER) {
@@ -440,6 +459,7 @@ static void op_resolve(rd_op *o)
                 pt->in_off = own;
             }
         }
+        assert(pt->arena->backend == o->plan.backend);
         o->plan.in[k] = pt->arena->base + pt->in_off;
         o->plan.out[k] = pt->arena->base + pt->out_off;
     }
@@ -501,12 +521,16 @@ static ringd_result_t validate(const rd_client *s, const Ringd__Submit *m, char 
         const char *which = k == 0 ? "input" : "output";
         if (t == NULL)
             continue; /* a library that predates tensor descriptors: the arena offsets */
-        if (t->kind != RINGD__MEMORY_KIND__MEM_ARENA) {
+        if (t->kind == RINGD__MEMORY_KIND__MEM_DEVICE) {
             snprintf(err, errlen,
-                     "tensor '%s': its %s is in %s memory (kind %d), which node %s cannot reach: "
-                     "this ringd has no CUDA backend; pass host memory",
-                     m->name, which, t->kind == RINGD__MEMORY_KIND__MEM_DEVICE ? "device" : "unknown",
-                     (int)t->kind, j->e->cfg->node);
+                     "tensor '%s': its %s is in device memory, which node %s cannot reach: this "
+                     "ringd has no CUDA backend; pass host memory",
+                     m->name, which, j->e->cfg->node);
+            return RINGD_E_INVALID;
+        }
+        if (t->kind != RINGD__MEMORY_KIND__MEM_ARENA) {
+            snprintf(err, errlen, "tensor '%s': its %s is in unknown memory (kind %d)", m->name,
+                     which, (int)t->kind);
             return RINGD_E_INVALID;
         }
         if (t->device != 0 || t->handle != 0 || t->offset != offs[k]) {
@@ -748,13 +772,7 @@ static void op_refuse(rd_job *j, rd_client *s, uint32_t rank, uint64_t request_i
         return;
     }
     if (o != NULL && op_failed(o->state)) { /* failed already: this rank hears its own why */
-        o->parts[rank].submitted = 1;
-        o->nsubmitted++;
-        answer(j, s, request_id, rc, why);
-        if (o->nsubmitted == o->nparts && o->state == OP_TOMBSTONE) {
-            op_unlink(j, o);
-            op_free(o);
-        }
+        tombstone_visit(o, s, rank, request_id, rc, why);
         return;
     }
     if (o == NULL) {
@@ -841,13 +859,7 @@ void rd_job_submit(rd_client *s, const Ringd__Submit *m)
         return;
     }
     if (o != NULL && op_failed(o->state)) {
-        o->parts[rank].submitted = 1;
-        o->nsubmitted++;
-        answer(j, s, m->request_id, o->status, o->message);
-        if (o->nsubmitted == o->nparts && o->state == OP_TOMBSTONE) {
-            op_unlink(j, o);
-            op_free(o);
-        }
+        tombstone_visit(o, s, rank, m->request_id, o->status, o->message);
         return;
     }
     if (o == NULL) {
@@ -894,14 +906,13 @@ static void job_welcome(rd_job *j)
     int any = 0;
     for (uint32_t k = 0; k < j->nclients; k++) {
         rd_client *c = j->slots[k];
-        if (c->welcomed)
+        if (c->arena->fd < 0) /* passed already: welcomed at an earlier generation */
             continue;
         rd_client_view v = {j->generation, j->first_rank + k, j->size, k, j->local_size};
         if (j->e->ev.welcome(c, &v, c->arena->fd) == 0) {
             rd_arena_close_fd(c->arena);
-            c->welcomed = 1;
+            any = 1;
         }
-        any = 1;
     }
     if (any)
         rd_log(RD_LOG_INFO, "job",
@@ -1529,7 +1540,7 @@ static void on_ring_waiting(void *arg, uint32_t ranks, uint32_t nodes, uint64_t 
 {
     rd_job *j = arg;
     for (uint32_t k = 0; k < j->nclients; k++)
-        if (!j->slots[k]->welcomed)
+        if (j->slots[k]->arena->fd >= 0) /* not welcomed yet */
             j->e->ev.waiting(j->slots[k], ranks, j->world_size, nodes, generation,
                              detail != NULL ? detail : "");
 }
@@ -1752,10 +1763,7 @@ static void on_negotiated(void *arg, void *own, const Ringd__GoEntry *e)
     rd_op *o = own;
     if (o->state == OP_TOLD) { /* failed here already; the others now know */
         op_set_state(o, OP_TOMBSTONE);
-        if (o->nsubmitted == o->nparts) {
-            op_unlink(j, o);
-            op_free(o);
-        }
+        tombstone_maybe_free(o);
         return;
     }
     assert(o->state == OP_ANNOUNCED);
@@ -1789,7 +1797,7 @@ static int on_ring_forming(void *arg, uint64_t generation, int nnodes, int posit
 {
     rd_job *j = arg;
     (void)generation;
-    return rd_sched_ring_forming(j->sched, nnodes, position, nodes);
+    return j->sched != NULL ? rd_sched_ring_forming(j->sched, nnodes, position, nodes) : -1;
 }
 
 static void on_ring_ended(void *arg)

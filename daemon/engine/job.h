@@ -36,7 +36,6 @@ typedef struct rd_client {
     struct rd_arena *arena;   /* one reference, from rd_job_join on; the front drops it */
     uint64_t ops_in_flight;   /* Submits not yet answered (the front counts them) */
     uint64_t ops_completed;
-    int welcomed;             /* has been sent Welcome */
 } rd_client;
 
 /* The job as one client sees it. */
@@ -47,8 +46,9 @@ typedef struct {
 
 /* News for clients, sent by the front. Loop thread. */
 typedef struct {
-    /* The job has started: sends c Welcome with v and its arena's memfd. Returns 0 once sent
-     * (the client may then submit), -1 when c is going away. */
+    /* The job has started: sends c Welcome with v and its arena's memfd (passed once: the
+     * engine closes its copy after). Returns 0 once sent (the client may then submit), -1 when
+     * c is not waiting for it (going away). */
     int (*welcome)(rd_client *c, const rd_client_view *v, int arena_fd);
     /* c waits for the job's ring: ranks of world_size registered on nodes at generation. */
     void (*waiting)(rd_client *c, uint32_t ranks, uint32_t world_size, uint32_t nodes,

@@ -56,7 +56,7 @@ int rd_sched_ring_forming(rd_sched *s, int nnodes, int position, const rd_ring_n
 void rd_sched_ring_up(rd_sched *s);
 
 /* The ring of this generation ended: the table, the coordinator's queue and the orders not
- * started are dropped (the job re-announces what it carries over). */
+ * started are dropped (the job re-announces what it carries over). NULL is a no-op. */
 void rd_sched_ring_ended(rd_sched *s);
 
 /* A Ready or Go from the node at position from, of the current generation. A node that sent

@@ -138,12 +138,15 @@ void rd_drain_forget(rd_front *d, rd_session *s)
 {
     if (d->drain == NULL)
         return;
-    for (waiter **pp = &d->drain->waiters; *pp != NULL; pp = &(*pp)->next) {
+    /* Every request s made: a connection may ask more than once. */
+    waiter **pp = &d->drain->waiters;
+    while (*pp != NULL) {
         if ((*pp)->s == s) {
             waiter *w = *pp;
             *pp = w->next;
             free(w);
-            return;
+        } else {
+            pp = &(*pp)->next;
         }
     }
 }

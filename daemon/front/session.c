@@ -261,11 +261,11 @@ static void on_writable(evutil_socket_t fd, short what, void *arg)
 }
 
 /* Dispatches one decoded message according to the session's state: a client's Hello and
- * Submits go to the engine, admin requests to the front's handler table. The first message
- * accepted ends the handshake, whatever it is. */
+ * Submits go to the engine, admin requests to the front's handler table. A Hello or an admin
+ * request ends the handshake (a connection kept open for status is not closed under it); a
+ * Poke does not, so a connection cannot hold a client slot by poking. */
 static void dispatch(rd_session *s, const rd_msg *m)
 {
-    event_del(s->ev_handshake);
     switch (m->body_case) {
     case RINGD__MSG__BODY_HELLO: {
         char err[512];
@@ -273,6 +273,7 @@ static void dispatch(rd_session *s, const rd_msg *m)
             rd_session_close(s, RINGD_E_PROTOCOL, "Hello after the session was set up");
             return;
         }
+        event_del(s->ev_handshake);
         set_state(s, RD_SESSION_JOINING); /* the job may welcome it at once */
         ringd_result_t rc = rd_job_join(&s->c, m->hello, err, sizeof(err));
         if (rc != RINGD_OK)
@@ -292,6 +293,7 @@ static void dispatch(rd_session *s, const rd_msg *m)
     }
     for (size_t i = 0; i < s->f->nadmin; i++) {
         if (s->f->admin[i].body_case == (int)m->body_case) {
+            event_del(s->ev_handshake);
             s->f->admin[i].handle(s, m);
             return;
         }

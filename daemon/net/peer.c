@@ -7,7 +7,6 @@
 #include <errno.h>
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
-#include <event2/dns.h>
 #include <event2/event.h>
 #include <event2/listener.h>
 #include <fcntl.h>
@@ -22,6 +21,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "resolve.h"
 
 #define RD_PEER_HELLO_MAX 4096           /* handshake frames are small */
 #define RD_PEER_SETUPS_MAX 64            /* inbound handshakes in progress at once */
@@ -48,7 +48,7 @@ typedef struct setup {
     int quiet; /* the failure is routine: log it below warning */
     /* client: the error connect failed with at once (SO_ERROR no longer holds it), or 0 */
     int connect_err;
-    struct evdns_getaddrinfo_request *lookup; /* client: SETUP_RESOLVE's lookup, under way */
+    rd_lookup *lookup;                        /* client: SETUP_RESOLVE's lookup, under way */
     struct sockaddr_storage ss;               /* client: the address to connect to */
     unsigned sslen;                           /* 0 while unknown */
     char lookup_err[160];                     /* client: why the lookup failed */
@@ -70,7 +70,7 @@ struct rd_peer_dial {
 
 struct rd_peer_net {
     struct event_base *base;
-    struct evdns_base *dns; /* host names of peers, looked up off the loop */
+    rd_resolver *resolver; /* host names of peers, looked up off the loop */
     struct evconnlistener *listener;
     const rd_auth_key *key;
     int64_t timeout_ms;
@@ -242,8 +242,7 @@ static void setup_unlink(setup *s)
 /* Frees a handshake; closes its fd unless handed over (fd < 0). */
 static void setup_free(setup *s)
 {
-    if (s->lookup != NULL)
-        evdns_getaddrinfo_cancel(s->lookup);
+    rd_lookup_cancel(s->lookup);
     s->lookup = NULL;
     setup_unlink(s);
     if (s->ev != NULL)
@@ -460,10 +459,6 @@ static void on_setup_event(evutil_socket_t fd, short what, void *arg)
 {
     setup *s = arg;
     (void)what;
-    if (s->state == SETUP_RESOLVE) {
-        dial_connect(s);
-        return;
-    }
     if (s->state == SETUP_CONNECT) {
         setup_step(s);
         return;
@@ -566,8 +561,8 @@ rd_peer_net *rd_peer_net_new(struct event_base *base, const char *listen, const 
     n->base = base;
     n->key = key;
     n->timeout_ms = timeout_ms;
-    n->dns = evdns_base_new(base, EVDNS_BASE_INITIALIZE_NAMESERVERS);
-    if (n->dns == NULL) {
+    n->resolver = rd_resolver_new(base);
+    if (n->resolver == NULL) {
         snprintf(err, errlen, "cannot start the resolver (evdns)");
         free(n);
         return NULL;
@@ -579,7 +574,7 @@ rd_peer_net *rd_peer_net_new(struct event_base *base, const char *listen, const 
         (struct sockaddr *)&ss, (int)sslen);
     if (n->listener == NULL) {
         snprintf(err, errlen, "listen on %s: %s", listen, strerror(errno));
-        evdns_base_free(n->dns, 1);
+        rd_resolver_free(n->resolver);
         free(n);
         return NULL;
     }
@@ -588,7 +583,7 @@ rd_peer_net *rd_peer_net_new(struct event_base *base, const char *listen, const 
     if (getsockname(evconnlistener_get_fd(n->listener), (struct sockaddr *)&bound, &bl) != 0) {
         snprintf(err, errlen, "getsockname: %s", strerror(errno));
         evconnlistener_free(n->listener);
-        evdns_base_free(n->dns, 1);
+        rd_resolver_free(n->resolver);
         free(n);
         return NULL;
     }
@@ -604,8 +599,7 @@ void rd_peer_net_free(rd_peer_net *n)
         setup_free(n->setups);
     rd_peer_chan_free_lingering();
     evconnlistener_free(n->listener);
-    if (n->dns != NULL)
-        evdns_base_free(n->dns, 1);
+    rd_resolver_free(n->resolver);
     free(n);
 }
 
@@ -645,24 +639,18 @@ static void dial_connect(setup *s)
         setup_fail(s, "socket: %s", strerror(errno));
 }
 
-/* The peer's host name was looked up: the connect goes on from the loop (the lookup may answer
- * from within rd_peer_dial_new, whose caller must not see its callback before the return). */
-static void on_dial_resolved(int result, struct evutil_addrinfo *res, void *arg)
+/* The peer's host name was looked up (on a later turn than rd_peer_dial_new's): connects. */
+static void on_dial_resolved(void *arg, const struct sockaddr *sa, socklen_t len, const char *why)
 {
-    if (result == EVUTIL_EAI_CANCEL)
-        return; /* the dial is being freed */
     setup *s = arg;
     s->lookup = NULL;
-    if (result == 0 && res != NULL && res->ai_addrlen <= sizeof(s->ss)) {
-        memcpy(&s->ss, res->ai_addr, res->ai_addrlen);
-        s->sslen = (unsigned)res->ai_addrlen;
+    if (sa != NULL && len <= sizeof(s->ss)) {
+        memcpy(&s->ss, sa, len);
+        s->sslen = (unsigned)len;
     } else {
-        snprintf(s->lookup_err, sizeof(s->lookup_err), "%s",
-                 result != 0 ? evutil_gai_strerror(result) : "no address");
+        snprintf(s->lookup_err, sizeof(s->lookup_err), "%s", why);
     }
-    if (res != NULL)
-        evutil_freeaddrinfo(res);
-    event_active(s->ev, EV_WRITE, 0);
+    dial_connect(s);
 }
 
 rd_peer_dial *rd_peer_dial_new(rd_peer_net *n, const char *addr, const Ringd__PeerHello *h,
@@ -700,12 +688,12 @@ rd_peer_dial *rd_peer_dial_new(rd_peer_net *n, const char *addr, const Ringd__Pe
         return (rd_peer_dial *)s;
     }
     /* A host name: looked up through evdns, within the handshake's deadline. */
-    struct evutil_addrinfo hints;
-    memset(&hints, 0, sizeof(hints));
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
     s->state = SETUP_RESOLVE;
-    s->lookup = evdns_getaddrinfo(n->dns, host, port, &hints, on_dial_resolved, s);
+    s->lookup = rd_resolve(n->resolver, host, port, on_dial_resolved, s);
+    if (s->lookup == NULL) {
+        setup_free(s);
+        return NULL;
+    }
     return (rd_peer_dial *)s;
 }
 

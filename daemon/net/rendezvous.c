@@ -3,12 +3,11 @@
 #include "rendezvous.h"
 
 #include "log.h"
+#include "resolve.h"
 
 #include <stdarg.h>
 #include <arpa/inet.h>
-#include <event2/dns.h>
 #include <event2/event.h>
-#include <event2/util.h>
 #include <hiredis/hiredis.h>
 #include <hiredis/async.h>
 #include <hiredis/adapters/libevent.h>
@@ -221,7 +220,7 @@ typedef struct {
     int npending;        /* commands sent on ac, not yet answered */
     int64_t progress_ms; /* last reply, or the first command sent after quiet */
     struct event *retry; /* reconnect timer */
-    struct evdns_getaddrinfo_request *resolving; /* the host name's lookup under way */
+    rd_lookup *resolving; /* the host name's lookup under way */
     char lasterr[160];   /* last error logged, to log each distinct one once */
 } rdv_conn;
 
@@ -262,7 +261,7 @@ typedef struct rdv_req {
 
 struct rd_rdv {
     struct event_base *base;
-    struct evdns_base *dns; /* resolves a host name without blocking the loop */
+    rd_resolver *resolver; /* looks the host name up without blocking the loop */
     char host[256];
     char ip[INET6_ADDRSTRLEN]; /* the host's address as last resolved ("" before) */
     int port;
@@ -455,28 +454,20 @@ static void on_script_load(redisAsyncContext *ac, void *reply, void *privdata)
 
 static void conn_connect(rdv_conn *c, const char *ip);
 
-/* The host name's lookup ended: connects to the first address (IPv4 first), or retries later. */
-static void on_resolved(int result, struct evutil_addrinfo *res, void *arg)
+/* The host name's lookup ended: connects to its address (IPv4 first), or retries later. */
+static void on_resolved(void *arg, const struct sockaddr *sa, socklen_t len, const char *why)
 {
-    if (result == EVUTIL_EAI_CANCEL)
-        return; /* the connection is being freed: arg may be gone */
     rdv_conn *c = arg;
     c->resolving = NULL;
-    const struct evutil_addrinfo *pick = NULL;
-    for (const struct evutil_addrinfo *a = res; a != NULL; a = a->ai_next)
-        if (pick == NULL || (pick->ai_family != AF_INET && a->ai_family == AF_INET))
-            pick = a;
     char ip[INET6_ADDRSTRLEN] = "";
-    if (pick != NULL && pick->ai_family == AF_INET)
-        inet_ntop(AF_INET, &((const struct sockaddr_in *)pick->ai_addr)->sin_addr, ip, sizeof(ip));
-    else if (pick != NULL && pick->ai_family == AF_INET6)
-        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)pick->ai_addr)->sin6_addr, ip,
-                  sizeof(ip));
-    if (res != NULL)
-        evutil_freeaddrinfo(res);
-    if (result != 0 || ip[0] == '\0') {
+    (void)len;
+    if (sa != NULL && sa->sa_family == AF_INET)
+        inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, ip, sizeof(ip));
+    else if (sa != NULL && sa->sa_family == AF_INET6)
+        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, ip, sizeof(ip));
+    if (ip[0] == '\0') {
         conn_complain(c, RD_LOG_WARN, "resolve %s: %s (retrying)", c->r->host,
-                      result != 0 ? evutil_gai_strerror(result) : "no IPv4 or IPv6 address");
+                      why != NULL && why[0] != '\0' ? why : "no address");
         conn_lost(c);
         return;
     }
@@ -497,12 +488,12 @@ static void conn_start(rdv_conn *c)
         conn_connect(c, r->host);
         return;
     }
-    struct evutil_addrinfo hints;
-    memset(&hints, 0, sizeof(hints));
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
     conn_set_state(c, RDV_CONNECTING);
-    c->resolving = evdns_getaddrinfo(r->dns, r->host, NULL, &hints, on_resolved, c);
+    c->resolving = rd_resolve(r->resolver, r->host, NULL, on_resolved, c);
+    if (c->resolving == NULL) {
+        conn_complain(c, RD_LOG_WARN, "resolve %s: out of memory (retrying)", r->host);
+        conn_lost(c);
+    }
 }
 
 /* Connects c to ip: AUTH, SELECT and a PING (SCRIPT LOADs on the command connection) are queued
@@ -586,8 +577,7 @@ static int conn_init(rdv_conn *c, rd_rdv *r, rdv_job *job)
 static void conn_fini(rdv_conn *c)
 {
     c->closing = 1;
-    if (c->resolving != NULL)
-        evdns_getaddrinfo_cancel(c->resolving);
+    rd_lookup_cancel(c->resolving);
     c->resolving = NULL;
     conn_close(c);
     if (c->retry != NULL)
@@ -1453,9 +1443,12 @@ rd_rdv *rd_rdv_new(struct event_base *base, const rd_rdv_options *o, char *err, 
         goto oom;
     /* The system's resolver configuration (resolv.conf, hosts); a name it cannot give now is
      * looked up again at each reconnect. */
-    r->dns = evdns_base_new(base, EVDNS_BASE_INITIALIZE_NAMESERVERS);
-    if (r->dns == NULL)
-        goto oom;
+    r->resolver = rd_resolver_new(base);
+    if (r->resolver == NULL) {
+        snprintf(err, errlen, "rd_rdv_new: cannot start the resolver (evdns)");
+        rd_rdv_free(r);
+        return NULL;
+    }
     if (conn_init(&r->cmd, r, NULL) != 0)
         goto oom;
     r->watchdog = event_new(base, -1, EV_PERSIST, on_watchdog, r);
@@ -1561,8 +1554,7 @@ void rd_rdv_free(rd_rdv *r)
         event_free(r->deliver);
     if (r->watchdog != NULL)
         event_free(r->watchdog);
-    if (r->dns != NULL)
-        evdns_base_free(r->dns, 1);
+    rd_resolver_free(r->resolver);
     free(r->password);
     free(r);
 }
