@@ -198,6 +198,12 @@ RINGD_API ringd_result_t ringd_tensor_locate(ringd_t *r, const void *ptr, size_t
  * that must be finished with ringd_wait, or ringd_test until it reports done; the buffers must stay
  * untouched until then.
  *
+ * Memory policy, the same on every path: while a collective runs, the daemon reads sendbuf
+ * (arena buffers in place, others from their staged copy) as often and as late as its algorithm
+ * needs, and writes recvbuf. A rank that writes either of them before its call returns or its
+ * request completes makes the result undefined for every rank of that collective, as in MPI and
+ * NCCL; the daemon itself never fails or leaks data of another job because of it.
+ *
  * A collective one rank cannot run (a bad argument, a buffer outside the arena, no room to stage
  * it, --max-pending reached, a generation the job has left) fails on that rank at once and on every
  * other rank of the op as soon as they submit it or, if they already have, within milliseconds:
