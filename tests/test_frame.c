@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "frame.h"
+#include "request.h"
 #include "segment.h"
 
 #define MAX 4096u
@@ -502,4 +503,42 @@ Test(frame, a_segment_header_round_trips_in_a_fixed_little_endian_layout)
     cr_assert_eq(back.g, s.g);
     b[1] ^= 0xff;
     cr_assert_eq(rd_seg_decode(b, &back), -1, "a header without the magic is refused");
+}
+
+/* A decoded Submit into the plain values the engine takes: descriptors present or not. */
+Test(frame, a_submit_becomes_plain_values_with_or_without_tensor_descriptors)
+{
+    Ringd__Submit m = RINGD__SUBMIT__INIT;
+    Ringd__TensorRef in = RINGD__TENSOR_REF__INIT;
+    m.request_id = 7;
+    m.op = RINGD__OP_TYPE__OP_BROADCAST;
+    m.name = "w";
+    m.count = 3;
+    m.root = 2;
+    m.in_offset = 4096;
+    in.kind = RINGD__MEMORY_KIND__MEM_DEVICE;
+    in.device = 1;
+    in.handle = 9;
+    in.offset = 64;
+    m.input = &in;
+    rd_submit s;
+    rd_submit_of(&m, &s);
+    cr_assert_eq(s.request_id, 7);
+    cr_assert_eq(s.op, 1, "OpType values are rd_coll's");
+    cr_assert_str_eq(s.name, "w");
+    cr_assert_eq(s.root, 2);
+    cr_assert_eq(s.in_offset, 4096);
+    cr_assert(s.input.present);
+    cr_assert_eq(s.input.kind, 1);
+    cr_assert_eq(s.input.device, 1);
+    cr_assert_eq(s.input.handle, 9);
+    cr_assert_eq(s.input.offset, 64);
+    cr_assert_not(s.output.present, "no output descriptor: an older library");
+    Ringd__Hello h = RINGD__HELLO__INIT;
+    h.job = NULL;
+    h.world_size = 4;
+    rd_hello hv;
+    rd_hello_of(&h, &hv);
+    cr_assert_str_eq(hv.job, "", "a missing string reads as empty");
+    cr_assert_eq(hv.world_size, 4);
 }

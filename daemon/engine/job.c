@@ -488,23 +488,23 @@ static void op_start(rd_op *o)
 }
 
 /* The parameters of a validated Submit that ranks must agree on. */
-static rd_op_params params_of(const Ringd__Submit *m)
+static rd_op_params params_of(const rd_submit *m)
 {
     rd_op_params p;
     p.coll = (int)m->op;
-    p.dtype = m->op == RINGD__OP_TYPE__OP_BARRIER ? RD_DT_U8 : (int)m->dtype;
-    p.redop = m->op == RINGD__OP_TYPE__OP_ALLREDUCE ? (int)m->redop : RD_OP_SUM;
-    p.root = m->op == RINGD__OP_TYPE__OP_BROADCAST ? m->root : 0;
-    p.count = m->op == RINGD__OP_TYPE__OP_BARRIER ? 0 : m->count;
-    p.prescale = m->op == RINGD__OP_TYPE__OP_ALLREDUCE ? m->prescale : 1.0;
-    p.postscale = m->op == RINGD__OP_TYPE__OP_ALLREDUCE ? m->postscale : 1.0;
+    p.dtype = m->op == RD_COLL_BARRIER ? RD_DT_U8 : (int)m->dtype;
+    p.redop = m->op == RD_COLL_ALLREDUCE ? (int)m->redop : RD_OP_SUM;
+    p.root = m->op == RD_COLL_BROADCAST ? m->root : 0;
+    p.count = m->op == RD_COLL_BARRIER ? 0 : m->count;
+    p.prescale = m->op == RD_COLL_ALLREDUCE ? m->prescale : 1.0;
+    p.postscale = m->op == RD_COLL_ALLREDUCE ? m->postscale : 1.0;
     return p;
 }
 
 /* Checks a Submit with a valid name on its own: enums, sizes, and that its buffers lie in the
  * arena.
  * Returns RINGD_OK, or RINGD_E_INVALID with err set. */
-static ringd_result_t validate(const rd_client *s, const Ringd__Submit *m, char *err,
+static ringd_result_t validate(const rd_client *s, const rd_submit *m, char *err,
                                size_t errlen)
 {
     const rd_job *j = s->job;
@@ -512,23 +512,23 @@ static ringd_result_t validate(const rd_client *s, const Ringd__Submit *m, char 
         snprintf(err, errlen, "tensor '%s': unknown op %d", m->name, (int)m->op);
         return RINGD_E_INVALID;
     }
-    if (m->op == RINGD__OP_TYPE__OP_BARRIER)
+    if (m->op == RD_COLL_BARRIER)
         return RINGD_OK;
-    const Ringd__TensorRef *refs[2] = {m->input, m->output};
+    const rd_tensor_ref *refs[2] = {&m->input, &m->output};
     const uint64_t offs[2] = {m->in_offset, m->out_offset};
     for (int k = 0; k < 2; k++) {
-        const Ringd__TensorRef *t = refs[k];
+        const rd_tensor_ref *t = refs[k];
         const char *which = k == 0 ? "input" : "output";
-        if (t == NULL)
+        if (!t->present)
             continue; /* a library that predates tensor descriptors: the arena offsets */
-        if (t->kind == RINGD__MEMORY_KIND__MEM_DEVICE) {
+        if (t->kind == RD_MEM_DEVICE) {
             snprintf(err, errlen,
                      "tensor '%s': its %s is in device memory, which node %s cannot reach: this "
                      "ringd has no CUDA backend; pass host memory",
                      m->name, which, j->e->cfg->node);
             return RINGD_E_INVALID;
         }
-        if (t->kind != RINGD__MEMORY_KIND__MEM_ARENA) {
+        if (t->kind != RD_MEM_ARENA) {
             snprintf(err, errlen, "tensor '%s': its %s is in unknown memory (kind %d)", m->name,
                      which, (int)t->kind);
             return RINGD_E_INVALID;
@@ -545,7 +545,7 @@ static ringd_result_t validate(const rd_client *s, const Ringd__Submit *m, char 
         snprintf(err, errlen, "tensor '%s': unknown dtype %d", m->name, (int)m->dtype);
         return RINGD_E_INVALID;
     }
-    if (m->op == RINGD__OP_TYPE__OP_ALLREDUCE) {
+    if (m->op == RD_COLL_ALLREDUCE) {
         if ((int)m->redop < 0 || (int)m->redop >= RD_OP_COUNT) {
             snprintf(err, errlen, "tensor '%s': unknown reduce op %d", m->name, (int)m->redop);
             return RINGD_E_INVALID;
@@ -560,7 +560,7 @@ static ringd_result_t validate(const rd_client *s, const Ringd__Submit *m, char 
             return RINGD_E_INVALID;
         }
     }
-    if (m->op == RINGD__OP_TYPE__OP_BROADCAST && m->root >= j->size) {
+    if (m->op == RD_COLL_BROADCAST && m->root >= j->size) {
         snprintf(err, errlen, "tensor '%s': root %u is not a rank of a job of size %u", m->name,
                  m->root, j->size);
         return RINGD_E_INVALID;
@@ -574,7 +574,7 @@ static ringd_result_t validate(const rd_client *s, const Ringd__Submit *m, char 
         return RINGD_E_INVALID;
     }
     uint64_t in_len = m->count * esz, out_len = in_len;
-    if (m->op == RINGD__OP_TYPE__OP_ALLGATHER) {
+    if (m->op == RD_COLL_ALLGATHER) {
         if (m->count > size / esz / j->size) {
             snprintf(err, errlen,
                      "tensor '%s': gathering %u x %" PRIu64 " elements does not fit the arena",
@@ -605,8 +605,8 @@ static ringd_result_t validate(const rd_client *s, const Ringd__Submit *m, char 
      * between, and a client may not have heard of it yet. */
     uint64_t a = m->in_offset, b = m->out_offset;
     int apart = a + in_len <= b || b + out_len <= a;
-    int in_place = a == b && m->op != RINGD__OP_TYPE__OP_ALLGATHER;
-    int in_slot = m->op == RINGD__OP_TYPE__OP_ALLGATHER && a >= b && (a - b) % in_len == 0;
+    int in_place = a == b && m->op != RD_COLL_ALLGATHER;
+    int in_slot = m->op == RD_COLL_ALLGATHER && a >= b && (a - b) % in_len == 0;
     if (!apart && !in_place && !in_slot) {
         snprintf(err, errlen, "tensor '%s': input and output overlap without being in place",
                  m->name);
@@ -670,7 +670,7 @@ static rd_op *op_new(rd_job *j, const char *name, const rd_op_params *p, uint32_
 
 /* Compares a submission with the op's first one. Returns 1 when they agree, else 0 with a
  * message naming both ranks and what differs. */
-static int op_matches(const rd_op *o, const Ringd__Submit *m, uint32_t rank, char *msg, size_t len)
+static int op_matches(const rd_op *o, const rd_submit *m, uint32_t rank, char *msg, size_t len)
 {
     rd_op_params q = params_of(m);
     char a[160], b[160], fields[96];
@@ -797,7 +797,7 @@ static void op_refuse(rd_job *j, rd_client *s, uint32_t rank, uint64_t request_i
         tell(o, rc, msg, 0, NULL, 0);
 }
 
-void rd_job_submit(rd_client *s, const Ringd__Submit *m)
+void rd_job_submit(rd_client *s, const rd_submit *m)
 {
     rd_job *j = s->job;
     uint32_t rank = s->local_rank;
@@ -876,7 +876,7 @@ void rd_job_submit(rd_client *s, const Ringd__Submit *m)
     pt->submitted = 1;
     pt->request_id = m->request_id;
     pt->in_off =
-        m->op == RINGD__OP_TYPE__OP_BROADCAST && rank != o->p.root ? m->out_offset : m->in_offset;
+        m->op == RD_COLL_BROADCAST && rank != o->p.root ? m->out_offset : m->in_offset;
     pt->out_off = m->out_offset;
     pt->arena = s->arena;
     rd_arena_ref(s->arena);
@@ -1200,7 +1200,7 @@ rd_job *rd_job_next(const rd_job *j)
 static const rd_world_events world_events;
 static const rd_sched_events sched_events;
 
-ringd_result_t rd_job_join(rd_client *s, const Ringd__Hello *h, char *err, size_t errlen)
+ringd_result_t rd_job_join(rd_client *s, const rd_hello *h, char *err, size_t errlen)
 {
     rd_engine *d = s->engine;
     if (h->protocol != RD_PROTOCOL_VERSION) {

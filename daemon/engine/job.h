@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "frame.h"
+#include "request.h"
 #include "negotiate.h"
 #include "ringd.h"
 
@@ -77,11 +78,11 @@ rd_job *rd_engine_jobs(const rd_engine *e);
 /* Adds client c (its engine, pid and uid set) to the job its Hello names, creating the job and
  * the client's arena; once the job has all its local clients each waiting one is welcomed.
  * Returns RINGD_OK, or a refusal with err set (the caller closes the connection). */
-ringd_result_t rd_job_join(rd_client *c, const Ringd__Hello *h, char *err, size_t errlen);
+ringd_result_t rd_job_join(rd_client *c, const rd_hello *h, char *err, size_t errlen);
 
 /* Validates and matches one Submit of a welcomed client. Every outcome ends in exactly one
  * complete event for the request, now or when the op finishes. */
-void rd_job_submit(rd_client *c, const Ringd__Submit *m);
+void rd_job_submit(rd_client *c, const rd_submit *m);
 
 /* Removes a departing client from its job. A running job goes on without it at a new
  * generation (every op not moving data fails with RINGD_E_MEMBERSHIP naming it); running ops

@@ -275,7 +275,9 @@ static void dispatch(rd_session *s, const rd_msg *m)
         }
         event_del(s->ev_handshake);
         set_state(s, RD_SESSION_JOINING); /* the job may welcome it at once */
-        ringd_result_t rc = rd_job_join(&s->c, m->hello, err, sizeof(err));
+        rd_hello h;
+        rd_hello_of(m->hello, &h);
+        ringd_result_t rc = rd_job_join(&s->c, &h, err, sizeof(err));
         if (rc != RINGD_OK)
             rd_session_close(s, rc, "%s", err);
         return;
@@ -286,7 +288,9 @@ static void dispatch(rd_session *s, const rd_msg *m)
             return;
         }
         s->c.ops_in_flight++;
-        rd_job_submit(&s->c, m->submit);
+        rd_submit sub;
+        rd_submit_of(m->submit, &sub);
+        rd_job_submit(&s->c, &sub);
         return;
     case RINGD__MSG__BODY_POKE: return; /* the loop polls the rings after every turn */
     default: break;
