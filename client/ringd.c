@@ -257,9 +257,9 @@ static ringd_result_t await_welcome(ringd_t *r, const char *job, int local_size,
     return RINGD_OK;
 }
 
-/* Writes sizeof(ringd_options_t) bytes: when the struct grows, callers built against this
- * header must keep getting this size (a new symbol version in libringd.map for the larger one),
- * or the library would write past their struct. */
+/* Writes at most size bytes (the caller's struct), so a caller built against an older, smaller
+ * header or a binding with its own copy of the struct is never written past its end; struct_size
+ * then tells ringd_open how much of it there is. */
 void ringd_options_init(ringd_options_t *o, size_t size)
 {
     if (o == NULL || size < sizeof(o->struct_size))

@@ -1485,7 +1485,16 @@ static void leave_all_sync(rd_rdv *r)
     int sent = 0;
     if (r->jobs == NULL && r->queued == NULL)
         return;
-    /* The address last resolved, so that leaving never waits for a resolver at exit. */
+    /* The address last resolved, so that leaving never waits for a resolver at exit; a name
+     * that never resolved is not looked up now (the leases expire instead). */
+    struct in6_addr scratch;
+    int numeric = inet_pton(AF_INET, r->host, &scratch) == 1 ||
+                  inet_pton(AF_INET6, r->host, &scratch) == 1;
+    if (r->ip[0] == '\0' && !numeric) {
+        rd_log(RD_LOG_WARN, SUBSYS, "leaving on exit: %s never resolved; the leases will expire",
+               r->host);
+        return;
+    }
     redisContext *c = redisConnectWithTimeout(r->ip[0] != '\0' ? r->ip : r->host, r->port, ctv);
     if (c == NULL || c->err) {
         rd_log(RD_LOG_WARN, SUBSYS, "leaving on exit: connect %s:%d: %s; the leases will expire",

@@ -22,6 +22,7 @@ struct rd_lookup {
     rd_resolve_fn fn;
     void *arg;
     int cancelled;
+    struct event *ev; /* delivers the answer on a later turn; made up front, so it cannot fail */
     struct sockaddr_storage ss;
     socklen_t len; /* 0: failed, why says why */
     char why[128];
@@ -60,6 +61,7 @@ void rd_resolver_free(rd_resolver *r)
 static void lookup_done(rd_lookup *l)
 {
     rd_resolver *r = l->r;
+    event_free(l->ev);
     free(l);
     r->pending--;
     resolver_maybe_free(r);
@@ -99,9 +101,7 @@ static void on_evdns(int result, struct evutil_addrinfo *res, void *arg)
     if (res != NULL)
         evutil_freeaddrinfo(res);
     /* evdns may answer from within rd_resolve (hosts file): the caller hears it a turn later. */
-    struct timeval now = {0, 0};
-    if (event_base_once(l->r->base, -1, EV_TIMEOUT, on_deliver, l, &now) != 0)
-        on_deliver(-1, 0, l); /* out of memory: late is better than never */
+    event_active(l->ev, EV_TIMEOUT, 0);
 }
 
 rd_lookup *rd_resolve(rd_resolver *r, const char *host, const char *port, rd_resolve_fn fn,
@@ -113,6 +113,11 @@ rd_lookup *rd_resolve(rd_resolver *r, const char *host, const char *port, rd_res
     l->r = r;
     l->fn = fn;
     l->arg = arg;
+    l->ev = evtimer_new(r->base, on_deliver, l);
+    if (l->ev == NULL) {
+        free(l);
+        return NULL;
+    }
     r->pending++;
     struct evutil_addrinfo hints;
     memset(&hints, 0, sizeof(hints));
