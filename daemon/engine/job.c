@@ -776,9 +776,7 @@ static void op_refuse(rd_job *j, rd_client *s, uint32_t rank, uint64_t request_i
         return;
     }
     if (o == NULL) {
-        rd_op_params p = *params;
-        if (p.coll < RD_COLL_ALLREDUCE || p.coll > RD_COLL_BARRIER) /* announceable all the same */
-            p = (rd_op_params){RD_COLL_BARRIER, RD_DT_U8, RD_OP_SUM, 0, 0, 1.0, 1.0};
+        rd_op_params p = rd_op_params_announceable(*params);
         o = op_new(j, name, &p, rank);
         if (o == NULL) {
             answer(j, s, request_id, RINGD_E_NOMEM, "out of memory");

@@ -32,6 +32,14 @@ void rd_op_params_describe(char *buf, size_t len, const rd_op_params *p)
         snprintf(buf + n, len - (size_t)n, " root %u", p->root);
 }
 
+rd_op_params rd_op_params_announceable(rd_op_params p)
+{
+    if (p.coll < RD_COLL_ALLREDUCE || p.coll > RD_COLL_BARRIER || p.dtype < 0 ||
+        p.dtype >= RD_DT_COUNT || p.redop < 0 || p.redop >= RD_OP_COUNT)
+        p = (rd_op_params){RD_COLL_BARRIER, RD_DT_U8, RD_OP_SUM, 0, 0, 1.0, 1.0};
+    return p;
+}
+
 int rd_op_params_compare(const rd_op_params *a, const rd_op_params *b, char *fields, size_t len)
 {
     const struct {

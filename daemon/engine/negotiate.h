@@ -28,6 +28,10 @@ void rd_op_params_describe(char *buf, size_t len, const rd_op_params *p);
  */
 int rd_op_params_compare(const rd_op_params *a, const rd_op_params *b, char *fields, size_t len);
 
+/* The params to announce a failure of an op with: p when every node can take them, else a
+ * barrier's (a failure of an op nobody can run is announced all the same). */
+rd_op_params rd_op_params_announceable(rd_op_params p);
+
 /* The params an OpSpec carries. */
 rd_op_params rd_op_params_of_spec(const Ringd__OpSpec *s);
 

@@ -287,10 +287,7 @@ static void ready_received(rd_sched *s, int from, const Ringd__Ready *r)
         const Ringd__OpSpec *spec = r->stalled[i];
         if (!rd_name_valid(spec->name) || !rd_neg_awaits(s->neg, spec->name, from))
             continue;
-        rd_op_params p = rd_op_params_of_spec(spec);
-        if (p.coll < RD_COLL_ALLREDUCE || p.coll > RD_COLL_BARRIER || p.dtype < 0 ||
-            p.dtype >= RD_DT_COUNT || p.redop < 0 || p.redop >= RD_OP_COUNT)
-            p = (rd_op_params){RD_COLL_BARRIER, RD_DT_U8, RD_OP_SUM, 0, 0, 1.0, 1.0};
+        rd_op_params p = rd_op_params_announceable(rd_op_params_of_spec(spec));
         s->ev.failed_elsewhere(s->arg, spec->name, &p, RINGD_E_STALLED,
                                spec->message != NULL ? spec->message : "stalled");
     }

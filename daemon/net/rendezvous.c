@@ -454,6 +454,13 @@ static void on_script_load(redisAsyncContext *ac, void *reply, void *privdata)
 
 static void conn_connect(rdv_conn *c, const char *ip);
 
+/* 1 when the Redis host is an address rather than a name to look up. */
+static int host_numeric(const rd_rdv *r)
+{
+    struct in6_addr scratch;
+    return inet_pton(AF_INET, r->host, &scratch) == 1 || inet_pton(AF_INET6, r->host, &scratch) == 1;
+}
+
 /* The host name's lookup ended: connects to its address (IPv4 first), or retries later. */
 static void on_resolved(void *arg, const struct sockaddr *sa, socklen_t len, const char *why)
 {
@@ -483,8 +490,7 @@ static void conn_start(rdv_conn *c)
     rd_rdv *r = c->r;
     if (c->ac != NULL || c->closing || c->resolving != NULL)
         return;
-    struct in6_addr scratch;
-    if (inet_pton(AF_INET, r->host, &scratch) == 1 || inet_pton(AF_INET6, r->host, &scratch) == 1) {
+    if (host_numeric(r)) {
         conn_connect(c, r->host);
         return;
     }
@@ -1487,10 +1493,7 @@ static void leave_all_sync(rd_rdv *r)
         return;
     /* The address last resolved, so that leaving never waits for a resolver at exit; a name
      * that never resolved is not looked up now (the leases expire instead). */
-    struct in6_addr scratch;
-    int numeric = inet_pton(AF_INET, r->host, &scratch) == 1 ||
-                  inet_pton(AF_INET6, r->host, &scratch) == 1;
-    if (r->ip[0] == '\0' && !numeric) {
+    if (r->ip[0] == '\0' && !host_numeric(r)) {
         rd_log(RD_LOG_WARN, SUBSYS, "leaving on exit: %s never resolved; the leases will expire",
                r->host);
         return;
