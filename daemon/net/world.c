@@ -5,6 +5,7 @@
 #define _GNU_SOURCE
 #include "world.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <event2/event.h>
 #include <inttypes.h>
@@ -42,13 +43,55 @@ typedef enum {
     W_WAITING,    /* registered; the membership does not make a complete ring yet */
     W_CONNECTING, /* complete at this generation: links being made */
     W_UP,         /* links up: ops run */
+    W_SEALED,     /* up, sealed for a graceful change (a node said Bye): nothing more is
+                     announced or ordered at this generation; ends once every node sealed and
+                     the ring's passes are done, or at --peer-timeout */
     W_LEAVING,    /* drained: told every node it leaves; links close as the others let go */
     W_ASIDE,      /* the other nodes could not reach this one while the ring formed: not
                      registered, registers again after a back-off once its address answers */
+    W_NSTATES
 } world_state;
 
-static const char *const state_names[] = {"idle", "waiting", "connecting", "up", "leaving",
-                                          "set aside"};
+static const char *const state_names[] = {"idle",   "waiting", "connecting", "up",
+                                          "sealed", "leaving", "set aside"};
+
+/* The moves set_state allows: world_moves[from] has bit 1 << to. */
+#define W_BIT(s) (1u << (s))
+static const unsigned world_moves[W_NSTATES] = {
+    [W_IDLE] = W_BIT(W_WAITING),
+    [W_WAITING] = W_BIT(W_CONNECTING) | W_BIT(W_IDLE) | W_BIT(W_ASIDE),
+    [W_CONNECTING] = W_BIT(W_UP) | W_BIT(W_WAITING) | W_BIT(W_IDLE) | W_BIT(W_ASIDE),
+    [W_UP] = W_BIT(W_SEALED) | W_BIT(W_WAITING) | W_BIT(W_LEAVING) | W_BIT(W_IDLE) |
+             W_BIT(W_ASIDE),
+    [W_SEALED] = W_BIT(W_WAITING) | W_BIT(W_LEAVING) | W_BIT(W_IDLE) | W_BIT(W_ASIDE),
+    [W_LEAVING] = W_BIT(W_IDLE),
+    [W_ASIDE] = W_BIT(W_WAITING) | W_BIT(W_IDLE),
+};
+
+/* What this node knows of another member of the ring at this generation. */
+typedef enum {
+    M_ACTIVE,  /* announces and orders as usual */
+    M_SEALED,  /* said Bye: announces and orders nothing more at this generation, stays */
+    M_LEAVING, /* said Bye and leaves the job */
+} member_state;
+
+static const char *const member_names[] = {"active", "sealed", "leaving"};
+
+/* What the next ring that comes up tells the clients. */
+typedef enum {
+    RS_NONE,      /* nothing: they go on (a first ring, or only a graceful change) */
+    RS_BROKEN,    /* the ring broke (resync_why says how first): they re-synchronise, told what
+                     changed in the membership since the last ring that was up, if anything did */
+    RS_EXPLAINED, /* the membership changed as resync_why says: they re-synchronise */
+} resync_state;
+
+static const char *const resync_names[] = {"none", "broken", "explained"};
+
+/* Whether Redis confirms this node's registration of the job. */
+typedef enum {
+    LEASE_HELD,   /* confirmed within --lease-ttl, or nothing says otherwise */
+    LEASE_LAPSED, /* not confirmed for longer than --lease-ttl: the ring was given up */
+} lease_state;
 
 #define RD_ASIDE_MAX 8             /* members set aside that status still shows */
 /* How a node that holds the ring key refuses a peer it is not ready for yet (peer_check): the
@@ -91,17 +134,16 @@ struct rd_world {
     struct rd_xfer *xfer;
     struct retiring *retiring; /* data planes of earlier generations, ending */
     /* A graceful change (a node leaves through ringctl drain): every node seals the ring (Bye:
-     * it announces and orders nothing more at this generation), ops every node announced end,
-     * and the rest carry over to the next ring. */
-    int carrying;
-    uint8_t sealed[RD_RING_NODES_MAX];  /* Bye from that node at this generation */
-    uint8_t leaving[RD_RING_NODES_MAX]; /* ...saying it leaves the job */
-    int resync; /* the ring broke or changed: the next one makes clients re-synchronise */
+     * it announces and orders nothing more at this generation; W_SEALED), ops every node
+     * announced end, and the rest carry over to the next ring. */
+    member_state members[RD_RING_NODES_MAX]; /* by position, at this generation */
+    resync_state resync;
     char resync_why[512];
-    int explained;       /* resync_why says what changed (else the next view's changes do) */
     rd_rdv_view last_up; /* the members of the last ring that was up */
-    uint64_t stale;      /* no ring forms at this generation or below: it broke */
-    uint64_t deferred;   /* a view whose departures were deferred once, waiting for Byes */
+    /* Generation marks, compared with the views that come (not states: nothing else changes
+     * with them): */
+    uint64_t stale;    /* no ring forms at this generation or below: it broke */
+    uint64_t deferred; /* a view whose departures were deferred once, waiting for Byes */
     struct rd_peer_probe *probe; /* is a node whose link broke still there? */
     rd_rdv_member probing;       /* that node */
     int probes;                  /* probes of it so far */
@@ -110,11 +152,11 @@ struct rd_world {
     int was_up;                  /* has been in a ring of the job */
     struct event *ev_reform;
     char reform_why[512]; /* why rd_world_reform asked for it ("": the links broke) */
-    struct event *ev_grace;  /* carrying: gives up on seals after --peer-timeout */
+    struct event *ev_grace;  /* W_SEALED: gives up on seals after --peer-timeout */
     struct event *ev_defer;  /* applies a deferred view */
     struct event *ev_linger; /* leaving: closes the links left open */
     struct event *ev_lapse;  /* keepalives; looks whether this node is cut off */
-    int lapsed;
+    lease_state lease;
     int64_t heard[RD_RING_NODES_MAX]; /* last control message from each node (ms) */
     struct event *ev_check;           /* runs maybe_up on the next turn */
     /* Reachability while the ring forms: the last failure of a dial to each member ("" when
@@ -145,12 +187,66 @@ static void move_on(rd_world *w, const char *reason);
 static void on_lapse(evutil_socket_t fd, short what, void *arg);
 static void aside_prune(rd_world *w, const rd_rdv_view *v);
 
+/* Moves the ring to st (staying is no move), logging it; a move world_moves does not allow is a
+ * programmer error. */
 static void set_state(rd_world *w, world_state st)
 {
-    if (w->state != st)
-        rd_log(RD_LOG_INFO, "world", "job '%s': ring %s -> %s (generation %" PRIu64 ")",
-               w->name, state_names[w->state], state_names[st], w->generation);
+    if (w->state == st)
+        return;
+    assert(world_moves[w->state] & W_BIT(st));
+    rd_log(RD_LOG_INFO, "world", "job '%s': ring %s -> %s (generation %" PRIu64 ")", w->name,
+           state_names[w->state], state_names[st], w->generation);
     w->state = st;
+}
+
+/* 1 while the ring of this generation is up, sealed or not. */
+static int ring_up(const rd_world *w)
+{
+    return w->state == W_UP || w->state == W_SEALED;
+}
+
+/* 1 while this generation's links exist or are being made. */
+static int ring_linked(const rd_world *w)
+{
+    return ring_up(w) || w->state == W_CONNECTING;
+}
+
+/* Moves the member at position i to st: only forward (active, sealed, leaving); every member is
+ * active again when the generation's links close (teardown). */
+static void member_set(rd_world *w, int i, member_state st)
+{
+    if (w->members[i] >= st)
+        return; /* a Bye saying it stays, after one saying it leaves, changes nothing */
+    rd_log(RD_LOG_DEBUG, "world", "job '%s': node %s %s -> %s (generation %" PRIu64 ")",
+           w->name, w->view.members[i].node, member_names[w->members[i]], member_names[st],
+           w->generation);
+    w->members[i] = st;
+}
+
+/* What the next ring tells the clients becomes st, why saying it (NULL: keeps the reason it
+ * has). RS_NONE only when a ring comes up; a reason once given is not taken back by a vaguer one
+ * (RS_EXPLAINED does not go back to RS_BROKEN). */
+static void resync_set(rd_world *w, resync_state st, const char *why)
+{
+    assert(st != RS_BROKEN || w->resync == RS_NONE);
+    if (w->resync != st)
+        rd_log(RD_LOG_DEBUG, "world", "job '%s': clients' re-synchronisation %s -> %s (%s)",
+               w->name, resync_names[w->resync], resync_names[st],
+               why != NULL ? why : w->resync_why);
+    w->resync = st;
+    if (why != NULL)
+        snprintf(w->resync_why, sizeof(w->resync_why), "%s", why);
+}
+
+/* Redis confirms this node's registration again, or stopped confirming it (lease lapsed). */
+static void lease_set(rd_world *w, lease_state st)
+{
+    if (w->lease == st)
+        return;
+    rd_log(st == LEASE_LAPSED ? RD_LOG_DEBUG : RD_LOG_INFO, "world",
+           "job '%s': registration %s", w->name,
+           st == LEASE_LAPSED ? "lapsed" : "confirmed again");
+    w->lease = st;
 }
 
 static int conns(const rd_world *w)
@@ -212,24 +308,24 @@ typedef enum {
     TD_END,   /* the job or the daemon ends here: everything is cut short */
 } teardown_how;
 
-/* Closes everything of the current generation. Unless TD_END, the task on the wire may still
- * end by itself, as it does when a node that left had already done its part. */
-static void teardown(rd_world *w, const char *why, teardown_how how)
+/* Closes everything of the current generation and moves the ring to next, before the job
+ * hears of it (ring_ended, ring_down). Unless TD_END, the task on the wire may still end by
+ * itself, as it does when a node that left had already done its part. */
+static void teardown(rd_world *w, const char *why, teardown_how how, world_state next)
 {
-    int was_up = w->state == W_UP || w->state == W_CONNECTING || w->state == W_LEAVING;
+    int was_up = ring_linked(w) || w->state == W_LEAVING;
     /* A broken ring's pass on the wire is cut: a node may be gone, and its ops are doomed anyway.
      */
     int graceful = how == TD_CARRY || how == TD_LEAVE;
-    if (how == TD_FAIL && w->resync)
+    if (how == TD_FAIL && w->resync != RS_NONE)
         why = w->resync_why; /* ops doomed meanwhile hear the first cause */
     else if (how == TD_FAIL && was_up) {
-        w->resync = 1;
-        w->explained = 0;
-        snprintf(w->resync_why, sizeof(w->resync_why), "%s", why);
+        resync_set(w, RS_BROKEN, why);
         if (w->stale < w->generation)
             w->stale = w->generation;
         w->ev.disrupted(w->arg);
     }
+    set_state(w, next);
     for (int c = 0; c < RD_RING_CONNS_MAX; c++) {
         slot *s = &w->out_data[c];
         rd_peer_dial_cancel(s->dial);
@@ -253,9 +349,7 @@ static void teardown(rd_world *w, const char *why, teardown_how how)
         w->ctrl[i] = NULL;
     }
     w->ev.ring_ended(w->arg);
-    w->carrying = 0;
-    memset(w->sealed, 0, sizeof(w->sealed));
-    memset(w->leaving, 0, sizeof(w->leaving));
+    memset(w->members, 0, sizeof(w->members)); /* M_ACTIVE */
     event_del(w->ev_reform);
     event_del(w->ev_connect);
     event_del(w->ev_grace);
@@ -331,21 +425,21 @@ static void ring_is_up(rd_world *w)
            ", this node is %d (ranks %u-%u of %u)",
            w->name, w->nnodes, w->generation, w->position, w->first_rank,
            w->first_rank + member(w, w->position)->local_size - 1, size);
-    int resync = w->resync;
-    w->resync = 0;
+    resync_state resync = w->resync;
+    resync_set(w, RS_NONE, NULL);
     char changes[512] = "", why[1024];
-    if (resync && !w->explained && w->last_up.nmembers > 0)
+    if (resync == RS_BROKEN && w->last_up.nmembers > 0)
         rd_membership_describe(&w->last_up, &w->view, changes, sizeof(changes));
     snprintf(why, sizeof(why),
              "job '%s' changed (%s); it is at generation %" PRIu64 " with %u ranks: re-synchronise",
              w->name,
              changes[0] != '\0' ? changes
-             : resync           ? w->resync_why
+             : resync != RS_NONE ? w->resync_why
                                 : "new members",
              w->generation, size);
     if (view_copy(&w->last_up, &w->view) != 0)
         w->last_up.nmembers = 0;
-    w->ev.ring_up(w->arg, w->first_rank, w->generation, size, resync, why);
+    w->ev.ring_up(w->arg, w->first_rank, w->generation, size, resync != RS_NONE, why);
 }
 
 /* Every link of the generation is there: start the data plane and welcome the clients. */
@@ -392,8 +486,7 @@ static void maybe_up(rd_world *w)
     w->xfer = rd_xfer_new(w->net->base, &xc, on_task_done, w, err, sizeof(err));
     if (w->xfer == NULL) {
         rd_log(RD_LOG_ERROR, "world", "job '%s': %s", w->name, err);
-        teardown(w, "cannot start the ring", TD_FAIL);
-        set_state(w, W_WAITING);
+        teardown(w, "cannot start the ring", TD_FAIL, W_WAITING);
         return;
     }
     ring_is_up(w);
@@ -428,10 +521,10 @@ static void send_bye(rd_world *w, int leaving)
  * ordering nothing more at this generation; the coordinator's order so far goes out first. */
 static void carry_start(rd_world *w)
 {
-    if (w->carrying || w->state != W_UP)
+    if (w->state != W_UP)
         return;
     w->ev.flush(w->arg);
-    w->carrying = 1;
+    set_state(w, W_SEALED);
     send_bye(w, 0);
     int64_t ms = w->net->cfg->peer_timeout;
     struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
@@ -441,15 +534,15 @@ static void carry_start(rd_world *w)
            w->name, w->generation);
 }
 
-/* Carrying: once every other node has sealed (so every announcement and order of this
+/* Sealed: once every other node has sealed (so every announcement and order of this
  * generation is in) and the orders have started, the ring is taken down keeping what is under
  * negotiation, and the next view is applied. */
 static void carry_check(rd_world *w)
 {
-    if (!w->carrying)
+    if (w->state != W_SEALED)
         return;
     for (int i = 0; i < w->nnodes; i++)
-        if (i != w->position && !w->sealed[i])
+        if (i != w->position && w->members[i] == M_ACTIVE)
             return;
     if (w->ev.awaits_order(w->arg) == 2) /* ordered batches whose ops are not all here */
         return;
@@ -457,22 +550,21 @@ static void carry_check(rd_world *w)
         return;
     if (w->latest.generation == w->generation)
         return; /* the rendezvous has not shown the change yet */
-    teardown(w, "the ring is re-forming without a node that left", TD_CARRY);
-    set_state(w, W_WAITING);
+    teardown(w, "the ring is re-forming without a node that left", TD_CARRY, W_WAITING);
     apply_view(w);
 }
 
-/* Carrying for too long: some node never sealed. The ring counts as broken. */
+/* Sealed for too long: some node never sealed. The ring counts as broken. */
 static void on_grace(evutil_socket_t fd, short what, void *arg)
 {
     rd_world *w = arg;
     (void)fd;
     (void)what;
-    if (!w->carrying)
+    if (w->state != W_SEALED)
         return;
     int sealed = 1;
     for (int i = 0; i < w->nnodes; i++)
-        sealed &= i == w->position || w->sealed[i];
+        sealed &= i == w->position || w->members[i] != M_ACTIVE;
     if (sealed && w->ntasks > 0) { /* passes still on the wire: the data plane bounds them */
         int64_t ms = w->net->cfg->peer_timeout;
         struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
@@ -496,11 +588,8 @@ static void on_task_done(void *arg, rd_xfer_task *t)
         w->ntasks--;
     if (w->xfer != NULL && rd_xfer_broken(w->xfer)) {
         w->ev.disrupted(w->arg); /* its failures are answered once the ring is back */
-        if (!w->resync) {         /* even if a graceful change takes the ring down first */
-            w->resync = 1;
-            w->explained = 0;
-            snprintf(w->resync_why, sizeof(w->resync_why), "the ring's data links broke");
-        }
+        if (w->resync == RS_NONE) /* even if a graceful change takes the ring down first */
+            resync_set(w, RS_BROKEN, "the ring's data links broke");
         /* A node that breaks off the ring says why on its control link (Error, Bye), or that
          * link ends too: a moment for that to arrive first, so the clients hear the cause. */
         struct timeval tv = {0, 20 * 1000};
@@ -761,7 +850,7 @@ static rd_change classify(const rd_world *w, const rd_rdv_view *v, char *why, si
 {
     rd_member_news news[RD_RING_NODES_MAX];
     for (int i = 0; i < w->nnodes; i++)
-        news[i] = (rd_member_news){w->leaving[i], w->sealed[i],
+        news[i] = (rd_member_news){w->members[i] == M_LEAVING, w->members[i] != M_ACTIVE,
                                    i != w->position && w->ctrl[i] != NULL};
     const rd_rdv_view *cur = w->nnodes > 0 ? &w->view : NULL;
     return rd_membership_assess(cur, w->nnodes, news, v, why, len);
@@ -773,10 +862,9 @@ static void on_rejoin(evutil_socket_t fd, short what, void *arg);
  * and registers again after a back-off (--peer-timeout, doubling up to RD_REJOIN_MAX_MS). */
 static void set_aside(rd_world *w)
 {
-    teardown(w, w->self_aside, TD_FAIL);
+    teardown(w, w->self_aside, TD_FAIL, W_ASIDE);
     rd_rdv_leave(w->net->rdv, w->name);
     w->since = 0;
-    set_state(w, W_ASIDE);
     if (w->rejoin_ms < w->net->cfg->peer_timeout)
         w->rejoin_ms = w->net->cfg->peer_timeout;
     char detail[1024];
@@ -888,11 +976,11 @@ static void apply_view(rd_world *w)
 
     if (w->state == W_LEAVING || w->state == W_IDLE || w->state == W_ASIDE)
         return;
-    if ((w->state == W_UP || w->state == W_CONNECTING) && w->generation == v->generation)
+    if (ring_linked(w) && w->generation == v->generation)
         return;
     /* Only the generation moved, the members are the ones of the ring (each registered again
      * after its lease ran out while Redis did not answer): the ring goes on as it is. */
-    if (w->state == W_UP && rd_membership_same(&w->view, v)) {
+    if (ring_up(w) && rd_membership_same(&w->view, v)) {
         rd_log(RD_LOG_INFO, "world",
                "job '%s': generation %" PRIu64 " has the members of the ring of generation %" PRIu64
                " (registered again): the ring goes on",
@@ -910,7 +998,7 @@ static void apply_view(rd_world *w)
         return;
     }
 
-    if (w->state == W_UP) {
+    if (ring_up(w)) {
         char why[512];
         rd_change k = classify(w, v, why, sizeof(why));
         if (k == RD_CHANGE_DEFER && w->deferred != v->generation) {
@@ -924,12 +1012,12 @@ static void apply_view(rd_world *w)
             carry_check(w);
             return;
         }
-        teardown(w, why, TD_FAIL);
-        w->explained = 1;
+        teardown(w, why, TD_FAIL, W_WAITING);
+        resync_set(w, RS_EXPLAINED, NULL);
     } else if (w->state == W_CONNECTING) {
         /* Not up yet, so no node could say Bye to it: whatever changed, clients re-synchronise
          * (the message names the changes since the last ring that was up). */
-        teardown(w, "the membership changed while the ring formed", TD_FAIL);
+        teardown(w, "the membership changed while the ring formed", TD_FAIL, W_WAITING);
     }
     if (view_copy(&w->view, v) != 0) {
         rd_log(RD_LOG_ERROR, "world", "job '%s': out of memory", w->name);
@@ -974,13 +1062,12 @@ static void on_reform(evutil_socket_t fd, short what, void *arg)
     rd_world *w = arg;
     (void)fd;
     (void)what;
-    if (w->state != W_UP && w->state != W_CONNECTING)
+    if (!ring_linked(w))
         return;
     char why[512];
     snprintf(why, sizeof(why), "%s", w->reform_why[0] ? w->reform_why : "the ring's links broke");
     w->reform_why[0] = '\0';
-    teardown(w, why, TD_FAIL);
-    set_state(w, W_WAITING);
+    teardown(w, why, TD_FAIL, W_WAITING);
     move_on(w, why);
 }
 
@@ -1092,7 +1179,7 @@ void rd_world_free(rd_world *w)
         rd_rdv_leave(w->net->rdv, w->name);
     rd_peer_probe_cancel(w->probe);
     rd_peer_dial_cancel(w->self_dial);
-    teardown(w, "the job ended on this node", TD_END);
+    teardown(w, "the job ended on this node", TD_END, W_IDLE);
     if (w->ev_connect != NULL)
         event_free(w->ev_connect);
     if (w->ev_rejoin != NULL)
@@ -1158,13 +1245,12 @@ void rd_world_unregister(rd_world *w)
         set_state(w, W_IDLE);
         return;
     }
-    if (w->state == W_UP) { /* its clients are done: the others finish what it announced */
+    if (ring_up(w)) { /* its clients are done: the others finish what it announced */
         rd_world_leave(w);
         return;
     }
     rd_rdv_leave(w->net->rdv, w->name);
-    teardown(w, "this node left the job", TD_LEAVE);
-    set_state(w, W_IDLE);
+    teardown(w, "this node left the job", TD_LEAVE, W_IDLE);
 }
 
 void rd_world_resize(rd_world *w, uint32_t local_size, const char *why)
@@ -1190,10 +1276,8 @@ void rd_world_resize(rd_world *w, uint32_t local_size, const char *why)
     for (int i = 0; i < w->nnodes; i++)
         if (i != w->position && w->ctrl[i] != NULL)
             rd_peer_chan_send(w->ctrl[i], &m);
-    teardown(w, why, TD_FAIL);
-    w->resync = 1; /* also when the ring was not up: the clients' ranks change */
-    w->explained = 1;
-    snprintf(w->resync_why, sizeof(w->resync_why), "%s", why);
+    teardown(w, why, TD_FAIL, W_WAITING);
+    resync_set(w, RS_EXPLAINED, why); /* also when the ring was not up: the clients' ranks change */
     rd_world_register(w);
 }
 
@@ -1212,7 +1296,7 @@ static void on_lapse(evutil_socket_t fd, short what, void *arg)
     Ringd__Poke p = RINGD__POKE__INIT;
     poke.body_case = RINGD__MSG__BODY_POKE;
     poke.poke = &p;
-    for (int i = 0; w->state == W_UP && i < w->nnodes; i++) {
+    for (int i = 0; ring_up(w) && i < w->nnodes; i++) {
         if (i == w->position || w->ctrl[i] == NULL)
             continue;
         rd_peer_chan_send(w->ctrl[i], &poke);
@@ -1220,22 +1304,22 @@ static void on_lapse(evutil_socket_t fd, short what, void *arg)
             silent = now - w->heard[i];
     }
     /* Redis down for everyone: the ring goes on as long as its nodes hear from each other. */
-    int cut_off = w->state != W_UP || silent > w->net->cfg->lease_ttl;
+    int cut_off = !ring_up(w) || silent > w->net->cfg->lease_ttl;
     int lapsed = w->state != W_IDLE && w->state != W_LEAVING && w->state != W_ASIDE && cut_off &&
                  rd_rdv_lapsed(w->net->rdv, w->name);
-    if (!lapsed || w->lapsed) {
-        w->lapsed = lapsed;
+    if (!lapsed || w->lease == LEASE_LAPSED) { /* nothing new */
+        lease_set(w, lapsed ? LEASE_LAPSED : LEASE_HELD);
         return;
     }
-    w->lapsed = 1;
+    lease_set(w, LEASE_LAPSED);
     char why[1024];
     snprintf(why, sizeof(why),
              "node %s lost its place in job '%s': neither Redis nor the other nodes have "
              "answered for more than --lease-ttl %" PRId64 " ms, so they go on without it",
              w->net->cfg->node, w->name, w->net->cfg->lease_ttl);
     rd_log(RD_LOG_WARN, "world", "%s", why);
-    if (w->state == W_UP || w->state == W_CONNECTING)
-        teardown(w, why, TD_FAIL);
+    if (ring_linked(w))
+        teardown(w, why, TD_FAIL, W_WAITING);
     w->ev.ring_lost(w->arg, why);
     w->since = 0;
     rd_world_register(w);
@@ -1249,8 +1333,7 @@ static void on_linger(evutil_socket_t fd, short what, void *arg)
     (void)what;
     if (w->state != W_LEAVING)
         return;
-    teardown(w, "this node left the job", TD_LEAVE);
-    set_state(w, W_IDLE);
+    teardown(w, "this node left the job", TD_LEAVE, W_IDLE);
 }
 
 int rd_world_leave(rd_world *w)
@@ -1261,10 +1344,9 @@ int rd_world_leave(rd_world *w)
         rd_world_unregister(w);
         return 1;
     }
-    if (w->state != W_UP) {
+    if (!ring_up(w)) {
         rd_rdv_leave(w->net->rdv, w->name);
-        teardown(w, "this node left the job", TD_LEAVE);
-        set_state(w, W_IDLE);
+        teardown(w, "this node left the job", TD_LEAVE, W_IDLE);
         return 1;
     }
     w->ev.flush(w->arg); /* what the coordinator ordered goes out before its Bye */
@@ -1281,7 +1363,7 @@ int rd_world_leave(rd_world *w)
 
 void rd_world_reform(rd_world *w, const char *why)
 {
-    if (w->state != W_UP)
+    if (!ring_up(w))
         return;
     rd_log(RD_LOG_WARN, "world", "job '%s': %s; the ring re-forms", w->name, why);
     snprintf(w->reform_why, sizeof(w->reform_why), "%s", why);
@@ -1302,7 +1384,7 @@ void rd_world_detail(const rd_world *w, char *buf, size_t len)
 
 int rd_world_up(const rd_world *w)
 {
-    return w->state == W_UP;
+    return ring_up(w);
 }
 
 int rd_world_solo(const rd_world *w)
@@ -1326,7 +1408,7 @@ uint64_t rd_world_generation(const rd_world *w)
 
 int rd_world_sealed(const rd_world *w)
 {
-    return w->carrying;
+    return w->state == W_SEALED || w->state == W_LEAVING; /* both after this node's Bye */
 }
 
 void rd_world_drop(rd_world *w, const char *why)
@@ -1358,7 +1440,7 @@ static void on_ctrl_msg(void *arg, rd_peer_chan *c, const rd_msg *m)
 {
     rd_world *w = arg;
     w->net->counters->activity++;
-    if (w->state != W_UP && w->state != W_CONNECTING)
+    if (!ring_linked(w))
         return;
     int from = chan_position(w, c);
     if (from >= 0)
@@ -1373,19 +1455,18 @@ static void on_ctrl_msg(void *arg, rd_peer_chan *c, const rd_msg *m)
         return;
     }
     if (from >= 0 && m->body_case == RINGD__MSG__BODY_BYE && m->bye->generation == w->generation) {
-        w->sealed[from] = 1;
-        w->leaving[from] |= m->bye->leaving;
+        member_set(w, from, m->bye->leaving ? M_LEAVING : M_SEALED);
         rd_log(RD_LOG_INFO, "world", "job '%s': node %s %s generation %" PRIu64,
                w->name, member(w, from)->node,
                m->bye->leaving ? "leaves the ring of" : "sealed", w->generation);
-        if (w->state == W_UP) {
+        if (ring_up(w)) {
             carry_start(w);
             carry_check(w);
         }
         return;
     }
     if (from >= 0 && m->body_case == RINGD__MSG__BODY_ERROR && m->error->message != NULL &&
-        w->state == W_UP) {
+        ring_up(w)) {
         /* A node breaks off the ring and says why (a client of it left): its clients' ops and
          * these end with that reason; it registers anew, which moves the job on. */
         char why[512];
@@ -1393,11 +1474,10 @@ static void on_ctrl_msg(void *arg, rd_peer_chan *c, const rd_msg *m)
         rd_log(RD_LOG_INFO, "world", "job '%s': node %s breaks off the ring: %s",
                w->name, member(w, from)->node, why);
         /* Its data links may have ended first: the cause it names beats "the links broke". */
-        if (w->resync)
-            snprintf(w->resync_why, sizeof(w->resync_why), "%s", why);
-        teardown(w, why, TD_FAIL);
-        w->explained = 1;
-        set_state(w, W_WAITING);
+        if (w->resync != RS_NONE)
+            resync_set(w, RS_EXPLAINED, why);
+        teardown(w, why, TD_FAIL, W_WAITING);
+        resync_set(w, RS_EXPLAINED, NULL);
         apply_view(w);
         return;
     }
@@ -1410,8 +1490,8 @@ static void on_ctrl_msg(void *arg, rd_peer_chan *c, const rd_msg *m)
  * generation (once, however many nodes ask), where the ring forms again. */
 static void move_on(rd_world *w, const char *reason)
 {
-    if (w->state == W_ASIDE) /* not registered on purpose */
-        return;
+    if (w->state == W_ASIDE || w->state == W_IDLE || w->state == W_LEAVING)
+        return; /* not registered on purpose (a probe may answer after this node left) */
     if (rd_rdv_bump(w->net->rdv, w->name, w->stale, reason) != 0)
         rd_world_register(w);
     apply_view(w); /* another node may have moved it on already */
@@ -1457,7 +1537,7 @@ static void on_ctrl_err(void *arg, rd_peer_chan *c, const char *why)
 {
     rd_world *w = arg;
     int from = chan_position(w, c);
-    if (from >= 0 && w->sealed[from]) {
+    if (from >= 0 && w->members[from] != M_ACTIVE) {
         rd_peer_chan_free(c);
         w->ctrl[from] = NULL;
         carry_check(w);
@@ -1472,7 +1552,7 @@ static void on_ctrl_err(void *arg, rd_peer_chan *c, const char *why)
                 w->ctrl[i] = NULL;
         return;
     }
-    if (from < 0 || (w->state != W_UP && w->state != W_CONNECTING)) {
+    if (from < 0 || !ring_linked(w)) {
         reform_later(w);
         return;
     }
@@ -1485,8 +1565,7 @@ static void on_ctrl_err(void *arg, rd_peer_chan *c, const char *why)
     w->probes = 0;
     rd_peer_probe_cancel(w->probe);
     w->probe = rd_peer_probe_new(w->net->base, w->probing.addr, 0, on_probed, w);
-    teardown(w, gone, TD_FAIL);
-    set_state(w, W_WAITING);
+    teardown(w, gone, TD_FAIL, W_WAITING);
     if (w->probe == NULL)
         move_on(w, "a link broke");
 }
@@ -1734,12 +1813,12 @@ Ringd__RingInfo *rd_world_describe(const rd_world *w)
         else if (w->state == W_CONNECTING && (int)i < w->nnodes && w->unreach[i][0] != '\0')
             snprintf(st, STATE_LEN, "unreachable: %s", w->unreach[i]);
         else
-            snprintf(st, STATE_LEN, "%s", w->state == W_UP ? "up" : "member");
+            snprintf(st, STATE_LEN, "%s", ring_up(w) ? "up" : "member");
         first += m->local_size;
     }
     if (n > 0)
         ri->coordinator = (char *)w->view.members[0].node;
-    if (w->state == W_UP && w->nnodes >= 2) {
+    if (ring_up(w) && w->nnodes >= 2) {
         uint64_t s, r;
         link_bytes(w, &s, &r);
         for (int k = 0; k < 2; k++) {
