@@ -281,7 +281,8 @@ static int view_copy(rd_rdv_view *dst, const rd_rdv_view *src)
     return 0;
 }
 
-/* A data plane whose ring is gone, letting its running task end by itself. */
+/* A data plane whose ring is gone: its running task ends by itself (a graceful change) or fails
+ * at once (rd_xfer_cut: the ring broke), then on_retired frees it. */
 typedef struct retiring {
     struct rd_xfer *x;
     struct retiring *next;
@@ -362,7 +363,8 @@ static void teardown(rd_world *w, const char *why, teardown_how how, world_state
         struct rd_xfer *x = w->xfer;
         w->xfer = NULL;
         w->ntasks = 0;
-        retiring *r = graceful ? malloc(sizeof(*r)) : NULL;
+        /* Its thread ends off the loop, reported by on_retired, unless the world ends now. */
+        retiring *r = how != TD_END ? malloc(sizeof(*r)) : NULL;
         if (r != NULL) {
             r->x = x;
             r->next = w->retiring;
@@ -372,7 +374,9 @@ static void teardown(rd_world *w, const char *why, teardown_how how, world_state
             rd_xfer_free(x, RINGD_E_MEMBERSHIP, why);
         }
     }
-    while (!graceful && w->retiring != NULL) {
+    for (retiring *r = w->retiring; !graceful && how != TD_END && r != NULL; r = r->next)
+        rd_xfer_cut(r->x);
+    while (how == TD_END && w->retiring != NULL) {
         retiring *r = w->retiring;
         w->retiring = r->next;
         rd_xfer_free(r->x, RINGD_E_MEMBERSHIP, why);

@@ -76,8 +76,10 @@ struct rd_xfer {
     atomic_int queued;
     int sleeping;
     atomic_int stopping;
+    atomic_int cut; /* the links are shut: the running task fails */
     atomic_int retiring; /* finish the running task, fail the queue, stop */
-    int exited;          /* guarded by lock: the thread has posted its last task */
+    int exited;          /* guarded by lock: the thread has posted its last task and touches
+                            nothing of x any more */
     ringd_result_t retire_status;
     char retire_why[320];
     void (*retired)(void *arg, rd_xfer *x);
@@ -325,7 +327,7 @@ static int run_plan(rd_xfer *x, rd_xfer_task *t, const plan *p, size_t esz)
         }
         if (rc != 0 || !pending)
             break;
-        if (atomic_load(&x->stopping)) {
+        if (atomic_load(&x->stopping) || atomic_load(&x->cut)) {
             fail(&r, RINGD_E_MEMBERSHIP, "the ring is being re-formed");
             rc = -1;
             break;
@@ -575,12 +577,13 @@ static void retire(rd_xfer *x)
         post_done(x, t);
         t = next;
     }
+    /* The wake-up is written under the lock: once the loop sees exited, it may free x at once. */
     pthread_mutex_lock(&x->lock);
     x->exited = 1;
-    pthread_mutex_unlock(&x->lock);
     uint64_t one = 1;
     ssize_t w = write(x->efd, &one, sizeof(one));
     (void)w;
+    pthread_mutex_unlock(&x->lock);
 }
 
 static void *thread_main(void *arg)
@@ -769,19 +772,32 @@ void rd_xfer_submit(rd_xfer *x, rd_xfer_task *t)
     pthread_mutex_unlock(&x->lock);
 }
 
-void rd_xfer_free(rd_xfer *x, ringd_result_t status, const char *why)
+void rd_xfer_cut(rd_xfer *x)
 {
-    if (x == NULL)
-        return;
-    atomic_store(&x->stopping, 1);
+    atomic_store(&x->cut, 1);
     for (int i = 0; i < x->cfg.conns; i++) {
         shutdown(x->send_fds[i], SHUT_RDWR);
         shutdown(x->recv_fds[i], SHUT_RDWR);
     }
+}
+
+void rd_xfer_free(rd_xfer *x, ringd_result_t status, const char *why)
+{
+    if (x == NULL)
+        return;
     pthread_mutex_lock(&x->lock);
-    pthread_cond_signal(&x->cond);
+    int exited = x->exited;
     pthread_mutex_unlock(&x->lock);
-    pthread_join(x->thread, NULL);
+    if (exited) { /* retired: the thread only returns now; nobody needs to wait for it */
+        pthread_detach(x->thread);
+    } else {
+        atomic_store(&x->stopping, 1);
+        rd_xfer_cut(x);
+        pthread_mutex_lock(&x->lock);
+        pthread_cond_signal(&x->cond);
+        pthread_mutex_unlock(&x->lock);
+        pthread_join(x->thread, NULL); /* within one segment's work: its links are shut */
+    }
     /* Reported first what finished, then what never ran, in order. */
     for (rd_xfer_task *t = x->done_head; t != NULL;) {
         rd_xfer_task *next = t->next;

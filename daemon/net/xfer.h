@@ -64,9 +64,15 @@ rd_xfer *rd_xfer_new(struct event_base *base, const rd_xfer_config *c, rd_xfer_d
 /* Queues t; done(arg, t) follows on the loop. Loop thread only. */
 void rd_xfer_submit(rd_xfer *x, rd_xfer_task *t);
 
-/* Closes the links, joins the thread, and ends every task not yet reported with status and why
- * (done is called for each, in order, before this returns). NULL is a no-op. */
+/* Closes the links, stops the thread, and ends every task not yet reported with status and why
+ * (done is called for each, in order, before this returns). A retired data plane's thread has
+ * ended already and is not waited for; any other is joined, which takes at most the segment it
+ * works on, as its links are shut first. NULL is a no-op. Loop thread only. */
 void rd_xfer_free(rd_xfer *x, ringd_result_t status, const char *why);
+
+/* Shuts the links down: the task running now fails at once instead of ending by itself (use
+ * with rd_xfer_retire when the ring broke). Loop thread only. */
+void rd_xfer_cut(rd_xfer *x);
 
 /* Lets the task running now end by itself (it completes when its data flowed, or fails when a
  * link breaks or stalls), fails the queued ones with status and why, and stops the thread; then
