@@ -18,7 +18,7 @@
 #include "log.h"
 #include "ringd_build.h"
 #include "session.h"
-#include "status.h"
+#include "status_request.h"
 #include "world.h"
 
 extern char **environ;

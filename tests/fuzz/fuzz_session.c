@@ -24,7 +24,7 @@
 #include "log.h"
 #include "ring.h"
 #include "session.h"
-#include "status.h"
+#include "status_request.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -1,6 +1,6 @@
 /* Status queries: the daemon's state, as one StatusReply. */
-#ifndef RD_STATUS_H
-#define RD_STATUS_H
+#ifndef RD_STATUS_REQUEST_H
+#define RD_STATUS_REQUEST_H
 
 #include "frame.h"
 

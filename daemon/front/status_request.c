@@ -1,5 +1,5 @@
 /* Status queries: gathers jobs, clients and counters into one StatusReply. */
-#include "status.h"
+#include "status_request.h"
 
 #include <stdlib.h>
 #include <time.h>
