@@ -17,7 +17,7 @@ void rd_seg_encode(const rd_seg *s, uint8_t out[RD_SEG_HEADER])
     memcpy(out + 24, &g, 8);
 }
 
-int rd_seg_decode(const uint8_t in[RD_SEG_HEADER], rd_seg *s)
+ringd_result_t rd_seg_decode(const uint8_t in[RD_SEG_HEADER], rd_seg *s)
 {
     uint32_t magic, len;
     uint64_t gen, seq, g;
@@ -30,5 +30,5 @@ int rd_seg_decode(const uint8_t in[RD_SEG_HEADER], rd_seg *s)
     s->generation = le64toh(gen);
     s->seq = le64toh(seq);
     s->g = le64toh(g);
-    return le32toh(magic) == RD_SEG_MAGIC ? 0 : -1;
+    return le32toh(magic) == RD_SEG_MAGIC ? RINGD_OK : RINGD_E_PROTOCOL;
 }

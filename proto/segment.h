@@ -6,6 +6,8 @@
 
 #include <stdint.h>
 
+#include "ringd.h"
+
 #define RD_SEG_HEADER 32
 
 typedef struct {
@@ -18,8 +20,8 @@ typedef struct {
 /* Writes the header of s into out. */
 void rd_seg_encode(const rd_seg *s, uint8_t out[RD_SEG_HEADER]);
 
-/* Reads a header from in into *s. Returns 0, or -1 when in is not a segment header (its magic
- * is wrong: the stream is out of step or not ringd's). */
-int rd_seg_decode(const uint8_t in[RD_SEG_HEADER], rd_seg *s);
+/* Reads a header from in into *s. Returns RINGD_OK, or RINGD_E_PROTOCOL when in is not a segment
+ * header (its magic is wrong: the stream is out of step or not ringd's). */
+ringd_result_t rd_seg_decode(const uint8_t in[RD_SEG_HEADER], rd_seg *s);
 
 #endif

@@ -239,7 +239,7 @@ Test(auth, a_missing_key_file_is_an_error_naming_it)
     char err[256] = "", path[128], want[256];
     snprintf(path, sizeof(path), "%s/nope", dir);
     snprintf(want, sizeof(want), "key file %s: No such file or directory", path);
-    cr_assert_eq(rd_auth_load(&k, path, err, sizeof(err)), -1);
+    cr_assert_eq(rd_auth_load(&k, path, err, sizeof(err)), RINGD_E_SYSTEM);
     cr_assert_str_eq(err, want);
 }
 
@@ -247,7 +247,7 @@ Test(auth, a_directory_is_not_a_key_file)
 {
     rd_auth_key k;
     char err[256] = "";
-    cr_assert_eq(rd_auth_load(&k, dir, err, sizeof(err)), -1);
+    cr_assert_eq(rd_auth_load(&k, dir, err, sizeof(err)), RINGD_E_SYSTEM);
     cr_assert_not_null(strstr(err, dir), "%s", err);
     cr_assert_not_null(strstr(err, "Is a directory"), "%s", err);
 }
@@ -261,7 +261,7 @@ Test(auth, an_unreadable_key_file_is_an_error)
     rd_auth_key k;
     char err[256] = "";
     const char *path = write_file("locked", "correct horse battery staple", 28, 0000);
-    cr_assert_eq(rd_auth_load(&k, path, err, sizeof(err)), -1);
+    cr_assert_eq(rd_auth_load(&k, path, err, sizeof(err)), RINGD_E_SYSTEM);
     cr_assert_not_null(strstr(err, "Permission denied"), "%s", err);
 }
 
@@ -274,7 +274,7 @@ static void expect_rejected(const char *name, const void *data, size_t len, cons
     const char *path = write_file(name, data, len, 0600);
     memset(&k, 0xA5, sizeof(k));
     rd_auth_key before = k;
-    cr_assert_eq(rd_auth_load(&k, path, err, sizeof(err)), -1, "%s loaded", name);
+    cr_assert_eq(rd_auth_load(&k, path, err, sizeof(err)), RINGD_E_INVALID, "%s loaded", name);
     cr_assert_not_null(strstr(err, path), "error does not name the file: %s", err);
     cr_assert_not_null(strstr(err, what), "error: %s", err);
     cr_assert_eq(memcmp(&k, &before, sizeof(k)), 0, "key changed on failure");

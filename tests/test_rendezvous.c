@@ -953,8 +953,8 @@ Test(rendezvous, eviction_removes_only_the_incarnation_named, .timeout = 30)
     cr_assert_str_eq(raw(out, sizeof(out), 4, event), want);
 
     /* Invalid names are refused at once. */
-    cr_assert_eq(rd_rdv_evict(a, JOB, "", 1, "x"), -1);
-    cr_assert_eq(rd_rdv_evict(a, "bad\x01job", "node-b", 1, "x"), -1);
+    cr_assert_eq(rd_rdv_evict(a, JOB, "", 1, "x"), RINGD_E_INVALID);
+    cr_assert_eq(rd_rdv_evict(a, "bad\x01job", "node-b", 1, "x"), RINGD_E_INVALID);
 }
 
 /* A member record and lease written straight into Redis, for a member that never refreshes;

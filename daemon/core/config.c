@@ -87,15 +87,15 @@ static const opt_spec options[] = {
 
 #define NOPTIONS (sizeof(options) / sizeof(options[0]))
 
-int rd_parse_size(const char *s, uint64_t *out)
+rd_status rd_parse_size(const char *s, uint64_t *out)
 {
     char *end;
     errno = 0;
     if (s == NULL || *s < '0' || *s > '9') /* strtoull would take spaces and signs */
-        return -1;
+        return RINGD_E_INVALID;
     unsigned long long v = strtoull(s, &end, 10);
     if (errno != 0 || end == s)
-        return -1;
+        return RINGD_E_INVALID;
     unsigned shift = 0;
     switch (*end) {
     case '\0': break;
@@ -114,16 +114,16 @@ int rd_parse_size(const char *s, uint64_t *out)
         shift = 30;
         end++;
         break;
-    default: return -1;
+    default: return RINGD_E_INVALID;
     }
     if (shift && end[0] == 'i' && end[1] == 'B')
         end += 2;
     else if (shift && end[0] == 'B')
         end++;
     if (*end != '\0' || (shift && v > (UINT64_MAX >> shift)))
-        return -1;
+        return RINGD_E_INVALID;
     *out = (uint64_t)v << shift;
-    return 0;
+    return RINGD_OK;
 }
 
 /* Stores text as the value of spec in cfg. Returns 0, or -1 with err set. */

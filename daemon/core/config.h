@@ -7,6 +7,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "status.h"
+
 #define RD_PATH_MAX 108 /* sun_path */
 
 typedef struct {
@@ -55,7 +57,7 @@ rd_config_result rd_config_parse(rd_config *cfg, int argc, char **argv, char **e
 /* Logs every option and its value at info level. */
 void rd_config_dump(const rd_config *cfg);
 
-/* Parses "123", "64K", "1M", "2G" (powers of 1024). Returns 0 on success. */
-int rd_parse_size(const char *s, uint64_t *out);
+/* Parses "123", "64K", "1M", "2G" (powers of 1024). Returns RINGD_OK, or RINGD_E_INVALID. */
+rd_status rd_parse_size(const char *s, uint64_t *out);
 
 #endif

@@ -174,8 +174,8 @@ void rd_exec_free(rd_exec *x)
     free(x);
 }
 
-int rd_exec_submit(rd_exec *x, rd_exec_fn fn, rd_exec_done_fn done, void *ctx, size_t units,
-                   size_t grain)
+rd_status rd_exec_submit(rd_exec *x, rd_exec_fn fn, rd_exec_done_fn done, void *ctx,
+                         size_t units, size_t grain)
 {
     if (grain == 0)
         grain = 1;
@@ -187,7 +187,7 @@ int rd_exec_submit(rd_exec *x, rd_exec_fn fn, rd_exec_done_fn done, void *ctx, s
     task *t = calloc(1, sizeof(*t));
     item *first = NULL, *last = NULL;
     if (t == NULL)
-        return -1;
+        return RINGD_E_NOMEM;
     t->fn = fn;
     t->done = done;
     t->ctx = ctx;
@@ -203,7 +203,7 @@ int rd_exec_submit(rd_exec *x, rd_exec_fn fn, rd_exec_done_fn done, void *ctx, s
                 first = n;
             }
             free(t);
-            return -1;
+            return RINGD_E_NOMEM;
         }
         it->t = t;
         it->begin = begin < units ? begin : units;
@@ -224,5 +224,5 @@ int rd_exec_submit(rd_exec *x, rd_exec_fn fn, rd_exec_done_fn done, void *ctx, s
     x->tail = last;
     pthread_cond_broadcast(&x->cond);
     pthread_mutex_unlock(&x->lock);
-    return 0;
+    return RINGD_OK;
 }

@@ -5,6 +5,8 @@
 
 #include <stddef.h>
 
+#include "status.h"
+
 struct event_base;
 typedef struct rd_exec rd_exec;
 
@@ -23,8 +25,8 @@ rd_exec *rd_exec_new(struct event_base *base, int nthreads, char *err, size_t er
 void rd_exec_free(rd_exec *x);
 
 /* Queues fn over [0, units), split into at most one range per worker, range edges multiples of
- * grain; done(ctx) follows on the loop. Returns 0, or -1 when out of memory. Loop thread only. */
-int rd_exec_submit(rd_exec *x, rd_exec_fn fn, rd_exec_done_fn done, void *ctx, size_t units,
+ * grain; done(ctx) follows on the loop. Returns RINGD_OK, or RINGD_E_NOMEM. Loop thread only. */
+rd_status rd_exec_submit(rd_exec *x, rd_exec_fn fn, rd_exec_done_fn done, void *ctx, size_t units,
                    size_t grain);
 
 #endif

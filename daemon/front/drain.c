@@ -93,16 +93,16 @@ static void on_poll(evutil_socket_t fd, short what, void *arg)
     }
 }
 
-int rd_drain_start(rd_front *d, rd_session *s, int64_t timeout_ms, int exit_after)
+rd_status rd_drain_start(rd_front *d, rd_session *s, int64_t timeout_ms, int exit_after)
 {
     struct rd_drain *dr = d->drain;
     if (dr == NULL) {
         if ((dr = calloc(1, sizeof(*dr))) == NULL)
-            return -1;
+            return RINGD_E_NOMEM;
         dr->ev = event_new(d->base, -1, EV_PERSIST, on_poll, dr);
         if (dr->ev == NULL) {
             free(dr);
-            return -1;
+            return RINGD_E_NOMEM;
         }
         dr->d = d;
         dr->started_ms = rd_now_ms();
@@ -119,7 +119,7 @@ int rd_drain_start(rd_front *d, rd_session *s, int64_t timeout_ms, int exit_afte
     if (s != NULL) {
         waiter *w = malloc(sizeof(*w));
         if (w == NULL)
-            return -1;
+            return RINGD_E_NOMEM;
         w->s = s;
         w->next = dr->waiters;
         dr->waiters = w;
@@ -131,7 +131,7 @@ int rd_drain_start(rd_front *d, rd_session *s, int64_t timeout_ms, int exit_afte
     if (!event_pending(dr->ev, EV_TIMEOUT, NULL))
         event_add(dr->ev, &tv);
     event_active(dr->ev, 0, 0);
-    return 0;
+    return RINGD_OK;
 }
 
 void rd_drain_forget(rd_front *d, rd_session *s)

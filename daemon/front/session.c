@@ -75,7 +75,7 @@ void rd_session_send(rd_session *s, const rd_msg *msg)
     flush_out(s);
 }
 
-int rd_session_send_fd(rd_session *s, const rd_msg *msg, int fd)
+rd_status rd_session_send_fd(rd_session *s, const rd_msg *msg, int fd)
 {
     uint8_t buf[512];
     union {
@@ -85,11 +85,11 @@ int rd_session_send_fd(rd_session *s, const rd_msg *msg, int fd)
     size_t n = rd_frame_size(msg);
 
     if (s->state == RD_SESSION_CLOSING)
-        return -1;
+        return RINGD_E_CLOSED;
     /* The fd must ride on this frame's first byte, so nothing may be queued before it. */
     if (n > sizeof(buf) || evbuffer_get_length(s->out) > 0) {
         rd_session_close(s, RINGD_E_PROTOCOL, "cannot pass the arena: output is backed up");
-        return -1;
+        return RINGD_E_PROTOCOL;
     }
     rd_frame_pack(msg, buf);
     struct iovec iov = {.iov_base = buf, .iov_len = n};
@@ -109,7 +109,7 @@ int rd_session_send_fd(rd_session *s, const rd_msg *msg, int fd)
     while (w < 0 && errno == EINTR);
     if (w < 0) {
         rd_session_close(s, RINGD_E_SYSTEM, "sendmsg with arena fd: %s", strerror(errno));
-        return -1;
+        return RINGD_E_SYSTEM;
     }
     if ((size_t)w < n && evbuffer_add(s->out, buf + w, n - (size_t)w) != 0) {
         /* The frame's tail is lost: whatever followed, an Error too, would be read as its rest. */
@@ -118,10 +118,10 @@ int rd_session_send_fd(rd_session *s, const rd_msg *msg, int fd)
         set_state(s, RD_SESSION_CLOSING);
         event_del(s->ev_read);
         event_active(s->ev_close, 0, 0);
-        return -1;
+        return RINGD_E_NOMEM;
     }
     flush_out(s);
-    return 0;
+    return RINGD_OK;
 }
 
 /* Sends msg to an active client through its shared ring, Poking it when it sleeps; falls back

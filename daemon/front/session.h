@@ -11,6 +11,7 @@
 #include "job.h"
 #include "ring.h"
 #include "ringd.h"
+#include "status.h"
 
 struct evbuffer;
 struct event;
@@ -46,8 +47,9 @@ void rd_session_accept(rd_front *f, int fd);
 /* Queues msg for the peer. A peer that cannot take it is closed on the next loop turn. */
 void rd_session_send(rd_session *s, const rd_msg *msg);
 
-/* Sends msg with fd attached (SCM_RIGHTS). Returns 0, or -1 after scheduling the close. */
-int rd_session_send_fd(rd_session *s, const rd_msg *msg, int fd);
+/* Sends msg with fd attached (SCM_RIGHTS). Returns RINGD_OK, or the failure after scheduling the
+ * close. */
+rd_status rd_session_send_fd(rd_session *s, const rd_msg *msg, int fd);
 
 /* The front's answers to the engine's news for a client (rd_client_events). */
 extern const rd_client_events rd_session_client_events;

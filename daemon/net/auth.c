@@ -35,9 +35,9 @@ _Static_assert(sizeof(((rd_auth_key *)0)->key) == crypto_hash_sha256_BYTES, "key
 _Static_assert(crypto_auth_hmacsha256_BYTES == 32, "crypto_verify_32 compares MACs");
 
 /* Initialises libsodium (idempotent; it returns 1 when already done). */
-int rd_auth_init(void)
+rd_status rd_auth_init(void)
 {
-    return sodium_init() < 0 ? -1 : 0;
+    return sodium_init() < 0 ? RINGD_E_SYSTEM : RINGD_OK;
 }
 
 /* Reads at most cap bytes of fd into buf, retrying short reads and EINTR. Returns the byte count,
@@ -60,10 +60,11 @@ static ssize_t read_upto(int fd, uint8_t *buf, size_t cap)
 
 /* Reads the key file, checks its size, and stores the SHA-256 of its contents (trailing whitespace
  * removed) in k. k is left untouched on failure. The file's bytes are wiped before returning. */
-int rd_auth_load(rd_auth_key *k, const char *path, char *err, size_t errlen)
+rd_status rd_auth_load(rd_auth_key *k, const char *path, char *err, size_t errlen)
 {
     uint8_t *buf = NULL;
-    int fd = -1, rc = -1;
+    int fd = -1;
+    rd_status rc = RINGD_E_SYSTEM;
     struct stat st;
 
     fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -82,6 +83,7 @@ int rd_auth_load(rd_auth_key *k, const char *path, char *err, size_t errlen)
     buf = malloc(AUTH_FILE_MAX + 1);
     if (buf == NULL) {
         snprintf(err, errlen, "key file %s: %s", path, strerror(ENOMEM));
+        rc = RINGD_E_NOMEM;
         goto out;
     }
     ssize_t n = read_upto(fd, buf, AUTH_FILE_MAX + 1);
@@ -90,6 +92,7 @@ int rd_auth_load(rd_auth_key *k, const char *path, char *err, size_t errlen)
         goto out;
     }
     size_t len = (size_t)n;
+    rc = RINGD_E_INVALID; /* read: what follows is about its contents */
     if (len > AUTH_FILE_MAX) {
         snprintf(err, errlen, "key file %s: larger than %u bytes; a key needs only 32 random bytes",
                  path, AUTH_FILE_MAX);
@@ -114,7 +117,7 @@ int rd_auth_load(rd_auth_key *k, const char *path, char *err, size_t errlen)
                path);
     crypto_hash_sha256(k->key, buf, len);
     k->insecure = 0;
-    rc = 0;
+    rc = RINGD_OK;
 
 out:
     if (buf != NULL) {
@@ -162,21 +165,21 @@ static void auth_mac(const rd_auth_key *k, char label, const uint8_t *a, size_t 
 
 /* Refuses anything without our magic and version; otherwise answers with a fresh nonce and the
  * client MAC over the challenge and that nonce. */
-int rd_auth_answer(const rd_auth_key *k, const uint8_t challenge[RD_AUTH_CHALLENGE_LEN],
+rd_status rd_auth_answer(const rd_auth_key *k, const uint8_t challenge[RD_AUTH_CHALLENGE_LEN],
                    uint8_t answer[RD_AUTH_ANSWER_LEN])
 {
     if (memcmp(challenge + AUTH_MAGIC_OFF, auth_magic, sizeof(auth_magic)) != 0 ||
         memcmp(challenge + AUTH_VERSION_OFF, auth_version, sizeof(auth_version)) != 0)
-        return -1;
+        return RINGD_E_PROTOCOL;
     randombytes_buf(answer, AUTH_NONCE_LEN);
     auth_mac(k, 'c', challenge, RD_AUTH_CHALLENGE_LEN, answer, AUTH_NONCE_LEN,
              answer + AUTH_NONCE_LEN);
-    return 0;
+    return RINGD_OK;
 }
 
 /* Recomputes the client MAC and compares it in constant time; on success writes the server MAC
  * over the challenge and the whole answer into confirm, on failure zeroes confirm. */
-int rd_auth_verify_answer(const rd_auth_key *k, const uint8_t challenge[RD_AUTH_CHALLENGE_LEN],
+rd_status rd_auth_verify_answer(const rd_auth_key *k, const uint8_t challenge[RD_AUTH_CHALLENGE_LEN],
                           const uint8_t answer[RD_AUTH_ANSWER_LEN],
                           uint8_t confirm[RD_AUTH_CONFIRM_LEN])
 {
@@ -187,21 +190,21 @@ int rd_auth_verify_answer(const rd_auth_key *k, const uint8_t challenge[RD_AUTH_
     sodium_memzero(want, sizeof(want));
     if (!ok) {
         sodium_memzero(confirm, RD_AUTH_CONFIRM_LEN);
-        return -1;
+        return RINGD_E_REFUSED;
     }
     auth_mac(k, 's', challenge, RD_AUTH_CHALLENGE_LEN, answer, RD_AUTH_ANSWER_LEN, confirm);
-    return 0;
+    return RINGD_OK;
 }
 
 /* Recomputes the server MAC and compares it in constant time. */
-int rd_auth_verify_confirm(const rd_auth_key *k, const uint8_t challenge[RD_AUTH_CHALLENGE_LEN],
+rd_status rd_auth_verify_confirm(const rd_auth_key *k, const uint8_t challenge[RD_AUTH_CHALLENGE_LEN],
                            const uint8_t answer[RD_AUTH_ANSWER_LEN],
                            const uint8_t confirm[RD_AUTH_CONFIRM_LEN])
 {
     uint8_t want[AUTH_MAC_LEN];
 
     auth_mac(k, 's', challenge, RD_AUTH_CHALLENGE_LEN, answer, RD_AUTH_ANSWER_LEN, want);
-    int rc = crypto_verify_32(want, confirm) == 0 ? 0 : -1;
+    rd_status rc = crypto_verify_32(want, confirm) == 0 ? RINGD_OK : RINGD_E_REFUSED;
     sodium_memzero(want, sizeof(want));
     return rc;
 }

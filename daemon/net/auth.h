@@ -12,6 +12,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "status.h"
+
 #define RD_AUTH_CHALLENGE_LEN 40
 #define RD_AUTH_ANSWER_LEN 64
 #define RD_AUTH_CONFIRM_LEN 32
@@ -22,13 +24,15 @@ typedef struct {
     int insecure;    /* --insecure: a fixed, public key; logged as such */
 } rd_auth_key;
 
-/* Initialises the crypto library; call once before any other function. Returns 0 or -1. */
-int rd_auth_init(void);
+/* Initialises the crypto library; call once before any other function. Returns RINGD_OK, or
+ * RINGD_E_SYSTEM when libsodium cannot start. */
+rd_status rd_auth_init(void);
 
 /* Loads the key from path: its contents without trailing whitespace, at least RD_AUTH_KEY_MIN
- * bytes, at most 64 KiB. Warns (rd_log) when group or others may read the file. Returns 0, or -1
- * with err naming the file and the problem. */
-int rd_auth_load(rd_auth_key *k, const char *path, char *err, size_t errlen);
+ * bytes, at most 64 KiB. Warns (rd_log) when group or others may read the file. Returns RINGD_OK,
+ * or RINGD_E_SYSTEM (cannot read it) or RINGD_E_INVALID (not a key) with err naming the file and
+ * the problem. */
+rd_status rd_auth_load(rd_auth_key *k, const char *path, char *err, size_t errlen);
 
 /* The key of --insecure rings: every such daemon knows it, so it proves nothing. */
 void rd_auth_insecure(rd_auth_key *k);
@@ -36,20 +40,20 @@ void rd_auth_insecure(rd_auth_key *k);
 /* Server: a fresh challenge. */
 void rd_auth_challenge(uint8_t challenge[RD_AUTH_CHALLENGE_LEN]);
 
-/* Client: checks the challenge's magic and version and computes the answer. Returns 0, or -1
- * when the bytes are not a ringd challenge. */
-int rd_auth_answer(const rd_auth_key *k, const uint8_t challenge[RD_AUTH_CHALLENGE_LEN],
+/* Client: checks the challenge's magic and version and computes the answer. Returns RINGD_OK, or
+ * RINGD_E_PROTOCOL when the bytes are not a ringd challenge. */
+rd_status rd_auth_answer(const rd_auth_key *k, const uint8_t challenge[RD_AUTH_CHALLENGE_LEN],
                    uint8_t answer[RD_AUTH_ANSWER_LEN]);
 
-/* Server: verifies the answer in constant time and computes the confirmation. Returns 0, or -1
- * when the client does not hold the key. */
-int rd_auth_verify_answer(const rd_auth_key *k, const uint8_t challenge[RD_AUTH_CHALLENGE_LEN],
+/* Server: verifies the answer in constant time and computes the confirmation. Returns RINGD_OK,
+ * or RINGD_E_REFUSED when the client does not hold the key. */
+rd_status rd_auth_verify_answer(const rd_auth_key *k, const uint8_t challenge[RD_AUTH_CHALLENGE_LEN],
                           const uint8_t answer[RD_AUTH_ANSWER_LEN],
                           uint8_t confirm[RD_AUTH_CONFIRM_LEN]);
 
-/* Client: verifies the server's confirmation. Returns 0, or -1 when the server does not hold the
- * key. */
-int rd_auth_verify_confirm(const rd_auth_key *k, const uint8_t challenge[RD_AUTH_CHALLENGE_LEN],
+/* Client: verifies the server's confirmation. Returns RINGD_OK, or RINGD_E_REFUSED when the
+ * server does not hold the key. */
+rd_status rd_auth_verify_confirm(const rd_auth_key *k, const uint8_t challenge[RD_AUTH_CHALLENGE_LEN],
                            const uint8_t answer[RD_AUTH_ANSWER_LEN],
                            const uint8_t confirm[RD_AUTH_CONFIRM_LEN]);
 

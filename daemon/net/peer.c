@@ -159,15 +159,14 @@ static int resolve_numeric(const char *addr, struct sockaddr_storage *ss, unsign
     return lookup(addr, host, port, AI_NUMERICHOST | AI_NUMERICSERV, ss, sslen, err, errlen);
 }
 
-int rd_peer_resolve(const char *addr, struct sockaddr_storage *ss, unsigned *sslen, char *err,
-                    size_t errlen)
+rd_status rd_peer_resolve(const char *addr, struct sockaddr_storage *ss, unsigned *sslen,
+                          char *err, size_t errlen)
 {
     char host[RD_PEER_ADDR_MAX], port[8];
     int rc = resolve_numeric(addr, ss, sslen, host, sizeof(host), port, err, errlen);
-    if (rc != 1)
-        return rc;
-    /* a host name: one blocking lookup (start-up only) */
-    return lookup(addr, host, port, AI_NUMERICSERV, ss, sslen, err, errlen);
+    if (rc == 1) /* a host name: one blocking lookup (start-up only) */
+        rc = lookup(addr, host, port, AI_NUMERICSERV, ss, sslen, err, errlen);
+    return rc == 0 ? RINGD_OK : RINGD_E_INVALID;
 }
 
 /* "HOST:PORT" of a socket address. */

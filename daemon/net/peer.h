@@ -10,6 +10,7 @@
 #include "auth.h"
 #include "frame.h"
 #include "ringd.h"
+#include "status.h"
 
 struct event_base;
 struct sockaddr_storage;
@@ -78,8 +79,9 @@ const char *rd_peer_chan_name(const rd_peer_chan *c);
 
 /* Splits "HOST:PORT" or "[V6]:PORT" and resolves it: numeric hosts without a lookup, a host name
  * with one blocking lookup, so only for start-up (the peer listener); dials look names up through
- * evdns. Returns 0, or -1 with err set. */
-int rd_peer_resolve(const char *addr, struct sockaddr_storage *ss, unsigned *sslen, char *err,
+ * evdns. Returns RINGD_OK, or RINGD_E_INVALID with err set (a malformed address, or one that does
+ * not resolve). */
+rd_status rd_peer_resolve(const char *addr, struct sockaddr_storage *ss, unsigned *sslen, char *err,
                     size_t errlen);
 
 /* A probe: does anything listen at addr ("host:port")? One non-blocking connect, closed at

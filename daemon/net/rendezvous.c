@@ -633,14 +633,14 @@ static void record_format(const rd_rdv_member *m, char *buf, size_t len)
 
 /* See rendezvous.h: a record read from Redis (untrusted), version 3 as written by record_format
  * or an older daemon's 2 (without since, read as 0) or 1 (without min_size either). */
-int rd_rdv_record_parse(const char *s, size_t len, rd_rdv_member *m)
+rd_status rd_rdv_record_parse(const char *s, size_t len, rd_rdv_member *m)
 {
     const char *tok[7];
     size_t tlen[7];
     size_t n = 0, i = 0, want;
     uint64_t v;
     if (len < 2 || len > RDV_RECORD_MAX || memchr(s, '\0', len) != NULL || s[1] != ' ')
-        return -1;
+        return RINGD_E_PROTOCOL;
     if (s[0] == '1')
         want = 5;
     else if (s[0] == '2')
@@ -648,7 +648,7 @@ int rd_rdv_record_parse(const char *s, size_t len, rd_rdv_member *m)
     else if (s[0] == '3')
         want = 7;
     else
-        return -1;
+        return RINGD_E_PROTOCOL;
     while (i < len && n < want) {
         size_t start = i;
         if (n < want - 1) {
@@ -664,29 +664,29 @@ int rd_rdv_record_parse(const char *s, size_t len, rd_rdv_member *m)
             i++; /* one space */
     }
     if (n != want || tlen[0] != 1)
-        return -1;
+        return RINGD_E_PROTOCOL;
     if (parse_u64(tok[1], tlen[1], UINT64_MAX, &m->incarnation) != 0)
-        return -1;
+        return RINGD_E_PROTOCOL;
     if (parse_u64(tok[2], tlen[2], UINT32_MAX, &v) != 0)
-        return -1;
+        return RINGD_E_PROTOCOL;
     m->local_size = (uint32_t)v;
     if (parse_u64(tok[3], tlen[3], UINT32_MAX, &v) != 0)
-        return -1;
+        return RINGD_E_PROTOCOL;
     m->world_size = (uint32_t)v;
     m->min_size = 0;
     m->since = 0;
     if (want >= 6) {
         if (parse_u64(tok[4], tlen[4], UINT32_MAX, &v) != 0)
-            return -1;
+            return RINGD_E_PROTOCOL;
         m->min_size = (uint32_t)v;
     }
     if (want == 7 && parse_u64(tok[5], tlen[5], UINT64_MAX, &m->since) != 0)
-        return -1;
+        return RINGD_E_PROTOCOL;
     if (!addr_valid(tok[want - 1], tlen[want - 1]))
-        return -1;
+        return RINGD_E_PROTOCOL;
     memcpy(m->addr, tok[want - 1], tlen[want - 1]);
     m->addr[tlen[want - 1]] = '\0';
-    return 0;
+    return RINGD_OK;
 }
 
 /* Splits a stream id "ms-seq" into its numbers; 0, or -1 when it is not one. */
@@ -1253,13 +1253,13 @@ static void on_watchdog(evutil_socket_t fd, short what, void *arg)
 
 /* See rendezvous.h: XREAD's {{key, {{id, {fields}}, ...}}, ...}, of which only the last id
  * matters. */
-int rd_rdv_stream_last_id(const redisReply *rep, const char **id, size_t *len)
+rd_status rd_rdv_stream_last_id(const redisReply *rep, const char **id, size_t *len)
 {
     uint64_t ms, seq;
     *id = NULL;
     *len = 0;
     if (rep->type != REDIS_REPLY_ARRAY)
-        return -1;
+        return RINGD_E_PROTOCOL;
     for (size_t i = 0; i < rep->elements; i++) {
         const redisReply *s = rep->element[i];
         if (s->type != REDIS_REPLY_ARRAY || s->elements != 2 ||
@@ -1577,13 +1577,13 @@ static int member_valid(const rd_rdv_member *m)
     return rd_name_valid(m->node) && addr_valid(m->addr, strnlen(m->addr, RD_ADDR_MAX));
 }
 
-/* See rendezvous.h. Also returns -1 (logged) for an invalid job, node name or address. */
-int rd_rdv_join(rd_rdv *r, const char *job, const rd_rdv_member *self)
+/* See rendezvous.h. */
+rd_status rd_rdv_join(rd_rdv *r, const char *job, const rd_rdv_member *self)
 {
     if (!rd_name_valid(job) || self == NULL || !member_valid(self)) {
         rd_log(RD_LOG_ERROR, SUBSYS, "join %s: invalid job name, node name or address",
                rd_name_valid(job) ? job : "(invalid)");
-        return -1;
+        return RINGD_E_INVALID;
     }
     rdv_job *j = job_find(r, job);
     if (j == NULL) {
@@ -1593,7 +1593,7 @@ int rd_rdv_join(rd_rdv *r, const char *job, const rd_rdv_member *self)
             if (j != NULL)
                 job_free(j);
             rd_log(RD_LOG_ERROR, SUBSYS, "join %s: out of memory", job);
-            return -1;
+            return RINGD_E_NOMEM;
         }
         snprintf(j->name, sizeof(j->name), "%s", job);
         j->uid = ++r->next_uid;
@@ -1606,7 +1606,7 @@ int rd_rdv_join(rd_rdv *r, const char *job, const rd_rdv_member *self)
     j->join_seq++;
     j->superseded = 0;
     send_script(r, j, RDV_JOIN);
-    return 0;
+    return RINGD_OK;
 }
 
 /* See rendezvous.h. The LEAVE waits for the command connection when it is down. */
@@ -1628,41 +1628,41 @@ void rd_rdv_leave(rd_rdv *r, const char *job)
 }
 
 /* See rendezvous.h. The EVICT waits for the command connection when it is down. */
-int rd_rdv_evict(rd_rdv *r, const char *job, const char *node, uint64_t incarnation,
-                 const char *reason)
+rd_status rd_rdv_evict(rd_rdv *r, const char *job, const char *node, uint64_t incarnation,
+                       const char *reason)
 {
     char why[RDV_REASON_MAX + 1];
     if (!rd_name_valid(job) || node == NULL || !rd_name_valid(node)) {
         rd_log(RD_LOG_ERROR, SUBSYS, "evict from %s: invalid job or node name",
                rd_name_valid(job) ? job : "(invalid)");
-        return -1;
+        return RINGD_E_INVALID;
     }
     snprintf(why, sizeof(why), "%s", reason != NULL && reason[0] != '\0' ? reason : "evicted");
     const rdv_job *j = job_find(r, job);
     rdv_req *q = req_new(r, job, node, incarnation, why, RDV_EVICT, j != NULL ? j->high_gen : 0);
     if (q == NULL) {
         rd_log(RD_LOG_ERROR, SUBSYS, "evict %s from %s: out of memory", node, job);
-        return -1;
+        return RINGD_E_NOMEM;
     }
     req_send_or_queue(r, q);
-    return 0;
+    return RINGD_OK;
 }
 
 /* See rendezvous.h. */
-int rd_rdv_bump(rd_rdv *r, const char *job, uint64_t above, const char *reason)
+rd_status rd_rdv_bump(rd_rdv *r, const char *job, uint64_t above, const char *reason)
 {
     char why[RDV_REASON_MAX + 1];
     rdv_job *j = rd_name_valid(job) ? job_find(r, job) : NULL;
     if (j == NULL)
-        return -1;
+        return RINGD_E_INVALID;
     snprintf(why, sizeof(why), "%s", reason != NULL && reason[0] != '\0' ? reason : "re-form");
     rdv_req *q = req_new(r, job, j->self.node, j->self.incarnation, why, RDV_BUMP, above);
     if (q == NULL) {
         rd_log(RD_LOG_ERROR, SUBSYS, "bump %s: out of memory", job);
-        return -1;
+        return RINGD_E_NOMEM;
     }
     req_send_or_queue(r, q);
-    return 0;
+    return RINGD_OK;
 }
 
 /* See rendezvous.h. */

@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "frame.h"
+#include "status.h"
 
 struct event_base;
 struct redisReply;
@@ -67,24 +68,25 @@ void rd_rdv_free(rd_rdv *r);
 
 /* Registers self in job (lease plus member record, generation + 1, event), now or once Redis is
  * reachable, and keeps the lease alive and the job watched until rd_rdv_leave. Joining a job
- * already joined replaces the record (generation + 1). Returns 0, or -1 when out of memory. */
-int rd_rdv_join(rd_rdv *r, const char *job, const rd_rdv_member *self);
+ * already joined replaces the record (generation + 1). Returns RINGD_OK, RINGD_E_NOMEM, or
+ * RINGD_E_INVALID for an invalid job, node name or address (logged). */
+rd_status rd_rdv_join(rd_rdv *r, const char *job, const rd_rdv_member *self);
 
 /* Removes this node from job (generation + 1, event) and stops watching it. */
 void rd_rdv_leave(rd_rdv *r, const char *job);
 
 /* Moves job to a generation above `above` (appending an event with reason), unless the job is
- * already past it: both ends of a link that broke ask, the job moves once. Returns 0, or -1 for a
- * job not joined here or out of memory. */
-int rd_rdv_bump(rd_rdv *r, const char *job, uint64_t above, const char *reason);
+ * already past it: both ends of a link that broke ask, the job moves once. Returns RINGD_OK,
+ * RINGD_E_INVALID for a job not joined here, or RINGD_E_NOMEM. */
+rd_status rd_rdv_bump(rd_rdv *r, const char *job, uint64_t above, const char *reason);
 
 /* Removes node from job if its record still has incarnation (a restarted daemon of that name is
  * left alone): record and lease deleted, generation + 1, an 'evict' event carrying reason (cut to
  * 200 bytes). For a peer known dead (its links broke and its listener refuses connections), so
  * the others need not wait for its lease to expire. Asynchronous, now or once Redis is reachable;
- * works whether or not this node joined job. Returns 0, or -1 when out of memory or for an
- * invalid job or node name (logged). */
-int rd_rdv_evict(rd_rdv *r, const char *job, const char *node, uint64_t incarnation,
+ * works whether or not this node joined job. Returns RINGD_OK, RINGD_E_NOMEM, or RINGD_E_INVALID
+ * for an invalid job or node name (logged). */
+rd_status rd_rdv_evict(rd_rdv *r, const char *job, const char *node, uint64_t incarnation,
                  const char *reason);
 
 /* Refreshes this node's lease of job now, sweeping members whose leases expired (a caller that
@@ -102,8 +104,9 @@ int rd_rdv_connected(const rd_rdv *r);
  * exported for the fuzz harnesses in tests/fuzz; any thread. */
 
 /* Parses a member record "V <incarnation> <local_size> <world_size> [<min_size> [<since>]] <addr>"
- * (V = 3, 2 or 1) of len bytes into m, node not touched. Returns 0, or -1 when malformed. */
-int rd_rdv_record_parse(const char *s, size_t len, rd_rdv_member *m);
+ * (V = 3, 2 or 1) of len bytes into m, node not touched. Returns RINGD_OK, or RINGD_E_PROTOCOL when
+ * malformed. */
+rd_status rd_rdv_record_parse(const char *s, size_t len, rd_rdv_member *m);
 
 /* Parses a script reply into a new view (members sorted; malformed members skipped and counted in
  * *nbad) and writes its status (statuslen bytes at most), last stream id (id holds 48 bytes) and
@@ -116,7 +119,7 @@ rd_rdv_view *rd_rdv_view_parse(const struct redisReply *rep, const char *job, ch
 void rd_rdv_view_free(rd_rdv_view *v);
 
 /* Finds the last well-formed entry id in an XREAD reply; *id points into rep, *len bytes, not
- * terminated. Returns 0, or -1 (id NULL) when the reply holds none. */
-int rd_rdv_stream_last_id(const struct redisReply *rep, const char **id, size_t *len);
+ * terminated. Returns RINGD_OK, or RINGD_E_PROTOCOL (id NULL) when the reply holds none. */
+rd_status rd_rdv_stream_last_id(const struct redisReply *rep, const char **id, size_t *len);
 
 #endif
