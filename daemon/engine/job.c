@@ -1383,8 +1383,9 @@ static int stalled(const rd_op *o)
     return o->warned && !op_failed(o->state) && o->state != OP_RUNNING;
 }
 
-/* The job's ops that have waited past --stall-warn, into ji->stalls (at most 64). */
-static int describe_stalls(const rd_job *j, Ringd__JobInfo *ji)
+/* The job's ops that have waited past --stall-warn, into js->stalls (at most 64). Returns 0, or
+ * -1 when out of memory. */
+static int describe_stalls(const rd_job *j, rd_job_status *js)
 {
     int64_t now = rd_now_ms();
     size_t n = 0;
@@ -1394,92 +1395,67 @@ static int describe_stalls(const rd_job *j, Ringd__JobInfo *ji)
     if (n == 0)
         return 0;
     n = n < 64 ? n : 64;
-    if ((ji->stalls = calloc(n, sizeof(*ji->stalls))) == NULL)
+    if ((js->stalls = calloc(n, sizeof(*js->stalls))) == NULL)
         return -1;
     for (size_t b = 0; b < j->nbuckets; b++) {
-        for (const rd_op *o = j->buckets[b]; o != NULL && ji->n_stalls < n; o = o->next) {
+        for (const rd_op *o = j->buckets[b]; o != NULL && js->nstalls < n; o = o->next) {
             if (!stalled(o))
                 continue;
-            Ringd__StallInfo *si = calloc(1, sizeof(*si));
-            char missing[512];
-            if (si == NULL)
-                return -1;
-            ringd__stall_info__init(si);
-            op_missing(o, missing, sizeof(missing));
-            if ((si->missing = strdup(missing)) == NULL) {
-                free(si);
-                return -1;
-            }
+            rd_stall_status *si = &js->stalls[js->nstalls++];
+            op_missing(o, si->missing, sizeof(si->missing));
             si->name = o->name;
             si->age_ms = (uint64_t)(now - o->since_ms);
-            ji->stalls[ji->n_stalls++] = si;
         }
     }
     return 0;
 }
 
-int rd_job_describe(rd_engine *d, Ringd__JobInfo ***out, size_t *nout)
+/* Describes j into js (zeroed); what it allocates belongs to js, also when it fails. Returns 0,
+ * or -1 when out of memory. */
+static int describe_job(const rd_job *j, rd_job_status *js)
+{
+    js->name = j->name;
+    js->world_size = j->world_size;
+    js->local_size = j->local_size;
+    js->min_size = j->min_size;
+    js->clients = j->nclients;
+    js->generation = j->generation;
+    js->ops_completed = j->ops_completed;
+    js->ops_failed = j->ops_failed;
+    if (describe_stalls(j, js) != 0)
+        return -1;
+    if (j->world != NULL) {
+        if ((js->ring = calloc(1, sizeof(*js->ring))) == NULL ||
+            rd_world_describe(j->world, js->ring) != 0)
+            return -1;
+    }
+    size_t pending = 0;
+    for (int st = 0; st < OP_NSTATES; st++)
+        pending += op_failed((op_state)st) ? 0 : j->count[st];
+    js->ops_in_flight = pending;
+    size_t show = pending < 64 ? pending : 64;
+    if (show > 0 && (js->pending = calloc(show, sizeof(*js->pending))) == NULL)
+        return -1;
+    for (const rd_op *o = j->first[OP_PENDING]; o != NULL && js->npending < show; o = o->snext)
+        js->pending[js->npending++] = o->name;
+    return 0;
+}
+
+int rd_job_describe(rd_engine *d, rd_status *st)
 {
     size_t n = 0;
     for (rd_job *j = d->jobs; j != NULL; j = j->next)
         n++;
-    Ringd__JobInfo **jobs = calloc(n ? n : 1, sizeof(*jobs));
-    if (jobs == NULL)
+    if (n == 0)
+        return 0;
+    if ((st->jobs = calloc(n, sizeof(*st->jobs))) == NULL)
         return -1;
+    st->njobs = n;
     size_t i = 0;
-    for (rd_job *j = d->jobs; j != NULL; j = j->next, i++) {
-        Ringd__JobInfo *ji = calloc(1, sizeof(*ji));
-        if (ji == NULL)
-            goto fail;
-        jobs[i] = ji;
-        ringd__job_info__init(ji);
-        ji->name = j->name;
-        ji->world_size = j->world_size;
-        ji->local_size = j->local_size;
-        ji->min_size = j->min_size;
-        if (describe_stalls(j, ji) != 0)
-            goto fail;
-        ji->clients = j->nclients;
-        ji->generation = j->generation;
-        if (j->world != NULL && (ji->ring = rd_world_describe(j->world)) == NULL)
-            goto fail;
-        ji->ops_completed = j->ops_completed;
-        ji->ops_failed = j->ops_failed;
-        size_t pending = 0;
-        for (int st = 0; st < OP_NSTATES; st++)
-            pending += op_failed((op_state)st) ? 0 : j->count[st];
-        ji->ops_in_flight = pending;
-        size_t show = pending < 64 ? pending : 64;
-        ji->pending = calloc(show ? show : 1, sizeof(char *));
-        if (ji->pending == NULL)
-            goto fail;
-        for (rd_op *o = j->first[OP_PENDING]; o != NULL && ji->n_pending < show; o = o->snext)
-            ji->pending[ji->n_pending++] = o->name;
-    }
-    *out = jobs;
-    *nout = n;
+    for (rd_job *j = d->jobs; j != NULL; j = j->next, i++)
+        if (describe_job(j, &st->jobs[i]) != 0)
+            return -1;
     return 0;
-
-fail:
-    rd_job_describe_free(jobs, n);
-    return -1;
-}
-
-void rd_job_describe_free(Ringd__JobInfo **jobs, size_t njobs)
-{
-    for (size_t i = 0; i < njobs && jobs != NULL; i++) {
-        if (jobs[i] != NULL) {
-            for (size_t k = 0; k < jobs[i]->n_stalls; k++) {
-                free(jobs[i]->stalls[k]->missing);
-                free(jobs[i]->stalls[k]);
-            }
-            free(jobs[i]->stalls);
-            free(jobs[i]->pending);
-            rd_world_describe_free(jobs[i]->ring);
-        }
-        free(jobs[i]);
-    }
-    free(jobs);
 }
 
 rd_engine *rd_engine_new(struct event_base *base, const rd_config *cfg, rd_counters *counters,

@@ -8,6 +8,7 @@
 
 #include "frame.h"
 #include "request.h"
+#include "status.h"
 #include "negotiate.h"
 #include "ringd.h"
 
@@ -89,10 +90,10 @@ void rd_job_submit(rd_client *c, const rd_submit *m);
  * finish without it. */
 void rd_job_leave(rd_client *c);
 
-/* Describes every job into the reply's jobs array (allocated with malloc; rd_job_describe_free
- * releases it). */
-int rd_job_describe(rd_engine *e, Ringd__JobInfo ***jobs, size_t *njobs);
-void rd_job_describe_free(Ringd__JobInfo **jobs, size_t njobs);
+/* Describes every job into st->jobs and st->njobs (for status): the arrays are allocated with
+ * malloc and belong to st (rd_status_free releases them, also after a failure); strings are
+ * borrowed from the engine. Returns 0, or -1 when out of memory. */
+int rd_job_describe(rd_engine *e, rd_status *st);
 
 /* The job's name, for status. */
 const char *rd_job_name(const rd_job *j);

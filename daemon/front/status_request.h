@@ -6,8 +6,9 @@
 
 struct rd_session;
 
-/* The StatusRequest handler: builds a StatusReply (version, uptime, jobs, clients, op counters)
- * and sends it to s. */
+/* The StatusRequest handler: gathers the daemon's status (version, uptime, counters, jobs and
+ * their rings, clients) and sends it to s as a StatusReply; out of memory, closes s with
+ * RINGD_E_NOMEM. Loop thread. */
 void rd_status_request(struct rd_session *s, const rd_msg *req);
 
 #endif

@@ -1770,77 +1770,58 @@ int rd_net_redis_connected(const rd_net *net)
     return net != NULL && net->rdv != NULL && rd_rdv_connected(net->rdv);
 }
 
-Ringd__RingInfo *rd_world_describe(const rd_world *w)
+int rd_world_describe(const rd_world *w, rd_world_status *r)
 {
-    /* One block: the RingInfo, then the member and link pointer arrays, the structs, and the
-     * members' state texts. Members set aside come after the view's. */
-    enum { STATE_LEN = 640 };
+    /* Members set aside by this node come after the view's. */
     size_t n = w->view.nmembers, na = (size_t)w->naside;
-    size_t size = sizeof(Ringd__RingInfo) + (n + na + 2) * sizeof(void *) +
-                  (n + na) * sizeof(Ringd__MemberInfo) + 2 * sizeof(Ringd__LinkInfo) +
-                  (n + na) * STATE_LEN;
-    Ringd__RingInfo *ri = calloc(1, size);
-    if (ri == NULL)
-        return NULL;
-    ringd__ring_info__init(ri);
-    ri->members = (Ringd__MemberInfo **)(ri + 1);
-    ri->links = (Ringd__LinkInfo **)(ri->members + n + na);
-    Ringd__MemberInfo *mi = (Ringd__MemberInfo *)(ri->links + 2);
-    Ringd__LinkInfo *li = (Ringd__LinkInfo *)(mi + n + na);
-    char *text = (char *)(li + 2);
-    ri->generation = w->generation;
-    ri->state = (char *)state_names[w->state];
-    ri->position = (uint32_t)(w->position >= 0 ? w->position : 0);
+    memset(r, 0, sizeof(*r));
+    if (n + na > 0 && (r->members = calloc(n + na, sizeof(*r->members))) == NULL)
+        return -1;
+    r->generation = w->generation;
+    r->state = state_names[w->state];
+    r->position = (uint32_t)(w->position >= 0 ? w->position : 0);
     uint32_t first = 0;
     for (size_t i = 0; i < n + na; i++) {
-        char *st = text + i * STATE_LEN;
-        ringd__member_info__init(&mi[i]);
-        mi[i].state = st;
-        ri->members[ri->n_members++] = &mi[i];
+        rd_member_status *mi = &r->members[r->nmembers++];
+        char *st = mi->state;
         if (i >= n) { /* set aside by this node */
             const aside_member *a = &w->aside[i - n];
-            mi[i].node = (char *)a->node;
-            mi[i].address = (char *)a->addr;
-            snprintf(st, STATE_LEN, "set aside: %s", a->why);
+            mi->node = a->node;
+            mi->address = a->addr;
+            snprintf(st, sizeof(mi->state), "set aside: %s", a->why);
             continue;
         }
         const rd_rdv_member *m = &w->view.members[i];
-        mi[i].first_rank = first;
-        mi[i].node = (char *)m->node;
-        mi[i].address = (char *)m->addr;
-        mi[i].local_size = m->local_size;
+        mi->first_rank = first;
+        mi->node = m->node;
+        mi->address = m->addr;
+        mi->local_size = m->local_size;
         int self = strcmp(m->node, w->net->cfg->node) == 0;
         if (self && w->state == W_ASIDE)
-            snprintf(st, STATE_LEN, "set aside: %s", w->self_aside);
+            snprintf(st, sizeof(mi->state), "set aside: %s", w->self_aside);
         else if (self)
-            snprintf(st, STATE_LEN, "%s", state_names[w->state]);
+            snprintf(st, sizeof(mi->state), "%s", state_names[w->state]);
         else if (w->state == W_CONNECTING && (int)i < w->nnodes && w->unreach[i][0] != '\0')
-            snprintf(st, STATE_LEN, "unreachable: %s", w->unreach[i]);
+            snprintf(st, sizeof(mi->state), "unreachable: %s", w->unreach[i]);
         else
-            snprintf(st, STATE_LEN, "%s", ring_up(w) ? "up" : "member");
+            snprintf(st, sizeof(mi->state), "%s", ring_up(w) ? "up" : "member");
         first += m->local_size;
     }
     if (n > 0)
-        ri->coordinator = (char *)w->view.members[0].node;
+        r->coordinator = w->view.members[0].node;
     if (ring_up(w) && w->nnodes >= 2) {
-        uint64_t s, r;
-        link_bytes(w, &s, &r);
+        uint64_t s, rv;
+        link_bytes(w, &s, &rv);
         for (int k = 0; k < 2; k++) {
-            ringd__link_info__init(&li[k]);
+            rd_link_status *l = &r->links[r->nlinks++];
             int peer =
                 k == 0 ? (w->position + 1) % w->nnodes : (w->position + w->nnodes - 1) % w->nnodes;
-            li[k].peer = (char *)member(w, peer)->node;
-            li[k].direction = (char *)(k == 0 ? "send" : "recv");
-            li[k].conns = (uint32_t)conns(w);
-            li[k].bytes = k == 0 ? s : r;
-            li[k].throughput_bps = k == 0 ? w->rate_sent : w->rate_recv;
-            ri->links[ri->n_links++] = &li[k];
+            l->peer = member(w, peer)->node;
+            l->direction = k == 0 ? "send" : "recv";
+            l->conns = (uint32_t)conns(w);
+            l->bytes = k == 0 ? s : rv;
+            l->throughput_bps = k == 0 ? w->rate_sent : w->rate_recv;
         }
     }
-    return ri;
-}
-
-void rd_world_describe_free(Ringd__RingInfo *ri)
-{
-    free(ri);
+    return 0;
 }
