@@ -1441,7 +1441,7 @@ static int describe_job(const rd_job *j, rd_job_status *js)
     return 0;
 }
 
-int rd_job_describe(rd_engine *d, rd_status *st)
+int rd_job_describe(rd_engine *d, rd_daemon_status *st)
 {
     size_t n = 0;
     for (rd_job *j = d->jobs; j != NULL; j = j->next)

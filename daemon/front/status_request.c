@@ -11,11 +11,11 @@
 #include "job.h"
 #include "ringd_build.h"
 #include "session.h"
-#include "status.h"
+#include "report.h"
 #include "world.h"
 
 /* The daemon-wide values of d into st. */
-static void describe_daemon(const rd_front *d, rd_status *st)
+static void describe_daemon(const rd_front *d, rd_daemon_status *st)
 {
     struct timespec now;
     clock_gettime(CLOCK_MONOTONIC, &now);
@@ -39,7 +39,7 @@ static void describe_daemon(const rd_front *d, rd_status *st)
 
 /* The connections of d that joined a job into st->clients (malloc'd, st's). Returns 0, or -1
  * when out of memory. */
-static int describe_clients(const rd_front *d, rd_status *st)
+static int describe_clients(const rd_front *d, rd_daemon_status *st)
 {
     size_t n = 0;
     for (const struct rd_session *c = d->sessions; c != NULL; c = c->next)
@@ -69,26 +69,26 @@ void rd_status_request(struct rd_session *s, const rd_msg *req)
     (void)req;
     rd_msg m = RINGD__MSG__INIT;
     Ringd__StatusReply *r = NULL;
-    rd_status *st = rd_status_new();
+    rd_daemon_status *st = rd_daemon_status_new();
 
     if (st == NULL)
         goto fail;
     describe_daemon(d, st);
     if (rd_job_describe(d->engine, st) != 0 || describe_clients(d, st) != 0)
         goto fail;
-    if ((r = rd_status_reply_new(st)) == NULL)
+    if ((r = rd_report_reply_new(st)) == NULL)
         goto fail;
     m.body_case = RINGD__MSG__BODY_STATUS_REPLY;
     m.status_reply = r;
     if (rd_frame_size(&m) > (64u << 20))
         goto fail;
     rd_session_send(s, &m);
-    rd_status_reply_free(r);
-    rd_status_free(st);
+    rd_report_reply_free(r);
+    rd_daemon_status_free(st);
     return;
 
 fail:
-    rd_status_reply_free(r);
-    rd_status_free(st);
+    rd_report_reply_free(r);
+    rd_daemon_status_free(st);
     rd_session_close(s, RINGD_E_NOMEM, "cannot build the status reply");
 }

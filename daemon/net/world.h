@@ -10,7 +10,7 @@
 
 #include "frame.h"
 #include "ringd.h"
-#include "status.h"
+#include "report.h"
 
 #include "config.h"
 #include "counters.h"
@@ -132,7 +132,7 @@ int rd_world_solo(const rd_world *w);
 void rd_world_submit(rd_world *w, struct rd_xfer_task *t);
 
 /* The ring as this node sees it, for status, into *r: its members array is allocated with
- * malloc and belongs to r from then on (rd_status_free releases it with the status r is part
+ * malloc and belongs to r from then on (rd_daemon_status_free releases it with the status r is part
  * of); its strings are borrowed from w. Returns 0, or -1 when out of memory (r holds nothing). */
 int rd_world_describe(const rd_world *w, rd_world_status *r);
 

@@ -1,16 +1,16 @@
 /* The daemon's status: its plain values, and the StatusReply they become. */
-#include "status.h"
+#include "report.h"
 
 #include <stdlib.h>
 
 #include "ringd.pb-c.h"
 
-rd_status *rd_status_new(void)
+rd_daemon_status *rd_daemon_status_new(void)
 {
-    return calloc(1, sizeof(rd_status));
+    return calloc(1, sizeof(rd_daemon_status));
 }
 
-void rd_status_free(rd_status *s)
+void rd_daemon_status_free(rd_daemon_status *s)
 {
     if (s == NULL)
         return;
@@ -153,7 +153,7 @@ static void client_info_of(const rd_client_status *c, Ringd__ClientInfo *ci)
     ci->arena_size = c->arena_size;
 }
 
-Ringd__StatusReply *rd_status_reply_new(const rd_status *s)
+Ringd__StatusReply *rd_report_reply_new(const rd_daemon_status *s)
 {
     size_t nj = s->njobs, nc = s->nclients;
     Ringd__StatusReply *r = calloc(1, sizeof(*r));
@@ -195,11 +195,11 @@ Ringd__StatusReply *rd_status_reply_new(const rd_status *s)
     return r;
 
 fail:
-    rd_status_reply_free(r);
+    rd_report_reply_free(r);
     return NULL;
 }
 
-void rd_status_reply_free(Ringd__StatusReply *r)
+void rd_report_reply_free(Ringd__StatusReply *r)
 {
     if (r == NULL)
         return;

@@ -5,8 +5,8 @@
  *
  * Strings are borrowed from the daemon's state, which the status does not outlive: it is built,
  * sent and freed within one callback of the loop. Texts made for the status are stored in it. */
-#ifndef RD_STATUS_H
-#define RD_STATUS_H
+#ifndef RD_REPORT_H
+#define RD_REPORT_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -91,22 +91,22 @@ typedef struct {
     size_t njobs;
     rd_client_status *clients; /* nclients, malloc'd */
     size_t nclients;
-} rd_status;
+} rd_daemon_status;
 
-/* An empty status (zeroed), owned by the caller: rd_status_free. NULL when out of memory. */
-rd_status *rd_status_new(void);
+/* An empty status (zeroed), owned by the caller: rd_daemon_status_free. NULL when out of memory. */
+rd_daemon_status *rd_daemon_status_new(void);
 
 /* Frees s and every array hanging from it (jobs and theirs, rings, clients); a partly filled
  * status is freed alike. NULL is a no-op. */
-void rd_status_free(rd_status *s);
+void rd_daemon_status_free(rd_daemon_status *s);
 
 struct Ringd__StatusReply;
 
-/* The StatusReply of s, to send: owned by the caller (rd_status_reply_free) and borrowing every
+/* The StatusReply of s, to send: owned by the caller (rd_report_reply_free) and borrowing every
  * string of s, so valid while s is. NULL when out of memory. */
-struct Ringd__StatusReply *rd_status_reply_new(const rd_status *s);
+struct Ringd__StatusReply *rd_report_reply_new(const rd_daemon_status *s);
 
-/* Frees a reply of rd_status_reply_new (never one that rd_frame_decode made). NULL is a no-op. */
-void rd_status_reply_free(struct Ringd__StatusReply *r);
+/* Frees a reply of rd_report_reply_new (never one that rd_frame_decode made). NULL is a no-op. */
+void rd_report_reply_free(struct Ringd__StatusReply *r);
 
 #endif

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "frame.h"
-#include "status.h"
+#include "report.h"
 
 /* Encodes r as a framed Msg and decodes it back; the caller frees the result (rd_frame_free). */
 static rd_msg *round_trip(Ringd__StatusReply *r)
@@ -29,7 +29,7 @@ static rd_msg *round_trip(Ringd__StatusReply *r)
     return out;
 }
 
-/* n zeroed elements of size bytes, for a status to own (rd_status_free releases them). */
+/* n zeroed elements of size bytes, for a status to own (rd_daemon_status_free releases them). */
 static void *zeroed(size_t n, size_t size)
 {
     void *p = calloc(n, size);
@@ -67,9 +67,9 @@ static rd_world_status *ring_of_three(void)
 
 /* A status with every field set: job0 spans nodes with waiting tensors and stalls, job1 is
  * alone on this node with nothing under way, and three clients. */
-static rd_status *status_filled(void)
+static rd_daemon_status *status_filled(void)
 {
-    rd_status *s = rd_status_new();
+    rd_daemon_status *s = rd_daemon_status_new();
     cr_assert_not_null(s);
     s->version = "0.3.1";
     s->pid = 4242;
@@ -177,7 +177,7 @@ static void check_job(const Ringd__JobInfo *o, const rd_job_status *j)
 }
 
 /* Every field of the reply o against the status s it was made from. */
-static void check_status(const Ringd__StatusReply *o, const rd_status *s)
+static void check_status(const Ringd__StatusReply *o, const rd_daemon_status *s)
 {
     cr_assert_str_eq(o->version, s->version != NULL ? s->version : "");
     cr_assert_eq(o->pid, s->pid);
@@ -211,34 +211,34 @@ static void check_status(const Ringd__StatusReply *o, const rd_status *s)
 }
 
 /* Makes the reply of s, sends it through a frame and checks every field; frees both. */
-static void round_trip_checked(rd_status *s)
+static void round_trip_checked(rd_daemon_status *s)
 {
-    Ringd__StatusReply *r = rd_status_reply_new(s);
+    Ringd__StatusReply *r = rd_report_reply_new(s);
     cr_assert_not_null(r);
     rd_msg *out = round_trip(r);
     check_status(out->status_reply, s);
     rd_frame_free(out);
-    rd_status_reply_free(r);
-    rd_status_free(s);
+    rd_report_reply_free(r);
+    rd_daemon_status_free(s);
 }
 
-Test(status, reply_carries_every_field_through_a_frame)
+Test(report, reply_carries_every_field_through_a_frame)
 {
     round_trip_checked(status_filled());
 }
 
-Test(status, empty_status_makes_a_reply_of_empty_strings_and_no_jobs)
+Test(report, empty_status_makes_a_reply_of_empty_strings_and_no_jobs)
 {
-    rd_status *s = rd_status_new();
+    rd_daemon_status *s = rd_daemon_status_new();
     cr_assert_not_null(s);
     round_trip_checked(s);
 }
 
-Test(status, a_ring_before_its_first_view_is_still_a_ring)
+Test(report, a_ring_before_its_first_view_is_still_a_ring)
 {
     /* A job spanning nodes whose ring has no view yet: JobInfo.ring is there (ringctl prints a
      * ring for it), with no members, no links and no coordinator (""). */
-    rd_status *s = rd_status_new();
+    rd_daemon_status *s = rd_daemon_status_new();
     cr_assert_not_null(s);
     s->jobs = zeroed(1, sizeof(*s->jobs));
     s->njobs = 1;
@@ -248,8 +248,8 @@ Test(status, a_ring_before_its_first_view_is_still_a_ring)
     round_trip_checked(s);
 }
 
-Test(status, free_accepts_null)
+Test(report, free_accepts_null)
 {
-    rd_status_free(NULL);
-    rd_status_reply_free(NULL);
+    rd_daemon_status_free(NULL);
+    rd_report_reply_free(NULL);
 }
