@@ -1441,21 +1441,21 @@ static int describe_job(const rd_job *j, rd_job_status *js)
     return 0;
 }
 
-int rd_job_describe(rd_engine *d, rd_daemon_status *st)
+rd_status rd_job_describe(rd_engine *d, rd_daemon_status *st)
 {
     size_t n = 0;
     for (rd_job *j = d->jobs; j != NULL; j = j->next)
         n++;
     if (n == 0)
-        return 0;
+        return RINGD_OK;
     if ((st->jobs = calloc(n, sizeof(*st->jobs))) == NULL)
-        return -1;
+        return RINGD_E_NOMEM;
     st->njobs = n;
     size_t i = 0;
     for (rd_job *j = d->jobs; j != NULL; j = j->next, i++)
         if (describe_job(j, &st->jobs[i]) != 0)
-            return -1;
-    return 0;
+            return RINGD_E_NOMEM;
+    return RINGD_OK;
 }
 
 rd_engine *rd_engine_new(struct event_base *base, const rd_config *cfg, rd_counters *counters,

@@ -92,8 +92,8 @@ void rd_job_leave(rd_client *c);
 
 /* Describes every job into st->jobs and st->njobs (for status): the arrays are allocated with
  * malloc and belong to st (rd_daemon_status_free releases them, also after a failure); strings are
- * borrowed from the engine. Returns 0, or -1 when out of memory. */
-int rd_job_describe(rd_engine *e, rd_daemon_status *st);
+ * borrowed from the engine. Returns RINGD_OK, or RINGD_E_NOMEM. */
+rd_status rd_job_describe(rd_engine *e, rd_daemon_status *st);
 
 /* The job's name, for status. */
 const char *rd_job_name(const rd_job *j);

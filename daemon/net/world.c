@@ -1770,13 +1770,13 @@ int rd_net_redis_connected(const rd_net *net)
     return net != NULL && net->rdv != NULL && rd_rdv_connected(net->rdv);
 }
 
-int rd_world_describe(const rd_world *w, rd_world_status *r)
+rd_status rd_world_describe(const rd_world *w, rd_world_status *r)
 {
     /* Members set aside by this node come after the view's. */
     size_t n = w->view.nmembers, na = (size_t)w->naside;
     memset(r, 0, sizeof(*r));
     if (n + na > 0 && (r->members = calloc(n + na, sizeof(*r->members))) == NULL)
-        return -1;
+        return RINGD_E_NOMEM;
     r->generation = w->generation;
     r->state = state_names[w->state];
     r->position = (uint32_t)(w->position >= 0 ? w->position : 0);
@@ -1823,5 +1823,5 @@ int rd_world_describe(const rd_world *w, rd_world_status *r)
             l->throughput_bps = k == 0 ? w->rate_sent : w->rate_recv;
         }
     }
-    return 0;
+    return RINGD_OK;
 }

@@ -133,7 +133,7 @@ void rd_world_submit(rd_world *w, struct rd_xfer_task *t);
 
 /* The ring as this node sees it, for status, into *r: its members array is allocated with
  * malloc and belongs to r from then on (rd_daemon_status_free releases it with the status r is part
- * of); its strings are borrowed from w. Returns 0, or -1 when out of memory (r holds nothing). */
-int rd_world_describe(const rd_world *w, rd_world_status *r);
+ * of); its strings are borrowed from w. Returns RINGD_OK, or RINGD_E_NOMEM (r holds nothing). */
+rd_status rd_world_describe(const rd_world *w, rd_world_status *r);
 
 #endif
