@@ -307,14 +307,16 @@ ringd_result_t ringd_open(const ringd_options_t *opts, ringd_t **out)
     const char *path = o.socket_path ? o.socket_path : getenv("RINGD_SOCKET");
     const char *job = o.job ? o.job : getenv("RINGD_JOB");
     int local_size = o.local_size, world_size = o.world_size, poll_us = o.poll_us;
-    int min_size = o.min_size;
+    int min_size = o.min_size, local_rank = o.local_rank;
     if ((!local_size && env_int("RINGD_LOCAL_SIZE", 1, 1, 1 << 20, &local_size) != 0) ||
         (!world_size && env_int("RINGD_WORLD_SIZE", local_size, 1, 1 << 30, &world_size) != 0) ||
         (!poll_us && env_int("RINGD_POLL_US", RD_DEFAULT_POLL_US, -1, 1000000, &poll_us) != 0) ||
-        (!min_size && env_int("RINGD_MIN_SIZE", 1, 0, 1 << 30, &min_size) != 0))
+        (!min_size && env_int("RINGD_MIN_SIZE", 1, 0, 1 << 30, &min_size) != 0) ||
+        (local_rank == RINGD_LOCAL_RANK_ANY &&
+         env_int("RINGD_LOCAL_RANK", RINGD_LOCAL_RANK_ANY, 0, 1 << 20, &local_rank) != 0))
         return fail(r, RINGD_E_INVALID,
-                    "RINGD_LOCAL_SIZE, RINGD_WORLD_SIZE, RINGD_POLL_US or RINGD_MIN_SIZE is "
-                    "set but not an integer in range");
+                    "RINGD_LOCAL_SIZE, RINGD_WORLD_SIZE, RINGD_POLL_US, RINGD_MIN_SIZE or "
+                    "RINGD_LOCAL_RANK is set but not an integer in range");
     if (min_size == 0)
         min_size = 1;
     int timeout = o.open_timeout_ms > 0 ? o.open_timeout_ms : RD_DEFAULT_OPEN_TIMEOUT_MS;
@@ -333,6 +335,11 @@ ringd_result_t ringd_open(const ringd_options_t *opts, ringd_t **out)
         return fail(r, RINGD_E_INVALID,
                     "min_size %d: need 1 <= min_size <= world_size %d (check RINGD_MIN_SIZE)",
                     min_size, world_size);
+    if (local_rank != RINGD_LOCAL_RANK_ANY && (local_rank < 0 || local_rank >= local_size))
+        return fail(r, RINGD_E_INVALID,
+                    "local_rank %d: need 0 <= local_rank < local_size %d (check "
+                    "RINGD_LOCAL_RANK)",
+                    local_rank, local_size);
     if (!rd_name_valid(job))
         return fail(r, RINGD_E_INVALID, "job name must be 1..%d printable ASCII bytes",
                     RD_NAME_MAX);
@@ -352,6 +359,8 @@ ringd_result_t ringd_open(const ringd_options_t *opts, ringd_t **out)
     h.arena_size = o.arena_size;
     h.min_size = (uint32_t)min_size;
     h.open_timeout_ms = (uint32_t)timeout; /* also bounds waits below min_size later */
+    h.asks_local_rank = local_rank != RINGD_LOCAL_RANK_ANY;
+    h.local_rank = h.asks_local_rank ? (uint32_t)local_rank : 0;
     m.body_case = RINGD__MSG__BODY_HELLO;
     m.hello = &h;
     rc = rd_conn_send(&r->conn, &m, err, sizeof(err));

@@ -16,6 +16,7 @@ typedef struct {
     uint32_t world_size, local_size, min_size; /* min_size 0: 1 */
     uint64_t arena_size;                       /* 0: the daemon's default */
     uint32_t open_timeout_ms;                  /* 0: the daemon's default */
+    int64_t local_rank;                        /* the local rank asked for; -1: any */
 } rd_hello;
 
 /* Where a tensor is (MemoryKind values match rd_mem_kind in gpu/backend.h). */

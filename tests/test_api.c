@@ -61,6 +61,8 @@ Test(api, options_init_gives_the_values_of_the_init_macro)
     cr_assert_eq(f.poll_us, m.poll_us);
     cr_assert_eq(f.reserved, m.reserved);
     cr_assert_eq(f.min_size, m.min_size);
+    cr_assert_eq(f.local_rank, m.local_rank);
+    cr_assert_eq(m.local_rank, RINGD_LOCAL_RANK_ANY, "a rank nobody asked for is not 0");
     ringd_options_init(NULL, sizeof(ringd_options_t));
     ringd_options_init(&f, 3); /* too small for struct_size: untouched */
     cr_assert_eq(f.struct_size, sizeof(ringd_options_t));
@@ -284,4 +286,104 @@ Test(api, tensor_locate_describes_arena_buffers_and_refuses_others, .init = star
 {
     cr_assert_eq(th_run(1, locate_client, NULL, 60000), 0);
     th_daemon_finish(&daemon_);
+}
+
+/* ---- local ranks asked for (a launcher's LOCAL_RANK) ---- */
+
+#define LR_PROCS 3
+
+/* Process i of a 3-rank job asks for local rank 2 - i through the options when i is even,
+ * through RINGD_LOCAL_RANK when i is 1... except that process 1 asks for nothing when arg is
+ * non-NULL: it then gets whatever rank the others left. Exits 0 when it got what it asked for
+ * (or, asking nothing, rank 1: the only one left). */
+static int open_asking(int i, void *arg)
+{
+    ringd_options_t o;
+    ringd_options_init(&o, sizeof(o));
+    o.socket_path = daemon_.sock;
+    o.job = job_;
+    o.local_size = o.world_size = LR_PROCS;
+    o.open_timeout_ms = 20000;
+    int want = LR_PROCS - 1 - i;
+    if (i != 1)
+        o.local_rank = want;
+    else if (arg == NULL)
+        setenv("RINGD_LOCAL_RANK", "1", 1);
+    ringd_t *r = NULL;
+    ringd_result_t rc = ringd_open(&o, &r);
+    if (rc != RINGD_OK) {
+        fprintf(stderr, "process %d: %s: %s\n", i, ringd_strerror(rc), ringd_errmsg(r));
+        ringd_close(r);
+        return 10;
+    }
+    int got = ringd_local_rank(r);
+    int rank = ringd_rank(r);
+    ringd_close(r);
+    if (got != want || rank != want) {
+        fprintf(stderr, "process %d asked for local rank %d, got local rank %d rank %d\n", i, want,
+                got, rank);
+        return 11;
+    }
+    return 0;
+}
+
+Test(api, each_process_gets_the_local_rank_it_asks_for, .init = start, .fini = stop)
+{
+    cr_assert_eq(th_run(LR_PROCS, open_asking, NULL, 30000), 0);
+}
+
+Test(api, a_process_asking_for_no_local_rank_takes_the_one_left, .init = start, .fini = stop)
+{
+    static int nothing = 1;
+    cr_assert_eq(th_run(LR_PROCS, open_asking, &nothing, 30000), 0);
+}
+
+/* Opens with local rank lr of a 2-rank job; the result, its message in msg. The session stays
+ * open (in *out) when it succeeds. */
+static ringd_result_t open_rank(int lr, ringd_t **out, char *msg, size_t len)
+{
+    ringd_options_t o;
+    ringd_options_init(&o, sizeof(o));
+    o.socket_path = daemon_.sock;
+    o.job = job_;
+    o.local_size = o.world_size = 2;
+    o.open_timeout_ms = 400;
+    o.local_rank = lr;
+    ringd_result_t rc = ringd_open(&o, out);
+    snprintf(msg, len, "%s", ringd_errmsg(*out));
+    return rc;
+}
+
+/* A second process asking for a taken local rank is refused at once, told which process holds
+ * it; a rank not below local_size is refused before anything is sent. */
+static int ask_taken(int i, void *arg)
+{
+    (void)arg;
+    char msg[1024];
+    ringd_t *r = NULL;
+    if (i == 0) { /* holds rank 0 until the job's open times out */
+        ringd_result_t rc = open_rank(0, &r, msg, sizeof(msg));
+        ringd_close(r);
+        return rc == RINGD_E_TIMEOUT ? 0 : 10;
+    }
+    th_sleep_ms(100);
+    ringd_result_t rc = open_rank(0, &r, msg, sizeof(msg));
+    ringd_close(r);
+    if (rc != RINGD_E_REFUSED || strstr(msg, "local rank 0") == NULL ||
+        strstr(msg, "taken by pid") == NULL) {
+        fprintf(stderr, "asking for a taken rank: %s: %s\n", ringd_strerror(rc), msg);
+        return 11;
+    }
+    rc = open_rank(2, &r, msg, sizeof(msg));
+    ringd_close(r);
+    if (rc != RINGD_E_INVALID || strstr(msg, "local_rank 2") == NULL) {
+        fprintf(stderr, "asking for rank 2 of 2: %s: %s\n", ringd_strerror(rc), msg);
+        return 12;
+    }
+    return 0;
+}
+
+Test(api, a_local_rank_asked_for_twice_is_refused_naming_its_holder, .init = start, .fini = stop)
+{
+    cr_assert_eq(th_run(2, ask_taken, NULL, 30000), 0);
 }

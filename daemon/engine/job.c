@@ -137,6 +137,7 @@ struct rd_job {
     int freeing;
     uid_t uid;                 /* of the first client: only that user's processes may join */
     rd_client **slots; /* by local rank */
+    rd_client **order; /* slots_arrange's scratch, as many */
     rd_op **buckets;
     size_t nbuckets, nops;
     rd_op *first[OP_NSTATES], *last[OP_NSTATES]; /* ops by state, each list in order of arrival */
@@ -304,6 +305,7 @@ static void job_free(rd_job *j)
         event_free(j->ev_tick);
     free(j->buckets);
     free(j->slots);
+    free(j->order);
     free(j->name);
     free(j);
 }
@@ -902,7 +904,7 @@ void rd_job_submit(rd_client *s, const rd_submit *m)
 static void job_welcome(rd_job *j)
 {
     int any = 0;
-    for (uint32_t k = 0; k < j->nclients; k++) {
+    for (uint32_t k = 0; k < j->nclients; k++) { /* slots 0..nclients-1: all there */
         rd_client *c = j->slots[k];
         if (c->arena->fd < 0) /* passed already: welcomed at an earlier generation */
             continue;
@@ -950,19 +952,42 @@ static void op_doom(rd_op *o, const char *why)
     o->since_ms = rd_now_ms();
 }
 
-/* Moves the sessions into slots 0..nclients-1 in their order, renumbering their local ranks. */
+/* Places the clients in slots 0..n-1 (n >= nclients, n <= local_cap) and renumbers their local
+ * ranks: each that asked for a local rank below n gets it (no two clients ask for one rank:
+ * rd_job_join refuses the second), the others take the slots left, lowest first, in the order
+ * they had. */
+static void slots_arrange(rd_job *j, uint32_t n)
+{
+    uint32_t m = 0;
+    for (uint32_t k = 0; k < j->local_cap; k++) {
+        if (j->slots[k] != NULL)
+            j->order[m++] = j->slots[k];
+        j->slots[k] = NULL;
+    }
+    for (uint32_t i = 0; i < m; i++) {
+        rd_client *c = j->order[i];
+        if (c->asked_rank >= 0 && c->asked_rank < (int64_t)n) {
+            j->slots[c->asked_rank] = c;
+            j->order[i] = NULL;
+        }
+    }
+    uint32_t free_slot = 0;
+    for (uint32_t i = 0; i < m; i++) {
+        if (j->order[i] == NULL)
+            continue;
+        while (j->slots[free_slot] != NULL)
+            free_slot++;
+        j->slots[free_slot] = j->order[i];
+    }
+    for (uint32_t k = 0; k < j->local_cap; k++)
+        if (j->slots[k] != NULL)
+            j->slots[k]->local_rank = k;
+}
+
+/* Moves the clients into slots 0..nclients-1, renumbering their local ranks. */
 static void slots_compact(rd_job *j)
 {
-    uint32_t n = 0;
-    for (uint32_t k = 0; k < j->local_cap; k++) {
-        if (j->slots[k] == NULL)
-            continue;
-        j->slots[n] = j->slots[k];
-        j->slots[n]->local_rank = n;
-        if (n != k)
-            j->slots[k] = NULL;
-        n++;
-    }
+    slots_arrange(j, j->nclients);
 }
 
 /* A running job's local membership changed (a client joined or left): every op not moving data
@@ -1258,12 +1283,28 @@ ringd_result_t rd_job_join(rd_client *s, const rd_hello *h, char *err, size_t er
     }
     if (j != NULL && (j->nclients == j->local_cap || j->draining)) {
         char pids[256] = "";
-        for (uint32_t k = 0; k < j->nclients && strlen(pids) < sizeof(pids) - 16; k++)
-            snprintf(pids + strlen(pids), sizeof(pids) - strlen(pids), "%s%d", k ? ", " : "",
-                     (int)j->slots[k]->pid);
+        for (uint32_t k = 0; k < j->local_cap && strlen(pids) < sizeof(pids) - 16; k++)
+            if (j->slots[k] != NULL)
+                snprintf(pids + strlen(pids), sizeof(pids) - strlen(pids), "%s%d",
+                         pids[0] ? ", " : "", (int)j->slots[k]->pid);
         snprintf(err, errlen, "job '%s' already has its %u local clients (pids %s)", h->job,
                  j->local_cap, pids);
         return RINGD_E_REFUSED;
+    }
+    if (h->local_rank >= (int64_t)h->local_size) {
+        snprintf(err, errlen, "job '%s': local rank %" PRId64 " asked for is not below local_size %u",
+                 h->job, h->local_rank, h->local_size);
+        return RINGD_E_INVALID;
+    }
+    for (uint32_t k = 0; j != NULL && h->local_rank >= 0 && k < j->local_cap; k++) {
+        if (j->slots[k] != NULL && j->slots[k]->asked_rank == h->local_rank) {
+            snprintf(err, errlen,
+                     "job '%s': local rank %" PRId64 " on node %s is taken by pid %d, which asked "
+                     "for it first: give each process of the node its own local rank "
+                     "(RINGD_LOCAL_RANK, LOCAL_RANK)",
+                     h->job, h->local_rank, d->cfg->node, (int)j->slots[k]->pid);
+            return RINGD_E_REFUSED;
+        }
     }
 
     s->arena = rd_arena_new(want, err, errlen);
@@ -1273,9 +1314,11 @@ ringd_result_t rd_job_join(rd_client *s, const rd_hello *h, char *err, size_t er
         j = calloc(1, sizeof(*j));
         if (j == NULL || (j->name = strdup(h->job)) == NULL ||
             (j->slots = calloc(h->local_size, sizeof(*j->slots))) == NULL ||
+            (j->order = calloc(h->local_size, sizeof(*j->order))) == NULL ||
             (j->buckets = calloc(RD_OP_BUCKETS_MIN, sizeof(*j->buckets))) == NULL) {
             if (j != NULL) {
                 free(j->slots);
+                free(j->order);
                 free(j->name);
                 free(j);
             }
@@ -1308,13 +1351,18 @@ ringd_result_t rd_job_join(rd_client *s, const rd_hello *h, char *err, size_t er
         rd_log(RD_LOG_INFO, "job", "job '%s': created, %u local clients expected", j->name,
                j->local_size);
     }
-    uint32_t k = j->nclients;
+    uint32_t k = 0;
+    while (j->slots[k] != NULL) /* a free slot: nclients < local_cap */
+        k++;
     j->slots[k] = s;
     j->nclients++;
     s->job = j;
-    s->local_rank = k;
-    rd_log(RD_LOG_INFO, "job", "job '%s': pid %d joined as local rank %u (%u of %u)", j->name,
-           (int)s->pid, k, j->nclients, j->local_cap);
+    s->asked_rank = h->local_rank;
+    /* A running job renumbers its clients as it reshapes; one that forms holds every slot. */
+    slots_arrange(j, j->started ? j->nclients : j->local_cap);
+    rd_log(RD_LOG_INFO, "job", "job '%s': pid %d joined as local rank %u%s (%u of %u)", j->name,
+           (int)s->pid, s->local_rank, s->asked_rank >= 0 ? ", which it asked for" : "",
+           j->nclients, j->local_cap);
     if (j->started) {
         char why[640];
         snprintf(why, sizeof(why), "pid %d joined job '%s' on node %s", (int)s->pid, j->name,
@@ -1513,8 +1561,8 @@ static void on_ring_waiting(void *arg, uint32_t ranks, uint32_t nodes, uint64_t 
                          const char *detail)
 {
     rd_job *j = arg;
-    for (uint32_t k = 0; k < j->nclients; k++)
-        if (j->slots[k]->arena->fd >= 0) /* not welcomed yet */
+    for (uint32_t k = 0; k < j->local_cap; k++) /* a forming job's slots may have gaps */
+        if (j->slots[k] != NULL && j->slots[k]->arena->fd >= 0) /* not welcomed yet */
             j->e->ev.waiting(j->slots[k], ranks, j->world_size, nodes, generation,
                              detail != NULL ? detail : "");
 }

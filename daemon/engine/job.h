@@ -35,6 +35,7 @@ typedef struct rd_client {
     uid_t uid;
     struct rd_job *job;       /* from rd_job_join until rd_job_leave */
     uint32_t local_rank;      /* in the job's current generation */
+    int64_t asked_rank;       /* the local rank it asked for (Hello), -1: any */
     struct rd_arena *arena;   /* one reference, from rd_job_join on; the front drops it */
     uint64_t ops_in_flight;   /* Submits not yet answered (the front counts them) */
     uint64_t ops_completed;
