@@ -175,11 +175,16 @@ static void state_list_del(rd_job *j, rd_op *o)
 }
 
 /* The one place an op changes state: the move must be one op_moves allows (a programmer error
- * otherwise), and is logged. */
+ * otherwise: an assertion, and an error in the log where assertions are compiled out), and is
+ * logged. */
 static void op_set_state(rd_op *o, op_state st)
 {
     rd_job *j = o->job;
-    assert(op_moves[o->state] & (1u << st));
+    if (!(op_moves[o->state] & (1u << st))) {
+        rd_log(RD_LOG_ERROR, "job", "job '%s': tensor '%s': illegal move %s -> %s", j->name,
+               o->name, op_state_names[o->state], op_state_names[st]);
+        assert(!"illegal op state move");
+    }
     rd_log(RD_LOG_DEBUG, "job", "job '%s': tensor '%s' #%" PRIu64 ": %s -> %s", j->name, o->name,
            o->seq, op_state_names[o->state], op_state_names[st]);
     state_list_del(j, o);

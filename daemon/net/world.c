@@ -188,12 +188,16 @@ static void on_lapse(evutil_socket_t fd, short what, void *arg);
 static void aside_prune(rd_world *w, const rd_rdv_view *v);
 
 /* Moves the ring to st (staying is no move), logging it; a move world_moves does not allow is a
- * programmer error. */
+ * programmer error (an assertion, and an error in the log where assertions are compiled out). */
 static void set_state(rd_world *w, world_state st)
 {
     if (w->state == st)
         return;
-    assert(world_moves[w->state] & W_BIT(st));
+    if (!(world_moves[w->state] & W_BIT(st))) {
+        rd_log(RD_LOG_ERROR, "world", "job '%s': illegal ring move %s -> %s", w->name,
+               state_names[w->state], state_names[st]);
+        assert(!"illegal ring state move");
+    }
     rd_log(RD_LOG_INFO, "world", "job '%s': ring %s -> %s (generation %" PRIu64 ")", w->name,
            state_names[w->state], state_names[st], w->generation);
     w->state = st;
