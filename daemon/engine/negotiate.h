@@ -10,16 +10,8 @@
 #include <stdint.h>
 
 #include "frame.h"
+#include "schedmsg.h"
 #include "world.h"
-
-/* What every rank's submission of one op must agree on; fields an op does not use are fixed
- * (count 0 for a barrier, root 0 unless broadcast, scales 1 unless allreduce). */
-typedef struct {
-    int coll, dtype, redop;
-    uint32_t root;
-    uint64_t count;
-    double prescale, postscale;
-} rd_op_params;
 
 /* Describes p for messages: "allreduce f32 count 8 op sum prescale 1 postscale 1". */
 void rd_op_params_describe(char *buf, size_t len, const rd_op_params *p);

@@ -1,0 +1,251 @@
+/* Scheduling messages (Ready, Go) between plain values and control messages, checked coming in. */
+#include "schedmsg.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "frame.h"
+
+/* rd_schedmsg_encode lays these out back to back in one block. */
+_Static_assert(sizeof(rd_msg) % 8 == 0 && sizeof(Ringd__Ready) % 8 == 0 &&
+                   sizeof(Ringd__Go) % 8 == 0 && sizeof(Ringd__OpSpec) % 8 == 0 &&
+                   sizeof(Ringd__GoEntry) % 8 == 0 && _Alignof(Ringd__OpSpec) <= 8 &&
+                   _Alignof(Ringd__GoEntry) <= 8 && _Alignof(void *) <= 8,
+               "the parts of an encoded message keep one another aligned");
+
+/* Bytes of an element of each DataType. */
+static const uint8_t dtype_bytes[] = {
+    [RINGD__DATA_TYPE__DT_F32] = 4,  [RINGD__DATA_TYPE__DT_F64] = 8, [RINGD__DATA_TYPE__DT_F16] = 2,
+    [RINGD__DATA_TYPE__DT_BF16] = 2, [RINGD__DATA_TYPE__DT_I32] = 4, [RINGD__DATA_TYPE__DT_I64] = 8,
+    [RINGD__DATA_TYPE__DT_U8] = 1,
+};
+
+/* 1 when len bytes are a contribution a node can make to a direct op of p (dtype valid). */
+static int data_fits(const rd_op_params *p, size_t len)
+{
+    if (p->count > RD_SCHEDMSG_DATA_MAX) /* no direct op is that large: nor is its product */
+        return len == 0 && p->coll != RINGD__OP_TYPE__OP_ALLREDUCE;
+    uint64_t per = p->count * dtype_bytes[p->dtype];
+    switch (p->coll) {
+    case RINGD__OP_TYPE__OP_ALLREDUCE: return len == per;
+    case RINGD__OP_TYPE__OP_BROADCAST: return len == 0 || len == per; /* 0: the root is elsewhere */
+    case RINGD__OP_TYPE__OP_ALLGATHER: return per > 0 ? len % per == 0 : len == 0;
+    default: return len == 0;
+    }
+}
+
+/* Checks one announced op as rd_schedmsg_decode promises it. Returns 0, or -1 with err set. */
+static int spec_check(const rd_op_spec *s, char *err, size_t errlen)
+{
+    const rd_op_params *p = &s->p;
+    if (!rd_name_valid(s->name)) {
+        snprintf(err, errlen, "an op with an invalid name");
+        return -1;
+    }
+    if (p->coll < 0 || p->coll > RINGD__OP_TYPE__OP_BARRIER) {
+        snprintf(err, errlen, "tensor '%s' with op %d", s->name, p->coll);
+        return -1;
+    }
+    /* A failure may be announced with the very parameters it failed for; an op that goes on must
+     * have ones every node can compute with. */
+    if (s->status == 0 && (p->dtype < 0 || (size_t)p->dtype >= sizeof(dtype_bytes) ||
+                           p->redop < 0 || p->redop > RINGD__REDUCE_OP__RED_PROD)) {
+        snprintf(err, errlen, "tensor '%s' with dtype %d, reduce op %d", s->name, p->dtype,
+                 p->redop);
+        return -1;
+    }
+    size_t mlen = strnlen(s->message, RD_SCHEDMSG_MESSAGE_MAX + 1);
+    if (mlen > RD_SCHEDMSG_MESSAGE_MAX) {
+        snprintf(err, errlen, "tensor '%s' with a message over %u bytes", s->name,
+                 RD_SCHEDMSG_MESSAGE_MAX);
+        return -1;
+    }
+    if (s->len > RD_SCHEDMSG_DATA_MAX) {
+        snprintf(err, errlen, "tensor '%s' with %zu bytes of data, over %u", s->name, s->len,
+                 RD_SCHEDMSG_DATA_MAX);
+        return -1;
+    }
+    if (s->len > 0 && (!s->direct || s->status != 0)) {
+        snprintf(err, errlen, "tensor '%s' with %zu bytes of data, %s", s->name, s->len,
+                 s->status != 0 ? "failed" : "not direct");
+        return -1;
+    }
+    if (s->direct && s->status == 0 && !data_fits(p, s->len)) {
+        snprintf(err, errlen,
+                 "tensor '%s' with %zu bytes of data for op %d of %" PRIu64 " elements of dtype %d",
+                 s->name, s->len, p->coll, p->count, p->dtype);
+        return -1;
+    }
+    return 0;
+}
+
+/* The plain value of n announced ops o[0..n) into a new array *out (NULL when n is 0). Returns 0,
+ * or -1 with err set. */
+static int specs_decode(Ringd__OpSpec *const *o, size_t n, rd_op_spec **out, char *err,
+                        size_t errlen)
+{
+    *out = NULL;
+    if (n == 0)
+        return 0;
+    rd_op_spec *s = calloc(n, sizeof(*s));
+    if (s == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        s[i].name = o[i]->name;
+        s[i].p = (rd_op_params){(int)o[i]->op, (int)o[i]->dtype, (int)o[i]->redop, o[i]->root,
+                                o[i]->count,   o[i]->prescale,   o[i]->postscale};
+        s[i].status = o[i]->status;
+        s[i].message = o[i]->message != NULL ? o[i]->message : "";
+        s[i].direct = o[i]->direct != 0;
+        s[i].data = o[i]->data.data;
+        s[i].len = o[i]->data.len;
+        if (spec_check(&s[i], err, errlen) != 0) {
+            free(s);
+            return -1;
+        }
+    }
+    *out = s;
+    return 0;
+}
+
+/* A Ready's plain value, its arrays new. */
+static rd_schedmsg_status ready_decode(const Ringd__Ready *r, rd_schedmsg *out, char *err,
+                                       size_t errlen)
+{
+    rd_op_spec *ops, *stalled;
+    if (r->n_ops > RD_SCHEDMSG_OPS_MAX || r->n_stalled > RD_SCHEDMSG_OPS_MAX) {
+        snprintf(err, errlen, "Ready with %zu ops and %zu stalled, over %u", r->n_ops, r->n_stalled,
+                 RD_SCHEDMSG_OPS_MAX);
+        return RD_SCHEDMSG_BAD;
+    }
+    if (specs_decode(r->ops, r->n_ops, &ops, err, errlen) != 0)
+        return RD_SCHEDMSG_BAD;
+    if (specs_decode(r->stalled, r->n_stalled, &stalled, err, errlen) != 0) {
+        free(ops);
+        return RD_SCHEDMSG_BAD;
+    }
+    *out = (rd_schedmsg){.kind = RD_SCHEDMSG_READY,
+                         .generation = r->generation,
+                         .ops = ops,
+                         .nops = r->n_ops,
+                         .stalled = stalled,
+                         .nstalled = r->n_stalled};
+    return RD_SCHEDMSG_DECODED;
+}
+
+/* A Go's plain value, its array of names new (the names are borrowed). */
+static rd_schedmsg_status go_decode(const Ringd__Go *g, rd_schedmsg *out, char *err, size_t errlen)
+{
+    const char **names = NULL;
+    if (g->n_ops > RD_SCHEDMSG_OPS_MAX) {
+        snprintf(err, errlen, "Go with %zu ops, over %u", g->n_ops, RD_SCHEDMSG_OPS_MAX);
+        return RD_SCHEDMSG_BAD;
+    }
+    if (g->n_ops > 0 && (names = calloc(g->n_ops, sizeof(*names))) == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return RD_SCHEDMSG_BAD;
+    }
+    for (size_t i = 0; i < g->n_ops; i++) {
+        if (!rd_name_valid(g->ops[i]->name)) {
+            snprintf(err, errlen, "Go orders an op with an invalid name");
+            free(names);
+            return RD_SCHEDMSG_BAD;
+        }
+        names[i] = g->ops[i]->name;
+    }
+    *out = (rd_schedmsg){
+        .kind = RD_SCHEDMSG_GO, .generation = g->generation, .names = names, .nnames = g->n_ops};
+    return RD_SCHEDMSG_DECODED;
+}
+
+rd_schedmsg_status rd_schedmsg_decode(const rd_msg *m, rd_schedmsg *out, char *err, size_t errlen)
+{
+    if (m->body_case == RINGD__MSG__BODY_READY)
+        return ready_decode(m->ready, out, err, errlen);
+    if (m->body_case == RINGD__MSG__BODY_GO)
+        return go_decode(m->go, out, err, errlen);
+    return RD_SCHEDMSG_OTHER;
+}
+
+void rd_schedmsg_release(rd_schedmsg *s)
+{
+    free((void *)s->ops);
+    free((void *)s->stalled);
+    free((void *)s->names);
+    s->ops = s->stalled = NULL;
+    s->names = NULL;
+    s->nops = s->nstalled = s->nnames = 0;
+}
+
+/* The OpSpec of s, borrowing its strings and data. */
+static void spec_encode(const rd_op_spec *s, Ringd__OpSpec *o)
+{
+    ringd__op_spec__init(o);
+    o->name = (char *)s->name;
+    o->op = (Ringd__OpType)s->p.coll;
+    o->dtype = (Ringd__DataType)s->p.dtype;
+    o->redop = (Ringd__ReduceOp)s->p.redop;
+    o->root = s->p.root;
+    o->count = s->p.count;
+    o->prescale = s->p.prescale;
+    o->postscale = s->p.postscale;
+    o->status = s->status;
+    o->message = (char *)(s->message != NULL ? s->message : "");
+    o->direct = s->direct != 0;
+    o->data.data = (uint8_t *)s->data;
+    o->data.len = s->len;
+}
+
+/* One block holds the message, its body, the body's array of pointers and the entries they
+ * point to: every part has a size that is a multiple of 8, which keeps the next one aligned. */
+rd_msg *rd_schedmsg_encode(const rd_schedmsg *v)
+{
+    int ready = v->kind == RD_SCHEDMSG_READY;
+    size_t n = ready ? v->nops + v->nstalled : v->nnames;
+    size_t body = ready ? sizeof(Ringd__Ready) : sizeof(Ringd__Go);
+    size_t entry = ready ? sizeof(Ringd__OpSpec) : sizeof(Ringd__GoEntry);
+    rd_msg *m = malloc(sizeof(*m) + body + n * (sizeof(void *) + entry));
+    if (m == NULL)
+        return NULL;
+    ringd__msg__init(m);
+    void **ptrs = (void **)((char *)(m + 1) + body);
+    char *entries = (char *)(ptrs + n);
+    if (ready) {
+        Ringd__Ready *r = (Ringd__Ready *)(m + 1);
+        ringd__ready__init(r);
+        r->generation = v->generation;
+        r->ops = (Ringd__OpSpec **)ptrs;
+        r->n_ops = v->nops;
+        r->stalled = r->ops + v->nops;
+        r->n_stalled = v->nstalled;
+        for (size_t i = 0; i < n; i++) {
+            r->ops[i] = (Ringd__OpSpec *)(entries + i * entry);
+            spec_encode(i < v->nops ? &v->ops[i] : &v->stalled[i - v->nops], r->ops[i]);
+        }
+        m->body_case = RINGD__MSG__BODY_READY;
+        m->ready = r;
+    } else {
+        Ringd__Go *g = (Ringd__Go *)(m + 1);
+        ringd__go__init(g);
+        g->generation = v->generation;
+        g->ops = (Ringd__GoEntry **)ptrs;
+        g->n_ops = n;
+        for (size_t i = 0; i < n; i++) {
+            g->ops[i] = (Ringd__GoEntry *)(entries + i * entry);
+            ringd__go_entry__init(g->ops[i]);
+            g->ops[i]->name = (char *)v->names[i];
+        }
+        m->body_case = RINGD__MSG__BODY_GO;
+        m->go = g;
+    }
+    return m;
+}
+
+void rd_schedmsg_encoded_free(rd_msg *m)
+{
+    free(m);
+}

@@ -1,0 +1,302 @@
+/* Unit tests for the scheduling messages in proto/schedmsg.c: plain values survive the wire, and
+ * what no node sends (oversize counts, bad names, long messages, data that does not fit its op)
+ * is refused with a reason. */
+#include <criterion/criterion.h>
+#include <criterion/parameterized.h>
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "frame.h"
+#include "schedmsg.h"
+
+/* v encoded, packed into a frame, and the frame decoded (the caller frees it). */
+static rd_msg *over_the_wire(const rd_schedmsg *v)
+{
+    rd_msg *m = rd_schedmsg_encode(v);
+    cr_assert_not_null(m);
+    size_t n = rd_frame_size(m), used = 0;
+    uint8_t *buf = malloc(n);
+    cr_assert_not_null(buf);
+    cr_assert_eq(rd_frame_pack(m, buf), n);
+    rd_schedmsg_encoded_free(m);
+    rd_msg *out = NULL;
+    char err[128] = "";
+    cr_assert_eq(rd_frame_decode(buf, n, UINT32_MAX, &out, &used, err, sizeof(err)), RD_FRAME_OK,
+                 "%s", err);
+    cr_assert_eq(used, n);
+    free(buf);
+    return out;
+}
+
+/* The status of decoding v after the wire, with the reason in err. */
+static rd_schedmsg_status decode_after_wire(const rd_schedmsg *v, char *err, size_t errlen)
+{
+    rd_msg *m = over_the_wire(v);
+    rd_schedmsg d;
+    err[0] = '\0';
+    rd_schedmsg_status st = rd_schedmsg_decode(m, &d, err, errlen);
+    if (st == RD_SCHEDMSG_DECODED)
+        rd_schedmsg_release(&d);
+    rd_frame_free(m);
+    return st;
+}
+
+/* A Ready announcing the single op s. */
+static rd_schedmsg ready_of(const rd_op_spec *s)
+{
+    return (rd_schedmsg){.kind = RD_SCHEDMSG_READY, .generation = 7, .ops = s, .nops = 1};
+}
+
+static const float grads[4] = {1.5f, -2.0f, 0.25f, 8.0f};
+
+static void assert_spec_eq(const rd_op_spec *a, const rd_op_spec *b)
+{
+    cr_assert_str_eq(a->name, b->name);
+    cr_assert_eq(memcmp(&a->p, &b->p, sizeof(a->p)), 0, "params of '%s'", a->name);
+    cr_assert_eq(a->status, b->status);
+    cr_assert_str_eq(a->message, b->message);
+    cr_assert_eq(a->direct, b->direct);
+    cr_assert_eq(a->len, b->len);
+    cr_assert(a->len == 0 || memcmp(a->data, b->data, a->len) == 0);
+}
+
+Test(schedmsg, a_ready_survives_the_wire)
+{
+    const rd_op_spec ops[] = {
+        {"grad.0", {0, 0, 0, 0, 4, 1.0, 0.5}, 0, "", 1, (const uint8_t *)grads, sizeof(grads)},
+        {"weights", {1, 3, 0, 2, 1 << 20, 1.0, 1.0}, 0, "", 0, NULL, 0},
+        {"odd", {0, 0, 17, 0, 8, 1.0, 1.0}, 5, "unknown reduce op 17", 0, NULL, 0},
+    };
+    const rd_op_spec stalled[] = {
+        {"late",
+         {3, 0, 0, 0, 0, 0.0, 0.0},
+         14,
+         "tensor 'late' stalled: rank 3 never submitted it",
+         0,
+         NULL,
+         0},
+    };
+    rd_schedmsg v = {.kind = RD_SCHEDMSG_READY,
+                     .generation = 42,
+                     .ops = ops,
+                     .nops = 3,
+                     .stalled = stalled,
+                     .nstalled = 1};
+    rd_msg *m = over_the_wire(&v);
+    rd_schedmsg d;
+    char err[256] = "";
+    cr_assert_eq(rd_schedmsg_decode(m, &d, err, sizeof(err)), RD_SCHEDMSG_DECODED, "%s", err);
+    cr_assert_eq(d.kind, RD_SCHEDMSG_READY);
+    cr_assert_eq(d.generation, 42);
+    cr_assert_eq(d.nops, 3);
+    cr_assert_eq(d.nstalled, 1);
+    for (size_t i = 0; i < 3; i++)
+        assert_spec_eq(&d.ops[i], &ops[i]);
+    assert_spec_eq(&d.stalled[0], &stalled[0]);
+    rd_schedmsg_release(&d);
+    rd_frame_free(m);
+}
+
+Test(schedmsg, a_go_survives_the_wire_in_order)
+{
+    const char *names[] = {"b", "a", "b", "layer.3.weight"};
+    rd_schedmsg v = {.kind = RD_SCHEDMSG_GO, .generation = 9, .names = names, .nnames = 4};
+    rd_msg *m = over_the_wire(&v);
+    rd_schedmsg d;
+    char err[256] = "";
+    cr_assert_eq(rd_schedmsg_decode(m, &d, err, sizeof(err)), RD_SCHEDMSG_DECODED, "%s", err);
+    cr_assert_eq(d.kind, RD_SCHEDMSG_GO);
+    cr_assert_eq(d.generation, 9);
+    cr_assert_eq(d.nnames, 4);
+    for (size_t i = 0; i < 4; i++)
+        cr_assert_str_eq(d.names[i], names[i]);
+    rd_schedmsg_release(&d);
+    rd_frame_free(m);
+}
+
+Test(schedmsg, an_empty_go_is_an_order_of_nothing)
+{
+    rd_schedmsg v = {.kind = RD_SCHEDMSG_GO, .generation = 1};
+    char err[256];
+    cr_assert_eq(decode_after_wire(&v, err, sizeof(err)), RD_SCHEDMSG_DECODED, "%s", err);
+}
+
+Test(schedmsg, other_control_messages_are_left_alone)
+{
+    rd_msg m = RINGD__MSG__INIT;
+    Ringd__Bye bye = RINGD__BYE__INIT;
+    m.body_case = RINGD__MSG__BODY_BYE;
+    m.bye = &bye;
+    rd_schedmsg d = {.generation = 77};
+    char err[64] = "";
+    cr_assert_eq(rd_schedmsg_decode(&m, &d, err, sizeof(err)), RD_SCHEDMSG_OTHER);
+    cr_assert_eq(d.generation, 77, "untouched");
+}
+
+/* The encoded entries of a Go, each pointing at entry. */
+static Ringd__GoEntry **go_entries(size_t n, Ringd__GoEntry *entry)
+{
+    Ringd__GoEntry **e = malloc(n * sizeof(*e));
+    cr_assert_not_null(e);
+    for (size_t i = 0; i < n; i++)
+        e[i] = entry;
+    return e;
+}
+
+Test(schedmsg, counts_over_the_limit_are_refused)
+{
+    Ringd__GoEntry entry = RINGD__GO_ENTRY__INIT;
+    entry.name = "g";
+    Ringd__Go go = RINGD__GO__INIT;
+    go.ops = go_entries(RD_SCHEDMSG_OPS_MAX + 1, &entry);
+    rd_msg m = RINGD__MSG__INIT;
+    m.body_case = RINGD__MSG__BODY_GO;
+    m.go = &go;
+    rd_schedmsg d;
+    char err[256] = "";
+    go.n_ops = RD_SCHEDMSG_OPS_MAX;
+    cr_assert_eq(rd_schedmsg_decode(&m, &d, err, sizeof(err)), RD_SCHEDMSG_DECODED, "%s", err);
+    cr_assert_eq(d.nnames, RD_SCHEDMSG_OPS_MAX);
+    rd_schedmsg_release(&d);
+    go.n_ops = RD_SCHEDMSG_OPS_MAX + 1;
+    cr_assert_eq(rd_schedmsg_decode(&m, &d, err, sizeof(err)), RD_SCHEDMSG_BAD);
+    cr_assert(strstr(err, "over 65536") != NULL, "%s", err);
+
+    Ringd__OpSpec spec = RINGD__OP_SPEC__INIT;
+    spec.name = "g";
+    Ringd__OpSpec **specs = malloc((RD_SCHEDMSG_OPS_MAX + 1) * sizeof(*specs));
+    cr_assert_not_null(specs);
+    for (size_t i = 0; i <= RD_SCHEDMSG_OPS_MAX; i++)
+        specs[i] = &spec;
+    Ringd__Ready r = RINGD__READY__INIT;
+    m.body_case = RINGD__MSG__BODY_READY;
+    m.ready = &r;
+    r.ops = r.stalled = specs;
+    r.n_ops = RD_SCHEDMSG_OPS_MAX + 1;
+    cr_assert_eq(rd_schedmsg_decode(&m, &d, err, sizeof(err)), RD_SCHEDMSG_BAD);
+    r.n_ops = 0;
+    r.n_stalled = RD_SCHEDMSG_OPS_MAX + 1;
+    cr_assert_eq(rd_schedmsg_decode(&m, &d, err, sizeof(err)), RD_SCHEDMSG_BAD);
+    free(specs);
+    free(go.ops);
+}
+
+Test(schedmsg, a_go_with_a_bad_name_is_refused)
+{
+    const char *names[] = {"ok", "tab\there"};
+    rd_schedmsg v = {.kind = RD_SCHEDMSG_GO, .generation = 1, .names = names, .nnames = 2};
+    char err[256];
+    cr_assert_eq(decode_after_wire(&v, err, sizeof(err)), RD_SCHEDMSG_BAD);
+    cr_assert(strstr(err, "invalid name") != NULL, "%s", err);
+}
+
+/* An announcement no node sends, and a word its refusal must contain. */
+typedef struct {
+    rd_op_spec spec;
+    int stalled; /* sent as a stall request rather than an announcement */
+    const char *says;
+} bad_spec;
+
+static char long_name[RD_NAME_MAX + 2];
+static char long_message[RD_SCHEDMSG_MESSAGE_MAX + 2];
+static uint8_t bytes[64];
+
+#define ALLREDUCE_F32(count)                                                                       \
+    {                                                                                              \
+        0, 0, 0, 0, count, 1.0, 1.0                                                                \
+    }
+
+/* Criterion runs each case in a new process where pointers of this one mean nothing: the cases
+ * are passed by index. */
+static const bad_spec bad_specs[] = {
+    {{"bad\nname", ALLREDUCE_F32(8), 0, "", 0, NULL, 0}, 0, "invalid name"},
+    {{"", ALLREDUCE_F32(8), 0, "", 0, NULL, 0}, 0, "invalid name"},
+    {{long_name, ALLREDUCE_F32(8), 0, "", 0, NULL, 0}, 0, "invalid name"},
+    {{"bad\x7f", ALLREDUCE_F32(8), 14, "stalled", 0, NULL, 0}, 1, "invalid name"},
+    {{"g", {9, 0, 0, 0, 8, 1.0, 1.0}, 0, "", 0, NULL, 0}, 0, "op 9"},
+    {{"g", {-1, 0, 0, 0, 8, 1.0, 1.0}, 5, "failed", 0, NULL, 0}, 0, "op -1"},
+    {{"g", {0, 99, 0, 0, 8, 1.0, 1.0}, 0, "", 0, NULL, 0}, 0, "dtype 99"},
+    {{"g", {0, -2, 0, 0, 8, 1.0, 1.0}, 0, "", 0, NULL, 0}, 0, "dtype -2"},
+    {{"g", {0, 0, 17, 0, 8, 1.0, 1.0}, 0, "", 0, NULL, 0}, 0, "reduce op 17"},
+    {{"g", ALLREDUCE_F32(8), 5, long_message, 0, NULL, 0}, 0, "message over 1024"},
+    {{"g", ALLREDUCE_F32(8), 14, long_message, 0, NULL, 0}, 1, "message over 1024"},
+    /* data that does not fit its op */
+    {{"g", ALLREDUCE_F32(2), 0, "", 1, bytes, 4}, 0, "4 bytes of data"},
+    {{"g", ALLREDUCE_F32(2), 0, "", 1, bytes, 12}, 0, "12 bytes of data"},
+    {{"g", {1, 0, 0, 0, 2, 1.0, 1.0}, 0, "", 1, bytes, 4}, 0, "4 bytes of data"},
+    {{"g", {2, 6, 0, 0, 3, 1.0, 1.0}, 0, "", 1, bytes, 10}, 0, "10 bytes of data"},
+    {{"g", {2, 6, 0, 0, 0, 1.0, 1.0}, 0, "", 1, bytes, 1}, 0, "1 bytes of data"},
+    {{"g", {3, 6, 0, 0, 0, 1.0, 1.0}, 0, "", 1, bytes, 1}, 0, "1 bytes of data"},
+    /* count * 8 wraps to 8 */
+    {{"g", {0, 1, 0, 0, (1ull << 61) + 1, 1.0, 1.0}, 0, "", 1, bytes, 8}, 0, "8 bytes"},
+    {{"g", ALLREDUCE_F32(2), 0, "", 0, bytes, 8}, 0, "not direct"},
+    {{"g", ALLREDUCE_F32(2), 5, "failed", 1, bytes, 8}, 0, "failed"},
+};
+
+ParameterizedTestParameters(schedmsg, an_announcement_no_node_sends_is_refused)
+{
+    static size_t index[sizeof(bad_specs) / sizeof(bad_specs[0])];
+    for (size_t i = 0; i < sizeof(index) / sizeof(index[0]); i++)
+        index[i] = i;
+    return cr_make_param_array(size_t, index, sizeof(index) / sizeof(index[0]));
+}
+
+ParameterizedTest(size_t *i, schedmsg, an_announcement_no_node_sends_is_refused)
+{
+    const bad_spec *c = &bad_specs[*i];
+    memset(long_name, 'n', sizeof(long_name) - 1);
+    memset(long_message, 'm', sizeof(long_message) - 1);
+    rd_schedmsg v = ready_of(&c->spec);
+    if (c->stalled) {
+        v.stalled = v.ops;
+        v.nstalled = 1;
+        v.ops = NULL;
+        v.nops = 0;
+    }
+    char err[256];
+    cr_assert_eq(decode_after_wire(&v, err, sizeof(err)), RD_SCHEDMSG_BAD, "'%s' accepted",
+                 c->says);
+    cr_assert(strstr(err, c->says) != NULL, "'%s' not in: %s", c->says, err);
+}
+
+Test(schedmsg, what_nodes_do_send_is_taken)
+{
+    static uint8_t data[24];
+    static char message[RD_SCHEDMSG_MESSAGE_MAX + 1];
+    memset(message, 'm', RD_SCHEDMSG_MESSAGE_MAX);
+    const rd_op_spec ok[] = {
+        /* a failure goes with the parameters it failed for */
+        {"g", {0, 99, 17, 0, 8, 1.0, 1.0}, 5, "unknown reduce op 17", 0, NULL, 0},
+        {"g", ALLREDUCE_F32(8), 5, message, 0, NULL, 0},
+        /* a broadcast's root is on one node: the others send nothing */
+        {"b", {1, 0, 0, 5, 6, 1.0, 1.0}, 0, "", 1, data, 24},
+        {"b", {1, 0, 0, 5, 6, 1.0, 1.0}, 0, "", 1, NULL, 0},
+        /* an allgather sends each local rank's part */
+        {"a", {2, 6, 0, 0, 8, 1.0, 1.0}, 0, "", 1, data, 24},
+        {"r", {0, 1, 1, 0, 3, 0.5, 2.0}, 0, "", 1, data, 24},
+        {"x", {3, 6, 0, 0, 0, 1.0, 1.0}, 0, "", 0, NULL, 0},
+    };
+    for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+        rd_schedmsg v = ready_of(&ok[i]);
+        char err[256];
+        cr_assert_eq(decode_after_wire(&v, err, sizeof(err)), RD_SCHEDMSG_DECODED, "case %zu: %s",
+                     i, err);
+    }
+}
+
+Test(schedmsg, data_over_the_limit_is_refused)
+{
+    size_t n = RD_SCHEDMSG_DATA_MAX + 1;
+    uint8_t *big = calloc(1, n);
+    cr_assert_not_null(big);
+    rd_op_spec s = {"big", {2, 6, 0, 0, 1, 1.0, 1.0}, 0, "", 1, big, n};
+    rd_schedmsg v = ready_of(&s);
+    char err[256];
+    cr_assert_eq(decode_after_wire(&v, err, sizeof(err)), RD_SCHEDMSG_BAD);
+    cr_assert(strstr(err, "over 16777216") != NULL, "%s", err);
+    s.len = RD_SCHEDMSG_DATA_MAX;
+    cr_assert_eq(decode_after_wire(&v, err, sizeof(err)), RD_SCHEDMSG_DECODED, "%s", err);
+    free(big);
+}
