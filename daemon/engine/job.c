@@ -1784,7 +1784,7 @@ static void on_failed_elsewhere(void *arg, const char *name, const rd_op_params 
     tell(o, rc, msg, 0, NULL, 0);
 }
 
-static void on_negotiated(void *arg, void *own, const Ringd__GoEntry *e)
+static void on_negotiated(void *arg, void *own, const rd_neg_outcome *e)
 {
     rd_job *j = arg;
     rd_op *o = own;
@@ -1804,14 +1804,14 @@ static void on_negotiated(void *arg, void *own, const Ringd__GoEntry *e)
         return;
     }
     if (e->direct) {
-        if (e->data.len != result_bytes(o)) {
+        if (e->len != result_bytes(o)) {
             op_fail(o, RINGD_E_PROTOCOL,
                     "tensor '%s': the negotiated result has %zu bytes, %" PRIu64 " expected",
-                    o->name, e->data.len, result_bytes(o));
+                    o->name, e->len, result_bytes(o));
             return;
         }
         for (uint32_t k = 0; k < o->nparts; k++)
-            o->plan.backend->copy(o->plan.out[k], e->data.data, e->data.len);
+            o->plan.backend->copy(o->plan.out[k], e->data, e->len);
         op_finish(o, RINGD_OK, NULL);
         return;
     }
@@ -1833,7 +1833,7 @@ static void on_ring_ended(void *arg)
     rd_sched_ring_ended(j->sched);
 }
 
-static void on_message(void *arg, int from, const rd_msg *m)
+static void on_message(void *arg, int from, const rd_schedmsg *m)
 {
     rd_job *j = arg;
     rd_sched_message(j->sched, from, m);

@@ -10,8 +10,9 @@
 #include <string.h>
 
 #include "backend.h"
-#include "ringd.h"
+#include "frame.h"
 #include "log.h"
+#include "ringd.h"
 
 #define RD_NEG_BUCKETS 1024
 #define RD_NEG_PENDING_MAX (1u << 20) /* partly ready ops; beyond this a node is misbehaving */
@@ -67,23 +68,11 @@ int rd_op_params_compare(const rd_op_params *a, const rd_op_params *b, char *fie
     return same;
 }
 
-rd_op_params rd_op_params_of_spec(const Ringd__OpSpec *s)
-{
-    rd_op_params p = {(int)s->op, (int)s->dtype, (int)s->redop, s->root,
-                      s->count,   s->prescale,   s->postscale};
-    return p;
-}
-
-void rd_op_params_to_spec(const rd_op_params *p, Ringd__OpSpec *s)
-{
-    s->op = (Ringd__OpType)p->coll;
-    s->dtype = (Ringd__DataType)p->dtype;
-    s->redop = (Ringd__ReduceOp)p->redop;
-    s->root = p->root;
-    s->count = p->count;
-    s->prescale = p->prescale;
-    s->postscale = p->postscale;
-}
+/* A node's contribution to a direct op. */
+typedef struct {
+    uint8_t *data;
+    size_t len;
+} contribution;
 
 /* One op, by name, as far as the nodes have reported it. */
 typedef struct rec {
@@ -94,7 +83,7 @@ typedef struct rec {
     int ndirect;
     uint32_t status;
     char *message;
-    ProtobufCBinaryData *data; /* direct: each node's contribution */
+    contribution *data; /* direct: each node's */
     void *own;
     struct rec *next; /* same bucket, oldest first */
     uint8_t have[];   /* by node */
@@ -191,9 +180,9 @@ static void rec_fail(rec *r, uint32_t status, const char *fmt, ...)
     r->message = strdup(msg);
 }
 
-/* The result of a direct op from every node's contribution, into out (malloc'd). Returns 0, or
- * -1 with the record failed. */
-static int direct_result(const rd_neg *n, rec *r, ProtobufCBinaryData *out)
+/* The result of a direct op from every node's contribution, into out->data (malloc'd) and
+ * out->len. Returns 0, or -1 with the record failed. */
+static int direct_result(const rd_neg *n, rec *r, rd_neg_outcome *out)
 {
     const rd_op_params *p = &r->first;
     size_t esz = rd_dtype_size((rd_dtype)p->dtype);
@@ -247,7 +236,7 @@ static int direct_result(const rd_neg *n, rec *r, ProtobufCBinaryData *out)
 /* Queues the outcome of a record every node has reported. */
 static int emit(rd_neg *n, rec *r)
 {
-    ProtobufCBinaryData result = {0, NULL};
+    rd_neg_outcome result = {0};
     int direct = 0;
     if (r->status == 0 && r->ndirect > 0 && r->ndirect < n->nnodes)
         rec_fail(r, RINGD_E_REFUSED,
@@ -268,11 +257,10 @@ static int emit(rd_neg *n, rec *r)
         n->capout = cap;
     }
     rd_neg_done *d = &n->out[n->nout];
-    Ringd__GoEntry *e = &d->e;
-    ringd__go_entry__init(e);
+    rd_neg_outcome *e = &d->e;
     d->own = r->own;
+    *e = result;
     e->direct = direct;
-    e->data = result;
     e->name = r->name;
     e->status = r->status;
     e->message = r->message != NULL ? r->message : strdup("");
@@ -286,24 +274,11 @@ static int emit(rd_neg *n, rec *r)
     return 0;
 }
 
-int rd_neg_ready(rd_neg *n, int node, const Ringd__OpSpec *spec, void *own, char *err,
-                 size_t errlen)
+int rd_neg_ready(rd_neg *n, int node, const rd_op_spec *spec, void *own, char *err, size_t errlen)
 {
-    if (!rd_name_valid(spec->name) || (int)spec->op < 0 || (int)spec->op > RD_COLL_BARRIER) {
-        snprintf(err, errlen, "node %s announced an invalid op", n->nodes[node].node);
-        return -1;
-    }
-    /* A failure may be announced with the very parameters it failed for; an op that goes on
-     * must have ones this node can compute with. */
-    if (spec->status == 0 && ((int)spec->dtype < 0 || (int)spec->dtype >= RD_DT_COUNT ||
-                              (int)spec->redop < 0 || (int)spec->redop >= RD_OP_COUNT)) {
-        snprintf(err, errlen, "node %s announced tensor '%s' with dtype %d, reduce op %d",
-                 n->nodes[node].node, spec->name, (int)spec->dtype, (int)spec->redop);
-        return -1;
-    }
-    if (spec->data.len > n->max_data) {
+    if (spec->len > n->max_data) {
         snprintf(err, errlen, "node %s sent %zu bytes of data for tensor '%s', over --direct-bytes",
-                 n->nodes[node].node, spec->data.len, spec->name);
+                 n->nodes[node].node, spec->len, spec->name);
         return -1;
     }
     rec **pp = &n->buckets[rd_name_hash(spec->name) % RD_NEG_BUCKETS], *r;
@@ -322,7 +297,7 @@ int rd_neg_ready(rd_neg *n, int node, const Ringd__OpSpec *spec, void *own, char
             snprintf(err, errlen, "out of memory");
             return -1;
         }
-        r->first = rd_op_params_of_spec(spec);
+        r->first = spec->p;
         r->first_node = node;
         while (*pp != NULL)
             pp = &(*pp)->next;
@@ -339,26 +314,25 @@ int rd_neg_ready(rd_neg *n, int node, const Ringd__OpSpec *spec, void *own, char
             return -1;
         }
         r->ndirect++;
-        if (spec->data.len > 0) {
-            r->data[node].data = malloc(spec->data.len);
+        if (spec->len > 0) {
+            r->data[node].data = malloc(spec->len);
             if (r->data[node].data == NULL) {
                 snprintf(err, errlen, "out of memory");
                 return -1;
             }
-            memcpy(r->data[node].data, spec->data.data, spec->data.len);
-            r->data[node].len = spec->data.len;
+            memcpy(r->data[node].data, spec->data, spec->len);
+            r->data[node].len = spec->len;
         }
     }
     if (r->status == 0 && spec->status != 0) {
         r->status = spec->status;
         r->message = strdup(spec->message != NULL ? spec->message : "failed on another node");
     }
-    rd_op_params q = rd_op_params_of_spec(spec);
     char fields[96];
-    if (r->status == 0 && !rd_op_params_compare(&r->first, &q, fields, sizeof(fields))) {
+    if (r->status == 0 && !rd_op_params_compare(&r->first, &spec->p, fields, sizeof(fields))) {
         char a[160], b[160], ra[96], rb[96], msg[768];
         rd_op_params_describe(a, sizeof(a), &r->first);
-        rd_op_params_describe(b, sizeof(b), &q);
+        rd_op_params_describe(b, sizeof(b), &spec->p);
         ranks_of(n, r->first_node, ra, sizeof(ra));
         ranks_of(n, node, rb, sizeof(rb));
         snprintf(msg, sizeof(msg), "tensor '%s' mismatch (%s): %s submitted %s; %s submitted %s",
@@ -397,7 +371,7 @@ void rd_neg_done_free(rd_neg_done *d, size_t n)
     for (size_t i = 0; i < n; i++) {
         free(d[i].e.name);
         free(d[i].e.message);
-        free(d[i].e.data.data);
+        free(d[i].e.data);
     }
     free(d);
 }

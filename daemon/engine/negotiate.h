@@ -9,7 +9,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "frame.h"
 #include "schedmsg.h"
 #include "world.h"
 
@@ -24,12 +23,6 @@ int rd_op_params_compare(const rd_op_params *a, const rd_op_params *b, char *fie
  * barrier's (a failure of an op nobody can run is announced all the same). */
 rd_op_params rd_op_params_announceable(rd_op_params p);
 
-/* The params an OpSpec carries. */
-rd_op_params rd_op_params_of_spec(const Ringd__OpSpec *s);
-
-/* An OpSpec of p (name and message borrowed). */
-void rd_op_params_to_spec(const rd_op_params *p, Ringd__OpSpec *s);
-
 typedef struct rd_neg rd_neg;
 
 /* A table for nnodes nodes (copied), self being this node; a direct op's contribution is at most
@@ -37,19 +30,31 @@ typedef struct rd_neg rd_neg;
 rd_neg *rd_neg_new(int nnodes, const rd_ring_node *nodes, int self, uint64_t max_data);
 void rd_neg_free(rd_neg *n);
 
-/* Records that node has spec ready (or failed there, spec->status != 0); own is this node's
- * handle for its own announcements (node == self), handed back when the op is done. Ops now done
- * are queued for rd_neg_take in that order; a disagreement between nodes fails the op with a
- * message naming the ranks and fields. Returns 0, or -1 when node sent something impossible (a
- * bad spec, too many pending ops) with err set: the caller drops that node's link. */
-int rd_neg_ready(rd_neg *n, int node, const Ringd__OpSpec *spec, void *own, char *err,
-                 size_t errlen);
+/* Records that node has spec ready (or failed there, spec->status != 0); spec is one
+ * rd_schedmsg_decode takes (this node's own are), its strings and data copied. own is this
+ * node's handle for its own announcements (node == self), handed back when the op is done. Ops
+ * now done are queued for rd_neg_take in that order; a disagreement between nodes fails the op
+ * with a message naming the ranks and fields. Returns 0, or -1 when node sent something
+ * impossible (data over --direct-bytes, too many pending ops) or memory ran out, with err set:
+ * the caller drops the ring. */
+int rd_neg_ready(rd_neg *n, int node, const rd_op_spec *spec, void *own, char *err, size_t errlen);
 
-/* An op every node has announced: own is this node's handle; e says failed (status, message),
- * direct (the result in data) or bound for the ring (status 0, direct 0). */
+/* How an op every node has announced ends: failed (status, message), direct (the result in
+ * data[0..len)) or bound for the ring (status 0, direct 0). name, message and data are owned by
+ * the rd_neg_done holding it. */
+typedef struct {
+    char *name;
+    uint32_t status;
+    char *message;
+    int direct;
+    uint8_t *data;
+    size_t len;
+} rd_neg_outcome;
+
+/* An op every node has announced: own is this node's handle, e its outcome. */
 typedef struct {
     void *own;
-    Ringd__GoEntry e;
+    rd_neg_outcome e;
 } rd_neg_done;
 
 /* Moves the done ops into *out (malloc'd; rd_neg_done_free frees it). Returns how many. */

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "frame.h"
 #include "log.h"
 #include "xfer.h"
 
@@ -153,9 +154,10 @@ static void order_add(rd_sched *s, const char *name)
         event_active(s->ev_order, 0, 0);
 }
 
-static void go_received(rd_sched *s, const Ringd__Go *go);
+static void go_received(rd_sched *s, const char *const *names, size_t n);
 
-/* Coordinator, end of a loop turn: sends the queued order to every node and applies it here. */
+/* Coordinator, end of a loop turn: sends the queued order to every node and applies it here.
+ * An order longer than one Go may carry goes out in parts, one a turn. */
 static void on_order(evutil_socket_t fd, short what, void *arg)
 {
     rd_sched *s = arg;
@@ -165,32 +167,25 @@ static void on_order(evutil_socket_t fd, short what, void *arg)
         order_clear(s);
         return;
     }
-    Ringd__GoEntry *entries = calloc(s->norder, sizeof(*entries));
-    Ringd__GoEntry **ptrs = calloc(s->norder, sizeof(*ptrs));
-    if (entries == NULL || ptrs == NULL) {
-        free(entries);
-        free(ptrs);
+    size_t n = s->norder < RD_SCHEDMSG_OPS_MAX ? s->norder : RD_SCHEDMSG_OPS_MAX;
+    char **names = malloc(n * sizeof(*names));
+    if (names == NULL) {
         order_clear(s);
         rd_world_drop(s->w, "out of memory ordering ops");
         return;
     }
-    Ringd__Go go = RINGD__GO__INIT;
-    for (size_t i = 0; i < s->norder; i++) {
-        ringd__go_entry__init(&entries[i]);
-        entries[i].name = s->order[i];
-        ptrs[i] = &entries[i];
-    }
-    go.generation = rd_world_generation(s->w);
-    go.ops = ptrs;
-    go.n_ops = s->norder;
-    rd_msg m = RINGD__MSG__INIT;
-    m.body_case = RINGD__MSG__BODY_GO;
-    m.go = &go;
-    rd_world_send(s->w, NULL, 0, &m);
-    go_received(s, &go);
-    free(ptrs);
-    free(entries);
-    order_clear(s);
+    /* Out of the queue first: applying the order may end the ring, which clears the queue. */
+    memcpy(names, s->order, n * sizeof(*names));
+    s->norder -= n;
+    memmove(s->order, s->order + n, s->norder * sizeof(*s->order));
+    if (s->norder > 0)
+        event_active(s->ev_order, 0, 0);
+    rd_schedmsg go = {.kind = RD_SCHEDMSG_GO, .names = (const char *const *)names, .nnames = n};
+    rd_world_send(s->w, NULL, 0, &go);
+    go_received(s, go.names, n);
+    for (size_t i = 0; i < n; i++)
+        free(names[i]);
+    free(names);
 }
 
 void rd_sched_flush(rd_sched *s)
@@ -201,22 +196,17 @@ void rd_sched_flush(rd_sched *s)
 
 /* Sends a Ready of this generation with spec, an op ready here or (stalled) one this node asks
  * the others to end as stalled, to the nodes at to[0..nto), or with to NULL to every other node. */
-static void ready_send(rd_sched *s, Ringd__OpSpec *spec, int stalled, const int *to, int nto)
+static void ready_send(rd_sched *s, const rd_op_spec *spec, int stalled, const int *to, int nto)
 {
-    Ringd__OpSpec *specs[1] = {spec};
-    Ringd__Ready r = RINGD__READY__INIT;
-    r.generation = rd_world_generation(s->w);
+    rd_schedmsg r = {.kind = RD_SCHEDMSG_READY};
     if (stalled) {
-        r.stalled = specs;
-        r.n_stalled = 1;
+        r.stalled = spec;
+        r.nstalled = 1;
     } else {
-        r.ops = specs;
-        r.n_ops = 1;
+        r.ops = spec;
+        r.nops = 1;
     }
-    rd_msg m = RINGD__MSG__INIT;
-    m.body_case = RINGD__MSG__BODY_READY;
-    m.ready = &r;
-    rd_world_send(s->w, to, nto, &m);
+    rd_world_send(s->w, to, nto, &r);
 }
 
 /* Hands every op now done negotiating to the job; the coordinator also orders those bound for
@@ -245,14 +235,13 @@ int rd_sched_announce(rd_sched *s, const char *name, const rd_op_params *p, ring
 {
     if (!rd_world_up(s->w) || rd_world_sealed(s->w) || s->neg == NULL)
         return 0; /* held for the next ring */
-    Ringd__OpSpec spec = RINGD__OP_SPEC__INIT;
-    rd_op_params_to_spec(p, &spec);
-    spec.direct = direct;
-    spec.data.data = (uint8_t *)data;
-    spec.data.len = len;
-    spec.name = (char *)name;
-    spec.status = (uint32_t)status;
-    spec.message = (char *)(message != NULL ? message : "");
+    rd_op_spec spec = {.name = name,
+                       .p = *p,
+                       .status = (uint32_t)status,
+                       .message = message != NULL ? message : "",
+                       .direct = direct,
+                       .data = data,
+                       .len = len};
     ready_send(s, &spec, 0, NULL, 0);
     char err[256];
     if (rd_neg_ready(s->neg, s->position, &spec, own, err, sizeof(err)) != 0) {
@@ -264,11 +253,11 @@ int rd_sched_announce(rd_sched *s, const char *name, const rd_op_params *p, ring
 }
 
 /* A node's Ready: ops it has ready (or failed there), and ops it asks to end as stalled. */
-static void ready_received(rd_sched *s, int from, const Ringd__Ready *r)
+static void ready_received(rd_sched *s, int from, const rd_schedmsg *r)
 {
     char err[256];
-    for (size_t i = 0; i < r->n_ops; i++) {
-        const Ringd__OpSpec *spec = r->ops[i];
+    for (size_t i = 0; i < r->nops; i++) {
+        const rd_op_spec *spec = &r->ops[i];
         if (rd_neg_ready(s->neg, from, spec, NULL, err, sizeof(err)) != 0) {
             rd_world_drop(s->w, err);
             return;
@@ -283,30 +272,29 @@ static void ready_received(rd_sched *s, int from, const Ringd__Ready *r)
     }
     /* Ops a node asks to end as stalled: ended here only if this node has not announced them,
      * by announcing them failed, which every node then sees alike. */
-    for (size_t i = 0; i < r->n_stalled && rd_world_up(s->w) && s->neg != NULL; i++) {
-        const Ringd__OpSpec *spec = r->stalled[i];
-        if (!rd_name_valid(spec->name) || !rd_neg_awaits(s->neg, spec->name, from))
+    for (size_t i = 0; i < r->nstalled && rd_world_up(s->w) && s->neg != NULL; i++) {
+        const rd_op_spec *spec = &r->stalled[i];
+        if (!rd_neg_awaits(s->neg, spec->name, from))
             continue;
-        rd_op_params p = rd_op_params_announceable(rd_op_params_of_spec(spec));
-        s->ev.failed_elsewhere(s->arg, spec->name, &p, RINGD_E_STALLED,
-                               spec->message != NULL ? spec->message : "stalled");
+        rd_op_params p = rd_op_params_announceable(spec->p);
+        s->ev.failed_elsewhere(s->arg, spec->name, &p, RINGD_E_STALLED, spec->message);
     }
     if (s->neg != NULL)
         negotiated(s);
 }
 
-/* An order of the coordinator (or this node's own, as coordinator): queued, then started in
- * order as its ops are negotiated here. */
-static void go_received(rd_sched *s, const Ringd__Go *go)
+/* An order of the coordinator (or this node's own, as coordinator), names[0..n): queued, then
+ * started in order as its ops are negotiated here. */
+static void go_received(rd_sched *s, const char *const *names, size_t n)
 {
     batch *b = calloc(1, sizeof(*b));
-    if (b == NULL || (b->names = calloc(go->n_ops ? go->n_ops : 1, sizeof(char *))) == NULL) {
+    if (b == NULL || (b->names = calloc(n ? n : 1, sizeof(char *))) == NULL) {
         free(b);
         rd_world_drop(s->w, "out of memory queueing the coordinator's order");
         return;
     }
-    for (size_t i = 0; i < go->n_ops; i++) {
-        if (!rd_name_valid(go->ops[i]->name) || (b->names[b->n] = strdup(go->ops[i]->name)) == NULL)
+    for (size_t i = 0; i < n; i++) {
+        if ((b->names[b->n] = strdup(names[i])) == NULL)
             continue;
         b->n++;
     }
@@ -318,14 +306,14 @@ static void go_received(rd_sched *s, const Ringd__Go *go)
     rd_sched_run(s);
 }
 
-void rd_sched_message(rd_sched *s, int from, const rd_msg *m)
+void rd_sched_message(rd_sched *s, int from, const rd_schedmsg *m)
 {
     if (s->neg == NULL)
         return;
-    if (m->body_case == RINGD__MSG__BODY_READY)
-        ready_received(s, from, m->ready);
-    else if (m->body_case == RINGD__MSG__BODY_GO && from == 0 && s->position != 0)
-        go_received(s, m->go);
+    if (m->kind == RD_SCHEDMSG_READY)
+        ready_received(s, from, m);
+    else if (m->kind == RD_SCHEDMSG_GO && from == 0 && s->position != 0)
+        go_received(s, m->names, m->nnames);
 }
 
 void rd_sched_missing(const rd_sched *s, const char *name, const void *own, char *buf,
@@ -342,11 +330,10 @@ void rd_sched_stalled(rd_sched *s, const char *name, const void *own, const char
     if (!rd_world_up(s->w) || s->neg == NULL)
         return;
     int nto = rd_neg_missing_nodes(s->neg, own, to, RD_RING_NODES_MAX);
-    Ringd__OpSpec spec = RINGD__OP_SPEC__INIT;
-    spec.name = (char *)name;
-    spec.op = RINGD__OP_TYPE__OP_BARRIER;
-    spec.status = RINGD_E_STALLED;
-    spec.message = (char *)message;
+    rd_op_spec spec = {.name = name,
+                       .p = {.coll = RD_COLL_BARRIER},
+                       .status = RINGD_E_STALLED,
+                       .message = message};
     ready_send(s, &spec, 1, to, nto);
 }
 

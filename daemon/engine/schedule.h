@@ -13,9 +13,9 @@
 #include <stdint.h>
 
 #include "config.h"
-#include "frame.h"
 #include "negotiate.h"
 #include "ringd.h"
+#include "schedmsg.h"
 #include "world.h"
 
 struct event_base;
@@ -26,7 +26,7 @@ typedef struct rd_sched rd_sched;
 typedef struct {
     /* Every node has announced this node's op own: e says failed (status, message), direct (the
      * result in e->data) or bound for the ring (status 0, not direct). */
-    void (*negotiated)(void *arg, void *own, const Ringd__GoEntry *e);
+    void (*negotiated)(void *arg, void *own, const rd_neg_outcome *e);
     /* Another node announced that the op named name (params p) failed there, or the
      * announcements disagree: the oldest op of that name this node has not announced fails with
      * status and message, and is announced failed (rd_sched_announce). */
@@ -59,9 +59,9 @@ void rd_sched_ring_up(rd_sched *s);
  * started are dropped (the job re-announces what it carries over). NULL is a no-op. */
 void rd_sched_ring_ended(rd_sched *s);
 
-/* A Ready or Go from the node at position from, of the current generation. A node that sent
- * something impossible gets the ring re-formed. */
-void rd_sched_message(rd_sched *s, int from, const rd_msg *m);
+/* A Ready or Go (decoded and checked) from the node at position from, of the current
+ * generation. A node that sent something impossible gets the ring re-formed. */
+void rd_sched_message(rd_sched *s, int from, const rd_schedmsg *m);
 
 /* The ring seals (a graceful change): the coordinator sends the order it has queued now. */
 void rd_sched_flush(rd_sched *s);

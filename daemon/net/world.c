@@ -1400,18 +1400,21 @@ int rd_world_solo(const rd_world *w)
     return w->nnodes == 1;
 }
 
-void rd_world_send(rd_world *w, const int *to, int nto, const rd_msg *m)
+void rd_world_send(rd_world *w, const int *to, int nto, const rd_schedmsg *m)
 {
+    rd_schedmsg stamped = *m;
+    stamped.generation = w->generation;
+    rd_msg *msg = rd_schedmsg_encode(&stamped);
+    if (msg == NULL) {
+        rd_world_drop(w, "out of memory sending a scheduling message");
+        return;
+    }
     for (int k = 0; k < (to != NULL ? nto : w->nnodes); k++) {
         int i = to != NULL ? to[k] : k;
         if (i >= 0 && i < w->nnodes && i != w->position && w->ctrl[i] != NULL)
-            rd_peer_chan_send(w->ctrl[i], m);
+            rd_peer_chan_send(w->ctrl[i], msg);
     }
-}
-
-uint64_t rd_world_generation(const rd_world *w)
-{
-    return w->generation;
+    rd_schedmsg_encoded_free(msg);
 }
 
 int rd_world_sealed(const rd_world *w)
@@ -1455,13 +1458,25 @@ static void on_ctrl_msg(void *arg, rd_peer_chan *c, const rd_msg *m)
         w->heard[from] = rd_now_ms();
     if (m->body_case == RINGD__MSG__BODY_POKE) /* a keepalive */
         return;
-    if (from >= 0 &&
-        ((m->body_case == RINGD__MSG__BODY_GO && m->go->generation == w->generation) ||
-         (m->body_case == RINGD__MSG__BODY_READY && m->ready->generation == w->generation))) {
-        w->ev.message(w->arg, from, m);
+    rd_schedmsg sm;
+    char err[256];
+    rd_schedmsg_status st =
+        from >= 0 ? rd_schedmsg_decode(m, &sm, err, sizeof(err)) : RD_SCHEDMSG_OTHER;
+    if (st == RD_SCHEDMSG_BAD) {
+        char why[640];
+        snprintf(why, sizeof(why), "scheduling message from node %s: %s", member(w, from)->node,
+                 err);
+        rd_world_drop(w, why);
+        return;
+    }
+    if (st == RD_SCHEDMSG_DECODED && sm.generation == w->generation) {
+        w->ev.message(w->arg, from, &sm);
+        rd_schedmsg_release(&sm);
         carry_check(w);
         return;
     }
+    if (st == RD_SCHEDMSG_DECODED) /* of another generation: unexpected, below */
+        rd_schedmsg_release(&sm);
     if (from >= 0 && m->body_case == RINGD__MSG__BODY_BYE && m->bye->generation == w->generation) {
         member_set(w, from, m->bye->leaving ? M_LEAVING : M_SEALED);
         rd_log(RD_LOG_INFO, "world", "job '%s': node %s %s generation %" PRIu64,

@@ -8,9 +8,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "frame.h"
+#include "frame.h" /* Ringd__RingInfo, for status */
 #include "ringd.h"
 #include "report.h"
+#include "schedmsg.h"
 
 #include "config.h"
 #include "counters.h"
@@ -64,9 +65,9 @@ typedef struct {
                         const rd_ring_node *nodes);
     /* The ring of the current generation ended, up or not (before ring_down when it was up). */
     void (*ring_ended)(void *arg);
-    /* A scheduling message (Ready, Go) of the current generation from the node at position
-     * from, while the ring forms or is up. */
-    void (*message)(void *arg, int from, const rd_msg *m);
+    /* A scheduling message (Ready, Go; decoded and checked, valid during the call) of the
+     * current generation from the node at position from, while the ring forms or is up. */
+    void (*message)(void *arg, int from, const rd_schedmsg *m);
     /* The ring seals for a graceful change: what the coordinator has queued goes out now,
      * before this node's Bye. */
     void (*flush)(void *arg);
@@ -110,12 +111,10 @@ void rd_world_detail(const rd_world *w, char *buf, size_t len);
 /* 1 when the ring is complete and its links are up: ops may be negotiated. */
 int rd_world_up(const rd_world *w);
 
-/* Sends m to the nodes at positions to[0..nto) of the current ring, or with to NULL to every
- * other node, on the control links that are up. */
-void rd_world_send(rd_world *w, const int *to, int nto, const rd_msg *m);
-
-/* The generation of the ring formed or forming. */
-uint64_t rd_world_generation(const rd_world *w);
+/* Sends m, stamped with the generation of the ring formed or forming, to the nodes at positions
+ * to[0..nto) of the current ring, or with to NULL to every other node, on the control links that
+ * are up. Out of memory, the ring is dropped (rd_world_drop). */
+void rd_world_send(rd_world *w, const int *to, int nto, const rd_schedmsg *m);
 
 /* 1 while the ring is sealed for a graceful change: nothing more is announced or ordered at
  * this generation. */
