@@ -20,6 +20,7 @@
 #include "frame.h"
 #include "log.h"
 #include "ring.h"
+#include "schedmsg.h"
 #include "xfer.h"
 
 #define SEED_MAX 65536
@@ -134,43 +135,43 @@ static void msg_peer_hello(rd_msg *m, Ringd__PeerHello *h, uint64_t generation)
     m->peer_hello = h;
 }
 
-/* Ready and Go of one negotiated allreduce, and a direct one carrying its data. */
+/* Encodes v as world.c does and adds its frame. */
+static void seed_schedmsg(seed *s, const rd_schedmsg *v)
+{
+    rd_msg *m = rd_schedmsg_encode(v);
+    if (m == NULL)
+        exit(1);
+    seed_frame(s, m);
+    rd_schedmsg_encoded_free(m);
+}
+
+/* Ready of one allreduce bound for the ring and a direct one carrying its data, a stall request,
+ * and the coordinator's Go, as the daemons encode them. */
 static void seed_negotiation(seed *s)
 {
-    static uint8_t payload[64] = {1, 2, 3, 4};
-    Ringd__OpSpec a = RINGD__OP_SPEC__INIT, b = RINGD__OP_SPEC__INIT;
-    Ringd__OpSpec *ops[2] = {&a, &b};
-    a.name = "grad.0";
-    a.count = 1 << 20;
-    a.dtype = RINGD__DATA_TYPE__DT_F32;
-    b.name = "loss";
-    b.count = 16;
-    b.dtype = RINGD__DATA_TYPE__DT_F32;
-    b.direct = 1;
-    b.data.data = payload;
-    b.data.len = sizeof(payload);
-    Ringd__Ready r = RINGD__READY__INIT;
-    r.generation = 3;
-    r.n_ops = 2;
-    r.ops = ops;
-    rd_msg m = RINGD__MSG__INIT;
-    m.body_case = RINGD__MSG__BODY_READY;
-    m.ready = &r;
-    seed_frame(s, &m);
-    Ringd__GoEntry e1 = RINGD__GO_ENTRY__INIT, e2 = RINGD__GO_ENTRY__INIT;
-    Ringd__GoEntry *entries[2] = {&e1, &e2};
-    e1.name = "grad.0";
-    e2.name = "loss";
-    e2.direct = 1;
-    e2.data.data = payload;
-    e2.data.len = sizeof(payload);
-    Ringd__Go g = RINGD__GO__INIT;
-    g.generation = 3;
-    g.n_ops = 2;
-    g.ops = entries;
-    m.body_case = RINGD__MSG__BODY_GO;
-    m.go = &g;
-    seed_frame(s, &m);
+    static const float payload[16] = {1, 2, 3, 4};
+    const rd_op_spec ops[2] = {
+        {.name = "grad.0", .p = {.count = 1 << 20, .prescale = 1, .postscale = 1}, .message = ""},
+        {.name = "loss",
+         .p = {.count = 16, .prescale = 1, .postscale = 1},
+         .message = "",
+         .direct = 1,
+         .data = (const uint8_t *)payload,
+         .len = sizeof(payload)},
+    };
+    const rd_op_spec stalled = {
+        .name = "late",
+        .p = {.coll = RINGD__OP_TYPE__OP_BARRIER},
+        .status = RINGD_E_STALLED,
+        .message = "tensor 'late' stalled: rank 3 (node n2) never submitted it within 60000 ms"};
+    const char *order[] = {"grad.0"};
+    const rd_schedmsg ready = {.kind = RD_SCHEDMSG_READY, .generation = 3, .ops = ops, .nops = 2};
+    const rd_schedmsg ask = {
+        .kind = RD_SCHEDMSG_READY, .generation = 3, .stalled = &stalled, .nstalled = 1};
+    const rd_schedmsg go = {.kind = RD_SCHEDMSG_GO, .generation = 3, .names = order, .nnames = 1};
+    seed_schedmsg(s, &ready);
+    seed_schedmsg(s, &ask);
+    seed_schedmsg(s, &go);
 }
 
 /* ---- per target ---- */

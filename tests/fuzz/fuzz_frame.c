@@ -1,10 +1,12 @@
 /* Fuzzes the framing of control messages (rd_frame_decode) as a stream of frames off a socket;
- * every decoded message is packed again and decoded once more. */
+ * every decoded message is packed again and decoded once more, and a scheduling message (Ready,
+ * Go) is decoded into its plain value (rd_schedmsg_decode), which must survive the wire again. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "frame.h"
+#include "schedmsg.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -30,6 +32,54 @@ static void check_repack(const rd_msg *m)
     free(buf);
 }
 
+/* 1 when two decoded announcements are the same. */
+static int spec_same(const rd_op_spec *a, const rd_op_spec *b)
+{
+    return strcmp(a->name, b->name) == 0 && memcmp(&a->p, &b->p, sizeof(a->p)) == 0 &&
+           a->status == b->status && strcmp(a->message, b->message) == 0 &&
+           a->direct == b->direct && a->len == b->len &&
+           (a->len == 0 || memcmp(a->data, b->data, a->len) == 0);
+}
+
+/* A scheduling message as world.c takes it from a peer: a plain value that checked, whose
+ * encoding decodes to the same value. */
+static void check_schedmsg(const rd_msg *m)
+{
+    rd_schedmsg v, again;
+    char err[256];
+    if (rd_schedmsg_decode(m, &v, err, sizeof(err)) != RD_SCHEDMSG_DECODED)
+        return;
+    rd_msg *enc = rd_schedmsg_encode(&v);
+    uint8_t *buf = enc != NULL ? malloc(rd_frame_size(enc)) : NULL;
+    if (buf == NULL) {
+        rd_schedmsg_encoded_free(enc);
+        rd_schedmsg_release(&v);
+        return;
+    }
+    size_t n = rd_frame_pack(enc, buf), used = 0;
+    rd_msg *back = NULL;
+    if (rd_frame_decode(buf, n, UINT32_MAX, &back, &used, err, sizeof(err)) != RD_FRAME_OK ||
+        rd_schedmsg_decode(back, &again, err, sizeof(err)) != RD_SCHEDMSG_DECODED)
+        abort();
+    if (again.kind != v.kind || again.generation != v.generation || again.nops != v.nops ||
+        again.nstalled != v.nstalled || again.nnames != v.nnames)
+        abort();
+    for (size_t i = 0; i < v.nops; i++)
+        if (!spec_same(&v.ops[i], &again.ops[i]))
+            abort();
+    for (size_t i = 0; i < v.nstalled; i++)
+        if (!spec_same(&v.stalled[i], &again.stalled[i]))
+            abort();
+    for (size_t i = 0; i < v.nnames; i++)
+        if (strcmp(v.names[i], again.names[i]) != 0)
+            abort();
+    rd_schedmsg_release(&again);
+    rd_frame_free(back);
+    free(buf);
+    rd_schedmsg_encoded_free(enc);
+    rd_schedmsg_release(&v);
+}
+
 /* Decodes frame after frame as a session does, under the default --max-frame. */
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -43,6 +93,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (st != RD_FRAME_OK)
             break;
         check_repack(m);
+        check_schedmsg(m);
         if (m->body_case == RINGD__MSG__BODY_HELLO)
             (void)rd_name_valid(m->hello->job);
         if (m->body_case == RINGD__MSG__BODY_SUBMIT && rd_name_valid(m->submit->name))

@@ -1,7 +1,7 @@
 /* Fuzzes daemon-to-daemon connections over real loopback sockets: the handshake state machine on
  * both sides (the bytes before authentication, then the PeerHello a server decodes and the answer
  * a dialling client decodes, after an honest challenge-response), and the framed control channel
- * that carries negotiation between nodes. */
+ * that carries negotiation between nodes, whose Ready and Go are decoded as world.c does. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
@@ -20,6 +20,7 @@
 #include "counters.h"
 #include "log.h"
 #include "peer.h"
+#include "schedmsg.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -77,6 +78,10 @@ static void on_chan_msg(void *arg, rd_peer_chan *c, const rd_msg *m)
     (void)c;
     if (m->body_case == RINGD__MSG__BODY__NOT_SET)
         abort();
+    rd_schedmsg v;
+    char err[256];
+    if (rd_schedmsg_decode(m, &v, err, sizeof(err)) == RD_SCHEDMSG_DECODED)
+        rd_schedmsg_release(&v);
     fx.msgs++;
 }
 
