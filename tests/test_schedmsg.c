@@ -43,6 +43,20 @@ static rd_schedmsg_status decode_after_wire(const rd_schedmsg *v, char *err, siz
     return st;
 }
 
+/* v after the wire, decoded into *d, with the same kind, generation and counts (the caller
+ * releases *d, then frees *m, the message it borrows from). */
+static void decoded_after_wire(const rd_schedmsg *v, rd_msg **m, rd_schedmsg *d)
+{
+    char err[256] = "";
+    *m = over_the_wire(v);
+    cr_assert_eq(rd_schedmsg_decode(*m, d, err, sizeof(err)), RD_SCHEDMSG_DECODED, "%s", err);
+    cr_assert_eq(d->kind, v->kind);
+    cr_assert_eq(d->generation, v->generation);
+    cr_assert_eq(d->nops, v->nops);
+    cr_assert_eq(d->nstalled, v->nstalled);
+    cr_assert_eq(d->nnames, v->nnames);
+}
+
 /* A Ready announcing the single op s. */
 static rd_schedmsg ready_of(const rd_op_spec *s)
 {
@@ -69,32 +83,19 @@ Test(schedmsg, a_ready_survives_the_wire)
         {"weights", {1, 3, 0, 2, 1 << 20, 1.0, 1.0}, 0, "", 0, NULL, 0},
         {"odd", {0, 0, 17, 0, 8, 1.0, 1.0}, 5, "unknown reduce op 17", 0, NULL, 0},
     };
-    const rd_op_spec stalled[] = {
-        {"late",
-         {3, 0, 0, 0, 0, 0.0, 0.0},
-         14,
-         "tensor 'late' stalled: rank 3 never submitted it",
-         0,
-         NULL,
-         0},
-    };
-    rd_schedmsg v = {.kind = RD_SCHEDMSG_READY,
-                     .generation = 42,
-                     .ops = ops,
-                     .nops = 3,
-                     .stalled = stalled,
-                     .nstalled = 1};
-    rd_msg *m = over_the_wire(&v);
+    const rd_op_spec stalled = {.name = "late",
+                                .p = {.coll = 3},
+                                .status = 14,
+                                .message = "tensor 'late' stalled: rank 3 never submitted it"};
+    rd_schedmsg v = {.kind = RD_SCHEDMSG_READY, .generation = 42, .ops = ops, .nops = 3};
+    v.stalled = &stalled;
+    v.nstalled = 1;
+    rd_msg *m;
     rd_schedmsg d;
-    char err[256] = "";
-    cr_assert_eq(rd_schedmsg_decode(m, &d, err, sizeof(err)), RD_SCHEDMSG_DECODED, "%s", err);
-    cr_assert_eq(d.kind, RD_SCHEDMSG_READY);
-    cr_assert_eq(d.generation, 42);
-    cr_assert_eq(d.nops, 3);
-    cr_assert_eq(d.nstalled, 1);
+    decoded_after_wire(&v, &m, &d);
     for (size_t i = 0; i < 3; i++)
         assert_spec_eq(&d.ops[i], &ops[i]);
-    assert_spec_eq(&d.stalled[0], &stalled[0]);
+    assert_spec_eq(&d.stalled[0], &stalled);
     rd_schedmsg_release(&d);
     rd_frame_free(m);
 }
@@ -103,13 +104,9 @@ Test(schedmsg, a_go_survives_the_wire_in_order)
 {
     const char *names[] = {"b", "a", "b", "layer.3.weight"};
     rd_schedmsg v = {.kind = RD_SCHEDMSG_GO, .generation = 9, .names = names, .nnames = 4};
-    rd_msg *m = over_the_wire(&v);
+    rd_msg *m;
     rd_schedmsg d;
-    char err[256] = "";
-    cr_assert_eq(rd_schedmsg_decode(m, &d, err, sizeof(err)), RD_SCHEDMSG_DECODED, "%s", err);
-    cr_assert_eq(d.kind, RD_SCHEDMSG_GO);
-    cr_assert_eq(d.generation, 9);
-    cr_assert_eq(d.nnames, 4);
+    decoded_after_wire(&v, &m, &d);
     for (size_t i = 0; i < 4; i++)
         cr_assert_str_eq(d.names[i], names[i]);
     rd_schedmsg_release(&d);
