@@ -914,7 +914,7 @@ static void job_welcome(rd_job *j)
         if (c->arena->fd < 0) /* passed already: welcomed at an earlier generation */
             continue;
         rd_client_view v = {j->generation, j->first_rank + k, j->size, k, j->local_size};
-        if (j->e->ev.welcome(c, &v, c->arena->fd) == 0) {
+        if (j->e->ev.welcome(c, &v, c->arena->fd) == RINGD_OK) {
             rd_arena_close_fd(c->arena);
             any = 1;
         }
@@ -1819,12 +1819,13 @@ static void on_negotiated(void *arg, void *own, const rd_neg_outcome *e)
     rd_sched_run(j->sched);
 }
 
-static int on_ring_forming(void *arg, uint64_t generation, int nnodes, int position,
-                           const rd_ring_node *nodes)
+static rd_status on_ring_forming(void *arg, uint64_t generation, int nnodes, int position,
+                                 const rd_ring_node *nodes)
 {
     rd_job *j = arg;
     (void)generation;
-    return j->sched != NULL ? rd_sched_ring_forming(j->sched, nnodes, position, nodes) : -1;
+    return j->sched != NULL ? rd_sched_ring_forming(j->sched, nnodes, position, nodes)
+                            : RINGD_E_NOMEM; /* its scheduler could not be made */
 }
 
 static void on_ring_ended(void *arg)

@@ -11,6 +11,7 @@
 #include "report.h"
 #include "negotiate.h"
 #include "ringd.h"
+#include "status.h"
 
 #include <sys/types.h>
 
@@ -50,9 +51,9 @@ typedef struct {
 /* News for clients, sent by the front. Loop thread. */
 typedef struct {
     /* The job has started: sends c Welcome with v and its arena's memfd (passed once: the
-     * engine closes its copy after). Returns 0 once sent (the client may then submit), -1 when
-     * c is not waiting for it (going away). */
-    int (*welcome)(rd_client *c, const rd_client_view *v, int arena_fd);
+     * engine closes its copy after). Returns RINGD_OK once sent (the client may then submit),
+     * else why not (RINGD_E_CLOSED: c is not waiting for it, going away). */
+    rd_status (*welcome)(rd_client *c, const rd_client_view *v, int arena_fd);
     /* c waits for the job's ring: ranks of world_size registered on nodes at generation. */
     void (*waiting)(rd_client *c, uint32_t ranks, uint32_t world_size, uint32_t nodes,
                     uint64_t generation, const char *detail);

@@ -274,12 +274,13 @@ static int emit(rd_neg *n, rec *r)
     return 0;
 }
 
-int rd_neg_ready(rd_neg *n, int node, const rd_op_spec *spec, void *own, char *err, size_t errlen)
+rd_status rd_neg_ready(rd_neg *n, int node, const rd_op_spec *spec, void *own, char *err,
+                       size_t errlen)
 {
     if (spec->len > n->max_data) {
         snprintf(err, errlen, "node %s sent %zu bytes of data for tensor '%s', over --direct-bytes",
                  n->nodes[node].node, spec->len, spec->name);
-        return -1;
+        return RINGD_E_PROTOCOL;
     }
     rec **pp = &n->buckets[rd_name_hash(spec->name) % RD_NEG_BUCKETS], *r;
     for (r = *pp; r != NULL; pp = &r->next, r = r->next)
@@ -289,13 +290,13 @@ int rd_neg_ready(rd_neg *n, int node, const rd_op_spec *spec, void *own, char *e
         if (n->pending >= RD_NEG_PENDING_MAX) {
             snprintf(err, errlen, "over %u ops pending negotiation (node %s announced one more)",
                      RD_NEG_PENDING_MAX, n->nodes[node].node);
-            return -1;
+            return RINGD_E_PROTOCOL;
         }
         r = calloc(1, sizeof(*r) + (size_t)n->nnodes);
         if (r == NULL || (r->name = strdup(spec->name)) == NULL) {
             free(r);
             snprintf(err, errlen, "out of memory");
-            return -1;
+            return RINGD_E_NOMEM;
         }
         r->first = spec->p;
         r->first_node = node;
@@ -311,14 +312,14 @@ int rd_neg_ready(rd_neg *n, int node, const rd_op_spec *spec, void *own, char *e
     if (spec->direct) {
         if (r->data == NULL && (r->data = calloc((size_t)n->nnodes, sizeof(*r->data))) == NULL) {
             snprintf(err, errlen, "out of memory");
-            return -1;
+            return RINGD_E_NOMEM;
         }
         r->ndirect++;
         if (spec->len > 0) {
             r->data[node].data = malloc(spec->len);
             if (r->data[node].data == NULL) {
                 snprintf(err, errlen, "out of memory");
-                return -1;
+                return RINGD_E_NOMEM;
             }
             memcpy(r->data[node].data, spec->data, spec->len);
             r->data[node].len = spec->len;
@@ -341,7 +342,7 @@ int rd_neg_ready(rd_neg *n, int node, const rd_op_spec *spec, void *own, char *e
         r->message = strdup(msg);
     }
     if (r->nhave < n->nnodes)
-        return 0;
+        return RINGD_OK;
     /* every node has it: out of the table, onto the queue */
     pp = &n->buckets[rd_name_hash(r->name) % RD_NEG_BUCKETS];
     while (*pp != r)
@@ -352,9 +353,9 @@ int rd_neg_ready(rd_neg *n, int node, const rd_op_spec *spec, void *own, char *e
     rec_free(r, n->nnodes);
     if (rc != 0) {
         snprintf(err, errlen, "out of memory");
-        return -1;
+        return RINGD_E_NOMEM;
     }
-    return 0;
+    return RINGD_OK;
 }
 
 size_t rd_neg_take(rd_neg *n, rd_neg_done **out)

@@ -34,10 +34,10 @@ void rd_neg_free(rd_neg *n);
  * rd_schedmsg_decode takes (this node's own are), its strings and data copied. own is this
  * node's handle for its own announcements (node == self), handed back when the op is done. Ops
  * now done are queued for rd_neg_take in that order; a disagreement between nodes fails the op
- * with a message naming the ranks and fields. Returns 0, or -1 when node sent something
- * impossible (data over --direct-bytes, too many pending ops) or memory ran out, with err set:
- * the caller drops the ring. */
-int rd_neg_ready(rd_neg *n, int node, const rd_op_spec *spec, void *own, char *err, size_t errlen);
+ * with a message naming the ranks and fields. Returns RINGD_OK, or with err set RINGD_E_PROTOCOL
+ * when node sent something impossible (data over --direct-bytes, too many pending ops) or
+ * RINGD_E_NOMEM: the caller drops the ring. */
+rd_status rd_neg_ready(rd_neg *n, int node, const rd_op_spec *spec, void *own, char *err, size_t errlen);
 
 /* How an op every node has announced ends: failed (status, message), direct (the result in
  * data[0..len)) or bound for the ring (status 0, direct 0). name, message and data are owned by

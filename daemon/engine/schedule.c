@@ -96,15 +96,15 @@ void rd_sched_free(rd_sched *s)
     free(s);
 }
 
-int rd_sched_ring_forming(rd_sched *s, int nnodes, int position, const rd_ring_node *nodes)
+rd_status rd_sched_ring_forming(rd_sched *s, int nnodes, int position, const rd_ring_node *nodes)
 {
     rd_sched_ring_ended(s);
     s->neg = rd_neg_new(nnodes, nodes, position, s->cfg->direct_bytes);
     if (s->neg == NULL)
-        return -1;
+        return RINGD_E_NOMEM;
     s->nnodes = nnodes;
     s->position = position;
-    return 0;
+    return RINGD_OK;
 }
 
 /* When the oldest op named name that this node has not announced failed on another node, it

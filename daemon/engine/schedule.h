@@ -48,9 +48,9 @@ rd_sched *rd_sched_new(struct event_base *base, const rd_config *cfg, rd_world *
 void rd_sched_free(rd_sched *s);
 
 /* The ring of a generation forms with nodes[0..nnodes), this node at position: the negotiation
- * table starts empty (nodes up before this one announce their ops already). Returns 0, or -1
- * when out of memory. */
-int rd_sched_ring_forming(rd_sched *s, int nnodes, int position, const rd_ring_node *nodes);
+ * table starts empty (nodes up before this one announce their ops already). Returns RINGD_OK, or
+ * RINGD_E_NOMEM. */
+rd_status rd_sched_ring_forming(rd_sched *s, int nnodes, int position, const rd_ring_node *nodes);
 
 /* The ring is up: failures other nodes announced while this node connected end its ops now. */
 void rd_sched_ring_up(rd_sched *s);

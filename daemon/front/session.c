@@ -438,11 +438,11 @@ void rd_session_free_all(rd_front *f)
 
 /* Sends Welcome with the arena's fd and, once sent, attaches the shared rings in the arena:
  * the session is ACTIVE. */
-static int client_welcome(rd_client *cl, const rd_client_view *v, int arena_fd)
+static rd_status client_welcome(rd_client *cl, const rd_client_view *v, int arena_fd)
 {
     rd_session *s = session_of(cl);
     if (s->state != RD_SESSION_JOINING)
-        return -1;
+        return RINGD_E_CLOSED;
     Ringd__Welcome w = RINGD__WELCOME__INIT;
     rd_msg m = RINGD__MSG__INIT;
     w.rank = v->rank;
@@ -454,13 +454,14 @@ static int client_welcome(rd_client *cl, const rd_client_view *v, int arena_fd)
     w.data_offset = RD_CTRL_BYTES;
     m.body_case = RINGD__MSG__BODY_WELCOME;
     m.welcome = &w;
-    if (rd_session_send_fd(s, &m, arena_fd) != 0)
-        return -1;
+    rd_status rc = rd_session_send_fd(s, &m, arena_fd);
+    if (rc != RINGD_OK)
+        return rc;
     rd_ctrl *c = (rd_ctrl *)s->c.arena->base;
     rd_ring_attach_consumer(&s->sq, &c->sq);
     rd_ring_attach_producer(&s->cq, &c->cq);
     set_state(s, RD_SESSION_ACTIVE);
-    return 0;
+    return RINGD_OK;
 }
 
 /* Tells a joining client how far its job's ring has come. */

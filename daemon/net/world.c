@@ -834,7 +834,7 @@ static void connect_ring(rd_world *w)
         nodes[i] = (rd_ring_node){member(w, i)->node, first, member(w, i)->local_size};
         first += member(w, i)->local_size;
     }
-    if (w->ev.ring_forming(w->arg, w->generation, w->nnodes, w->position, nodes) != 0) {
+    if (w->ev.ring_forming(w->arg, w->generation, w->nnodes, w->position, nodes) != RINGD_OK) {
         rd_log(RD_LOG_ERROR, "world", "job '%s': out of memory forming the ring",
                w->name);
         set_state(w, W_WAITING);

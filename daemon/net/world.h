@@ -8,13 +8,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "frame.h" /* Ringd__RingInfo, for status */
 #include "ringd.h"
 #include "report.h"
 #include "schedmsg.h"
 
 #include "config.h"
 #include "counters.h"
+#include "status.h"
 
 struct event_base;
 struct rd_xfer_task;
@@ -59,9 +59,9 @@ typedef struct {
     /* The ring broke under running ops: their failures wait for the next ring. */
     void (*disrupted)(void *arg);
     /* The ring of generation forms with nodes[0..nnodes) (valid during the call), this node at
-     * position: scheduling messages of that generation may come from now on. Returns 0, or -1
-     * (out of memory: the ring waits for the next view). */
-    int (*ring_forming)(void *arg, uint64_t generation, int nnodes, int position,
+     * position: scheduling messages of that generation may come from now on. Returns RINGD_OK,
+     * or RINGD_E_NOMEM (the ring waits for the next view). */
+    rd_status (*ring_forming)(void *arg, uint64_t generation, int nnodes, int position,
                         const rd_ring_node *nodes);
     /* The ring of the current generation ended, up or not (before ring_down when it was up). */
     void (*ring_ended)(void *arg);
