@@ -1,0 +1,234 @@
+# libringd through ctypes: where the library is found, the C prototypes, and the ABI checks.
+"""Loads libringd once per process and declares the functions of ringd.h.
+
+Lookup order (the first that exists wins; RINGD_LIBRARY, when set, must work):
+  1. $RINGD_LIBRARY, a path to libringd.so;
+  2. the installed layout: the library in the libdir that `meson install` recorded in
+     ringd/_install.py (relative to the package first, so a DESTDIR or moved tree works; then
+     as configured), or a libringd.so beside the package;
+  3. a meson build tree of the source checkout this package lives in (<repo>/<build>/client);
+  4. ctypes.util.find_library("ringd") (ld.so's cache, LD_LIBRARY_PATH).
+
+This module owns the one CDLL object; everything else calls through `lib()`.
+"""
+import ctypes
+import ctypes.util
+import glob
+import os
+
+# The ringd.h this binding mirrors (RINGD_VERSION_MAJOR/MINOR). A library with the same major and
+# at least this minor keeps its ABI (ringd.h: struct_size lets the options grow).
+ABI_MAJOR = 0
+ABI_MINOR = 1
+
+c_size_t = ctypes.c_size_t
+c_int = ctypes.c_int
+c_void_p = ctypes.c_void_p
+c_char_p = ctypes.c_char_p
+c_double = ctypes.c_double
+
+
+class Options(ctypes.Structure):
+    """ringd_options_t, field for field (ringd.h)."""
+
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("socket_path", c_char_p),
+        ("job", c_char_p),
+        ("world_size", c_int),
+        ("local_size", c_int),
+        ("open_timeout_ms", c_int),
+        ("op_timeout_ms", c_int),
+        ("arena_size", c_size_t),
+        ("poll_us", c_int),
+        ("reserved", c_int),
+        ("min_size", c_int),
+    ]
+
+
+class TensorDesc(ctypes.Structure):
+    """ringd_tensor_t: where a buffer lies as the daemon reaches it."""
+
+    _fields_ = [
+        ("kind", c_int),
+        ("device", c_int),
+        ("handle", ctypes.c_uint64),
+        ("offset", ctypes.c_uint64),
+    ]
+
+
+# name: (restype, argtypes). ringd_t* and ringd_request_t* travel as c_void_p.
+_PROTOTYPES = {
+    "ringd_options_init": (None, [c_void_p, c_size_t]),
+    "ringd_open": (c_int, [c_void_p, ctypes.POINTER(c_void_p)]),
+    "ringd_close": (None, [c_void_p]),
+    "ringd_rank": (c_int, [c_void_p]),
+    "ringd_size": (c_int, [c_void_p]),
+    "ringd_local_rank": (c_int, [c_void_p]),
+    "ringd_local_size": (c_int, [c_void_p]),
+    "ringd_generation": (ctypes.c_uint64, [c_void_p]),
+    "ringd_errmsg": (c_char_p, [c_void_p]),
+    "ringd_strerror": (c_char_p, [c_int]),
+    "ringd_version": (c_char_p, []),
+    "ringd_dtype_size": (c_size_t, [c_int]),
+    "ringd_alloc": (c_void_p, [c_void_p, c_size_t]),
+    "ringd_free": (None, [c_void_p, c_void_p]),
+    "ringd_tensor_locate": (c_int, [c_void_p, c_void_p, c_size_t, ctypes.POINTER(TensorDesc)]),
+    "ringd_allreduce": (c_int, [c_void_p, c_char_p, c_void_p, c_void_p, c_size_t, c_int, c_int]),
+    "ringd_allreduce_async": (
+        c_int, [c_void_p, c_char_p, c_void_p, c_void_p, c_size_t, c_int, c_int,
+                ctypes.POINTER(c_void_p)]),
+    "ringd_allreduce_scaled": (
+        c_int, [c_void_p, c_char_p, c_void_p, c_void_p, c_size_t, c_int, c_int, c_double,
+                c_double]),
+    "ringd_allreduce_scaled_async": (
+        c_int, [c_void_p, c_char_p, c_void_p, c_void_p, c_size_t, c_int, c_int, c_double,
+                c_double, ctypes.POINTER(c_void_p)]),
+    "ringd_broadcast": (c_int, [c_void_p, c_char_p, c_void_p, c_size_t, c_int, c_int]),
+    "ringd_broadcast_async": (
+        c_int, [c_void_p, c_char_p, c_void_p, c_size_t, c_int, c_int, ctypes.POINTER(c_void_p)]),
+    "ringd_allgather": (c_int, [c_void_p, c_char_p, c_void_p, c_void_p, c_size_t, c_int]),
+    "ringd_allgather_async": (
+        c_int, [c_void_p, c_char_p, c_void_p, c_void_p, c_size_t, c_int,
+                ctypes.POINTER(c_void_p)]),
+    "ringd_barrier": (c_int, [c_void_p, c_char_p]),
+    "ringd_barrier_async": (c_int, [c_void_p, c_char_p, ctypes.POINTER(c_void_p)]),
+    "ringd_wait": (c_int, [c_void_p]),
+    "ringd_test": (c_int, [c_void_p, ctypes.POINTER(c_int)]),
+}
+
+# Element sizes of ringd_dtype_t in ringd.h's order, checked against the library at load time.
+DTYPE_SIZES = (4, 8, 2, 2, 4, 8, 1)
+
+_lib = None
+_path = None
+_options_size = 0
+
+
+def _pkg_dir():
+    return os.path.dirname(os.path.abspath(__file__))
+
+
+def _installed_candidates():
+    """The installed layout: the libdir meson recorded, then a library beside the package."""
+    out = []
+    try:
+        from . import _install  # written by `meson install` (python/meson.build)
+    except ImportError:
+        _install = None
+    if _install is not None:
+        rel = os.path.join(_pkg_dir(), _install.LIBDIR_FROM_PACKAGE, _install.SONAME)
+        out += [os.path.normpath(rel), os.path.join(_install.LIBDIR, _install.SONAME)]
+    for d in (_pkg_dir(), os.path.dirname(_pkg_dir())):
+        out += sorted(glob.glob(os.path.join(d, "libringd.so*")))
+    return out
+
+
+def _build_tree_candidates():
+    """libringd.so of the meson build trees of this source checkout, newest first."""
+    repo = os.path.dirname(os.path.dirname(_pkg_dir()))
+    found = [p for p in glob.glob(os.path.join(repo, "*", "client", "libringd.so"))
+             if os.path.isdir(os.path.join(os.path.dirname(os.path.dirname(p)), "meson-info"))]
+    return sorted(found, key=os.path.getmtime, reverse=True)
+
+
+def _find():
+    """The path of the libringd to load, or raises ImportError saying where it looked."""
+    env = os.environ.get("RINGD_LIBRARY")
+    if env:
+        if not os.path.exists(env):
+            raise ImportError(f"RINGD_LIBRARY={env}: no such file; point it at libringd.so "
+                              "(build/client/libringd.so in a build tree)")
+        return env
+    looked = []
+    for p in _installed_candidates() + _build_tree_candidates():
+        if os.path.exists(p):
+            return p
+        looked.append(p)
+    name = ctypes.util.find_library("ringd")
+    if name:
+        return name
+    raise ImportError("libringd not found: set RINGD_LIBRARY to libringd.so, run `meson install`, "
+                      "or build the tree (ninja -C build); looked at "
+                      + (", ".join(looked) or "no installed or build-tree path")
+                      + " and ld.so's search path")
+
+
+def _needs_asan_preload(path):
+    """1 when path is an AddressSanitizer build and this process has no ASan runtime loaded:
+    dlopen would then abort the interpreter instead of failing."""
+    try:
+        with open(path, "rb") as f:
+            if b"libasan.so" not in f.read():
+                return False
+        with open("/proc/self/maps") as f:
+            return "libasan.so" not in f.read()
+    except OSError:
+        return False
+
+
+def _check_abi(lib, path):
+    """Refuses a library whose version or options struct this binding cannot work with."""
+    global _options_size
+    version = lib.ringd_version().decode()
+    try:
+        major, minor = (int(x) for x in version.split(".")[:2])
+    except ValueError:
+        raise ImportError(f"{path}: ringd_version() gave {version!r}, not MAJOR.MINOR.PATCH")
+    if major != ABI_MAJOR or minor < ABI_MINOR:
+        raise ImportError(
+            f"{path} is libringd {version}, but this ringd package speaks ringd.h "
+            f"{ABI_MAJOR}.{ABI_MINOR}: install the package and the library from the same "
+            "release, or set RINGD_LIBRARY to a matching libringd.so")
+    o = Options()
+    lib.ringd_options_init(ctypes.byref(o), ctypes.sizeof(o))
+    # struct_size is the smaller of ours and the library's: less than ours means the library
+    # predates some field (Session refuses to set those).
+    if o.struct_size == 0 or o.struct_size > ctypes.sizeof(o):
+        raise ImportError(f"{path}: ringd_options_init wrote struct_size {o.struct_size}; this "
+                          f"binding's ringd_options_t has {ctypes.sizeof(o)} bytes")
+    _options_size = o.struct_size
+    for code, size in enumerate(DTYPE_SIZES):
+        if lib.ringd_dtype_size(code) != size:
+            raise ImportError(f"{path}: dtype {code} has {lib.ringd_dtype_size(code)} bytes in "
+                              f"the library, {size} in this binding: versions differ")
+
+
+def lib():
+    """The loaded libringd (a ctypes.CDLL), loading and checking it on first use."""
+    global _lib, _path
+    if _lib is not None:
+        return _lib
+    path = _find()
+    if _needs_asan_preload(path):
+        raise ImportError(
+            f"{path} is built with AddressSanitizer and its runtime is not in this process: run "
+            "Python with LD_PRELOAD=$(gcc -print-file-name=libasan.so) "
+            "ASAN_OPTIONS=detect_leaks=0, or use a build without -Db_sanitize")
+    try:
+        cdll = ctypes.CDLL(path)
+    except OSError as e:
+        raise ImportError(f"cannot load libringd from {path}: {e}") from None
+    for name, (restype, argtypes) in _PROTOTYPES.items():
+        try:
+            fn = getattr(cdll, name)
+        except AttributeError:
+            raise ImportError(f"{path} does not export {name}: it is not a libringd this "
+                              "binding knows (too old?)") from None
+        fn.restype = restype
+        fn.argtypes = argtypes
+    _check_abi(cdll, path)
+    _lib, _path = cdll, path
+    return _lib
+
+
+def path():
+    """Where the loaded library came from (after lib())."""
+    lib()
+    return _path
+
+
+def options_size():
+    """The bytes of ringd_options_t both this binding and the library know."""
+    lib()
+    return _options_size

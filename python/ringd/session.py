@@ -1,0 +1,652 @@
+# A session with the node's ringd: its arena, and named collectives on arrays and tensors.
+"""ringd.Session: one libringd session (ringd_t) and the collectives over it.
+
+Buffers are numpy arrays, CPU torch tensors or any buffer-protocol object (memoryview,
+bytearray, the arena buffers of Session.alloc); they must be C-contiguous and of a ringd dtype.
+Buffers outside the arena are copied through it by libringd; arena buffers are not copied.
+
+Ownership: a Session owns its ringd_t, the requests of its pending Handles and its arena
+buffers. A pending Handle holds references to the arrays it reads and writes, and the Session
+holds every pending Handle, so no buffer libringd may still write is freed before its request
+finished or the session closed, even when the caller drops the Handle. Threads: every call takes
+the session's lock, so one thread at a time is inside libringd (ringd.h's rule); a wait holds it.
+"""
+import ctypes
+import enum
+import functools
+import sys
+import threading
+import weakref
+
+from . import _lib
+from .errors import Closed, InvalidArgument, OutOfMemory, Result, error_for
+
+
+class DType(enum.IntEnum):
+    """ringd_dtype_t: what libringd reduces (f16 and bf16 accumulate in float)."""
+
+    F32 = 0
+    F64 = 1
+    F16 = 2
+    BF16 = 3
+    I32 = 4
+    I64 = 5
+    U8 = 6
+
+
+class ReduceOp(enum.IntEnum):
+    """ringd_redop_t. AVG is the sum divided by the job's size (integers truncate toward 0)."""
+
+    SUM = 0
+    AVG = 1
+    MIN = 2
+    MAX = 3
+    PROD = 4
+
+
+# (numpy kind, itemsize) and torch dtype names that are ringd dtypes.
+_NUMPY_DTYPES = {("f", 4): DType.F32, ("f", 8): DType.F64, ("f", 2): DType.F16,
+                 ("i", 4): DType.I32, ("i", 8): DType.I64, ("u", 1): DType.U8}
+_TORCH_DTYPES = {"torch.float32": DType.F32, "torch.float64": DType.F64,
+                 "torch.float16": DType.F16, "torch.bfloat16": DType.BF16,
+                 "torch.int32": DType.I32, "torch.int64": DType.I64, "torch.uint8": DType.U8}
+_SUPPORTED = "float32, float64, float16, bfloat16 (torch only), int32, int64, uint8"
+
+
+class _Buf:
+    """One buffer as libringd sees it: the object kept alive, its address, elements, dtype."""
+
+    __slots__ = ("obj", "ptr", "count", "dtype")
+
+    def __init__(self, obj, ptr, count, dtype):
+        self.obj, self.ptr, self.count, self.dtype = obj, ptr, count, dtype
+
+
+def _torch_buf(t, what, writable):
+    torch = sys.modules["torch"]
+    if t.device.type != "cpu":
+        raise TypeError(f"{what} is a {t.device.type} tensor: ringd takes CPU tensors for now "
+                        "(device memory comes through the C layer later); pass t.cpu()")
+    if t.layout != torch.strided:
+        raise TypeError(f"{what} is a {t.layout} tensor: ringd takes dense tensors; "
+                        "pass t.to_dense()")
+    dtype = _TORCH_DTYPES.get(str(t.dtype))
+    if dtype is None:
+        raise TypeError(f"{what} has dtype {t.dtype}: ringd takes {_SUPPORTED}")
+    if not t.is_contiguous():
+        raise ValueError(f"{what} is not contiguous (shape {tuple(t.shape)}, strides "
+                         f"{t.stride()}): pass t.contiguous()")
+    if t.is_neg() or t.is_conj():
+        raise ValueError(f"{what} is a lazily negated view: pass t.resolve_neg()")
+    return _Buf(t, t.data_ptr(), t.numel(), dtype)
+
+
+def _numpy_buf(a, what, writable, keep=None):
+    dt = a.dtype
+    dtype = _NUMPY_DTYPES.get((dt.kind, dt.itemsize))
+    if dtype is None:
+        raise TypeError(f"{what} has dtype {dt}: ringd takes {_SUPPORTED}")
+    if not dt.isnative:
+        raise TypeError(f"{what} has non-native byte order ({dt.str}): pass "
+                        "a.astype(a.dtype.newbyteorder('='))")
+    if not a.flags.c_contiguous:
+        raise ValueError(f"{what} is not C-contiguous (shape {a.shape}, strides {a.strides}): "
+                         "pass numpy.ascontiguousarray(a)")
+    if writable and not a.flags.writeable:
+        raise ValueError(f"{what} is read-only: the result needs a writable buffer")
+    return _Buf(a if keep is None else keep, a.__array_interface__["data"][0], a.size, dtype)
+
+
+def _as_buf(obj, what, writable):
+    """Describes obj for libringd, or raises TypeError/ValueError saying what to pass instead."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(obj, torch.Tensor):
+        return _torch_buf(obj, what, writable)
+    np = sys.modules.get("numpy")
+    if np is not None and isinstance(obj, np.ndarray):
+        return _numpy_buf(obj, what, writable)
+    try:
+        mv = memoryview(obj)
+    except TypeError:
+        raise TypeError(f"{what} is a {type(obj).__name__}: pass a numpy array, a CPU torch "
+                        "tensor or a buffer (memoryview, bytearray, Session.alloc)") from None
+    import numpy
+
+    return _numpy_buf(numpy.asarray(mv), what, writable, keep=obj)
+
+
+def _empty_like(buf, shape):
+    """A new output of buf's kind and dtype with the given shape (numpy for plain buffers)."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(buf.obj, torch.Tensor):
+        return torch.empty(shape, dtype=buf.obj.dtype)
+    import numpy
+
+    src = buf.obj if isinstance(buf.obj, numpy.ndarray) else numpy.asarray(memoryview(buf.obj))
+    return numpy.empty(shape, dtype=src.dtype)
+
+
+def _shape_of(obj):
+    shape = getattr(obj, "shape", None)
+    if shape is None:
+        shape = memoryview(obj).shape
+    return tuple(shape)
+
+
+def _name_bytes(name):
+    if name is None or isinstance(name, bytes):
+        return name
+    if isinstance(name, str):
+        return name.encode("utf-8")
+    raise TypeError(f"a collective's name is a str, not {type(name).__name__}")
+
+
+def _describe_name(name):
+    return "an unnamed tensor" if name is None else f"tensor '{name}'"
+
+
+_PAGE = 4096
+_PROT_RW = 0x1 | 0x2
+_MAP_PRIVATE_ANON_FIXED_NOREPLACE = 0x02 | 0x20 | 0x100000
+_libc = None
+
+
+def _libc_mmap():
+    global _libc
+    if _libc is None:
+        _libc = ctypes.CDLL(None, use_errno=True)
+        _libc.mmap.restype = ctypes.c_void_p
+        _libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                               ctypes.c_int, ctypes.c_long]
+        _libc.munmap.restype = ctypes.c_int
+        _libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    return _libc
+
+
+class _State:
+    """What a Session owns, apart from the Session object, so finalizers can reach it:
+    the ringd_t, the lock, pending Handles, live arena buffers, and after close the anonymous
+    mappings that keep views of dead arena buffers from faulting."""
+
+    def __init__(self):
+        self.ptr = None  # ringd_t *, None once closed
+        self.lock = threading.RLock()
+        self.pending = set()  # _Requests libringd still holds
+        self.orphans = []  # pending _Requests whose Handle was dropped unwaited
+        self.live = {}  # arena address -> (bytes, weakref.finalize) of buffers from alloc
+        self.to_free = []  # arena addresses whose buffers died while the lock was taken
+        self.tombstones = {}  # (start, end) of an anonymous mapping -> live buffer addresses
+        self.closed_why = "the session is closed"
+
+    def require_open(self):
+        if self.ptr is None:
+            raise Closed(Result.CLOSED, f"{self.closed_why}: open a new ringd.Session")
+        return self.ptr
+
+    def error(self, rc):
+        """The exception for rc, with ringd_errmsg of the last call (lock held)."""
+        lib = _lib.lib()
+        msg = lib.ringd_errmsg(self.ptr).decode("utf-8", "replace") if self.ptr else ""
+        return error_for(rc, msg or lib.ringd_strerror(rc).decode(),
+                         lib.ringd_strerror(rc).decode())
+
+    def orphan(self, request):
+        """Finalizer of a Handle: its request, if still pending, is reaped by a later call."""
+        if not request.finished:
+            self.orphans.append(request)
+
+    def reap(self):
+        """Releases the requests of dropped Handles that finished, and frees arena buffers
+        that died while another thread held the lock (lock held)."""
+        if self.ptr is None:
+            return
+        if self.orphans:
+            self.orphans = [r for r in self.orphans if not r.finished and not r.test()]
+        while self.to_free:
+            addr = self.to_free.pop()
+            if self.live.pop(addr, None) is not None:
+                _lib.lib().ringd_free(self.ptr, addr)
+
+    def buffer_died(self, addr):
+        """Finalizer of an arena buffer: gives its memory back (or its tombstone, once closed)."""
+        if self.ptr is None:
+            self.live.pop(addr, None)
+            for span, addrs in list(self.tombstones.items()):
+                addrs.discard(addr)
+                if not addrs:
+                    del self.tombstones[span]
+                    _libc_mmap().munmap(span[0], span[1] - span[0])
+            return
+        self.to_free.append(addr)
+        if self.lock.acquire(blocking=False):
+            try:
+                self.reap()
+            finally:
+                self.lock.release()
+
+    def close(self):
+        """ringd_close, once; pending Handles fail with Closed; live arena views stay mapped."""
+        with self.lock:
+            if self.ptr is None:
+                return
+            for r in list(self.pending):
+                r.abandon(self.closed_why)
+            self.pending.clear()
+            self.orphans.clear()
+            for addr in self.to_free:  # dead already: no view needs a tombstone
+                self.live.pop(addr, None)
+            self.to_free.clear()
+            _lib.lib().ringd_close(self.ptr)
+            self.ptr = None
+            self._tombstone()
+
+    def _tombstone(self):
+        """Maps zeroed anonymous memory where live arena buffers were: a numpy array or tensor
+        still viewing one then reads zeros instead of crashing the process. Each mapping goes
+        when the last buffer in it dies."""
+        spans = sorted((a & ~(_PAGE - 1), (a + n + _PAGE - 1) & ~(_PAGE - 1), a)
+                       for a, (n, _) in self.live.items())
+        merged = []
+        for start, end, addr in spans:
+            if merged and start <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], end)
+                merged[-1][2].add(addr)
+            else:
+                merged.append([start, end, {addr}])
+        libc = _libc_mmap()
+        for start, end, addrs in merged:
+            got = libc.mmap(start, end - start, _PROT_RW, _MAP_PRIVATE_ANON_FIXED_NOREPLACE, -1, 0)
+            if got == start:
+                self.tombstones[(start, end)] = addrs
+            elif got not in (None, ctypes.c_void_p(-1).value):
+                libc.munmap(got, end - start)  # a kernel without MAP_FIXED_NOREPLACE
+
+
+class _Request:
+    """One libringd request (ringd_request_t) and what it needs until it finishes: the buffers
+    it reads and writes, and the output to return. Owned by its session's pending set until
+    libringd released it (ringd_wait or ringd_test reported it finished) or the session closed."""
+
+    def __init__(self, state, req, name, keep, result):
+        self.st = state
+        self.req = req
+        self.name = name
+        self.keep = keep
+        self.result = result
+        self.failure = None  # (code, message, hint) once it failed
+        self.finished = False
+
+    def finish(self, rc):
+        """Records the result libringd gave when it released the request (lock held)."""
+        if rc != Result.OK:
+            e = self.st.error(rc)
+            self.failure = (e.code, e.message, e.hint)
+        self.req = None
+        self.keep = None
+        self.finished = True
+        self.st.pending.discard(self)
+
+    def abandon(self, why):
+        """The session closed under it (lock held): ringd_close freed the request."""
+        self.failure = (Result.CLOSED, f"{_describe_name(self.name)}: {why} before it finished",
+                        "")
+        self.req = None
+        self.keep = None
+        self.finished = True
+
+    def test(self):
+        """ringd_test: True once finished (lock held, session open)."""
+        flag = ctypes.c_int(0)
+        rc = _lib.lib().ringd_test(self.req, ctypes.byref(flag))
+        if flag.value:
+            self.finish(rc)
+        return self.finished
+
+
+class Handle:
+    """One asynchronous collective. done() polls, wait() blocks and returns the result (the
+    output array, or None for a barrier) or raises the collective's Error. The buffers stay
+    referenced until the collective finished, even when the Handle is dropped unwaited (the
+    session then reaps the request on a later call)."""
+
+    def __init__(self, request):
+        self._r = request
+        weakref.finalize(self, request.st.orphan, request)
+
+    @property
+    def name(self):
+        return self._r.name
+
+    def __repr__(self):
+        what = "finished" if self._r.finished else "pending"
+        return f"<ringd.Handle {_describe_name(self._r.name)} {what}>"
+
+    def _outcome(self):
+        if self._r.failure is not None:
+            raise error_for(*self._r.failure)
+        return self._r.result
+
+    def done(self):
+        """True once the collective finished (successfully or not); never blocks for long."""
+        r = self._r
+        if not r.finished:
+            with r.st.lock:
+                if not r.finished:
+                    r.st.require_open()
+                    r.test()
+        return r.finished
+
+    def wait(self):
+        """Blocks until the collective finished (at most the session's op_timeout_ms: then
+        Timeout, and the Handle stays pending) and returns its output or raises its Error."""
+        r = self._r
+        if not r.finished:
+            with r.st.lock:
+                if not r.finished:
+                    r.st.require_open()
+                    rc = _lib.lib().ringd_wait(r.req)
+                    if rc == Result.TIMEOUT:
+                        raise r.st.error(rc)  # still pending: libringd keeps the request
+                    r.finish(rc)
+        return self._outcome()
+
+
+class Session:
+    """A session with the node's ringd daemon: a rank in a job, an arena, collectives.
+
+    Every argument left None takes its RINGD_* environment variable or libringd's default
+    (ringd.h's ringd_options_t): socket (RINGD_SOCKET, /run/ringd/ringd.sock), job (RINGD_JOB,
+    "default"), world_size (RINGD_WORLD_SIZE), local_size (RINGD_LOCAL_SIZE, 1), min_size
+    (RINGD_MIN_SIZE, 1), open_timeout_ms (30000), op_timeout_ms (0: no limit of its own),
+    arena_size (the daemon's default), poll_us (RINGD_POLL_US, 100; -1 never polls).
+
+    Opening blocks until the job's local ranks joined (and, across nodes, the ring formed), at
+    most open_timeout_ms; it raises ConnectError when no daemon answers on the socket.
+    Use it as a context manager, or close() it.
+    """
+
+    _FIELDS = ("socket_path", "job", "world_size", "local_size", "open_timeout_ms",
+               "op_timeout_ms", "arena_size", "poll_us", "min_size")
+
+    def __init__(self, job=None, world_size=None, local_size=None, socket=None, min_size=None,
+                 open_timeout_ms=None, op_timeout_ms=None, arena_size=None, poll_us=None):
+        lib = _lib.lib()
+        self._st = _State()
+        self._finalizer = weakref.finalize(self, self._st.close)
+        values = {"socket_path": socket, "job": job, "world_size": world_size,
+                  "local_size": local_size, "open_timeout_ms": open_timeout_ms,
+                  "op_timeout_ms": op_timeout_ms, "arena_size": arena_size,
+                  "poll_us": poll_us, "min_size": min_size}
+        o = _lib.Options()
+        lib.ringd_options_init(ctypes.byref(o), ctypes.sizeof(o))
+        for field, value in values.items():
+            if value is None:
+                continue
+            if getattr(_lib.Options, field).offset >= _lib.options_size():
+                raise InvalidArgument(Result.INVALID,
+                                      f"Session({field}=...): the libringd at {_lib.path()} "
+                                      "predates this option; install a newer libringd")
+            if field in ("socket_path", "job"):
+                value = _name_bytes(value)
+            elif not isinstance(value, int) or isinstance(value, bool):
+                raise TypeError(f"Session({field}=...) takes an int, not "
+                                f"{type(value).__name__}")
+            setattr(o, field, value)
+        self.job = job
+        r = ctypes.c_void_p()
+        rc = lib.ringd_open(ctypes.byref(o), ctypes.byref(r))
+        if rc != Result.OK:
+            msg = lib.ringd_errmsg(r).decode("utf-8", "replace") if r else "out of memory"
+            lib.ringd_close(r)
+            self._finalizer.detach()
+            raise error_for(rc, msg, lib.ringd_strerror(rc).decode())
+        self._st.ptr = r.value
+
+    # ---- lifetime ----
+
+    def close(self):
+        """Leaves the job and unmaps the arena. Pending Handles then raise Closed; views of
+        arena buffers read zeros from then on. Calls after close raise Closed. Idempotent."""
+        self._finalizer()
+
+    @property
+    def closed(self):
+        return self._st.ptr is None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        if self._st.ptr is None:
+            return "<ringd.Session closed>"
+        return (f"<ringd.Session rank {self.rank} of {self.size} (local {self.local_rank} of "
+                f"{self.local_size}) generation {self.generation}>")
+
+    def _get(self, fn):
+        with self._st.lock:
+            return fn(self._st.require_open())
+
+    @property
+    def rank(self):
+        """This rank in the job, as of the daemon's last answer (changes only with membership)."""
+        return self._get(_lib.lib().ringd_rank)
+
+    @property
+    def size(self):
+        return self._get(_lib.lib().ringd_size)
+
+    @property
+    def local_rank(self):
+        return self._get(_lib.lib().ringd_local_rank)
+
+    @property
+    def local_size(self):
+        return self._get(_lib.lib().ringd_local_size)
+
+    @property
+    def generation(self):
+        """The job's membership generation: it grows whenever ranks join or leave."""
+        return self._get(_lib.lib().ringd_generation)
+
+    # ---- the arena ----
+
+    def alloc(self, nbytes):
+        """A writable buffer of nbytes (64-byte aligned) in the shared arena, a ctypes array of
+        uint8: collectives on it, or on memoryview(buf), numpy.frombuffer(buf, dtype) and
+        torch.frombuffer(buf, dtype=...) views of it, copy nothing. Its memory goes back to
+        the arena when the buffer and every view of it are gone, by free(), or with the
+        session."""
+        if not isinstance(nbytes, int) or nbytes <= 0:
+            raise ValueError(f"alloc({nbytes!r}): need a positive number of bytes")
+        st = self._st
+        with st.lock:
+            ptr = st.require_open()
+            st.reap()
+            addr = _lib.lib().ringd_alloc(ptr, nbytes)
+            if not addr:
+                raise OutOfMemory(Result.NOMEM,
+                                  f"alloc({nbytes}): the arena has no room: free buffers or "
+                                  "open the session with a larger arena_size")
+            buf = _arena_buffer_type(nbytes).from_address(addr)
+            fin = weakref.finalize(buf, st.buffer_died, addr)
+            fin.atexit = False
+            st.live[addr] = (nbytes, fin)
+        return buf
+
+    def array(self, shape, dtype):
+        """A numpy array of shape and dtype in the arena (see alloc)."""
+        import numpy
+
+        dt = numpy.dtype(dtype)
+        n = int(numpy.prod(shape, dtype=numpy.int64)) if shape != () else 1
+        return numpy.frombuffer(self.alloc(max(n, 1) * dt.itemsize), dtype=dt)[:n].reshape(shape)
+
+    def tensor(self, shape, dtype):
+        """A CPU torch tensor of shape and dtype in the arena (see alloc)."""
+        import torch
+
+        shape = tuple(shape) if not isinstance(shape, int) else (shape,)
+        n = 1
+        for d in shape:
+            n *= d
+        esize = torch.empty((), dtype=dtype).element_size()
+        return torch.frombuffer(self.alloc(max(n, 1) * esize), dtype=dtype)[:n].view(shape)
+
+    def free(self, buf):
+        """Gives an alloc() buffer back now. Any view of it still in use then aliases memory
+        that later allocations reuse: only for callers that know no view remains."""
+        addr = _address_of(buf)
+        st = self._st
+        with st.lock:
+            ptr = st.require_open()
+            entry = st.live.pop(addr, None)
+            if entry is None:
+                raise ValueError("free(): not the start of a buffer this session allocated "
+                                 "(or freed already)")
+            entry[1].detach()
+            _lib.lib().ringd_free(ptr, addr)
+
+    def in_arena(self, buf):
+        """True when buf lies wholly in this session's arena (collectives on it copy nothing)."""
+        b = _as_buf(buf, "in_arena's buffer", False)
+        nbytes = b.count * _lib.DTYPE_SIZES[b.dtype]
+        t = _lib.TensorDesc()
+        with self._st.lock:
+            ptr = self._st.require_open()
+            rc = _lib.lib().ringd_tensor_locate(ptr, b.ptr, nbytes, ctypes.byref(t))
+        return rc == Result.OK
+
+    # ---- collectives ----
+
+    def _run(self, name, sync_fn, async_fn, args, sync, keep, result):
+        """Calls libringd's sync or async form under the lock; raises its Error on failure."""
+        st = self._st
+        with st.lock:
+            ptr = st.require_open()
+            st.reap()
+            if sync:
+                rc = sync_fn(ptr, *args)
+                if rc != Result.OK:
+                    raise st.error(rc)
+                return result
+            req = ctypes.c_void_p()
+            rc = async_fn(ptr, *args, ctypes.byref(req))
+            if rc != Result.OK:
+                raise st.error(rc)
+            r = _Request(st, req, name, keep, result)
+            st.pending.add(r)
+            return Handle(r)
+
+    def _inout(self, op, name, send, out, out_count_factor, out_shape):
+        """The input and output buffers of a collective; a new output when out is None."""
+        what = f"{op} {_describe_name(name)}"
+        sb = _as_buf(send, f"{what}: the input", False)
+        if out is None:
+            out = _empty_like(sb, out_shape(_shape_of(send)))
+        ob = sb if out is send else _as_buf(out, f"{what}: the output", True)
+        if ob.dtype != sb.dtype:
+            raise TypeError(f"{what}: the output is {ob.dtype.name}, the input "
+                            f"{sb.dtype.name}: they must match")
+        if ob.count != sb.count * out_count_factor:
+            raise ValueError(f"{what}: the output has {ob.count} elements, it needs "
+                             f"{sb.count * out_count_factor}")
+        return sb, ob, out
+
+    def _allreduce(self, name, send, out, op, prescale, postscale, sync):
+        sb, ob, out = self._inout("allreduce", name, send, out, 1, lambda s: s)
+        op = ReduceOp(op)
+        lib = _lib.lib()
+        nb = _name_bytes(name)
+        if prescale == 1.0 and postscale == 1.0:
+            args = (nb, sb.ptr, ob.ptr, sb.count, sb.dtype, op)
+            return self._run(name, lib.ringd_allreduce, lib.ringd_allreduce_async, args, sync,
+                             (sb.obj, ob.obj), out)
+        args = (nb, sb.ptr, ob.ptr, sb.count, sb.dtype, op, float(prescale), float(postscale))
+        return self._run(name, lib.ringd_allreduce_scaled, lib.ringd_allreduce_scaled_async,
+                         args, sync, (sb.obj, ob.obj), out)
+
+    def allreduce(self, name, send, out=None, op=ReduceOp.SUM, prescale=1.0, postscale=1.0):
+        """Reduces every rank's send with op into out (a new array when None; out=send works in
+        place) and returns out. Each input is multiplied by prescale before, the result by
+        postscale after (floating dtypes only). name matches the tensor across ranks (None:
+        libringd's per-session counter, which matches only when every rank calls in order)."""
+        return self._allreduce(name, send, out, op, prescale, postscale, True)
+
+    def allreduce_async(self, name, send, out=None, op=ReduceOp.SUM, prescale=1.0,
+                        postscale=1.0):
+        """allreduce without waiting: a Handle whose wait() returns out."""
+        return self._allreduce(name, send, out, op, prescale, postscale, False)
+
+    def _broadcast(self, name, buf, root, sync):
+        b = _as_buf(buf, f"broadcast {_describe_name(name)}: the buffer", True)
+        lib = _lib.lib()
+        args = (_name_bytes(name), b.ptr, b.count, b.dtype, int(root))
+        return self._run(name, lib.ringd_broadcast, lib.ringd_broadcast_async, args, sync,
+                         (b.obj,), buf)
+
+    def broadcast(self, name, buf, root):
+        """Copies root's buf into every rank's buf (in place) and returns buf."""
+        return self._broadcast(name, buf, root, True)
+
+    def broadcast_async(self, name, buf, root):
+        """broadcast without waiting: a Handle whose wait() returns buf."""
+        return self._broadcast(name, buf, root, False)
+
+    def _allgather(self, name, send, out, sync):
+        size = self.size
+
+        def gathered(shape):
+            return (size * shape[0],) + shape[1:] if shape else (size,)
+
+        sb, ob, out = self._inout("allgather", name, send, out, size, gathered)
+        lib = _lib.lib()
+        args = (_name_bytes(name), sb.ptr, ob.ptr, sb.count, sb.dtype)
+        return self._run(name, lib.ringd_allgather, lib.ringd_allgather_async, args, sync,
+                         (sb.obj, ob.obj), out)
+
+    def allgather(self, name, send, out=None):
+        """Gathers every rank's send, in rank order, into out (size x send's elements; a new
+        array stacked along the first dimension when None) and returns out. Every rank sends
+        the same number of elements (ringd.torch.allgather handles differing first dims)."""
+        return self._allgather(name, send, out, True)
+
+    def allgather_async(self, name, send, out=None):
+        """allgather without waiting: a Handle whose wait() returns out."""
+        return self._allgather(name, send, out, False)
+
+    def barrier(self, name=None):
+        """Returns once every rank entered the barrier of this name."""
+        lib = _lib.lib()
+        return self._run(name, lib.ringd_barrier, lib.ringd_barrier_async,
+                         (_name_bytes(name),), True, (), None)
+
+    def barrier_async(self, name=None):
+        """barrier without waiting: a Handle whose wait() returns None."""
+        lib = _lib.lib()
+        return self._run(name, lib.ringd_barrier, lib.ringd_barrier_async,
+                         (_name_bytes(name),), False, (), None)
+
+
+@functools.lru_cache(maxsize=256)
+def _arena_buffer_type(nbytes):
+    """The class of arena buffers of nbytes: a ctypes uint8 array that owns nothing (the arena
+    does). Being a Python subclass, its instances take weak references, and every numpy array,
+    tensor or memoryview made from one keeps it alive: so its finalizer runs only once the
+    last view is gone."""
+    return type("ArenaBuffer", (ctypes.c_uint8 * nbytes,), {})
+
+
+def _address_of(buf):
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(buf, torch.Tensor):
+        return buf.data_ptr()
+    np = sys.modules.get("numpy")
+    if np is not None and isinstance(buf, np.ndarray):
+        return buf.__array_interface__["data"][0]
+    try:
+        return ctypes.addressof(ctypes.c_char.from_buffer(buf))
+    except (TypeError, ValueError):
+        raise TypeError(f"a {type(buf).__name__} is no buffer of the arena") from None

@@ -1,0 +1,159 @@
+# ringd.Session's life and misuse: clear Python exceptions, never a crash or a hang.
+"""Each misuse must raise the exception a caller can act on, naming what is wrong: bad
+buffers (TypeError/ValueError before anything reaches libringd), ranks disagreeing (Mismatch on
+every rank, naming them), calls after close (Closed), no daemon (ConnectError)."""
+import gc
+import os
+import time
+
+import numpy as np
+import pytest
+import torch
+
+import ranks
+import ringd
+
+
+def test_no_daemon_raises_connect_error(tmp_path):
+    sock = str(tmp_path / "nobody.sock")
+    t0 = time.monotonic()
+    with pytest.raises(ringd.ConnectError) as e:
+        ringd.Session(socket=sock, job="nobody", open_timeout_ms=2000)
+    assert sock in str(e.value) and "ringd" in str(e.value)
+    assert e.value.code == ringd.Result.CONNECT
+    assert time.monotonic() - t0 < 10
+
+
+def test_bad_options_raise_before_connecting(daemon):
+    with pytest.raises(ringd.InvalidArgument, match="local_size"):
+        ringd.Session(socket=daemon.sock, job="bad", world_size=1, local_size=2)
+    with pytest.raises(TypeError, match="world_size"):
+        ringd.Session(socket=daemon.sock, job="bad", world_size="2")
+
+
+def test_buffers_ringd_cannot_take(daemon):
+    with ringd.Session(socket=daemon.sock, job="misuse", op_timeout_ms=10000) as s:
+        with pytest.raises(ValueError, match="contiguous"):
+            s.allreduce("t", torch.zeros(4, 4).t())
+        with pytest.raises(ValueError, match="contiguous"):
+            s.allreduce("n", np.zeros((4, 4))[:, 1])
+        for dt in (torch.bool, torch.int16, torch.int8, torch.complex64):
+            with pytest.raises(TypeError, match="dtype"):
+                s.allreduce("t", torch.zeros(3, dtype=dt))
+        for dt in (np.int16, np.bool_, np.complex64, np.uint32):
+            with pytest.raises(TypeError, match="dtype"):
+                s.allreduce("n", np.zeros(3, dtype=dt))
+        with pytest.raises(TypeError, match="byte order"):
+            s.allreduce("n", np.zeros(3, dtype=">f4"))
+        with pytest.raises(TypeError, match="CPU"):
+            s.allreduce("m", torch.zeros(3, device="meta"))
+        with pytest.raises(TypeError, match="numpy array"):
+            s.allreduce("l", [1.0, 2.0])
+        with pytest.raises(ValueError, match="needs 3"):
+            s.allreduce("o", np.zeros(3, np.float32), out=np.zeros(4, np.float32))
+        with pytest.raises(TypeError, match="must match"):
+            s.allreduce("o", np.zeros(3, np.float32), out=np.zeros(3, np.float64))
+        ro = np.zeros(3, np.float32)
+        ro.flags.writeable = False
+        with pytest.raises(ValueError, match="read-only"):
+            s.broadcast("ro", ro, 0)
+        with pytest.raises(ringd.InvalidArgument, match="names"):
+            s.allreduce("bad\nname", np.zeros(3))
+        with pytest.raises(ringd.InvalidArgument, match="count"):
+            s.allreduce("empty", np.zeros(0))
+        with pytest.raises(ringd.OutOfMemory, match="arena"):
+            s.alloc(1 << 50)
+        # After all that the session still works.
+        assert s.allreduce("ok", np.ones(3)).tolist() == [1.0, 1.0, 1.0]
+
+
+def test_calls_after_close_raise_closed(daemon):
+    s = ringd.Session(socket=daemon.sock, job="closing")
+    buf = s.array((8,), np.float32)
+    buf[:] = 3
+    view = torch.frombuffer(s.alloc(16), dtype=torch.float32)
+    s.close()
+    s.close()  # idempotent
+    assert s.closed
+    for call in (lambda: s.rank, lambda: s.allreduce("x", np.ones(2)), lambda: s.barrier(),
+                 lambda: s.alloc(8), lambda: s.broadcast("b", np.ones(2), 0)):
+        with pytest.raises(ringd.Closed, match="closed"):
+            call()
+    # Views of arena buffers outlive the arena without crashing the process.
+    assert buf.tolist() == [0.0] * 8 and view.tolist() == [0.0] * 4
+    buf[:] = 1
+    del buf, view
+    gc.collect()
+
+
+def test_daemon_gone_mid_session(daemon):
+    """A daemon killed under an open session: the next call fails fast with an Error."""
+    s = ringd.Session(socket=daemon.sock, job="orphaned", op_timeout_ms=20000)
+    assert s.allreduce("before", np.ones(2)).tolist() == [1.0, 1.0]
+    daemon.kill()
+    t0 = time.monotonic()
+    with pytest.raises(ringd.Error) as e:
+        s.allreduce("after", np.ones(2))
+    assert not isinstance(e.value, ringd.Timeout), e.value
+    assert time.monotonic() - t0 < 10
+    with pytest.raises(ringd.Error):
+        s.barrier("again")
+    s.close()
+
+
+def r_mismatch():
+    """Ranks disagree on a tensor's count, then dtype: every rank gets Mismatch naming ranks."""
+    s = ranks.session()
+    r, n = s.rank, s.size
+    seen = []
+    for name, x in [("mm.count", np.ones(4 + (r == n - 1), np.float32)),
+                    ("mm.dtype", np.ones(4, np.float32 if r == 0 else np.float64)),
+                    ("mm.op", np.ones(4, np.float32))]:
+        op = ringd.MAX if (name == "mm.op" and r == 0) else ringd.SUM
+        try:
+            s.allreduce(name, x, op=op)
+            raise AssertionError(f"{name}: no error")
+        except ringd.Mismatch as e:
+            msg = str(e)
+            assert name in msg and "rank" in msg, msg
+            seen.append(msg)
+    # The job goes on.
+    assert s.allreduce("mm.after", np.ones(2)).tolist() == [n, n]
+    return seen
+
+
+def test_mismatch_names_the_ranks(cluster):
+    msgs = cluster.run(r_mismatch)
+    n = cluster.world
+    for count, dtype, op in msgs:
+        assert f"rank {n - 1} " in count and f"rank {n - 2} " in count, count
+        assert "count 5" in count and "count 4" in count, count
+        assert "rank 0 " in dtype and "rank 1 " in dtype and "f64" in dtype, dtype
+        assert "rank 0 " in op and "op max" in op, op
+
+
+def r_close_with_pending():
+    """A pending handle of a session closed under it raises Closed; the process goes on."""
+    s = ranks.session()
+    cfg = ranks.cfg()
+    other = ringd.Session(job=cfg["tag"] + ".closing", op_timeout_ms=10000)
+    h = other.allreduce_async(f"lonely.{other.rank}", np.ones(100))  # no rank matches it
+    assert not h.done()
+    other.close()
+    try:
+        h.wait()
+        raise AssertionError("wait on a closed session returned")
+    except ringd.Closed as e:
+        assert "lonely" in str(e), str(e)
+    assert h.done()
+    return s.allreduce("after.close", np.ones(1)).tolist()
+
+
+def test_handles_of_a_closed_session_raise_closed(one_node):
+    assert one_node.run(r_close_with_pending) == [[2.0], [2.0]]
+
+
+def test_library_lookup_reports_what_it_loaded():
+    assert os.path.samefile(ringd.library_path(), os.environ["RINGD_LIBRARY"])
+    major, minor, _ = ringd.library_version().split(".")
+    assert (int(major), int(minor)) >= (0, 1)
