@@ -235,13 +235,14 @@ class Cluster:
         for i, (p, conn) in enumerate(self.workers):
             left = max(0.0, end - time.monotonic())
             try:
-                ready = conn.poll(left)
-                msg = conn.recv() if ready else None
-            except (EOFError, OSError):
+                msg = conn.recv() if conn.poll(left) else None
+            except (EOFError, OSError):  # the process died
                 msg = None
-                ready = True
             if msg is None:
-                silent.append(f"process {i} ({'died, exit code %s' % p.exitcode if ready or not p.is_alive() else 'no answer in %ds' % timeout})")
+                p.join(0.5)
+                state = (f"exited with {p.exitcode}" if p.exitcode is not None
+                         else f"no answer within {timeout} s")
+                silent.append(f"process {i} {state}")
                 continue
             kind, rank, value = msg
             if kind == "ok":

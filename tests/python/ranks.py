@@ -7,8 +7,10 @@ and then runs the functions the test sends it, one at a time, replying ("ok", ra
 ("error", rank, traceback). Test functions run on every rank at once and
 check their own results against a numpy/torch reference, raising AssertionError when wrong.
 
-Helpers for those functions: session() (the core Session), cfg(), rng().
+Helpers for those functions: session() (the core Session), hvd() (ringd.torch, initialised on
+first use in its own job), gloo() (a torch.distributed Gloo group of the same ranks), cfg().
 """
+import datetime
 import os
 import traceback
 
@@ -16,9 +18,12 @@ import numpy
 import torch
 
 import ringd
+import ringd.torch
 
 _cfg = None
 _session = None
+_hvd_generation = 0
+_gloo = None
 
 
 def cfg():
@@ -29,6 +34,39 @@ def cfg():
 def session():
     """This rank's core ringd.Session (job "<tag>.core")."""
     return _session
+
+
+def hvd():
+    """ringd.torch, initialised on first use in job "<tag>.hvd<n>" (n: see hvd_restart)."""
+    if not ringd.torch.is_initialized():
+        ringd.torch.init(job=f"{_cfg['tag']}.hvd{_hvd_generation}",
+                         op_timeout_ms=_cfg["op_timeout_ms"])
+    return ringd.torch
+
+
+def hvd_restart():
+    """Shuts ringd.torch down if it runs and initialises it in a new job (every rank must call
+    it at the same time)."""
+    global _hvd_generation
+    if ringd.torch.is_initialized():
+        ringd.torch.shutdown()
+    _hvd_generation += 1
+    return hvd()
+
+
+def gloo():
+    """torch.distributed with the Gloo backend over the same ranks as hvd() (its ranks)."""
+    global _gloo
+    import torch.distributed as dist
+
+    if _gloo is None:
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+        h = hvd()
+        dist.init_process_group("gloo", init_method=f"file://{_cfg['tmp']}/gloo.store",
+                                rank=h.rank(), world_size=h.size(),
+                                timeout=datetime.timedelta(seconds=60))
+        _gloo = dist
+    return _gloo
 
 
 def rng(*seed):
@@ -66,5 +104,9 @@ def serve(conn, config):
             conn.send(("ok", rank, value))
         except BaseException:
             conn.send(("error", rank, traceback.format_exc()))
+    if ringd.torch.is_initialized():
+        ringd.torch.shutdown()
     _session.close()
+    if _gloo is not None:
+        _gloo.destroy_process_group()
     conn.send(("bye", rank, None))

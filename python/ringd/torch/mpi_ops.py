@@ -1,0 +1,631 @@
+# Horovod's torch collectives (horovod.torch.mpi_ops: names, arguments, handles) over ringd.
+"""The process's ringd session and Horovod's collective functions on torch tensors.
+
+State owned here: the Session opened by init() and closed by shutdown(), the table of
+outstanding handles (int -> work; each work holds its tensors until synchronize()), and the
+per-process counters that name unnamed ops.
+
+Naming. Every op is named "<kind>.<name>" (Horovod's scheme); an op without a name gets
+"<kind>.noname.<k>", k counting that kind's unnamed ops in this process since init(). The daemon
+matches ops across ranks by name, so unnamed ops match only when every rank makes its unnamed
+calls of each kind in the same order (as in Horovod, whose counter is the handle number).
+Named ops may be submitted in any order on different ranks.
+"""
+import collections
+import time
+import warnings
+
+import torch
+
+import ringd
+from ringd.errors import Closed, Mismatch, Result
+from ringd.session import _as_buf
+
+from .compression import Compression
+
+# Reduction ops, as Horovod numbers them.
+Average = 0
+Sum = 1
+Adasum = 2
+Min = 3
+Max = 4
+Product = 5
+
+_RINGD_OPS = {Average: ringd.AVG, Sum: ringd.SUM, Min: ringd.MIN, Max: ringd.MAX,
+              Product: ringd.PROD}
+_OP_NAMES = {Average: "Average", Sum: "Sum", Adasum: "Adasum", Min: "Min", Max: "Max",
+             Product: "Product"}
+
+# Horovod's errors from the backend; here every failure is a ringd.Error subclass.
+HorovodInternalError = ringd.Error
+
+
+class NotInitialized(Closed, ValueError):
+    """A call before init() or after shutdown()."""
+
+
+class ProcessSet:
+    """Horovod's process sets: ringd runs every op over the whole job, so only the global set
+    exists (ops given another set raise NotImplementedError)."""
+
+    def __init__(self, ranks=None):
+        self.ranks = ranks
+
+    def size(self):
+        return size()
+
+    def rank(self):
+        return rank()
+
+    def included(self):
+        return True
+
+
+global_process_set = ProcessSet()
+
+_session = None
+_handles = {}  # handle number -> _Work
+_next_handle = 0
+_noname = collections.Counter()  # kind -> unnamed ops of that kind so far
+_in_flight = set()  # full names of this rank's outstanding ops
+
+
+def init(comm=None, process_sets=None, **session_options):
+    """Opens this process's session with the node's ringd (RINGD_SOCKET, RINGD_JOB,
+    RINGD_WORLD_SIZE, RINGD_LOCAL_SIZE, ..., or ringd.Session's keyword arguments). Returns
+    once the job's ranks have joined. A second init() while initialized does nothing."""
+    global _session
+    if comm is not None:
+        raise ValueError("ringd.torch.init(comm=...): there is no MPI communicator; ranks come "
+                         "from the ringd daemon (RINGD_JOB, RINGD_WORLD_SIZE, RINGD_LOCAL_SIZE)")
+    if process_sets:
+        raise NotImplementedError("process sets: ringd runs every op over the whole job")
+    if _session is not None:
+        return
+    _reset()
+    _session = ringd.Session(**session_options)
+
+
+def shutdown():
+    """Closes the session: outstanding handles are dropped, later calls raise NotInitialized."""
+    global _session
+    s, _session = _session, None
+    _reset()
+    if s is not None:
+        s.close()
+
+
+def _reset():
+    global _next_handle
+    _handles.clear()
+    _in_flight.clear()
+    _noname.clear()
+    _next_handle = 0
+
+
+def is_initialized():
+    return _session is not None
+
+
+def _require():
+    if _session is None:
+        raise NotInitialized(Result.CLOSED,
+                             "ringd.torch has not been initialized (or was shut down); "
+                             "use hvd.init()")
+    return _session
+
+
+def session():
+    """The ringd.Session under this module (for ringd's own API next to Horovod's)."""
+    return _require()
+
+
+def rank():
+    return _require().rank
+
+
+def size():
+    return _require().size
+
+
+def local_rank():
+    return _require().local_rank
+
+
+def local_size():
+    return _require().local_size
+
+
+def generation():
+    """The job's membership generation (ringd's; Horovod has none)."""
+    return _require().generation
+
+
+def _false():
+    return False
+
+
+# What Horovod scripts ask of the build: ringd has none of these backends.
+mpi_built = mpi_enabled = mpi_threads_supported = gloo_built = gloo_enabled = _false
+nccl_built = ddl_built = ccl_built = cuda_built = rocm_built = _false
+
+
+def _op_name(kind, name):
+    """The op's name as the daemon sees it (see the module docstring)."""
+    if name is None:
+        k = _noname[kind]
+        _noname[kind] += 1
+        return f"{kind}.noname.{k}"
+    return f"{kind}.{name}"
+
+
+def _handle_average_backwards_compatibility(op, average):
+    if op is not None:
+        if average is not None:
+            raise ValueError("The op parameter supersedes average. Please provide only one "
+                             "of them.")
+        return op
+    if average is not None:
+        warnings.warn("Parameter `average` has been replaced with `op` and will be removed",
+                      DeprecationWarning)
+        return Average if average else Sum
+    return Average
+
+
+def _check_process_set(process_set):
+    if process_set is not None and process_set is not global_process_set:
+        raise NotImplementedError("process sets: ringd runs every op over the whole job; "
+                                  "pass the global process set")
+
+
+def _check_tensor(tensor, what):
+    """Raises the TypeError/ValueError ringd gives for a tensor it cannot take."""
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError(f"{what}: expected a torch.Tensor, got {type(tensor).__name__}")
+    _as_buf(tensor, what, False)
+
+
+class _Work:
+    """An outstanding op behind a handle: poll() never blocks, wait() returns the output."""
+
+    def poll(self):
+        raise NotImplementedError
+
+    def wait(self):
+        raise NotImplementedError
+
+
+class _Done(_Work):
+    """An op with nothing to move (empty tensors): already finished."""
+
+    def __init__(self, output):
+        self.output = output
+
+    def poll(self):
+        return True
+
+    def wait(self):
+        return self.output
+
+
+class _Single(_Work):
+    """One ringd request."""
+
+    def __init__(self, handle, output):
+        self.handle = handle
+        self.output = output
+
+    def poll(self):
+        return self.handle.done()
+
+    def wait(self):
+        self.handle.wait()
+        return self.output
+
+
+class _Group(_Work):
+    """Several works finished together (grouped allreduce); wait() gives their outputs."""
+
+    def __init__(self, works):
+        self.works = works
+
+    def poll(self):
+        return all(w.poll() for w in self.works)
+
+    def wait(self):
+        outputs, failure = [], None
+        for w in self.works:  # every request finishes before the first failure is raised
+            try:
+                outputs.append(w.wait())
+            except ringd.Error as e:
+                failure = failure or e
+        if failure is not None:
+            raise failure
+        return outputs
+
+
+_SHAPE_SLOTS = 8  # allgather's shape exchange: ndim, then up to 8 dimensions
+
+
+class _Allgather(_Work):
+    """Horovod's allgather, whose first dimensions may differ across ranks, over ringd's
+    allgather of equal counts: first every rank's shape ("<name>.shape"), then the data
+    ("<name>"), padded to the largest first dimension when they differ and cut back after.
+    Every rank sees every shape, so all take the same path and a trailing-shape mismatch fails
+    on every rank alike (Mismatch, naming the ranks)."""
+
+    def __init__(self, s, tensor, name):
+        if tensor.dim() == 0:
+            raise ValueError(f"allgather '{name}': a 0-d tensor has no first dimension to "
+                             "concatenate along; pass tensor.reshape(1)")
+        if tensor.dim() > _SHAPE_SLOTS:
+            raise ValueError(f"allgather '{name}': at most {_SHAPE_SLOTS} dimensions")
+        self.s, self.tensor, self.name = s, tensor, name
+        desc = torch.full((1 + _SHAPE_SLOTS,), -1, dtype=torch.int64)
+        desc[0] = tensor.dim()
+        desc[1:1 + tensor.dim()] = torch.tensor(tensor.shape, dtype=torch.int64)
+        self.shapes = s.allgather_async(name + ".shape", desc)
+        self.data = None  # the second phase's Handle
+        self.output = None
+        self.failure = None
+        self.dims = None  # every rank's first dimension, once known
+
+    def _start_data(self):
+        """Second phase, once the shapes are in; records a failure instead of raising it."""
+        try:
+            table = self.shapes.wait().view(-1, 1 + _SHAPE_SLOTS).tolist()
+            shapes = [tuple(row[1:1 + row[0]]) for row in table]
+            mine = tuple(self.tensor.shape)
+            for r, shape in enumerate(shapes):
+                if len(shape) != len(shapes[0]) or shape[1:] != shapes[0][1:]:
+                    raise Mismatch(Result.MISMATCH,
+                                   f"allgather '{self.name}': rank 0 has shape {shapes[0]}, "
+                                   f"rank {r} has shape {shape}: only the first dimension may "
+                                   "differ across ranks")
+            self.dims = [shape[0] for shape in shapes]
+            trailing = mine[1:]
+            most = max(self.dims)
+            if most == 0:
+                self.output = self.tensor.new_empty((0,) + trailing)
+                return
+            if all(d == most for d in self.dims):
+                self.output = self.tensor.new_empty((sum(self.dims),) + trailing)
+                self.data = self.s.allgather_async(self.name, self.tensor, out=self.output)
+                return
+            send = self.tensor
+            if send.shape[0] != most:
+                send = self.tensor.new_zeros((most,) + trailing)
+                send[:self.tensor.shape[0]] = self.tensor
+            self.padded = self.tensor.new_empty((most * len(self.dims),) + trailing)
+            self.data = self.s.allgather_async(self.name, send, out=self.padded)
+        except ringd.Error as e:
+            self.failure = e
+
+    def _finish(self):
+        if self.data is not None and self.output is None:
+            most = max(self.dims)
+            self.output = torch.cat([self.padded[r * most:r * most + d]
+                                     for r, d in enumerate(self.dims)])
+        if self.failure is not None:
+            raise self.failure
+        return self.output
+
+    def poll(self):
+        if self.dims is None and self.failure is None:
+            if not self.shapes.done():
+                return False
+            self._start_data()
+        return self.failure is not None or self.data is None or self.data.done()
+
+    def wait(self):
+        if self.dims is None and self.failure is None:
+            self._start_data()
+        if self.data is not None and self.failure is None:
+            try:
+                self.data.wait()
+            except ringd.Error as e:
+                self.failure = e
+        return self._finish()
+
+
+def _register(work, name):
+    global _next_handle
+    h = _next_handle
+    _next_handle += 1
+    _handles[h] = (work, name)
+    if name is not None:
+        _in_flight.add(name)
+    return h
+
+
+def _claim(name):
+    """Refuses a second outstanding op of one name on this rank (the daemon would take it for
+    the next instance of the op)."""
+    if name in _in_flight:
+        raise ValueError(f"an op named '{name}' is still outstanding on this rank: synchronize "
+                         "it first, or give this one another name")
+
+
+def poll(handle):
+    """True once the op behind handle finished; synchronize() then returns at once."""
+    if handle not in _handles:
+        raise ValueError(f"poll({handle!r}): no such outstanding handle")
+    return _handles[handle][0].poll()
+
+
+def synchronize(handle):
+    """Waits for the op behind handle and returns its output (a list for grouped ops), or
+    raises its ringd.Error. The handle is released either way."""
+    if handle not in _handles:
+        return None
+    work, name = _handles.pop(handle)
+    _in_flight.discard(name)
+    return work.wait()
+
+
+# ---- allreduce ----
+
+def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor):
+    s = _require()
+    if op == Adasum:
+        raise NotImplementedError("Adasum is not supported by ringd; use Average or Sum")
+    if op not in _RINGD_OPS:
+        raise ValueError(f"unknown reduction op {op!r}: use Average, Sum, Min, Max or Product")
+    full = _op_name("allreduce", name)
+    _claim(full)
+    _check_tensor(tensor, f"allreduce '{full}'")
+    if tensor.numel() == 0:
+        return _register(_Done(output), full)
+    h = s.allreduce_async(full, tensor, out=output, op=_RINGD_OPS[op],
+                          prescale=prescale_factor, postscale=postscale_factor)
+    return _register(_Single(h, output), full)
+
+
+def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+                    postscale_factor=1.0, process_set=global_process_set):
+    """Starts reducing tensor over all ranks (op: Average by default, Sum, Min, Max, Product;
+    inputs scaled by prescale_factor, the result by postscale_factor); the input is not
+    modified. Returns a handle for poll() and synchronize()."""
+    op = _handle_average_backwards_compatibility(op, average)
+    _check_process_set(process_set)
+    _check_tensor(tensor, "allreduce_async")
+    return _allreduce_async(tensor, torch.empty_like(tensor), name, op, prescale_factor,
+                            postscale_factor)
+
+
+def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+                     postscale_factor=1.0, process_set=global_process_set):
+    """allreduce_async in place: the result lands in tensor."""
+    op = _handle_average_backwards_compatibility(op, average)
+    _check_process_set(process_set)
+    return _allreduce_async(tensor, tensor, name, op, prescale_factor, postscale_factor)
+
+
+def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+               postscale_factor=1.0, process_set=global_process_set):
+    """allreduce in place; returns tensor."""
+    return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor,
+                                        postscale_factor, process_set))
+
+
+class HorovodAllreduce(torch.autograd.Function):
+    """allreduce with a gradient: the gradient is allreduced the same way."""
+
+    @staticmethod
+    def forward(ctx, tensor, average, name, op, prescale_factor, postscale_factor, process_set):
+        ctx.args = (average, op, prescale_factor, postscale_factor, process_set)
+        return synchronize(allreduce_async(tensor, average, name, op, prescale_factor,
+                                           postscale_factor, process_set))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        average, op, pre, post, process_set = ctx.args
+        grad = allreduce(grad_output.contiguous(), average=average, op=op, prescale_factor=pre,
+                         postscale_factor=post, process_set=process_set)
+        return grad, None, None, None, None, None, None
+
+
+def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None,
+              prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
+    """Returns tensor reduced over all ranks (see allreduce_async), differentiably; the input
+    is not modified. compression (Compression.fp16) shrinks what travels."""
+    compressed, cctx = compression.compress(tensor)
+    reduced = HorovodAllreduce.apply(compressed, average, name, op, prescale_factor,
+                                     postscale_factor, process_set)
+    return compression.decompress(reduced, cctx)
+
+
+def _grouped_allreduce_async(tensors, outputs, name, op, prescale_factor, postscale_factor):
+    s = _require()
+    if op == Adasum:
+        raise NotImplementedError("Adasum is not supported by ringd; use Average or Sum")
+    base = _op_name("grouped_allreduce", name)
+    _claim(base)
+    works = []
+    for i, (t, o) in enumerate(zip(tensors, outputs)):
+        _check_tensor(t, f"grouped allreduce '{base}' tensor {i}")
+    for i, (t, o) in enumerate(zip(tensors, outputs)):
+        if t.numel() == 0:
+            works.append(_Done(o))
+            continue
+        h = s.allreduce_async(f"{base}.{i}", t, out=o, op=_RINGD_OPS[op],
+                              prescale=prescale_factor, postscale=postscale_factor)
+        works.append(_Single(h, o))
+    return _register(_Group(works), base)
+
+
+def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                            postscale_factor=1.0, process_set=global_process_set):
+    """Starts allreduces of a list of tensors as one group (ringd fuses the small ones);
+    synchronize() returns the list of results."""
+    op = _handle_average_backwards_compatibility(op, average)
+    _check_process_set(process_set)
+    return _grouped_allreduce_async(tensors, [torch.empty_like(t) for t in tensors], name, op,
+                                    prescale_factor, postscale_factor)
+
+
+def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                             postscale_factor=1.0, process_set=global_process_set):
+    """grouped_allreduce_async in place."""
+    op = _handle_average_backwards_compatibility(op, average)
+    _check_process_set(process_set)
+    return _grouped_allreduce_async(tensors, list(tensors), name, op, prescale_factor,
+                                    postscale_factor)
+
+
+def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                       postscale_factor=1.0, process_set=global_process_set):
+    """grouped allreduce in place; returns the tensors."""
+    return synchronize(grouped_allreduce_async_(tensors, average, name, op, prescale_factor,
+                                                postscale_factor, process_set))
+
+
+class HorovodGroupedAllreduce(torch.autograd.Function):
+    """grouped_allreduce with gradients."""
+
+    @staticmethod
+    def forward(ctx, average, name, op, prescale_factor, postscale_factor, process_set,
+                *tensors):
+        ctx.args = (average, op, prescale_factor, postscale_factor, process_set)
+        return tuple(synchronize(grouped_allreduce_async(list(tensors), average, name, op,
+                                                         prescale_factor, postscale_factor,
+                                                         process_set)))
+
+    @staticmethod
+    def backward(ctx, *grad_output):
+        average, op, pre, post, process_set = ctx.args
+        grads = grouped_allreduce([g.contiguous() for g in grad_output], average=average, op=op,
+                                  prescale_factor=pre, postscale_factor=post,
+                                  process_set=process_set)
+        return (None, None, None, None, None, None) + tuple(grads)
+
+
+def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None,
+                      prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
+    """Returns the list of tensors reduced over all ranks, as one group, differentiably."""
+    compressed = [compression.compress(t) for t in tensors]
+    reduced = HorovodGroupedAllreduce.apply(average, name, op, prescale_factor,
+                                            postscale_factor, process_set,
+                                            *[c for c, _ in compressed])
+    return [compression.decompress(r, cctx) for r, (_, cctx) in zip(reduced, compressed)]
+
+
+# ---- allgather ----
+
+def _allgather_work(tensor, name):
+    s = _require()
+    full = _op_name("allgather", name)
+    _claim(full)
+    _check_tensor(tensor, f"allgather '{full}'")
+    return _Allgather(s, tensor, full), full
+
+
+def allgather_async(tensor, name=None, process_set=global_process_set):
+    """Starts concatenating every rank's tensor along the first dimension (which may differ
+    across ranks; the others must match). Returns a handle."""
+    _check_process_set(process_set)
+    work, full = _allgather_work(tensor, name)
+    return _register(work, full)
+
+
+class HorovodAllgather(torch.autograd.Function):
+    """allgather with a gradient: the averaged gradient of this rank's rows."""
+
+    @staticmethod
+    def forward(ctx, tensor, name, process_set):
+        _check_process_set(process_set)
+        work, full = _allgather_work(tensor, name)
+        h = _register(work, full)
+        output = synchronize(h)
+        ctx.offset = sum(work.dims[:rank()])
+        ctx.rows = tensor.shape[0]
+        return output
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        grad = allreduce(grad_output.contiguous(), op=Average)
+        return grad.narrow(0, ctx.offset, ctx.rows), None, None
+
+
+def allgather(tensor, name=None, process_set=global_process_set):
+    """Returns every rank's tensor concatenated along the first dimension, differentiably."""
+    return HorovodAllgather.apply(tensor, name, process_set)
+
+
+def _allgather_with_dims(tensor, name):
+    """allgather, also giving every rank's first dimension (for allgather_object)."""
+    work, full = _allgather_work(tensor, name)
+    output = synchronize(_register(work, full))
+    return output, work.dims
+
+
+# ---- broadcast ----
+
+def _broadcast_async(tensor, root_rank, name):
+    s = _require()
+    full = _op_name("broadcast", name)
+    _claim(full)
+    _check_tensor(tensor, f"broadcast '{full}'")
+    if tensor.numel() == 0:
+        return _register(_Done(tensor), full)
+    return _register(_Single(s.broadcast_async(full, tensor, int(root_rank)), tensor), full)
+
+
+def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
+    """Starts copying root_rank's tensor to every rank into a new tensor (the input is not
+    modified). Returns a handle."""
+    _check_process_set(process_set)
+    _check_tensor(tensor, "broadcast_async")
+    return _broadcast_async(tensor.clone(), root_rank, name)
+
+
+def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
+    """Starts copying root_rank's tensor into every rank's tensor, in place. Returns a handle."""
+    _check_process_set(process_set)
+    return _broadcast_async(tensor, root_rank, name)
+
+
+def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
+    """broadcast in place; returns tensor."""
+    return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
+
+
+class HorovodBroadcast(torch.autograd.Function):
+    """broadcast with a gradient: the averaged gradient, on the root rank only."""
+
+    @staticmethod
+    def forward(ctx, tensor, root_rank, name, process_set):
+        ctx.root_rank = root_rank
+        return synchronize(broadcast_async(tensor, root_rank, name, process_set))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        grad = allreduce(grad_output.contiguous(), op=Average)
+        if rank() != ctx.root_rank:
+            grad = grad * 0
+        return grad, None, None, None
+
+
+def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
+    """Returns root_rank's tensor on every rank (a new tensor), differentiably."""
+    return HorovodBroadcast.apply(tensor, root_rank, name, process_set)
+
+
+# ---- synchronisation ----
+
+def barrier(process_set=global_process_set):
+    """Returns once every rank called barrier()."""
+    _check_process_set(process_set)
+    s = _require()
+    s.barrier(_op_name("barrier", None))
+
+
+def join(device=-1):
+    """Waits for every rank to call join() and returns the rank that called it last (by each
+    rank's clock at entry). Unlike Horovod's join, ranks that joined early do not stand in
+    with zeros for collectives the others still run (that needs the daemon's support): every
+    rank must call join() after the same collectives."""
+    s = _require()
+    arrived = torch.tensor([time.time()], dtype=torch.float64)
+    times = s.allgather(_op_name("join", None), arrived)
+    return int(torch.argmax(times).item())

@@ -1,0 +1,207 @@
+# Horovod's DistributedOptimizer for ringd.torch: each gradient allreduced by name once it exists.
+"""DistributedOptimizer wraps a torch optimizer so that step() applies gradients averaged
+(op) over every rank.
+
+How: a hook on each parameter's gradient accumulator starts the parameter's allreduce (in place
+on .grad, named after the parameter, so the daemon matches and fuses them whatever order the
+ranks produce them in) as soon as backward has accumulated it the backward_passes_per_step-th
+time; step() or synchronize() waits for them all. The wrapper owns the hooks and the handles
+of one step; the gradients stay the parameters'.
+"""
+import contextlib
+import warnings
+
+import torch
+
+from .compression import Compression
+from .mpi_ops import Adasum, Average, allreduce_async_, global_process_set, size, synchronize
+
+
+class _DistributedOptimizer:
+    """Mixed in before the wrapped optimizer's class (see DistributedOptimizer)."""
+
+    _ringd_distributed = True
+
+    def __init__(self, params, state, named_parameters, compression, backward_passes_per_step,
+                 op, gradient_predivide_factor, sparse_as_dense):
+        super().__init__(params)
+        for p, st in state.items():  # state the wrapped optimizer already had (a checkpoint)
+            self.state[p] = st
+        self._compression = compression
+        self.op = op
+        self.gradient_predivide_factor = gradient_predivide_factor
+        self.sparse_as_dense = sparse_as_dense
+        all_params = [p for group in self.param_groups for p in group["params"]]
+        if named_parameters is not None:
+            named_parameters = list(named_parameters)
+            if any(not isinstance(p, tuple) for p in named_parameters):
+                raise ValueError("named_parameters should be a sequence of tuples (name, "
+                                 "parameter), usually produced by model.named_parameters().")
+        else:
+            named_parameters = [(f"noname.{i}", p) for i, p in enumerate(all_params)]
+        names = [n for n, _ in named_parameters]
+        dups = sorted({n for n in names if names.count(n) > 1})
+        if dups:
+            raise ValueError("Parameter names in named_parameters must be unique. Found "
+                             f"duplicates: {', '.join(dups)}")
+        named_ids = {id(p) for _, p in named_parameters}
+        unnamed = [i for i, p in enumerate(all_params) if id(p) not in named_ids]
+        if unnamed:
+            raise ValueError("named_parameters was specified, but one or more model parameters "
+                             "were not named (positions in the optimizer's parameter list: "
+                             f"{', '.join(map(str, unnamed))})")
+        self._parameter_names = {p: n for n, p in named_parameters}
+        self.backward_passes_per_step = backward_passes_per_step
+        self._allreduce_delay = {p: backward_passes_per_step for p in all_params}
+        self._handles = {}  # parameter -> (handle or None, compression context)
+        self._grad_accs = []
+        self._requires_update = set()
+        self._synchronized = False
+        self._should_synchronize = True
+        if size() > 1:
+            self._register_hooks()
+
+    def _register_hooks(self):
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.requires_grad:
+                    self._requires_update.add(p)
+                    grad_acc = p.expand_as(p).grad_fn.next_functions[0][0]
+                    grad_acc.register_hook(self._make_hook(p))
+                    self._grad_accs.append(grad_acc)  # hooks live as long as their nodes
+
+    def _allreduce_grad_async(self, p):
+        """Starts p's gradient's allreduce; returns (handle, compression context)."""
+        if p.grad is None:  # unused on this rank: the others still wait for its allreduce
+            p.grad = torch.zeros_like(p)
+        if p.grad.is_sparse:
+            if not self.sparse_as_dense:
+                raise TypeError(f"parameter '{self._parameter_names[p]}' has a sparse gradient: "
+                                "ringd reduces dense tensors; pass sparse_as_dense=True")
+            p.grad = p.grad.to_dense()
+        compressed, ctx = self._compression.compress(p.grad)
+        if self.op == Average:
+            # The daemon divides by the size after the sum; the factor splits the averaging.
+            pre, post = 1.0 / self.gradient_predivide_factor, self.gradient_predivide_factor
+        else:
+            pre, post = 1.0, 1.0
+        handle = allreduce_async_(compressed, name=self._parameter_names[p], op=self.op,
+                                  prescale_factor=pre, postscale_factor=post)
+        return handle, ctx
+
+    def _make_hook(self, p):
+        def hook(*ignore):
+            if p in self._handles and self._handles[p][0] is not None:
+                if self._allreduce_delay[p] <= 0:
+                    raise AssertionError(
+                        "Gradients were computed more than backward_passes_per_step times "
+                        "before call to step(). Increase backward_passes_per_step to "
+                        "accumulate gradients locally.")
+            assert not p.grad.requires_grad
+            assert self._allreduce_delay[p] > 0
+            handle, ctx = None, None
+            self._allreduce_delay[p] -= 1
+            if self._allreduce_delay[p] == 0:
+                handle, ctx = self._allreduce_grad_async(p)
+            self._handles[p] = (handle, ctx)
+
+        return hook
+
+    def set_backward_passes_per_step(self, passes):
+        self.backward_passes_per_step = passes
+        for p in self._allreduce_delay:
+            self._allreduce_delay[p] = passes
+
+    def synchronize(self):
+        """Waits for every gradient's allreduce (starting those backward has not reached, with
+        zeros for gradients this rank never made) and puts the results in .grad."""
+        for p in self._requires_update - set(self._handles):
+            self._handles[p] = self._allreduce_grad_async(p)
+        for p, (handle, ctx) in list(self._handles.items()):
+            if handle is None:
+                self._handles[p] = self._allreduce_grad_async(p)
+        failure = None
+        for p, (handle, ctx) in self._handles.items():
+            try:
+                output = synchronize(handle)
+            except Exception as e:  # wait for the rest before raising
+                failure = failure or e
+                continue
+            self._allreduce_delay[p] = self.backward_passes_per_step
+            if output is not p.grad:
+                p.grad.set_(self._compression.decompress(output, ctx))
+        self._handles.clear()
+        self._synchronized = True
+        if failure is not None:
+            for p in self._allreduce_delay:
+                self._allreduce_delay[p] = self.backward_passes_per_step
+            raise failure
+
+    @contextlib.contextmanager
+    def skip_synchronize(self):
+        """Within it step() does not synchronize: for callers that called synchronize() to
+        work on the reduced gradients first (clipping)."""
+        self._should_synchronize = False
+        try:
+            yield
+        finally:
+            self._should_synchronize = True
+
+    def step(self, closure=None):
+        if self._should_synchronize:
+            if self._synchronized:
+                warnings.warn("optimizer.step() called without optimizer.skip_synchronize() "
+                              "context after optimizer.synchronize(). This can cause training "
+                              "slowdown. You may want to consider using "
+                              "optimizer.skip_synchronize() context if you use "
+                              "optimizer.synchronize() in your code.")
+            self.synchronize()
+        self._synchronized = False
+        return super().step(closure)
+
+    def _local_step(self):
+        """The wrapped optimizer's step, without any allreduce (broadcast_optimizer_state)."""
+        return super().step()
+
+    def zero_grad(self, *args, **kwargs):
+        if self._handles:
+            raise AssertionError("optimizer.zero_grad() was called after loss.backward() but "
+                                 "before optimizer.step() or optimizer.synchronize(). This is "
+                                 "prohibited as it can cause a race condition.")
+        return super().zero_grad(*args, **kwargs)
+
+    def load_state_dict(self, *args, **kwargs):
+        self._handles = {}
+        self._synchronized = False
+        self._should_synchronize = True
+        for p in self._allreduce_delay:
+            self._allreduce_delay[p] = self.backward_passes_per_step
+        super().load_state_dict(*args, **kwargs)
+
+
+def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
+                         backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0,
+                         num_groups=0, groups=None, sparse_as_dense=False,
+                         process_set=global_process_set):
+    """An optimizer of optimizer's class and settings (its state carried over) whose step()
+    first averages (op) every gradient over all ranks; see the module docstring.
+
+    named_parameters names the allreduces (model.named_parameters(); default: by position).
+    backward_passes_per_step: backward passes accumulated locally before the allreduce.
+    gradient_predivide_factor: with op=Average, gradients are scaled by 1/factor before the
+    sum and factor/size after it. compression: Compression.none or Compression.fp16.
+    num_groups and groups (Horovod's explicit fusion) are accepted and not needed: the daemon
+    fuses small allreduces by itself. process_set must be the global one.
+    """
+    if gradient_predivide_factor != 1.0 and op != Average:
+        raise ValueError("gradient_predivide_factor not supported with op != Average")
+    if op == Adasum:
+        raise NotImplementedError("Adasum is not supported by ringd; use Average or Sum")
+    if process_set is not global_process_set:
+        raise NotImplementedError("process sets: ringd runs every op over the whole job")
+    if backward_passes_per_step < 1:
+        raise ValueError("backward_passes_per_step must be at least 1")
+    base = optimizer.__class__
+    cls = type(base.__name__, (_DistributedOptimizer, base), {})
+    return cls(optimizer.param_groups, dict(optimizer.state), named_parameters, compression,
+               backward_passes_per_step, op, gradient_predivide_factor, sparse_as_dense)

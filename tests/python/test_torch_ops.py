@@ -1,0 +1,232 @@
+# ringd.torch's collectives (Horovod's names and semantics) against torch references, and misuse.
+"""Each rank computes every rank's input from shared seeds and checks its own results."""
+import warnings
+
+import pytest
+import torch
+
+import ranks
+import ringd
+
+DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32, torch.int64,
+          torch.uint8]
+
+
+def _input(dtype, rank, salt, shape=(2, 3)):
+    """Small integers (exact in every dtype and op); {1, 2} for products."""
+    g = torch.Generator().manual_seed(rank * 1000 + salt)
+    if salt % 7 == 6:
+        return torch.randint(1, 3, shape, generator=g).to(dtype)
+    lo = 0 if dtype == torch.uint8 else -8
+    return torch.randint(lo, 9, shape, generator=g).to(dtype)
+
+
+def _same(what, got, want):
+    assert got.dtype == want.dtype and got.shape == want.shape, (what, got, want)
+    assert torch.equal(got.double(), want.double()), (what, got.tolist(), want.tolist())
+
+
+def r_allreduce_ops():
+    hvd = ranks.hvd()
+    r, n = hvd.rank(), hvd.size()
+    checks = 0
+    for dtype in DTYPES:
+        for salt, op in enumerate([hvd.Sum, hvd.Min, hvd.Max, hvd.Average, None, None,
+                                   hvd.Product]):
+            every = torch.stack([_input(dtype, q, salt) for q in range(n)]).double()
+            if op in (hvd.Average, None):  # Average is the default op
+                want = every.sum(0) / n
+                if not dtype.is_floating_point:
+                    want = torch.trunc(want)  # as Horovod: the scale cast toward zero
+            else:
+                want = {hvd.Sum: every.sum(0), hvd.Min: every.min(0).values,
+                        hvd.Max: every.max(0).values, hvd.Product: every.prod(0)}[op]
+            want = want.to(dtype)
+            x = _input(dtype, r, salt)
+            name = f"ops.{dtype}.{salt}" if salt % 2 == 0 else None  # named and unnamed
+            _same(f"allreduce {dtype} {op}", hvd.allreduce(x, name=name, op=op), want)
+            _same("the input", x, _input(dtype, r, salt))
+            assert hvd.allreduce_(x, name=name, op=op) is x
+            _same(f"allreduce_ {dtype} {op}", x, want)
+            h = hvd.allreduce_async(_input(dtype, r, salt), name=name, op=op)
+            _same(f"allreduce_async {dtype} {op}", hvd.synchronize(h), want)
+            checks += 3
+    x = torch.full((4,), float(r + 1))
+    total = n * (n + 1) / 2
+    got = hvd.allreduce(x, op=hvd.Sum, prescale_factor=0.5, postscale_factor=4.0)
+    assert got.tolist() == [total * 2] * 4, got
+    got = hvd.allreduce(x, prescale_factor=2.0, postscale_factor=0.5)  # Average
+    assert got.tolist() == [total / n] * 4, got
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        got = hvd.allreduce(x, average=False)
+    assert got.tolist() == [total] * 4 and any(i.category is DeprecationWarning for i in w)
+    try:
+        hvd.allreduce(x, average=True, op=hvd.Sum)
+        raise AssertionError("average and op together were accepted")
+    except ValueError as e:
+        assert "supersedes" in str(e)
+    h = hvd.allreduce_async_(torch.ones(100000), name="polled")
+    while not hvd.poll(h):
+        pass
+    assert hvd.synchronize(h).tolist() == [1.0] * 100000
+    assert hvd.synchronize(h) is None  # Horovod: an unknown handle gives None
+    return checks
+
+
+def test_allreduce_ops_and_dtypes(cluster):
+    checks = cluster.run(r_allreduce_ops)
+    assert checks == [checks[0]] * cluster.world and checks[0] == 3 * 7 * len(DTYPES)
+
+
+def r_grouped_allgather_broadcast():
+    hvd = ranks.hvd()
+    r, n = hvd.rank(), hvd.size()
+    ts = [torch.full((3,), float(r)), torch.arange(5, dtype=torch.int64) * (r + 1),
+          torch.full((2, 2), r + 1, dtype=torch.bfloat16), torch.zeros(0)]
+    total = sum(range(n))
+    got = hvd.grouped_allreduce(ts, op=hvd.Sum, name="group")
+    assert got[0].tolist() == [float(total)] * 3
+    assert got[1].tolist() == [i * n * (n + 1) // 2 for i in range(5)]
+    assert got[2].tolist() == [[float(n * (n + 1) // 2)] * 2] * 2 and got[3].numel() == 0
+    assert ts[0].tolist() == [float(r)] * 3  # inputs unchanged
+    out = hvd.grouped_allreduce_(ts, op=hvd.Max)
+    assert all(a is b for a, b in zip(out, ts)) and ts[0].tolist() == [float(n - 1)] * 3
+    h = hvd.grouped_allreduce_async([torch.ones(2), torch.ones(3, dtype=torch.int32)])
+    avg = hvd.synchronize(h)
+    assert avg[0].tolist() == [1.0, 1.0] and avg[1].tolist() == [1, 1, 1]
+
+    # allgather: first dimensions differ across ranks (rank 0 sends none), the rest match.
+    mine = torch.full((r, 3), float(r))
+    got = hvd.allgather(mine, name="ragged")
+    want = torch.cat([torch.full((q, 3), float(q)) for q in range(n)])
+    assert torch.equal(got, want), got
+    got = hvd.allgather(torch.tensor([r, 10 * r], dtype=torch.int32))
+    assert got.tolist() == [v for q in range(n) for v in (q, 10 * q)]
+    h = hvd.allgather_async(torch.full((r + 1, 2), r, dtype=torch.uint8), name="ragged.async")
+    got = hvd.synchronize(h)
+    assert got.tolist() == [[q, q] for q in range(n) for _ in range(q + 1)]
+    assert hvd.allgather(torch.zeros(0, 4), name="empty").shape == (0, 4)
+    try:
+        hvd.allgather(torch.zeros(2, 3 + (r == n - 1)), name="bad.shape")
+        raise AssertionError("allgather of mismatched shapes returned")
+    except ringd.Mismatch as e:
+        assert f"rank {n - 1} has shape (2, 4)" in str(e), str(e)
+
+    # broadcast: out of place leaves the input, in place overwrites it.
+    root = n - 1
+    x = torch.arange(4, dtype=torch.float64) + r
+    got = hvd.broadcast(x, root_rank=root, name="b")
+    assert got.tolist() == [float(root + i) for i in range(4)]
+    assert x.tolist() == [float(r + i) for i in range(4)]
+    assert hvd.broadcast_(x, root_rank=0, name="b_") is x and x.tolist() == [0.0, 1, 2, 3]
+    y = torch.full((3,), r, dtype=torch.int64)
+    h = hvd.broadcast_async_(y, 1)
+    assert hvd.synchronize(h) is y and y.tolist() == [1, 1, 1]
+    h = hvd.broadcast_async(torch.full((2,), float(r)), 0, name="b.async")
+    assert hvd.synchronize(h).tolist() == [0.0, 0.0]
+
+    hvd.barrier()
+    last = hvd.join()
+    assert 0 <= last < n
+    return last
+
+
+def test_grouped_allgather_broadcast_barrier_join(cluster):
+    lasts = cluster.run(r_grouped_allgather_broadcast)
+    assert len(set(lasts)) == 1  # every rank names the same last rank
+
+
+def r_autograd():
+    """allreduce, allgather and broadcast carry gradients as Horovod's do."""
+    hvd = ranks.hvd()
+    r, n = hvd.rank(), hvd.size()
+    x = torch.full((3,), float(r + 1), requires_grad=True)
+    y = hvd.allreduce(x, op=hvd.Sum, name="grad.ar")
+    (y * torch.tensor([1.0, 2.0, 3.0])).sum().backward()
+    assert x.grad.tolist() == [float(n), 2.0 * n, 3.0 * n], x.grad  # Sum's gradient: a Sum
+    rows = r + 1
+    x = torch.ones(rows, 2, requires_grad=True)
+    y = hvd.allgather(x, name="grad.ag")
+    w = torch.arange(y.shape[0] * 2, dtype=torch.float32).view(-1, 2)
+    (y * w).sum().backward()
+    offset = sum(q + 1 for q in range(r))
+    assert torch.equal(x.grad, w[offset:offset + rows]), (x.grad, w)
+    x = torch.full((2,), float(r), requires_grad=True)
+    y = hvd.broadcast(x, root_rank=0, name="grad.bc")
+    (y * 3).sum().backward()
+    assert x.grad.tolist() == ([3.0, 3.0] if r == 0 else [0.0, 0.0]), x.grad
+    ts = [torch.ones(2, requires_grad=True), torch.ones(1, requires_grad=True)]
+    out = hvd.grouped_allreduce(ts, op=hvd.Sum, name="grad.group")
+    (out[0].sum() + 2 * out[1].sum()).backward()
+    assert ts[0].grad.tolist() == [float(n)] * 2 and ts[1].grad.tolist() == [2.0 * n]
+    return True
+
+
+def test_autograd_through_collectives(cluster):
+    assert cluster.run(r_autograd) == [True] * cluster.world
+
+
+def r_misuse():
+    """Local misuse raises before anything is submitted; the job goes on afterwards."""
+    hvd = ranks.hvd()
+    expect = [
+        (ValueError, "contiguous", lambda: hvd.allreduce(torch.zeros(3, 3).t())),
+        (ValueError, "contiguous", lambda: hvd.broadcast_(torch.zeros(4, 2)[:, 0], 0)),
+        (TypeError, "dtype", lambda: hvd.allreduce(torch.zeros(3, dtype=torch.bool))),
+        (TypeError, "dtype", lambda: hvd.allgather(torch.zeros(3, dtype=torch.int16))),
+        (TypeError, "CPU", lambda: hvd.allreduce(torch.zeros(3, device="meta"))),
+        (TypeError, "torch.Tensor", lambda: hvd.allreduce([1.0, 2.0])),
+        (NotImplementedError, "Adasum", lambda: hvd.allreduce(torch.zeros(3), op=hvd.Adasum)),
+        (NotImplementedError, "process set",
+         lambda: hvd.allreduce(torch.zeros(3), process_set=hvd.ProcessSet([0]))),
+        (ValueError, "0-d", lambda: hvd.allgather(torch.tensor(1.0))),
+    ]
+    for exc, words, call in expect:
+        try:
+            call()
+        except exc as e:
+            assert words in str(e), (words, str(e))
+        else:
+            raise AssertionError(f"no {exc.__name__} ({words})")
+    try:
+        hvd.allreduce(torch.ones(3 + hvd.rank()), name="shape")
+        raise AssertionError("an allreduce of different shapes returned")
+    except ringd.Mismatch as e:
+        assert "rank 0 " in str(e) and "rank 1 " in str(e) and "allreduce.shape" in str(e), e
+    h = hvd.allreduce_async(torch.ones(2), name="twice")
+    try:
+        hvd.allreduce_async(torch.ones(2), name="twice")
+        raise AssertionError("a second outstanding op of one name was accepted")
+    except ValueError as e:
+        assert "outstanding" in str(e)
+    assert hvd.synchronize(h).tolist() == [1.0, 1.0]
+    return hvd.allreduce(torch.ones(1), op=hvd.Sum, name="misuse.after").item()
+
+
+def test_misuse_raises_clear_errors(one_node):
+    assert one_node.run(r_misuse) == [2.0, 2.0]
+
+
+def r_shutdown():
+    hvd = ranks.hvd()
+    n = hvd.size()
+    h = hvd.allreduce_async(torch.ones(3), name=f"never.{hvd.rank()}")  # matched by nobody
+    hvd.shutdown()
+    hvd.shutdown()  # twice is fine
+    assert not hvd.is_initialized()
+    for call in (hvd.rank, hvd.size, lambda: hvd.allreduce(torch.ones(2)), hvd.barrier,
+                 lambda: hvd.broadcast_object(1), lambda: hvd.allgather(torch.ones(1))):
+        try:
+            call()
+            raise AssertionError(f"{call} worked after shutdown")
+        except hvd.NotInitialized as e:
+            assert isinstance(e, ValueError) and isinstance(e, ringd.Closed)
+            assert "hvd.init()" in str(e), str(e)
+    assert hvd.synchronize(h) is None  # as Horovod: a handle it no longer knows
+    hvd = ranks.hvd_restart()
+    return hvd.allreduce(torch.ones(1), op=hvd.Sum).item() == n
+
+
+def test_calls_after_shutdown_raise(cluster):
+    assert cluster.run(r_shutdown) == [True] * cluster.world
