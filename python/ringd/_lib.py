@@ -127,8 +127,10 @@ def _installed_candidates():
 def _build_tree_candidates():
     """libringd.so of the meson build trees of this source checkout, newest first."""
     repo = os.path.dirname(os.path.dirname(_pkg_dir()))
+    # exists() follows the symlink: a build dir that never built the library has a dangling one.
     found = [p for p in glob.glob(os.path.join(repo, "*", "client", "libringd.so"))
-             if os.path.isdir(os.path.join(os.path.dirname(os.path.dirname(p)), "meson-info"))]
+             if os.path.exists(p)
+             and os.path.isdir(os.path.join(os.path.dirname(os.path.dirname(p)), "meson-info"))]
     return sorted(found, key=os.path.getmtime, reverse=True)
 
 
