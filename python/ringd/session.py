@@ -173,6 +173,7 @@ class _State:
         self.lock = threading.RLock()
         self.pending = set()  # _Requests libringd still holds
         self.orphans = []  # pending _Requests whose Handle was dropped unwaited
+        self.names = set()  # names of pending _Requests (one outstanding op per name)
         self.live = {}  # arena address -> (bytes, weakref.finalize) of buffers from alloc
         self.to_free = []  # arena addresses whose buffers died while the lock was taken
         self.tombstones = {}  # (start, end) of an anonymous mapping -> live buffer addresses
@@ -233,6 +234,7 @@ class _State:
                 r.abandon(self.closed_why)
             self.pending.clear()
             self.orphans.clear()
+            self.names.clear()
             for addr in self.to_free:  # dead already: no view needs a tombstone
                 self.live.pop(addr, None)
             self.to_free.clear()
@@ -285,6 +287,7 @@ class _Request:
         self.keep = None
         self.finished = True
         self.st.pending.discard(self)
+        self.st.names.discard(self.name)
 
     def abandon(self, why):
         """The session closed under it (lock held): ringd_close freed the request."""
@@ -527,6 +530,13 @@ class Session:
         with st.lock:
             ptr = st.require_open()
             st.reap()
+            if name is not None and name in st.names:
+                # The daemon would refuse it on this rank only, and the other ranks' second
+                # submissions of the name would then wait for it in vain.
+                raise InvalidArgument(Result.INVALID,
+                                      f"{_describe_name(name)} is still outstanding on this "
+                                      "rank (a Handle not finished yet): wait for it first, "
+                                      "or give this collective another name")
             if sync:
                 rc = sync_fn(ptr, *args)
                 if rc != Result.OK:
@@ -538,6 +548,8 @@ class Session:
                 raise st.error(rc)
             r = _Request(st, req, name, keep, result)
             st.pending.add(r)
+            if name is not None:
+                st.names.add(name)
             return Handle(r)
 
     def _inout(self, op, name, send, out, out_count_factor, out_shape):

@@ -132,13 +132,50 @@ def test_mismatch_names_the_ranks(cluster):
         assert "rank 0 " in op and "op max" in op, op
 
 
+def r_duplicate_names():
+    """A second outstanding collective of one name is refused on every rank alike (the daemon
+    alone would refuse it on one rank and leave the others' waiting), and the first finishes."""
+    s = ranks.session()
+    n = s.size
+    h = s.allreduce_async("dup", np.ones(4))
+    for again in (lambda: s.allreduce_async("dup", np.ones(4)),
+                  lambda: s.broadcast("dup", np.ones(4), 0)):
+        try:
+            again()
+            raise AssertionError("a second outstanding 'dup' was accepted")
+        except ringd.InvalidArgument as e:
+            assert "'dup' is still outstanding" in str(e), str(e)
+    assert h.wait().tolist() == [n] * 4
+    return s.allreduce("dup", np.ones(1)).tolist()  # free again once finished
+
+
+def test_one_outstanding_collective_per_name(cluster):
+    assert cluster.run(r_duplicate_names) == [[float(cluster.world)]] * cluster.world
+
+
+def test_every_result_code_has_its_exception():
+    classes = set()
+    for code in ringd.Result:
+        if code == ringd.Result.OK:
+            continue
+        e = ringd.errors.error_for(code, "what happened", "what to do")
+        assert isinstance(e, ringd.Error) and type(e) is not ringd.Error, code
+        assert e.code == code and e.message == "what happened" and "what to do" in str(e)
+        classes.add(type(e))
+    assert len(classes) == len(ringd.Result) - 1
+    assert isinstance(ringd.errors.error_for(1, "x"), ValueError)
+    assert type(ringd.errors.error_for(99, "future code")) is ringd.Error
+
+
 def r_close_with_pending():
     """A pending handle of a session closed under it raises Closed; the process goes on."""
     s = ranks.session()
     cfg = ranks.cfg()
     other = ringd.Session(job=cfg["tag"] + ".closing", op_timeout_ms=10000)
     h = other.allreduce_async(f"lonely.{other.rank}", np.ones(100))  # no rank matches it
+    s.barrier("lonely.submitted")  # (a rank that closed first would end the other's op)
     assert not h.done()
+    s.barrier("lonely.checked")
     other.close()
     try:
         h.wait()
