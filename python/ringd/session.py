@@ -314,7 +314,7 @@ class Handle:
 
     def __init__(self, request):
         self._r = request
-        weakref.finalize(self, request.st.orphan, request)
+        weakref.finalize(self, request.st.orphan, request).atexit = False
 
     @property
     def name(self):

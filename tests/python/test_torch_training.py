@@ -28,7 +28,7 @@ def _worst_relative(model, ref):
     return worst
 
 
-def r_train_against_gloo(steps, passes, compression, make_opt):
+def r_train_against_gloo(steps, passes, compression, make_opt, predivide=1.0):
     hvd, dist = ranks.hvd(), ranks.gloo()
     r, n = hvd.rank(), hvd.size()
     torch.manual_seed(100 + r)  # every rank starts elsewhere...
@@ -41,7 +41,8 @@ def r_train_against_gloo(steps, passes, compression, make_opt):
     opt = hvd.DistributedOptimizer(make_opt(model.parameters()),
                                    named_parameters=model.named_parameters(),
                                    backward_passes_per_step=passes,
-                                   compression=getattr(hvd.Compression, compression))
+                                   compression=getattr(hvd.Compression, compression),
+                                   gradient_predivide_factor=predivide)
     ref_opt = make_opt(ref.parameters())
     for step in range(steps):
         for micro in range(passes):
@@ -74,7 +75,8 @@ def test_distributed_optimizer_equals_gloo_averaging(cluster, make_opt):
 
 
 def test_backward_passes_per_step_accumulate_locally(cluster):
-    worst = cluster.run(r_train_against_gloo, 4, 3, "none", _sgd)
+    """Three backward passes summed locally, then one allreduce (split by a predivide factor)."""
+    worst = cluster.run(r_train_against_gloo, 4, 3, "none", _sgd, 4.0)
     assert max(worst) <= 1e-6, worst
 
 

@@ -294,8 +294,9 @@ class _Allgather(_Work):
                 return
             send = self.tensor
             if send.shape[0] != most:
-                send = self.tensor.new_zeros((most,) + trailing)
-                send[:self.tensor.shape[0]] = self.tensor
+                with torch.no_grad():
+                    send = self.tensor.new_zeros((most,) + trailing)
+                    send[:self.tensor.shape[0]] = self.tensor
             self.padded = self.tensor.new_empty((most * len(self.dims),) + trailing)
             self.data = self.s.allgather_async(self.name, send, out=self.padded)
         except ringd.Error as e:
