@@ -115,7 +115,11 @@ def r_every_collective(dtype):
         h = s.allgather_async(f"{dtype}.{lib}.gather.async", x, out=out)
         assert h.wait() is out
         _check(f"{dtype}.{lib}.gather.async", out, every)
-        checks += 3
+        out = _make(lib, dtype, np.zeros((n, 3, 4)))
+        out[r] = x  # in place, MPI's way: the contribution already sits in this rank's slot
+        s.allgather(f"{dtype}.{lib}.gather.inplace", out[r], out=out)
+        _check(f"{dtype}.{lib}.gather.inplace", out, every)
+        checks += 4
     s.barrier(f"{dtype}.done")
     return checks
 
