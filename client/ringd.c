@@ -43,6 +43,15 @@ typedef struct {
 _Static_assert(offsetof(ringd_options_t, min_size) >= sizeof(options_v0_1),
                "ringd_options_t: new fields must start past the 0.1 struct_size");
 
+/* ...and as 0.2 had it (up to min_size): 64 bytes, its tail padding where ask_local_rank lies
+ * now, so only a struct_size reaching local_rank says the caller's header had them. */
+typedef struct {
+    options_v0_1 v0_1;
+    int reserved, min_size;
+} options_v0_2;
+_Static_assert(offsetof(ringd_options_t, local_rank) >= sizeof(options_v0_2),
+               "ringd_options_t: local_rank must lie past the 0.2 struct_size");
+
 struct ringd_request {
     ringd_t *r;
     uint64_t id;
@@ -302,18 +311,19 @@ ringd_result_t ringd_open(const ringd_options_t *opts, ringd_t **out)
                         "with a libringd at least as new as the ringd.h the program was built with",
                         n, sizeof(o), RINGD_VERSION);
         memcpy(&o, opts, n);
+        if (n < offsetof(ringd_options_t, local_rank) + sizeof(o.local_rank))
+            o.ask_local_rank = 0; /* the caller's padding, not an option */
     }
 
     const char *path = o.socket_path ? o.socket_path : getenv("RINGD_SOCKET");
     const char *job = o.job ? o.job : getenv("RINGD_JOB");
     int local_size = o.local_size, world_size = o.world_size, poll_us = o.poll_us;
-    int min_size = o.min_size, local_rank = o.local_rank;
+    int min_size = o.min_size, local_rank = o.ask_local_rank ? o.local_rank : -1;
     if ((!local_size && env_int("RINGD_LOCAL_SIZE", 1, 1, 1 << 20, &local_size) != 0) ||
         (!world_size && env_int("RINGD_WORLD_SIZE", local_size, 1, 1 << 30, &world_size) != 0) ||
         (!poll_us && env_int("RINGD_POLL_US", RD_DEFAULT_POLL_US, -1, 1000000, &poll_us) != 0) ||
         (!min_size && env_int("RINGD_MIN_SIZE", 1, 0, 1 << 30, &min_size) != 0) ||
-        (local_rank == RINGD_LOCAL_RANK_ANY &&
-         env_int("RINGD_LOCAL_RANK", RINGD_LOCAL_RANK_ANY, 0, 1 << 20, &local_rank) != 0))
+        (!o.ask_local_rank && env_int("RINGD_LOCAL_RANK", -1, 0, 1 << 20, &local_rank) != 0))
         return fail(r, RINGD_E_INVALID,
                     "RINGD_LOCAL_SIZE, RINGD_WORLD_SIZE, RINGD_POLL_US, RINGD_MIN_SIZE or "
                     "RINGD_LOCAL_RANK is set but not an integer in range");
@@ -335,7 +345,7 @@ ringd_result_t ringd_open(const ringd_options_t *opts, ringd_t **out)
         return fail(r, RINGD_E_INVALID,
                     "min_size %d: need 1 <= min_size <= world_size %d (check RINGD_MIN_SIZE)",
                     min_size, world_size);
-    if (local_rank != RINGD_LOCAL_RANK_ANY && (local_rank < 0 || local_rank >= local_size))
+    if ((o.ask_local_rank && local_rank < 0) || local_rank >= local_size)
         return fail(r, RINGD_E_INVALID,
                     "local_rank %d: need 0 <= local_rank < local_size %d (check "
                     "RINGD_LOCAL_RANK)",
@@ -359,7 +369,7 @@ ringd_result_t ringd_open(const ringd_options_t *opts, ringd_t **out)
     h.arena_size = o.arena_size;
     h.min_size = (uint32_t)min_size;
     h.open_timeout_ms = (uint32_t)timeout; /* also bounds waits below min_size later */
-    h.asks_local_rank = local_rank != RINGD_LOCAL_RANK_ANY;
+    h.asks_local_rank = local_rank >= 0;
     h.local_rank = h.asks_local_rank ? (uint32_t)local_rank : 0;
     m.body_case = RINGD__MSG__BODY_HELLO;
     m.hello = &h;

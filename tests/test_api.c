@@ -61,8 +61,8 @@ Test(api, options_init_gives_the_values_of_the_init_macro)
     cr_assert_eq(f.poll_us, m.poll_us);
     cr_assert_eq(f.reserved, m.reserved);
     cr_assert_eq(f.min_size, m.min_size);
+    cr_assert_eq(f.ask_local_rank, m.ask_local_rank);
     cr_assert_eq(f.local_rank, m.local_rank);
-    cr_assert_eq(m.local_rank, RINGD_LOCAL_RANK_ANY, "a rank nobody asked for is not 0");
     ringd_options_init(NULL, sizeof(ringd_options_t));
     ringd_options_init(&f, 3); /* too small for struct_size: untouched */
     cr_assert_eq(f.struct_size, sizeof(ringd_options_t));
@@ -140,6 +140,25 @@ Test(api, options_of_an_older_smaller_header_are_taken)
     cr_assert_eq(open_result(&o, msg, sizeof(msg)), RINGD_E_INVALID, "%s", msg);
     cr_assert(strstr(msg, "min_size 99") != NULL, "%s", msg);
     o.struct_size = sizeof(options_v0_1);
+    cr_assert_eq(open_result(&o, msg, sizeof(msg)), RINGD_E_CONNECT, "%s", msg);
+}
+
+/* A 0.2 header's struct (64 bytes, up to min_size) has ask_local_rank's place in its tail padding:
+ * whatever lies there is not read as a request; the same bytes with this header's struct_size
+ * are. */
+Test(api, a_0_2_header_s_padding_never_asks_for_a_local_rank)
+{
+    char msg[1024];
+    ringd_options_t o;
+    ringd_options_init(&o, sizeof(o));
+    o.socket_path = NO_SOCKET;
+    o.world_size = o.local_size = 2;
+    o.ask_local_rank = 1;
+    o.local_rank = 5;
+    cr_assert_eq(open_result(&o, msg, sizeof(msg)), RINGD_E_INVALID, "%s", msg);
+    cr_assert(strstr(msg, "local_rank 5") != NULL, "%s", msg);
+    o.struct_size = offsetof(ringd_options_t, min_size) + sizeof(int) + sizeof(int);
+    cr_assert_eq(o.struct_size, 64);
     cr_assert_eq(open_result(&o, msg, sizeof(msg)), RINGD_E_CONNECT, "%s", msg);
 }
 
@@ -305,8 +324,10 @@ static int open_asking(int i, void *arg)
     o.local_size = o.world_size = LR_PROCS;
     o.open_timeout_ms = 20000;
     int want = LR_PROCS - 1 - i;
-    if (i != 1)
+    if (i != 1) {
+        o.ask_local_rank = 1;
         o.local_rank = want;
+    }
     else if (arg == NULL)
         setenv("RINGD_LOCAL_RANK", "1", 1);
     ringd_t *r = NULL;
@@ -348,6 +369,7 @@ static ringd_result_t open_rank(int lr, ringd_t **out, char *msg, size_t len)
     o.job = job_;
     o.local_size = o.world_size = 2;
     o.open_timeout_ms = 400;
+    o.ask_local_rank = 1;
     o.local_rank = lr;
     ringd_result_t rc = ringd_open(&o, out);
     snprintf(msg, len, "%s", ringd_errmsg(*out));

@@ -1,5 +1,5 @@
 /* Unit tests for the daemon's status as plain values and the StatusReply it becomes
- * (proto/status.c): what goes in comes out of a frame intact, field by field. */
+ * (proto/report.c): what goes in comes out of a frame intact, field by field. */
 #include <criterion/criterion.h>
 
 #include <stdint.h>

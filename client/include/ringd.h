@@ -117,23 +117,21 @@ typedef struct {
                                 struct_size (its tail padding), so old callers never pass them */
     int min_size;            /* RINGD_MIN_SIZE: once the job has started, it keeps running while
                                 it has at least this many ranks (at most world_size); 0: 1 */
-    int local_rank;          /* RINGD_LOCAL_RANK: the local rank this process asks for (a
-                                launcher's LOCAL_RANK, so that pinning a GPU by local rank holds);
-                                RINGD_LOCAL_RANK_ANY, which the initialisers set: the lowest free
-                                one. ringd_open fails with RINGD_E_REFUSED when another process of
-                                the job on this node asked for it first, RINGD_E_INVALID when it
-                                is not below local_size. A process that did not ask for a rank
-                                gives it up to one that does. When the job's local ranks change
-                                while it runs (elastic), each process keeps the rank it asked for
-                                while that is below the new local size; the others are numbered
-                                in order in the ranks left (ringd_local_rank). */
+    int ask_local_rank;      /* 1: this process asks for local_rank (a launcher's LOCAL_RANK,
+                                so that pinning a GPU by local rank holds); 0: RINGD_LOCAL_RANK
+                                when set, else the lowest free local rank */
+    int local_rank;          /* the local rank asked for. ringd_open fails with RINGD_E_REFUSED
+                                when another process of the job on this node asked for it first,
+                                RINGD_E_INVALID when it is not below local_size. A process that did
+                                not ask gives its rank up to one that does. When the job's local
+                                ranks change while it runs (elastic), each process keeps the rank
+                                it asked for while that is below the new local size; the others
+                                are numbered in order in the ranks left (ringd_local_rank). */
 } ringd_options_t;
-
-#define RINGD_LOCAL_RANK_ANY (-1)
 
 #define RINGD_OPTIONS_INIT                                                                         \
     {                                                                                              \
-        sizeof(ringd_options_t), NULL, NULL, 0, 0, 0, 0, 0, 0, 0, 0, RINGD_LOCAL_RANK_ANY          \
+        sizeof(ringd_options_t), NULL, NULL, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0                          \
     }
 
 /* Fills the size bytes at o (the caller's struct: sizeof(ringd_options_t) of the header it was

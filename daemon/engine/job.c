@@ -128,6 +128,10 @@ struct rd_job {
     int started;              /* welcomed its clients once */
     int draining;             /* leaving: new Submits are refused */
     int disrupted;            /* the ring broke: ops it fails are answered once it is back */
+    int renumbered;           /* local ranks changed since the ring was last up: clients learn
+                                 them, with their ranks and size, when it is up again */
+    char lost[512];           /* "": a ring may come back; else no ring will come soon, why:
+                                 what a retiring ring fails now fails at once */
     int left;                 /* drained: has left its ring */
     int64_t wait_ms;          /* how long ops wait for a ring to come back */
     struct event *ev_tick;    /* stall inspector and wait deadlines */
@@ -1012,6 +1016,7 @@ static void job_reshape(rd_job *j, const char *why)
     slots_compact(j);
     j->local_size = j->nclients;
     if (j->world != NULL) {
+        j->renumbered = 1;
         if (j->nclients > 0)
             rd_world_resize(j->world, j->local_size, why);
         return;
@@ -1552,7 +1557,7 @@ rd_job *rd_engine_jobs(const rd_engine *e)
 
 int rd_job_client_view(const rd_job *j, uint32_t local_rank, rd_client_view *v)
 {
-    if (!j->started)
+    if (!j->started || j->renumbered) /* a new local rank with the old ranks would not add up */
         return 0;
     v->generation = j->generation;
     v->rank = j->first_rank + local_rank;
@@ -1587,6 +1592,8 @@ static void on_ring_up(void *arg, uint32_t first_rank, uint64_t generation, uint
     j->generation = generation;
     j->size = size;
     j->disrupted = 0;
+    j->renumbered = 0;
+    j->lost[0] = '\0';
     if (sync || !j->started) {
         j->sync_generation = generation;
         snprintf(j->sync_why, sizeof(j->sync_why), "%s", why);
@@ -1659,6 +1666,7 @@ static void on_disrupted(void *arg)
 static void on_ring_lost(void *arg, const char *why)
 {
     rd_job *j = arg;
+    snprintf(j->lost, sizeof(j->lost), "%s", why);
     fail_unstarted(j, why);
 }
 
@@ -1721,6 +1729,10 @@ static void on_task_done(void *arg, struct rd_xfer_task *t)
     for (size_t i = 0; i < rt->nops; i++) {
         rd_op *o = rt->ops[i];
         j->nrunning--;
+        if (t->status != RINGD_OK && j->lost[0] != '\0') { /* no ring to wait for */
+            op_fail(o, RINGD_E_MEMBERSHIP, "tensor '%s': %s", o->name, j->lost);
+            continue;
+        }
         if (t->status != RINGD_OK && j->disrupted) { /* answered once the ring is back */
             op_doom(o, t->message);
             continue;

@@ -101,7 +101,7 @@ rd_status rd_job_describe(rd_engine *e, rd_daemon_status *st);
 const char *rd_job_name(const rd_job *j);
 
 /* The job as the client at local_rank sees it into *v: returns 1, or 0 (v untouched) before the
- * job started. */
+ * job started, and while its local ranks were renumbered and its ring is not up again. */
 int rd_job_client_view(const rd_job *j, uint32_t local_rank, rd_client_view *v);
 
 /* Leaves the job gracefully (ringctl drain, SIGTERM): new Submits are refused and ops not yet

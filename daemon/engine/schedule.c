@@ -34,6 +34,8 @@ struct rd_sched {
     batch *orders, *orders_tail; /* orders received, not yet started */
 };
 
+#define RD_GO_OVERHEAD 64       /* a Go's frame around its entries: length, tags, generation */
+#define RD_GO_ENTRY_OVERHEAD 16 /* an entry's tags and lengths around its name */
 static void on_order(evutil_socket_t fd, short what, void *arg);
 
 rd_sched *rd_sched_new(struct event_base *base, const rd_config *cfg, rd_world *w,
@@ -167,7 +169,14 @@ static void on_order(evutil_socket_t fd, short what, void *arg)
         order_clear(s);
         return;
     }
-    size_t n = s->norder < RD_SCHEDMSG_OPS_MAX ? s->norder : RD_SCHEDMSG_OPS_MAX;
+    /* As many names as one Go carries within --max-frame: each costs its bytes and, as an entry
+     * of the message, at most RD_GO_ENTRY_OVERHEAD more. */
+    size_t n = 0, bytes = RD_GO_OVERHEAD;
+    while (n < s->norder && n < RD_SCHEDMSG_OPS_MAX &&
+           (n == 0 || bytes + strlen(s->order[n]) + RD_GO_ENTRY_OVERHEAD <= s->cfg->max_frame)) {
+        bytes += strlen(s->order[n]) + RD_GO_ENTRY_OVERHEAD;
+        n++;
+    }
     char **names = malloc(n * sizeof(*names));
     if (names == NULL) {
         order_clear(s);

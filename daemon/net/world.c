@@ -132,7 +132,8 @@ struct rd_world {
     int in_data[RD_RING_CONNS_MAX];
     rd_peer_chan *ctrl[RD_RING_NODES_MAX]; /* with every other node, by position */
     struct rd_xfer *xfer;
-    struct retiring *retiring; /* data planes of earlier generations, ending */
+    struct retiring *xfer_link; /* made with xfer: its place on retiring, so retiring never fails */
+    struct retiring *retiring;  /* data planes of earlier generations, ending */
     /* A graceful change (a node leaves through ringctl drain): every node seals the ring (Bye:
      * it announces and orders nothing more at this generation; W_SEALED), ops every node
      * announced end, and the rest carry over to the next ring. */
@@ -367,14 +368,16 @@ static void teardown(rd_world *w, const char *why, teardown_how how, world_state
         struct rd_xfer *x = w->xfer;
         w->xfer = NULL;
         w->ntasks = 0;
+        retiring *r = w->xfer_link;
+        w->xfer_link = NULL;
         /* Its thread ends off the loop, reported by on_retired, unless the world ends now. */
-        retiring *r = how != TD_END ? malloc(sizeof(*r)) : NULL;
-        if (r != NULL) {
+        if (how != TD_END) {
             r->x = x;
             r->next = w->retiring;
             w->retiring = r;
             rd_xfer_retire(x, RINGD_E_MEMBERSHIP, why, on_retired, w);
         } else {
+            free(r);
             rd_xfer_free(x, RINGD_E_MEMBERSHIP, why);
         }
     }
@@ -492,6 +495,11 @@ static void maybe_up(rd_world *w)
     };
     char err[256];
     w->xfer = rd_xfer_new(w->net->base, &xc, on_task_done, w, err, sizeof(err));
+    if (w->xfer != NULL && (w->xfer_link = malloc(sizeof(*w->xfer_link))) == NULL) {
+        rd_xfer_free(w->xfer, RINGD_E_NOMEM, "out of memory"); /* nothing submitted yet */
+        w->xfer = NULL;
+        snprintf(err, sizeof(err), "out of memory starting the data plane");
+    }
     if (w->xfer == NULL) {
         rd_log(RD_LOG_ERROR, "world", "job '%s': %s", w->name, err);
         teardown(w, "cannot start the ring", TD_FAIL, W_WAITING);
@@ -1515,7 +1523,8 @@ static void move_on(rd_world *w, const char *reason)
 {
     if (w->state == W_ASIDE || w->state == W_IDLE || w->state == W_LEAVING)
         return; /* not registered on purpose (a probe may answer after this node left) */
-    if (rd_rdv_bump(w->net->rdv, w->name, w->stale, reason) != 0)
+    /* Registering again when the bump cannot be asked for; not over links of a newer ring. */
+    if (rd_rdv_bump(w->net->rdv, w->name, w->stale, reason) != RINGD_OK && !ring_linked(w))
         rd_world_register(w);
     apply_view(w); /* another node may have moved it on already */
 }

@@ -74,7 +74,9 @@ typedef struct {
     /* 2 while orders wait for ops to be negotiated here, 1 while negotiated ring-bound ops wait
      * for an order, else 0. */
     int (*awaits_order)(void *arg);
-    /* A ring task submitted with rd_world_submit ended. */
+    /* A ring task submitted with rd_world_submit ended: on the loop, possibly after ring_down
+     * and ring_lost, even after the next ring_up (a broken ring's data plane retires off the
+     * loop, its running task cut). */
     void (*task_done)(void *arg, struct rd_xfer_task *t);
 } rd_world_events;
 
@@ -121,7 +123,7 @@ void rd_world_send(rd_world *w, const int *to, int nto, const rd_schedmsg *m);
 int rd_world_sealed(const rd_world *w);
 
 /* A node sent something impossible, or this node cannot go on with the ring (why, logged): it
- * breaks and re-forms, in whatever state it is. */
+ * breaks and re-forms, while it is connecting or up (else nothing is left to break). */
 void rd_world_drop(rd_world *w, const char *why);
 
 /* 1 when the job's ring is this node alone: ops bound for it run here without a data plane. */

@@ -43,6 +43,8 @@ class Options(ctypes.Structure):
         ("poll_us", c_int),
         ("reserved", c_int),
         ("min_size", c_int),
+        ("ask_local_rank", c_int),
+        ("local_rank", c_int),
     ]
 
 

@@ -361,7 +361,10 @@ class Session:
     (ringd.h's ringd_options_t): socket (RINGD_SOCKET, /run/ringd/ringd.sock), job (RINGD_JOB,
     "default"), world_size (RINGD_WORLD_SIZE), local_size (RINGD_LOCAL_SIZE, 1), min_size
     (RINGD_MIN_SIZE, 1), open_timeout_ms (30000), op_timeout_ms (0: no limit of its own),
-    arena_size (the daemon's default), poll_us (RINGD_POLL_US, 100; -1 never polls).
+    arena_size (the daemon's default), poll_us (RINGD_POLL_US, 100; -1 never polls), local_rank
+    (RINGD_LOCAL_RANK: the local rank this process asks for, as a launcher's LOCAL_RANK gives it;
+    ringd.Refused when another process of the job on this node asked for it first; else the
+    lowest free one).
 
     Opening blocks until the job's local ranks joined (and, across nodes, the ring formed), at
     most open_timeout_ms; it raises ConnectError when no daemon answers on the socket.
@@ -369,17 +372,18 @@ class Session:
     """
 
     _FIELDS = ("socket_path", "job", "world_size", "local_size", "open_timeout_ms",
-               "op_timeout_ms", "arena_size", "poll_us", "min_size")
+               "op_timeout_ms", "arena_size", "poll_us", "min_size", "local_rank")
 
     def __init__(self, job=None, world_size=None, local_size=None, socket=None, min_size=None,
-                 open_timeout_ms=None, op_timeout_ms=None, arena_size=None, poll_us=None):
+                 open_timeout_ms=None, op_timeout_ms=None, arena_size=None, poll_us=None,
+                 local_rank=None):
         lib = _lib.lib()
         self._st = _State()
         self._finalizer = weakref.finalize(self, self._st.close)
         values = {"socket_path": socket, "job": job, "world_size": world_size,
                   "local_size": local_size, "open_timeout_ms": open_timeout_ms,
                   "op_timeout_ms": op_timeout_ms, "arena_size": arena_size,
-                  "poll_us": poll_us, "min_size": min_size}
+                  "poll_us": poll_us, "min_size": min_size, "local_rank": local_rank}
         o = _lib.Options()
         lib.ringd_options_init(ctypes.byref(o), ctypes.sizeof(o))
         for field, value in values.items():
@@ -395,6 +399,8 @@ class Session:
                 raise TypeError(f"Session({field}=...) takes an int, not "
                                 f"{type(value).__name__}")
             setattr(o, field, value)
+            if field == "local_rank":
+                o.ask_local_rank = 1
         self.job = job
         r = ctypes.c_void_p()
         rc = lib.ringd_open(ctypes.byref(o), ctypes.byref(r))

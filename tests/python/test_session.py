@@ -194,3 +194,60 @@ def test_library_lookup_reports_what_it_loaded():
     assert os.path.samefile(ringd.library_path(), os.environ["RINGD_LIBRARY"])
     major, minor, _ = ringd.library_version().split(".")
     assert (int(major), int(minor)) >= (0, 1)
+
+
+def r_local_rank_asked():
+    """Each process of a node asks for the local rank the others would not get by arrival (the
+    reverse of its core session's), through Session(local_rank=) on even local ranks and
+    ringd.torch's reading of a launcher's LOCAL_RANK on odd ones; each gets what it asked."""
+    c, core = ranks.cfg(), ranks.session()
+    want = c["local"] - 1 - core.local_rank
+    job = f"{c['tag']}.lr"
+    if core.local_rank % 2 == 0:
+        with ringd.Session(job=job, local_rank=want, open_timeout_ms=20000) as s:
+            got = (s.local_rank, s.rank - core.rank + core.local_rank)
+    else:
+        os.environ["LOCAL_RANK"] = str(want)
+        try:
+            ringd.torch.init(job=job, open_timeout_ms=20000)
+            got = (ringd.torch.local_rank(), ringd.torch.rank() - core.rank + core.local_rank)
+        finally:
+            ringd.torch.shutdown()
+            del os.environ["LOCAL_RANK"]
+    assert got == (want, want), f"asked for local rank {want}, got {got}"
+    return got[0]
+
+
+def test_each_process_gets_the_local_rank_it_asks_for(cluster):
+    got = cluster.run(r_local_rank_asked)
+    assert sorted(got) == sorted(list(range(cluster.local)) * cluster.nodes), got
+
+
+def test_a_taken_local_rank_is_refused_naming_its_holder(daemon):
+    """Two processes asking for one local rank: the second hears which process holds it."""
+    import multiprocessing
+    ctx = multiprocessing.get_context("fork")
+    opts = dict(socket=daemon.sock, job="lr.taken", world_size=2, local_size=2, local_rank=0,
+                open_timeout_ms=3000)
+
+    def hold(q):
+        try:
+            ringd.Session(**opts)
+        except ringd.Timeout:
+            q.put("timeout")
+        except Exception as e:  # noqa: BLE001 - reported to the test
+            q.put(repr(e))
+
+    q = ctx.Queue()
+    p = ctx.Process(target=hold, args=(q,))
+    p.start()
+    try:
+        time.sleep(0.5)
+        with pytest.raises(ringd.Refused) as e:
+            ringd.Session(**opts)
+        assert "local rank 0" in str(e.value) and f"pid {p.pid}" in str(e.value), str(e.value)
+        with pytest.raises(ringd.InvalidArgument):
+            ringd.Session(**dict(opts, local_rank=2))
+        assert q.get(timeout=10) == "timeout"
+    finally:
+        p.join(10)

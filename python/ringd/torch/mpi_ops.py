@@ -12,6 +12,7 @@ calls of each kind in the same order (as in Horovod, whose counter is the handle
 Named ops may be submitted in any order on different ranks.
 """
 import collections
+import os
 import time
 import warnings
 
@@ -73,7 +74,11 @@ _in_flight = set()  # full names of this rank's outstanding ops
 def init(comm=None, process_sets=None, **session_options):
     """Opens this process's session with the node's ringd (RINGD_SOCKET, RINGD_JOB,
     RINGD_WORLD_SIZE, RINGD_LOCAL_SIZE, ..., or ringd.Session's keyword arguments). Returns
-    once the job's ranks have joined. A second init() while initialized does nothing."""
+    once the job's ranks have joined. A second init() while initialized does nothing.
+
+    A launcher's LOCAL_RANK (torchrun, and most that set LOCAL_RANK) is the local rank asked for
+    when neither local_rank= nor RINGD_LOCAL_RANK says otherwise, so that local_rank() is the one
+    the launcher gave (and a GPU pinned by it stays pinned)."""
     global _session
     if comm is not None:
         raise ValueError("ringd.torch.init(comm=...): there is no MPI communicator; ranks come "
@@ -83,6 +88,10 @@ def init(comm=None, process_sets=None, **session_options):
     if _session is not None:
         return
     _reset()
+    launcher = os.environ.get("LOCAL_RANK")
+    if ("local_rank" not in session_options and not os.environ.get("RINGD_LOCAL_RANK")
+            and launcher is not None and launcher.isdigit()):
+        session_options["local_rank"] = int(launcher)
     _session = ringd.Session(**session_options)
 
 
