@@ -1028,8 +1028,11 @@ static void apply_view(rd_world *w)
             carry_check(w);
             return;
         }
+        resync_state before = w->resync;
         teardown(w, why, TD_FAIL, W_WAITING);
-        resync_set(w, RS_EXPLAINED, NULL);
+        /* The view names what changed: a better reason than a broken link's, not than one a
+         * node gave (RS_EXPLAINED already). */
+        resync_set(w, RS_EXPLAINED, before == RS_EXPLAINED ? NULL : why);
     } else if (w->state == W_CONNECTING) {
         /* Not up yet, so no node could say Bye to it: whatever changed, clients re-synchronise
          * (the message names the changes since the last ring that was up). */
