@@ -508,6 +508,15 @@ Test(faults, the_same_name_twice_in_flight_from_one_client_is_refused)
     cr_expect_eq(first->complete->request_id, 1);
     cr_expect_eq(first->complete->status, (uint32_t)RINGD_OK);
     rd_frame_free(first);
+    /* b's second "dup" is the op a refused: it fails at once, naming a's refusal, instead of
+     * waiting for a rank that will never submit it. */
+    s.request_id = 4;
+    c = submit_raw(&b, &s);
+    cr_expect_eq(c->request_id, 4);
+    cr_expect_eq(c->status, (uint32_t)RINGD_E_INVALID, "%s", c->message);
+    cr_expect(strstr(c->message, "rank 0") != NULL && strstr(c->message, "already submitted") != NULL,
+              "%s", c->message);
+    ringd__complete__free_unpacked(c, NULL);
     raw_leave(&a);
     raw_leave(&b);
     th_daemon_finish(&daemon_);

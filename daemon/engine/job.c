@@ -776,12 +776,10 @@ static void op_refuse(rd_job *j, rd_client *s, uint32_t rank, uint64_t request_i
 {
     char msg[768];
     int dup;
+    /* The refused submission is this rank's part of the next op of that name (an earlier one
+     * it is in goes on): that op fails for every rank, so none waits for this one. */
     rd_op *o = op_find(j, name, rank, &dup);
     rd_log(RD_LOG_INFO, "job", "job '%s' local rank %u: %s", j->name, rank, why);
-    if (dup) { /* the earlier op of that name goes on */
-        answer(j, s, request_id, rc, why);
-        return;
-    }
     if (o != NULL && op_failed(o->state)) { /* failed already: this rank hears its own why */
         tombstone_visit(o, s, rank, request_id, rc, why);
         return;
@@ -860,11 +858,13 @@ void rd_job_submit(rd_client *s, const rd_submit *m)
 
     int dup;
     rd_op *o = op_find(j, m->name, rank, &dup);
-    if (dup) {
+    if (dup) { /* refused here, and failed for the other ranks too (op_refuse) */
         snprintf(err, sizeof(err),
-                 "tensor '%s' is already submitted by local rank %u and not yet complete", m->name,
-                 rank);
-        answer(j, s, m->request_id, RINGD_E_INVALID, err);
+                 "tensor '%s' is already submitted by local rank %u and not yet complete: one "
+                 "collective of a name at a time per rank",
+                 m->name, rank);
+        rd_op_params p = params_of(m);
+        op_refuse(j, s, rank, m->request_id, m->name, &p, RINGD_E_INVALID, err);
         return;
     }
     if (o != NULL && op_failed(o->state)) {
