@@ -230,3 +230,29 @@ def r_shutdown():
 
 def test_calls_after_shutdown_raise(cluster):
     assert cluster.run(r_shutdown) == [True] * cluster.world
+
+
+def r_unpicklable_and_unnamed():
+    """An object root cannot pickle raises on every rank (none waits for its size); unnamed
+    allreduces between backward and step do not collide with DistributedOptimizer's gradient
+    names."""
+    hvd = ranks.hvd()
+    try:
+        hvd.broadcast_object((lambda: 1) if hvd.rank() == 0 else None, root_rank=0)
+        raise AssertionError("an unpicklable object was broadcast")
+    except TypeError as e:
+        assert "pickle" in str(e), str(e)
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 1))
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1))
+    for _ in range(2):
+        opt.zero_grad()
+        loss = model(torch.ones(2, 3)).sum()
+        loss.backward()
+        hvd.allreduce(loss.detach())  # the k-th unnamed allreduce, k < 4 parameters
+        opt.step()
+    return float(sum(p.sum() for p in model.parameters()))
+
+
+def test_unpicklable_objects_and_unnamed_ops_beside_the_optimizer(cluster):
+    got = cluster.run(r_unpicklable_and_unnamed)
+    assert len(set(got)) == 1, got

@@ -48,12 +48,21 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
     _check_process_set(process_set)
     base = _object_name("broadcast_object", name)
     if rank() == root_rank:
-        payload = torch.frombuffer(bytearray(pickle.dumps(obj)), dtype=torch.uint8)
+        try:
+            data = pickle.dumps(obj)
+        except Exception as e:  # every rank hears it (size -1) instead of waiting for the size
+            broadcast_(torch.tensor([-1], dtype=torch.int64), root_rank, base + ".sz")
+            raise TypeError(f"broadcast_object '{base}': rank {root_rank} cannot pickle "
+                            f"{type(obj).__name__}: {e}") from e
+        payload = torch.frombuffer(bytearray(data), dtype=torch.uint8)
         size = torch.tensor([payload.numel()], dtype=torch.int64)
         broadcast_(size, root_rank, base + ".sz")
     else:
         size = torch.zeros(1, dtype=torch.int64)
         broadcast_(size, root_rank, base + ".sz")
+        if int(size.item()) < 0:
+            raise TypeError(f"broadcast_object '{base}': rank {root_rank} could not pickle "
+                            "its object (it raised the reason)")
         payload = torch.empty(int(size.item()), dtype=torch.uint8)
     broadcast_(payload, root_rank, base + ".t")
     if rank() == root_rank:

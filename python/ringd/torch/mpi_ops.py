@@ -449,6 +449,8 @@ def _grouped_allreduce_async(tensors, outputs, name, op, prescale_factor, postsc
     s = _require()
     if op == Adasum:
         raise NotImplementedError("Adasum is not supported by ringd; use Average or Sum")
+    if op not in _RINGD_OPS:
+        raise ValueError(f"unknown reduction op {op!r}: use Average, Sum, Min, Max or Product")
     base = _op_name("grouped_allreduce", name)
     _claim(base)
     works = []

@@ -38,7 +38,10 @@ class _DistributedOptimizer:
                 raise ValueError("named_parameters should be a sequence of tuples (name, "
                                  "parameter), usually produced by model.named_parameters().")
         else:
-            named_parameters = [(f"noname.{i}", p) for i, p in enumerate(all_params)]
+            # Not "noname.{i}": unnamed allreduces are "allreduce.noname.{k}" (mpi_ops), and a
+            # script's k-th one would collide with gradient k's.
+            named_parameters = [(f"DistributedOptimizer.noname.{i}", p)
+                                for i, p in enumerate(all_params)]
         names = [n for n, _ in named_parameters]
         dups = sorted({n for n in names if names.count(n) > 1})
         if dups:
