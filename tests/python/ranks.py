@@ -8,7 +8,8 @@ and then runs the functions the test sends it, one at a time, replying ("ok", ra
 check their own results against a numpy/torch reference, raising AssertionError when wrong.
 
 Helpers for those functions: session() (the core Session), hvd() (ringd.torch, initialised on
-first use in its own job), gloo() (a torch.distributed Gloo group of the same ranks), cfg().
+first use in its own job; hvd_shutdown(), hvd_restart()), gloo() (a torch.distributed Gloo
+group of the same ranks), cfg().
 """
 import datetime
 import os
@@ -44,13 +45,19 @@ def hvd():
     return ringd.torch
 
 
-def hvd_restart():
-    """Shuts ringd.torch down if it runs and initialises it in a new job (every rank must call
-    it at the same time)."""
+def hvd_shutdown():
+    """Shuts ringd.torch down if it runs; the next hvd() opens it in a new job (every rank must
+    call it at the same time)."""
     global _hvd_generation
     if ringd.torch.is_initialized():
         ringd.torch.shutdown()
     _hvd_generation += 1
+
+
+def hvd_restart():
+    """Shuts ringd.torch down if it runs and initialises it in a new job (every rank must call
+    it at the same time)."""
+    hvd_shutdown()
     return hvd()
 
 

@@ -201,6 +201,7 @@ def r_local_rank_asked():
     reverse of its core session's), through Session(local_rank=) on even local ranks and
     ringd.torch's reading of a launcher's LOCAL_RANK on odd ones; each gets what it asked."""
     c, core = ranks.cfg(), ranks.session()
+    ranks.hvd_shutdown()  # ringd.torch opens its session in this test's job below
     want = c["local"] - 1 - core.local_rank
     job = f"{c['tag']}.lr"
     if core.local_rank % 2 == 0:
