@@ -19,7 +19,7 @@ import threading
 import weakref
 
 from . import _lib
-from .errors import Closed, InvalidArgument, OutOfMemory, Result, error_for
+from .errors import Closed, InvalidArgument, MembershipChanged, OutOfMemory, Result, error_for
 
 
 class DType(enum.IntEnum):
@@ -178,6 +178,7 @@ class _State:
         self.to_free = []  # arena addresses whose buffers died while the lock was taken
         self.tombstones = {}  # (start, end) of an anonymous mapping -> live buffer addresses
         self.closed_why = "the session is closed"
+        self.expected = None  # the generation collectives must be submitted in (None: any)
 
     def require_open(self):
         if self.ptr is None:
@@ -460,6 +461,27 @@ class Session:
         """The job's membership generation: it grows whenever ranks join or leave."""
         return self._get(_lib.lib().ringd_generation)
 
+    def expect_generation(self, generation):
+        """From now on, a collective submitted while the session's generation is not
+        generation raises MembershipChanged on this rank instead of reaching the daemon (None:
+        no check, the default). Elastic training sets it to the generation its state was
+        synchronised in: a rank that has heard of a new membership must not submit the next
+        op of the old step, which the other ranks (restoring and re-synchronising under names
+        of the new generation) would never match. The generation changes only with the
+        answers of collectives, so the check is exact, not a race."""
+        if generation is not None and (not isinstance(generation, int)
+                                       or isinstance(generation, bool) or generation < 0):
+            raise TypeError(f"expect_generation({generation!r}): a generation is an int >= 0, "
+                            "or None")
+        with self._st.lock:
+            self._st.require_open()
+            self._st.expected = generation
+
+    @property
+    def expected_generation(self):
+        """What expect_generation() set (None: collectives go out in any generation)."""
+        return self._st.expected
+
     # ---- the arena ----
 
     def alloc(self, nbytes):
@@ -536,6 +558,18 @@ class Session:
         with st.lock:
             ptr = st.require_open()
             st.reap()
+            if st.expected is not None:
+                lib = _lib.lib()
+                gen = lib.ringd_generation(ptr)
+                if gen != st.expected:
+                    # The other ranks, restoring and re-synchronising, will not submit it.
+                    raise MembershipChanged(
+                        Result.MEMBERSHIP,
+                        f"{_describe_name(name)} was not submitted: the job moved from "
+                        f"generation {st.expected} to {gen} (this process is now rank "
+                        f"{lib.ringd_rank(ptr)} of {lib.ringd_size(ptr)}); restore the state "
+                        "and synchronise it from one rank first (ringd.torch.elastic.run "
+                        "does), then expect_generation() the new generation")
             if name is not None and name in st.names:
                 # The daemon would refuse it on this rank only, and the other ranks' second
                 # submissions of the name would then wait for it in vain.

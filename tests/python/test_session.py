@@ -190,6 +190,29 @@ def test_handles_of_a_closed_session_raise_closed(one_node):
     assert one_node.run(r_close_with_pending) == [[2.0], [2.0]]
 
 
+def r_expecting_another_generation():
+    """A session told to expect another generation submits nothing, on every rank alike."""
+    s = ranks.session()
+    gen = s.generation
+    s.expect_generation(gen + 1)
+    try:
+        s.allreduce("not.sent", np.ones(3))
+        raise AssertionError("an op went out in a generation the session did not expect")
+    except ringd.MembershipChanged as e:
+        assert "tensor 'not.sent' was not submitted" in e.message, e.message
+        assert f"from generation {gen + 1} to {gen}" in e.message, e.message
+    finally:
+        s.expect_generation(None)
+    with pytest.raises(TypeError, match="generation"):
+        s.expect_generation(-1)
+    return s.allreduce("sent", np.ones(3)).tolist()
+
+
+def test_a_session_expecting_another_generation_submits_nothing(cluster):
+    assert cluster.run(r_expecting_another_generation) == [[float(cluster.world)] * 3] * \
+        cluster.world
+
+
 def test_library_lookup_reports_what_it_loaded():
     assert os.path.samefile(ringd.library_path(), os.environ["RINGD_LIBRARY"])
     major, minor, _ = ringd.library_version().split(".")
