@@ -9,7 +9,7 @@ RINGD_DEB_PACKAGES=(
   libcriterion-dev redis-server
   openmpi-bin libopenmpi-dev
   python3 libsodium-dev iproute2 nftables
-  python3-numpy python3-pytest python3-torch
+  python3-numpy python3-pytest python3-torch python3-torchvision
   clang libclang-rt-14-dev
 )
 

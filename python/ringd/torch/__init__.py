@@ -36,3 +36,5 @@ from .mpi_ops import (Adasum, Average, HorovodInternalError, Max, Min, NotInitia
                       poll, rank, rocm_built, session, shutdown, size, synchronize)
 from .optimizer import DistributedOptimizer
 from .sync_batch_norm import SyncBatchNorm
+
+from . import elastic  # hvd.elastic.TorchState, hvd.elastic.run

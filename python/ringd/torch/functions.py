@@ -110,11 +110,19 @@ def broadcast_optimizer_state(optimizer, root_rank, model=None):
     buffers, Adam's moments and step) in place by broadcast, everything else (param group
     options such as lr, non-tensor state) as one pickled object. An optimizer without state yet
     gets it first (see _initialize_state), on every rank, so all have the same structure."""
+    _broadcast_optimizer_state(optimizer, root_rank, "", False)
+
+
+def _broadcast_optimizer_state(optimizer, root_rank, prefix, options_of_stateless):
+    """broadcast_optimizer_state with every op's name starting with prefix (elastic state
+    puts the generation there); with options_of_stateless, a stateless optimizer's options
+    (lr, ...) are broadcast too, where Horovod sends nothing (elastic ranks whose reset
+    callbacks rescaled lr must not keep a newcomer's)."""
     if isinstance(optimizer, torch.optim.LBFGS):
         raise ValueError("cannot broadcast torch.optim.LBFGS state")
     if not optimizer.state:
         _initialize_state(optimizer)
-    if not optimizer.state:
+    if not optimizer.state and not options_of_stateless:
         return  # stateless (plain SGD): as in Horovod, nothing is sent, options neither
     # Parameters are numbered across groups in order, as Optimizer.state_dict() numbers them.
     params = [p for group in optimizer.param_groups for p in group["params"]]
@@ -126,11 +134,12 @@ def broadcast_optimizer_state(optimizer, root_rank, model=None):
     for pid, p in enumerate(params):
         for key, value in (optimizer.state[p].items() if p in optimizer.state else ()):
             if torch.is_tensor(value):
-                tensors.append((f"optimizer.state.{pid}.{key}", value))
+                tensors.append((f"{prefix}optimizer.state.{pid}.{key}", value))
             else:
                 scalars[("state", pid, key)] = value
     broadcast_parameters(tensors, root_rank)
-    scalars = broadcast_object(scalars, root_rank, name="broadcast_optimizer_state.scalars")
+    scalars = broadcast_object(scalars, root_rank,
+                               name=f"{prefix}broadcast_optimizer_state.scalars")
     for (where, index, key), value in scalars.items():
         if where == "group":
             optimizer.param_groups[index][key] = value

@@ -373,6 +373,31 @@ def synchronize(handle):
     return work.wait()
 
 
+def _settle_outstanding(timeout):
+    """Waits for every outstanding handle, dropping its result or error, and releases it: after
+    a membership change, before state is restored (an op still writing into a tensor would undo
+    the restore) and before a retry reuses the names. Every op of an older generation ends at a
+    new one (fails, or finishes moving data), so this does not wait long; past timeout seconds
+    it raises ringd.Timeout naming what is left."""
+    end = time.monotonic() + timeout
+    while _handles:
+        for h in list(_handles):
+            if _handles[h][0].poll():
+                try:
+                    synchronize(h)
+                except ringd.Error:
+                    pass
+        if not _handles:
+            break
+        if time.monotonic() >= end:
+            names = sorted(name for _, name in _handles.values())
+            raise ringd.Timeout(Result.TIMEOUT,
+                                f"{len(names)} ops still outstanding {timeout:g} s after a "
+                                f"membership change: {', '.join(names[:8])}: is the daemon "
+                                "stuck? (ringctl status shows its ops)")
+        time.sleep(0.001)
+
+
 # ---- allreduce ----
 
 def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor):

@@ -14,7 +14,7 @@ import warnings
 import torch
 
 from .compression import Compression
-from .mpi_ops import Adasum, Average, allreduce_async_, global_process_set, size, synchronize
+from .mpi_ops import Adasum, Average, allreduce_async_, global_process_set, synchronize
 
 
 class _DistributedOptimizer:
@@ -61,8 +61,10 @@ class _DistributedOptimizer:
         self._requires_update = set()
         self._synchronized = False
         self._should_synchronize = True
-        if size() > 1:
-            self._register_hooks()
+        # Horovod skips the hooks on one rank unless the job is elastic; a ringd job may grow
+        # past its size at any time (nodes join a running job), so a rank alone allreduces
+        # too: through its own daemon, cheaply, and ready for the ranks that join.
+        self._register_hooks()
 
     def _register_hooks(self):
         for group in self.param_groups:
