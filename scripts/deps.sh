@@ -41,8 +41,9 @@ ringd_install_deps() {
   [ ${#need[@]} -eq 0 ] || ringd_apt_install "${need[@]}"
 }
 
-# Extra packages of bench/net-peers.sh only: iperf3 (the wire's ceiling) and PyTorch (its Gloo).
-RINGD_BENCH_DEB_PACKAGES=(iperf3 python3-torch)
+# Extra packages of bench/net-peers.sh and bench/torch-peers.sh: iperf3 (the wire's ceiling),
+# PyTorch (Gloo, DDP) and torchvision (ResNet-18).
+RINGD_BENCH_DEB_PACKAGES=(iperf3 python3-torch python3-torchvision)
 
 ringd_install_bench_deps() {
   ringd_apt_install "${RINGD_BENCH_DEB_PACKAGES[@]}"

@@ -1,0 +1,269 @@
+#!/usr/bin/env bash
+# torch-peers.sh: ResNet-18 on 2 ranks, ringd (2 daemons) vs DDP on Gloo: images/s, comm wait.
+#
+# Usage: bench/torch-peers.sh [BUILD_DIR]   (default: build-rel, set up as a release build of
+#                                            ringd when missing: never time an ASan build)
+# Knobs: RUNS=3 STEPS=30 WARMUP=5 BATCH=32 BENCH_TIMEOUT=600
+# Each run trains torchvision's ResNet-18 (synthetic 32x32 images, batch BATCH per rank, SGD) for
+# WARMUP + STEPS steps with each peer in turn, 2 ranks of one torch thread each (bench/torch-
+# train.py): ringd.torch's DistributedOptimizer across two ringd daemons that rendezvous through a
+# private redis-server, one rank per daemon; torch DistributedDataParallel on Gloo over loopback
+# TCP; and the same training without any communication (the compute-only reference). The
+# daemons run only while ringd is measured. Prints every run, then the medians over the runs and
+# the targets: ringd's images/s >= 1.0x DDP's, its communication wait <= 0.5x DDP's.
+# Exits non-zero when a run fails (a crash, a bad exit status, ranks whose parameters differ);
+# a missed target is reported, not a failure.
+set -euo pipefail
+
+BUILD=${1:-build-rel}
+RUNS=${RUNS:-3}
+STEPS=${STEPS:-30}
+WARMUP=${WARMUP:-5}
+BATCH=${BATCH:-32}
+BENCH_TIMEOUT=${BENCH_TIMEOUT:-600}
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$HERE/.." && pwd)
+TRAIN="$HERE/torch-train.py"
+PYTHON=/usr/bin/python3
+
+# die MSG...: print to stderr and exit 2 (the EXIT trap still cleans up).
+die() {
+    echo "torch-peers.sh: $*" >&2
+    exit 2
+}
+
+# shellcheck source=../scripts/deps.sh
+source "$ROOT/scripts/deps.sh"
+ringd_install_deps || die "installing the build's packages failed"
+ringd_install_bench_deps || die "installing python3-torch and python3-torchvision failed"
+
+if [[ ! -d $BUILD ]]; then
+    echo "# torch-peers.sh: setting up $BUILD as a release build" >&2
+    meson setup "$BUILD" --buildtype=release -Dtests=false -Dfuzz=disabled >/dev/null ||
+        die "meson setup $BUILD failed"
+fi
+ninja -C "$BUILD" >/dev/null || die "ninja -C $BUILD failed"
+# build_option NAME: the value of meson option NAME in $BUILD.
+build_option() {
+    meson introspect --buildoptions "$BUILD" | "$PYTHON" -c \
+        'import json, sys; print({o["name"]: o["value"] for o in json.load(sys.stdin)}[sys.argv[1]])' "$1"
+}
+buildtype=$(build_option buildtype)
+sanitize=$(build_option b_sanitize)
+if [[ $buildtype != release || $sanitize != none ]]; then
+    echo "torch-peers.sh: WARNING: $BUILD is buildtype=$buildtype, b_sanitize=$sanitize:" \
+        "its figures are not ringd's (use a release build)" >&2
+fi
+
+RINGD="$BUILD/daemon/ringd"
+RINGCTL="$BUILD/client/ringctl"
+LIBRINGD="$BUILD/client/libringd.so"
+for f in "$RINGD" "$RINGCTL"; do
+    [[ -x $f ]] || die "$f: not found or not executable"
+done
+[[ -e $LIBRINGD ]] || die "$LIBRINGD: not found"
+for c in redis-server redis-cli timeout; do
+    command -v "$c" >/dev/null || die "$c: not found in PATH (scripts/deps.sh installs it)"
+done
+"$PYTHON" -c 'import torchvision, torch.distributed as d; assert d.is_gloo_available()' \
+    2>/dev/null || die "$PYTHON: cannot import torchvision and torch with Gloo"
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/ringd-torch-peers.XXXXXX")
+pids=() # background processes of ours still to stop: redis-server, ringd a and b
+
+# stop_all: terminate every background process we started (if running) and reap it.
+stop_all() {
+    local p
+    for p in "${pids[@]}"; do
+        kill "$p" 2>/dev/null || true
+    done
+    for p in "${pids[@]}"; do
+        wait "$p" 2>/dev/null || true
+    done
+    pids=()
+}
+
+# cleanup: EXIT trap; runs on success, failure and interruption alike.
+cleanup() {
+    stop_all
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# free_port: print a TCP port on 127.0.0.1 that was free a moment ago.
+free_port() {
+    "$PYTHON" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# wait_for PID WHAT CMD...: poll CMD every 50 ms (at most 10 s) until it succeeds. Returns
+# non-zero, saying why, if process PID died first or CMD never succeeded.
+wait_for() {
+    local pid=$1 what=$2 i
+    shift 2
+    for ((i = 0; i < 200; i++)); do
+        if "$@" >/dev/null 2>&1; then
+            return 0
+        fi
+        if ! kill -0 "$pid" 2>/dev/null; then
+            echo "torch-peers.sh: $what exited during start-up" >&2
+            return 1
+        fi
+        sleep 0.05
+    done
+    echo "torch-peers.sh: $what did not come up within 10 s" >&2
+    return 1
+}
+
+# start_ring: redis-server on a free port and daemons a and b joined through it, sharing a fresh
+# key. Returns non-zero if any of them died or never answered.
+start_ring() {
+    local port node
+    port=$(free_port)
+    redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no \
+        --dir "$tmp" --logfile "$tmp/redis.log" &
+    pids+=($!)
+    wait_for "$!" "redis-server" redis-cli -h 127.0.0.1 -p "$port" ping || return 1
+    (umask 077 && head -c 32 /dev/urandom | base64 >"$tmp/ring.key")
+    for node in a b; do
+        "$RINGD" --socket "$tmp/$node.sock" --redis "redis://127.0.0.1:$port" \
+            --listen 127.0.0.1:0 --node "$node" --key-file "$tmp/ring.key" --log-level warn \
+            2>>"$tmp/ringd-$node.log" &
+        pids+=($!)
+        wait_for "$!" "ringd $node" "$RINGCTL" --socket "$tmp/$node.sock" status || return 1
+    done
+}
+
+TRAIN_ARGS=(--steps "$STEPS" --warmup "$WARMUP" --batch "$BATCH")
+
+# two_ranks OUT CMD0... -- CMD1...: runs both ranks at once; rank 0's output to OUT (stderr
+# too), rank 1's stderr to OUT.1. Returns the worse exit status.
+two_ranks() {
+    local out=$1 rc0=0 rc1=0 pid1 i
+    shift
+    local cmd0=() cmd1=()
+    for ((i = 1; i <= $#; i++)); do
+        [[ ${!i} == -- ]] && break
+        cmd0+=("${!i}")
+    done
+    cmd1=("${@:i+1}")
+    timeout "$BENCH_TIMEOUT" "${cmd1[@]}" >/dev/null 2>"$out.1" &
+    pid1=$!
+    timeout "$BENCH_TIMEOUT" "${cmd0[@]}" >"$out" 2>&1 || rc0=$?
+    wait "$pid1" || rc1=$?
+    if ((rc1 != 0)); then
+        echo "torch-peers.sh: rank 1 exit status $rc1: $(tail -c 2000 "$out.1")" >&2
+    fi
+    return $((rc0 > rc1 ? rc0 : rc1))
+}
+
+# run_peer NAME RUN: one measurement of NAME (ringd, ddp, none); its RESULT line is appended to
+# $tmp/results. Records NAME as failed on a bad exit status or a missing RESULT line.
+failed=()
+run_peer() {
+    local name=$1 run=$2 out="$tmp/$1.$2.txt" rc=0 job port
+    case $name in
+    ringd)
+        if ! start_ring; then
+            failed+=("ringd (run $run: the daemons did not start)")
+            stop_all
+            return
+        fi
+        job="torch-peers.$$.$run"
+        two_ranks "$out" \
+            env RINGD_SOCKET="$tmp/a.sock" RINGD_JOB="$job" RINGD_WORLD_SIZE=2 \
+            PYTHONPATH="$ROOT/python" RINGD_LIBRARY="$LIBRINGD" \
+            "$PYTHON" "$TRAIN" --peer ringd "${TRAIN_ARGS[@]}" -- \
+            env RINGD_SOCKET="$tmp/b.sock" RINGD_JOB="$job" RINGD_WORLD_SIZE=2 \
+            PYTHONPATH="$ROOT/python" RINGD_LIBRARY="$LIBRINGD" \
+            "$PYTHON" "$TRAIN" --peer ringd "${TRAIN_ARGS[@]}" || rc=$?
+        stop_all
+        ;;
+    ddp)
+        port=$(free_port)
+        two_ranks "$out" \
+            "$PYTHON" "$TRAIN" --peer ddp --rank 0 --world 2 --init "tcp://127.0.0.1:$port" \
+            "${TRAIN_ARGS[@]}" -- \
+            "$PYTHON" "$TRAIN" --peer ddp --rank 1 --world 2 --init "tcp://127.0.0.1:$port" \
+            "${TRAIN_ARGS[@]}" || rc=$?
+        ;;
+    none)
+        two_ranks "$out" \
+            "$PYTHON" "$TRAIN" --peer none --rank 0 --world 2 "${TRAIN_ARGS[@]}" -- \
+            "$PYTHON" "$TRAIN" --peer none --rank 1 --world 2 "${TRAIN_ARGS[@]}" || rc=$?
+        ;;
+    esac
+    if ((rc != 0)) || ! grep -q '^RESULT ' "$out"; then
+        echo "torch-peers.sh: $name run $run FAILED (exit status $rc):" >&2
+        tail -c 3000 "$out" >&2
+        failed+=("$name (run $run)")
+        return
+    fi
+    grep '^RESULT ' "$out" | sed "s/^RESULT /RESULT run=$run /" | tee -a "$tmp/results"
+}
+
+echo "# torch-peers.sh: ResNet-18 (torchvision, 11.7 M parameters), synthetic 32x32 images," \
+    "batch $BATCH per rank, 2 ranks x 1 torch thread, $WARMUP warm-up + $STEPS timed steps," \
+    "$RUNS runs; ringd build $BUILD ($buildtype)"
+echo "# $(nproc) cores: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"
+for ((run = 1; run <= RUNS; run++)); do
+    echo
+    echo "== run $run of $RUNS =="
+    run_peer ringd "$run"
+    run_peer ddp "$run"
+    run_peer none "$run"
+done
+
+echo
+echo "== medians over $RUNS runs (img/s: both ranks, by the slower; times: ms per step, mean of the ranks) =="
+"$PYTHON" - "$tmp/results" <<'EOF'
+import statistics
+import sys
+
+rows = {}
+for line in open(sys.argv[1]):
+    fields = dict(kv.split("=", 1) for kv in line.split()[1:])
+    rows.setdefault(fields["peer"], []).append({k: float(v) for k, v in fields.items()
+                                                if k not in ("peer",)})
+cols = ["img_per_s", "step_ms", "fwd_ms", "bwd_ms", "wait_ms"]
+names = {"ringd": "ringd (DistributedOptimizer)", "ddp": "DDP on Gloo", "none": "no communication"}
+# over_ms: the step's time beyond the compute-only reference's, all that communication costs
+# (waits, copies and hooks inside backward, the daemons' or Gloo's threads taking CPU).
+print(f"| {'peer':30} | runs | {' | '.join(f'{c:>9}' for c in cols)} |   over_ms |")
+print(f"| {'-' * 30} | ---: | {' | '.join('-' * 8 + ':' for _ in cols)} | --------: |")
+med = {}
+for peer in ("ringd", "ddp", "none"):
+    if peer not in rows:
+        continue
+    med[peer] = {c: statistics.median(r[c] for r in rows[peer]) for c in cols}
+for peer in med:
+    over = (f"{med[peer]['step_ms'] - med['none']['step_ms']:9.2f}" if "none" in med
+            else f"{'n/a':>9}")
+    print(f"| {names[peer]:30} | {len(rows[peer]):4} | "
+          + " | ".join(f"{med[peer][c]:9.2f}" for c in cols) + f" | {over} |")
+print()
+if "ringd" in med and "ddp" in med:
+    r, d = med["ringd"], med["ddp"]
+    ratio = r["img_per_s"] / d["img_per_s"]
+    print(f"images/s: ringd {r['img_per_s']:.2f} vs DDP-Gloo {d['img_per_s']:.2f} -> ratio "
+          f"{ratio:.3f} (target >= 1.00): {'met' if ratio >= 1.0 else 'NOT met'}")
+    if d["wait_ms"] > 0:
+        w = r["wait_ms"] / d["wait_ms"]
+        print(f"communication wait: ringd {r['wait_ms']:.2f} ms vs DDP-Gloo {d['wait_ms']:.2f} ms "
+              f"per step -> ratio {w:.3f} (target <= 0.50): {'met' if w <= 0.5 else 'NOT met'}")
+    else:
+        print("communication wait: DDP-Gloo's is 0 -> target (<= 0.50) not evaluated")
+    per_run = [(a["img_per_s"] / b["img_per_s"], a["wait_ms"] / b["wait_ms"])
+               for a, b in zip(rows["ringd"], rows["ddp"]) if b["wait_ms"] > 0]
+    if per_run:
+        print("per run (ringd/DDP images/s, wait): "
+              + ", ".join(f"{i:.3f} {w:.3f}" for i, w in per_run))
+else:
+    print("ringd or DDP has no result: targets not evaluated")
+EOF
+
+if ((${#failed[@]})); then
+    echo "torch-peers.sh: failed: ${failed[*]}" >&2
+    exit 1
+fi
