@@ -1,5 +1,6 @@
 # ringd.torch's collectives (Horovod's names and semantics) against torch references, and misuse.
 """Each rank computes every rank's input from shared seeds and checks its own results."""
+import time
 import warnings
 
 import pytest
@@ -256,3 +257,131 @@ def r_unpicklable_and_unnamed():
 def test_unpicklable_objects_and_unnamed_ops_beside_the_optimizer(cluster):
     got = cluster.run(r_unpicklable_and_unnamed)
     assert len(set(got)) == 1, got
+
+
+def r_crossed_waits():
+    """Ranks waiting for async allgathers (and an allreduce) in opposite orders: each rank
+    starts an allgather's data phase while it waits for something else, so nobody deadlocks."""
+    hvd = ranks.hvd()
+    r, n = hvd.rank(), hvd.size()
+    a = hvd.allgather_async(torch.full((r + 1, 2), float(r)), name="crossed.a")
+    b = hvd.allgather_async(torch.full((n - r,), r, dtype=torch.int32), name="crossed.b")
+    c = hvd.allreduce_async(torch.ones(3), op=hvd.Sum, name="crossed.c")
+    order = [a, b, c] if r % 2 == 0 else [c, b, a]
+    got = {h: hvd.synchronize(h) for h in order}
+    assert torch.equal(got[a], torch.cat([torch.full((q + 1, 2), float(q)) for q in range(n)]))
+    assert got[b].tolist() == [q for q in range(n) for _ in range(n - q)], got[b]
+    assert got[c].tolist() == [float(n)] * 3
+    # an allgather created after a blocking op on one rank and before it on the others
+    if r == 0:
+        hvd.allreduce(torch.ones(1), name="crossed.first")
+        d = hvd.allgather_async(torch.full((2,), r), name="crossed.d")
+    else:
+        d = hvd.allgather_async(torch.full((2,), r), name="crossed.d")
+        hvd.allreduce(torch.ones(1), name="crossed.first")
+    return hvd.synchronize(d).tolist()
+
+
+def test_async_allgathers_waited_in_opposite_orders(cluster):
+    got = cluster.run(r_crossed_waits, timeout=60)
+    assert got == [[q for q in range(cluster.world) for _ in range(2)]] * cluster.world
+
+
+def r_empty_tensors():
+    """Empty tensors take part like any other: on every rank they finish; on one rank beside
+    full ones elsewhere, every rank gets Mismatch (none waits for the empty one)."""
+    hvd = ranks.hvd()
+    r = hvd.rank()
+    assert hvd.allreduce(torch.zeros(0), name="empty.all").shape == (0,)
+    assert hvd.broadcast_(torch.zeros(0, 3), 0, name="empty.bc").shape == (0, 3)
+    for kind, call in (("allreduce", lambda t: hvd.allreduce(t, name="empty.one")),
+                       ("broadcast", lambda t: hvd.broadcast_(t, 0, name="empty.one")),
+                       ("grouped", lambda t: hvd.grouped_allreduce([torch.ones(2), t],
+                                                                   name="empty.group"))):
+        t = torch.zeros(0) if r == 0 else torch.ones(4)
+        try:
+            call(t)
+            raise AssertionError(f"{kind} of an empty tensor beside full ones returned")
+        except ringd.Mismatch as e:
+            if r == 0:
+                assert "empty tensor" in str(e), str(e)
+    return hvd.allreduce(torch.ones(1), op=hvd.Sum, name="empty.after").item()
+
+
+def test_empty_tensors_never_leave_a_rank_waiting(cluster):
+    assert cluster.run(r_empty_tensors, timeout=60) == [float(cluster.world)] * cluster.world
+
+
+def r_optimizer_state_from_root_only():
+    """broadcast_optimizer_state when only root holds state, shaped unlike the others' first
+    state: a checkpoint only root loaded, where a frozen layer never had a gradient."""
+    hvd = ranks.hvd()
+    r = hvd.rank()
+    torch.manual_seed(5)
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    if r == 0:  # "resumed": momentum for the first layer only (the second was frozen)
+        model[1].requires_grad_(False)
+        model(torch.ones(2, 3)).sum().backward()
+        opt.step()
+        model[1].requires_grad_(True)
+        opt.param_groups[0]["lr"] = 0.05
+    hvd.broadcast_optimizer_state(opt, root_rank=0)
+    layout = sorted((i, k, tuple(v.shape), float(v.double().sum()))
+                    for i, p in enumerate(model.parameters()) for k, v in opt.state[p].items()
+                    if torch.is_tensor(v))
+    assert [i for i, *_ in layout] == [0, 1], layout  # the first layer's weight and bias
+    assert opt.param_groups[0]["lr"] == 0.05
+    adam = torch.optim.Adam(model.parameters(), lr=1e-3 * (r + 1))
+    if r == 0:
+        model(torch.ones(2, 3)).sum().backward()
+        adam.step()
+    hvd.broadcast_optimizer_state(adam, root_rank=0)
+    state = [(k, float(v.double().sum())) for p in model.parameters()
+             for k, v in sorted(adam.state[p].items())]
+    return layout, state, adam.param_groups[0]["lr"]
+
+
+def test_optimizer_state_broadcast_from_root_only_state(cluster):
+    got = cluster.run(r_optimizer_state_from_root_only, timeout=60)
+    assert all(g == got[0] for g in got), got
+    assert got[0][2] == 1e-3
+
+
+def r_timeout_keeps_handle():
+    """A synchronize that times out (op_timeout_ms) leaves the handle pending: a second one
+    returns the result, and the name stays taken meanwhile."""
+    ranks.hvd_shutdown()
+    hvd = ringd.torch
+    hvd.init(job=f"{ranks.cfg()['tag']}.timeout", op_timeout_ms=200)
+    r = hvd.rank()
+    hvd.barrier()
+    if r != 0:
+        time.sleep(1.0)
+    h = hvd.allreduce_async(torch.ones(2), op=hvd.Sum, name="late")
+    timed_out = False
+    if r == 0:
+        try:
+            hvd.synchronize(h)
+        except ringd.Timeout:
+            timed_out = True
+        try:
+            hvd.allreduce_async(torch.ones(2), name="late")
+            raise AssertionError("the name of a pending op was taken again")
+        except ValueError as e:
+            assert "outstanding" in str(e)
+    got = None
+    for _ in range(20):
+        try:
+            got = hvd.synchronize(h)
+            break
+        except ringd.Timeout:
+            continue
+    hvd.shutdown()
+    return timed_out, got.tolist()
+
+
+def test_synchronize_after_a_timeout_keeps_the_handle(cluster):
+    got = cluster.run(r_timeout_keeps_handle, timeout=60)
+    n = float(cluster.world)
+    assert got[0] == (True, [n, n]) and all(g[1] == [n, n] for g in got), got

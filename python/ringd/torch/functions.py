@@ -109,24 +109,25 @@ def broadcast_optimizer_state(optimizer, root_rank, model=None):
     """Copies root_rank's optimizer state into every rank's optimizer: state tensors (momentum
     buffers, Adam's moments and step) in place by broadcast, everything else (param group
     options such as lr, non-tensor state) as one pickled object. An optimizer without state yet
-    gets it first (see _initialize_state), on every rank, so all have the same structure."""
+    gets it first (see _initialize_state). Root's state decides what every rank holds: a rank
+    whose state differs in structure (root resumed from a checkpoint only it loaded, a
+    parameter that never had a gradient somewhere) takes root's, tensors it lacks are created
+    and those root lacks dropped."""
     _broadcast_optimizer_state(optimizer, root_rank, "", False)
 
 
 def _broadcast_optimizer_state(optimizer, root_rank, prefix, options_of_stateless):
     """broadcast_optimizer_state with every op's name starting with prefix (elastic state
     puts the generation there); with options_of_stateless, a stateless optimizer's options
-    (lr, ...) are broadcast too, where Horovod sends nothing (elastic ranks whose reset
+    (lr, ...) are broadcast too, where Horovod leaves them (elastic ranks whose reset
     callbacks rescaled lr must not keep a newcomer's)."""
     if isinstance(optimizer, torch.optim.LBFGS):
         raise ValueError("cannot broadcast torch.optim.LBFGS state")
     if not optimizer.state:
         _initialize_state(optimizer)
-    if not optimizer.state and not options_of_stateless:
-        return  # stateless (plain SGD): as in Horovod, nothing is sent, options neither
     # Parameters are numbered across groups in order, as Optimizer.state_dict() numbers them.
     params = [p for group in optimizer.param_groups for p in group["params"]]
-    tensors, scalars = [], {}
+    scalars, specs = {}, []  # specs: (pid, key, dtype, shape) of each state tensor
     for gi, group in enumerate(optimizer.param_groups):
         for key, value in group.items():
             if key != "params":
@@ -134,13 +135,44 @@ def _broadcast_optimizer_state(optimizer, root_rank, prefix, options_of_stateles
     for pid, p in enumerate(params):
         for key, value in (optimizer.state[p].items() if p in optimizer.state else ()):
             if torch.is_tensor(value):
-                tensors.append((f"{prefix}optimizer.state.{pid}.{key}", value))
+                specs.append((pid, key, value.dtype, tuple(value.shape)))
             else:
                 scalars[("state", pid, key)] = value
+    # root's layout first, so that every rank broadcasts the same tensors under the same names
+    layout = broadcast_object({"params": len(params), "groups": len(optimizer.param_groups),
+                               "tensors": specs, "scalars": scalars}, root_rank,
+                              name=f"{prefix}broadcast_optimizer_state.layout")
+    fits = (layout["params"] == len(params)
+            and layout["groups"] == len(optimizer.param_groups))
+    agreed = mpi_ops.allreduce(torch.tensor([int(fits)], dtype=torch.int32), op=mpi_ops.Min,
+                               name=f"{prefix}broadcast_optimizer_state.fits")
+    if not int(agreed.item()):
+        raise ValueError(f"broadcast_optimizer_state: rank {root_rank}'s optimizer has "
+                         f"{layout['params']} parameters in {layout['groups']} groups, "
+                         f"{'this rank' if not fits else 'another rank'}'s has "
+                         f"{len(params) if not fits else 'a different number'}: every rank must "
+                         "wrap the same model's parameters")
+    if not layout["tensors"] and not any(k[0] == "state" for k in layout["scalars"]) \
+            and not options_of_stateless:
+        return  # stateless (plain SGD): as in Horovod, its options stay each rank's own
+    wanted = {(pid, key) for pid, key, _, _ in layout["tensors"]}
+    for pid, p in enumerate(params):
+        if p in optimizer.state:
+            state = optimizer.state[p]
+            for key in [k for k, v in state.items() if torch.is_tensor(v)
+                        and (pid, k) not in wanted]:
+                del state[key]
+    tensors = []
+    for pid, key, dtype, shape in layout["tensors"]:
+        state = optimizer.state[params[pid]]
+        have = state.get(key)
+        if not torch.is_tensor(have) or have.dtype != dtype or tuple(have.shape) != shape:
+            device = have.device if torch.is_tensor(have) else (
+                params[pid].device if shape == tuple(params[pid].shape) else "cpu")
+            state[key] = torch.zeros(shape, dtype=dtype, device=device)
+        tensors.append((f"{prefix}optimizer.state.{pid}.{key}", state[key]))
     broadcast_parameters(tensors, root_rank)
-    scalars = broadcast_object(scalars, root_rank,
-                               name=f"{prefix}broadcast_optimizer_state.scalars")
-    for (where, index, key), value in scalars.items():
+    for (where, index, key), value in layout["scalars"].items():
         if where == "group":
             optimizer.param_groups[index][key] = value
         else:

@@ -69,6 +69,7 @@ _handles = {}  # handle number -> _Work
 _next_handle = 0
 _noname = collections.Counter()  # kind -> unnamed ops of that kind so far
 _in_flight = set()  # full names of this rank's outstanding ops
+_unstarted = []  # _Allgathers whose data phase waits for their shapes, oldest first
 
 
 def init(comm=None, process_sets=None, **session_options):
@@ -108,6 +109,7 @@ def _reset():
     global _next_handle
     _handles.clear()
     _in_flight.clear()
+    _unstarted.clear()
     _noname.clear()
     _next_handle = 0
 
@@ -194,6 +196,30 @@ def _check_tensor(tensor, what):
     _as_buf(tensor, what, False)
 
 
+def _progress():
+    """Starts the data phase of every allgather whose shapes are in. Never blocks."""
+    for work in list(_unstarted):
+        if work.shapes.done():
+            work._start_data()
+
+
+def _wait(handle):
+    """handle.wait(), without blocking in libringd while an allgather of this rank still waits
+    for its shapes: another rank may be blocked on that allgather's data before it reaches the
+    op this rank waits for, so until the shapes are in, this polls and starts each data phase as
+    soon as it can (a deadlock otherwise: two ranks waiting for two allgathers in opposite
+    orders). Bounded like every op: the daemon fails an op its ranks never complete
+    (--stall-abort)."""
+    pause = 1e-5
+    while _unstarted and not handle.done():
+        _progress()
+        if handle.done():
+            break
+        time.sleep(pause)
+        pause = min(2 * pause, 1e-3)
+    return handle.wait()
+
+
 class _Work:
     """An outstanding op behind a handle: poll() never blocks, wait() returns the output."""
 
@@ -202,19 +228,6 @@ class _Work:
 
     def wait(self):
         raise NotImplementedError
-
-
-class _Done(_Work):
-    """An op with nothing to move (empty tensors): already finished."""
-
-    def __init__(self, output):
-        self.output = output
-
-    def poll(self):
-        return True
-
-    def wait(self):
-        return self.output
 
 
 class _Single(_Work):
@@ -228,8 +241,26 @@ class _Single(_Work):
         return self.handle.done()
 
     def wait(self):
-        self.handle.wait()
+        _wait(self.handle)
         return self.output
+
+
+class _Empty(_Single):
+    """An op on an empty tensor: it still goes to ringd, as one element of its dtype that
+    nothing reads, so that every rank takes part (an empty tensor everywhere finishes at once;
+    a rank whose tensor is not empty gets Mismatch instead of waiting for this one)."""
+
+    def wait(self):
+        try:
+            return super().wait()
+        except Mismatch as e:
+            raise Mismatch(e.code, f"{e.message} (an empty tensor travels as 1 element: the "
+                                   "ranks' tensors must all be empty or none)", e.hint) from None
+
+
+def _placeholder(tensor):
+    """The one element an empty tensor travels as (see _Empty)."""
+    return torch.zeros(1, dtype=tensor.dtype)
 
 
 class _Group(_Work):
@@ -278,11 +309,24 @@ class _Allgather(_Work):
         self.output = None
         self.failure = None
         self.dims = None  # every rank's first dimension, once known
+        _unstarted.append(self)
 
     def _start_data(self):
-        """Second phase, once the shapes are in; records a failure instead of raising it."""
+        """Second phase, once the shapes are in (waits for them); records a failure instead
+        of raising it."""
         try:
-            table = self.shapes.wait().view(-1, 1 + _SHAPE_SLOTS).tolist()
+            _unstarted.remove(self)
+        except ValueError:
+            return  # started already
+        try:
+            table = _wait(self.shapes).view(-1, 1 + _SHAPE_SLOTS).tolist()
+        except ringd.Timeout:
+            _unstarted.insert(0, self)  # still pending: waited for again
+            raise
+        except ringd.Error as e:
+            self.failure = e
+            return
+        try:
             shapes = [tuple(row[1:1 + row[0]]) for row in table]
             mine = tuple(self.tensor.shape)
             for r, shape in enumerate(shapes):
@@ -321,18 +365,19 @@ class _Allgather(_Work):
         return self.output
 
     def poll(self):
-        if self.dims is None and self.failure is None:
+        if self in _unstarted:
             if not self.shapes.done():
                 return False
             self._start_data()
         return self.failure is not None or self.data is None or self.data.done()
 
     def wait(self):
-        if self.dims is None and self.failure is None:
-            self._start_data()
+        self._start_data()
         if self.data is not None and self.failure is None:
             try:
-                self.data.wait()
+                _wait(self.data)
+            except ringd.Timeout:
+                raise  # still pending: waited for again
             except ringd.Error as e:
                 self.failure = e
         return self._finish()
@@ -360,17 +405,27 @@ def poll(handle):
     """True once the op behind handle finished; synchronize() then returns at once."""
     if handle not in _handles:
         raise ValueError(f"poll({handle!r}): no such outstanding handle")
+    _progress()
     return _handles[handle][0].poll()
 
 
 def synchronize(handle):
     """Waits for the op behind handle and returns its output (a list for grouped ops), or
-    raises its ringd.Error. The handle is released either way."""
+    raises its ringd.Error. The handle is released either way, except on ringd.Timeout (the
+    session's op_timeout_ms passed): the op is still pending, synchronize it again."""
     if handle not in _handles:
         return None
-    work, name = _handles.pop(handle)
-    _in_flight.discard(name)
-    return work.wait()
+    work, name = _handles[handle]
+    pending = False
+    try:
+        return work.wait()
+    except ringd.Timeout:
+        pending = True
+        raise
+    finally:
+        if not pending:
+            del _handles[handle]
+            _in_flight.discard(name)
 
 
 def _settle_outstanding(timeout):
@@ -410,7 +465,8 @@ def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor
     _claim(full)
     _check_tensor(tensor, f"allreduce '{full}'")
     if tensor.numel() == 0:
-        return _register(_Done(output), full)
+        h = s.allreduce_async(full, _placeholder(tensor), op=_RINGD_OPS[op])
+        return _register(_Empty(h, output), full)
     h = s.allreduce_async(full, tensor, out=output, op=_RINGD_OPS[op],
                           prescale=prescale_factor, postscale=postscale_factor)
     return _register(_Single(h, output), full)
@@ -483,7 +539,8 @@ def _grouped_allreduce_async(tensors, outputs, name, op, prescale_factor, postsc
         _check_tensor(t, f"grouped allreduce '{base}' tensor {i}")
     for i, (t, o) in enumerate(zip(tensors, outputs)):
         if t.numel() == 0:
-            works.append(_Done(o))
+            h = s.allreduce_async(f"{base}.{i}", _placeholder(t), op=_RINGD_OPS[op])
+            works.append(_Empty(h, o))
             continue
         h = s.allreduce_async(f"{base}.{i}", t, out=o, op=_RINGD_OPS[op],
                               prescale=prescale_factor, postscale=postscale_factor)
@@ -604,7 +661,8 @@ def _broadcast_async(tensor, root_rank, name):
     _claim(full)
     _check_tensor(tensor, f"broadcast '{full}'")
     if tensor.numel() == 0:
-        return _register(_Done(tensor), full)
+        h = s.broadcast_async(full, _placeholder(tensor), int(root_rank))
+        return _register(_Empty(h, tensor), full)
     return _register(_Single(s.broadcast_async(full, tensor, int(root_rank)), tensor), full)
 
 
