@@ -28,7 +28,8 @@ def _worst_relative(model, ref):
     return worst
 
 
-def r_train_against_gloo(steps, passes, compression, make_opt, predivide=1.0):
+def r_train_against_gloo(steps, passes, compression, make_opt, predivide=1.0,
+                         set_to_none=False):
     hvd, dist = ranks.hvd(), ranks.gloo()
     r, n = hvd.rank(), hvd.size()
     torch.manual_seed(100 + r)  # every rank starts elsewhere...
@@ -50,7 +51,9 @@ def r_train_against_gloo(steps, passes, compression, make_opt, predivide=1.0):
             F.mse_loss(model(x), y).backward()
             F.mse_loss(ref(x), y).backward()
         opt.step()
-        opt.zero_grad()
+        if compression == "none":  # reduced where they lie: in the arena, nothing copied
+            assert all(hvd.session().in_arena(p.grad) for p in model.parameters())
+        opt.zero_grad(set_to_none=set_to_none)
         for p in ref.parameters():
             dist.all_reduce(p.grad)
             p.grad /= n
@@ -72,6 +75,33 @@ def _adam(params):
 def test_distributed_optimizer_equals_gloo_averaging(cluster, make_opt):
     worst = cluster.run(r_train_against_gloo, 6, 1, "none", make_opt)
     assert max(worst) <= 1e-6, worst
+
+
+def test_gradients_set_to_none_between_steps(cluster):
+    """zero_grad(set_to_none=True): backward makes new gradients, moved into the arena."""
+    worst = cluster.run(r_train_against_gloo, 4, 1, "none", _sgd, 1.0, True)
+    assert max(worst) <= 1e-6, worst
+
+
+def r_gradients_survive_shutdown():
+    hvd = ranks.hvd()
+    model = _model()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters())
+    x, y = _batch(hvd.rank(), 0, 0)
+    F.mse_loss(model(x), y).backward()
+    opt.step()
+    before = [p.grad.clone() for p in model.parameters()]
+    assert all(hvd.session().in_arena(p.grad) for p in model.parameters())
+    ranks.hvd_shutdown()
+    after = [p.grad for p in model.parameters()]
+    assert all(torch.equal(a, b) for a, b in zip(after, before)), "gradients lost at shutdown"
+    assert any(bool(a.abs().sum() > 0) for a in after)
+    return True
+
+
+def test_gradients_keep_their_values_after_shutdown(one_node):
+    assert one_node.run(r_gradients_survive_shutdown) == [True, True]
 
 
 def test_backward_passes_per_step_accumulate_locally(cluster):

@@ -15,6 +15,7 @@ import collections
 import os
 import time
 import warnings
+import weakref
 
 import torch
 
@@ -70,6 +71,7 @@ _next_handle = 0
 _noname = collections.Counter()  # kind -> unnamed ops of that kind so far
 _in_flight = set()  # full names of this rank's outstanding ops
 _unstarted = []  # _Allgathers whose data phase waits for their shapes, oldest first
+_arena_users = weakref.WeakSet()  # DistributedOptimizers holding gradients in the arena
 
 
 def init(comm=None, process_sets=None, **session_options):
@@ -99,6 +101,9 @@ def init(comm=None, process_sets=None, **session_options):
 def shutdown():
     """Closes the session: outstanding handles are dropped, later calls raise NotInitialized."""
     global _session
+    for user in list(_arena_users):
+        user._leave_arena()
+    _arena_users.clear()
     s, _session = _session, None
     _reset()
     if s is not None:

@@ -13,6 +13,9 @@ import warnings
 
 import torch
 
+import ringd
+
+from . import mpi_ops
 from .compression import Compression
 from .mpi_ops import Adasum, Average, allreduce_async_, global_process_set, synchronize
 
@@ -57,6 +60,8 @@ class _DistributedOptimizer:
         self.backward_passes_per_step = backward_passes_per_step
         self._allreduce_delay = {p: backward_passes_per_step for p in all_params}
         self._handles = {}  # parameter -> (handle or None, compression context)
+        self._arena_grads = {}  # parameter -> its gradient's arena tensor (None: none fits)
+        self._arena_session = None  # the session whose arena holds them
         self._grad_accs = []
         self._requires_update = set()
         self._synchronized = False
@@ -84,6 +89,8 @@ class _DistributedOptimizer:
                 raise TypeError(f"parameter '{self._parameter_names[p]}' has a sparse gradient: "
                                 "ringd reduces dense tensors; pass sparse_as_dense=True")
             p.grad = p.grad.to_dense()
+        if self._compression is Compression.none:
+            self._grad_into_arena(p)
         compressed, ctx = self._compression.compress(p.grad)
         if self.op == Average:
             # The daemon divides by the size after the sum; the factor splits the averaging.
@@ -93,6 +100,45 @@ class _DistributedOptimizer:
         handle = allreduce_async_(compressed, name=self._parameter_names[p], op=self.op,
                                   prescale_factor=pre, postscale_factor=post)
         return handle, ctx
+
+    def _grad_into_arena(self, p):
+        """Makes p.grad a tensor in the session's shared arena, so that its allreduce copies
+        nothing: neither into the arena when submitted nor out of it when waited for (which
+        would be on the step's critical path). Backward then accumulates straight into it
+        (zero_grad() zeroes it in place); where zero_grad(set_to_none=True) left backward to
+        make a new gradient, this copies it in once, as libringd would have. A parameter whose
+        gradient does not fit in the arena keeps an ordinary one (libringd copies it)."""
+        grad = p.grad
+        if grad.device.type != "cpu" or grad.layout != torch.strided:
+            return
+        s = mpi_ops.session()
+        if self._arena_session is not s:  # the first step, or hvd.init() again
+            self._arena_grads.clear()
+            self._arena_session = s
+            mpi_ops._arena_users.add(self)
+        buf = self._arena_grads.get(p, False)
+        if buf is not None and buf is not False and (buf.shape != grad.shape
+                                                     or buf.dtype != grad.dtype):
+            buf = False  # the parameter changed shape or dtype: a new buffer
+        if buf is False:
+            try:
+                buf = s.tensor(grad.shape, grad.dtype)
+            except ringd.OutOfMemory:
+                buf = None
+            self._arena_grads[p] = buf
+        if buf is None or grad.data_ptr() == buf.data_ptr():
+            return
+        buf.copy_(grad)
+        p.grad = buf
+
+    def _leave_arena(self):
+        """Before the session closes (hvd.shutdown()): gradients in its arena move to ordinary
+        memory, where they keep their values (arena views read zeros once it is gone)."""
+        for p, buf in self._arena_grads.items():
+            if buf is not None and p.grad is not None and p.grad.data_ptr() == buf.data_ptr():
+                p.grad = buf.clone()
+        self._arena_grads.clear()
+        self._arena_session = None
 
     def _make_hook(self, p):
         def hook(*ignore):
