@@ -403,6 +403,7 @@ class Session:
             if field == "local_rank":
                 o.ask_local_rank = 1
         self.job = job
+        self.op_timeout_ms = op_timeout_ms or 0  # how long a wait waits (0: no limit of its own)
         r = ctypes.c_void_p()
         rc = lib.ringd_open(ctypes.byref(o), ctypes.byref(r))
         if rc != Result.OK:

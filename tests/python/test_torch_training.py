@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 import ranks
+import ringd.torch
 
 
 def _model():
@@ -98,6 +99,32 @@ def r_gradients_survive_shutdown():
     assert all(torch.equal(a, b) for a, b in zip(after, before)), "gradients lost at shutdown"
     assert any(bool(a.abs().sum() > 0) for a in after)
     return True
+
+
+def r_small_arena():
+    """An arena that cannot hold the gradients twice over: they stay in ordinary memory,
+    libringd stages each allreduce, and training is the same on every rank."""
+    ranks.hvd_shutdown()
+    hvd = ringd.torch
+    hvd.init(job=f"{ranks.cfg()['tag']}.small-arena", arena_size=1 << 20)
+    torch.manual_seed(7)
+    model = torch.nn.Linear(400, 400)  # 641 KB of gradients: 1.28 MB twice over
+    hvd.broadcast_parameters(model.state_dict(), 0)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters())
+    for step in range(2):
+        opt.zero_grad()
+        model(torch.full((2, 400), float(hvd.rank() + step))).sum().backward()
+        opt.step()
+        assert not any(hvd.session().in_arena(p.grad) for p in model.parameters())
+    total = float(model.weight.double().sum())
+    hvd.shutdown()
+    return total
+
+
+def test_gradients_stay_outside_an_arena_too_small_for_them(cluster):
+    got = cluster.run(r_small_arena)
+    assert len(set(got)) == 1, got
 
 
 def test_gradients_keep_their_values_after_shutdown(one_node):

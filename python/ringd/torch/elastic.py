@@ -268,6 +268,8 @@ class _OptimizerHandler(_Handler):
         # gradients' handles of a step the change interrupted.
         self.value.load_state_dict(self.saved)
         _drop_grads(p for group in self.value.param_groups for p in group["params"])
+        if hasattr(self.value, "_leave_arena"):  # the reset's broadcasts need the room
+            self.value._leave_arena()
 
     def sync(self, root, prefix):
         functions._broadcast_optimizer_state(self.value, root, prefix, True)

@@ -10,7 +10,7 @@ import torch
 
 from . import mpi_ops
 from .mpi_ops import (_allgather_with_dims, _check_process_set, _noname, broadcast_,
-                      broadcast_async_, global_process_set, rank, synchronize)
+                      broadcast_async_, global_process_set, rank)
 
 
 def _object_name(kind, name):
@@ -38,9 +38,12 @@ def broadcast_parameters(params, root_rank):
             items = [p if isinstance(p, tuple) else (None, p) for p in params]
         except TypeError:
             raise ValueError(f"invalid params of type: {type(params)}") from None
-    handles = [broadcast_async_(p, root_rank, name) for name, p in items]
-    for h in handles:
-        synchronize(h)
+    handles = []
+    try:
+        for name, p in items:
+            handles.append(broadcast_async_(p, root_rank, name))
+    finally:  # what was started is waited for (or given up) even when a later one failed
+        mpi_ops._sync_all(handles)
 
 
 def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):

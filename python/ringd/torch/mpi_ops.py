@@ -72,6 +72,7 @@ _noname = collections.Counter()  # kind -> unnamed ops of that kind so far
 _in_flight = set()  # full names of this rank's outstanding ops
 _unstarted = []  # _Allgathers whose data phase waits for their shapes, oldest first
 _arena_users = weakref.WeakSet()  # DistributedOptimizers holding gradients in the arena
+_detached = []  # (work, name) of synchronous calls that timed out: reaped once finished
 
 
 def init(comm=None, process_sets=None, **session_options):
@@ -115,6 +116,7 @@ def _reset():
     _handles.clear()
     _in_flight.clear()
     _unstarted.clear()
+    _detached.clear()
     _noname.clear()
     _next_handle = 0
 
@@ -202,10 +204,20 @@ def _check_tensor(tensor, what):
 
 
 def _progress():
-    """Starts the data phase of every allgather whose shapes are in. Never blocks."""
+    """Starts the data phase of every allgather whose shapes are in, and releases the names
+    of timed-out synchronous calls that have finished since. Never blocks."""
     for work in list(_unstarted):
         if work.shapes.done():
             work._start_data()
+    for entry in list(_detached):
+        work, name = entry
+        if work.poll():
+            try:
+                work.wait()
+            except ringd.Error:
+                pass  # its caller heard Timeout already; what came after is nobody's
+            _detached.remove(entry)
+            _in_flight.discard(name)
 
 
 def _wait(handle):
@@ -213,16 +225,45 @@ def _wait(handle):
     for its shapes: another rank may be blocked on that allgather's data before it reaches the
     op this rank waits for, so until the shapes are in, this polls and starts each data phase as
     soon as it can (a deadlock otherwise: two ranks waiting for two allgathers in opposite
-    orders). Bounded like every op: the daemon fails an op its ranks never complete
+    orders). Polling stops at the session's op_timeout_ms like a blocking wait (ringd.Timeout,
+    the handle still pending); the daemon fails an op its ranks never complete
     (--stall-abort)."""
-    pause = 1e-5
+    pause, timeout = 1e-5, _session.op_timeout_ms if _session is not None else 0
+    end = time.monotonic() + timeout / 1000 if timeout > 0 else None
     while _unstarted and not handle.done():
         _progress()
         if handle.done():
             break
+        if end is not None and time.monotonic() >= end:
+            raise ringd.Timeout(Result.TIMEOUT,
+                                f"{handle.name!r}: no completion within {timeout} ms; it is "
+                                "still pending (wait again or close the session)")
         time.sleep(pause)
         pause = min(2 * pause, 1e-3)
     return handle.wait()
+
+
+def _sync(handle):
+    """synchronize(handle) for Horovod's synchronous calls, whose callers never see the
+    handle: on Timeout the op is given up like libringd's synchronous calls give theirs up
+    (its name stays taken until it finishes; the next calls reap it)."""
+    try:
+        return synchronize(handle)
+    except ringd.Timeout:
+        _detached.append(_handles.pop(handle))
+        raise
+
+
+def _sync_all(handles):
+    """_sync of each handle in order; on the first error the rest are given up too (their
+    names are released as they finish) and the error raised."""
+    try:
+        return [_sync(h) for h in handles]
+    except BaseException:
+        for h in handles:
+            if h in _handles:
+                _detached.append(_handles.pop(h))
+        raise
 
 
 class _Work:
@@ -264,8 +305,9 @@ class _Empty(_Single):
 
 
 def _placeholder(tensor):
-    """The one element an empty tensor travels as (see _Empty)."""
-    return torch.zeros(1, dtype=tensor.dtype)
+    """The one element an empty tensor travels as (see _Empty): of another dtype than the
+    tensor's, so that it never matches a real one-element tensor of a rank that is not empty."""
+    return torch.zeros(1, dtype=torch.int32 if tensor.dtype == torch.uint8 else torch.uint8)
 
 
 class _Group(_Work):
@@ -357,7 +399,7 @@ class _Allgather(_Work):
                     send[:self.tensor.shape[0]] = self.tensor
             self.padded = self.tensor.new_empty((most * len(self.dims),) + trailing)
             self.data = self.s.allgather_async(self.name, send, out=self.padded)
-        except ringd.Error as e:
+        except Exception as e:  # noqa: BLE001 - raised by wait(), as the op's outcome
             self.failure = e
 
     def _finish(self):
@@ -401,6 +443,8 @@ def _register(work, name):
 def _claim(name):
     """Refuses a second outstanding op of one name on this rank (the daemon would take it for
     the next instance of the op)."""
+    if _detached:
+        _progress()
     if name in _in_flight:
         raise ValueError(f"an op named '{name}' is still outstanding on this rank: synchronize "
                          "it first, or give this one another name")
@@ -500,8 +544,8 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                postscale_factor=1.0, process_set=global_process_set):
     """allreduce in place; returns tensor."""
-    return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor,
-                                        postscale_factor, process_set))
+    return _sync(allreduce_async_(tensor, average, name, op, prescale_factor,
+                                  postscale_factor, process_set))
 
 
 class HorovodAllreduce(torch.autograd.Function):
@@ -510,8 +554,8 @@ class HorovodAllreduce(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, average, name, op, prescale_factor, postscale_factor, process_set):
         ctx.args = (average, op, prescale_factor, postscale_factor, process_set)
-        return synchronize(allreduce_async(tensor, average, name, op, prescale_factor,
-                                           postscale_factor, process_set))
+        return _sync(allreduce_async(tensor, average, name, op, prescale_factor,
+                                     postscale_factor, process_set))
 
     @staticmethod
     def backward(ctx, grad_output):
@@ -575,8 +619,8 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale
 def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                        postscale_factor=1.0, process_set=global_process_set):
     """grouped allreduce in place; returns the tensors."""
-    return synchronize(grouped_allreduce_async_(tensors, average, name, op, prescale_factor,
-                                                postscale_factor, process_set))
+    return _sync(grouped_allreduce_async_(tensors, average, name, op, prescale_factor,
+                                          postscale_factor, process_set))
 
 
 class HorovodGroupedAllreduce(torch.autograd.Function):
@@ -586,9 +630,9 @@ class HorovodGroupedAllreduce(torch.autograd.Function):
     def forward(ctx, average, name, op, prescale_factor, postscale_factor, process_set,
                 *tensors):
         ctx.args = (average, op, prescale_factor, postscale_factor, process_set)
-        return tuple(synchronize(grouped_allreduce_async(list(tensors), average, name, op,
-                                                         prescale_factor, postscale_factor,
-                                                         process_set)))
+        return tuple(_sync(grouped_allreduce_async(list(tensors), average, name, op,
+                                                   prescale_factor, postscale_factor,
+                                                   process_set)))
 
     @staticmethod
     def backward(ctx, *grad_output):
@@ -635,7 +679,7 @@ class HorovodAllgather(torch.autograd.Function):
         _check_process_set(process_set)
         work, full = _allgather_work(tensor, name)
         h = _register(work, full)
-        output = synchronize(h)
+        output = _sync(h)
         ctx.offset = sum(work.dims[:rank()])
         ctx.rows = tensor.shape[0]
         return output
@@ -654,7 +698,7 @@ def allgather(tensor, name=None, process_set=global_process_set):
 def _allgather_with_dims(tensor, name):
     """allgather, also giving every rank's first dimension (for allgather_object)."""
     work, full = _allgather_work(tensor, name)
-    output = synchronize(_register(work, full))
+    output = _sync(_register(work, full))
     return output, work.dims
 
 
@@ -687,7 +731,7 @@ def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_se
 
 def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
     """broadcast in place; returns tensor."""
-    return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
+    return _sync(broadcast_async_(tensor, root_rank, name, process_set))
 
 
 class HorovodBroadcast(torch.autograd.Function):
@@ -696,7 +740,7 @@ class HorovodBroadcast(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, root_rank, name, process_set):
         ctx.root_rank = root_rank
-        return synchronize(broadcast_async(tensor, root_rank, name, process_set))
+        return _sync(broadcast_async(tensor, root_rank, name, process_set))
 
     @staticmethod
     def backward(ctx, grad_output):
@@ -717,7 +761,7 @@ def barrier(process_set=global_process_set):
     """Returns once every rank called barrier()."""
     _check_process_set(process_set)
     s = _require()
-    s.barrier(_op_name("barrier", None))
+    _wait(s.barrier_async(_op_name("barrier", None)))
 
 
 def join(device=-1):
@@ -727,5 +771,5 @@ def join(device=-1):
     rank must call join() after the same collectives."""
     s = _require()
     arrived = torch.tensor([time.time()], dtype=torch.float64)
-    times = s.allgather(_op_name("join", None), arrived)
+    times = _wait(s.allgather_async(_op_name("join", None), arrived))
     return int(torch.argmax(times).item())

@@ -60,8 +60,9 @@ class _DistributedOptimizer:
         self.backward_passes_per_step = backward_passes_per_step
         self._allreduce_delay = {p: backward_passes_per_step for p in all_params}
         self._handles = {}  # parameter -> (handle or None, compression context)
-        self._arena_grads = {}  # parameter -> its gradient's arena tensor (None: none fits)
+        self._arena_grads = {}  # parameter -> its gradient's arena tensor
         self._arena_session = None  # the session whose arena holds them
+        self._arena_fits = False  # whether that arena has room for them (_arena_has_room)
         self._grad_accs = []
         self._requires_update = set()
         self._synchronized = False
@@ -106,34 +107,56 @@ class _DistributedOptimizer:
         nothing: neither into the arena when submitted nor out of it when waited for (which
         would be on the step's critical path). Backward then accumulates straight into it
         (zero_grad() zeroes it in place); where zero_grad(set_to_none=True) left backward to
-        make a new gradient, this copies it in once, as libringd would have. A parameter whose
-        gradient does not fit in the arena keeps an ordinary one (libringd copies it)."""
+        make a new gradient, this copies it in once, as libringd would have. Where the arena
+        cannot hold the gradients twice over (_arena_has_room), or runs out, they all stay in
+        ordinary memory and libringd stages each allreduce."""
         grad = p.grad
         if grad.device.type != "cpu" or grad.layout != torch.strided:
             return
         s = mpi_ops.session()
-        if self._arena_session is not s:  # the first step, or hvd.init() again
+        if self._arena_session is not s:  # the first step, hvd.init() again, or a reset
             self._arena_grads.clear()
             self._arena_session = s
             mpi_ops._arena_users.add(self)
-        buf = self._arena_grads.get(p, False)
-        if buf is not None and buf is not False and (buf.shape != grad.shape
-                                                     or buf.dtype != grad.dtype):
-            buf = False  # the parameter changed shape or dtype: a new buffer
-        if buf is False:
+            self._arena_fits = self._arena_has_room(s)
+        if not self._arena_fits:
+            return
+        buf = self._arena_grads.get(p)
+        if buf is not None and (buf.shape != grad.shape or buf.dtype != grad.dtype):
+            buf = None  # the parameter changed shape or dtype: a new buffer
+        if buf is None:
             try:
                 buf = s.tensor(grad.shape, grad.dtype)
-            except ringd.OutOfMemory:
-                buf = None
+            except ringd.OutOfMemory:  # all or nothing: the rest must still be staged
+                self._leave_arena()
+                self._arena_session, self._arena_fits = s, False
+                return
             self._arena_grads[p] = buf
-        if buf is None or grad.data_ptr() == buf.data_ptr():
+        if grad.data_ptr() == buf.data_ptr():
             return
         buf.copy_(grad)
         p.grad = buf
 
+    def _arena_has_room(self, s):
+        """True when s's arena holds every gradient twice over (one probe allocation): the
+        gradients, and the staging copies of other allreduces and of an elastic reset's
+        broadcasts beside them. Otherwise gradients stay in ordinary memory and libringd
+        stages each allreduce, as it does for any tensor outside the arena."""
+        need = sum(2 * p.numel() * p.element_size() for p in self._requires_update
+                   if p.device.type == "cpu")
+        if need == 0:
+            return False
+        try:
+            s.free(s.alloc(need))
+        except ringd.OutOfMemory:
+            return False
+        return True
+
     def _leave_arena(self):
-        """Before the session closes (hvd.shutdown()): gradients in its arena move to ordinary
-        memory, where they keep their values (arena views read zeros once it is gone)."""
+        """Gradients in the arena move to ordinary memory, keeping their values, and the
+        arena's buffers go back: before the session closes (hvd.shutdown(); arena views read
+        zeros once it is gone), at an elastic reset (its broadcasts need the room), and when
+        the arena ran out."""
         for p, buf in self._arena_grads.items():
             if buf is not None and p.grad is not None and p.grad.data_ptr() == buf.data_ptr():
                 p.grad = buf.clone()
@@ -172,16 +195,21 @@ class _DistributedOptimizer:
             if handle is None:
                 self._handles[p] = self._allreduce_grad_async(p)
         failure = None
-        for p, (handle, ctx) in self._handles.items():
+        for p in list(self._handles):
+            handle, ctx = self._handles[p]
             try:
                 output = synchronize(handle)
+            except ringd.Timeout:
+                # op_timeout_ms: this allreduce and those after it are still pending and stay
+                # in _handles, so synchronize() or step() again waits for them
+                raise
             except Exception as e:  # wait for the rest before raising
                 failure = failure or e
-                continue
+            else:
+                if output is not p.grad:
+                    p.grad.set_(self._compression.decompress(output, ctx))
+            del self._handles[p]
             self._allreduce_delay[p] = self.backward_passes_per_step
-            if output is not p.grad:
-                p.grad.set_(self._compression.decompress(output, ctx))
-        self._handles.clear()
         self._synchronized = True
         if failure is not None:
             for p in self._allreduce_delay:
