@@ -19,11 +19,7 @@ RINGCTL="$BUILD/client/ringctl"
 RINGD_BENCH="$BUILD/bench/ringd-bench"
 MPI_BENCH="$BUILD/bench/mpi-allreduce-bench"
 
-# die MSG...: print to stderr and exit 2 (the EXIT trap still cleans up).
-die() {
-    echo "peers.sh: $*" >&2
-    exit 2
-}
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 for f in "$RINGD" "$RINGCTL" "$RINGD_BENCH" "$MPI_BENCH"; do
     [[ -x $f ]] || die "$f: not found or not executable (build first, or pass BUILD_DIR)"
@@ -32,6 +28,8 @@ command -v mpirun >/dev/null || die "mpirun: not found in PATH (install openmpi-
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/ringd-peers.XXXXXX")
 daemon_pid=
+
+# peers.sh's own cleanup (below) replaces lib.sh's: it runs one daemon, not $pids.
 
 # stop_daemon: terminate our ringd (if running) and reap it.
 stop_daemon() {
@@ -72,7 +70,6 @@ start_daemon() {
     return 1
 }
 
-. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 # mpi_bench BTL_ARGS...: the MPI bench on 2 local ranks with the given transport.
 mpi_bench() {

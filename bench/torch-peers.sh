@@ -27,11 +27,7 @@ ROOT=$(cd "$HERE/.." && pwd)
 TRAIN="$HERE/torch-train.py"
 PYTHON=/usr/bin/python3
 
-# die MSG...: print to stderr and exit 2 (the EXIT trap still cleans up).
-die() {
-    echo "torch-peers.sh: $*" >&2
-    exit 2
-}
+. "$HERE/lib.sh"
 
 # shellcheck source=../scripts/deps.sh
 source "$ROOT/scripts/deps.sh"
@@ -72,68 +68,9 @@ done
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/ringd-torch-peers.XXXXXX")
 pids=() # background processes of ours still to stop: redis-server, ringd a and b
 
-# stop_all: terminate every background process we started (if running) and reap it.
-stop_all() {
-    local p
-    for p in "${pids[@]}"; do
-        kill "$p" 2>/dev/null || true
-    done
-    for p in "${pids[@]}"; do
-        wait "$p" 2>/dev/null || true
-    done
-    pids=()
-}
-
-# cleanup: EXIT trap; runs on success, failure and interruption alike.
-cleanup() {
-    stop_all
-    rm -rf "$tmp"
-}
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# free_port: print a TCP port on 127.0.0.1 that was free a moment ago.
-free_port() {
-    "$PYTHON" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
-
-# wait_for PID WHAT CMD...: poll CMD every 50 ms (at most 10 s) until it succeeds. Returns
-# non-zero, saying why, if process PID died first or CMD never succeeded.
-wait_for() {
-    local pid=$1 what=$2 i
-    shift 2
-    for ((i = 0; i < 200; i++)); do
-        if "$@" >/dev/null 2>&1; then
-            return 0
-        fi
-        if ! kill -0 "$pid" 2>/dev/null; then
-            echo "torch-peers.sh: $what exited during start-up" >&2
-            return 1
-        fi
-        sleep 0.05
-    done
-    echo "torch-peers.sh: $what did not come up within 10 s" >&2
-    return 1
-}
-
-# start_ring: redis-server on a free port and daemons a and b joined through it, sharing a fresh
-# key. Returns non-zero if any of them died or never answered.
-start_ring() {
-    local port node
-    port=$(free_port)
-    redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no \
-        --dir "$tmp" --logfile "$tmp/redis.log" &
-    pids+=($!)
-    wait_for "$!" "redis-server" redis-cli -h 127.0.0.1 -p "$port" ping || return 1
-    (umask 077 && head -c 32 /dev/urandom | base64 >"$tmp/ring.key")
-    for node in a b; do
-        "$RINGD" --socket "$tmp/$node.sock" --redis "redis://127.0.0.1:$port" \
-            --listen 127.0.0.1:0 --node "$node" --key-file "$tmp/ring.key" --log-level warn \
-            2>>"$tmp/ringd-$node.log" &
-        pids+=($!)
-        wait_for "$!" "ringd $node" "$RINGCTL" --socket "$tmp/$node.sock" status || return 1
-    done
-}
 
 TRAIN_ARGS=(--steps "$STEPS" --warmup "$WARMUP" --batch "$BATCH")
 
