@@ -9,19 +9,47 @@
 #include <string.h>
 #include <time.h>
 
+#include "ringd_build.h"
 #include "config.h"
 #include "counters.h"
+#if RINGD_HAVE_CUDA
+#include "cuda_dev.h"
+#endif
 #include "drain.h"
 #include "exec.h"
 #include "job.h"
 #include "listener.h"
 #include "log.h"
-#include "ringd_build.h"
 #include "session.h"
 #include "status_request.h"
 #include "world.h"
 
 extern char **environ;
+
+/* One line per GPU this daemon sees, or one saying why it sees none (no driver, no device, a
+ * build without CUDA): the driver is loaded at run time, so its absence is a line in the log. */
+static void log_devices(void)
+{
+#if RINGD_HAVE_CUDA
+    char why[256], name[128];
+    uint64_t mem = 0;
+    int n = rd_cuda_load(why, sizeof(why)), i;
+
+    if (n == 0) {
+        rd_log(RD_LOG_INFO, "gpu", "CUDA: %s: host memory only", why);
+        return;
+    }
+    for (i = 0; i < n; i++) {
+        if (rd_cuda_device_info(i, name, sizeof(name), &mem, why, sizeof(why)) != 0)
+            rd_log(RD_LOG_WARN, "gpu", "CUDA device %d: %s", i, why);
+        else
+            rd_log(RD_LOG_INFO, "gpu", "CUDA device %d of %d: %s, %.1f GiB", i, n, name,
+                   (double)mem / (1u << 30));
+    }
+#else
+    rd_log(RD_LOG_INFO, "gpu", "built without CUDA: host memory only");
+#endif
+}
 
 /* The daemon: one of each layer's contexts, and what they share. */
 typedef struct {
@@ -161,6 +189,7 @@ int main(int argc, char **argv)
            d.cfg.socket_path, d.net != NULL ? "multi-node" : "one-node ring",
            (int)d.cfg.threads);
     rd_config_dump(&d.cfg);
+    log_devices();
 
     if (run_loop(&d) < 0)
         rd_log(RD_LOG_ERROR, "main", "event loop failed");

@@ -4,7 +4,7 @@
 set -euo pipefail
 
 RINGD_DEB_PACKAGES=(
-  meson ninja-build pkg-config gcc libc6-dev
+  meson ninja-build pkg-config gcc g++ libc6-dev
   libevent-dev libprotobuf-c-dev protobuf-c-compiler libhiredis-dev libjson-c-dev
   libcriterion-dev redis-server
   openmpi-bin libopenmpi-dev

@@ -1,0 +1,299 @@
+/* The CUDA driver loaded with dlopen, and the reduction kernels of cuda_kernels.cu launched on
+ * it from the fatbin embedded at build time (rd_cuda_fatbin). Only the driver API: no CUDA
+ * runtime, so nothing CUDA is linked and a machine without a driver loses the GPU path only. */
+#include "cuda_dev.h"
+
+#include <cuda.h> /* types and constants only: every function comes through dlsym */
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+extern const unsigned char rd_cuda_fatbin[];
+extern const size_t rd_cuda_fatbin_len;
+
+#define RD_CUDA_MAX_DEVICES 64
+#define RD_CUDA_THREADS 256 /* threads per block */
+
+/* The driver entry points ringd uses, by the symbol names libcuda exports. */
+static struct {
+    CUresult (*init)(unsigned);
+    CUresult (*driver_version)(int *);
+    CUresult (*error_name)(CUresult, const char **);
+    CUresult (*device_count)(int *);
+    CUresult (*device_get)(CUdevice *, int);
+    CUresult (*device_name)(char *, int, CUdevice);
+    CUresult (*device_total_mem)(size_t *, CUdevice);
+    CUresult (*device_attribute)(int *, CUdevice_attribute, CUdevice);
+    CUresult (*primary_ctx_retain)(CUcontext *, CUdevice);
+    CUresult (*ctx_set_current)(CUcontext);
+    CUresult (*module_load_data)(CUmodule *, const void *);
+    CUresult (*module_function)(CUfunction *, CUmodule, const char *);
+    CUresult (*launch)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                       unsigned, CUstream, void **, void **);
+    CUresult (*stream_create)(CUstream *, unsigned);
+    CUresult (*stream_sync)(CUstream);
+    CUresult (*mem_alloc)(CUdeviceptr *, size_t);
+    CUresult (*mem_free)(CUdeviceptr);
+    CUresult (*memcpy_any)(CUdeviceptr, CUdeviceptr, size_t);
+} drv;
+
+static const struct {
+    const char *name;
+    size_t offset;
+} drv_symbols[] = {
+#define SYM(field, name) {name, offsetof(__typeof__(drv), field)}
+    SYM(init, "cuInit"),
+    SYM(driver_version, "cuDriverGetVersion"),
+    SYM(error_name, "cuGetErrorName"),
+    SYM(device_count, "cuDeviceGetCount"),
+    SYM(device_get, "cuDeviceGet"),
+    SYM(device_name, "cuDeviceGetName"),
+    SYM(device_total_mem, "cuDeviceTotalMem_v2"),
+    SYM(device_attribute, "cuDeviceGetAttribute"),
+    SYM(primary_ctx_retain, "cuDevicePrimaryCtxRetain"),
+    SYM(ctx_set_current, "cuCtxSetCurrent"),
+    SYM(module_load_data, "cuModuleLoadData"),
+    SYM(module_function, "cuModuleGetFunction"),
+    SYM(launch, "cuLaunchKernel"),
+    SYM(stream_create, "cuStreamCreate"),
+    SYM(stream_sync, "cuStreamSynchronize"),
+    SYM(mem_alloc, "cuMemAlloc_v2"),
+    SYM(mem_free, "cuMemFree_v2"),
+    SYM(memcpy_any, "cuMemcpy"),
+#undef SYM
+};
+
+/* One device, set up on first use: its primary context, the kernels, a stream. */
+typedef struct {
+    int ready;
+    CUdevice dev;
+    CUcontext ctx;
+    CUstream stream;
+    CUfunction reduce[RD_DT_COUNT];
+    int sms;
+} cuda_device;
+
+static pthread_once_t load_once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t device_lock = PTHREAD_MUTEX_INITIALIZER;
+static int ndevices;
+static char load_why[256];
+static cuda_device devices[RD_CUDA_MAX_DEVICES];
+
+static const char *const kernel_names[RD_DT_COUNT] = {
+    "rd_cuda_reduce_f32", "rd_cuda_reduce_f64", "rd_cuda_reduce_f16", "rd_cuda_reduce_bf16",
+    "rd_cuda_reduce_i32", "rd_cuda_reduce_i64", "rd_cuda_reduce_u8"};
+
+static void say(char *why, size_t whylen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void say(char *why, size_t whylen, const char *fmt, ...)
+{
+    va_list ap;
+    if (why == NULL || whylen == 0)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(why, whylen, fmt, ap);
+    va_end(ap);
+}
+
+/* "cuInit: CUDA_ERROR_NO_DEVICE" for a failed call; 0 for CUDA_SUCCESS. */
+static int failed(CUresult rc, const char *call, char *why, size_t whylen)
+{
+    const char *name = NULL;
+    if (rc == CUDA_SUCCESS)
+        return 0;
+    if (drv.error_name == NULL || drv.error_name(rc, &name) != CUDA_SUCCESS || name == NULL)
+        name = "unknown CUDA error";
+    say(why, whylen, "%s: %s (%d)", call, name, (int)rc);
+    return -1;
+}
+
+static void load(void)
+{
+    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    int version = 0;
+    size_t i;
+
+    if (lib == NULL) {
+        say(load_why, sizeof(load_why), "no CUDA driver: %s", dlerror());
+        return;
+    }
+    for (i = 0; i < sizeof(drv_symbols) / sizeof(drv_symbols[0]); i++) {
+        void *fn = dlsym(lib, drv_symbols[i].name);
+        if (fn == NULL) {
+            say(load_why, sizeof(load_why), "the CUDA driver lacks %s: too old",
+                drv_symbols[i].name);
+            memset(&drv, 0, sizeof(drv));
+            dlclose(lib);
+            return;
+        }
+        memcpy((char *)&drv + drv_symbols[i].offset, &fn, sizeof(fn));
+    }
+    if (failed(drv.init(0), "cuInit", load_why, sizeof(load_why)) ||
+        failed(drv.driver_version(&version), "cuDriverGetVersion", load_why, sizeof(load_why)) ||
+        failed(drv.device_count(&ndevices), "cuDeviceGetCount", load_why, sizeof(load_why))) {
+        ndevices = 0;
+        return;
+    }
+    if (ndevices <= 0) {
+        ndevices = 0;
+        say(load_why, sizeof(load_why), "the CUDA driver (%d) sees no device", version);
+    } else if (ndevices > RD_CUDA_MAX_DEVICES) {
+        ndevices = RD_CUDA_MAX_DEVICES;
+    }
+}
+
+int rd_cuda_load(char *why, size_t whylen)
+{
+    pthread_once(&load_once, load);
+    if (ndevices == 0)
+        say(why, whylen, "%s", load_why);
+    return ndevices;
+}
+
+/* Device dev, set up and current on this thread; NULL with why set. */
+static cuda_device *device(int dev, char *why, size_t whylen)
+{
+    cuda_device *d;
+    CUmodule module;
+    int i;
+
+    if (rd_cuda_load(why, whylen) == 0)
+        return NULL;
+    if (dev < 0 || dev >= ndevices) {
+        say(why, whylen, "CUDA device %d: there are %d", dev, ndevices);
+        return NULL;
+    }
+    d = &devices[dev];
+    pthread_mutex_lock(&device_lock);
+    if (!d->ready) {
+        if (failed(drv.device_get(&d->dev, dev), "cuDeviceGet", why, whylen) ||
+            failed(drv.primary_ctx_retain(&d->ctx, d->dev), "cuDevicePrimaryCtxRetain", why,
+                   whylen) ||
+            failed(drv.ctx_set_current(d->ctx), "cuCtxSetCurrent", why, whylen) ||
+            failed(drv.device_attribute(&d->sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, d->dev),
+                   "cuDeviceGetAttribute", why, whylen) ||
+            failed(drv.module_load_data(&module, rd_cuda_fatbin),
+                   "cuModuleLoadData (ringd's kernels: built for compute capability 8.0 and 9.0, "
+                   "PTX 9.0)",
+                   why, whylen) ||
+            failed(drv.stream_create(&d->stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate", why,
+                   whylen)) {
+            pthread_mutex_unlock(&device_lock);
+            return NULL;
+        }
+        for (i = 0; i < RD_DT_COUNT; i++) {
+            if (failed(drv.module_function(&d->reduce[i], module, kernel_names[i]),
+                       kernel_names[i], why, whylen)) {
+                pthread_mutex_unlock(&device_lock);
+                return NULL;
+            }
+        }
+        d->ready = 1;
+    }
+    pthread_mutex_unlock(&device_lock);
+    if (failed(drv.ctx_set_current(d->ctx), "cuCtxSetCurrent", why, whylen))
+        return NULL;
+    return d;
+}
+
+int rd_cuda_device_info(int dev, char *name, size_t namelen, uint64_t *total_bytes, char *why,
+                        size_t whylen)
+{
+    CUdevice d;
+    size_t total = 0;
+
+    if (rd_cuda_load(why, whylen) == 0)
+        return -1;
+    if (dev < 0 || dev >= ndevices) {
+        say(why, whylen, "CUDA device %d: there are %d", dev, ndevices);
+        return -1;
+    }
+    if (failed(drv.device_get(&d, dev), "cuDeviceGet", why, whylen) ||
+        failed(drv.device_name(name, (int)namelen, d), "cuDeviceGetName", why, whylen) ||
+        failed(drv.device_total_mem(&total, d), "cuDeviceTotalMem", why, whylen))
+        return -1;
+    *total_bytes = total;
+    return 0;
+}
+
+/* The kernels' parameter block: the sources, by value (cuda_kernels.cu's rd_cuda_srcs). */
+typedef struct {
+    const void *p[RD_CUDA_MAX_SRC];
+} cuda_srcs;
+
+int rd_cuda_reduce(int dev, rd_dtype dt, rd_redop op, void *dst, const void *const *src,
+                   int nsrc, size_t count, const rd_reduce_args *args, char *why, size_t whylen)
+{
+    static const rd_reduce_args defaults = RD_REDUCE_ARGS_INIT;
+    cuda_device *d;
+    cuda_srcs srcs;
+    int iop = (int)op, k;
+    double pre, post;
+    uint32_t divisor;
+    size_t blocks;
+    void *params[8];
+
+    if (args == NULL)
+        args = &defaults;
+    if ((unsigned)dt >= RD_DT_COUNT || (unsigned)op >= RD_OP_COUNT || nsrc < 1 ||
+        nsrc > RD_CUDA_MAX_SRC) {
+        say(why, whylen, "rd_cuda_reduce: dtype %d, op %d, %d sources: need a dtype, an op and "
+            "1 to %d sources", (int)dt, (int)op, nsrc, RD_CUDA_MAX_SRC);
+        return -1;
+    }
+    if (count == 0)
+        return 0;
+    d = device(dev, why, whylen);
+    if (d == NULL)
+        return -1;
+    memset(&srcs, 0, sizeof(srcs));
+    for (k = 0; k < nsrc; k++)
+        srcs.p[k] = src[k];
+    pre = args->prescale;
+    post = args->postscale;
+    divisor = args->divisor;
+    params[0] = &dst;
+    params[1] = &srcs;
+    params[2] = &nsrc;
+    params[3] = &count;
+    params[4] = &iop;
+    params[5] = &pre;
+    params[6] = &post;
+    params[7] = &divisor;
+    /* a grid-stride loop: enough blocks to fill every multiprocessor several times over */
+    blocks = (count + RD_CUDA_THREADS - 1) / RD_CUDA_THREADS;
+    if (blocks > (size_t)d->sms * 32)
+        blocks = (size_t)d->sms * 32;
+    if (failed(drv.launch(d->reduce[dt], (unsigned)blocks, 1, 1, RD_CUDA_THREADS, 1, 1, 0,
+                          d->stream, params, NULL),
+               "cuLaunchKernel", why, whylen) ||
+        failed(drv.stream_sync(d->stream), "cuStreamSynchronize", why, whylen))
+        return -1;
+    return 0;
+}
+
+void *rd_cuda_alloc(int dev, size_t bytes, char *why, size_t whylen)
+{
+    CUdeviceptr p = 0;
+    if (device(dev, why, whylen) == NULL ||
+        failed(drv.mem_alloc(&p, bytes), "cuMemAlloc", why, whylen))
+        return NULL;
+    return (void *)(uintptr_t)p;
+}
+
+void rd_cuda_free(int dev, void *p)
+{
+    if (p != NULL && device(dev, NULL, 0) != NULL)
+        drv.mem_free((CUdeviceptr)(uintptr_t)p);
+}
+
+int rd_cuda_copy(int dev, void *dst, const void *src, size_t bytes, char *why, size_t whylen)
+{
+    if (device(dev, why, whylen) == NULL ||
+        failed(drv.memcpy_any((CUdeviceptr)(uintptr_t)dst, (CUdeviceptr)(uintptr_t)src, bytes),
+               "cuMemcpy", why, whylen))
+        return -1;
+    return 0;
+}

@@ -1,0 +1,40 @@
+/* The CUDA driver, loaded at run time, and ringd's reduction kernels on it (cuda_kernels.cu).
+ * The driver (libcuda.so.1) is opened with dlopen when first asked for, never linked: on a
+ * machine without a GPU or driver every call here fails with a message saying so, and the rest
+ * of ringd runs as before. Thread-safe; each call makes the device's primary context current
+ * on the calling thread. */
+#ifndef RD_CUDA_DEV_H
+#define RD_CUDA_DEV_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+
+#define RD_CUDA_MAX_SRC 16 /* sources of one rd_cuda_reduce (local ranks of one GPU) */
+
+/* Loads the driver and counts its devices, once per process. Returns the number of devices
+ * (>= 1), or 0 with why set ("libcuda.so.1: cannot open shared object file", "cuInit:
+ * CUDA_ERROR_NO_DEVICE", ...). Later calls return the first answer. */
+int rd_cuda_load(char *why, size_t whylen);
+
+/* Device dev's name and total memory. Returns 0, or -1 with why set. */
+int rd_cuda_device_info(int dev, char *name, size_t namelen, uint64_t *total_bytes, char *why,
+                        size_t whylen);
+
+/* rd_reduce's contract (backend.h) on memory device dev reaches (its own memory, or any
+ * pointer of the unified address space it can access), computed by CUDA kernels, bit for bit
+ * as the CPU kernels compute it (NaN payloads aside); nsrc at most RD_CUDA_MAX_SRC. Returns
+ * once the result is in dst: 0, or -1 with why set. */
+int rd_cuda_reduce(int dev, rd_dtype dt, rd_redop op, void *dst, const void *const *src,
+                   int nsrc, size_t count, const rd_reduce_args *args, char *why, size_t whylen);
+
+/* Device memory of dev for tools and tests: bytes (> 0) allocated, NULL with why set. */
+void *rd_cuda_alloc(int dev, size_t bytes, char *why, size_t whylen);
+void rd_cuda_free(int dev, void *p); /* NULL: no-op */
+
+/* dst[0..bytes) = src[0..bytes), host or device memory either side (unified addressing).
+ * Returns once done: 0, or -1 with why set. */
+int rd_cuda_copy(int dev, void *dst, const void *src, size_t bytes, char *why, size_t whylen);
+
+#endif

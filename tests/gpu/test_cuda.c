@@ -1,0 +1,61 @@
+/* The CUDA kernels on a device against the CPU kernels, bit for bit: every dtype, op, scale and
+ * divisor, 1 to 16 sources, counts from 1 to 2^26 with odd ones between. Without a device or
+ * driver it prints one line saying why and exits 77 (meson's skip). */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "cuda_dev.h"
+#include "kernel_cases.h"
+
+/* rd_cuda_reduce on copies of the host buffers in device memory. */
+static int run_on_device(void *ctx, rd_dtype dt, rd_redop op, void *dst, const void *const *src,
+                         int nsrc, size_t count, const rd_reduce_args *args, char *why,
+                         size_t whylen)
+{
+    size_t bytes = count * rd_dtype_size(dt);
+    void *dsrc[RD_CUDA_MAX_SRC] = {0}, *ddst = NULL;
+    int k, rc = -1;
+
+    (void)ctx;
+    for (k = 0; k < nsrc; k++) {
+        dsrc[k] = rd_cuda_alloc(0, bytes, why, whylen);
+        if (dsrc[k] == NULL || rd_cuda_copy(0, dsrc[k], src[k], bytes, why, whylen) != 0)
+            goto out;
+    }
+    ddst = rd_cuda_alloc(0, bytes, why, whylen);
+    if (ddst != NULL &&
+        rd_cuda_reduce(0, dt, op, ddst, (const void *const *)dsrc, nsrc, count, args, why,
+                       whylen) == 0 &&
+        rd_cuda_copy(0, dst, ddst, bytes, why, whylen) == 0)
+        rc = 0;
+out:
+    for (k = 0; k < nsrc; k++)
+        rd_cuda_free(0, dsrc[k]);
+    rd_cuda_free(0, ddst);
+    return rc;
+}
+
+int main(void)
+{
+    static const size_t counts[] = {1, 3, 255, 256, 257, 4099, 65537, 1000003, (size_t)1 << 22};
+    static const size_t big[] = {(size_t)1 << 26};
+    char why[256], name[128];
+    uint64_t mem = 0;
+    long ran = 0, ran_big = 0, bad;
+    int n = rd_cuda_load(why, sizeof(why));
+
+    if (n == 0) {
+        printf("SKIP tests/gpu/test_cuda: no CUDA device here (%s)\n", why);
+        return 77;
+    }
+    if (rd_cuda_device_info(0, name, sizeof(name), &mem, why, sizeof(why)) != 0) {
+        printf("FAIL: device 0: %s\n", why);
+        return 1;
+    }
+    printf("device 0 of %d: %s, %.1f GiB\n", n, name, (double)mem / (1u << 30));
+    bad = rd_check_kernels(run_on_device, NULL, counts, 9, RD_CUDA_MAX_SRC, &ran);
+    bad += rd_check_kernels(run_on_device, NULL, big, 1, 2, &ran_big);
+    printf("CUDA kernels on %s: %ld cases, %ld differ from the CPU kernels\n", name,
+           ran + ran_big, bad);
+    return bad ? 1 : 0;
+}
