@@ -1,10 +1,18 @@
 # ringd image: ringd, ringctl, libringd (with ringd.h), ringd-bench and ringd-train on Debian 12.
 #   docker build -t ringd:latest .
+#   docker build --build-arg CUDA=1 -t ringd:cuda .    # with the CUDA kernels (deploy/k8s/overlays/gpu)
 # The build stage has the compilers and -dev packages; the runtime stage only the shared libraries
 # the binaries link and the installed tree. Runs as uid 10001 ("ringd"); deploy/k8s/README.md
 # explains how that uid shares the socket directory with training pods.
 
+# CUDA=1 compiles the CUDA kernels (nvcc, g++ for it, cuda.h from NVIDIA's Debian 12 repository) into the
+# binaries. Either image runs on any node: the driver (libcuda.so.1) is not in the image but loaded
+# at run time from what the NVIDIA container runtime mounts, and a node without one runs on the
+# CPU (ringd says so in its log).
+ARG CUDA=0
+
 FROM debian:12-slim AS build
+ARG CUDA
 
 # The build packages of scripts/deps.sh, without the test suite's (-Dtests=false).
 RUN apt-get update \
@@ -14,14 +22,27 @@ RUN apt-get update \
       libsodium-dev \
  && rm -rf /var/lib/apt/lists/*
 
+RUN if [ "$CUDA" = 1 ]; then \
+      apt-get update \
+      && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends ca-certificates curl \
+      && curl -fsSLo /tmp/cuda-keyring.deb \
+           https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64/cuda-keyring_1.1-1_all.deb \
+      && dpkg -i /tmp/cuda-keyring.deb && apt-get update \
+      && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+           g++ cuda-nvcc-13-0 cuda-cudart-dev-13-0 cuda-driver-dev-13-0 \
+      && ln -s /usr/local/cuda-13.0 /usr/local/cuda \
+      && rm -rf /var/lib/apt/lists/* /tmp/cuda-keyring.deb; \
+    fi
+
 WORKDIR /src
 COPY . .
 
-# Release build without CUDA/NCCL (the CPU backend; a CUDA image would start from a CUDA base).
+# Release build without NCCL; with CUDA when CUDA=1 (the CPU backend always).
 # `meson install` puts ringd, ringctl, ringd-bench and ringd-train in bin, libringd.so* and
 # libringd.a in lib and ringd.h in include, all under /usr/local.
 RUN meson setup /build --buildtype=release -Dwerror=false -Dtests=false \
-      -Dcuda=disabled -Dnccl=disabled --prefix=/usr/local --libdir=lib \
+      -Dcuda="$([ "$CUDA" = 1 ] && echo enabled || echo disabled)" -Dnccl=disabled \
+      --prefix=/usr/local --libdir=lib \
  && ninja -C /build \
  && meson install -C /build --no-rebuild --strip --destdir /dest
 
