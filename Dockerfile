@@ -5,10 +5,10 @@
 # the binaries link and the installed tree. Runs as uid 10001 ("ringd"); deploy/k8s/README.md
 # explains how that uid shares the socket directory with training pods.
 
-# CUDA=1 compiles the CUDA kernels (nvcc, g++ for it, cuda.h from NVIDIA's Debian 12 repository) into the
-# binaries. Either image runs on any node: the driver (libcuda.so.1) is not in the image but loaded
-# at run time from what the NVIDIA container runtime mounts, and a node without one runs on the
-# CPU (ringd says so in its log).
+# CUDA=1 compiles the CUDA kernels into the binaries (nvcc, the g++ it needs and cuda.h, from
+# NVIDIA's Debian 12 repository). Either image runs on any node: the driver (libcuda.so.1) is not
+# in the image but loaded at run time from what the NVIDIA container runtime mounts, and a node
+# without one runs on the CPU (ringd says so in its log).
 ARG CUDA=0
 
 FROM debian:12-slim AS build
