@@ -43,7 +43,10 @@ static const struct {
     const char *name;
     size_t offset;
 } drv_symbols[] = {
-#define SYM(field, name) {name, offsetof(__typeof__(drv), field)}
+#define SYM(field, name)                                                                           \
+    {                                                                                              \
+        name, offsetof(__typeof__(drv), field)                                                     \
+    }
     SYM(init, "cuInit"),
     SYM(driver_version, "cuDriverGetVersion"),
     SYM(error_name, "cuGetErrorName"),
@@ -184,8 +187,8 @@ static cuda_device *device(int dev, char *why, size_t whylen)
             return NULL;
         }
         for (i = 0; i < RD_DT_COUNT; i++) {
-            if (failed(drv.module_function(&d->reduce[i], module, kernel_names[i]),
-                       kernel_names[i], why, whylen)) {
+            if (failed(drv.module_function(&d->reduce[i], module, kernel_names[i]), kernel_names[i],
+                       why, whylen)) {
                 pthread_mutex_unlock(&device_lock);
                 return NULL;
             }
@@ -223,8 +226,8 @@ typedef struct {
     const void *p[RD_CUDA_MAX_SRC];
 } cuda_srcs;
 
-int rd_cuda_reduce(int dev, rd_dtype dt, rd_redop op, void *dst, const void *const *src,
-                   int nsrc, size_t count, const rd_reduce_args *args, char *why, size_t whylen)
+int rd_cuda_reduce(int dev, rd_dtype dt, rd_redop op, void *dst, const void *const *src, int nsrc,
+                   size_t count, const rd_reduce_args *args, char *why, size_t whylen)
 {
     static const rd_reduce_args defaults = RD_REDUCE_ARGS_INIT;
     cuda_device *d;
@@ -239,8 +242,10 @@ int rd_cuda_reduce(int dev, rd_dtype dt, rd_redop op, void *dst, const void *con
         args = &defaults;
     if ((unsigned)dt >= RD_DT_COUNT || (unsigned)op >= RD_OP_COUNT || nsrc < 1 ||
         nsrc > RD_CUDA_MAX_SRC) {
-        say(why, whylen, "rd_cuda_reduce: dtype %d, op %d, %d sources: need a dtype, an op and "
-            "1 to %d sources", (int)dt, (int)op, nsrc, RD_CUDA_MAX_SRC);
+        say(why, whylen,
+            "rd_cuda_reduce: dtype %d, op %d, %d sources: need a dtype, an op and "
+            "1 to %d sources",
+            (int)dt, (int)op, nsrc, RD_CUDA_MAX_SRC);
         return -1;
     }
     if (count == 0)

@@ -26,8 +26,8 @@ int rd_cuda_device_info(int dev, char *name, size_t namelen, uint64_t *total_byt
  * pointer of the unified address space it can access), computed by CUDA kernels, bit for bit
  * as the CPU kernels compute it (NaN payloads aside); nsrc at most RD_CUDA_MAX_SRC. Returns
  * once the result is in dst: 0, or -1 with why set. */
-int rd_cuda_reduce(int dev, rd_dtype dt, rd_redop op, void *dst, const void *const *src,
-                   int nsrc, size_t count, const rd_reduce_args *args, char *why, size_t whylen);
+int rd_cuda_reduce(int dev, rd_dtype dt, rd_redop op, void *dst, const void *const *src, int nsrc,
+                   size_t count, const rd_reduce_args *args, char *why, size_t whylen);
 
 /* Device memory of dev for tools and tests: bytes (> 0) allocated, NULL with why set. */
 void *rd_cuda_alloc(int dev, size_t bytes, char *why, size_t whylen);

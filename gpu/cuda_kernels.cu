@@ -45,7 +45,8 @@ template <typename S, typename A, int H> __device__ __forceinline__ A load(const
     return (A)x;
 }
 
-template <typename S, typename A, int H> __device__ __forceinline__ void store(void *p, size_t i, A v)
+template <typename S, typename A, int H>
+__device__ __forceinline__ void store(void *p, size_t i, A v)
 {
     if (H == 1)
         static_cast<uint16_t *>(p)[i] = f32_to_f16((float)v);
@@ -57,8 +58,7 @@ template <typename S, typename A, int H> __device__ __forceinline__ void store(v
 
 template <typename S, typename A, int H>
 __device__ __forceinline__ void reduce_float(void *dst, const rd_cuda_srcs &src, int nsrc,
-                                             size_t count, int op, A pre, A post,
-                                             uint32_t divisor)
+                                             size_t count, int op, A pre, A post, uint32_t divisor)
 {
     size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += stride) {
@@ -110,13 +110,13 @@ __device__ __forceinline__ void reduce_int(void *dst, const rd_cuda_srcs &src, i
 /* The kernels cuda_dev.c launches: one per dtype, the same parameters for each (integers ignore
  * pre and post, which are 1 for them). */
 #define RD_FLOAT_KERNEL(name, S, A, H)                                                             \
-    extern "C" __global__ void name(void *dst, rd_cuda_srcs src, int nsrc, size_t count, int op,  \
+    extern "C" __global__ void name(void *dst, rd_cuda_srcs src, int nsrc, size_t count, int op,   \
                                     double pre, double post, uint32_t divisor)                     \
     {                                                                                              \
         reduce_float<S, A, H>(dst, src, nsrc, count, op, (A)pre, (A)post, divisor);                \
     }
 #define RD_INT_KERNEL(name, UT, SIGN)                                                              \
-    extern "C" __global__ void name(void *dst, rd_cuda_srcs src, int nsrc, size_t count, int op,  \
+    extern "C" __global__ void name(void *dst, rd_cuda_srcs src, int nsrc, size_t count, int op,   \
                                     double pre, double post, uint32_t divisor)                     \
     {                                                                                              \
         (void)pre;                                                                                 \

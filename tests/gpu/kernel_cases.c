@@ -20,9 +20,9 @@ static uint64_t next(uint64_t *s)
 /* Fills n elements of dt: mostly values of moderate size, one in eight a special one. */
 static void fill(rd_dtype dt, void *buf, size_t n, uint64_t *s, int special)
 {
-    static const double specials[] = {0.0,    -0.0,     INFINITY, -INFINITY, NAN,    1e-40,
-                                      -1e-40, 6.1e-5,   65504.0,  70000.0,   3e38,   -3e38,
-                                      1e-310, 1.0 / 3., 2.5,      -2.5,      1e-8,   5.96e-8};
+    static const double specials[] = {0.0,    -0.0,     INFINITY, -INFINITY, NAN,  1e-40,
+                                      -1e-40, 6.1e-5,   65504.0,  70000.0,   3e38, -3e38,
+                                      1e-310, 1.0 / 3., 2.5,      -2.5,      1e-8, 5.96e-8};
     size_t i;
     for (i = 0; i < n; i++) {
         uint64_t r = next(s);
@@ -43,7 +43,8 @@ static void fill(rd_dtype dt, void *buf, size_t n, uint64_t *s, int special)
 static int same(rd_dtype dt, const void *a, const void *b, size_t i)
 {
     size_t es = rd_dtype_size(dt);
-    const unsigned char *x = (const unsigned char *)a + i * es, *y = (const unsigned char *)b + i * es;
+    const unsigned char *x = (const unsigned char *)a + i * es,
+                        *y = (const unsigned char *)b + i * es;
     if (memcmp(x, y, es) == 0)
         return 1;
     switch (dt) {

@@ -55,7 +55,7 @@ int main(void)
     printf("device 0 of %d: %s, %.1f GiB\n", n, name, (double)mem / (1u << 30));
     bad = rd_check_kernels(run_on_device, NULL, counts, 9, RD_CUDA_MAX_SRC, &ran);
     bad += rd_check_kernels(run_on_device, NULL, big, 1, 2, &ran_big);
-    printf("CUDA kernels on %s: %ld cases, %ld differ from the CPU kernels\n", name,
-           ran + ran_big, bad);
+    printf("CUDA kernels on %s: %ld cases, %ld differ from the CPU kernels\n", name, ran + ran_big,
+           bad);
     return bad ? 1 : 0;
 }
