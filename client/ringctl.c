@@ -27,8 +27,9 @@ static void usage(FILE *out)
         "                 on top of the drain's own timeout)\n"
         "  --json         print a JSON object\n"
         "commands:\n"
-        "  status [--json]                 the daemon, its jobs (rings, stalled tensors) and\n"
-        "                                  clients; says \"draining\" while it leaves its jobs\n"
+        "  status [--json]                 the daemon, its jobs (rings, stalled tensors), its\n"
+        "                                  clients and GPUs; says \"draining\" while it leaves\n"
+        "                                  its jobs\n"
         "  drain [--timeout MS] [--json]   leave every job gracefully: ops under way finish, new\n"
         "                                  ones are refused, the other nodes go on without this\n"
         "                                  one; the daemon then keeps running, refusing new\n"
@@ -99,13 +100,25 @@ static void print_text(const Ringd__StatusReply *r)
     }
     printf("clients: %zu\n", r->n_clients);
     if (r->n_clients > 0)
-        printf("  %-20s %8s %6s %5s %9s %10s %10s\n", "job", "pid", "uid", "lrank", "in-flight",
-               "completed", "arena(MB)");
+        printf("  %-20s %8s %6s %5s %9s %10s %10s %4s\n", "job", "pid", "uid", "lrank",
+               "in-flight", "completed", "arena(MB)", "gpu");
     for (size_t i = 0; i < r->n_clients; i++) {
         const Ringd__ClientInfo *c = r->clients[i];
-        printf("  %-20s %8u %6u %5u %9" PRIu64 " %10" PRIu64 " %10.1f\n", c->job, c->pid, c->uid,
-               c->local_rank, c->ops_in_flight, c->ops_completed,
-               (double)c->arena_size / (1024.0 * 1024.0));
+        char gpu[16] = "-";
+        if (c->has_device)
+            snprintf(gpu, sizeof(gpu), "%u", c->device);
+        printf("  %-20s %8u %6u %5u %9" PRIu64 " %10" PRIu64 " %10.1f %4s\n", c->job, c->pid,
+               c->uid, c->local_rank, c->ops_in_flight, c->ops_completed,
+               (double)c->arena_size / (1024.0 * 1024.0), gpu);
+    }
+    if (r->n_devices == 0)
+        printf("gpus: none (%s)\n", r->devices_why);
+    else
+        printf("gpus: %zu\n", r->n_devices);
+    for (size_t i = 0; i < r->n_devices; i++) {
+        const Ringd__DeviceInfo *d = r->devices[i];
+        printf("  %u: %s, %.1f GiB, clients %u\n", d->index, d->name,
+               (double)d->memory / (1024.0 * 1024.0 * 1024.0), d->clients);
     }
 }
 
@@ -211,9 +224,24 @@ static void print_json(const Ringd__StatusReply *r)
         json_object_object_add(o, "ops_completed",
                                json_object_new_int64((int64_t)c->ops_completed));
         json_object_object_add(o, "arena_bytes", json_object_new_int64((int64_t)c->arena_size));
+        json_object_object_add(o, "device",
+                               c->has_device ? json_object_new_int64(c->device) : NULL);
         json_object_array_add(clients, o);
     }
     json_object_object_add(root, "clients", clients);
+
+    json_object *gpus = json_object_new_array();
+    for (size_t i = 0; i < r->n_devices; i++) {
+        const Ringd__DeviceInfo *d = r->devices[i];
+        json_object *o = json_object_new_object();
+        json_object_object_add(o, "index", json_object_new_int64(d->index));
+        json_object_object_add(o, "name", json_object_new_string(d->name));
+        json_object_object_add(o, "memory_bytes", json_object_new_int64((int64_t)d->memory));
+        json_object_object_add(o, "clients", json_object_new_int64(d->clients));
+        json_object_array_add(gpus, o);
+    }
+    json_object_object_add(root, "gpus", gpus);
+    json_object_object_add(root, "gpus_why", json_object_new_string(r->devices_why));
     printf("%s\n", json_object_to_json_string_ext(root, JSON_C_TO_STRING_PRETTY |
                                                             JSON_C_TO_STRING_NOSLASHESCAPE));
     json_object_put(root);

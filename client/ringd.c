@@ -72,6 +72,7 @@ struct ringd {
     uint64_t arena_size;
     rd_alloc alloc;
     int rank, size, local_rank, local_size;
+    int device; /* the session's CUDA device; -1: none */
     uint64_t generation;
     int op_timeout_ms;
     int poll_us;
@@ -171,6 +172,11 @@ int ringd_local_rank(const ringd_t *r)
 {
     return r->local_rank;
 }
+
+int ringd_device(const ringd_t *r)
+{
+    return r->device;
+}
 int ringd_local_size(const ringd_t *r)
 {
     return r->local_size;
@@ -257,6 +263,7 @@ static ringd_result_t await_welcome(ringd_t *r, const char *job, int local_size,
     r->local_rank = (int)w->local_rank;
     r->local_size = (int)w->local_size;
     r->generation = w->generation;
+    r->device = w->has_device ? (int)w->device : -1;
     uint64_t data_offset = w->data_offset, ctrl;
     rd_frame_free(m);
     /* The control area is the allocator's first, permanent block. */
@@ -293,6 +300,7 @@ ringd_result_t ringd_open(const ringd_options_t *opts, ringd_t **out)
     r->conn.passed_fd = -1;
     r->next_id = 1;
     r->broken = RINGD_E_CLOSED; /* until Welcome */
+    r->device = -1;
 
     /* The fields the caller's header had; those it did not keep their defaults. A size below
      * 0.1's is a struct nobody initialised; one above ours, a newer header or garbage: either
@@ -313,20 +321,24 @@ ringd_result_t ringd_open(const ringd_options_t *opts, ringd_t **out)
         memcpy(&o, opts, n);
         if (n < offsetof(ringd_options_t, local_rank) + sizeof(o.local_rank))
             o.ask_local_rank = 0; /* the caller's padding, not an option */
+        if (n < offsetof(ringd_options_t, device) + sizeof(o.device))
+            o.ask_device = 0;
     }
 
     const char *path = o.socket_path ? o.socket_path : getenv("RINGD_SOCKET");
     const char *job = o.job ? o.job : getenv("RINGD_JOB");
     int local_size = o.local_size, world_size = o.world_size, poll_us = o.poll_us;
     int min_size = o.min_size, local_rank = o.ask_local_rank ? o.local_rank : -1;
+    int device = o.ask_device ? o.device : -1;
     if ((!local_size && env_int("RINGD_LOCAL_SIZE", 1, 1, 1 << 20, &local_size) != 0) ||
         (!world_size && env_int("RINGD_WORLD_SIZE", local_size, 1, 1 << 30, &world_size) != 0) ||
         (!poll_us && env_int("RINGD_POLL_US", RD_DEFAULT_POLL_US, -1, 1000000, &poll_us) != 0) ||
         (!min_size && env_int("RINGD_MIN_SIZE", 1, 0, 1 << 30, &min_size) != 0) ||
-        (!o.ask_local_rank && env_int("RINGD_LOCAL_RANK", -1, 0, 1 << 20, &local_rank) != 0))
+        (!o.ask_local_rank && env_int("RINGD_LOCAL_RANK", -1, 0, 1 << 20, &local_rank) != 0) ||
+        (!o.ask_device && env_int("RINGD_DEVICE", -1, 0, 1023, &device) != 0))
         return fail(r, RINGD_E_INVALID,
-                    "RINGD_LOCAL_SIZE, RINGD_WORLD_SIZE, RINGD_POLL_US, RINGD_MIN_SIZE or "
-                    "RINGD_LOCAL_RANK is set but not an integer in range");
+                    "RINGD_LOCAL_SIZE, RINGD_WORLD_SIZE, RINGD_POLL_US, RINGD_MIN_SIZE, "
+                    "RINGD_LOCAL_RANK or RINGD_DEVICE is set but not an integer in range");
     if (min_size == 0)
         min_size = 1;
     int timeout = o.open_timeout_ms > 0 ? o.open_timeout_ms : RD_DEFAULT_OPEN_TIMEOUT_MS;
@@ -350,6 +362,8 @@ ringd_result_t ringd_open(const ringd_options_t *opts, ringd_t **out)
                     "local_rank %d: need 0 <= local_rank < local_size %d (check "
                     "RINGD_LOCAL_RANK)",
                     local_rank, local_size);
+    if (o.ask_device && device < 0)
+        return fail(r, RINGD_E_INVALID, "device %d: need a CUDA device index >= 0", device);
     if (!rd_name_valid(job))
         return fail(r, RINGD_E_INVALID, "job name must be 1..%d printable ASCII bytes",
                     RD_NAME_MAX);
@@ -371,6 +385,8 @@ ringd_result_t ringd_open(const ringd_options_t *opts, ringd_t **out)
     h.open_timeout_ms = (uint32_t)timeout; /* also bounds waits below min_size later */
     h.asks_local_rank = local_rank >= 0;
     h.local_rank = h.asks_local_rank ? (uint32_t)local_rank : 0;
+    h.asks_device = device >= 0;
+    h.device = h.asks_device ? (uint32_t)device : 0;
     m.body_case = RINGD__MSG__BODY_HELLO;
     m.hello = &h;
     rc = rd_conn_send(&r->conn, &m, err, sizeof(err));

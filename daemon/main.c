@@ -12,9 +12,7 @@
 #include "ringd_build.h"
 #include "config.h"
 #include "counters.h"
-#if RINGD_HAVE_CUDA
-#include "cuda_dev.h"
-#endif
+#include "devices.h"
 #include "drain.h"
 #include "exec.h"
 #include "job.h"
@@ -26,34 +24,22 @@
 
 extern char **environ;
 
-/* One line per GPU this daemon sees, or one saying why it sees none (no driver, no device, a
- * build without CUDA): the driver is loaded at run time, so its absence is a line in the log. */
-static void log_devices(void)
+/* One line per GPU this daemon serves, or one saying why it serves none (no driver, no device, a
+ * build without CUDA, --devices none): the driver is loaded at run time, so its absence is a
+ * line in the log, not a failed start. */
+static void log_devices(const rd_devices *dv)
 {
-#if RINGD_HAVE_CUDA
-    char why[256], name[128];
-    uint64_t mem = 0;
-    int n = rd_cuda_load(why, sizeof(why)), i;
-
-    if (n == 0) {
-        rd_log(RD_LOG_INFO, "gpu", "CUDA: %s: host memory only", why);
-        return;
-    }
-    for (i = 0; i < n; i++) {
-        if (rd_cuda_device_info(i, name, sizeof(name), &mem, why, sizeof(why)) != 0)
-            rd_log(RD_LOG_WARN, "gpu", "CUDA device %d: %s", i, why);
-        else
-            rd_log(RD_LOG_INFO, "gpu", "CUDA device %d of %d: %s, %.1f GiB", i, n, name,
-                   (double)mem / (1u << 30));
-    }
-#else
-    rd_log(RD_LOG_INFO, "gpu", "built without CUDA: host memory only");
-#endif
+    if (dv->n == 0)
+        rd_log(RD_LOG_INFO, "gpu", "no GPU served (%s): clients use host memory", dv->why);
+    for (int i = 0; i < dv->n; i++)
+        rd_log(RD_LOG_INFO, "gpu", "CUDA device %d: %s, %.1f GiB", dv->dev[i].index,
+               dv->dev[i].name, (double)dv->dev[i].memory / (1u << 30));
 }
 
 /* The daemon: one of each layer's contexts, and what they share. */
 typedef struct {
     rd_config cfg;
+    rd_devices devices;
     rd_counters counters;
     struct event_base *base;
     rd_exec *exec;
@@ -140,6 +126,10 @@ int main(int argc, char **argv)
     case RD_CONFIG_RUN: break;
     }
     rd_log_set_level((rd_log_level)d.cfg.log_level);
+    if (rd_devices_open(&d.devices, d.cfg.devices, err, sizeof(err)) != 0) {
+        fprintf(stderr, "ringd: %s\n", err);
+        return 2;
+    }
     signal(SIGPIPE, SIG_IGN);
 
     d.base = event_base_new();
@@ -165,6 +155,7 @@ int main(int argc, char **argv)
     d.front = (rd_front){
         .base = d.base,
         .cfg = &d.cfg,
+        .devices = &d.devices,
         .counters = &d.counters,
         .engine = d.engine,
         .net = d.net,
@@ -189,7 +180,7 @@ int main(int argc, char **argv)
            d.cfg.socket_path, d.net != NULL ? "multi-node" : "one-node ring",
            (int)d.cfg.threads);
     rd_config_dump(&d.cfg);
-    log_devices();
+    log_devices(&d.devices);
 
     if (run_loop(&d) < 0)
         rd_log(RD_LOG_ERROR, "main", "event loop failed");

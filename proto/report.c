@@ -24,6 +24,7 @@ void rd_daemon_status_free(rd_daemon_status *s)
     }
     free(s->jobs);
     free(s->clients);
+    free(s->devices);
     free(s);
 }
 
@@ -151,21 +152,26 @@ static void client_info_of(const rd_client_status *c, Ringd__ClientInfo *ci)
     ci->ops_in_flight = c->ops_in_flight;
     ci->ops_completed = c->ops_completed;
     ci->arena_size = c->arena_size;
+    ci->has_device = c->device >= 0;
+    ci->device = c->device >= 0 ? (uint32_t)c->device : 0;
 }
 
 Ringd__StatusReply *rd_report_reply_new(const rd_daemon_status *s)
 {
-    size_t nj = s->njobs, nc = s->nclients;
+    size_t nj = s->njobs, nc = s->nclients, nd = s->ndevices;
     Ringd__StatusReply *r = calloc(1, sizeof(*r));
     if (r == NULL)
         return NULL;
     ringd__status_reply__init(r);
     r->jobs = repeated_new(nj, sizeof(Ringd__JobInfo));
     r->clients = repeated_new(nc, sizeof(Ringd__ClientInfo));
-    if ((nj > 0 && r->jobs == NULL) || (nc > 0 && r->clients == NULL))
+    r->devices = repeated_new(nd, sizeof(Ringd__DeviceInfo));
+    if ((nj > 0 && r->jobs == NULL) || (nc > 0 && r->clients == NULL) ||
+        (nd > 0 && r->devices == NULL))
         goto fail;
     Ringd__JobInfo *ji = repeated_messages(r->jobs, nj);
     Ringd__ClientInfo *ci = repeated_messages(r->clients, nc);
+    Ringd__DeviceInfo *di = repeated_messages(r->devices, nd);
     r->version = str(s->version);
     r->pid = s->pid;
     r->uptime_ms = s->uptime_ms;
@@ -192,6 +198,15 @@ Ringd__StatusReply *rd_report_reply_new(const rd_daemon_status *s)
         client_info_of(&s->clients[i], &ci[i]);
         r->clients[r->n_clients++] = &ci[i];
     }
+    for (size_t i = 0; i < nd; i++) {
+        ringd__device_info__init(&di[i]);
+        di[i].index = s->devices[i].index;
+        di[i].name = str(s->devices[i].name);
+        di[i].memory = s->devices[i].memory;
+        di[i].clients = s->devices[i].clients;
+        r->devices[r->n_devices++] = &di[i];
+    }
+    r->devices_why = str(s->devices_why);
     return r;
 
 fail:
@@ -207,5 +222,6 @@ void rd_report_reply_free(Ringd__StatusReply *r)
         job_info_clear(r->jobs[i]);
     free(r->jobs);
     free(r->clients);
+    free(r->devices);
     free(r);
 }

@@ -72,7 +72,16 @@ typedef struct {
     uint32_t local_rank;
     uint64_t ops_in_flight, ops_completed;
     uint64_t arena_size;
+    int32_t device; /* the CUDA device it was given; -1: none (host memory only) */
 } rd_client_status;
+
+/* A GPU the daemon serves. */
+typedef struct {
+    uint32_t index; /* the CUDA device index */
+    const char *name;
+    uint64_t memory;  /* total bytes */
+    uint32_t clients; /* sessions given this device */
+} rd_device_status;
 
 typedef struct {
     const char *version;
@@ -91,6 +100,9 @@ typedef struct {
     size_t njobs;
     rd_client_status *clients; /* nclients, malloc'd */
     size_t nclients;
+    rd_device_status *devices; /* ndevices, malloc'd */
+    size_t ndevices;
+    const char *devices_why; /* none served: why */
 } rd_daemon_status;
 
 /* An empty status (zeroed), owned by the caller: rd_daemon_status_free. NULL when out of memory. */

@@ -17,6 +17,7 @@ typedef struct {
     uint64_t arena_size;                       /* 0: the daemon's default */
     uint32_t open_timeout_ms;                  /* 0: the daemon's default */
     int64_t local_rank;                        /* the local rank asked for; -1: any */
+    int64_t device;                            /* the CUDA device asked for; -1: the daemon's pick */
 } rd_hello;
 
 /* Where a tensor is (MemoryKind values match rd_mem_kind in gpu/backend.h). */

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "backend.h"
+#include "devices.h"
 #include "harness.h"
 #include "ringd.h"
 
@@ -63,6 +64,8 @@ Test(api, options_init_gives_the_values_of_the_init_macro)
     cr_assert_eq(f.min_size, m.min_size);
     cr_assert_eq(f.ask_local_rank, m.ask_local_rank);
     cr_assert_eq(f.local_rank, m.local_rank);
+    cr_assert_eq(f.ask_device, m.ask_device);
+    cr_assert_eq(f.device, m.device);
     ringd_options_init(NULL, sizeof(ringd_options_t));
     ringd_options_init(&f, 3); /* too small for struct_size: untouched */
     cr_assert_eq(f.struct_size, sizeof(ringd_options_t));
@@ -327,8 +330,7 @@ static int open_asking(int i, void *arg)
     if (i != 1) {
         o.ask_local_rank = 1;
         o.local_rank = want;
-    }
-    else if (arg == NULL)
+    } else if (arg == NULL)
         setenv("RINGD_LOCAL_RANK", "1", 1);
     ringd_t *r = NULL;
     ringd_result_t rc = ringd_open(&o, &r);
@@ -408,4 +410,92 @@ static int ask_taken(int i, void *arg)
 Test(api, a_local_rank_asked_for_twice_is_refused_naming_its_holder, .init = start, .fini = stop)
 {
     cr_assert_eq(th_run(2, ask_taken, NULL, 30000), 0);
+}
+
+/* Opens a one-rank job of its own on the test daemon, asking for device dev (-1: asking for
+ * none), its message into msg. */
+static ringd_result_t open_device(int dev, const char *tag, ringd_t **out, char *msg, size_t len)
+{
+    ringd_options_t o;
+    char job[96];
+    ringd_options_init(&o, sizeof(o));
+    snprintf(job, sizeof(job), "%s.%s", job_, tag);
+    o.socket_path = daemon_.sock;
+    o.job = job;
+    o.local_size = o.world_size = 1;
+    o.open_timeout_ms = 5000;
+    o.ask_device = dev >= 0;
+    o.device = dev;
+    ringd_result_t rc = ringd_open(&o, out);
+    snprintf(msg, len, "%s", ringd_errmsg(*out));
+    return rc;
+}
+
+/* The daemon (--devices all) gives a client that asks for nothing its local rank's share of the
+ * devices the driver has (none here without one: -1); a device it does not serve is refused
+ * saying so; RINGD_DEVICE asks too, and a malformed one is refused before anything is sent. */
+static int devices_given(int i, void *arg)
+{
+    (void)i;
+    (void)arg;
+    char msg[1024], err[256];
+    rd_devices all;
+    ringd_t *r = NULL;
+    if (rd_devices_open(&all, "all", err, sizeof(err)) != 0)
+        return 10;
+    ringd_result_t rc = open_device(-1, "any", &r, msg, sizeof(msg));
+    int want = all.n > 0 ? all.dev[0].index : -1;
+    if (rc != RINGD_OK || ringd_device(r) != want) {
+        fprintf(stderr, "asking for no device: %s (%s): device %d, want %d\n", ringd_strerror(rc),
+                msg, r ? ringd_device(r) : -9, want);
+        return 11;
+    }
+    ringd_close(r);
+    rc = open_device(63, "63", &r, msg, sizeof(msg));
+    ringd_close(r);
+    if (rc != RINGD_E_INVALID || strstr(msg, "asked for CUDA device 63") == NULL ||
+        (all.n == 0 && strstr(msg, "serves no GPU") == NULL)) {
+        fprintf(stderr, "asking for device 63: %s: %s\n", ringd_strerror(rc), msg);
+        return 12;
+    }
+    setenv("RINGD_DEVICE", "62", 1);
+    rc = open_device(-1, "env", &r, msg, sizeof(msg));
+    ringd_close(r);
+    if (rc != RINGD_E_INVALID || strstr(msg, "asked for CUDA device 62") == NULL) {
+        fprintf(stderr, "RINGD_DEVICE=62: %s: %s\n", ringd_strerror(rc), msg);
+        return 13;
+    }
+    setenv("RINGD_DEVICE", "gpu0", 1);
+    rc = open_device(-1, "env.bad", &r, msg, sizeof(msg));
+    ringd_close(r);
+    unsetenv("RINGD_DEVICE");
+    if (rc != RINGD_E_INVALID || strstr(msg, "RINGD_DEVICE") == NULL) {
+        fprintf(stderr, "RINGD_DEVICE=gpu0: %s: %s\n", ringd_strerror(rc), msg);
+        return 14;
+    }
+    rc = open_device(-1, "unset", &r, msg, sizeof(msg)); /* asks for nothing again */
+    ringd_close(r);
+    if (rc != RINGD_OK)
+        return 15;
+    {
+        ringd_options_t o;
+        ringd_options_init(&o, sizeof(o));
+        o.socket_path = NO_SOCKET;
+        o.ask_device = 1;
+        o.device = -1;
+        rc = ringd_open(&o, &r);
+        snprintf(msg, sizeof(msg), "%s", ringd_errmsg(r));
+        ringd_close(r);
+        if (rc != RINGD_E_INVALID || strstr(msg, "device -1") == NULL) {
+            fprintf(stderr, "device -1: %s: %s\n", ringd_strerror(rc), msg);
+            return 16;
+        }
+    }
+    return 0;
+}
+
+Test(api, the_daemon_gives_a_device_or_none_and_refuses_one_it_does_not_serve, .init = start,
+     .fini = stop)
+{
+    cr_assert_eq(th_run(1, devices_given, NULL, 30000), 0);
 }

@@ -120,8 +120,14 @@ static rd_daemon_status *status_filled(void)
     s->clients = zeroed(3, sizeof(*s->clients));
     s->nclients = 3;
     for (uint32_t i = 0; i < 3; i++)
-        s->clients[i] = (rd_client_status){i < 2 ? "job0" : "job1", 1000 + i, 500, i,
-                                           i, 10 * (uint64_t)i, UINT64_C(1) << (30 + i)};
+        s->clients[i] =
+            (rd_client_status){i < 2 ? "job0" : "job1", 1000 + i,  500, i, i, 10 * (uint64_t)i,
+                               UINT64_C(1) << (30 + i), (int)i - 1};
+    s->devices = zeroed(2, sizeof(*s->devices));
+    s->ndevices = 2;
+    s->devices[0] = (rd_device_status){0, "NVIDIA H100 80GB HBM3", UINT64_C(85) << 30, 1};
+    s->devices[1] = (rd_device_status){3, "NVIDIA H100 80GB HBM3", UINT64_C(80) << 30, 0};
+    s->devices_why = "a reason, checked even beside devices";
     return s;
 }
 
@@ -207,7 +213,18 @@ static void check_status(const Ringd__StatusReply *o, const rd_daemon_status *s)
         cr_assert_eq(c->ops_in_flight, s->clients[i].ops_in_flight);
         cr_assert_eq(c->ops_completed, s->clients[i].ops_completed);
         cr_assert_eq(c->arena_size, s->clients[i].arena_size);
+        cr_assert_eq(c->has_device, s->clients[i].device >= 0);
+        cr_assert_eq(c->device, s->clients[i].device >= 0 ? (uint32_t)s->clients[i].device : 0);
     }
+    cr_assert_eq(o->n_devices, s->ndevices);
+    for (size_t i = 0; i < s->ndevices; i++) {
+        const Ringd__DeviceInfo *d = o->devices[i];
+        cr_assert_eq(d->index, s->devices[i].index);
+        cr_assert_str_eq(d->name, s->devices[i].name);
+        cr_assert_eq(d->memory, s->devices[i].memory);
+        cr_assert_eq(d->clients, s->devices[i].clients);
+    }
+    cr_assert_str_eq(o->devices_why, s->devices_why != NULL ? s->devices_why : "");
 }
 
 /* Makes the reply of s, sends it through a frame and checks every field; frees both. */

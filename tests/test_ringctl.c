@@ -61,7 +61,7 @@ Test(ringctl, status_lists_jobs_and_clients_as_text_and_json)
     float *x = ringd_alloc(r, 64);
     cr_assert_eq(ringd_allreduce(r, "x", x, x, 16, RINGD_F32, RINGD_SUM), RINGD_OK);
 
-    char cmd[512], *out;
+    char cmd[1024], *out;
     snprintf(cmd, sizeof(cmd), "%s --socket %s status", getenv("RINGCTL_BIN"), daemon_.sock);
     cr_assert_eq(run(cmd, &out), 0);
     cr_expect(strstr(out, "ringd 0.") != NULL, "%s", out);
@@ -70,6 +70,7 @@ Test(ringctl, status_lists_jobs_and_clients_as_text_and_json)
     snprintf(pid, sizeof(pid), " %d ", (int)getpid());
     cr_expect(strstr(out, pid) != NULL, "client pid missing: %s", out);
     cr_expect(strstr(out, "draining") == NULL, "a daemon not draining says so: %s", out);
+    cr_expect(strstr(out, "\ngpus: ") != NULL, "the GPUs (or why none) missing: %s", out);
     free(out);
 
     snprintf(cmd, sizeof(cmd),
@@ -77,11 +78,12 @@ Test(ringctl, status_lists_jobs_and_clients_as_text_and_json)
              "c=d[\"clients\"][0]; j=d[\"jobs\"][0]; "
              "print(c[\"pid\"], c[\"local_rank\"], c[\"ops_completed\"], j[\"name\"], "
              "j[\"generation\"], d[\"ops\"][\"completed\"], d[\"draining\"], "
-             "\"min_size\" in j, j[\"stalls\"])'",
+             "\"min_size\" in j, j[\"stalls\"], "
+             "(len(d[\"gpus\"]) > 0) != (d[\"gpus_why\"] != \"\"), \"device\" in c)'",
              getenv("RINGCTL_BIN"), daemon_.sock);
     cr_assert_eq(run(cmd, &out), 0, "ringctl --json did not print valid JSON");
     char want[128];
-    snprintf(want, sizeof(want), "%d 0 1 status-job 1 1 False True []\n", (int)getpid());
+    snprintf(want, sizeof(want), "%d 0 1 status-job 1 1 False True [] True True\n", (int)getpid());
     cr_expect_str_eq(out, want);
     free(out);
     ringd_close(r);

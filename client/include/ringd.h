@@ -127,11 +127,17 @@ typedef struct {
                                 ranks change while it runs (elastic), each process keeps the rank
                                 it asked for while that is below the new local size; the others
                                 are numbered in order in the ranks left (ringd_local_rank). */
+    int ask_device;          /* 1: this process asks for CUDA device `device`; 0: RINGD_DEVICE
+                                when set, else the daemon gives the local rank's share of the
+                                devices it serves (--devices): device[local_rank % count] */
+    int device;              /* the CUDA device index asked for. ringd_open fails with
+                                RINGD_E_INVALID when the daemon does not serve it (a daemon
+                                without GPUs serves none) */
 } ringd_options_t;
 
 #define RINGD_OPTIONS_INIT                                                                         \
     {                                                                                              \
-        sizeof(ringd_options_t), NULL, NULL, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0                          \
+        sizeof(ringd_options_t), NULL, NULL, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0                    \
     }
 
 /* Fills the size bytes at o (the caller's struct: sizeof(ringd_options_t) of the header it was
@@ -157,6 +163,10 @@ RINGD_API int ringd_size(const ringd_t *r);
 RINGD_API int ringd_local_rank(const ringd_t *r);
 RINGD_API int ringd_local_size(const ringd_t *r);
 RINGD_API uint64_t ringd_generation(const ringd_t *r);
+
+/* The CUDA device the daemon gave this session (see ringd_options_t.device), fixed for its
+ * lifetime; -1 when it has none: the daemon serves no GPU, and tensors live in host memory. */
+RINGD_API int ringd_device(const ringd_t *r);
 
 /* Detail of the last failure on r (which call, which tensor, which ranks); "" when none.
  * Owned by r, valid until its next call. */

@@ -83,6 +83,10 @@ static const opt_spec options[] = {
      "milliseconds before such an op fails with RINGD_E_STALLED on every rank; 0: never"},
     {"drain-timeout", "RINGD_DRAIN_TIMEOUT", OPT_INT, "20000", 100, 3600000, OFF(drain_timeout),
      "milliseconds ringctl drain and SIGTERM wait for ops under way before leaving anyway"},
+    {"devices", "RINGD_DEVICES", OPT_STRING, "all", 1, 255, OFF(devices),
+     "CUDA devices this daemon serves: all (the visible ones; none without a driver), none, or "
+     "indices such as 0,2; each client gets the one it asks for (RINGD_DEVICE) or its local rank "
+     "modulo their number"},
 };
 
 #define NOPTIONS (sizeof(options) / sizeof(options[0]))

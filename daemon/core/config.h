@@ -41,6 +41,8 @@ typedef struct {
     int64_t stall_warn;    /* ms an op may wait for some ranks before a warning */
     int64_t stall_abort;   /* ms before it fails with RINGD_E_STALLED; 0: never */
     int64_t drain_timeout; /* ms a drain waits for ops under way */
+
+    char devices[256]; /* the GPUs served: all, none, or indices ("0,2"); see gpu/devices.h */
 } rd_config;
 
 typedef enum {

@@ -8,6 +8,7 @@
 
 #include "config.h"
 #include "counters.h"
+#include "devices.h"
 #include "frame.h"
 #include "job.h"
 #include "world.h"
@@ -27,6 +28,7 @@ typedef struct {
 typedef struct rd_front {
     struct event_base *base;
     const rd_config *cfg;
+    const rd_devices *devices; /* the GPUs served (none: host memory only) */
     rd_counters *counters;
     rd_engine *engine;
     rd_net *net;              /* NULL without --redis */

@@ -276,7 +276,18 @@ static void dispatch(rd_session *s, const rd_msg *m)
         event_del(s->ev_handshake);
         set_state(s, RD_SESSION_JOINING); /* the job may welcome it at once */
         rd_hello h;
+        int device;
         rd_hello_of(m->hello, &h);
+        /* a device it asks for must be one served, before it takes a place in the job */
+        if (h.device > RD_MAX_DEVICES ||
+            rd_devices_pick(s->f->devices, (int)h.device, 0, &device, err, sizeof(err)) != 0) {
+            if (h.device > RD_MAX_DEVICES)
+                snprintf(err, sizeof(err), "asked for CUDA device %lld: there are at most %d",
+                         (long long)h.device, RD_MAX_DEVICES);
+            rd_session_close(s, RINGD_E_INVALID, "%s", err);
+            return;
+        }
+        s->asked_device = (int)h.device;
         ringd_result_t rc = rd_job_join(&s->c, &h, err, sizeof(err));
         if (rc != RINGD_OK)
             rd_session_close(s, rc, "%s", err);
@@ -387,6 +398,8 @@ void rd_session_accept(rd_front *f, int fd)
     s->f = f;
     s->fd = fd;
     s->id = next_id++;
+    s->asked_device = -1;
+    s->device = -1;
     s->c.engine = f->engine;
     s->c.pid = cred.pid;
     s->c.uid = cred.uid;
@@ -452,6 +465,11 @@ static rd_status client_welcome(rd_client *cl, const rd_client_view *v, int aren
     w.generation = v->generation;
     w.arena_size = s->c.arena->size;
     w.data_offset = RD_CTRL_BYTES;
+    /* checked at Hello: a device asked for is served; otherwise its local rank's share */
+    if (rd_devices_pick(s->f->devices, s->asked_device, v->local_rank, &s->device, NULL, 0) != 0)
+        s->device = -1;
+    w.has_device = s->device >= 0;
+    w.device = s->device >= 0 ? (uint32_t)s->device : 0;
     m.body_case = RINGD__MSG__BODY_WELCOME;
     m.welcome = &w;
     rd_status rc = rd_session_send_fd(s, &m, arena_fd);

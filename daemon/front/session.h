@@ -36,6 +36,8 @@ typedef struct rd_session {
     struct evbuffer *out;
     gid_t gid;  /* SO_PEERCRED, with c.pid and c.uid */
     rd_client c; /* the engine's view of the client: job, local rank, arena */
+    int asked_device; /* the CUDA device its Hello asked for; -1: the daemon's pick */
+    int device;       /* the CUDA device it was given in Welcome; -1: none (host memory) */
     rd_ring sq;  /* client -> daemon, consumed here; attached from ACTIVE on */
     rd_ring cq;  /* daemon -> client, produced here */
     struct rd_session *prev, *next;

@@ -59,6 +59,28 @@ static int describe_clients(const rd_front *d, rd_daemon_status *st)
         ci->ops_in_flight = c->c.ops_in_flight;
         ci->ops_completed = c->c.ops_completed;
         ci->arena_size = c->c.arena != NULL ? c->c.arena->size : 0;
+        ci->device = c->device;
+    }
+    return 0;
+}
+
+/* The GPUs d serves, each with the sessions given it, into st->devices (malloc'd, st's).
+ * Returns 0, or -1 when out of memory. */
+static int describe_devices(const rd_front *d, rd_daemon_status *st)
+{
+    const rd_devices *dv = d->devices;
+    st->devices_why = dv->why;
+    if (dv->n == 0)
+        return 0;
+    if ((st->devices = calloc((size_t)dv->n, sizeof(*st->devices))) == NULL)
+        return -1;
+    for (int i = 0; i < dv->n; i++) {
+        rd_device_status *ds = &st->devices[st->ndevices++];
+        ds->index = (uint32_t)dv->dev[i].index;
+        ds->name = dv->dev[i].name;
+        ds->memory = dv->dev[i].memory;
+        for (const struct rd_session *c = d->sessions; c != NULL; c = c->next)
+            ds->clients += c->c.job != NULL && c->device == dv->dev[i].index;
     }
     return 0;
 }
@@ -74,7 +96,8 @@ void rd_status_request(struct rd_session *s, const rd_msg *req)
     if (st == NULL)
         goto fail;
     describe_daemon(d, st);
-    if (rd_job_describe(d->engine, st) != 0 || describe_clients(d, st) != 0)
+    if (rd_job_describe(d->engine, st) != 0 || describe_clients(d, st) != 0 ||
+        describe_devices(d, st) != 0)
         goto fail;
     if ((r = rd_report_reply_new(st)) == NULL)
         goto fail;

@@ -45,6 +45,8 @@ class Options(ctypes.Structure):
         ("min_size", c_int),
         ("ask_local_rank", c_int),
         ("local_rank", c_int),
+        ("ask_device", c_int),
+        ("device", c_int),
     ]
 
 
@@ -67,6 +69,7 @@ _PROTOTYPES = {
     "ringd_rank": (c_int, [c_void_p]),
     "ringd_size": (c_int, [c_void_p]),
     "ringd_local_rank": (c_int, [c_void_p]),
+    "ringd_device": (c_int, [c_void_p]),
     "ringd_local_size": (c_int, [c_void_p]),
     "ringd_generation": (ctypes.c_uint64, [c_void_p]),
     "ringd_errmsg": (c_char_p, [c_void_p]),

@@ -365,7 +365,9 @@ class Session:
     arena_size (the daemon's default), poll_us (RINGD_POLL_US, 100; -1 never polls), local_rank
     (RINGD_LOCAL_RANK: the local rank this process asks for, as a launcher's LOCAL_RANK gives it;
     ringd.Refused when another process of the job on this node asked for it first; else the
-    lowest free one).
+    lowest free one), device (RINGD_DEVICE: the CUDA device index this process asks for;
+    ringd.InvalidArgument when the daemon does not serve it; else the daemon gives the local
+    rank's share of its GPUs, or none).
 
     Opening blocks until the job's local ranks joined (and, across nodes, the ring formed), at
     most open_timeout_ms; it raises ConnectError when no daemon answers on the socket.
@@ -373,18 +375,19 @@ class Session:
     """
 
     _FIELDS = ("socket_path", "job", "world_size", "local_size", "open_timeout_ms",
-               "op_timeout_ms", "arena_size", "poll_us", "min_size", "local_rank")
+               "op_timeout_ms", "arena_size", "poll_us", "min_size", "local_rank", "device")
 
     def __init__(self, job=None, world_size=None, local_size=None, socket=None, min_size=None,
                  open_timeout_ms=None, op_timeout_ms=None, arena_size=None, poll_us=None,
-                 local_rank=None):
+                 local_rank=None, device=None):
         lib = _lib.lib()
         self._st = _State()
         self._finalizer = weakref.finalize(self, self._st.close)
         values = {"socket_path": socket, "job": job, "world_size": world_size,
                   "local_size": local_size, "open_timeout_ms": open_timeout_ms,
                   "op_timeout_ms": op_timeout_ms, "arena_size": arena_size,
-                  "poll_us": poll_us, "min_size": min_size, "local_rank": local_rank}
+                  "poll_us": poll_us, "min_size": min_size, "local_rank": local_rank,
+                  "device": device}
         o = _lib.Options()
         lib.ringd_options_init(ctypes.byref(o), ctypes.sizeof(o))
         for field, value in values.items():
@@ -402,6 +405,8 @@ class Session:
             setattr(o, field, value)
             if field == "local_rank":
                 o.ask_local_rank = 1
+            elif field == "device":
+                o.ask_device = 1
         self.job = job
         self.op_timeout_ms = op_timeout_ms or 0  # how long a wait waits (0: no limit of its own)
         r = ctypes.c_void_p()
@@ -456,6 +461,13 @@ class Session:
     @property
     def local_size(self):
         return self._get(_lib.lib().ringd_local_size)
+
+    @property
+    def device(self):
+        """The CUDA device index the daemon gave this session (fixed while it lives), or None:
+        the daemon serves no GPU."""
+        d = self._get(_lib.lib().ringd_device)
+        return d if d >= 0 else None
 
     @property
     def generation(self):

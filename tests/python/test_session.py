@@ -275,3 +275,16 @@ def test_a_taken_local_rank_is_refused_naming_its_holder(daemon):
         assert q.get(timeout=10) == "timeout"
     finally:
         p.join(10)
+
+
+def test_device_given_or_refused(daemon):
+    """Without asking, a session gets the daemon's pick (None where it serves no GPU, as here
+    without a driver); a device the daemon does not serve is refused, saying so."""
+    with ringd.Session(socket=daemon.sock, job="dev.any") as s:
+        assert s.device is None or s.device >= 0
+        gpus = s.device is not None
+    with pytest.raises(ringd.InvalidArgument) as e:
+        ringd.Session(socket=daemon.sock, job="dev.63", device=63)
+    assert "asked for CUDA device 63" in str(e.value)
+    if not gpus:
+        assert "serves no GPU" in str(e.value)
