@@ -100,8 +100,8 @@ static void print_text(const Ringd__StatusReply *r)
     }
     printf("clients: %zu\n", r->n_clients);
     if (r->n_clients > 0)
-        printf("  %-20s %8s %6s %5s %9s %10s %10s %4s\n", "job", "pid", "uid", "lrank",
-               "in-flight", "completed", "arena(MB)", "gpu");
+        printf("  %-20s %8s %6s %5s %9s %10s %10s %4s\n", "job", "pid", "uid", "lrank", "in-flight",
+               "completed", "arena(MB)", "gpu");
     for (size_t i = 0; i < r->n_clients; i++) {
         const Ringd__ClientInfo *c = r->clients[i];
         char gpu[16] = "-";
@@ -113,6 +113,8 @@ static void print_text(const Ringd__StatusReply *r)
     }
     if (r->n_devices == 0)
         printf("gpus: none (%s)\n", r->devices_why);
+    else if (r->devices_why[0] != '\0')
+        printf("gpus: %zu (one left out: %s)\n", r->n_devices, r->devices_why);
     else
         printf("gpus: %zu\n", r->n_devices);
     for (size_t i = 0; i < r->n_devices; i++) {

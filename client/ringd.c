@@ -263,9 +263,15 @@ static ringd_result_t await_welcome(ringd_t *r, const char *job, int local_size,
     r->local_rank = (int)w->local_rank;
     r->local_size = (int)w->local_size;
     r->generation = w->generation;
+    int asked = r->device; /* until Welcome: the device asked for, or -1 */
     r->device = w->has_device ? (int)w->device : -1;
     uint64_t data_offset = w->data_offset, ctrl;
     rd_frame_free(m);
+    if (asked >= 0 && r->device != asked)
+        return fail(r, RINGD_E_INVALID,
+                    "asked for CUDA device %d, and ringd did not give it (a ringd older than "
+                    "device assignment?)",
+                    asked);
     /* The control area is the allocator's first, permanent block. */
     if (rd_alloc_init(&r->alloc, r->arena_size) != 0 ||
         rd_alloc_get(&r->alloc, data_offset, &ctrl) != 0 || ctrl != 0)
@@ -387,6 +393,7 @@ ringd_result_t ringd_open(const ringd_options_t *opts, ringd_t **out)
     h.local_rank = h.asks_local_rank ? (uint32_t)local_rank : 0;
     h.asks_device = device >= 0;
     h.device = h.asks_device ? (uint32_t)device : 0;
+    r->device = device; /* what Welcome must give, when asked */
     m.body_case = RINGD__MSG__BODY_HELLO;
     m.hello = &h;
     rc = rd_conn_send(&r->conn, &m, err, sizeof(err));
@@ -742,9 +749,9 @@ static ringd_result_t submit(ringd_t *r, const submit_args *a, ringd_request_t *
     uint64_t esz = a->op == RINGD__OP_TYPE__OP_BARRIER ? 1 : ringd_dtype_size(a->dtype);
     uint64_t count = a->op == RINGD__OP_TYPE__OP_BARRIER ? 0 : a->count;
     if (esz == 0)
-        return refuse(r, a, name,
-                      fail(r, RINGD_E_INVALID, "tensor '%s': unknown dtype %d", name,
-                           (int)a->dtype));
+        return refuse(
+            r, a, name,
+            fail(r, RINGD_E_INVALID, "tensor '%s': unknown dtype %d", name, (int)a->dtype));
     if (a->op != RINGD__OP_TYPE__OP_BARRIER && count == 0)
         return refuse(r, a, name,
                       fail(r, RINGD_E_INVALID, "tensor '%s': count must be at least 1", name));

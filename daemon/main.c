@@ -31,6 +31,8 @@ static void log_devices(const rd_devices *dv)
 {
     if (dv->n == 0)
         rd_log(RD_LOG_INFO, "gpu", "no GPU served (%s): clients use host memory", dv->why);
+    else if (dv->why[0] != '\0')
+        rd_log(RD_LOG_WARN, "gpu", "a visible GPU is left out: %s", dv->why);
     for (int i = 0; i < dv->n; i++)
         rd_log(RD_LOG_INFO, "gpu", "CUDA device %d: %s, %.1f GiB", dv->dev[i].index,
                dv->dev[i].name, (double)dv->dev[i].memory / (1u << 30));

@@ -27,8 +27,10 @@ static struct {
     CUresult (*device_total_mem)(size_t *, CUdevice);
     CUresult (*device_attribute)(int *, CUdevice_attribute, CUdevice);
     CUresult (*primary_ctx_retain)(CUcontext *, CUdevice);
+    CUresult (*primary_ctx_release)(CUdevice);
     CUresult (*ctx_set_current)(CUcontext);
     CUresult (*module_load_data)(CUmodule *, const void *);
+    CUresult (*module_unload)(CUmodule);
     CUresult (*module_function)(CUfunction *, CUmodule, const char *);
     CUresult (*launch)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                        unsigned, CUstream, void **, void **);
@@ -36,7 +38,7 @@ static struct {
     CUresult (*stream_sync)(CUstream);
     CUresult (*mem_alloc)(CUdeviceptr *, size_t);
     CUresult (*mem_free)(CUdeviceptr);
-    CUresult (*memcpy_any)(CUdeviceptr, CUdeviceptr, size_t);
+    CUresult (*memcpy_async)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
 } drv;
 
 static const struct {
@@ -56,21 +58,26 @@ static const struct {
     SYM(device_total_mem, "cuDeviceTotalMem_v2"),
     SYM(device_attribute, "cuDeviceGetAttribute"),
     SYM(primary_ctx_retain, "cuDevicePrimaryCtxRetain"),
+    SYM(primary_ctx_release, "cuDevicePrimaryCtxRelease_v2"),
     SYM(ctx_set_current, "cuCtxSetCurrent"),
     SYM(module_load_data, "cuModuleLoadData"),
+    SYM(module_unload, "cuModuleUnload"),
     SYM(module_function, "cuModuleGetFunction"),
     SYM(launch, "cuLaunchKernel"),
     SYM(stream_create, "cuStreamCreate"),
     SYM(stream_sync, "cuStreamSynchronize"),
     SYM(mem_alloc, "cuMemAlloc_v2"),
     SYM(mem_free, "cuMemFree_v2"),
-    SYM(memcpy_any, "cuMemcpy"),
+    SYM(memcpy_async, "cuMemcpyAsync"),
 #undef SYM
 };
 
-/* One device, set up on first use: its primary context, the kernels, a stream. */
+/* One device, set up on first use: its primary context, the kernels, a stream. A setup that
+ * failed is not tried again: its reason is kept. */
 typedef struct {
-    int ready;
+    pthread_mutex_t lock; /* held while it is set up (a PTX JIT may take seconds) */
+    int ready;            /* 1: set up; -1: setup failed, why in failure */
+    char failure[256];
     CUdevice dev;
     CUcontext ctx;
     CUstream stream;
@@ -79,8 +86,7 @@ typedef struct {
 } cuda_device;
 
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
-static pthread_mutex_t device_lock = PTHREAD_MUTEX_INITIALIZER;
-static int ndevices;
+static int ndevices; /* -1: a driver is there but failed */
 static char load_why[256];
 static cuda_device devices[RD_CUDA_MAX_DEVICES];
 
@@ -114,9 +120,13 @@ static int failed(CUresult rc, const char *call, char *why, size_t whylen)
 
 static void load(void)
 {
-    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    void *lib;
     int version = 0;
     size_t i;
+
+    for (i = 0; i < RD_CUDA_MAX_DEVICES; i++)
+        pthread_mutex_init(&devices[i].lock, NULL);
+    lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
 
     if (lib == NULL) {
         say(load_why, sizeof(load_why), "no CUDA driver: %s", dlerror());
@@ -129,14 +139,20 @@ static void load(void)
                 drv_symbols[i].name);
             memset(&drv, 0, sizeof(drv));
             dlclose(lib);
+            ndevices = -1;
             return;
         }
         memcpy((char *)&drv + drv_symbols[i].offset, &fn, sizeof(fn));
     }
-    if (failed(drv.init(0), "cuInit", load_why, sizeof(load_why)) ||
+    CUresult rc = drv.init(0);
+    if (rc == CUDA_ERROR_NO_DEVICE) {
+        say(load_why, sizeof(load_why), "the CUDA driver sees no device");
+        return;
+    }
+    if (failed(rc, "cuInit", load_why, sizeof(load_why)) ||
         failed(drv.driver_version(&version), "cuDriverGetVersion", load_why, sizeof(load_why)) ||
         failed(drv.device_count(&ndevices), "cuDeviceGetCount", load_why, sizeof(load_why))) {
-        ndevices = 0;
+        ndevices = -1;
         return;
     }
     if (ndevices <= 0) {
@@ -150,55 +166,74 @@ static void load(void)
 int rd_cuda_load(char *why, size_t whylen)
 {
     pthread_once(&load_once, load);
-    if (ndevices == 0)
+    if (ndevices <= 0)
         say(why, whylen, "%s", load_why);
     return ndevices;
+}
+
+/* Sets d up (lock held): its primary context, the kernels from the fatbin, a stream. Returns 0,
+ * or -1 with why set, having released what it took. */
+static int setup(cuda_device *d, int dev, char *why, size_t whylen)
+{
+    CUmodule module = NULL;
+    int i;
+
+    if (failed(drv.device_get(&d->dev, dev), "cuDeviceGet", why, whylen) ||
+        failed(drv.primary_ctx_retain(&d->ctx, d->dev), "cuDevicePrimaryCtxRetain", why, whylen))
+        return -1;
+    if (failed(drv.ctx_set_current(d->ctx), "cuCtxSetCurrent", why, whylen) ||
+        failed(drv.device_attribute(&d->sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, d->dev),
+               "cuDeviceGetAttribute", why, whylen) ||
+        failed(drv.module_load_data(&module, rd_cuda_fatbin),
+               "cuModuleLoadData (ringd's kernels: compute capability 8.0 and 9.0, PTX 9.0 for "
+               "later GPUs; a CUDA 13 driver, r580 or newer)",
+               why, whylen))
+        goto fail;
+    for (i = 0; i < RD_DT_COUNT; i++)
+        if (failed(drv.module_function(&d->reduce[i], module, kernel_names[i]), kernel_names[i],
+                   why, whylen))
+            goto fail;
+    /* blocking: ordered with work on the legacy default stream too */
+    if (failed(drv.stream_create(&d->stream, CU_STREAM_DEFAULT), "cuStreamCreate", why, whylen))
+        goto fail;
+    return 0;
+
+fail:
+    if (module != NULL)
+        drv.module_unload(module);
+    drv.primary_ctx_release(d->dev);
+    return -1;
 }
 
 /* Device dev, set up and current on this thread; NULL with why set. */
 static cuda_device *device(int dev, char *why, size_t whylen)
 {
     cuda_device *d;
-    CUmodule module;
-    int i;
+    int n = rd_cuda_load(why, whylen);
 
-    if (rd_cuda_load(why, whylen) == 0)
+    if (n <= 0)
         return NULL;
-    if (dev < 0 || dev >= ndevices) {
-        say(why, whylen, "CUDA device %d: there are %d", dev, ndevices);
+    if (dev < 0 || dev >= n) {
+        say(why, whylen, "CUDA device %d: there are %d", dev, n);
         return NULL;
     }
     d = &devices[dev];
-    pthread_mutex_lock(&device_lock);
-    if (!d->ready) {
-        if (failed(drv.device_get(&d->dev, dev), "cuDeviceGet", why, whylen) ||
-            failed(drv.primary_ctx_retain(&d->ctx, d->dev), "cuDevicePrimaryCtxRetain", why,
-                   whylen) ||
-            failed(drv.ctx_set_current(d->ctx), "cuCtxSetCurrent", why, whylen) ||
-            failed(drv.device_attribute(&d->sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, d->dev),
-                   "cuDeviceGetAttribute", why, whylen) ||
-            failed(drv.module_load_data(&module, rd_cuda_fatbin),
-                   "cuModuleLoadData (ringd's kernels: built for compute capability 8.0 and 9.0, "
-                   "PTX 9.0)",
-                   why, whylen) ||
-            failed(drv.stream_create(&d->stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate", why,
-                   whylen)) {
-            pthread_mutex_unlock(&device_lock);
-            return NULL;
-        }
-        for (i = 0; i < RD_DT_COUNT; i++) {
-            if (failed(drv.module_function(&d->reduce[i], module, kernel_names[i]), kernel_names[i],
-                       why, whylen)) {
-                pthread_mutex_unlock(&device_lock);
-                return NULL;
-            }
-        }
-        d->ready = 1;
+    pthread_mutex_lock(&d->lock);
+    if (d->ready == 0)
+        d->ready = setup(d, dev, d->failure, sizeof(d->failure)) == 0 ? 1 : -1;
+    pthread_mutex_unlock(&d->lock);
+    if (d->ready < 0) {
+        say(why, whylen, "CUDA device %d: %s", dev, d->failure);
+        return NULL;
     }
-    pthread_mutex_unlock(&device_lock);
     if (failed(drv.ctx_set_current(d->ctx), "cuCtxSetCurrent", why, whylen))
         return NULL;
     return d;
+}
+
+int rd_cuda_prepare(int dev, char *why, size_t whylen)
+{
+    return device(dev, why, whylen) != NULL ? 0 : -1;
 }
 
 int rd_cuda_device_info(int dev, char *name, size_t namelen, uint64_t *total_bytes, char *why,
@@ -207,7 +242,7 @@ int rd_cuda_device_info(int dev, char *name, size_t namelen, uint64_t *total_byt
     CUdevice d;
     size_t total = 0;
 
-    if (rd_cuda_load(why, whylen) == 0)
+    if (rd_cuda_load(why, whylen) <= 0)
         return -1;
     if (dev < 0 || dev >= ndevices) {
         say(why, whylen, "CUDA device %d: there are %d", dev, ndevices);
@@ -296,9 +331,12 @@ void rd_cuda_free(int dev, void *p)
 
 int rd_cuda_copy(int dev, void *dst, const void *src, size_t bytes, char *why, size_t whylen)
 {
-    if (device(dev, why, whylen) == NULL ||
-        failed(drv.memcpy_any((CUdeviceptr)(uintptr_t)dst, (CUdeviceptr)(uintptr_t)src, bytes),
-               "cuMemcpy", why, whylen))
+    cuda_device *d = device(dev, why, whylen);
+    if (d == NULL ||
+        failed(drv.memcpy_async((CUdeviceptr)(uintptr_t)dst, (CUdeviceptr)(uintptr_t)src, bytes,
+                                d->stream),
+               "cuMemcpyAsync", why, whylen) ||
+        failed(drv.stream_sync(d->stream), "cuStreamSynchronize", why, whylen))
         return -1;
     return 0;
 }

@@ -14,9 +14,16 @@
 #define RD_CUDA_MAX_SRC 16 /* sources of one rd_cuda_reduce (local ranks of one GPU) */
 
 /* Loads the driver and counts its devices, once per process. Returns the number of devices
- * (>= 1), or 0 with why set ("libcuda.so.1: cannot open shared object file", "cuInit:
- * CUDA_ERROR_NO_DEVICE", ...). Later calls return the first answer. */
+ * (>= 1); 0 with why set when there is no driver or no device ("no CUDA driver: libcuda.so.1:
+ * cannot open shared object file ...", "the CUDA driver sees no device"); -1 with why set when
+ * a driver is there but fails ("cuInit: CUDA_ERROR_...", a driver too old). Later calls return
+ * the first answer. */
 int rd_cuda_load(char *why, size_t whylen);
+
+/* Sets device dev up now (its context, ringd's kernels, its stream) rather than at its first
+ * use, so that a device that cannot run them is known at start. Returns 0, or -1 with why set;
+ * a failed setup is not retried. */
+int rd_cuda_prepare(int dev, char *why, size_t whylen);
 
 /* Device dev's name and total memory. Returns 0, or -1 with why set. */
 int rd_cuda_device_info(int dev, char *name, size_t namelen, uint64_t *total_bytes, char *why,

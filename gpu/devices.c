@@ -66,32 +66,40 @@ int rd_devices_open(rd_devices *d, const char *spec, char *err, size_t errlen)
         return 0;
     }
 #if RINGD_HAVE_CUDA
+    /* Each device is set up now (kernels loaded): one that cannot run them is known at start,
+     * not at a client's first collective. "all" leaves such a device out, saying why when it
+     * ends with none; a list naming it fails. */
     char why[256];
     int have = rd_cuda_load(why, sizeof(why));
     if (all) {
         for (i = 0; i < have && i < RD_MAX_DEVICES; i++)
             idx[i] = i;
         nidx = i;
-        if (have == 0) {
+        if (have <= 0) {
             snprintf(d->why, sizeof(d->why), "%s", why);
             return 0;
         }
     }
     for (i = 0; i < nidx; i++) {
-        rd_device *dev = &d->dev[i];
+        rd_device *dev = &d->dev[d->n];
         if (idx[i] >= have) {
             snprintf(err, errlen, "--devices %s: there is no CUDA device %d (%s)", spec, idx[i],
-                     have == 0 ? why : "fewer devices are visible");
+                     have <= 0 ? why : "fewer devices are visible");
             return -1;
         }
         dev->index = idx[i];
         if (rd_cuda_device_info(idx[i], dev->name, sizeof(dev->name), &dev->memory, why,
-                                sizeof(why)) != 0) {
-            snprintf(err, errlen, "--devices %s: device %d: %s", spec, idx[i], why);
-            return -1;
+                                sizeof(why)) != 0 ||
+            rd_cuda_prepare(idx[i], why, sizeof(why)) != 0) {
+            if (!all) {
+                snprintf(err, errlen, "--devices %s: %s", spec, why);
+                return -1;
+            }
+            snprintf(d->why, sizeof(d->why), "%s", why);
+            continue;
         }
+        d->n++;
     }
-    d->n = nidx;
     return 0;
 #else
     (void)i;

@@ -18,7 +18,8 @@ typedef struct {
 typedef struct {
     int n; /* devices served, dev[0..n) */
     rd_device dev[RD_MAX_DEVICES];
-    char why[256]; /* n == 0: why ("--devices none", "no CUDA driver: ...", ...) */
+    char why[256]; /* why none ("--devices none", "no CUDA driver: ...", ...), or why one of
+                      the visible devices was left out; "" otherwise */
 } rd_devices;
 
 /* Parses a --devices value: "all", "none", or device indices separated by commas ("0,2"), each
@@ -26,9 +27,11 @@ typedef struct {
  * -1 with err set. Pure. */
 int rd_devices_parse(const char *spec, int *all, int *idx, int *nidx, char *err, size_t errlen);
 
-/* Fills d from spec (see rd_devices_parse) and the driver. "all" serves every visible device,
- * and none (with d->why) on a machine without a driver or device: that is not an error. A list
- * must name devices the driver has: otherwise, or without a driver, returns -1 with err set. */
+/* Fills d from spec (see rd_devices_parse) and the driver, setting each device up (ringd's
+ * kernels loaded). "all" serves every visible device that sets up, and none on a machine
+ * without a driver or device: not an error; d->why then says why none, or why a device was
+ * left out. A list must name devices the driver has and that set up: otherwise, or without a
+ * driver, returns -1 with err set. */
 int rd_devices_open(rd_devices *d, const char *spec, char *err, size_t errlen);
 
 /* The device a client gets: asked (>= 0: a device index it asked for, which d must serve), or

@@ -74,7 +74,7 @@ static int same(rd_dtype dt, const void *a, const void *b, size_t i)
 }
 
 long rd_check_kernels(rd_reduce_under_test fn, void *ctx, const size_t *counts, int ncounts,
-                      int max_src, long *ran)
+                      int max_src, unsigned dtypes, long *ran)
 {
     static const int nsrcs[] = {1, 2, 3, 5, 8, 16};
     static const rd_redop ops[] = {RD_OP_SUM, RD_OP_AVG, RD_OP_MIN, RD_OP_MAX, RD_OP_PROD};
@@ -89,6 +89,8 @@ long rd_check_kernels(rd_reduce_under_test fn, void *ctx, const size_t *counts, 
         for (d = 0; d < RD_DT_COUNT; d++) {
             rd_dtype dt = (rd_dtype)d;
             size_t bytes = count * rd_dtype_size(dt);
+            if (!(dtypes & (1u << d)))
+                continue;
             for (k = 0; k < (int)(sizeof(nsrcs) / sizeof(nsrcs[0])) && nsrcs[k] <= max_src; k++) {
                 int nsrc = nsrcs[k];
                 void *src[16], *want = malloc(bytes), *got = malloc(bytes);

@@ -18,10 +18,11 @@ typedef int (*rd_reduce_under_test)(void *ctx, rd_dtype dt, rd_redop op, void *d
                                     const void *const *src, int nsrc, size_t count,
                                     const rd_reduce_args *args, char *why, size_t whylen);
 
-/* Runs the cases over counts[0..ncounts) with up to max_src sources; prints what differs (the
- * first 20) to stdout. Returns the number of cases that differed or failed; *ran counts all. */
+/* Runs the cases over counts[0..ncounts) with up to max_src sources, for the dtypes whose bit
+ * (1u << dtype) is in dtypes; prints what differs (the first 20) to stdout. Returns the number
+ * of cases that differed or failed; *ran counts all. */
 long rd_check_kernels(rd_reduce_under_test fn, void *ctx, const size_t *counts, int ncounts,
-                      int max_src, long *ran);
+                      int max_src, unsigned dtypes, long *ran);
 
 #ifdef __cplusplus
 }

@@ -61,7 +61,7 @@ int main()
 {
     static const size_t counts[] = {1, 2, 7, 1000, 1025, 4099};
     long ran = 0;
-    long bad = rd_check_kernels(run_on_host, nullptr, counts, 6, RD_CUDA_MAX_SRC, &ran);
+    long bad = rd_check_kernels(run_on_host, nullptr, counts, 6, RD_CUDA_MAX_SRC, ~0u, &ran);
     std::printf("CUDA kernels run on the host: %ld cases, %ld differ from the CPU kernels\n", ran,
                 bad);
     return bad ? 1 : 0;

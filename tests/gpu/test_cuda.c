@@ -48,13 +48,19 @@ int main(void)
         printf("SKIP tests/gpu/test_cuda: no CUDA device here (%s)\n", why);
         return 77;
     }
+    if (n < 0) { /* a driver that fails is a failure, not a machine without a GPU */
+        printf("FAIL: the CUDA driver: %s\n", why);
+        return 1;
+    }
     if (rd_cuda_device_info(0, name, sizeof(name), &mem, why, sizeof(why)) != 0) {
         printf("FAIL: device 0: %s\n", why);
         return 1;
     }
     printf("device 0 of %d: %s, %.1f GiB\n", n, name, (double)mem / (1u << 30));
-    bad = rd_check_kernels(run_on_device, NULL, counts, 9, RD_CUDA_MAX_SRC, &ran);
-    bad += rd_check_kernels(run_on_device, NULL, big, 1, 2, &ran_big);
+    bad = rd_check_kernels(run_on_device, NULL, counts, 9, RD_CUDA_MAX_SRC, ~0u, &ran);
+    /* 2^26 elements: the dtypes of the performance targets, 1 and 2 sources */
+    bad += rd_check_kernels(run_on_device, NULL, big, 1, 2, 1u << RD_DT_F32 | 1u << RD_DT_BF16,
+                            &ran_big);
     printf("CUDA kernels on %s: %ld cases, %ld differ from the CPU kernels\n", name, ran + ran_big,
            bad);
     return bad ? 1 : 0;
