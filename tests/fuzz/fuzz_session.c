@@ -33,6 +33,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 /* The layers of a one-node daemon (no network context). */
 typedef struct {
     rd_config cfg;
+    rd_devices devices; /* two made-up GPUs: Hellos asking for devices reach both paths */
     rd_counters counters;
     struct event_base *base;
     rd_exec *exec;
@@ -84,9 +85,13 @@ static daemon_state *daemon_get(void)
         fprintf(stderr, "fuzz_session: cannot start the daemon state: %s\n", err);
         abort();
     }
+    d->devices.n = 2;
+    d->devices.dev[0] = (rd_device){0, "made-up GPU 0", UINT64_C(1) << 30};
+    d->devices.dev[1] = (rd_device){3, "made-up GPU 3", UINT64_C(1) << 30};
     d->front = (rd_front){
         .base = d->base,
         .cfg = &d->cfg,
+        .devices = &d->devices,
         .counters = &d->counters,
         .admin = admin_handlers,
         .nadmin = sizeof(admin_handlers) / sizeof(admin_handlers[0]),
