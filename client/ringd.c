@@ -18,6 +18,7 @@
 
 #include "alloc.h"
 #include "conn.h"
+#include "cuda_ptr.h"
 #include "ring.h"
 #include "ringd_build.h"
 
@@ -780,6 +781,15 @@ static ringd_result_t submit(ringd_t *r, const submit_args *a, ringd_request_t *
             return refuse(
                 r, a, name,
                 fail(r, RINGD_E_INVALID, "tensor '%s': a buffer straddles the arena's edge", name));
+        }
+        if ((!si && rd_cuda_is_device_pointer(a->send)) ||
+            (!ri && rd_cuda_is_device_pointer(a->recv))) {
+            free(q);
+            return refuse(r, a, name,
+                          fail(r, RINGD_E_INVALID,
+                               "tensor '%s': a buffer is CUDA device memory, which libringd does "
+                               "not take yet: pass host memory (tensor.cpu())",
+                               name));
         }
         if (si && ri) {
             in_off = (uint64_t)((const uint8_t *)a->send - r->arena);

@@ -1,9 +1,12 @@
 /* gpu/devices: --devices parsing, which device each client gets, and resolving against the
  * driver (on this machine: whatever it has; without a driver, none and why). */
 #include <criterion/criterion.h>
+#include <dlfcn.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "cuda_ptr.h"
 #include "devices.h"
 
 TestSuite(devices, .timeout = 30);
@@ -108,4 +111,17 @@ Test(devices, none_serves_nothing_and_all_serves_what_the_driver_has)
     }
     cr_assert_eq(rd_devices_open(&d, "63", err, sizeof(err)), -1);
     cr_assert_eq(rd_devices_open(&d, "bad", err, sizeof(err)), -1);
+}
+
+Test(devices, host_memory_is_never_device_memory_and_the_check_loads_no_driver)
+{
+    int on_stack = 0;
+    void *heap = malloc(64);
+    int loaded = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD) != NULL;
+    cr_assert_eq(rd_cuda_is_device_pointer(&on_stack), 0);
+    cr_assert_eq(rd_cuda_is_device_pointer(heap), 0);
+    cr_assert_eq(rd_cuda_is_device_pointer(NULL), 0);
+    /* a process that had not loaded the driver still has not */
+    cr_assert_eq(dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD) != NULL, loaded);
+    free(heap);
 }

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include "cuda_dev.h"
+#include "cuda_ptr.h"
 #include "kernel_cases.h"
 
 /* rd_cuda_reduce on copies of the host buffers in device memory. */
@@ -57,6 +58,17 @@ int main(void)
         return 1;
     }
     printf("device 0 of %d: %s, %.1f GiB\n", n, name, (double)mem / (1u << 30));
+    { /* libringd's guard: device memory is told from host memory */
+        void *dp = rd_cuda_alloc(0, 4096, why, sizeof(why)), *hp = malloc(4096);
+        int ok =
+            dp != NULL && rd_cuda_is_device_pointer(dp) == 1 && rd_cuda_is_device_pointer(hp) == 0;
+        rd_cuda_free(0, dp);
+        free(hp);
+        if (!ok) {
+            printf("FAIL: rd_cuda_is_device_pointer does not tell device from host memory\n");
+            return 1;
+        }
+    }
     bad = rd_check_kernels(run_on_device, NULL, counts, 9, RD_CUDA_MAX_SRC, ~0u, &ran);
     /* 2^26 elements: the dtypes of the performance targets, 1 and 2 sources */
     bad += rd_check_kernels(run_on_device, NULL, big, 1, 2, 1u << RD_DT_F32 | 1u << RD_DT_BF16,

@@ -1,0 +1,46 @@
+/* rd_cuda_is_device_pointer: see cuda_ptr.h. Needs no CUDA at build time: the driver is looked
+ * up in the process (dlopen RTLD_NOLOAD) and the few values below are cuda.h's, stable since
+ * unified addressing (CUDA 4). */
+#include "cuda_ptr.h"
+
+#include <dlfcn.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <string.h>
+
+#define RD_CU_POINTER_ATTRIBUTE_MEMORY_TYPE 2 /* CUpointer_attribute */
+#define RD_CU_POINTER_ATTRIBUTE_IS_MANAGED 8
+#define RD_CU_MEMORYTYPE_DEVICE 2 /* CUmemorytype */
+
+typedef int (*get_attribute_fn)(void *data, int attribute, unsigned long long ptr);
+
+/* cuPointerGetAttribute, once the process has loaded the driver (it stays loaded). */
+static _Atomic(get_attribute_fn) get_attribute;
+
+int rd_cuda_is_device_pointer(const void *p)
+{
+    get_attribute_fn fn = atomic_load_explicit(&get_attribute, memory_order_acquire);
+    unsigned int type = 0, managed = 0;
+
+    if (fn == NULL) {
+        void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+        if (lib == NULL)
+            return 0; /* not loaded: nothing in this process is device memory */
+        void *sym = dlsym(lib, "cuPointerGetAttribute");
+        if (sym == NULL) {
+            dlclose(lib);
+            return 0;
+        }
+        memcpy(&fn, &sym, sizeof(fn)); /* ISO C has no cast from object to function pointer */
+        /* the handle is kept: the driver stays loaded, and fn with it */
+        atomic_store_explicit(&get_attribute, fn, memory_order_release);
+    }
+    if (fn(&type, RD_CU_POINTER_ATTRIBUTE_MEMORY_TYPE, (unsigned long long)(uintptr_t)p) != 0)
+        return 0; /* not memory the driver knows: host memory */
+    if (type != RD_CU_MEMORYTYPE_DEVICE)
+        return 0;
+    if (fn(&managed, RD_CU_POINTER_ATTRIBUTE_IS_MANAGED, (unsigned long long)(uintptr_t)p) == 0 &&
+        managed)
+        return 0; /* managed memory: the host reads it */
+    return 1;
+}
