@@ -23,36 +23,23 @@ const dim gridDim{1}, blockDim{1}, blockIdx{0}, threadIdx{0};
 
 namespace
 {
+// The kernels by rd_dtype, as cuda_dev.c loads them by name.
+void (*const kernels[RD_DT_COUNT])(void *, rd_cuda_srcs, int, size_t, int, double, double,
+                                   uint32_t) = {
+    rd_cuda_reduce_f32, rd_cuda_reduce_f64, rd_cuda_reduce_f16, rd_cuda_reduce_bf16,
+    rd_cuda_reduce_i32, rd_cuda_reduce_i64, rd_cuda_reduce_u8};
+
 int run_on_host(void *, rd_dtype dt, rd_redop op, void *dst, const void *const *src, int nsrc,
                 size_t count, const rd_reduce_args *a, char *why, size_t whylen)
 {
     rd_cuda_srcs s{};
+    if (unsigned(dt) >= RD_DT_COUNT) {
+        std::snprintf(why, whylen, "dtype %d", int(dt));
+        return -1;
+    }
     for (int k = 0; k < nsrc; k++)
         s.p[k] = src[k];
-    switch (dt) {
-    case RD_DT_F32:
-        rd_cuda_reduce_f32(dst, s, nsrc, count, op, a->prescale, a->postscale, a->divisor);
-        break;
-    case RD_DT_F64:
-        rd_cuda_reduce_f64(dst, s, nsrc, count, op, a->prescale, a->postscale, a->divisor);
-        break;
-    case RD_DT_F16:
-        rd_cuda_reduce_f16(dst, s, nsrc, count, op, a->prescale, a->postscale, a->divisor);
-        break;
-    case RD_DT_BF16:
-        rd_cuda_reduce_bf16(dst, s, nsrc, count, op, a->prescale, a->postscale, a->divisor);
-        break;
-    case RD_DT_I32:
-        rd_cuda_reduce_i32(dst, s, nsrc, count, op, a->prescale, a->postscale, a->divisor);
-        break;
-    case RD_DT_I64:
-        rd_cuda_reduce_i64(dst, s, nsrc, count, op, a->prescale, a->postscale, a->divisor);
-        break;
-    case RD_DT_U8:
-        rd_cuda_reduce_u8(dst, s, nsrc, count, op, a->prescale, a->postscale, a->divisor);
-        break;
-    default: std::snprintf(why, whylen, "dtype %d", int(dt)); return -1;
-    }
+    kernels[dt](dst, s, nsrc, count, op, a->prescale, a->postscale, a->divisor);
     return 0;
 }
 } // namespace
