@@ -8,7 +8,9 @@
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 extern const unsigned char rd_cuda_fatbin[];
 extern const size_t rd_cuda_fatbin_len;
@@ -39,6 +41,20 @@ static struct {
     CUresult (*mem_alloc)(CUdeviceptr *, size_t);
     CUresult (*mem_free)(CUdeviceptr);
     CUresult (*memcpy_async)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
+    CUresult (*mem_granularity)(size_t *, const CUmemAllocationProp *,
+                                CUmemAllocationGranularity_flags);
+    CUresult (*mem_create)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *,
+                           unsigned long long);
+    CUresult (*mem_export)(void *, CUmemGenericAllocationHandle, CUmemAllocationHandleType,
+                           unsigned long long);
+    CUresult (*mem_import)(CUmemGenericAllocationHandle *, void *, CUmemAllocationHandleType);
+    CUresult (*mem_release)(CUmemGenericAllocationHandle);
+    CUresult (*mem_reserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
+    CUresult (*mem_address_free)(CUdeviceptr, size_t);
+    CUresult (*mem_map)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle,
+                        unsigned long long);
+    CUresult (*mem_unmap)(CUdeviceptr, size_t);
+    CUresult (*mem_set_access)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t);
 } drv;
 
 static const struct {
@@ -69,6 +85,16 @@ static const struct {
     SYM(mem_alloc, "cuMemAlloc_v2"),
     SYM(mem_free, "cuMemFree_v2"),
     SYM(memcpy_async, "cuMemcpyAsync"),
+    SYM(mem_granularity, "cuMemGetAllocationGranularity"),
+    SYM(mem_create, "cuMemCreate"),
+    SYM(mem_export, "cuMemExportToShareableHandle"),
+    SYM(mem_import, "cuMemImportFromShareableHandle"),
+    SYM(mem_release, "cuMemRelease"),
+    SYM(mem_reserve, "cuMemAddressReserve"),
+    SYM(mem_address_free, "cuMemAddressFree"),
+    SYM(mem_map, "cuMemMap"),
+    SYM(mem_unmap, "cuMemUnmap"),
+    SYM(mem_set_access, "cuMemSetAccess"),
 #undef SYM
 };
 
@@ -339,4 +365,139 @@ int rd_cuda_copy(int dev, void *dst, const void *src, size_t bytes, char *why, s
         failed(drv.stream_sync(d->stream), "cuStreamSynchronize", why, whylen))
         return -1;
     return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Device memory shared by file descriptor (the virtual memory management API)                */
+/* ------------------------------------------------------------------------------------------ */
+
+struct rd_cuda_shared {
+    int dev;
+    CUmemGenericAllocationHandle handle;
+    CUdeviceptr base; /* where it is mapped in this process */
+    size_t size;
+};
+
+/* The allocation properties of shareable device memory on dev. */
+static CUmemAllocationProp shared_prop(int dev)
+{
+    CUmemAllocationProp prop;
+    memset(&prop, 0, sizeof(prop));
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = dev;
+    return prop;
+}
+
+/* Maps m->handle (m->size bytes) into this process, readable and writable from m->dev. */
+static int shared_map(rd_cuda_shared *m, char *why, size_t whylen)
+{
+    CUmemAccessDesc access;
+    memset(&access, 0, sizeof(access));
+    access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    access.location.id = m->dev;
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    if (failed(drv.mem_reserve(&m->base, m->size, 0, 0, 0), "cuMemAddressReserve", why, whylen))
+        return -1;
+    if (failed(drv.mem_map(m->base, m->size, 0, m->handle, 0), "cuMemMap", why, whylen)) {
+        drv.mem_address_free(m->base, m->size);
+        m->base = 0;
+        return -1;
+    }
+    if (failed(drv.mem_set_access(m->base, m->size, &access, 1), "cuMemSetAccess", why, whylen)) {
+        drv.mem_unmap(m->base, m->size);
+        drv.mem_address_free(m->base, m->size);
+        m->base = 0;
+        return -1;
+    }
+    return 0;
+}
+
+rd_cuda_shared *rd_cuda_shared_new(int dev, size_t bytes, int *fd, char *why, size_t whylen)
+{
+    CUmemAllocationProp prop = shared_prop(dev);
+    size_t gran = 0;
+    int exported = -1;
+    rd_cuda_shared *m;
+
+    if (device(dev, why, whylen) == NULL ||
+        failed(drv.mem_granularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED),
+               "cuMemGetAllocationGranularity", why, whylen))
+        return NULL;
+    if (bytes == 0 || gran == 0 || bytes > SIZE_MAX - gran) {
+        say(why, whylen, "device memory of %zu bytes: need 1 byte or more", bytes);
+        return NULL;
+    }
+    m = calloc(1, sizeof(*m));
+    if (m == NULL) {
+        say(why, whylen, "out of memory");
+        return NULL;
+    }
+    m->dev = dev;
+    m->size = (bytes + gran - 1) / gran * gran;
+    if (failed(drv.mem_create(&m->handle, m->size, &prop, 0), "cuMemCreate", why, whylen)) {
+        free(m);
+        return NULL;
+    }
+    if (failed(drv.mem_export(&exported, m->handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+               "cuMemExportToShareableHandle", why, whylen) ||
+        shared_map(m, why, whylen) != 0) {
+        if (exported >= 0)
+            close(exported);
+        drv.mem_release(m->handle);
+        free(m);
+        return NULL;
+    }
+    *fd = exported;
+    return m;
+}
+
+rd_cuda_shared *rd_cuda_shared_import(int dev, int fd, size_t bytes, char *why, size_t whylen)
+{
+    rd_cuda_shared *m;
+
+    if (device(dev, why, whylen) == NULL)
+        return NULL;
+    m = calloc(1, sizeof(*m));
+    if (m == NULL) {
+        say(why, whylen, "out of memory");
+        return NULL;
+    }
+    m->dev = dev;
+    m->size = bytes;
+    if (failed(drv.mem_import(&m->handle, (void *)(uintptr_t)fd,
+                              CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+               "cuMemImportFromShareableHandle", why, whylen)) {
+        free(m);
+        return NULL;
+    }
+    if (shared_map(m, why, whylen) != 0) {
+        drv.mem_release(m->handle);
+        free(m);
+        return NULL;
+    }
+    return m;
+}
+
+void *rd_cuda_shared_ptr(const rd_cuda_shared *m)
+{
+    return (void *)(uintptr_t)m->base;
+}
+
+size_t rd_cuda_shared_size(const rd_cuda_shared *m)
+{
+    return m->size;
+}
+
+void rd_cuda_shared_free(rd_cuda_shared *m)
+{
+    if (m == NULL)
+        return;
+    if (device(m->dev, NULL, 0) != NULL) {
+        drv.mem_unmap(m->base, m->size);
+        drv.mem_address_free(m->base, m->size);
+        drv.mem_release(m->handle);
+    }
+    free(m);
 }

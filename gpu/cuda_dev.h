@@ -44,4 +44,24 @@ void rd_cuda_free(int dev, void *p); /* NULL: no-op */
  * Returns once done: 0, or -1 with why set. */
 int rd_cuda_copy(int dev, void *dst, const void *src, size_t bytes, char *why, size_t whylen);
 
+/* Device memory shared between processes by file descriptor (CUDA's virtual memory management
+ * API with POSIX file descriptor handles): training pods and the daemon share no IPC or PID
+ * namespace, and a descriptor crosses the Unix socket like the host arena's memfd. */
+typedef struct rd_cuda_shared rd_cuda_shared;
+
+/* At least bytes of dev's memory (rounded up to the allocation granularity), mapped here and
+ * exported as *fd (the caller's, to pass on and close). NULL with why set. Free with
+ * rd_cuda_shared_free. */
+rd_cuda_shared *rd_cuda_shared_new(int dev, size_t bytes, int *fd, char *why, size_t whylen);
+
+/* Maps the bytes of device memory behind fd (from rd_cuda_shared_new in another process; fd
+ * stays the caller's) into this process, for device dev. NULL with why set. */
+rd_cuda_shared *rd_cuda_shared_import(int dev, int fd, size_t bytes, char *why, size_t whylen);
+
+void *rd_cuda_shared_ptr(const rd_cuda_shared *m);   /* where it is mapped here */
+size_t rd_cuda_shared_size(const rd_cuda_shared *m); /* its bytes */
+
+/* Unmaps and releases m (the memory goes once no process maps it). NULL is a no-op. */
+void rd_cuda_shared_free(rd_cuda_shared *m);
+
 #endif

@@ -1,8 +1,14 @@
-/* The CUDA kernels on a device against the CPU kernels, bit for bit: every dtype, op, scale and
- * divisor, 1 to 16 sources, counts from 1 to 2^26 with odd ones between. Without a device or
- * driver it prints one line saying why and exits 77 (meson's skip). */
+/* On a device: the CUDA kernels against the CPU kernels, bit for bit (every dtype, op, scale
+ * and divisor, 1 to 16 sources, counts from 1 to 2^26 with odd ones between); device memory
+ * shared with another process by file descriptor; libringd's device-pointer check. Without a
+ * device or driver it prints one line saying why and exits 77 (meson's skip). */
+#include <fcntl.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "cuda_dev.h"
 #include "cuda_ptr.h"
@@ -36,15 +42,97 @@ out:
     return rc;
 }
 
-int main(void)
+extern char **environ;
+
+/* The byte at i of the pattern the parent writes; the child writes its complement back. */
+static unsigned char pattern(size_t i)
+{
+    return (unsigned char)(i * 7 + 1);
+}
+
+/* In a process of its own (no CUDA state inherited): maps the device memory behind fd, checks
+ * the parent's pattern and writes its complement. Exit status 0 when all went well. */
+static int child(int fd, size_t size)
+{
+    char why[256];
+    unsigned char *host = malloc(size);
+    rd_cuda_shared *m;
+    size_t i;
+
+    if (host == NULL || rd_cuda_load(why, sizeof(why)) <= 0 ||
+        (m = rd_cuda_shared_import(0, fd, size, why, sizeof(why))) == NULL ||
+        rd_cuda_copy(0, host, rd_cuda_shared_ptr(m), size, why, sizeof(why)) != 0) {
+        printf("FAIL: child: %s\n", why);
+        return 1;
+    }
+    for (i = 0; i < size; i++) {
+        if (host[i] != pattern(i)) {
+            printf("FAIL: child: byte %zu of the shared memory is %u, want %u\n", i, host[i],
+                   pattern(i));
+            return 1;
+        }
+        host[i] = (unsigned char)~pattern(i);
+    }
+    if (rd_cuda_copy(0, rd_cuda_shared_ptr(m), host, size, why, sizeof(why)) != 0) {
+        printf("FAIL: child: %s\n", why);
+        return 1;
+    }
+    rd_cuda_shared_free(m);
+    free(host);
+    return 0;
+}
+
+/* Device memory exported as a file descriptor, mapped by another process (started anew, as a
+ * training process is): each sees what the other wrote. Returns 0 when it does. */
+static int shared_memory_crosses_processes(const char *self)
+{
+    char why[256], fds[16], sizes[32];
+    int fd = -1, status = 0;
+    pid_t pid;
+    rd_cuda_shared *m = rd_cuda_shared_new(0, (3u << 20) + 5, &fd, why, sizeof(why));
+    if (m == NULL) {
+        printf("FAIL: shared device memory: %s\n", why);
+        return 1;
+    }
+    size_t size = rd_cuda_shared_size(m), i;
+    unsigned char *host = malloc(size);
+    for (i = 0; host != NULL && i < size; i++)
+        host[i] = pattern(i);
+    snprintf(fds, sizeof(fds), "%d", fd);
+    snprintf(sizes, sizeof(sizes), "%zu", size);
+    char *argv[] = {(char *)self, "--child", fds, sizes, NULL};
+    if (host == NULL || rd_cuda_copy(0, rd_cuda_shared_ptr(m), host, size, why, sizeof(why)) ||
+        fcntl(fd, F_SETFD, 0) != 0 || posix_spawn(&pid, self, NULL, NULL, argv, environ) != 0 ||
+        waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0 ||
+        rd_cuda_copy(0, host, rd_cuda_shared_ptr(m), size, why, sizeof(why)) != 0) {
+        printf("FAIL: shared device memory across processes (%s, child status %d)\n", why, status);
+        return 1;
+    }
+    for (i = 0; i < size; i++) {
+        if (host[i] != (unsigned char)~pattern(i)) {
+            printf("FAIL: byte %zu: the child's write is not seen\n", i);
+            return 1;
+        }
+    }
+    close(fd);
+    rd_cuda_shared_free(m);
+    free(host);
+    printf("shared device memory: %zu bytes mapped by two processes\n", size);
+    return 0;
+}
+
+int main(int argc, char **argv)
 {
     static const size_t counts[] = {1, 3, 255, 256, 257, 4099, 65537, 1000003, (size_t)1 << 22};
     static const size_t big[] = {(size_t)1 << 26};
     char why[256], name[128];
     uint64_t mem = 0;
     long ran = 0, ran_big = 0, bad;
-    int n = rd_cuda_load(why, sizeof(why));
+    int n;
 
+    if (argc == 4 && strcmp(argv[1], "--child") == 0)
+        return child(atoi(argv[2]), (size_t)strtoull(argv[3], NULL, 10));
+    n = rd_cuda_load(why, sizeof(why));
     if (n == 0) {
         printf("SKIP tests/gpu/test_cuda: no CUDA device here (%s)\n", why);
         return 77;
@@ -69,6 +157,8 @@ int main(void)
             return 1;
         }
     }
+    if (shared_memory_crosses_processes(argv[0]) != 0)
+        return 1;
     bad = rd_check_kernels(run_on_device, NULL, counts, 9, RD_CUDA_MAX_SRC, ~0u, &ran);
     /* 2^26 elements: the dtypes of the performance targets, 1 and 2 sources */
     bad += rd_check_kernels(run_on_device, NULL, big, 1, 2, 1u << RD_DT_F32 | 1u << RD_DT_BF16,
