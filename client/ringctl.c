@@ -114,7 +114,7 @@ static void print_text(const Ringd__StatusReply *r)
     if (r->n_devices == 0)
         printf("gpus: none (%s)\n", r->devices_why);
     else if (r->devices_why[0] != '\0')
-        printf("gpus: %zu (one left out: %s)\n", r->n_devices, r->devices_why);
+        printf("gpus: %zu (%s)\n", r->n_devices, r->devices_why);
     else
         printf("gpus: %zu\n", r->n_devices);
     for (size_t i = 0; i < r->n_devices; i++) {

@@ -73,7 +73,8 @@ struct ringd {
     uint64_t arena_size;
     rd_alloc alloc;
     int rank, size, local_rank, local_size;
-    int device; /* the session's CUDA device; -1: none */
+    int device;       /* the session's CUDA device; -1: none */
+    int asked_device; /* the one its Hello asked for; -1: none */
     uint64_t generation;
     int op_timeout_ms;
     int poll_us;
@@ -264,7 +265,7 @@ static ringd_result_t await_welcome(ringd_t *r, const char *job, int local_size,
     r->local_rank = (int)w->local_rank;
     r->local_size = (int)w->local_size;
     r->generation = w->generation;
-    int asked = r->device; /* until Welcome: the device asked for, or -1 */
+    int asked = r->asked_device;
     r->device = w->has_device ? (int)w->device : -1;
     uint64_t data_offset = w->data_offset, ctrl;
     rd_frame_free(m);
@@ -394,7 +395,7 @@ ringd_result_t ringd_open(const ringd_options_t *opts, ringd_t **out)
     h.local_rank = h.asks_local_rank ? (uint32_t)local_rank : 0;
     h.asks_device = device >= 0;
     h.device = h.asks_device ? (uint32_t)device : 0;
-    r->device = device; /* what Welcome must give, when asked */
+    r->asked_device = device; /* what Welcome must give, when asked */
     m.body_case = RINGD__MSG__BODY_HELLO;
     m.hello = &h;
     rc = rd_conn_send(&r->conn, &m, err, sizeof(err));

@@ -30,9 +30,10 @@ extern char **environ;
 static void log_devices(const rd_devices *dv)
 {
     if (dv->n == 0)
-        rd_log(RD_LOG_INFO, "gpu", "no GPU served (%s): clients use host memory", dv->why);
+        rd_log(dv->troubled ? RD_LOG_WARN : RD_LOG_INFO, "gpu",
+               "no GPU served (%s): clients use host memory", dv->why);
     else if (dv->why[0] != '\0')
-        rd_log(RD_LOG_WARN, "gpu", "a visible GPU is left out: %s", dv->why);
+        rd_log(RD_LOG_WARN, "gpu", "%s", dv->why);
     for (int i = 0; i < dv->n; i++)
         rd_log(RD_LOG_INFO, "gpu", "CUDA device %d: %s, %.1f GiB", dv->dev[i].index,
                dv->dev[i].name, (double)dv->dev[i].memory / (1u << 30));
@@ -179,8 +180,7 @@ int main(int argc, char **argv)
         goto out;
     }
     rd_log(RD_LOG_INFO, "main", "ringd %s listening on %s (%s, %d worker threads)", RINGD_VERSION,
-           d.cfg.socket_path, d.net != NULL ? "multi-node" : "one-node ring",
-           (int)d.cfg.threads);
+           d.cfg.socket_path, d.net != NULL ? "multi-node" : "one-node ring", (int)d.cfg.threads);
     rd_config_dump(&d.cfg);
     log_devices(&d.devices);
 

@@ -443,8 +443,10 @@ static int cpu_import(rd_mem_kind kind, int device, int fd, uint64_t size, rd_me
     (void)device;
     memset(m, 0, sizeof(*m));
     if (kind != RD_MEM_ARENA) {
-        snprintf(err, errlen, "the cpu backend cannot reach memory of kind %d (device memory needs "
-                 "a ringd built with CUDA)", (int)kind);
+        snprintf(err, errlen,
+                 "the cpu backend cannot reach memory of kind %d (device memory needs "
+                 "a ringd built with CUDA)",
+                 (int)kind);
         return -1;
     }
     if (size == 0 || size > (uint64_t)SIZE_MAX) {

@@ -5,6 +5,7 @@
 
 #include <cuda.h> /* types and constants only: every function comes through dlsym */
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -175,6 +176,10 @@ static void load(void)
         say(load_why, sizeof(load_why), "the CUDA driver sees no device");
         return;
     }
+    if (rc == CUDA_ERROR_STUB_LIBRARY) { /* the toolkit's stub, found before a real driver */
+        say(load_why, sizeof(load_why), "no CUDA driver: libcuda.so.1 is the toolkit's stub");
+        return;
+    }
     if (failed(rc, "cuInit", load_why, sizeof(load_why)) ||
         failed(drv.driver_version(&version), "cuDriverGetVersion", load_why, sizeof(load_why)) ||
         failed(drv.device_count(&ndevices), "cuDeviceGetCount", load_why, sizeof(load_why))) {
@@ -227,6 +232,7 @@ static int setup(cuda_device *d, int dev, char *why, size_t whylen)
 fail:
     if (module != NULL)
         drv.module_unload(module);
+    drv.ctx_set_current(NULL);
     drv.primary_ctx_release(d->dev);
     return -1;
 }
@@ -257,9 +263,35 @@ static cuda_device *device(int dev, char *why, size_t whylen)
     return d;
 }
 
-int rd_cuda_prepare(int dev, char *why, size_t whylen)
+int rd_cuda_check(int dev, char *why, size_t whylen)
 {
-    return device(dev, why, whylen) != NULL ? 0 : -1;
+    CUdevice d;
+    int major = 0, minor = 0, version = 0;
+
+    if (rd_cuda_load(why, whylen) <= 0)
+        return -1;
+    if (failed(drv.device_get(&d, dev), "cuDeviceGet", why, whylen) ||
+        failed(drv.device_attribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, d),
+               "cuDeviceGetAttribute", why, whylen) ||
+        failed(drv.device_attribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, d),
+               "cuDeviceGetAttribute", why, whylen) ||
+        failed(drv.driver_version(&version), "cuDriverGetVersion", why, whylen))
+        return -1;
+    if (major < 8) {
+        say(why, whylen,
+            "CUDA device %d has compute capability %d.%d: ringd's kernels need 8.0 "
+            "or newer",
+            dev, major, minor);
+        return -1;
+    }
+    if (version < 13000) {
+        say(why, whylen,
+            "the CUDA driver supports CUDA %d.%d: ringd's kernels need 13.0 (driver "
+            "r580 or newer)",
+            version / 1000, version % 1000 / 10);
+        return -1;
+    }
+    return 0;
 }
 
 int rd_cuda_device_info(int dev, char *name, size_t namelen, uint64_t *total_bytes, char *why,
@@ -442,7 +474,7 @@ rd_cuda_shared *rd_cuda_shared_new(int dev, size_t bytes, int *fd, char *why, si
     }
     if (failed(drv.mem_export(&exported, m->handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
                "cuMemExportToShareableHandle", why, whylen) ||
-        shared_map(m, why, whylen) != 0) {
+        fcntl(exported, F_SETFD, FD_CLOEXEC) != 0 || shared_map(m, why, whylen) != 0) {
         if (exported >= 0)
             close(exported);
         drv.mem_release(m->handle);
@@ -455,17 +487,26 @@ rd_cuda_shared *rd_cuda_shared_new(int dev, size_t bytes, int *fd, char *why, si
 
 rd_cuda_shared *rd_cuda_shared_import(int dev, int fd, size_t bytes, char *why, size_t whylen)
 {
+    CUmemAllocationProp prop = shared_prop(dev);
+    size_t gran = 0;
     rd_cuda_shared *m;
 
-    if (device(dev, why, whylen) == NULL)
+    /* the exporter rounded up with the same device's granularity: so does the importer */
+    if (device(dev, why, whylen) == NULL ||
+        failed(drv.mem_granularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED),
+               "cuMemGetAllocationGranularity", why, whylen))
         return NULL;
+    if (bytes == 0 || gran == 0 || bytes > SIZE_MAX - gran) {
+        say(why, whylen, "device memory of %zu bytes: need 1 byte or more", bytes);
+        return NULL;
+    }
     m = calloc(1, sizeof(*m));
     if (m == NULL) {
         say(why, whylen, "out of memory");
         return NULL;
     }
     m->dev = dev;
-    m->size = bytes;
+    m->size = (bytes + gran - 1) / gran * gran;
     if (failed(drv.mem_import(&m->handle, (void *)(uintptr_t)fd,
                               CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
                "cuMemImportFromShareableHandle", why, whylen)) {

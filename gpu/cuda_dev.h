@@ -20,10 +20,10 @@
  * the first answer. */
 int rd_cuda_load(char *why, size_t whylen);
 
-/* Sets device dev up now (its context, ringd's kernels, its stream) rather than at its first
- * use, so that a device that cannot run them is known at start. Returns 0, or -1 with why set;
- * a failed setup is not retried. */
-int rd_cuda_prepare(int dev, char *why, size_t whylen);
+/* Whether device dev can run ringd's kernels (compute capability 8.0 or newer, a CUDA 13
+ * driver), without creating a context on it: a daemon that only serves a device must not hold
+ * its memory or, in exclusive-process mode, the device itself. Returns 0, or -1 with why. */
+int rd_cuda_check(int dev, char *why, size_t whylen);
 
 /* Device dev's name and total memory. Returns 0, or -1 with why set. */
 int rd_cuda_device_info(int dev, char *name, size_t namelen, uint64_t *total_bytes, char *why,
@@ -50,12 +50,13 @@ int rd_cuda_copy(int dev, void *dst, const void *src, size_t bytes, char *why, s
 typedef struct rd_cuda_shared rd_cuda_shared;
 
 /* At least bytes of dev's memory (rounded up to the allocation granularity), mapped here and
- * exported as *fd (the caller's, to pass on and close). NULL with why set. Free with
- * rd_cuda_shared_free. */
+ * exported as *fd (close-on-exec; the caller's, to pass on and close). NULL with why set. Free
+ * with rd_cuda_shared_free. */
 rd_cuda_shared *rd_cuda_shared_new(int dev, size_t bytes, int *fd, char *why, size_t whylen);
 
-/* Maps the bytes of device memory behind fd (from rd_cuda_shared_new in another process; fd
- * stays the caller's) into this process, for device dev. NULL with why set. */
+/* Maps the device memory behind fd (from rd_cuda_shared_new in another process, of at least
+ * bytes, rounded up as it was; fd stays the caller's) into this process, for device dev. NULL
+ * with why set. */
 rd_cuda_shared *rd_cuda_shared_import(int dev, int fd, size_t bytes, char *why, size_t whylen);
 
 void *rd_cuda_shared_ptr(const rd_cuda_shared *m);   /* where it is mapped here */

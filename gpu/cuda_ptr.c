@@ -1,9 +1,14 @@
 /* rd_cuda_is_device_pointer: see cuda_ptr.h. Needs no CUDA at build time: the driver is looked
  * up in the process (dlopen RTLD_NOLOAD) and the few values below are cuda.h's, stable since
  * unified addressing (CUDA 4). */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* dl_iterate_phdr */
+#endif
 #include "cuda_ptr.h"
 
 #include <dlfcn.h>
+#include <link.h>
+#include <stddef.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
@@ -16,6 +21,19 @@ typedef int (*get_attribute_fn)(void *data, int attribute, unsigned long long pt
 
 /* cuPointerGetAttribute, once the process has loaded the driver (it stays loaded). */
 static _Atomic(get_attribute_fn) get_attribute;
+/* The loader's count of libraries loaded when the driver was last found missing: dlopen, even
+ * with RTLD_NOLOAD, searches the library path (system calls), so it runs again only once
+ * another library was loaded. */
+static _Atomic(unsigned long long) missing_at = ~0ull;
+
+/* dl_iterate_phdr's callback: the loader's count of libraries loaded so far. */
+static int loads(struct dl_phdr_info *info, size_t size, void *data)
+{
+    if (size < offsetof(struct dl_phdr_info, dlpi_adds) + sizeof(info->dlpi_adds))
+        return -1;
+    *(unsigned long long *)data = info->dlpi_adds;
+    return 1;
+}
 
 int rd_cuda_is_device_pointer(const void *p)
 {
@@ -23,9 +41,15 @@ int rd_cuda_is_device_pointer(const void *p)
     unsigned int type = 0, managed = 0;
 
     if (fn == NULL) {
+        unsigned long long adds = 0;
+        if (dl_iterate_phdr(loads, &adds) == 1 &&
+            adds == atomic_load_explicit(&missing_at, memory_order_relaxed))
+            return 0; /* nothing loaded since the driver was found missing */
         void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
-        if (lib == NULL)
+        if (lib == NULL) {
+            atomic_store_explicit(&missing_at, adds, memory_order_relaxed);
             return 0; /* not loaded: nothing in this process is device memory */
+        }
         void *sym = dlsym(lib, "cuPointerGetAttribute");
         if (sym == NULL) {
             dlclose(lib);

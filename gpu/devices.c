@@ -66,17 +66,18 @@ int rd_devices_open(rd_devices *d, const char *spec, char *err, size_t errlen)
         return 0;
     }
 #if RINGD_HAVE_CUDA
-    /* Each device is set up now (kernels loaded): one that cannot run them is known at start,
-     * not at a client's first collective. "all" leaves such a device out, saying why when it
-     * ends with none; a list naming it fails. */
+    /* Each device is checked now (can it run ringd's kernels?) without a context on it: one
+     * that cannot is known at start, not at a client's first collective. "all" leaves it out,
+     * saying why; a list naming it fails. */
     char why[256];
-    int have = rd_cuda_load(why, sizeof(why));
+    int have = rd_cuda_load(why, sizeof(why)), left_out = 0;
     if (all) {
         for (i = 0; i < have && i < RD_MAX_DEVICES; i++)
             idx[i] = i;
         nidx = i;
         if (have <= 0) {
             snprintf(d->why, sizeof(d->why), "%s", why);
+            d->troubled = have < 0;
             return 0;
         }
     }
@@ -90,12 +91,15 @@ int rd_devices_open(rd_devices *d, const char *spec, char *err, size_t errlen)
         dev->index = idx[i];
         if (rd_cuda_device_info(idx[i], dev->name, sizeof(dev->name), &dev->memory, why,
                                 sizeof(why)) != 0 ||
-            rd_cuda_prepare(idx[i], why, sizeof(why)) != 0) {
+            rd_cuda_check(idx[i], why, sizeof(why)) != 0) {
             if (!all) {
                 snprintf(err, errlen, "--devices %s: %s", spec, why);
                 return -1;
             }
-            snprintf(d->why, sizeof(d->why), "%s", why);
+            left_out++;
+            snprintf(d->why, sizeof(d->why), "%d visible device(s) left out; the last: %s",
+                     left_out, why);
+            d->troubled = 1;
             continue;
         }
         d->n++;

@@ -18,8 +18,9 @@ typedef struct {
 typedef struct {
     int n; /* devices served, dev[0..n) */
     rd_device dev[RD_MAX_DEVICES];
-    char why[256]; /* why none ("--devices none", "no CUDA driver: ...", ...), or why one of
-                      the visible devices was left out; "" otherwise */
+    char why[512]; /* why none ("--devices none", "no CUDA driver: ...", ...), or why visible
+                      devices were left out; "" otherwise */
+    int troubled;  /* 1: a driver that fails, or visible devices left out (worth a warning) */
 } rd_devices;
 
 /* Parses a --devices value: "all", "none", or device indices separated by commas ("0,2"), each
@@ -27,11 +28,11 @@ typedef struct {
  * -1 with err set. Pure. */
 int rd_devices_parse(const char *spec, int *all, int *idx, int *nidx, char *err, size_t errlen);
 
-/* Fills d from spec (see rd_devices_parse) and the driver, setting each device up (ringd's
- * kernels loaded). "all" serves every visible device that sets up, and none on a machine
- * without a driver or device: not an error; d->why then says why none, or why a device was
- * left out. A list must name devices the driver has and that set up: otherwise, or without a
- * driver, returns -1 with err set. */
+/* Fills d from spec (see rd_devices_parse) and the driver, checking that each device can run
+ * ringd's kernels (rd_cuda_check: no context is made). "all" serves every visible device that
+ * can, and none on a machine without a driver or device: not an error; d->why then says why
+ * none, or why devices were left out. A list must name devices the driver has and that can:
+ * otherwise, or without a driver, returns -1 with err set. */
 int rd_devices_open(rd_devices *d, const char *spec, char *err, size_t errlen);
 
 /* The device a client gets: asked (>= 0: a device index it asked for, which d must serve), or

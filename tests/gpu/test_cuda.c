@@ -54,15 +54,20 @@ static unsigned char pattern(size_t i)
  * the parent's pattern and writes its complement. Exit status 0 when all went well. */
 static int child(int fd, size_t size)
 {
-    char why[256];
+    char why[256] = "out of memory";
     unsigned char *host = malloc(size);
     rd_cuda_shared *m;
     size_t i;
 
     if (host == NULL || rd_cuda_load(why, sizeof(why)) <= 0 ||
         (m = rd_cuda_shared_import(0, fd, size, why, sizeof(why))) == NULL ||
+        (size = rd_cuda_shared_size(m)) == 0 || (host = realloc(host, size)) == NULL ||
         rd_cuda_copy(0, host, rd_cuda_shared_ptr(m), size, why, sizeof(why)) != 0) {
         printf("FAIL: child: %s\n", why);
+        return 1;
+    }
+    if (rd_cuda_is_device_pointer(rd_cuda_shared_ptr(m)) != 1) {
+        printf("FAIL: child: the mapped device memory is not told from host memory\n");
         return 1;
     }
     for (i = 0; i < size; i++) {
@@ -86,10 +91,11 @@ static int child(int fd, size_t size)
  * training process is): each sees what the other wrote. Returns 0 when it does. */
 static int shared_memory_crosses_processes(const char *self)
 {
-    char why[256], fds[16], sizes[32];
+    char why[256] = "out of memory", fds[16], sizes[32];
     int fd = -1, status = 0;
     pid_t pid;
-    rd_cuda_shared *m = rd_cuda_shared_new(0, (3u << 20) + 5, &fd, why, sizeof(why));
+    size_t asked = (3u << 20) + 5;
+    rd_cuda_shared *m = rd_cuda_shared_new(0, asked, &fd, why, sizeof(why));
     if (m == NULL) {
         printf("FAIL: shared device memory: %s\n", why);
         return 1;
@@ -99,7 +105,7 @@ static int shared_memory_crosses_processes(const char *self)
     for (i = 0; host != NULL && i < size; i++)
         host[i] = pattern(i);
     snprintf(fds, sizeof(fds), "%d", fd);
-    snprintf(sizes, sizeof(sizes), "%zu", size);
+    snprintf(sizes, sizeof(sizes), "%zu", asked); /* the child rounds it up alike */
     char *argv[] = {(char *)self, "--child", fds, sizes, NULL};
     if (host == NULL || rd_cuda_copy(0, rd_cuda_shared_ptr(m), host, size, why, sizeof(why)) ||
         fcntl(fd, F_SETFD, 0) != 0 || posix_spawn(&pid, self, NULL, NULL, argv, environ) != 0 ||
