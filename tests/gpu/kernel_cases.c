@@ -39,8 +39,7 @@ static void fill(rd_dtype dt, void *buf, size_t n, uint64_t *s, int special)
     }
 }
 
-/* 1 when element i of a and b have the same bits, or both are NaN. */
-static int same(rd_dtype dt, const void *a, const void *b, size_t i)
+int rd_kernel_same(rd_dtype dt, const void *a, const void *b, size_t i)
 {
     size_t es = rd_dtype_size(dt);
     const unsigned char *x = (const unsigned char *)a + i * es,
@@ -120,7 +119,7 @@ long rd_check_kernels(rd_reduce_under_test fn, void *ctx, const size_t *counts, 
                             continue;
                         }
                         for (j = 0; j < count && first == count; j++)
-                            if (!same(dt, want, got, j))
+                            if (!rd_kernel_same(dt, want, got, j))
                                 first = j;
                         if (first < count) {
                             bad++;

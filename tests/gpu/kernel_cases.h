@@ -18,6 +18,9 @@ typedef int (*rd_reduce_under_test)(void *ctx, rd_dtype dt, rd_redop op, void *d
                                     const void *const *src, int nsrc, size_t count,
                                     const rd_reduce_args *args, char *why, size_t whylen);
 
+/* 1 when element i of a and b (of dtype dt) have the same bits, or both are NaN. */
+int rd_kernel_same(rd_dtype dt, const void *a, const void *b, size_t i);
+
 /* Runs the cases over counts[0..ncounts) with up to max_src sources, for the dtypes whose bit
  * (1u << dtype) is in dtypes; prints what differs (the first 20) to stdout. Returns the number
  * of cases that differed or failed; *ran counts all. */
