@@ -57,7 +57,7 @@ int main(int argc, char **argv)
 {
     size_t bytes = (size_t)256 << 20;
     int iters = 20, dev = 0, n, nsrc_max = 8;
-    char why[256], name[128];
+    char why[256], name[128], uuid[48];
     uint64_t mem = 0;
     static const rd_dtype dts[] = {RD_DT_F32, RD_DT_BF16, RD_DT_F16, RD_DT_F64, RD_DT_I32};
     static const int srcs[] = {2, 4, 8};
@@ -81,7 +81,8 @@ int main(int argc, char **argv)
     }
     bytes &= ~(size_t)7; /* whole elements of every dtype */
     n = rd_cuda_load(why, sizeof(why));
-    if (n <= 0 || rd_cuda_device_info(dev, name, sizeof(name), &mem, why, sizeof(why)) != 0) {
+    if (n <= 0 || rd_cuda_device_info(dev, name, sizeof(name), uuid, sizeof(uuid), &mem, why,
+                                      sizeof(why)) != 0) {
         fprintf(stderr, "cuda-kernels: %s\n", why);
         return 2;
     }

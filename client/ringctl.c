@@ -119,7 +119,7 @@ static void print_text(const Ringd__StatusReply *r)
         printf("gpus: %zu\n", r->n_devices);
     for (size_t i = 0; i < r->n_devices; i++) {
         const Ringd__DeviceInfo *d = r->devices[i];
-        printf("  %u: %s, %.1f GiB, clients %u\n", d->index, d->name,
+        printf("  %u: %s (%s), %.1f GiB, clients %u\n", d->index, d->name, d->uuid,
                (double)d->memory / (1024.0 * 1024.0 * 1024.0), d->clients);
     }
 }
@@ -238,6 +238,7 @@ static void print_json(const Ringd__StatusReply *r)
         json_object *o = json_object_new_object();
         json_object_object_add(o, "index", json_object_new_int64(d->index));
         json_object_object_add(o, "name", json_object_new_string(d->name));
+        json_object_object_add(o, "uuid", json_object_new_string(d->uuid));
         json_object_object_add(o, "memory_bytes", json_object_new_int64((int64_t)d->memory));
         json_object_object_add(o, "clients", json_object_new_int64(d->clients));
         json_object_array_add(gpus, o);

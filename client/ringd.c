@@ -73,8 +73,9 @@ struct ringd {
     uint64_t arena_size;
     rd_alloc alloc;
     int rank, size, local_rank, local_size;
-    int device;       /* the session's CUDA device; -1: none */
-    int asked_device; /* the one its Hello asked for; -1: none */
+    int device;           /* the session's CUDA device; -1: none */
+    int asked_device;     /* the one its Hello asked for; -1: none */
+    char device_uuid[48]; /* its UUID; "" for none */
     uint64_t generation;
     int op_timeout_ms;
     int poll_us;
@@ -179,6 +180,11 @@ int ringd_device(const ringd_t *r)
 {
     return r->device;
 }
+
+const char *ringd_device_uuid(const ringd_t *r)
+{
+    return r->device_uuid;
+}
 int ringd_local_size(const ringd_t *r)
 {
     return r->local_size;
@@ -267,6 +273,7 @@ static ringd_result_t await_welcome(ringd_t *r, const char *job, int local_size,
     r->generation = w->generation;
     int asked = r->asked_device;
     r->device = w->has_device ? (int)w->device : -1;
+    snprintf(r->device_uuid, sizeof(r->device_uuid), "%s", w->has_device ? w->device_uuid : "");
     uint64_t data_offset = w->data_offset, ctrl;
     rd_frame_free(m);
     if (asked >= 0 && r->device != asked)

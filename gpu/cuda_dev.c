@@ -28,6 +28,7 @@ static struct {
     CUresult (*device_get)(CUdevice *, int);
     CUresult (*device_name)(char *, int, CUdevice);
     CUresult (*device_total_mem)(size_t *, CUdevice);
+    CUresult (*device_uuid)(CUuuid *, CUdevice);
     CUresult (*device_attribute)(int *, CUdevice_attribute, CUdevice);
     CUresult (*primary_ctx_retain)(CUcontext *, CUdevice);
     CUresult (*primary_ctx_release)(CUdevice);
@@ -73,6 +74,7 @@ static const struct {
     SYM(device_get, "cuDeviceGet"),
     SYM(device_name, "cuDeviceGetName"),
     SYM(device_total_mem, "cuDeviceTotalMem_v2"),
+    SYM(device_uuid, "cuDeviceGetUuid_v2"),
     SYM(device_attribute, "cuDeviceGetAttribute"),
     SYM(primary_ctx_retain, "cuDevicePrimaryCtxRetain"),
     SYM(primary_ctx_release, "cuDevicePrimaryCtxRelease_v2"),
@@ -294,10 +296,11 @@ int rd_cuda_check(int dev, char *why, size_t whylen)
     return 0;
 }
 
-int rd_cuda_device_info(int dev, char *name, size_t namelen, uint64_t *total_bytes, char *why,
-                        size_t whylen)
+int rd_cuda_device_info(int dev, char *name, size_t namelen, char *uuid, size_t uuidlen,
+                        uint64_t *total_bytes, char *why, size_t whylen)
 {
     CUdevice d;
+    CUuuid u;
     size_t total = 0;
 
     if (rd_cuda_load(why, whylen) <= 0)
@@ -308,8 +311,14 @@ int rd_cuda_device_info(int dev, char *name, size_t namelen, uint64_t *total_byt
     }
     if (failed(drv.device_get(&d, dev), "cuDeviceGet", why, whylen) ||
         failed(drv.device_name(name, (int)namelen, d), "cuDeviceGetName", why, whylen) ||
+        failed(drv.device_uuid(&u, d), "cuDeviceGetUuid", why, whylen) ||
         failed(drv.device_total_mem(&total, d), "cuDeviceTotalMem", why, whylen))
         return -1;
+    const unsigned char *b = (const unsigned char *)u.bytes;
+    snprintf(uuid, uuidlen,
+             "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
+             b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14],
+             b[15]);
     *total_bytes = total;
     return 0;
 }

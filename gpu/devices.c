@@ -89,8 +89,8 @@ int rd_devices_open(rd_devices *d, const char *spec, char *err, size_t errlen)
             return -1;
         }
         dev->index = idx[i];
-        if (rd_cuda_device_info(idx[i], dev->name, sizeof(dev->name), &dev->memory, why,
-                                sizeof(why)) != 0 ||
+        if (rd_cuda_device_info(idx[i], dev->name, sizeof(dev->name), dev->uuid, sizeof(dev->uuid),
+                                &dev->memory, why, sizeof(why)) != 0 ||
             rd_cuda_check(idx[i], why, sizeof(why)) != 0) {
             if (!all) {
                 snprintf(err, errlen, "--devices %s: %s", spec, why);

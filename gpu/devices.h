@@ -12,6 +12,7 @@
 typedef struct {
     int index;       /* the CUDA device index (as the driver numbers the visible devices) */
     char name[128];  /* "NVIDIA H100 80GB HBM3" */
+    char uuid[48];   /* "GPU-8c1d...": the device in every container, whatever its index */
     uint64_t memory; /* total bytes */
 } rd_device;
 

@@ -202,6 +202,7 @@ Ringd__StatusReply *rd_report_reply_new(const rd_daemon_status *s)
         ringd__device_info__init(&di[i]);
         di[i].index = s->devices[i].index;
         di[i].name = str(s->devices[i].name);
+        di[i].uuid = str(s->devices[i].uuid);
         di[i].memory = s->devices[i].memory;
         di[i].clients = s->devices[i].clients;
         r->devices[r->n_devices++] = &di[i];

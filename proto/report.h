@@ -79,6 +79,7 @@ typedef struct {
 typedef struct {
     uint32_t index; /* the CUDA device index */
     const char *name;
+    const char *uuid; /* "GPU-..." */
     uint64_t memory;  /* total bytes */
     uint32_t clients; /* sessions given this device */
 } rd_device_status;

@@ -450,6 +450,12 @@ static int devices_given(int i, void *arg)
                 msg, r ? ringd_device(r) : -9, want);
         return 11;
     }
+    const char *uuid = ringd_device_uuid(r);
+    if (want < 0 ? uuid[0] != '\0'
+                 : strncmp(uuid, "GPU-", 4) != 0 || strcmp(uuid, all.dev[0].uuid) != 0) {
+        fprintf(stderr, "device %d has UUID '%s'\n", want, uuid);
+        return 17;
+    }
     ringd_close(r);
     rc = open_device(63, "63", &r, msg, sizeof(msg));
     ringd_close(r);

@@ -167,6 +167,10 @@ RINGD_API uint64_t ringd_generation(const ringd_t *r);
 /* The CUDA device the daemon gave this session (see ringd_options_t.device), fixed for its
  * lifetime; -1 when it has none: the daemon serves no GPU, and tensors live in host memory. */
 RINGD_API int ringd_device(const ringd_t *r);
+/* That device's UUID, "GPU-" and 36 characters as nvidia-smi prints it: the same device in every
+ * container, where ringd_device's index is the daemon's (a pod that sees one GPU calls it 0).
+ * "" when the session has none. Owned by r, valid until ringd_close. */
+RINGD_API const char *ringd_device_uuid(const ringd_t *r);
 
 /* Detail of the last failure on r (which call, which tensor, which ranks); "" when none.
  * Owned by r, valid until its next call. */

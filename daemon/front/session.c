@@ -239,7 +239,8 @@ static void on_close(evutil_socket_t fd, short what, void *arg)
     (void)what;
     /* Best effort for the Error frame; a peer that does not read it loses it. */
     evbuffer_write(s->out, s->fd);
-    rd_log(RD_LOG_DEBUG, "session", "#%llu pid %d: freed", (unsigned long long)s->id, (int)s->c.pid);
+    rd_log(RD_LOG_DEBUG, "session", "#%llu pid %d: freed", (unsigned long long)s->id,
+           (int)s->c.pid);
     session_free(s);
 }
 
@@ -470,6 +471,8 @@ static rd_status client_welcome(rd_client *cl, const rd_client_view *v, int aren
         s->device = -1;
     w.has_device = s->device >= 0;
     w.device = s->device >= 0 ? (uint32_t)s->device : 0;
+    const rd_device *dev = rd_devices_find(s->f->devices, s->device);
+    w.device_uuid = dev != NULL ? (char *)dev->uuid : (char *)"";
     m.body_case = RINGD__MSG__BODY_WELCOME;
     m.welcome = &w;
     rd_status rc = rd_session_send_fd(s, &m, arena_fd);

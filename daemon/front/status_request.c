@@ -78,6 +78,7 @@ static int describe_devices(const rd_front *d, rd_daemon_status *st)
         rd_device_status *ds = &st->devices[st->ndevices++];
         ds->index = (uint32_t)dv->dev[i].index;
         ds->name = dv->dev[i].name;
+        ds->uuid = dv->dev[i].uuid;
         ds->memory = dv->dev[i].memory;
         for (const struct rd_session *c = d->sessions; c != NULL; c = c->next)
             ds->clients += c->c.job != NULL && c->device == dv->dev[i].index;

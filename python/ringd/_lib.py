@@ -70,6 +70,7 @@ _PROTOTYPES = {
     "ringd_size": (c_int, [c_void_p]),
     "ringd_local_rank": (c_int, [c_void_p]),
     "ringd_device": (c_int, [c_void_p]),
+    "ringd_device_uuid": (c_char_p, [c_void_p]),
     "ringd_local_size": (c_int, [c_void_p]),
     "ringd_generation": (ctypes.c_uint64, [c_void_p]),
     "ringd_errmsg": (c_char_p, [c_void_p]),

@@ -470,6 +470,13 @@ class Session:
         return d if d >= 0 else None
 
     @property
+    def device_uuid(self):
+        """That device's UUID ("GPU-..."): the same device in every container, where device is
+        the daemon's index (a pod that sees one GPU calls it 0). None when there is none."""
+        u = self._get(_lib.lib().ringd_device_uuid).decode()
+        return u or None
+
+    @property
     def generation(self):
         """The job's membership generation: it grows whenever ranks join or leave."""
         return self._get(_lib.lib().ringd_generation)

@@ -52,8 +52,8 @@ static const rd_admin_handler admin_handlers[] = {
 static void engine_start(daemon_state *d)
 {
     rd_engine_free(d->engine);
-    d->engine = rd_engine_new(d->base, &d->cfg, &d->counters, d->exec, NULL,
-                              &rd_session_client_events);
+    d->engine =
+        rd_engine_new(d->base, &d->cfg, &d->counters, d->exec, NULL, &rd_session_client_events);
     if (d->engine == NULL) {
         fprintf(stderr, "fuzz_session: out of memory\n");
         abort();
@@ -86,8 +86,8 @@ static daemon_state *daemon_get(void)
         abort();
     }
     d->devices.n = 2;
-    d->devices.dev[0] = (rd_device){0, "made-up GPU 0", UINT64_C(1) << 30};
-    d->devices.dev[1] = (rd_device){3, "made-up GPU 3", UINT64_C(1) << 30};
+    d->devices.dev[0] = (rd_device){0, "made-up GPU 0", "GPU-made-up-0", UINT64_C(1) << 30};
+    d->devices.dev[1] = (rd_device){3, "made-up GPU 3", "GPU-made-up-3", UINT64_C(1) << 30};
     d->front = (rd_front){
         .base = d->base,
         .cfg = &d->cfg,

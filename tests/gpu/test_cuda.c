@@ -131,7 +131,7 @@ int main(int argc, char **argv)
 {
     static const size_t counts[] = {1, 3, 255, 256, 257, 4099, 65537, 1000003, (size_t)1 << 22};
     static const size_t big[] = {(size_t)1 << 26};
-    char why[256], name[128];
+    char why[256], name[128], uuid[48];
     uint64_t mem = 0;
     long ran = 0, ran_big = 0, bad;
     int n;
@@ -147,11 +147,16 @@ int main(int argc, char **argv)
         printf("FAIL: the CUDA driver: %s\n", why);
         return 1;
     }
-    if (rd_cuda_device_info(0, name, sizeof(name), &mem, why, sizeof(why)) != 0) {
+    if (rd_cuda_device_info(0, name, sizeof(name), uuid, sizeof(uuid), &mem, why, sizeof(why)) !=
+        0) {
         printf("FAIL: device 0: %s\n", why);
         return 1;
     }
-    printf("device 0 of %d: %s, %.1f GiB\n", n, name, (double)mem / (1u << 30));
+    printf("device 0 of %d: %s (%s), %.1f GiB\n", n, name, uuid, (double)mem / (1u << 30));
+    if (strncmp(uuid, "GPU-", 4) != 0 || strlen(uuid) != 40) {
+        printf("FAIL: device 0's UUID '%s' is not GPU- and 36 characters\n", uuid);
+        return 1;
+    }
     { /* libringd's guard: device memory is told from host memory */
         void *dp = rd_cuda_alloc(0, 4096, why, sizeof(why)), *hp = malloc(4096);
         int ok =
