@@ -455,11 +455,13 @@ static int shared_map(rd_cuda_shared *m, char *why, size_t whylen)
     return 0;
 }
 
-rd_cuda_shared *rd_cuda_shared_new(int dev, size_t bytes, int *fd, char *why, size_t whylen)
+/* A new rd_cuda_shared for dev, its size bytes rounded up to the allocation granularity (an
+ * exporter and an importer of one allocation round alike), nothing allocated on the device yet.
+ * NULL with why set. */
+static rd_cuda_shared *shared_alloc(int dev, size_t bytes, char *why, size_t whylen)
 {
     CUmemAllocationProp prop = shared_prop(dev);
     size_t gran = 0;
-    int exported = -1;
     rd_cuda_shared *m;
 
     if (device(dev, why, whylen) == NULL ||
@@ -477,6 +479,17 @@ rd_cuda_shared *rd_cuda_shared_new(int dev, size_t bytes, int *fd, char *why, si
     }
     m->dev = dev;
     m->size = (bytes + gran - 1) / gran * gran;
+    return m;
+}
+
+rd_cuda_shared *rd_cuda_shared_new(int dev, size_t bytes, int *fd, char *why, size_t whylen)
+{
+    CUmemAllocationProp prop = shared_prop(dev);
+    int exported = -1;
+    rd_cuda_shared *m = shared_alloc(dev, bytes, why, whylen);
+
+    if (m == NULL)
+        return NULL;
     if (failed(drv.mem_create(&m->handle, m->size, &prop, 0), "cuMemCreate", why, whylen)) {
         free(m);
         return NULL;
@@ -496,26 +509,10 @@ rd_cuda_shared *rd_cuda_shared_new(int dev, size_t bytes, int *fd, char *why, si
 
 rd_cuda_shared *rd_cuda_shared_import(int dev, int fd, size_t bytes, char *why, size_t whylen)
 {
-    CUmemAllocationProp prop = shared_prop(dev);
-    size_t gran = 0;
-    rd_cuda_shared *m;
+    rd_cuda_shared *m = shared_alloc(dev, bytes, why, whylen);
 
-    /* the exporter rounded up with the same device's granularity: so does the importer */
-    if (device(dev, why, whylen) == NULL ||
-        failed(drv.mem_granularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED),
-               "cuMemGetAllocationGranularity", why, whylen))
+    if (m == NULL)
         return NULL;
-    if (bytes == 0 || gran == 0 || bytes > SIZE_MAX - gran) {
-        say(why, whylen, "device memory of %zu bytes: need 1 byte or more", bytes);
-        return NULL;
-    }
-    m = calloc(1, sizeof(*m));
-    if (m == NULL) {
-        say(why, whylen, "out of memory");
-        return NULL;
-    }
-    m->dev = dev;
-    m->size = (bytes + gran - 1) / gran * gran;
     if (failed(drv.mem_import(&m->handle, (void *)(uintptr_t)fd,
                               CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
                "cuMemImportFromShareableHandle", why, whylen)) {

@@ -53,49 +53,69 @@ template <typename S, typename A, int H> __device__ __forceinline__ S narrow(A v
     return (S)v;
 }
 
-/* The floating-point steps of one element (cpu.c's load, combine and finish). */
-template <typename A> __device__ __forceinline__ A first(A x, A pre)
-{
-    return pre != (A)1 ? x * pre : x;
-}
+/* The steps of one element of a floating-point reduction, cpu.c's: acc = x0 (* pre); acc =
+ * op(acc, xk * pre); then / divisor and * post. */
+template <typename S, typename A, int H> struct float_steps {
+    typedef A acc_t;
+    int op;
+    A pre, post;
+    uint32_t divisor;
 
-template <typename A> __device__ __forceinline__ A next(int op, A acc, A x, A pre)
-{
-    if (op != OP_SUM && op != OP_AVG)
-        x = x * pre; /* cpu.c scales before MIN, MAX and PROD even when pre is 1 */
-    else if (pre != (A)1)
-        x = x * pre;
-    return combine<A>(op, acc, x);
-}
-
-template <typename A> __device__ __forceinline__ A finish(A acc, A post, uint32_t divisor)
-{
-    if (divisor > 1)
-        acc = acc / (A)divisor;
-    if (post != (A)1)
-        acc = acc * post;
-    return acc;
-}
-
-/* The integer steps of one element, in the unsigned type UT (wrapping; sign: the sign bit). */
-template <typename UT> __device__ __forceinline__ UT next_int(int op, UT acc, UT x, UT sign)
-{
-    switch (op) {
-    case OP_PROD: return (UT)(1u * acc * x);
-    case OP_MIN: return (UT)(x ^ sign) < (UT)(acc ^ sign) ? x : acc;
-    case OP_MAX: return (UT)(x ^ sign) > (UT)(acc ^ sign) ? x : acc;
-    default: return (UT)(acc + x);
+    __device__ __forceinline__ A first(S x) const
+    {
+        A v = widen<S, A, H>(x);
+        return pre != (A)1 ? v * pre : v;
     }
-}
+    __device__ __forceinline__ A next(A acc, S x) const
+    {
+        A v = widen<S, A, H>(x);
+        if (op != OP_SUM && op != OP_AVG)
+            v = v * pre; /* cpu.c scales before MIN, MAX and PROD even when pre is 1 */
+        else if (pre != (A)1)
+            v = v * pre;
+        return combine<A>(op, acc, v);
+    }
+    __device__ __forceinline__ S finish(A acc) const
+    {
+        if (divisor > 1)
+            acc = acc / (A)divisor;
+        if (post != (A)1)
+            acc = acc * post;
+        return narrow<S, A, H>(acc);
+    }
+};
 
-template <typename UT> __device__ __forceinline__ UT finish_int(UT acc, UT sign, uint32_t divisor)
-{
-    if (divisor <= 1)
-        return acc;
-    if (acc & sign)
-        return (UT)(0u - (UT)((UT)(0u - acc) / divisor));
-    return (UT)(acc / divisor);
-}
+/* The steps of one element of an integer reduction, in the unsigned type UT (wrapping; sign:
+ * the sign bit, 0 for u8): MIN and MAX compare with it flipped, the divisor truncates the
+ * magnitude toward zero. */
+template <typename UT> struct int_steps {
+    typedef UT acc_t;
+    int op;
+    UT sign;
+    uint32_t divisor;
+
+    __device__ __forceinline__ UT first(UT x) const
+    {
+        return x;
+    }
+    __device__ __forceinline__ UT next(UT acc, UT x) const
+    {
+        switch (op) {
+        case OP_PROD: return (UT)(1u * acc * x);
+        case OP_MIN: return (UT)(x ^ sign) < (UT)(acc ^ sign) ? x : acc;
+        case OP_MAX: return (UT)(x ^ sign) > (UT)(acc ^ sign) ? x : acc;
+        default: return (UT)(acc + x);
+        }
+    }
+    __device__ __forceinline__ UT finish(UT acc) const
+    {
+        if (divisor <= 1)
+            return acc;
+        if (acc & sign)
+            return (UT)(0u - (UT)((UT)(0u - acc) / divisor));
+        return (UT)(acc / divisor);
+    }
+};
 
 /* 16 bytes of elements, loaded and stored as one: a warp then moves 512 contiguous bytes per
  * instruction whatever the element size. */
@@ -112,14 +132,15 @@ __device__ __forceinline__ int aligned(const void *dst, const rd_cuda_srcs &src,
     return (bits & 15) == 0;
 }
 
-/* Element i (or, packed, the V elements of pack i) of a floating-point reduction, grid-stride:
- * packs while all buffers are aligned, then single elements for the rest. The arithmetic of
- * each element is the same either way. */
-template <typename S, typename A, int H>
-__device__ __forceinline__ void reduce_float(void *dst, const rd_cuda_srcs &src, int nsrc,
-                                             size_t count, int op, A pre, A post, uint32_t divisor)
+/* A reduction of count elements of storage type S with the element steps st, grid-stride: 16
+ * bytes at a time while all buffers are aligned, then single elements for the rest. The
+ * arithmetic of each element is the same either way. */
+template <typename S, typename Steps>
+__device__ __forceinline__ void reduce(void *dst, const rd_cuda_srcs &src, int nsrc, size_t count,
+                                       const Steps &st)
 {
     typedef pack<S> P;
+    typedef typename Steps::acc_t A;
     const int V = (int)(16 / sizeof(S));
     size_t tid = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     size_t stride = (size_t)gridDim.x * blockDim.x;
@@ -129,51 +150,21 @@ __device__ __forceinline__ void reduce_float(void *dst, const rd_cuda_srcs &src,
         A acc[16 / sizeof(S)];
         P x = static_cast<const P *>(src.p[0])[p], out;
         for (int j = 0; j < V; j++)
-            acc[j] = first<A>(widen<S, A, H>(x.v[j]), pre);
+            acc[j] = st.first(x.v[j]);
         for (int k = 1; k < nsrc; k++) {
             x = static_cast<const P *>(src.p[k])[p];
             for (int j = 0; j < V; j++)
-                acc[j] = next<A>(op, acc[j], widen<S, A, H>(x.v[j]), pre);
+                acc[j] = st.next(acc[j], x.v[j]);
         }
         for (int j = 0; j < V; j++)
-            out.v[j] = narrow<S, A, H>(finish<A>(acc[j], post, divisor));
+            out.v[j] = st.finish(acc[j]);
         static_cast<P *>(dst)[p] = out;
     }
     for (size_t i = packs * (size_t)V + tid; i < count; i += stride) {
-        A acc = first<A>(widen<S, A, H>(static_cast<const S *>(src.p[0])[i]), pre);
+        A acc = st.first(static_cast<const S *>(src.p[0])[i]);
         for (int k = 1; k < nsrc; k++)
-            acc = next<A>(op, acc, widen<S, A, H>(static_cast<const S *>(src.p[k])[i]), pre);
-        static_cast<S *>(dst)[i] = narrow<S, A, H>(finish<A>(acc, post, divisor));
-    }
-}
-
-/* An integer reduction, packed and single as reduce_float. */
-template <typename UT>
-__device__ __forceinline__ void reduce_int(void *dst, const rd_cuda_srcs &src, int nsrc,
-                                           size_t count, int op, UT sign, uint32_t divisor)
-{
-    typedef pack<UT> P;
-    const int V = (int)(16 / sizeof(UT));
-    size_t tid = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    size_t stride = (size_t)gridDim.x * blockDim.x;
-    size_t packs = aligned(dst, src, nsrc) ? count / (size_t)V : 0;
-
-    for (size_t p = tid; p < packs; p += stride) {
-        P acc = static_cast<const P *>(src.p[0])[p];
-        for (int k = 1; k < nsrc; k++) {
-            P x = static_cast<const P *>(src.p[k])[p];
-            for (int j = 0; j < V; j++)
-                acc.v[j] = next_int<UT>(op, acc.v[j], x.v[j], sign);
-        }
-        for (int j = 0; j < V; j++)
-            acc.v[j] = finish_int<UT>(acc.v[j], sign, divisor);
-        static_cast<P *>(dst)[p] = acc;
-    }
-    for (size_t i = packs * (size_t)V + tid; i < count; i += stride) {
-        UT acc = static_cast<const UT *>(src.p[0])[i];
-        for (int k = 1; k < nsrc; k++)
-            acc = next_int<UT>(op, acc, static_cast<const UT *>(src.p[k])[i], sign);
-        static_cast<UT *>(dst)[i] = finish_int<UT>(acc, sign, divisor);
+            acc = st.next(acc, static_cast<const S *>(src.p[k])[i]);
+        static_cast<S *>(dst)[i] = st.finish(acc);
     }
 }
 
@@ -183,7 +174,7 @@ __device__ __forceinline__ void reduce_int(void *dst, const rd_cuda_srcs &src, i
     extern "C" __global__ void name(void *dst, rd_cuda_srcs src, int nsrc, size_t count, int op,   \
                                     double pre, double post, uint32_t divisor)                     \
     {                                                                                              \
-        reduce_float<S, A, H>(dst, src, nsrc, count, op, (A)pre, (A)post, divisor);                \
+        reduce<S>(dst, src, nsrc, count, float_steps<S, A, H>{op, (A)pre, (A)post, divisor});      \
     }
 #define RD_INT_KERNEL(name, UT, SIGN)                                                              \
     extern "C" __global__ void name(void *dst, rd_cuda_srcs src, int nsrc, size_t count, int op,   \
@@ -191,7 +182,7 @@ __device__ __forceinline__ void reduce_int(void *dst, const rd_cuda_srcs &src, i
     {                                                                                              \
         (void)pre;                                                                                 \
         (void)post;                                                                                \
-        reduce_int<UT>(dst, src, nsrc, count, op, (UT)(SIGN), divisor);                            \
+        reduce<UT>(dst, src, nsrc, count, int_steps<UT>{op, (UT)(SIGN), divisor});                 \
     }
 
 RD_FLOAT_KERNEL(rd_cuda_reduce_f32, float, float, 0)
