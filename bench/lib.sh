@@ -89,6 +89,9 @@ start_ring() {
             --listen 127.0.0.1:0 --node "$node" --key-file "$tmp/ring.key" --log-level warn \
             2>>"$tmp/ringd-$node.log" &
         pids+=($!)
-        wait_for "$!" "ringd $node" "$RINGCTL" --socket "$tmp/$node.sock" status || return 1
+        if ! wait_for "$!" "ringd $node" "$RINGCTL" --socket "$tmp/$node.sock" status; then
+            tail -n 20 "$tmp/ringd-$node.log" >&2
+            return 1
+        fi
     done
 }

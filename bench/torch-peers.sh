@@ -66,6 +66,7 @@ done
     2>/dev/null || die "$PYTHON: cannot import torchvision and torch with Gloo"
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/ringd-torch-peers.XXXXXX")
+: >"$tmp/results" # every run may fail: the summary still has a file to read
 pids=() # background processes of ours still to stop: redis-server, ringd a and b
 
 trap cleanup EXIT
@@ -191,8 +192,10 @@ if "ringd" in med and "ddp" in med:
               f"per step -> ratio {w:.3f} (target <= 0.50): {'met' if w <= 0.5 else 'NOT met'}")
     else:
         print("communication wait: DDP-Gloo's is 0 -> target (<= 0.50) not evaluated")
+    ddp_of_run = {r["run"]: r for r in rows["ddp"]}  # a failed run has no row: pair by run
     per_run = [(a["img_per_s"] / b["img_per_s"], a["wait_ms"] / b["wait_ms"])
-               for a, b in zip(rows["ringd"], rows["ddp"]) if b["wait_ms"] > 0]
+               for a in rows["ringd"] for b in [ddp_of_run.get(a["run"])]
+               if b is not None and b["wait_ms"] > 0]
     if per_run:
         print("per run (ringd/DDP images/s, wait): "
               + ", ".join(f"{i:.3f} {w:.3f}" for i, w in per_run))

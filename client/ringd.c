@@ -44,14 +44,15 @@ typedef struct {
 _Static_assert(offsetof(ringd_options_t, min_size) >= sizeof(options_v0_1),
                "ringd_options_t: new fields must start past the 0.1 struct_size");
 
-/* ...and as 0.2 had it (up to min_size): 64 bytes, its tail padding where ask_local_rank lies
- * now, so only a struct_size reaching local_rank says the caller's header had them. */
+/* ...and as it was while min_size was its last field: 64 bytes, its tail padding where
+ * ask_local_rank lies now, so only a struct_size reaching local_rank says the caller's header
+ * had them. */
 typedef struct {
     options_v0_1 v0_1;
     int reserved, min_size;
-} options_v0_2;
-_Static_assert(offsetof(ringd_options_t, local_rank) >= sizeof(options_v0_2),
-               "ringd_options_t: local_rank must lie past the 0.2 struct_size");
+} options_min_size;
+_Static_assert(offsetof(ringd_options_t, local_rank) >= sizeof(options_min_size),
+               "ringd_options_t: local_rank must lie past that struct_size");
 
 struct ringd_request {
     ringd_t *r;

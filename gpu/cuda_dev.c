@@ -29,6 +29,7 @@ static struct {
     CUresult (*device_name)(char *, int, CUdevice);
     CUresult (*device_total_mem)(size_t *, CUdevice);
     CUresult (*device_uuid)(CUuuid *, CUdevice);
+    CUresult (*device_uuid_v1)(CUuuid *, CUdevice); /* optional: the parent GPU's under MIG */
     CUresult (*device_attribute)(int *, CUdevice_attribute, CUdevice);
     CUresult (*primary_ctx_retain)(CUcontext *, CUdevice);
     CUresult (*primary_ctx_release)(CUdevice);
@@ -173,6 +174,10 @@ static void load(void)
         }
         memcpy((char *)&drv + drv_symbols[i].offset, &fn, sizeof(fn));
     }
+    { /* optional entry points, absent from some drivers */
+        void *fn = dlsym(lib, "cuDeviceGetUuid");
+        memcpy(&drv.device_uuid_v1, &fn, sizeof(fn));
+    }
     CUresult rc = drv.init(0);
     if (rc == CUDA_ERROR_NO_DEVICE) {
         say(load_why, sizeof(load_why), "the CUDA driver sees no device");
@@ -314,11 +319,18 @@ int rd_cuda_device_info(int dev, char *name, size_t namelen, char *uuid, size_t 
         failed(drv.device_uuid(&u, d), "cuDeviceGetUuid", why, whylen) ||
         failed(drv.device_total_mem(&total, d), "cuDeviceTotalMem", why, whylen))
         return -1;
+    /* A MIG instance has a UUID of its own, which nvidia-smi prints as MIG-...; the first
+     * cuDeviceGetUuid gives the parent GPU's, so the two differ exactly on MIG instances. */
+    CUuuid parent;
+    const char *kind = "GPU";
+    if (drv.device_uuid_v1 != NULL && drv.device_uuid_v1(&parent, d) == CUDA_SUCCESS &&
+        memcmp(parent.bytes, u.bytes, sizeof(u.bytes)) != 0)
+        kind = "MIG";
     const unsigned char *b = (const unsigned char *)u.bytes;
     snprintf(uuid, uuidlen,
-             "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
-             b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14],
-             b[15]);
+             "%s-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", kind, b[0],
+             b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
+             b[14], b[15]);
     *total_bytes = total;
     return 0;
 }

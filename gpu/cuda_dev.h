@@ -25,9 +25,9 @@ int rd_cuda_load(char *why, size_t whylen);
  * its memory or, in exclusive-process mode, the device itself. Returns 0, or -1 with why. */
 int rd_cuda_check(int dev, char *why, size_t whylen);
 
-/* Device dev's name, UUID ("GPU-8c1d..." as nvidia-smi prints it: the same in every container
- * that sees the device, whatever index it has there) and total memory. Returns 0, or -1 with
- * why set. */
+/* Device dev's name, UUID ("GPU-8c1d...", "MIG-..." for a MIG instance, as nvidia-smi prints
+ * it: the same in every container that sees the device, whatever index it has there) and total
+ * memory. Returns 0, or -1 with why set. */
 int rd_cuda_device_info(int dev, char *name, size_t namelen, char *uuid, size_t uuidlen,
                         uint64_t *total_bytes, char *why, size_t whylen);
 

@@ -58,7 +58,7 @@ extern "C" {
 
 /* The version of this header; ringd_version() gives the library's. */
 #define RINGD_VERSION_MAJOR 0
-#define RINGD_VERSION_MINOR 1
+#define RINGD_VERSION_MINOR 2
 
 typedef struct ringd ringd_t;                 /* one session with the daemon */
 typedef struct ringd_request ringd_request_t; /* one asynchronous collective */
@@ -167,7 +167,8 @@ RINGD_API uint64_t ringd_generation(const ringd_t *r);
 /* The CUDA device the daemon gave this session (see ringd_options_t.device), fixed for its
  * lifetime; -1 when it has none: the daemon serves no GPU, and tensors live in host memory. */
 RINGD_API int ringd_device(const ringd_t *r);
-/* That device's UUID, "GPU-" and 36 characters as nvidia-smi prints it: the same device in every
+/* That device's UUID, "GPU-" (or, a MIG instance, "MIG-") and 36 characters as nvidia-smi
+ * prints it: the same device in every
  * container, where ringd_device's index is the daemon's (a pod that sees one GPU calls it 0).
  * "" when the session has none. Owned by r, valid until ringd_close. */
 RINGD_API const char *ringd_device_uuid(const ringd_t *r);

@@ -19,7 +19,7 @@ import os
 # The ringd.h this binding mirrors (RINGD_VERSION_MAJOR/MINOR). A library with the same major and
 # at least this minor keeps its ABI (ringd.h: struct_size lets the options grow).
 ABI_MAJOR = 0
-ABI_MINOR = 1
+ABI_MINOR = 2
 
 c_size_t = ctypes.c_size_t
 c_int = ctypes.c_int

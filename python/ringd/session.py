@@ -471,7 +471,7 @@ class Session:
 
     @property
     def device_uuid(self):
-        """That device's UUID ("GPU-..."): the same device in every container, where device is
+        """That device's UUID ("GPU-...", "MIG-..."): the same device in every container, where device is
         the daemon's index (a pod that sees one GPU calls it 0). None when there is none."""
         u = self._get(_lib.lib().ringd_device_uuid).decode()
         return u or None

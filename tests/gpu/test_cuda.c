@@ -153,8 +153,8 @@ int main(int argc, char **argv)
         return 1;
     }
     printf("device 0 of %d: %s (%s), %.1f GiB\n", n, name, uuid, (double)mem / (1u << 30));
-    if (strncmp(uuid, "GPU-", 4) != 0 || strlen(uuid) != 40) {
-        printf("FAIL: device 0's UUID '%s' is not GPU- and 36 characters\n", uuid);
+    if ((strncmp(uuid, "GPU-", 4) != 0 && strncmp(uuid, "MIG-", 4) != 0) || strlen(uuid) != 40) {
+        printf("FAIL: device 0's UUID '%s' is not GPU- (or MIG-) and 36 characters\n", uuid);
         return 1;
     }
     { /* libringd's guard: device memory is told from host memory */

@@ -283,7 +283,7 @@ def test_device_given_or_refused(daemon):
     with ringd.Session(socket=daemon.sock, job="dev.any") as s:
         assert s.device is None or s.device >= 0
         assert (s.device_uuid is None) == (s.device is None)
-        assert s.device_uuid is None or s.device_uuid.startswith("GPU-")
+        assert s.device_uuid is None or s.device_uuid[:4] in ("GPU-", "MIG-")
         gpus = s.device is not None
     with pytest.raises(ringd.InvalidArgument) as e:
         ringd.Session(socket=daemon.sock, job="dev.63", device=63)
