@@ -10,22 +10,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "common.h"
 #include "cuda_dev.h"
-
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 /* Median seconds of iters runs of reduce (nsrc >= 1) or, for nsrc 0, of the copy src[0] to dst. */
 static double median_time(int dev, rd_dtype dt, void *dst, void *const *src, int nsrc, size_t bytes,
@@ -36,7 +23,7 @@ static double median_time(int dev, rd_dtype dt, void *dst, void *const *src, int
     if (t == NULL)
         return -1;
     for (int i = -2; i < iters; i++) { /* two warm-up runs */
-        double t0 = now_s();
+        double t0 = rb_now_s();
         int rc = nsrc == 0 ? rd_cuda_copy(dev, dst, src[0], bytes, why, whylen)
                            : rd_cuda_reduce(dev, dt, RD_OP_SUM, dst, (const void *const *)src, nsrc,
                                             count, NULL, why, whylen);
@@ -45,10 +32,9 @@ static double median_time(int dev, rd_dtype dt, void *dst, void *const *src, int
             return -1;
         }
         if (i >= 0)
-            t[i] = now_s() - t0;
+            t[i] = rb_now_s() - t0;
     }
-    qsort(t, (size_t)iters, sizeof(*t), cmp_double);
-    m = t[iters / 2];
+    m = rb_median(t, iters);
     free(t);
     return m;
 }
