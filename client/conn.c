@@ -31,7 +31,7 @@ ringd_result_t rd_conn_open(rd_conn *c, const char *path, char *err, size_t errl
     struct sockaddr_un sun;
     memset(c, 0, sizeof(*c));
     c->fd = -1;
-    c->passed_fd = -1;
+    c->passed_fd[0] = c->passed_fd[1] = -1;
     c->max_frame = RD_CONN_MAX_FRAME;
     if (strlen(path) >= sizeof(sun.sun_path)) {
         snprintf(err, errlen, "socket path %s is too long", path);
@@ -58,12 +58,13 @@ void rd_conn_close(rd_conn *c)
 {
     if (c->fd >= 0)
         close(c->fd);
-    if (c->passed_fd >= 0)
-        close(c->passed_fd);
+    for (int i = 0; i < 2; i++)
+        if (c->passed_fd[i] >= 0)
+            close(c->passed_fd[i]);
     free(c->buf);
     memset(c, 0, sizeof(*c));
     c->fd = -1;
-    c->passed_fd = -1;
+    c->passed_fd[0] = c->passed_fd[1] = -1;
 }
 
 ringd_result_t rd_conn_send(rd_conn *c, const rd_msg *msg, char *err, size_t errlen)
@@ -128,8 +129,10 @@ static ssize_t fill(rd_conn *c)
         for (size_t i = 0; i < nfd; i++) {
             int fd;
             memcpy(&fd, CMSG_DATA(h) + i * sizeof(int), sizeof(int));
-            if (c->passed_fd < 0)
-                c->passed_fd = fd;
+            if (c->passed_fd[0] < 0)
+                c->passed_fd[0] = fd;
+            else if (c->passed_fd[1] < 0)
+                c->passed_fd[1] = fd;
             else
                 close(fd);
         }

@@ -13,7 +13,8 @@ typedef struct {
     int fd;
     uint8_t *buf; /* received bytes not yet decoded: buf[0..len) */
     size_t len, cap;
-    int passed_fd; /* an fd that arrived with SCM_RIGHTS, or -1 */
+    int passed_fd[2]; /* fds that arrived with SCM_RIGHTS, in order (the arena's, then the
+                         device arena's), or -1; more are closed */
     uint32_t max_frame;
 } rd_conn;
 

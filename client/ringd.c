@@ -21,6 +21,9 @@
 #include "cuda_ptr.h"
 #include "ring.h"
 #include "ringd_build.h"
+#if RINGD_HAVE_CUDA
+#include "cuda_dev.h"
+#endif
 
 /* ringd.h and meson.build each state the version: a release that bumps one must bump both. */
 _Static_assert(RINGD_VERSION_MAJOR == RINGD_PROJECT_VERSION_MAJOR &&
@@ -61,10 +64,12 @@ struct ringd_request {
     int abandoned; /* its caller stopped waiting: freed when its Complete comes */
     ringd_result_t status;
     char *message;     /* the daemon's detail on failure */
-    uint64_t stage;    /* arena offset of the library's staging copy, or RD_NO_STAGE */
-    uint64_t copy_off; /* where in the arena the result is read back from... */
-    void *copy_to;     /* ...into this user buffer, copy_len bytes; NULL when none */
+    uint64_t stage;        /* offset of the library's staging copy, or RD_NO_STAGE... */
+    rd_alloc *stage_alloc; /* ...in this allocator's range (the arena's or the device arena's) */
+    const uint8_t *copy_from; /* where the result is read back from... */
+    void *copy_to;            /* ...into this user buffer, copy_len bytes; NULL when none */
     size_t copy_len;
+    int copy_device;          /* 1: either side is device memory (a CUDA copy) */
     ringd_request_t *prev, *next;
 };
 
@@ -77,6 +82,12 @@ struct ringd {
     int device;           /* the session's CUDA device; -1: none */
     int asked_device;     /* the one its Hello asked for; -1: none */
     char device_uuid[48]; /* its UUID; "" for none */
+    uint8_t *dev_arena;   /* the device arena where this process maps it; NULL: none */
+    uint64_t dev_arena_size;
+    rd_alloc dev_alloc;
+    void *dev_shared;     /* the mapping (rd_cuda_shared) */
+    uint64_t dev_asked;   /* device arena bytes its Hello asked for */
+    void *stream;         /* the CUstream ordering device tensors; NULL: legacy default */
     uint64_t generation;
     int op_timeout_ms;
     int poll_us;
@@ -150,6 +161,25 @@ static ringd_result_t fail(ringd_t *r, ringd_result_t rc, const char *fmt, ...)
 
 /* Reads integer environment variable name into *out (def when unset). Returns 0, or -1 when it
  * is set but not an integer in [lo, hi]. */
+/* A byte count from the environment: digits, optionally followed by K, M or G (powers of
+ * 1024). Unset or empty leaves *out. Returns 0, or -1 when set but not such a count. */
+static int env_bytes(const char *name, uint64_t *out)
+{
+    const char *v = getenv(name);
+    if (v == NULL || *v == '\0')
+        return 0;
+    char *end;
+    errno = 0;
+    unsigned long long x = strtoull(v, &end, 10);
+    unsigned shift = *end == 'K' ? 10 : *end == 'M' ? 20 : *end == 'G' ? 30 : 0;
+    if (shift > 0)
+        end++;
+    if (errno != 0 || end == v || *end != '\0' || v[0] == '-' || x > (UINT64_MAX >> shift))
+        return -1;
+    *out = (uint64_t)x << shift;
+    return 0;
+}
+
 static int env_int(const char *name, int def, int lo, int hi, int *out)
 {
     const char *v = getenv(name);
@@ -199,6 +229,45 @@ const char *ringd_errmsg(const ringd_t *r)
     return r != NULL ? r->errmsg : "out of memory";
 }
 
+/* Maps the device arena of size bytes whose fd came with Welcome (0: none asked or given).
+ * Returns RINGD_OK, or the failure with errmsg set. */
+static ringd_result_t map_device_arena(ringd_t *r, uint64_t size)
+{
+    int fd = r->conn.passed_fd[1];
+    r->conn.passed_fd[1] = -1;
+    if (size == 0 && fd < 0)
+        return r->dev_asked > 0 ? fail(r, RINGD_E_PROTOCOL,
+                                       "asked for a device arena, and ringd gave none (a ringd "
+                                       "older than device arenas?)")
+                                : RINGD_OK;
+    if (size == 0 || fd < 0 || r->device < 0) {
+        if (fd >= 0)
+            close(fd);
+        return fail(r, RINGD_E_PROTOCOL, "Welcome's device arena (%" PRIu64 " bytes) came "
+                    "without its descriptor or device", size);
+    }
+#if RINGD_HAVE_CUDA
+    char why[256];
+    rd_cuda_shared *sh = rd_cuda_shared_import(r->device, fd, (size_t)size, why, sizeof(why));
+    close(fd);
+    if (sh == NULL)
+        return fail(r, RINGD_E_SYSTEM, "mapping the device arena (%" PRIu64 " bytes on GPU %d): %s",
+                    size, r->device, why);
+    if (rd_alloc_init(&r->dev_alloc, size) != 0) {
+        rd_cuda_shared_free(sh);
+        return fail(r, RINGD_E_NOMEM, "out of memory");
+    }
+    r->dev_shared = sh;
+    r->dev_arena = rd_cuda_shared_ptr(sh);
+    r->dev_arena_size = size;
+    return RINGD_OK;
+#else
+    close(fd);
+    return fail(r, RINGD_E_INVALID,
+                "ringd gave a device arena, and this libringd was built without CUDA");
+#endif
+}
+
 /* Waits for Welcome (and the arena fd) or Error after Hello. */
 static ringd_result_t await_welcome(ringd_t *r, const char *job, int local_size, int timeout_ms)
 {
@@ -236,14 +305,14 @@ static ringd_result_t await_welcome(ringd_t *r, const char *job, int local_size,
         rd_frame_free(m);
         return rc;
     }
-    if (m->body_case != RINGD__MSG__BODY_WELCOME || r->conn.passed_fd < 0) {
+    if (m->body_case != RINGD__MSG__BODY_WELCOME || r->conn.passed_fd[0] < 0) {
         rd_frame_free(m);
         return fail(r, RINGD_E_PROTOCOL, "joining job '%s': expected Welcome with the arena", job);
     }
     Ringd__Welcome *w = m->welcome;
     struct stat st;
-    int fd = r->conn.passed_fd;
-    r->conn.passed_fd = -1;
+    int fd = r->conn.passed_fd[0];
+    r->conn.passed_fd[0] = -1;
     if (fstat(fd, &st) != 0 || (uint64_t)st.st_size < w->arena_size || w->arena_size == 0) {
         close(fd);
         rd_frame_free(m);
@@ -275,13 +344,16 @@ static ringd_result_t await_welcome(ringd_t *r, const char *job, int local_size,
     int asked = r->asked_device;
     r->device = w->has_device ? (int)w->device : -1;
     snprintf(r->device_uuid, sizeof(r->device_uuid), "%s", w->has_device ? w->device_uuid : "");
-    uint64_t data_offset = w->data_offset, ctrl;
+    uint64_t data_offset = w->data_offset, ctrl, dev_size = w->device_arena_size;
     rd_frame_free(m);
     if (asked >= 0 && r->device != asked)
         return fail(r, RINGD_E_INVALID,
                     "asked for CUDA device %d, and ringd did not give it (a ringd older than "
                     "device assignment?)",
                     asked);
+    rc = map_device_arena(r, dev_size);
+    if (rc != RINGD_OK)
+        return rc;
     /* The control area is the allocator's first, permanent block. */
     if (rd_alloc_init(&r->alloc, r->arena_size) != 0 ||
         rd_alloc_get(&r->alloc, data_offset, &ctrl) != 0 || ctrl != 0)
@@ -313,7 +385,7 @@ ringd_result_t ringd_open(const ringd_options_t *opts, ringd_t **out)
         return RINGD_E_NOMEM;
     *out = r;
     r->conn.fd = -1;
-    r->conn.passed_fd = -1;
+    r->conn.passed_fd[0] = r->conn.passed_fd[1] = -1;
     r->next_id = 1;
     r->broken = RINGD_E_CLOSED; /* until Welcome */
     r->device = -1;
@@ -346,6 +418,10 @@ ringd_result_t ringd_open(const ringd_options_t *opts, ringd_t **out)
     int local_size = o.local_size, world_size = o.world_size, poll_us = o.poll_us;
     int min_size = o.min_size, local_rank = o.ask_local_rank ? o.local_rank : -1;
     int device = o.ask_device ? o.device : -1;
+    uint64_t dev_arena = o.device_arena_size;
+    if (dev_arena == 0 && env_bytes("RINGD_DEVICE_ARENA", &dev_arena) != 0)
+        return fail(r, RINGD_E_INVALID,
+                    "RINGD_DEVICE_ARENA is set but not a byte count (digits, then K, M or G)");
     if ((!local_size && env_int("RINGD_LOCAL_SIZE", 1, 1, 1 << 20, &local_size) != 0) ||
         (!world_size && env_int("RINGD_WORLD_SIZE", local_size, 1, 1 << 30, &world_size) != 0) ||
         (!poll_us && env_int("RINGD_POLL_US", RD_DEFAULT_POLL_US, -1, 1000000, &poll_us) != 0) ||
@@ -385,6 +461,8 @@ ringd_result_t ringd_open(const ringd_options_t *opts, ringd_t **out)
                     RD_NAME_MAX);
     r->op_timeout_ms = o.op_timeout_ms;
     r->poll_us = poll_us;
+    r->stream = o.cuda_stream;
+    r->dev_asked = dev_arena;
 
     ringd_result_t rc = rd_conn_open(&r->conn, path, err, sizeof(err));
     if (rc != RINGD_OK)
@@ -403,6 +481,7 @@ ringd_result_t ringd_open(const ringd_options_t *opts, ringd_t **out)
     h.local_rank = h.asks_local_rank ? (uint32_t)local_rank : 0;
     h.asks_device = device >= 0;
     h.device = h.asks_device ? (uint32_t)device : 0;
+    h.device_arena_size = dev_arena;
     r->asked_device = device; /* what Welcome must give, when asked */
     m.body_case = RINGD__MSG__BODY_HELLO;
     m.hello = &h;
@@ -429,9 +508,33 @@ static void req_unlink(ringd_request_t *q)
 static void req_free(ringd_request_t *q)
 {
     if (q->stage != RD_NO_STAGE)
-        rd_alloc_put(&q->r->alloc, q->stage);
+        rd_alloc_put(q->stage_alloc, q->stage);
     free(q->message);
     free(q);
+}
+
+/* bytes from src to dst, either or both device memory (a CUDA copy, done when it returns).
+ * Returns 0, or -1 with err set. */
+static int copy_any(ringd_t *r, void *dst, const void *src, size_t bytes, char *err,
+                    size_t errlen)
+{
+#if RINGD_HAVE_CUDA
+    int dev = rd_cuda_pointer_device(dst);
+    if (dev < 0)
+        dev = rd_cuda_pointer_device(src);
+    if (dev < 0)
+        dev = r->device;
+    char why[256];
+    if (rd_cuda_copy(dev, dst, src, bytes, why, sizeof(why)) != 0) {
+        snprintf(err, errlen, "copying %zu bytes of device memory: %s", bytes, why);
+        return -1;
+    }
+    return 0;
+#else
+    (void)r, (void)dst, (void)src, (void)bytes;
+    snprintf(err, errlen, "this libringd was built without CUDA: it cannot copy device memory");
+    return -1;
+#endif
 }
 
 /* Marks q finished: copies a staged result out and frees the staging. */
@@ -439,8 +542,14 @@ static void req_complete(ringd_request_t *q, ringd_result_t status, const char *
 {
     q->done = 1;
     q->status = status;
-    if (status == RINGD_OK && q->copy_to != NULL)
-        memcpy(q->copy_to, q->r->arena + q->copy_off, q->copy_len);
+    if (status == RINGD_OK && q->copy_to != NULL && !q->copy_device)
+        memcpy(q->copy_to, q->copy_from, q->copy_len);
+    if (status == RINGD_OK && q->copy_to != NULL && q->copy_device &&
+        copy_any(q->r, q->copy_to, q->copy_from, q->copy_len, q->r->errmsg,
+                 sizeof(q->r->errmsg)) != 0) {
+        status = q->status = RINGD_E_SYSTEM;
+        message = q->r->errmsg;
+    }
     if (status != RINGD_OK && message != NULL && *message != '\0')
         q->message = strdup(message);
 }
@@ -667,15 +776,28 @@ ringd_result_t ringd_test(ringd_request_t *q, int *done)
     return req_finish(q);
 }
 
-/* 1 when [p, p+len) lies in the arena, 0 when wholly outside, -1 when it straddles the edge. */
-static int in_arena(const ringd_t *r, const void *p, uint64_t len)
+/* 1 when [p, p+len) lies in [base, base+size), 0 when wholly outside, -1 when it straddles an
+ * edge. */
+static int in_range(const uint8_t *base, uint64_t size, const void *p, uint64_t len)
 {
-    uintptr_t a = (uintptr_t)r->arena, e = a + r->arena_size, x = (uintptr_t)p;
+    uintptr_t a = (uintptr_t)base, e = a + size, x = (uintptr_t)p;
+    if (base == NULL)
+        return 0;
     if (x >= a && x < e)
         return len <= e - x ? 1 : -1;
     if (x < a && len > a - x)
         return -1;
     return 0;
+}
+
+static int in_arena(const ringd_t *r, const void *p, uint64_t len)
+{
+    return in_range(r->arena, r->arena_size, p, len);
+}
+
+static int in_dev_arena(const ringd_t *r, const void *p, uint64_t len)
+{
+    return in_range(r->dev_arena, r->dev_arena_size, p, len);
 }
 
 typedef struct {
@@ -730,6 +852,87 @@ static ringd_result_t refuse(ringd_t *r, const submit_args *a, const char *name,
     return rc;
 }
 
+/* Puts a's buffers (in_len and out_len bytes) where the daemon reaches them, into *in_off and
+ * *out_off: in the device arena (*on_device = 1) when both are device memory, the session has a
+ * device arena and the job is on this node alone; otherwise in the host arena. What lies
+ * elsewhere is staged in q (a copy in now, the result copied back at completion; a CUDA copy
+ * where device memory is involved, after the session's stream has run). Returns RINGD_OK, or
+ * the failure with errmsg set (q's staging released). */
+static ringd_result_t place(ringd_t *r, const submit_args *a, const char *name,
+                            ringd_request_t *q, uint64_t in_len, uint64_t out_len,
+                            uint64_t gather, int *on_device, uint64_t *in_off, uint64_t *out_off)
+{
+    int sh = in_arena(r, a->send, in_len), rh = in_arena(r, a->recv, out_len);
+    int sd = in_dev_arena(r, a->send, in_len), rdv = in_dev_arena(r, a->recv, out_len);
+    if (sh < 0 || rh < 0 || sd < 0 || rdv < 0)
+        return fail(r, RINGD_E_INVALID, "tensor '%s': a buffer straddles the %sarena's edge", name,
+                    sh < 0 || rh < 0 ? "" : "device ");
+    int send_gpu = sd || (!sh && rd_cuda_is_device_pointer(a->send));
+    int recv_gpu = rdv || (!rh && rd_cuda_is_device_pointer(a->recv));
+#if !RINGD_HAVE_CUDA
+    if (send_gpu || recv_gpu)
+        return fail(r, RINGD_E_INVALID,
+                    "tensor '%s': a buffer is CUDA device memory, and this libringd was built "
+                    "without CUDA: pass host memory (tensor.cpu())",
+                    name);
+#else
+    if (send_gpu || recv_gpu) {
+        /* the daemon and the copies below read what the caller's stream has queued so far */
+        char why[256];
+        int dev = r->device >= 0 ? r->device
+                                 : rd_cuda_pointer_device(send_gpu ? a->send : a->recv);
+        if (rd_cuda_stream_sync(dev, r->stream, why, sizeof(why)) != 0)
+            return fail(r, RINGD_E_SYSTEM, "tensor '%s': waiting for the CUDA stream: %s", name,
+                        why);
+    }
+#endif
+    /* The job spans nodes: the ring runs on the host, so device memory is staged there. */
+    int dev = send_gpu && recv_gpu && r->dev_arena != NULL && r->size == r->local_size;
+    uint8_t *base = dev ? r->dev_arena : r->arena;
+    rd_alloc *al = dev ? &r->dev_alloc : &r->alloc;
+    int si = dev ? sd : sh, ri = dev ? rdv : rh; /* already where the daemon reaches them */
+    *on_device = dev;
+    if (si && ri) {
+        *in_off = (uint64_t)((const uint8_t *)a->send - base);
+        *out_off = (uint64_t)((uint8_t *)a->recv - base);
+        return RINGD_OK;
+    }
+    /* One staging area holds the output; the input is copied to where the daemon accepts it in
+     * place (allgather: this rank's slot). */
+    if (rd_alloc_get(al, out_len, &q->stage) != 0) {
+        q->stage = RD_NO_STAGE;
+        return fail(r, RINGD_E_NOMEM,
+                    "tensor '%s': no room in the %sarena to stage %" PRIu64
+                    " bytes (ringd_alloc%s buffers avoid the copy)",
+                    name, dev ? "device " : "", out_len, dev ? "_device" : "");
+    }
+    q->stage_alloc = al;
+    *out_off = q->stage;
+    *in_off = *out_off + (gather > 1 ? in_len * (uint64_t)r->rank : 0);
+    if (si) {
+        *in_off = (uint64_t)((const uint8_t *)a->send - base);
+    } else if (send_gpu || dev) {
+        char why[512];
+        if (copy_any(r, base + *in_off, a->send, in_len, why, sizeof(why)) != 0) {
+            rd_alloc_put(al, q->stage);
+            q->stage = RD_NO_STAGE;
+            return fail(r, RINGD_E_SYSTEM, "tensor '%s': %s", name, why);
+        }
+    } else {
+        memcpy(base + *in_off, a->send, in_len);
+    }
+    if (ri) {
+        /* Output in place, input staged: the daemon writes the output directly. */
+        *out_off = (uint64_t)((uint8_t *)a->recv - base);
+    } else {
+        q->copy_to = a->recv;
+        q->copy_from = base + *out_off;
+        q->copy_len = out_len;
+        q->copy_device = recv_gpu || dev;
+    }
+    return RINGD_OK;
+}
+
 /* Places the buffers in the arena (staging what lies outside), sends Submit, and returns the
  * request. An op with a valid name that cannot be run is refused (see refuse). */
 static ringd_result_t submit(ringd_t *r, const submit_args *a, ringd_request_t **out)
@@ -766,11 +969,12 @@ static ringd_result_t submit(ringd_t *r, const submit_args *a, ringd_request_t *
         return refuse(r, a, name,
                       fail(r, RINGD_E_INVALID, "tensor '%s': count must be at least 1", name));
     uint64_t gather = a->op == RINGD__OP_TYPE__OP_ALLGATHER ? (uint64_t)r->size : 1;
-    if (count > r->arena_size / esz / gather)
+    uint64_t room = r->arena_size > r->dev_arena_size ? r->arena_size : r->dev_arena_size;
+    if (count > room / esz / gather)
         return refuse(r, a, name,
                       fail(r, RINGD_E_INVALID,
                            "tensor '%s': %zu elements do not fit the arena of %" PRIu64 " bytes",
-                           name, a->count, r->arena_size));
+                           name, a->count, room));
     if (a->op != RINGD__OP_TYPE__OP_BARRIER && count > 0 && (a->send == NULL || a->recv == NULL))
         return refuse(r, a, name, fail(r, RINGD_E_INVALID, "tensor '%s': a NULL buffer", name));
     uint64_t in_len = count * esz, out_len = in_len * gather;
@@ -783,52 +987,13 @@ static ringd_result_t submit(ringd_t *r, const submit_args *a, ringd_request_t *
     q->stage = RD_NO_STAGE;
 
     uint64_t in_off = 0, out_off = 0;
+    int on_device = 0;
     if (count > 0) {
-        int si = in_arena(r, a->send, in_len), ri = in_arena(r, a->recv, out_len);
-        if (si < 0 || ri < 0) {
+        ringd_result_t rc = place(r, a, name, q, in_len, out_len, gather, &on_device, &in_off,
+                                  &out_off);
+        if (rc != RINGD_OK) {
             free(q);
-            return refuse(
-                r, a, name,
-                fail(r, RINGD_E_INVALID, "tensor '%s': a buffer straddles the arena's edge", name));
-        }
-        if ((!si && rd_cuda_is_device_pointer(a->send)) ||
-            (!ri && rd_cuda_is_device_pointer(a->recv))) {
-            free(q);
-            return refuse(r, a, name,
-                          fail(r, RINGD_E_INVALID,
-                               "tensor '%s': a buffer is CUDA device memory, which libringd does "
-                               "not take yet: pass host memory (tensor.cpu())",
-                               name));
-        }
-        if (si && ri) {
-            in_off = (uint64_t)((const uint8_t *)a->send - r->arena);
-            out_off = (uint64_t)((uint8_t *)a->recv - r->arena);
-        } else {
-            /* One staging area holds the output; the input is copied to where the daemon
-             * accepts it in place (allgather: this rank's slot). */
-            if (rd_alloc_get(&r->alloc, out_len, &q->stage) != 0) {
-                q->stage = RD_NO_STAGE;
-                free(q);
-                return refuse(r, a, name,
-                              fail(r, RINGD_E_NOMEM,
-                                   "tensor '%s': no room in the arena to stage %" PRIu64
-                                   " bytes (ringd_alloc buffers avoid the copy)",
-                                   name, out_len));
-            }
-            out_off = q->stage;
-            in_off = out_off + (gather > 1 ? in_len * (uint64_t)r->rank : 0);
-            if (si)
-                in_off = (uint64_t)((const uint8_t *)a->send - r->arena);
-            else
-                memcpy(r->arena + in_off, a->send, in_len);
-            if (!ri) {
-                q->copy_to = a->recv;
-                q->copy_off = out_off;
-                q->copy_len = out_len;
-            } else {
-                /* Output in the arena, input staged: the daemon writes the output directly. */
-                out_off = (uint64_t)((uint8_t *)a->recv - r->arena);
-            }
+            return refuse(r, a, name, rc);
         }
     }
 
@@ -847,7 +1012,9 @@ static ringd_result_t submit(ringd_t *r, const submit_args *a, ringd_request_t *
     s.postscale = a->postscale;
     s.generation = r->generation;
     Ringd__TensorRef tin = RINGD__TENSOR_REF__INIT, tout = RINGD__TENSOR_REF__INIT;
-    tin.kind = tout.kind = RINGD__MEMORY_KIND__MEM_ARENA;
+    tin.kind = tout.kind = on_device ? RINGD__MEMORY_KIND__MEM_DEVICE : RINGD__MEMORY_KIND__MEM_ARENA;
+    tin.device = tout.device = on_device ? (uint32_t)r->device : 0;
+    tin.handle = tout.handle = on_device ? 1 : 0;
     tin.offset = in_off;
     tout.offset = out_off;
     s.input = &tin;
@@ -989,6 +1156,24 @@ void *ringd_alloc(ringd_t *r, size_t bytes)
     return r->arena + off;
 }
 
+void *ringd_alloc_device(ringd_t *r, size_t bytes)
+{
+    uint64_t off;
+    if (r == NULL)
+        return NULL;
+    if (r->dev_arena == NULL) {
+        fail(r, RINGD_E_INVALID, "the session has no device arena: open it with "
+             "device_arena_size (RINGD_DEVICE_ARENA) on a ringd that serves a GPU");
+        return NULL;
+    }
+    if (rd_alloc_get(&r->dev_alloc, bytes, &off) != 0) {
+        fail(r, RINGD_E_NOMEM, "the device arena (%" PRIu64 " bytes) has no free %zu bytes",
+             r->dev_arena_size, bytes);
+        return NULL;
+    }
+    return r->dev_arena + off;
+}
+
 ringd_result_t ringd_tensor_locate(ringd_t *r, const void *ptr, size_t nbytes, ringd_tensor_t *t)
 {
     if (r == NULL || t == NULL || ptr == NULL)
@@ -997,6 +1182,20 @@ ringd_result_t ringd_tensor_locate(ringd_t *r, const void *ptr, size_t nbytes, r
     memset(t, 0, sizeof(*t));
     if (r->arena == NULL)
         return fail(r, RINGD_E_CLOSED, "the session has no arena (closed or broken)");
+    switch (in_dev_arena(r, ptr, nbytes)) {
+    case 1:
+        t->kind = RINGD_MEM_DEVICE;
+        t->device = r->device;
+        t->handle = 1;
+        t->offset = (uint64_t)((const uint8_t *)ptr - r->dev_arena);
+        return RINGD_OK;
+    case -1:
+        return fail(r, RINGD_E_INVALID,
+                    "%zu bytes at %p straddle the edge of the device arena (%" PRIu64
+                    " bytes at %p)",
+                    nbytes, ptr, r->dev_arena_size, (void *)r->dev_arena);
+    default: break;
+    }
     switch (in_arena(r, ptr, nbytes)) {
     case 1:
         t->kind = RINGD_MEM_ARENA;
@@ -1008,17 +1207,21 @@ ringd_result_t ringd_tensor_locate(ringd_t *r, const void *ptr, size_t nbytes, r
                     nbytes, ptr, r->arena_size, (void *)r->arena);
     default:
         return fail(r, RINGD_E_INVALID,
-                    "%zu bytes at %p are host memory outside the arena: collectives copy them "
-                    "through it (ringd_alloc buffers need no copy)",
+                    "%zu bytes at %p lie outside the arena and the device arena: collectives "
+                    "copy them through one (ringd_alloc and ringd_alloc_device buffers need no "
+                    "copy)",
                     nbytes, ptr);
     }
 }
 
 void ringd_free(ringd_t *r, void *p)
 {
-    if (r == NULL || p == NULL || in_arena(r, p, 1) != 1)
+    if (r == NULL || p == NULL)
         return;
-    rd_alloc_put(&r->alloc, (uint64_t)((uint8_t *)p - r->arena));
+    if (in_dev_arena(r, p, 1) == 1)
+        rd_alloc_put(&r->dev_alloc, (uint64_t)((uint8_t *)p - r->dev_arena));
+    else if (in_arena(r, p, 1) == 1)
+        rd_alloc_put(&r->alloc, (uint64_t)((uint8_t *)p - r->arena));
 }
 
 void ringd_close(ringd_t *r)
@@ -1036,5 +1239,11 @@ void ringd_close(ringd_t *r)
         rd_alloc_destroy(&r->alloc);
         munmap(r->arena, r->arena_size);
     }
+#if RINGD_HAVE_CUDA
+    if (r->dev_arena != NULL) {
+        rd_alloc_destroy(&r->dev_alloc);
+        rd_cuda_shared_free(r->dev_shared);
+    }
+#endif
     free(r);
 }

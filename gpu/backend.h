@@ -78,7 +78,7 @@ void rd_dtype_store(rd_dtype dt, void *buf, size_t i, double v);
  * client/include/ringd.h. */
 typedef enum {
     RD_MEM_ARENA = 0,  /* the session's host arena: a sealed memfd the client maps too */
-    RD_MEM_DEVICE = 1, /* device memory exported as a file descriptor (CUDA VMM): not built yet */
+    RD_MEM_DEVICE = 1, /* device memory shared as a file descriptor (CUDA VMM): a device arena */
     RD_MEM_COUNT
 } rd_mem_kind;
 
@@ -121,11 +121,26 @@ typedef struct {
  * is always built; a CUDA backend fills the same table behind the 'cuda' feature. */
 typedef struct rd_backend {
     const char *name;
-    /* rd_reduce's contract, on memory this backend reaches. Thread-safe. */
-    void (*reduce)(rd_dtype dt, rd_redop op, void *dst, const void *const *src, int nsrc,
-                   size_t count, const rd_reduce_args *args);
-    /* dst[0..bytes) = src[0..bytes); the ranges may overlap. Thread-safe. */
-    void (*copy)(void *dst, const void *src, size_t bytes);
+    /* 1: its memory is not the host's (device memory): the data path hands it whole ops, never
+     * host scratch, and crosses nodes only through host staging. */
+    int device_memory;
+    int max_sources; /* the most sources one reduce takes (0: any number) */
+    /* rd_reduce's contract, on memory this backend reaches (for a device backend: all of dst and
+     * src on one device, nsrc at most 16). Returns 0, or -1 when the device failed (error()
+     * says why); the CPU backend never fails. Thread-safe. */
+    int (*reduce)(rd_dtype dt, rd_redop op, void *dst, const void *const *src, int nsrc,
+                  size_t count, const rd_reduce_args *args);
+    /* dst[0..bytes) = src[0..bytes); the ranges may overlap on the CPU, not on a device. Returns
+     * 0, or -1 as reduce. Thread-safe. */
+    int (*copy)(void *dst, const void *src, size_t bytes);
+    /* Why the calling thread's last reduce or copy failed: a static or thread-local string. */
+    const char *(*error)(void);
+    /* New memory of kind on device, size bytes at least (rounded up as the backend allocates:
+     * m->size says), reachable as *m and exported as *fd for a client to map (the caller's, to
+     * pass on and close). NULL in a backend without shareable memory. Returns 0, or -1 with err
+     * set. Loop thread. */
+    int (*share)(rd_mem_kind kind, int device, uint64_t size, int *fd, rd_mem *m, char *err,
+                 size_t errlen);
     /* Makes size bytes of memory of kind, passed as fd (not taken), reachable as *m. Returns 0,
      * or -1 with err set (a kind this backend does not handle among the reasons). */
     int (*import)(rd_mem_kind kind, int device, int fd, uint64_t size, rd_mem *m, char *err,
@@ -143,8 +158,18 @@ typedef struct rd_backend {
     const rd_transport_ops *transport; /* NULL: none */
 } rd_backend;
 
+/* Calls done(arg, status, why) on base's next loop turn: how a backend whose work ran during the
+ * call reports it (why is copied). Returns 0, or -1 when it cannot be queued. Loop thread. */
+int rd_backend_report(struct event_base *base, int status, const char *why,
+                      rd_backend_done_fn done, void *arg);
+
 /* The CPU backend: static storage, never freed. It imports RD_MEM_ARENA (a shared mapping of
  * the memfd) and runs its asynchronous operations at once, reporting on the next loop turn. */
 const rd_backend *rd_backend_cpu(void);
+
+/* The CUDA backend (gpu/cuda.c): device arenas (share RD_MEM_DEVICE), kernels and copies on
+ * them, through the driver loaded at run time. Static storage, never freed; NULL in a build
+ * without CUDA. A machine without a driver gets the table, and every call fails saying so. */
+const rd_backend *rd_backend_cuda(void);
 
 #endif

@@ -430,10 +430,19 @@ void rd_reduce(rd_dtype dt, rd_redop op, void *dst, const void *const *src, int 
     }
 }
 
-static void cpu_copy(void *dst, const void *src, size_t bytes)
+/* rd_reduce in the backend's table. */
+static int cpu_reduce(rd_dtype dt, rd_redop op, void *dst, const void *const *src, int nsrc,
+                      size_t count, const rd_reduce_args *args)
+{
+    rd_reduce(dt, op, dst, src, nsrc, count, args);
+    return 0;
+}
+
+static int cpu_copy(void *dst, const void *src, size_t bytes)
 {
     if (bytes > 0 && dst != src)
         memmove(dst, src, bytes);
+    return 0;
 }
 
 /* Host arenas: a shared read-write mapping of the memfd. */
@@ -464,6 +473,12 @@ static int cpu_import(rd_mem_kind kind, int device, int fd, uint64_t size, rd_me
     return 0;
 }
 
+/* The CPU's reduce and copy cannot fail: never asked. */
+static const char *cpu_error(void)
+{
+    return "";
+}
+
 static void cpu_release(rd_mem *m)
 {
     if (m->base != NULL)
@@ -475,27 +490,31 @@ static void cpu_release(rd_mem *m)
 typedef struct {
     rd_backend_done_fn done;
     void *arg;
-} cpu_done;
+    int status;
+    char why[256];
+} done_later;
 
-static void on_cpu_done(evutil_socket_t fd, short what, void *ctx)
+static void on_done_later(evutil_socket_t fd, short what, void *ctx)
 {
-    cpu_done d = *(cpu_done *)ctx;
+    done_later *d = ctx;
     (void)fd;
     (void)what;
-    free(ctx);
-    d.done(d.arg, 0, NULL);
+    d->done(d->arg, d->status, d->status != 0 ? d->why : NULL);
+    free(d);
 }
 
-/* Reports on base's next turn: the work itself has already run. */
-static int cpu_report(struct event_base *base, rd_backend_done_fn done, void *arg)
+int rd_backend_report(struct event_base *base, int status, const char *why,
+                      rd_backend_done_fn done, void *arg)
 {
-    cpu_done *d = malloc(sizeof(*d));
+    done_later *d = malloc(sizeof(*d));
     struct timeval now = {0, 0};
     if (d == NULL)
         return -1;
     d->done = done;
     d->arg = arg;
-    if (event_base_once(base, -1, EV_TIMEOUT, on_cpu_done, d, &now) != 0) {
+    d->status = status;
+    snprintf(d->why, sizeof(d->why), "%s", why != NULL ? why : "");
+    if (event_base_once(base, -1, EV_TIMEOUT, on_done_later, d, &now) != 0) {
         free(d);
         return -1;
     }
@@ -510,14 +529,14 @@ static int cpu_reduce_async(struct event_base *base, rd_dtype dt, rd_redop op, v
                             const rd_reduce_args *args, rd_backend_done_fn done, void *arg)
 {
     rd_reduce(dt, op, dst, src, nsrc, count, args);
-    return cpu_report(base, done, arg);
+    return rd_backend_report(base, 0, NULL, done, arg);
 }
 
 static int cpu_copy_async(struct event_base *base, void *dst, const void *src, size_t bytes,
                           rd_backend_done_fn done, void *arg)
 {
     cpu_copy(dst, src, bytes);
-    return cpu_report(base, done, arg);
+    return rd_backend_report(base, 0, NULL, done, arg);
 }
 
 /* The CPU backend table. Static storage; never freed. */
@@ -525,8 +544,11 @@ const rd_backend *rd_backend_cpu(void)
 {
     static const rd_backend cpu = {
         .name = "cpu",
-        .reduce = rd_reduce,
+        .device_memory = 0,
+        .reduce = cpu_reduce,
         .copy = cpu_copy,
+        .error = cpu_error,
+        .share = NULL,
         .import = cpu_import,
         .release = cpu_release,
         .reduce_async = cpu_reduce_async,

@@ -58,6 +58,7 @@ static struct {
                         unsigned long long);
     CUresult (*mem_unmap)(CUdeviceptr, size_t);
     CUresult (*mem_set_access)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t);
+    CUresult (*pointer_attribute)(void *, CUpointer_attribute, CUdeviceptr);
 } drv;
 
 static const struct {
@@ -99,6 +100,7 @@ static const struct {
     SYM(mem_map, "cuMemMap"),
     SYM(mem_unmap, "cuMemUnmap"),
     SYM(mem_set_access, "cuMemSetAccess"),
+    SYM(pointer_attribute, "cuPointerGetAttribute"),
 #undef SYM
 };
 
@@ -416,6 +418,29 @@ int rd_cuda_copy(int dev, void *dst, const void *src, size_t bytes, char *why, s
                                 d->stream),
                "cuMemcpyAsync", why, whylen) ||
         failed(drv.stream_sync(d->stream), "cuStreamSynchronize", why, whylen))
+        return -1;
+    return 0;
+}
+
+int rd_cuda_pointer_device(const void *p)
+{
+    int ordinal = -1;
+    unsigned int type = 0;
+    if (rd_cuda_load(NULL, 0) <= 0 ||
+        drv.pointer_attribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                              (CUdeviceptr)(uintptr_t)p) != CUDA_SUCCESS ||
+        type != CU_MEMORYTYPE_DEVICE ||
+        drv.pointer_attribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                              (CUdeviceptr)(uintptr_t)p) != CUDA_SUCCESS)
+        return -1;
+    return ordinal;
+}
+
+int rd_cuda_stream_sync(int dev, void *stream, char *why, size_t whylen)
+{
+    if (device(dev, why, whylen) == NULL ||
+        failed(drv.stream_sync(stream != NULL ? (CUstream)stream : CU_STREAM_LEGACY),
+               "cuStreamSynchronize (the caller's stream)", why, whylen))
         return -1;
     return 0;
 }

@@ -46,6 +46,14 @@ void rd_cuda_free(int dev, void *p); /* NULL: no-op */
  * Returns once done: 0, or -1 with why set. */
 int rd_cuda_copy(int dev, void *dst, const void *src, size_t bytes, char *why, size_t whylen);
 
+/* The device whose memory p points at (CUDA device memory of this process's unified address
+ * space), or -1: host memory, or no driver. Thread-safe. */
+int rd_cuda_pointer_device(const void *p);
+
+/* Waits until the work queued so far on stream (a CUstream of dev's primary context; NULL: the
+ * legacy default stream) has run. Returns 0, or -1 with why set. */
+int rd_cuda_stream_sync(int dev, void *stream, char *why, size_t whylen);
+
 /* Device memory shared between processes by file descriptor (CUDA's virtual memory management
  * API with POSIX file descriptor handles): training pods and the daemon share no IPC or PID
  * namespace, and a descriptor crosses the Unix socket like the host arena's memfd. */

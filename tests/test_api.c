@@ -66,6 +66,8 @@ Test(api, options_init_gives_the_values_of_the_init_macro)
     cr_assert_eq(f.local_rank, m.local_rank);
     cr_assert_eq(f.ask_device, m.ask_device);
     cr_assert_eq(f.device, m.device);
+    cr_assert_eq(f.device_arena_size, m.device_arena_size);
+    cr_assert_eq(f.cuda_stream, m.cuda_stream);
     ringd_options_init(NULL, sizeof(ringd_options_t));
     ringd_options_init(&f, 3); /* too small for struct_size: untouched */
     cr_assert_eq(f.struct_size, sizeof(ringd_options_t));
@@ -498,6 +500,79 @@ static int devices_given(int i, void *arg)
         }
     }
     return 0;
+}
+
+/* Without a GPU the daemon serves none (here: no driver): a session asking for a device arena is
+ * refused saying so, by the option and by RINGD_DEVICE_ARENA; a malformed RINGD_DEVICE_ARENA is
+ * refused before anything is sent; a session without one gets no device memory and says why.
+ * With a GPU, each gets a device arena of at least what it asked for. */
+static int device_arena_asked(int i, void *arg)
+{
+    (void)i;
+    (void)arg;
+    char msg[1024], err[256], job[96];
+    rd_devices all;
+    ringd_t *r = NULL;
+    if (rd_devices_open(&all, "all", err, sizeof(err)) != 0)
+        return 10;
+    for (int how = 0; how < 2; how++) {
+        ringd_options_t o;
+        ringd_options_init(&o, sizeof(o));
+        snprintf(job, sizeof(job), "%s.arena%d", job_, how);
+        o.socket_path = daemon_.sock;
+        o.job = job;
+        o.open_timeout_ms = 5000;
+        if (how == 0)
+            o.device_arena_size = 4 << 20;
+        else
+            setenv("RINGD_DEVICE_ARENA", "4M", 1);
+        ringd_result_t rc = ringd_open(&o, &r);
+        unsetenv("RINGD_DEVICE_ARENA");
+        snprintf(msg, sizeof(msg), "%s", ringd_errmsg(r));
+        if (all.n == 0 && (rc != RINGD_E_INVALID || strstr(msg, "device arena of 4194304") == NULL ||
+                           strstr(msg, "serves no GPU") == NULL)) {
+            fprintf(stderr, "device arena without a GPU (%d): %s: %s\n", how, ringd_strerror(rc),
+                    msg);
+            return 11;
+        }
+        if (all.n > 0) {
+            void *p = rc == RINGD_OK ? ringd_alloc_device(r, 4 << 20) : NULL;
+            if (p == NULL) {
+                fprintf(stderr, "device arena on a GPU (%d): %s: %s\n", how, ringd_strerror(rc),
+                        ringd_errmsg(r));
+                return 12;
+            }
+            ringd_free(r, p);
+        }
+        ringd_close(r);
+    }
+    setenv("RINGD_DEVICE_ARENA", "12Q", 1);
+    ringd_options_t o;
+    ringd_options_init(&o, sizeof(o));
+    o.socket_path = NO_SOCKET;
+    ringd_result_t rc = ringd_open(&o, &r);
+    unsetenv("RINGD_DEVICE_ARENA");
+    snprintf(msg, sizeof(msg), "%s", ringd_errmsg(r));
+    ringd_close(r);
+    if (rc != RINGD_E_INVALID || strstr(msg, "RINGD_DEVICE_ARENA") == NULL) {
+        fprintf(stderr, "RINGD_DEVICE_ARENA=12Q: %s: %s\n", ringd_strerror(rc), msg);
+        return 13;
+    }
+    rc = open_device(-1, "noarena", &r, msg, sizeof(msg));
+    if (rc != RINGD_OK)
+        return 14;
+    if (ringd_alloc_device(r, 64) != NULL || strstr(ringd_errmsg(r), "no device arena") == NULL) {
+        fprintf(stderr, "ringd_alloc_device without an arena: %s\n", ringd_errmsg(r));
+        return 15;
+    }
+    ringd_close(r);
+    return 0;
+}
+
+Test(api, a_device_arena_is_given_on_a_gpu_and_refused_saying_why_without_one, .init = start,
+     .fini = stop)
+{
+    cr_assert_eq(th_run(1, device_arena_asked, NULL, 30000), 0);
 }
 
 Test(api, the_daemon_gives_a_device_or_none_and_refuses_one_it_does_not_serve, .init = start,

@@ -858,7 +858,12 @@ Test(reduce, exposes_a_cpu_backend_table)
     const rd_backend *b = rd_backend_cpu();
     cr_assert_not_null(b);
     cr_assert_str_eq(b->name, "cpu");
-    cr_assert(b->reduce == rd_reduce);
+    cr_assert_eq(b->device_memory, 0);
+    cr_assert_null(b->share);
+    float x[2] = {1, 2}, y[2] = {3, 4};
+    const void *src[2] = {x, y};
+    cr_assert_eq(b->reduce(RD_DT_F32, RD_OP_SUM, x, src, 2, 2, NULL), 0);
+    cr_assert(x[0] == 4 && x[1] == 6);
     cr_assert_eq(rd_backend_cpu(), b);
 }
 

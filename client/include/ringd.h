@@ -133,11 +133,17 @@ typedef struct {
     int device;              /* the CUDA device index asked for. ringd_open fails with
                                 RINGD_E_INVALID when the daemon does not serve it (a daemon
                                 without GPUs serves none) */
+    size_t device_arena_size; /* RINGD_DEVICE_ARENA: bytes of device memory on the session's
+                                GPU that the daemon allocates and both map (ringd_alloc_device);
+                                0: none. ringd_open fails with RINGD_E_INVALID when the daemon
+                                serves no GPU, RINGD_E_NOMEM when the GPU has not that much */
+    void *cuda_stream;       /* the CUstream (cudaStream_t) that orders this session's device
+                                tensors; NULL: the legacy default stream. See "Device memory" */
 } ringd_options_t;
 
 #define RINGD_OPTIONS_INIT                                                                         \
     {                                                                                              \
-        sizeof(ringd_options_t), NULL, NULL, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0                    \
+        sizeof(ringd_options_t), NULL, NULL, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, NULL           \
     }
 
 /* Fills the size bytes at o (the caller's struct: sizeof(ringd_options_t) of the header it was
@@ -194,24 +200,51 @@ RINGD_API size_t ringd_dtype_size(ringd_dtype_t dtype);
 RINGD_API void *ringd_alloc(ringd_t *r, size_t bytes);
 RINGD_API void ringd_free(ringd_t *r, void *p);
 
+/* Device memory (CUDA). A session opened with device_arena_size > 0 on a ringd that serves GPUs
+ * gets a device arena on its GPU (ringd_device): device memory the daemon allocates with CUDA's
+ * virtual memory API and passes to the library as a file descriptor over the socket, so it
+ * crosses containers without a shared IPC or PID namespace. ringd_alloc_device hands out
+ * pieces of it (64-byte aligned; NULL when full or when the session has none); ringd_free
+ * releases them. The library loads the CUDA driver itself (libcuda.so.1): link no CUDA.
+ *
+ * Every collective takes device pointers as it takes host pointers, and tells them apart
+ * itself:
+ * - both buffers in the device arena, on a job whose ranks are all on this node: the daemon
+ *   reduces them on the GPU with CUDA kernels (every dtype and op, f16/bf16 accumulated in f32,
+ *   rounding as the CPU kernels), no copy through the library or the host;
+ * - other device memory (cudaMalloc, PyTorch's caching allocator): copied device to device
+ *   into the device arena and the result back, one copy each way;
+ * - a job that spans nodes, or a session without a device arena: the device buffers are staged
+ *   through the host arena (device to host and back), and the ring runs on the host.
+ * Local ranks of one node must all pass device memory of one GPU, or all host memory
+ * (RINGD_E_MISMATCH otherwise), and at most 16 of them pass device memory.
+ *
+ * Stream order in this version: before it submits, the library waits on the host for the work
+ * queued so far on the session's stream (cuda_stream; the legacy default stream when NULL,
+ * which PyTorch's default current stream is), so the daemon reads finished inputs. A request
+ * that completed (ringd_wait, or ringd_test saying done) has its result in device memory,
+ * visible to any work queued after that on any stream. Before completion, the buffers must
+ * stay untouched, as for host memory. Nothing is enqueued on the caller's stream. */
+RINGD_API void *ringd_alloc_device(ringd_t *r, size_t bytes);
+
 /* Where a tensor's memory is, as the daemon reaches it. Values match MemoryKind in ringd.proto. */
 typedef enum {
     RINGD_MEM_ARENA = 0,  /* the session's shared arena (ringd_alloc): no copy */
-    RINGD_MEM_DEVICE = 1, /* device memory registered with the daemon: not supported yet */
+    RINGD_MEM_DEVICE = 1, /* the session's device arena (ringd_alloc_device): no copy */
 } ringd_memory_t;
 
 /* A tensor descriptor: what every Submit tells the daemon of its input and output. */
 typedef struct {
     ringd_memory_t kind;
     int device;      /* RINGD_MEM_DEVICE: the device; else 0 */
-    uint64_t handle; /* RINGD_MEM_DEVICE: the registered memory; else 0 */
-    uint64_t offset; /* into the arena, or into the registered memory */
+    uint64_t handle; /* RINGD_MEM_DEVICE: 1, the device arena; else 0 */
+    uint64_t offset; /* into the arena, or into the device arena */
 } ringd_tensor_t;
 
 /* Describes the nbytes at ptr into *t, for bindings that want to know whether a buffer goes to
- * the daemon without a copy. Returns RINGD_OK when they lie in r's arena; RINGD_E_INVALID when
- * they do not (host memory elsewhere, which the collectives copy through the arena), or straddle
- * its edge, with ringd_errmsg saying which. Any thread that owns r. */
+ * the daemon without a copy. Returns RINGD_OK when they lie in r's arena or device arena;
+ * RINGD_E_INVALID when they do not (memory elsewhere, which the collectives copy), or straddle
+ * an edge, with ringd_errmsg saying which. Any thread that owns r. */
 RINGD_API ringd_result_t ringd_tensor_locate(ringd_t *r, const void *ptr, size_t nbytes,
                                              ringd_tensor_t *t);
 

@@ -49,6 +49,29 @@ fail:
     return NULL;
 }
 
+rd_arena *rd_arena_new_shared(const rd_backend *b, rd_mem_kind kind, int device, uint64_t size,
+                              char *err, size_t errlen)
+{
+    if (b == NULL || b->share == NULL) {
+        snprintf(err, errlen, "this ringd has no backend that shares device memory");
+        return NULL;
+    }
+    rd_arena *a = calloc(1, sizeof(*a));
+    if (a == NULL) {
+        snprintf(err, errlen, "device arena: out of memory");
+        return NULL;
+    }
+    a->backend = b;
+    if (b->share(kind, device, size, &a->fd, &a->mem, err, errlen) != 0) {
+        free(a);
+        return NULL;
+    }
+    a->base = a->mem.base;
+    a->size = a->mem.size;
+    a->refs = 1;
+    return a;
+}
+
 void rd_arena_ref(rd_arena *a)
 {
     a->refs++;

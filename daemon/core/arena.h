@@ -1,4 +1,5 @@
-/* Client arenas: one sealed memfd per client, mapped by the daemon and the client alike. */
+/* Client arenas: one sealed memfd per client, mapped by the daemon and the client alike; and
+ * device arenas, device memory a backend shares with the client by file descriptor. */
 #ifndef RD_ARENA_H
 #define RD_ARENA_H
 
@@ -20,6 +21,12 @@ typedef struct rd_arena {
  * sealed against resizing (so a client cannot truncate it under the daemon), mapped shared. Returns
  * NULL with err set. The caller owns one reference. */
 rd_arena *rd_arena_new(uint64_t size, char *err, size_t errlen);
+
+/* Creates a device arena: at least size bytes of memory of kind on device, from backend b (its
+ * share), exported as fd for the client; no control area. Returns NULL with err set. The caller
+ * owns one reference. */
+rd_arena *rd_arena_new_shared(const rd_backend *b, rd_mem_kind kind, int device, uint64_t size,
+                              char *err, size_t errlen);
 
 void rd_arena_ref(rd_arena *a);
 

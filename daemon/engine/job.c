@@ -440,12 +440,26 @@ static void op_run(void *ctx, size_t begin, size_t end)
     rd_local_run(&((rd_op *)ctx)->plan, begin, end);
 }
 
+/* The op's local data movement has run: it succeeded, or its backend (a device) failed. */
+static void op_ran(rd_op *o)
+{
+    char msg[768];
+    if (!o->plan.failed) {
+        op_finish(o, RINGD_OK, NULL);
+        return;
+    }
+    snprintf(msg, sizeof(msg), "tensor '%s' on node %s: %s", o->name, o->job->e->cfg->node,
+             o->plan.why);
+    rd_log(RD_LOG_ERROR, "job", "job '%s': %s", o->job->name, msg);
+    op_finish(o, RINGD_E_SYSTEM, msg);
+}
+
 static void on_op_done(void *ctx)
 {
     rd_op *o = ctx;
     rd_job *j = o->job;
     j->nrunning--;
-    op_finish(o, RINGD_OK, NULL);
+    op_ran(o);
     job_maybe_free(j);
 }
 
@@ -458,6 +472,7 @@ static void op_resolve(rd_op *o)
     o->plan.args.divisor = o->p.redop == RD_OP_AVG ? j->size : 1;
     /* The backend that imported the ranks' memory moves it (one for all ranks of an op). */
     o->plan.backend = o->parts[0].arena->backend;
+    o->plan.failed = 0;
     for (uint32_t k = 0; k < o->nparts; k++) {
         part *pt = &o->parts[k];
         if (o->p.coll == RD_COLL_ALLGATHER) {
@@ -465,8 +480,13 @@ static void op_resolve(rd_op *o)
             uint64_t own = pt->out_off + per * (j->first_rank + k);
             int overlaps = pt->in_off < pt->out_off + per * j->size && pt->in_off >= pt->out_off;
             if (overlaps && pt->in_off != own && rd_arena_contains(pt->arena, own, per)) {
-                pt->arena->backend->copy(pt->arena->base + own, pt->arena->base + pt->in_off,
-                                         per);
+                if (pt->arena->backend->copy(pt->arena->base + own, pt->arena->base + pt->in_off,
+                                             per) != 0 &&
+                    !o->plan.failed) {
+                    o->plan.failed = 1;
+                    snprintf(o->plan.why, sizeof(o->plan.why), "moving the input: %s",
+                             pt->arena->backend->error());
+                }
                 pt->in_off = own;
             }
         }
@@ -485,9 +505,10 @@ static void op_start(rd_op *o)
 
     op_resolve(o);
     size_t units = rd_local_units(p);
-    if (rd_local_bytes(p) < d->cfg->inline_bytes || units == 0) {
-        rd_local_run(p, 0, units);
-        op_finish(o, RINGD_OK, NULL);
+    if (rd_local_bytes(p) < d->cfg->inline_bytes || units == 0 || p->failed) {
+        if (!p->failed)
+            rd_local_run(p, 0, units);
+        op_ran(o);
         return;
     }
     if (rd_exec_submit(d->exec, op_run, on_op_done, o, units, RD_GRAIN) != 0) {
@@ -512,6 +533,15 @@ static rd_op_params params_of(const rd_submit *m)
     return p;
 }
 
+/* The arena a Submit's buffers lie in: the host arena, or the client's device arena when its
+ * descriptors say MEM_DEVICE (validate checks that it has one). */
+static rd_arena *submit_arena(const rd_client *s, const rd_submit *m)
+{
+    if (m->op != RD_COLL_BARRIER && m->input.present && m->input.kind == RD_MEM_DEVICE)
+        return s->device_arena;
+    return s->arena;
+}
+
 /* Checks a Submit with a valid name on its own: enums, sizes, and that its buffers lie in the
  * arena.
  * Returns RINGD_OK, or RINGD_E_INVALID with err set. */
@@ -533,11 +563,23 @@ static ringd_result_t validate(const rd_client *s, const rd_submit *m, char *err
         if (!t->present)
             continue; /* a library that predates tensor descriptors: the arena offsets */
         if (t->kind == RD_MEM_DEVICE) {
-            snprintf(err, errlen,
-                     "tensor '%s': its %s is in device memory, which node %s cannot reach: this "
-                     "ringd has no CUDA backend; pass host memory",
-                     m->name, which, j->e->cfg->node);
-            return RINGD_E_INVALID;
+            if (s->device_arena == NULL) {
+                snprintf(err, errlen,
+                         "tensor '%s': its %s is in device memory, and this session has no "
+                         "device arena on node %s: open it with device_arena_size "
+                         "(RINGD_DEVICE_ARENA) on a ringd that serves a GPU",
+                         m->name, which, j->e->cfg->node);
+                return RINGD_E_INVALID;
+            }
+            if (t->device != (uint32_t)s->device || t->handle != 1 || t->offset != offs[k]) {
+                snprintf(err, errlen,
+                         "tensor '%s': the %s's descriptor (device %u, handle %" PRIu64
+                         ", offset %" PRIu64 ") does not describe offset %" PRIu64
+                         " of the session's device arena (device %d, handle 1)",
+                         m->name, which, t->device, t->handle, t->offset, offs[k], s->device);
+                return RINGD_E_INVALID;
+            }
+            continue;
         }
         if (t->kind != RD_MEM_ARENA) {
             snprintf(err, errlen, "tensor '%s': its %s is in unknown memory (kind %d)", m->name,
@@ -551,6 +593,14 @@ static ringd_result_t validate(const rd_client *s, const rd_submit *m, char *err
                      m->name, which, t->device, t->handle, t->offset, offs[k]);
             return RINGD_E_INVALID;
         }
+    }
+    if (m->input.present != m->output.present ||
+        (m->input.present && m->input.kind != m->output.kind)) {
+        snprintf(err, errlen,
+                 "tensor '%s': input and output are in different kinds of memory: pass both on "
+                 "the device or both in host memory",
+                 m->name);
+        return RINGD_E_INVALID;
     }
     if ((int)m->dtype < 0 || (int)m->dtype >= RD_DT_COUNT) {
         snprintf(err, errlen, "tensor '%s': unknown dtype %d", m->name, (int)m->dtype);
@@ -577,7 +627,8 @@ static ringd_result_t validate(const rd_client *s, const rd_submit *m, char *err
         return RINGD_E_INVALID;
     }
     uint64_t esz = rd_dtype_size((rd_dtype)m->dtype);
-    uint64_t size = s->arena->size;
+    const rd_arena *ar = submit_arena(s, m);
+    uint64_t size = ar->size, data = ar == s->arena ? RD_CTRL_BYTES : 0;
     if (m->count == 0 || m->count > size / esz) {
         snprintf(err, errlen,
                  "tensor '%s': count %" PRIu64 " of %s does not fit an arena of %" PRIu64 " bytes",
@@ -594,13 +645,14 @@ static ringd_result_t validate(const rd_client *s, const rd_submit *m, char *err
         }
         out_len = in_len * j->size;
     }
-    if (!rd_arena_contains(s->arena, m->in_offset, in_len) ||
-        !rd_arena_contains(s->arena, m->out_offset, out_len) || m->in_offset < RD_CTRL_BYTES ||
-        m->out_offset < RD_CTRL_BYTES) {
+    if (!rd_arena_contains(ar, m->in_offset, in_len) ||
+        !rd_arena_contains(ar, m->out_offset, out_len) || m->in_offset < data ||
+        m->out_offset < data) {
         snprintf(err, errlen,
                  "tensor '%s': input [%" PRIu64 ", +%" PRIu64 ") or output [%" PRIu64 ", +%" PRIu64
-                 ") lies outside the arena's data area [%u, %" PRIu64 ")",
-                 m->name, m->in_offset, in_len, m->out_offset, out_len, RD_CTRL_BYTES, size);
+                 ") lies outside the %sarena's data area [%" PRIu64 ", %" PRIu64 ")",
+                 m->name, m->in_offset, in_len, m->out_offset, out_len,
+                 ar == s->arena ? "" : "device ", data, size);
         return RINGD_E_INVALID;
     }
     if (m->in_offset % esz != 0 || m->out_offset % esz != 0) {
@@ -705,6 +757,44 @@ static int op_matches(const rd_op *o, const rd_submit *m, uint32_t rank, char *m
     return 0;
 }
 
+/* Checks that local rank `rank`'s memory can be moved with the other local ranks' of o: one
+ * backend for all (host memory everywhere, or device memory everywhere), one device, and no
+ * more ranks than a device reduce takes. Returns 1, or 0 with a message naming the ranks. */
+static int op_memory_agrees(const rd_op *o, uint32_t rank, char *msg, size_t len)
+{
+    const rd_arena *a = o->parts[rank].arena;
+    const rd_job *j = o->job;
+    if (a->backend->max_sources > 0 && o->nparts > (uint32_t)a->backend->max_sources) {
+        snprintf(msg, len,
+                 "tensor '%s': %u local ranks on node %s pass device memory; ringd reduces at "
+                 "most %d on one device: pass host memory, or run fewer ranks per node",
+                 o->name, o->nparts, j->e->cfg->node, a->backend->max_sources);
+        return 0;
+    }
+    for (uint32_t k = 0; k < o->nparts; k++) {
+        const rd_arena *b = o->parts[k].arena;
+        if (k == rank || !o->parts[k].submitted || b == NULL)
+            continue;
+        if (b->backend != a->backend) {
+            snprintf(msg, len,
+                     "tensor '%s' mismatch (memory): local rank %u on node %s passed %s memory, "
+                     "local rank %u %s memory: pass the same kind on every rank of a node",
+                     o->name, k, j->e->cfg->node, b->backend->device_memory ? "device" : "host",
+                     rank, a->backend->device_memory ? "device" : "host");
+            return 0;
+        }
+        if (a->backend->device_memory && b->mem.device != a->mem.device) {
+            snprintf(msg, len,
+                     "tensor '%s': local rank %u on node %s passed memory of GPU %d, local rank "
+                     "%u of GPU %d: ranks on different GPUs of one node are not reduced on the "
+                     "device yet; pass host memory",
+                     o->name, k, j->e->cfg->node, b->mem.device, rank, a->mem.device);
+            return 0;
+        }
+    }
+    return 1;
+}
+
 /* Bytes of an op's result on each rank. */
 static uint64_t result_bytes(const rd_op *o)
 {
@@ -735,7 +825,22 @@ static void announce(rd_op *o)
                 o->name, o->p.root, j->name, j->size, j->generation);
         return;
     }
-    if (o->p.coll == RD_COLL_BARRIER || result_bytes(o) > j->e->cfg->direct_bytes) {
+    const rd_backend *b = o->parts[0].arena->backend;
+    if (b->device_memory && o->p.coll != RD_COLL_BARRIER && !rd_world_solo(j->world)) {
+        char msg[512];
+        snprintf(msg, sizeof(msg),
+                 "tensor '%s': node %s holds it in device memory, and the job spans nodes: "
+                 "device memory crosses nodes through host memory, which libringd stages when "
+                 "it knows the job spans nodes; submit again",
+                 o->name, j->e->cfg->node);
+        /* a tombstone first, then the other nodes learn of it (as for a mismatch) */
+        rd_log(RD_LOG_WARN, "job", "job '%s': %s", j->name, msg);
+        op_tombstone(o, RINGD_E_MEMBERSHIP, msg);
+        tell(o, RINGD_E_MEMBERSHIP, msg, 0, NULL, 0);
+        return;
+    }
+    if (o->p.coll == RD_COLL_BARRIER || result_bytes(o) > j->e->cfg->direct_bytes ||
+        b->device_memory) {
         tell(o, RINGD_OK, NULL, 0, NULL, 0);
         return;
     }
@@ -887,11 +992,11 @@ void rd_job_submit(rd_client *s, const rd_submit *m)
     pt->in_off =
         m->op == RD_COLL_BROADCAST && rank != o->p.root ? m->out_offset : m->in_offset;
     pt->out_off = m->out_offset;
-    pt->arena = s->arena;
-    rd_arena_ref(s->arena);
+    pt->arena = submit_arena(s, m);
+    rd_arena_ref(pt->arena);
     o->nsubmitted++;
 
-    if (!op_matches(o, m, rank, err, sizeof(err))) {
+    if (!op_matches(o, m, rank, err, sizeof(err)) || !op_memory_agrees(o, rank, err, sizeof(err))) {
         /* A tombstone first; then the other nodes learn of it (which may end it at once). */
         op_fail(o, RINGD_E_MISMATCH, "%s", err);
         if (j->world != NULL && rd_world_up(j->world))
@@ -1689,6 +1794,19 @@ static void on_start(void *arg, void **owns, size_t n)
             op_start(ops[i]);
         return;
     }
+    for (size_t i = 0; i < n; i++) {
+        /* announced while the node was alone (announce refuses it otherwise), started after
+         * others joined: the ring re-forms rather than leave them waiting for this node */
+        if (ops[i]->parts[0].arena->backend->device_memory) {
+            char why[256];
+            snprintf(why, sizeof(why), "tensor '%s' is in device memory, and job '%s' now spans "
+                     "nodes", ops[i]->name, j->name);
+            for (size_t k = 0; k < n; k++)
+                op_finish(ops[k], RINGD_E_MEMBERSHIP, why);
+            rd_world_reform(j->world, why);
+            return;
+        }
+    }
     ring_task *rt = calloc(1, sizeof(*rt) + n * sizeof(rd_op *));
     rd_xfer_member *mem = calloc(n, sizeof(*mem));
     if (rt == NULL || mem == NULL) {
@@ -1823,7 +1941,10 @@ static void on_negotiated(void *arg, void *own, const rd_neg_outcome *e)
             return;
         }
         for (uint32_t k = 0; k < o->nparts; k++)
-            o->plan.backend->copy(o->plan.out[k], e->data, e->len);
+            if (o->plan.backend->copy(o->plan.out[k], e->data, e->len) != 0) {
+                op_finish(o, RINGD_E_SYSTEM, o->plan.backend->error());
+                return;
+            }
         op_finish(o, RINGD_OK, NULL);
         return;
     }

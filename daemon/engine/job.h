@@ -38,6 +38,9 @@ typedef struct rd_client {
     uint32_t local_rank;      /* in the job's current generation */
     int64_t asked_rank;       /* the local rank it asked for (Hello), -1: any */
     struct rd_arena *arena;   /* one reference, from rd_job_join on; the front drops it */
+    struct rd_arena *device_arena; /* its device arena (MEM_DEVICE handle 1) on device, once
+                                      welcomed with one: one reference the front holds */
+    int device;                    /* the CUDA device the front gave it; -1: none */
     uint64_t ops_in_flight;   /* Submits not yet answered (the front counts them) */
     uint64_t ops_completed;
 } rd_client;

@@ -2,6 +2,7 @@
  * result to the other ranks while it is still in cache. */
 #include "local.h"
 
+#include <stdio.h>
 #include <string.h>
 
 /* Bytes per source handled between copies: small enough that the n inputs and the result of a
@@ -10,6 +11,8 @@
 
 size_t rd_local_units(const rd_local_plan *p)
 {
+    if (p->backend->device_memory)
+        return p->coll == RD_COLL_BARRIER ? 0 : 1;
     switch (p->coll) {
     case RD_COLL_ALLREDUCE:
     case RD_COLL_BROADCAST: return p->count;
@@ -79,11 +82,57 @@ static void run_allgather(const rd_local_plan *p, size_t begin, size_t end)
     }
 }
 
+/* Records the backend's failure of what (the first one only). */
+static int device_failed(rd_local_plan *p, const char *what)
+{
+    if (!p->failed) {
+        p->failed = 1;
+        snprintf(p->why, sizeof(p->why), "%s on the device: %s", what, p->backend->error());
+    }
+    return -1;
+}
+
+/* The whole op on device memory: reduced into rank 0's output by one kernel launch (it may be
+ * rank 0's input too: in place), then copied device to device. */
+static int run_device(rd_local_plan *p)
+{
+    size_t esz = rd_dtype_size(p->dtype), per = p->count * esz;
+    const void *src[p->n];
+    switch (p->coll) {
+    case RD_COLL_ALLREDUCE:
+        for (int k = 0; k < p->n; k++)
+            src[k] = p->in[k];
+        if (p->backend->reduce(p->dtype, p->redop, p->out[0], src, p->n, p->count, &p->args) != 0)
+            return device_failed(p, "reducing");
+        for (int k = 1; k < p->n; k++)
+            if (p->backend->copy(p->out[k], p->out[0], per) != 0)
+                return device_failed(p, "copying the result");
+        return 0;
+    case RD_COLL_BROADCAST:
+        for (int k = 0; k < p->n; k++)
+            if (p->backend->copy(p->out[k], p->in[p->root], per) != 0)
+                return device_failed(p, "copying the root's tensor");
+        return 0;
+    case RD_COLL_ALLGATHER:
+        for (int r = 0; r < p->n; r++)
+            for (int k = 0; k < p->n; k++)
+                if (p->backend->copy(p->out[k] + (size_t)r * per, p->in[r], per) != 0)
+                    return device_failed(p, "gathering");
+        return 0;
+    case RD_COLL_BARRIER: return 0;
+    }
+    return 0;
+}
+
 void rd_local_run(void *plan, size_t begin, size_t end)
 {
-    const rd_local_plan *p = plan;
+    rd_local_plan *p = plan;
     if (begin >= end)
         return;
+    if (p->backend->device_memory) {
+        run_device(p);
+        return;
+    }
     switch (p->coll) {
     case RD_COLL_ALLREDUCE: run_allreduce(p, begin, end); break;
     case RD_COLL_BROADCAST: run_broadcast(p, begin, end); break;

@@ -8,7 +8,9 @@
 #include "backend.h"
 
 /* One op's buffers and parameters, ready to run. in[k] and out[k] point into local rank k's
- * arena, already checked against it; for allgather out[k] holds n * count elements. */
+ * arena, already checked against it; for allgather out[k] holds n * count elements. A backend
+ * of device memory runs the whole op as one unit (kernels and copies on the device), reducing
+ * into local rank 0's output and copying the result from there. */
 typedef struct {
     const rd_backend *backend;
     rd_coll coll;
@@ -20,6 +22,8 @@ typedef struct {
     int n;
     const uint8_t **in;
     uint8_t **out;
+    int failed;    /* set by a run whose backend failed (a device's), why in why */
+    char why[256];
 } rd_local_plan;
 
 /* Units of work in plan, for splitting across threads; 0 for a barrier. */
@@ -28,7 +32,8 @@ size_t rd_local_units(const rd_local_plan *p);
 /* Bytes the op writes into arenas. */
 uint64_t rd_local_bytes(const rd_local_plan *p);
 
-/* Runs units [begin, end) of plan (an rd_local_plan *); an rd_exec_fn. */
+/* Runs units [begin, end) of plan (an rd_local_plan *); an rd_exec_fn. A backend failure sets
+ * plan->failed and why (the first unit to fail; the device's runs are one unit). */
 void rd_local_run(void *plan, size_t begin, size_t end);
 
 #endif

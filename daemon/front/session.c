@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include "session.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <event2/buffer.h>
 #include <event2/event.h>
@@ -75,12 +76,12 @@ void rd_session_send(rd_session *s, const rd_msg *msg)
     flush_out(s);
 }
 
-rd_status rd_session_send_fd(rd_session *s, const rd_msg *msg, int fd)
+rd_status rd_session_send_fds(rd_session *s, const rd_msg *msg, const int *fds, int nfds)
 {
     uint8_t buf[512];
     union {
         struct cmsghdr h;
-        char space[CMSG_SPACE(sizeof(int))];
+        char space[CMSG_SPACE(sizeof(int) * 2)];
     } ctl;
     size_t n = rd_frame_size(msg);
 
@@ -94,14 +95,15 @@ rd_status rd_session_send_fd(rd_session *s, const rd_msg *msg, int fd)
     rd_frame_pack(msg, buf);
     struct iovec iov = {.iov_base = buf, .iov_len = n};
     struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+    assert(nfds >= 1 && nfds <= 2);
     memset(&ctl, 0, sizeof(ctl));
     mh.msg_control = ctl.space;
-    mh.msg_controllen = sizeof(ctl.space);
+    mh.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
     struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
     c->cmsg_level = SOL_SOCKET;
     c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    memcpy(CMSG_DATA(c), &fd, sizeof(int));
+    c->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
+    memcpy(CMSG_DATA(c), fds, sizeof(int) * (size_t)nfds);
 
     ssize_t w;
     do
@@ -215,6 +217,7 @@ static void session_free(rd_session *s)
     if (s->c.job != NULL)
         rd_job_leave(&s->c);
     rd_arena_unref(s->c.arena);
+    rd_arena_unref(s->c.device_arena); /* the device memory goes once no op holds it */
     if (s->prev != NULL)
         s->prev->next = s->next;
     else
@@ -289,6 +292,14 @@ static void dispatch(rd_session *s, const rd_msg *m)
             return;
         }
         s->asked_device = (int)h.device;
+        if (h.device_arena_size > 0 && s->f->devices->n == 0) {
+            rd_session_close(s, RINGD_E_INVALID,
+                             "asked for a device arena of %llu bytes, and this ringd serves no "
+                             "GPU (%s): pass host memory",
+                             (unsigned long long)h.device_arena_size, s->f->devices->why);
+            return;
+        }
+        s->device_arena_size = h.device_arena_size;
         ringd_result_t rc = rd_job_join(&s->c, &h, err, sizeof(err));
         if (rc != RINGD_OK)
             rd_session_close(s, rc, "%s", err);
@@ -400,7 +411,7 @@ void rd_session_accept(rd_front *f, int fd)
     s->fd = fd;
     s->id = next_id++;
     s->asked_device = -1;
-    s->device = -1;
+    s->c.device = -1;
     s->c.engine = f->engine;
     s->c.pid = cred.pid;
     s->c.uid = cred.uid;
@@ -467,15 +478,33 @@ static rd_status client_welcome(rd_client *cl, const rd_client_view *v, int aren
     w.arena_size = s->c.arena->size;
     w.data_offset = RD_CTRL_BYTES;
     /* checked at Hello: a device asked for is served; otherwise its local rank's share */
-    if (rd_devices_pick(s->f->devices, s->asked_device, v->local_rank, &s->device, NULL, 0) != 0)
-        s->device = -1;
-    w.has_device = s->device >= 0;
-    w.device = s->device >= 0 ? (uint32_t)s->device : 0;
-    const rd_device *dev = rd_devices_find(s->f->devices, s->device);
+    if (rd_devices_pick(s->f->devices, s->asked_device, v->local_rank, &s->c.device, NULL, 0) != 0)
+        s->c.device = -1;
+    w.has_device = s->c.device >= 0;
+    w.device = s->c.device >= 0 ? (uint32_t)s->c.device : 0;
+    const rd_device *dev = rd_devices_find(s->f->devices, s->c.device);
     w.device_uuid = dev != NULL ? (char *)dev->uuid : (char *)"";
+    int fds[2] = {arena_fd, -1};
+    if (s->device_arena_size > 0 && dev != NULL) {
+        char err[512];
+        rd_arena *a = rd_arena_new_shared(rd_backend_cuda(), RD_MEM_DEVICE, s->c.device,
+                                          s->device_arena_size, err, sizeof(err));
+        if (a == NULL) {
+            rd_session_close(s, RINGD_E_NOMEM,
+                             "a device arena of %llu bytes on GPU %d (%s): %s",
+                             (unsigned long long)s->device_arena_size, s->c.device, dev->uuid,
+                             err);
+            return RINGD_E_CLOSED;
+        }
+        s->c.device_arena = a;
+        fds[1] = a->fd;
+        w.device_arena_size = a->size;
+    }
     m.body_case = RINGD__MSG__BODY_WELCOME;
     m.welcome = &w;
-    rd_status rc = rd_session_send_fd(s, &m, arena_fd);
+    rd_status rc = rd_session_send_fds(s, &m, fds, fds[1] >= 0 ? 2 : 1);
+    if (s->c.device_arena != NULL)
+        rd_arena_close_fd(s->c.device_arena); /* the client's now, or the session is closing */
     if (rc != RINGD_OK)
         return rc;
     rd_ctrl *c = (rd_ctrl *)s->c.arena->base;

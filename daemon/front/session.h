@@ -37,7 +37,7 @@ typedef struct rd_session {
     gid_t gid;  /* SO_PEERCRED, with c.pid and c.uid */
     rd_client c; /* the engine's view of the client: job, local rank, arena */
     int asked_device; /* the CUDA device its Hello asked for; -1: the daemon's pick */
-    int device;       /* the CUDA device it was given in Welcome; -1: none (host memory) */
+    uint64_t device_arena_size; /* device arena bytes its Hello asked for; 0: none */
     rd_ring sq;  /* client -> daemon, consumed here; attached from ACTIVE on */
     rd_ring cq;  /* daemon -> client, produced here */
     struct rd_session *prev, *next;
@@ -49,9 +49,9 @@ void rd_session_accept(rd_front *f, int fd);
 /* Queues msg for the peer. A peer that cannot take it is closed on the next loop turn. */
 void rd_session_send(rd_session *s, const rd_msg *msg);
 
-/* Sends msg with fd attached (SCM_RIGHTS). Returns RINGD_OK, or the failure after scheduling the
- * close. */
-rd_status rd_session_send_fd(rd_session *s, const rd_msg *msg, int fd);
+/* Sends msg with fds[0..nfds) attached (SCM_RIGHTS, 1 or 2 of them). Returns RINGD_OK, or the
+ * failure after scheduling the close. */
+rd_status rd_session_send_fds(rd_session *s, const rd_msg *msg, const int *fds, int nfds);
 
 /* The front's answers to the engine's news for a client (rd_client_events). */
 extern const rd_client_events rd_session_client_events;

@@ -59,7 +59,7 @@ static int describe_clients(const rd_front *d, rd_daemon_status *st)
         ci->ops_in_flight = c->c.ops_in_flight;
         ci->ops_completed = c->c.ops_completed;
         ci->arena_size = c->c.arena != NULL ? c->c.arena->size : 0;
-        ci->device = c->device;
+        ci->device = c->c.device;
     }
     return 0;
 }
@@ -81,7 +81,7 @@ static int describe_devices(const rd_front *d, rd_daemon_status *st)
         ds->uuid = dv->dev[i].uuid;
         ds->memory = dv->dev[i].memory;
         for (const struct rd_session *c = d->sessions; c != NULL; c = c->next)
-            ds->clients += c->c.job != NULL && c->device == dv->dev[i].index;
+            ds->clients += c->c.job != NULL && c->c.device == dv->dev[i].index;
     }
     return 0;
 }

@@ -1,0 +1,145 @@
+/* The CUDA backend behind gpu/backend.h: device arenas a client maps by file descriptor, and
+ * the reductions and copies of the data path on them, through cuda_dev.c. */
+#include "backend.h"
+
+#include "ringd_build.h"
+
+#if RINGD_HAVE_CUDA
+
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cuda_dev.h"
+
+/* Why the calling thread's last reduce or copy failed. */
+static __thread char cuda_why[256];
+
+static const char *cuda_error(void)
+{
+    return cuda_why;
+}
+
+/* The device of the memory at p; -1 (why set) when p is not device memory. */
+static int device_of(const void *p)
+{
+    int dev = rd_cuda_pointer_device(p);
+    if (dev < 0)
+        snprintf(cuda_why, sizeof(cuda_why), "%p is not CUDA device memory", p);
+    return dev;
+}
+
+static int cuda_reduce(rd_dtype dt, rd_redop op, void *dst, const void *const *src, int nsrc,
+                       size_t count, const rd_reduce_args *args)
+{
+    int dev = device_of(dst);
+    if (dev < 0)
+        return -1;
+    return rd_cuda_reduce(dev, dt, op, dst, src, nsrc, count, args, cuda_why, sizeof(cuda_why));
+}
+
+/* Either side may be host memory (unified addressing): the device is the device side's. */
+static int cuda_copy(void *dst, const void *src, size_t bytes)
+{
+    if (bytes == 0 || dst == src)
+        return 0;
+    int dev = rd_cuda_pointer_device(dst);
+    if (dev < 0)
+        dev = device_of(src);
+    if (dev < 0)
+        return -1;
+    return rd_cuda_copy(dev, dst, src, bytes, cuda_why, sizeof(cuda_why));
+}
+
+static int cuda_share(rd_mem_kind kind, int device, uint64_t size, int *fd, rd_mem *m, char *err,
+                      size_t errlen)
+{
+    memset(m, 0, sizeof(*m));
+    if (kind != RD_MEM_DEVICE) {
+        snprintf(err, errlen, "the cuda backend shares device memory only (kind %d asked)",
+                 (int)kind);
+        return -1;
+    }
+    if (size == 0 || size > (uint64_t)SIZE_MAX) {
+        snprintf(err, errlen, "device memory of %llu bytes: need 1 byte or more",
+                 (unsigned long long)size);
+        return -1;
+    }
+    rd_cuda_shared *sh = rd_cuda_shared_new(device, (size_t)size, fd, err, errlen);
+    if (sh == NULL)
+        return -1;
+    m->kind = RD_MEM_DEVICE;
+    m->device = device;
+    m->base = rd_cuda_shared_ptr(sh);
+    m->size = rd_cuda_shared_size(sh);
+    m->priv = sh;
+    return 0;
+}
+
+/* Device memory a client allocated and passes by fd (PyTorch's expandable segments) is not
+ * taken yet: device arenas are the daemon's own (share). */
+static int cuda_import(rd_mem_kind kind, int device, int fd, uint64_t size, rd_mem *m, char *err,
+                       size_t errlen)
+{
+    (void)device;
+    (void)fd;
+    (void)size;
+    memset(m, 0, sizeof(*m));
+    snprintf(err, errlen,
+             "the cuda backend maps device arenas it shares itself; it does not import memory "
+             "of kind %d",
+             (int)kind);
+    return -1;
+}
+
+static void cuda_release(rd_mem *m)
+{
+    rd_cuda_shared_free(m->priv);
+    memset(m, 0, sizeof(*m));
+}
+
+/* The asynchronous forms run the work during the call (the kernel and a stream synchronise)
+ * and report on the loop's next turn; the engine keeps device ops off the loop by running
+ * them on its executor's threads. */
+static int cuda_reduce_async(struct event_base *base, rd_dtype dt, rd_redop op, void *dst,
+                             const void *const *src, int nsrc, size_t count,
+                             const rd_reduce_args *args, rd_backend_done_fn done, void *arg)
+{
+    int rc = cuda_reduce(dt, op, dst, src, nsrc, count, args);
+    return rd_backend_report(base, rc, cuda_why, done, arg);
+}
+
+static int cuda_copy_async(struct event_base *base, void *dst, const void *src, size_t bytes,
+                           rd_backend_done_fn done, void *arg)
+{
+    int rc = cuda_copy(dst, src, bytes);
+    return rd_backend_report(base, rc, cuda_why, done, arg);
+}
+
+const rd_backend *rd_backend_cuda(void)
+{
+    static const rd_backend cuda = {
+        .name = "cuda",
+        .device_memory = 1,
+        .max_sources = RD_CUDA_MAX_SRC,
+        .reduce = cuda_reduce,
+        .copy = cuda_copy,
+        .error = cuda_error,
+        .share = cuda_share,
+        .import = cuda_import,
+        .release = cuda_release,
+        .reduce_async = cuda_reduce_async,
+        .copy_async = cuda_copy_async,
+        .transport = NULL,
+    };
+    return &cuda;
+}
+
+#else
+
+const rd_backend *rd_backend_cuda(void)
+{
+    return NULL;
+}
+
+#endif
