@@ -12,6 +12,10 @@
 #include "backend.h"
 #include "common.h"
 #include "ringd.h"
+#include "ringd_build.h"
+#if RINGD_HAVE_CUDA
+#include "cuda_dev.h"
+#endif
 
 typedef struct {
     rb_sweep sweep;
@@ -23,6 +27,7 @@ typedef struct {
     ringd_redop_t redop;
     int op; /* 0 allreduce, 1 broadcast, 2 allgather */
     int root;
+    int cuda; /* --device cuda: tensors in the session's device arena */
 } bench_opts;
 
 static const char *const op_names[] = {"allreduce", "broadcast", "allgather"};
@@ -47,6 +52,25 @@ static void fill(void *buf, ringd_dtype_t dt, size_t count, int r)
         rd_dtype_store((rd_dtype)dt, buf, i, pattern(r, i));
 }
 
+/* bytes from src to dst, where either may be device memory of device dev (-1: host only). */
+static int copy_mem(int dev, void *dst, const void *src, size_t bytes)
+{
+    if (dev < 0) {
+        memmove(dst, src, bytes);
+        return 0;
+    }
+#if RINGD_HAVE_CUDA
+    char why[256];
+    if (rd_cuda_copy(dev, dst, src, bytes, why, sizeof(why)) != 0) {
+        fprintf(stderr, "ringd-bench: %s\n", why);
+        return -1;
+    }
+    return 0;
+#else
+    return -1;
+#endif
+}
+
 /* Runs one collective of count elements. */
 static ringd_result_t run_op(ringd_t *h, const bench_opts *o, const char *name, void *send,
                              void *recv, size_t count)
@@ -63,19 +87,24 @@ static ringd_result_t run_op(ringd_t *h, const bench_opts *o, const char *name, 
 static long long check(ringd_t *h, const bench_opts *o, void *send, void *recv, void *scratch,
                        size_t count, ringd_result_t *rc)
 {
-    int n = ringd_size(h), me = ringd_rank(h);
+    int n = ringd_size(h), me = ringd_rank(h), dev = o->cuda ? ringd_device(h) : -1;
     size_t esz = ringd_dtype_size(o->dtype);
     size_t out_count = o->op == 2 ? count * (size_t)n : count;
+    /* scratch holds n inputs, the expected output, and this rank's result read back */
+    uint8_t *ins = scratch, *want = ins + (size_t)n * count * esz, *got = want + out_count * esz;
 
-    fill(send, o->dtype, count, me);
-    if (o->op == 1)
-        fill(recv, o->dtype, count, me);
+    fill(got, o->dtype, count, me);
+    if (copy_mem(dev, send, got, count * esz) != 0 ||
+        (o->op == 1 && copy_mem(dev, recv, got, count * esz) != 0)) {
+        *rc = RINGD_E_SYSTEM;
+        return (long long)out_count;
+    }
     *rc = run_op(h, o, "bench.check", send, recv, count);
+    if (*rc == RINGD_OK && copy_mem(dev, got, recv, out_count * esz) != 0)
+        *rc = RINGD_E_SYSTEM;
     if (*rc != RINGD_OK)
         return (long long)out_count;
 
-    /* scratch holds n inputs then the expected output */
-    uint8_t *ins = scratch, *want = ins + (size_t)n * count * esz;
     const void *src[n];
     for (int r = 0; r < n; r++) {
         fill(ins + (size_t)r * count * esz, o->dtype, count, r);
@@ -94,7 +123,7 @@ static long long check(ringd_t *h, const bench_opts *o, void *send, void *recv, 
     }
     long long wrong = 0;
     for (size_t i = 0; i < out_count; i++)
-        wrong += memcmp((uint8_t *)recv + i * esz, want + i * esz, esz) != 0;
+        wrong += memcmp(got + i * esz, want + i * esz, esz) != 0;
     return wrong;
 }
 
@@ -114,6 +143,8 @@ static int client_main(const bench_opts *o, const char *job)
     opts.local_size = o->procs;
     opts.world_size = o->world;
     opts.arena_size = (arena + 4095) & ~(size_t)4095;
+    if (o->cuda)
+        opts.device_arena_size = max_count * esz * (1 + gather) + (1u << 20);
     ringd_result_t rc = ringd_open(&opts, &h);
     if (rc != RINGD_OK) {
         fprintf(stderr, "ringd-bench: ringd_open: %s: %s\n", ringd_strerror(rc), ringd_errmsg(h));
@@ -128,18 +159,25 @@ static int client_main(const bench_opts *o, const char *job)
         ringd_close(h);
         return 2;
     }
-    void *send = ringd_alloc(h, max_count * esz);
-    void *recv = ringd_alloc(h, max_count * esz * gather);
+    void *(*alloc)(ringd_t *, size_t) = o->cuda ? ringd_alloc_device : ringd_alloc;
+    void *send = alloc(h, max_count * esz);
+    void *recv = alloc(h, max_count * esz * gather);
     double *times = ringd_alloc(h, (size_t)s->iters * sizeof(double));
-    void *scratch = o->sweep.check ? malloc(max_count * esz * ((size_t)n + gather)) : NULL;
-    int status = 0;
-    if (send == NULL || recv == NULL || times == NULL || (o->sweep.check && scratch == NULL)) {
-        fprintf(stderr, "ringd-bench: rank %d: out of arena or memory\n", me);
+    void *zeros = calloc(max_count * gather, esz);
+    void *scratch = o->sweep.check ? malloc(max_count * esz * ((size_t)n + 2 * gather)) : NULL;
+    int status = 0, dev = o->cuda ? ringd_device(h) : -1;
+    if (send == NULL || recv == NULL || times == NULL || zeros == NULL ||
+        (o->sweep.check && scratch == NULL)) {
+        fprintf(stderr, "ringd-bench: rank %d: out of arena or memory: %s\n", me,
+                ringd_errmsg(h));
         status = 2;
         goto out;
     }
-    memset(send, 0, max_count * esz);
-    memset(recv, 0, max_count * esz * gather);
+    if (copy_mem(dev, send, zeros, max_count * esz) != 0 ||
+        copy_mem(dev, recv, zeros, max_count * esz * gather) != 0) {
+        status = 2;
+        goto out;
+    }
 
     if (me == 0) {
         char what[64];
@@ -147,6 +185,9 @@ static int client_main(const bench_opts *o, const char *job)
                  rd_dtype_name((rd_dtype)o->dtype), o->op == 0 ? " " : "",
                  o->op == 0 ? rd_redop_name((rd_redop)o->redop) : "");
         rb_print_header("ringd-bench", n, what, s);
+        if (o->cuda)
+            printf("# device: GPU %d (%s), tensors in the session's device arena\n",
+                   ringd_device(h), ringd_device_uuid(h));
     }
     double bus = o->op == 0 ? 2.0 * (n - 1) / n : o->op == 2 ? (double)(n - 1) / n : 1.0;
     for (uint64_t bytes = s->min_bytes; bytes <= s->max_bytes; bytes *= s->factor) {
@@ -187,6 +228,7 @@ static int client_main(const bench_opts *o, const char *job)
 
 out:
     free(scratch);
+    free(zeros);
     ringd_close(h);
     return status;
 }
@@ -199,12 +241,14 @@ static void usage(FILE *f)
         "                   [--op allreduce|broadcast|allgather]\n"
         "                   [--dtype f32|f64|f16|bf16|i32|i64|u8] [--redop sum|avg|min|max|prod]\n"
         "                   [--root R] [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS]\n"
-        "                   [-w WARMUP] [-c 0|1]\n"
+        "                   [-w WARMUP] [-c 0|1] [--device host|cuda]\n"
         "  --socket PATH  ringd's socket (env RINGD_SOCKET, default /run/ringd/ringd.sock)\n"
         "  --procs N      client processes to start, one rank each (default 2)\n"
         "  --world N      ranks of the job on all nodes; each node runs ringd-bench with the same\n"
         "                 --job and --world (default --procs: this node only)\n"
         "  --job NAME     the job's name, the same on every node (default ringd-bench.PID)\n"
+        "  --device D     host: tensors in the shared arena (default); cuda: in the session's\n"
+        "                 device arena on the GPU ringd gives each rank\n"
         "%s"
         "exit status: 0 all results right, 1 some #wrong > 0, 2 a failure\n",
         rb_sweep_usage);
@@ -217,7 +261,8 @@ int main(int argc, char **argv)
         {"op", required_argument, NULL, 'o'},     {"dtype", required_argument, NULL, 'd'},
         {"redop", required_argument, NULL, 'r'},  {"root", required_argument, NULL, 'R'},
         {"world", required_argument, NULL, 'W'},  {"job", required_argument, NULL, 'j'},
-        {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
+        {"device", required_argument, NULL, 'D'}, {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
     };
     static const char *const dtypes[] = {"f32", "f64", "f16", "bf16", "i32", "i64", "u8"};
     static const char *const redops[] = {"sum", "avg", "min", "max", "prod"};
@@ -248,6 +293,17 @@ int main(int argc, char **argv)
             o.redop = (ringd_redop_t)v;
             break;
         case 'R': o.root = atoi(optarg); break;
+        case 'D':
+            if (strcmp(optarg, "host") == 0)
+                o.cuda = 0;
+            else if (strcmp(optarg, "cuda") == 0 && RINGD_HAVE_CUDA)
+                o.cuda = 1;
+            else if (strcmp(optarg, "cuda") == 0) {
+                fprintf(stderr, "ringd-bench: --device cuda: built without CUDA\n");
+                return 2;
+            } else
+                goto bad;
+            break;
         case 'W':
             o.world = atoi(optarg);
             if (o.world < 1 || o.world > 65536)

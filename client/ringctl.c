@@ -119,8 +119,10 @@ static void print_text(const Ringd__StatusReply *r)
         printf("gpus: %zu\n", r->n_devices);
     for (size_t i = 0; i < r->n_devices; i++) {
         const Ringd__DeviceInfo *d = r->devices[i];
-        printf("  %u: %s (%s), %.1f GiB, clients %u\n", d->index, d->name, d->uuid,
-               (double)d->memory / (1024.0 * 1024.0 * 1024.0), d->clients);
+        printf("  %u: %s (%s), %.1f GiB, clients %u, device arenas %.1f MB, reduced %.1f MB\n",
+               d->index, d->name, d->uuid, (double)d->memory / (1024.0 * 1024.0 * 1024.0),
+               d->clients, (double)d->arena_bytes / (1024.0 * 1024.0),
+               (double)d->bytes_reduced / (1024.0 * 1024.0));
     }
 }
 
@@ -241,6 +243,9 @@ static void print_json(const Ringd__StatusReply *r)
         json_object_object_add(o, "uuid", json_object_new_string(d->uuid));
         json_object_object_add(o, "memory_bytes", json_object_new_int64((int64_t)d->memory));
         json_object_object_add(o, "clients", json_object_new_int64(d->clients));
+        json_object_object_add(o, "arena_bytes", json_object_new_int64((int64_t)d->arena_bytes));
+        json_object_object_add(o, "bytes_reduced",
+                               json_object_new_int64((int64_t)d->bytes_reduced));
         json_object_array_add(gpus, o);
     }
     json_object_object_add(root, "gpus", gpus);

@@ -205,6 +205,8 @@ Ringd__StatusReply *rd_report_reply_new(const rd_daemon_status *s)
         di[i].uuid = str(s->devices[i].uuid);
         di[i].memory = s->devices[i].memory;
         di[i].clients = s->devices[i].clients;
+        di[i].bytes_reduced = s->devices[i].bytes_reduced;
+        di[i].arena_bytes = s->devices[i].arena_bytes;
         r->devices[r->n_devices++] = &di[i];
     }
     r->devices_why = str(s->devices_why);

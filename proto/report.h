@@ -82,6 +82,8 @@ typedef struct {
     const char *uuid; /* "GPU-..." */
     uint64_t memory;  /* total bytes */
     uint32_t clients; /* sessions given this device */
+    uint64_t bytes_reduced; /* bytes collectives wrote into device arenas on it */
+    uint64_t arena_bytes;   /* device arena bytes its sessions hold */
 } rd_device_status;
 
 typedef struct {

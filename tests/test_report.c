@@ -127,10 +127,10 @@ static rd_daemon_status *status_filled(void)
     s->ndevices = 2;
     s->devices[0] =
         (rd_device_status){0, "NVIDIA H100 80GB HBM3", "GPU-00000000-1111-2222-3333-444444444444",
-                           UINT64_C(85) << 30, 1};
+                           UINT64_C(85) << 30, 1, UINT64_C(5) << 40, UINT64_C(3) << 30};
     s->devices[1] =
         (rd_device_status){3, "NVIDIA H100 80GB HBM3", "GPU-55555555-6666-7777-8888-999999999999",
-                           UINT64_C(80) << 30, 0};
+                           UINT64_C(80) << 30, 0, 0, 0};
     s->devices_why = "a reason, checked even beside devices";
     return s;
 }
@@ -228,6 +228,8 @@ static void check_status(const Ringd__StatusReply *o, const rd_daemon_status *s)
         cr_assert_str_eq(d->uuid, s->devices[i].uuid);
         cr_assert_eq(d->memory, s->devices[i].memory);
         cr_assert_eq(d->clients, s->devices[i].clients);
+        cr_assert_eq(d->bytes_reduced, s->devices[i].bytes_reduced);
+        cr_assert_eq(d->arena_bytes, s->devices[i].arena_bytes);
     }
     cr_assert_str_eq(o->devices_why, s->devices_why != NULL ? s->devices_why : "");
 }

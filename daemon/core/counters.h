@@ -5,6 +5,8 @@
 #include <stdint.h>
 #include <time.h>
 
+#define RD_COUNTERS_DEVICES 64 /* gpu/devices.h's RD_MAX_DEVICES */
+
 typedef struct {
     uint64_t ops_in_flight; /* collectives submitted and not yet ended */
     uint64_t ops_completed;
@@ -13,6 +15,7 @@ typedef struct {
     uint64_t ring_passes;   /* collectives run on rings, a fused group counting once */
     uint64_t ring_ops;      /* ops those passes carried */
     uint64_t activity;      /* bumped by peer messages: the loop keeps polling after them */
+    uint64_t device_bytes[RD_COUNTERS_DEVICES]; /* bytes_reduced on each CUDA device (index) */
 } rd_counters;
 
 /* CLOCK_MONOTONIC in milliseconds. */

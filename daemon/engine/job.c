@@ -362,6 +362,10 @@ static void op_finish(rd_op *o, ringd_result_t status, const char *message)
         d->counters->ops_completed++;
         j->ops_completed++;
         d->counters->bytes_reduced += rd_local_bytes(&o->plan);
+        const rd_arena *a = o->nparts > 0 ? o->parts[0].arena : NULL;
+        if (a != NULL && a->backend->device_memory && a->mem.device >= 0 &&
+            a->mem.device < RD_COUNTERS_DEVICES)
+            d->counters->device_bytes[a->mem.device] += rd_local_bytes(&o->plan);
     } else {
         d->counters->ops_failed++;
         j->ops_failed++;

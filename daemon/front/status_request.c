@@ -80,8 +80,13 @@ static int describe_devices(const rd_front *d, rd_daemon_status *st)
         ds->name = dv->dev[i].name;
         ds->uuid = dv->dev[i].uuid;
         ds->memory = dv->dev[i].memory;
-        for (const struct rd_session *c = d->sessions; c != NULL; c = c->next)
+        if (dv->dev[i].index >= 0 && dv->dev[i].index < RD_COUNTERS_DEVICES)
+            ds->bytes_reduced = d->counters->device_bytes[dv->dev[i].index];
+        for (const struct rd_session *c = d->sessions; c != NULL; c = c->next) {
             ds->clients += c->c.job != NULL && c->c.device == dv->dev[i].index;
+            if (c->c.device_arena != NULL && c->c.device == dv->dev[i].index)
+                ds->arena_bytes += c->c.device_arena->size;
+        }
     }
     return 0;
 }

@@ -16,6 +16,7 @@
 #include "cuda_dev.h"
 #include "harness.h"
 #include "ringd.h"
+#include "ringd.pb-c.h"
 
 #define COUNT 1000003 /* odd: the kernels' tails */
 
@@ -302,6 +303,18 @@ int main(void)
     if (th_run(2, reduce_everything, NULL, 300000) != 0) {
         printf("FAIL: allreduce on device arenas\n");
         failed = 1;
+    }
+    { /* ringctl status counts what the device arenas moved */
+        rd_msg *m = th_status(daemon_.sock);
+        const Ringd__StatusReply *st = m != NULL ? m->status_reply : NULL;
+        if (st == NULL || st->n_devices == 0 || st->devices[0]->bytes_reduced == 0) {
+            printf("FAIL: status shows no bytes reduced on GPU 0\n");
+            failed = 1;
+        } else {
+            printf("status: GPU %u reduced %.1f MB\n", st->devices[0]->index,
+                   (double)st->devices[0]->bytes_reduced / 1e6);
+        }
+        rd_frame_free(m);
     }
     if (th_run(2, broadcast_and_gather, NULL, 60000) != 0) {
         printf("FAIL: broadcast and allgather on device arenas\n");
