@@ -58,7 +58,7 @@ extern "C" {
 
 /* The version of this header; ringd_version() gives the library's. */
 #define RINGD_VERSION_MAJOR 0
-#define RINGD_VERSION_MINOR 2
+#define RINGD_VERSION_MINOR 3
 
 typedef struct ringd ringd_t;                 /* one session with the daemon */
 typedef struct ringd_request ringd_request_t; /* one asynchronous collective */

@@ -47,6 +47,8 @@ class Options(ctypes.Structure):
         ("local_rank", c_int),
         ("ask_device", c_int),
         ("device", c_int),
+        ("device_arena_size", c_size_t),
+        ("cuda_stream", c_void_p),
     ]
 
 

@@ -64,9 +64,9 @@ class _Buf:
 
 def _torch_buf(t, what, writable):
     torch = sys.modules["torch"]
-    if t.device.type != "cpu":
-        raise TypeError(f"{what} is a {t.device.type} tensor: ringd takes CPU tensors for now "
-                        "(device memory comes through the C layer later); pass t.cpu()")
+    if t.device.type not in ("cpu", "cuda"):
+        raise TypeError(f"{what} is a {t.device.type} tensor: ringd takes CPU and CUDA tensors; "
+                        "pass t.cpu()")
     if t.layout != torch.strided:
         raise TypeError(f"{what} is a {t.layout} tensor: ringd takes dense tensors; "
                         "pass t.to_dense()")
@@ -108,7 +108,7 @@ def _as_buf(obj, what, writable):
     try:
         mv = memoryview(obj)
     except TypeError:
-        raise TypeError(f"{what} is a {type(obj).__name__}: pass a numpy array, a CPU torch "
+        raise TypeError(f"{what} is a {type(obj).__name__}: pass a numpy array, a torch "
                         "tensor or a buffer (memoryview, bytearray, Session.alloc)") from None
     import numpy
 
@@ -119,7 +119,7 @@ def _empty_like(buf, shape):
     """A new output of buf's kind and dtype with the given shape (numpy for plain buffers)."""
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(buf.obj, torch.Tensor):
-        return torch.empty(shape, dtype=buf.obj.dtype)
+        return torch.empty(shape, dtype=buf.obj.dtype, device=buf.obj.device)
     import numpy
 
     src = buf.obj if isinstance(buf.obj, numpy.ndarray) else numpy.asarray(memoryview(buf.obj))
@@ -367,7 +367,13 @@ class Session:
     ringd.Refused when another process of the job on this node asked for it first; else the
     lowest free one), device (RINGD_DEVICE: the CUDA device index this process asks for;
     ringd.InvalidArgument when the daemon does not serve it; else the daemon gives the local
-    rank's share of its GPUs, or none).
+    rank's share of its GPUs, or none), device_arena_size (RINGD_DEVICE_ARENA: bytes of device
+    memory on that GPU that collectives on CUDA tensors are staged in, device to device; without
+    one they are staged through host memory).
+
+    CUDA tensors go through libringd as it documents (ringd.h, "Device memory"): before each
+    collective the library waits for the work queued on the legacy default stream (PyTorch's
+    default current stream); work on other streams must be synchronised by the caller.
 
     Opening blocks until the job's local ranks joined (and, across nodes, the ring formed), at
     most open_timeout_ms; it raises ConnectError when no daemon answers on the socket.
@@ -375,11 +381,12 @@ class Session:
     """
 
     _FIELDS = ("socket_path", "job", "world_size", "local_size", "open_timeout_ms",
-               "op_timeout_ms", "arena_size", "poll_us", "min_size", "local_rank", "device")
+               "op_timeout_ms", "arena_size", "poll_us", "min_size", "local_rank", "device",
+               "device_arena_size")
 
     def __init__(self, job=None, world_size=None, local_size=None, socket=None, min_size=None,
                  open_timeout_ms=None, op_timeout_ms=None, arena_size=None, poll_us=None,
-                 local_rank=None, device=None):
+                 local_rank=None, device=None, device_arena_size=None):
         lib = _lib.lib()
         self._st = _State()
         self._finalizer = weakref.finalize(self, self._st.close)
@@ -387,7 +394,7 @@ class Session:
                   "local_size": local_size, "open_timeout_ms": open_timeout_ms,
                   "op_timeout_ms": op_timeout_ms, "arena_size": arena_size,
                   "poll_us": poll_us, "min_size": min_size, "local_rank": local_rank,
-                  "device": device}
+                  "device": device, "device_arena_size": device_arena_size}
         o = _lib.Options()
         lib.ringd_options_init(ctypes.byref(o), ctypes.sizeof(o))
         for field, value in values.items():

@@ -290,3 +290,20 @@ def test_device_given_or_refused(daemon):
     assert "asked for CUDA device 63" in str(e.value)
     if not gpus:
         assert "serves no GPU" in str(e.value)
+
+
+def test_device_arena_refused_saying_why_without_a_gpu(daemon):
+    """A device arena is device memory on the session's GPU: a daemon serving none refuses the
+    session, naming the size asked for and why it has no GPU; the option takes an int."""
+    with ringd.Session(socket=daemon.sock, job="dev.probe") as s:
+        gpus = s.device is not None
+    if gpus:
+        with ringd.Session(socket=daemon.sock, job="dev.arena", device_arena_size=4 << 20) as s:
+            assert s.device is not None
+        return
+    with pytest.raises(ringd.InvalidArgument) as e:
+        ringd.Session(socket=daemon.sock, job="dev.arena", device_arena_size=4 << 20)
+    assert "device arena of 4194304 bytes" in str(e.value)
+    assert "serves no GPU" in str(e.value)
+    with pytest.raises(TypeError, match="device_arena_size"):
+        ringd.Session(socket=daemon.sock, job="dev.arena", device_arena_size="4M")

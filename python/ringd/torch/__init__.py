@@ -13,14 +13,14 @@ that every rank must reach after the same collectives (see mpi_ops.join); failur
 ringd.Error subclasses (HorovodInternalError is ringd.Error), carrying the daemon's message
 naming the tensor and the ranks. Unnamed ops get deterministic per-process names (mpi_ops).
 
-Devices. Tensors must be CPU tensors for now; a CUDA tensor raises TypeError. The seam is
-ringd.session._as_buf, where a tensor becomes what libringd is given: today an address in host
-memory (copied through the arena, or the arena itself). CUDA tensors will become a device
-descriptor instead: the C layer takes ringd_tensor_t {kind RINGD_MEM_DEVICE, device, handle,
-offset}, the handle naming device memory registered with the daemon (the VMM allocation under
-the tensor, exported as a POSIX fd and passed over the socket), and the op is ordered on the
-caller's CUDA stream by events. Nothing above _as_buf changes: these functions pass tensors
-through, and the daemon reduces on the device.
+Devices. CPU and CUDA tensors are taken alike: ringd.session._as_buf hands libringd the
+tensor's address, and libringd tells device memory from host memory itself. A CUDA tensor from
+PyTorch's caching allocator is copied device to device into the session's device arena
+(RINGD_DEVICE_ARENA) and reduced there by the daemon's CUDA kernels, or, without a device arena
+or in a job across nodes, staged through host memory. Before each collective libringd waits for
+the work queued on the legacy default stream (PyTorch's default current stream); a script that
+computes gradients on other streams synchronises them first. DistributedOptimizer keeps CUDA
+gradients where they are (only CPU gradients move into the host arena).
 """
 from .compression import Compression
 from .functions import (allgather_object, broadcast_object, broadcast_optimizer_state,
