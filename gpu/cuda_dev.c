@@ -59,6 +59,8 @@ static struct {
     CUresult (*mem_unmap)(CUdeviceptr, size_t);
     CUresult (*mem_set_access)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t);
     CUresult (*pointer_attribute)(void *, CUpointer_attribute, CUdeviceptr);
+    CUresult (*stream_destroy)(CUstream);
+    CUresult (*memset_d32_async)(CUdeviceptr, unsigned int, size_t, CUstream);
 } drv;
 
 static const struct {
@@ -101,6 +103,8 @@ static const struct {
     SYM(mem_unmap, "cuMemUnmap"),
     SYM(mem_set_access, "cuMemSetAccess"),
     SYM(pointer_attribute, "cuPointerGetAttribute"),
+    SYM(stream_destroy, "cuStreamDestroy_v2"),
+    SYM(memset_d32_async, "cuMemsetD32Async"),
 #undef SYM
 };
 
@@ -441,6 +445,31 @@ int rd_cuda_stream_sync(int dev, void *stream, char *why, size_t whylen)
     if (device(dev, why, whylen) == NULL ||
         failed(drv.stream_sync(stream != NULL ? (CUstream)stream : CU_STREAM_LEGACY),
                "cuStreamSynchronize (the caller's stream)", why, whylen))
+        return -1;
+    return 0;
+}
+
+void *rd_cuda_stream_new(int dev, char *why, size_t whylen)
+{
+    CUstream s = NULL;
+    if (device(dev, why, whylen) == NULL ||
+        failed(drv.stream_create(&s, CU_STREAM_NON_BLOCKING), "cuStreamCreate", why, whylen))
+        return NULL;
+    return s;
+}
+
+void rd_cuda_stream_free(int dev, void *stream)
+{
+    if (stream != NULL && device(dev, NULL, 0) != NULL)
+        drv.stream_destroy((CUstream)stream);
+}
+
+int rd_cuda_fill_async(int dev, void *stream, void *p, uint32_t value, size_t n, char *why,
+                       size_t whylen)
+{
+    if (device(dev, why, whylen) == NULL ||
+        failed(drv.memset_d32_async((CUdeviceptr)(uintptr_t)p, value, n, (CUstream)stream),
+               "cuMemsetD32Async", why, whylen))
         return -1;
     return 0;
 }

@@ -54,6 +54,14 @@ int rd_cuda_pointer_device(const void *p);
  * legacy default stream) has run. Returns 0, or -1 with why set. */
 int rd_cuda_stream_sync(int dev, void *stream, char *why, size_t whylen);
 
+/* For tools and tests: a stream of dev that does not wait on the legacy default stream (NULL
+ * with why set), its release, and n 32-bit words at p set to value, queued on stream (returns
+ * at once: 0, or -1 with why set). */
+void *rd_cuda_stream_new(int dev, char *why, size_t whylen);
+void rd_cuda_stream_free(int dev, void *stream);
+int rd_cuda_fill_async(int dev, void *stream, void *p, uint32_t value, size_t n, char *why,
+                       size_t whylen);
+
 /* Device memory shared between processes by file descriptor (CUDA's virtual memory management
  * API with POSIX file descriptor handles): training pods and the daemon share no IPC or PID
  * namespace, and a descriptor crosses the Unix socket like the host arena's memfd. */

@@ -1,7 +1,7 @@
 /* On a device, through a real ringd: device arenas (ringd_alloc_device) reduced by the daemon's
  * CUDA kernels bit for bit as the CPU kernels (every dtype and op, scales, averages), device
  * memory from elsewhere staged device to device, broadcast and allgather, two clients on one
- * GPU, host and device memory mixed on a node (refused on every rank), and a client killed while
+ * GPU, the caller's stream still filling a tensor when it is submitted, host and device memory mixed on a node (refused on every rank), and a client killed while
  * the daemon maps its device arena (released, daemon up). Without a device or driver it prints
  * one line saying why and exits 77 (meson's skip). CUDA is touched only in forked children: a
  * process that initialised the driver cannot fork a working child. */
@@ -162,6 +162,58 @@ static int broadcast_and_gather(int i, void *arg)
     return 0;
 }
 
+/* Stream order: each rank queues fills of its device-arena tensor on a stream of its own (the
+ * last one writing rank + 1) and submits at once, with the stream in its options: the result
+ * is 3 everywhere, never what the buffer held before the fills ran. */
+static int stream_ordered(int i, void *arg)
+{
+    (void)i;
+    (void)arg;
+    char why[256], job[96];
+    ringd_options_t o;
+    ringd_t *r = NULL;
+    enum { N = 64 << 18 }; /* 64 MiB of f32 */
+    snprintf(job, sizeof(job), "%s.stream", job_);
+    ringd_options_init(&o, sizeof(o));
+    o.socket_path = daemon_.sock;
+    o.job = job;
+    o.world_size = o.local_size = 2;
+    o.open_timeout_ms = 20000;
+    o.device_arena_size = (size_t)N * 4 + (1 << 20);
+    /* the stream exists before the session: made in this process's primary context */
+    void *stream = rd_cuda_stream_new(0, why, sizeof(why));
+    o.cuda_stream = stream;
+    if (stream == NULL || ringd_open(&o, &r) != RINGD_OK || ringd_device(r) != 0) {
+        fprintf(stderr, "stream test: %s / %s\n", why, r ? ringd_errmsg(r) : "");
+        return 60;
+    }
+    float *t = ringd_alloc_device(r, (size_t)N * 4), *host = malloc((size_t)N * 4);
+    float one = 1.0f, mine = (float)(ringd_local_rank(r) + 1);
+    uint32_t bits_one, bits_mine;
+    memcpy(&bits_one, &one, 4);
+    memcpy(&bits_mine, &mine, 4);
+    if (t == NULL || host == NULL || rd_cuda_fill_async(0, stream, t, 0, N, why, sizeof(why)) ||
+        ringd_allreduce(r, "zero", t, t, N, RINGD_F32, RINGD_SUM) != RINGD_OK)
+        return 61;
+    for (int k = 0; k < 32; k++) /* keeps the stream busy for a while */
+        if (rd_cuda_fill_async(0, stream, t, k == 31 ? bits_mine : bits_one, N, why,
+                               sizeof(why)) != 0)
+            return 62;
+    if (ringd_allreduce(r, "ordered", t, t, N, RINGD_F32, RINGD_SUM) != RINGD_OK ||
+        rd_cuda_copy(0, host, t, (size_t)N * 4, why, sizeof(why)) != 0)
+        return 63;
+    for (size_t e = 0; e < N; e++)
+        if (host[e] != 3.0f) {
+            fprintf(stderr, "element %zu is %g, not 3: read before the stream's fills ran\n", e,
+                    host[e]);
+            return 64;
+        }
+    ringd_close(r);
+    rd_cuda_stream_free(0, stream);
+    free(host);
+    return 0;
+}
+
 /* Local rank 0 passes device memory, local rank 1 host memory: both fail, naming it. */
 static int mixed_memory(int i, void *arg)
 {
@@ -318,6 +370,10 @@ int main(void)
     }
     if (th_run(2, broadcast_and_gather, NULL, 60000) != 0) {
         printf("FAIL: broadcast and allgather on device arenas\n");
+        failed = 1;
+    }
+    if (th_run(2, stream_ordered, NULL, 120000) != 0) {
+        printf("FAIL: device tensors ordered with the caller's stream\n");
         failed = 1;
     }
     if (th_run(2, mixed_memory, NULL, 60000) != 0) {
