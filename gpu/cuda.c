@@ -6,11 +6,15 @@
 
 #if RINGD_HAVE_CUDA
 
+#include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "cuda_dev.h"
+
+#define RD_GATHER_DEVICES 64 /* devices with a gathering area (cuda_dev.c serves as many) */
 
 /* Why the calling thread's last reduce or copy failed. */
 static __thread char cuda_why[256];
@@ -29,13 +33,72 @@ static int device_of(const void *p)
     return dev;
 }
 
+/* Per device: where sources on other devices are gathered before a reduction (grown as
+ * needed, kept; one reduction with remote sources at a time per device). */
+static struct {
+    pthread_mutex_t lock;
+    void *p;
+    size_t bytes;
+} gather_area[RD_GATHER_DEVICES];
+
+static pthread_once_t gather_once = PTHREAD_ONCE_INIT;
+
+static void gather_init(void)
+{
+    for (int i = 0; i < RD_GATHER_DEVICES; i++)
+        pthread_mutex_init(&gather_area[i].lock, NULL);
+}
+
+/* Sources on other GPUs of the node (local ranks on different devices) are first copied to
+ * dst's device (cuMemcpy: peer to peer where the devices allow it, else through the host by
+ * the driver), then reduced there with the local ones. */
 static int cuda_reduce(rd_dtype dt, rd_redop op, void *dst, const void *const *src, int nsrc,
                        size_t count, const rd_reduce_args *args)
 {
-    int dev = device_of(dst);
+    int dev = device_of(dst), remote = 0, rc = -1;
+    int where[RD_CUDA_MAX_SRC];
+    const void *local[RD_CUDA_MAX_SRC];
+    size_t bytes = count * rd_dtype_size(dt);
     if (dev < 0)
         return -1;
-    return rd_cuda_reduce(dev, dt, op, dst, src, nsrc, count, args, cuda_why, sizeof(cuda_why));
+    if (nsrc < 1 || nsrc > RD_CUDA_MAX_SRC) /* rd_cuda_reduce says why */
+        return rd_cuda_reduce(dev, dt, op, dst, src, nsrc, count, args, cuda_why,
+                              sizeof(cuda_why));
+    for (int k = 0; k < nsrc; k++) {
+        where[k] = rd_cuda_pointer_device(src[k]);
+        remote += where[k] != dev;
+    }
+    if (remote == 0)
+        return rd_cuda_reduce(dev, dt, op, dst, src, nsrc, count, args, cuda_why,
+                              sizeof(cuda_why));
+    if (dev >= RD_GATHER_DEVICES) {
+        snprintf(cuda_why, sizeof(cuda_why), "device %d: beyond the %d ringd gathers on", dev,
+                 RD_GATHER_DEVICES);
+        return -1;
+    }
+    pthread_once(&gather_once, gather_init);
+    pthread_mutex_lock(&gather_area[dev].lock);
+    if (gather_area[dev].bytes < bytes * (size_t)remote) {
+        rd_cuda_free(dev, gather_area[dev].p);
+        gather_area[dev].bytes = 0;
+        gather_area[dev].p = rd_cuda_alloc(dev, bytes * (size_t)remote, cuda_why, sizeof(cuda_why));
+        if (gather_area[dev].p == NULL)
+            goto out;
+        gather_area[dev].bytes = bytes * (size_t)remote;
+    }
+    for (int k = 0, slot = 0; k < nsrc; k++) {
+        local[k] = src[k];
+        if (where[k] == dev)
+            continue;
+        uint8_t *to = (uint8_t *)gather_area[dev].p + (size_t)slot++ * bytes;
+        if (rd_cuda_copy(dev, to, src[k], bytes, cuda_why, sizeof(cuda_why)) != 0)
+            goto out;
+        local[k] = to;
+    }
+    rc = rd_cuda_reduce(dev, dt, op, dst, local, nsrc, count, args, cuda_why, sizeof(cuda_why));
+out:
+    pthread_mutex_unlock(&gather_area[dev].lock);
+    return rc;
 }
 
 /* Either side may be host memory (unified addressing): the device is the device side's. */

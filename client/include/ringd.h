@@ -216,8 +216,10 @@ RINGD_API void ringd_free(ringd_t *r, void *p);
  *   into the device arena and the result back, one copy each way;
  * - a job that spans nodes, or a session without a device arena: the device buffers are staged
  *   through the host arena (device to host and back), and the ring runs on the host.
- * Local ranks of one node must all pass device memory of one GPU, or all host memory
- * (RINGD_E_MISMATCH otherwise), and at most 16 of them pass device memory.
+ * Local ranks of one node must all pass device memory (on any of its GPUs: the result is reduced
+ * on local rank 0's, the others' inputs copied there peer to peer, or through the host where
+ * the GPUs have no peer access), or all host memory (RINGD_E_MISMATCH otherwise), and at most
+ * 16 of them pass device memory.
  *
  * Stream order in this version: before it submits, the library waits on the host for the work
  * queued so far on the session's stream (cuda_stream; the legacy default stream when NULL,

@@ -762,8 +762,8 @@ static int op_matches(const rd_op *o, const rd_submit *m, uint32_t rank, char *m
 }
 
 /* Checks that local rank `rank`'s memory can be moved with the other local ranks' of o: one
- * backend for all (host memory everywhere, or device memory everywhere), one device, and no
- * more ranks than a device reduce takes. Returns 1, or 0 with a message naming the ranks. */
+ * backend for all (host memory everywhere, or device memory everywhere, on any GPUs of the
+ * node), and no more ranks than a device reduce takes. Returns 1, or 0 with a message naming the ranks. */
 static int op_memory_agrees(const rd_op *o, uint32_t rank, char *msg, size_t len)
 {
     const rd_arena *a = o->parts[rank].arena;
@@ -785,14 +785,6 @@ static int op_memory_agrees(const rd_op *o, uint32_t rank, char *msg, size_t len
                      "local rank %u %s memory: pass the same kind on every rank of a node",
                      o->name, k, j->e->cfg->node, b->backend->device_memory ? "device" : "host",
                      rank, a->backend->device_memory ? "device" : "host");
-            return 0;
-        }
-        if (a->backend->device_memory && b->mem.device != a->mem.device) {
-            snprintf(msg, len,
-                     "tensor '%s': local rank %u on node %s passed memory of GPU %d, local rank "
-                     "%u of GPU %d: ranks on different GPUs of one node are not reduced on the "
-                     "device yet; pass host memory",
-                     o->name, k, j->e->cfg->node, b->mem.device, rank, a->mem.device);
             return 0;
         }
     }

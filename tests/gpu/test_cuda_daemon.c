@@ -1,8 +1,10 @@
 /* On a device, through a real ringd: device arenas (ringd_alloc_device) reduced by the daemon's
  * CUDA kernels bit for bit as the CPU kernels (every dtype and op, scales, averages), device
  * memory from elsewhere staged device to device, broadcast and allgather, two clients on one
- * GPU, the caller's stream still filling a tensor when it is submitted, host and device memory mixed on a node (refused on every rank), and a client killed while
- * the daemon maps its device arena (released, daemon up). Without a device or driver it prints
+ * GPU (on a machine with several, on different GPUs: each gets local_rank % count), the
+ * caller's stream still filling a tensor when it is submitted, host and device memory mixed on
+ * a node (refused on every rank), and a client killed while the daemon maps its device arena
+ * (released, daemon up). Without a device or driver it prints
  * one line saying why and exits 77 (meson's skip). CUDA is touched only in forked children: a
  * process that initialised the driver cannot fork a working child. */
 #include <signal.h>
@@ -180,6 +182,8 @@ static int stream_ordered(int i, void *arg)
     o.world_size = o.local_size = 2;
     o.open_timeout_ms = 20000;
     o.device_arena_size = (size_t)N * 4 + (1 << 20);
+    o.ask_device = 1;
+    o.device = 0;
     /* the stream exists before the session: made in this process's primary context */
     void *stream = rd_cuda_stream_new(0, why, sizeof(why));
     o.cuda_stream = stream;
