@@ -57,6 +57,15 @@ typedef struct {
 _Static_assert(offsetof(ringd_options_t, local_rank) >= sizeof(options_min_size),
                "ringd_options_t: local_rank must lie past that struct_size");
 
+/* ...and as 0.2 had it, device its last field: the device arena's size and the stream lie past
+ * its struct_size. */
+typedef struct {
+    options_min_size v0_1;
+    int ask_local_rank, local_rank, ask_device, device;
+} options_v0_2;
+_Static_assert(offsetof(ringd_options_t, device_arena_size) >= sizeof(options_v0_2),
+               "ringd_options_t: device_arena_size must lie past 0.2's struct_size");
+
 struct ringd_request {
     ringd_t *r;
     uint64_t id;
@@ -79,7 +88,9 @@ struct ringd {
     uint64_t arena_size;
     rd_alloc alloc;
     int rank, size, local_rank, local_size;
-    int device;           /* the session's CUDA device; -1: none */
+    int device;           /* the session's CUDA device, as the daemon numbers it; -1: none */
+    int local_device;     /* the same device as this process numbers it (found by UUID when
+                             the device arena is mapped); -1: not known */
     int asked_device;     /* the one its Hello asked for; -1: none */
     char device_uuid[48]; /* its UUID; "" for none */
     uint8_t *dev_arena;   /* the device arena where this process maps it; NULL: none */
@@ -159,8 +170,6 @@ static ringd_result_t fail(ringd_t *r, ringd_result_t rc, const char *fmt, ...)
     return rc;
 }
 
-/* Reads integer environment variable name into *out (def when unset). Returns 0, or -1 when it
- * is set but not an integer in [lo, hi]. */
 /* A byte count from the environment: digits, optionally followed by K, M or G (powers of
  * 1024). Unset or empty leaves *out. Returns 0, or -1 when set but not such a count. */
 static int env_bytes(const char *name, uint64_t *out)
@@ -174,12 +183,14 @@ static int env_bytes(const char *name, uint64_t *out)
     unsigned shift = *end == 'K' ? 10 : *end == 'M' ? 20 : *end == 'G' ? 30 : 0;
     if (shift > 0)
         end++;
-    if (errno != 0 || end == v || *end != '\0' || v[0] == '-' || x > (UINT64_MAX >> shift))
+    if (errno != 0 || v[0] < '0' || v[0] > '9' || *end != '\0' || x > (UINT64_MAX >> shift))
         return -1;
     *out = (uint64_t)x << shift;
     return 0;
 }
 
+/* Reads integer environment variable name into *out (def when unset). Returns 0, or -1 when it
+ * is set but not an integer in [lo, hi]. */
 static int env_int(const char *name, int def, int lo, int hi, int *out)
 {
     const char *v = getenv(name);
@@ -247,12 +258,22 @@ static ringd_result_t map_device_arena(ringd_t *r, uint64_t size)
                     "without its descriptor or device", size);
     }
 #if RINGD_HAVE_CUDA
-    char why[256];
-    rd_cuda_shared *sh = rd_cuda_shared_import(r->device, fd, (size_t)size, why, sizeof(why));
+    char why[256], why_local[256];
+    r->local_device = rd_cuda_device_by_uuid(r->device_uuid, why_local, sizeof(why_local));
+    if (r->local_device < 0) {
+        close(fd);
+        return fail(r, RINGD_E_INVALID,
+                    "ringd gave this session GPU %s (its device %d) with a device arena, and "
+                    "this process cannot see that GPU: %s (check the pod's GPU resources and "
+                    "CUDA_VISIBLE_DEVICES)",
+                    r->device_uuid, r->device, why_local);
+    }
+    rd_cuda_shared *sh =
+        rd_cuda_shared_import(r->local_device, fd, (size_t)size, why, sizeof(why));
     close(fd);
     if (sh == NULL)
-        return fail(r, RINGD_E_SYSTEM, "mapping the device arena (%" PRIu64 " bytes on GPU %d): %s",
-                    size, r->device, why);
+        return fail(r, RINGD_E_SYSTEM, "mapping the device arena (%" PRIu64 " bytes on GPU %s): %s",
+                    size, r->device_uuid, why);
     if (rd_alloc_init(&r->dev_alloc, size) != 0) {
         rd_cuda_shared_free(sh);
         return fail(r, RINGD_E_NOMEM, "out of memory");
@@ -389,6 +410,7 @@ ringd_result_t ringd_open(const ringd_options_t *opts, ringd_t **out)
     r->next_id = 1;
     r->broken = RINGD_E_CLOSED; /* until Welcome */
     r->device = -1;
+    r->local_device = -1;
 
     /* The fields the caller's header had; those it did not keep their defaults. A size below
      * 0.1's is a struct nobody initialised; one above ours, a newer header or garbage: either
@@ -422,6 +444,11 @@ ringd_result_t ringd_open(const ringd_options_t *opts, ringd_t **out)
     if (dev_arena == 0 && env_bytes("RINGD_DEVICE_ARENA", &dev_arena) != 0)
         return fail(r, RINGD_E_INVALID,
                     "RINGD_DEVICE_ARENA is set but not a byte count (digits, then K, M or G)");
+    if (dev_arena > 0 && !RINGD_HAVE_CUDA)
+        return fail(r, RINGD_E_INVALID,
+                    "a device arena of %" PRIu64 " bytes: this libringd was built without CUDA "
+                    "and cannot map one",
+                    dev_arena);
     if ((!local_size && env_int("RINGD_LOCAL_SIZE", 1, 1, 1 << 20, &local_size) != 0) ||
         (!world_size && env_int("RINGD_WORLD_SIZE", local_size, 1, 1 << 30, &world_size) != 0) ||
         (!poll_us && env_int("RINGD_POLL_US", RD_DEFAULT_POLL_US, -1, 1000000, &poll_us) != 0) ||
@@ -523,7 +550,7 @@ static int copy_any(ringd_t *r, void *dst, const void *src, size_t bytes, char *
     if (dev < 0)
         dev = rd_cuda_pointer_device(src);
     if (dev < 0)
-        dev = r->device;
+        dev = r->local_device;
     char why[256];
     if (rd_cuda_copy(dev, dst, src, bytes, why, sizeof(why)) != 0) {
         snprintf(err, errlen, "copying %zu bytes of device memory: %s", bytes, why);
@@ -879,8 +906,8 @@ static ringd_result_t place(ringd_t *r, const submit_args *a, const char *name,
     if (send_gpu || recv_gpu) {
         /* the daemon and the copies below read what the caller's stream has queued so far */
         char why[256];
-        int dev = r->device >= 0 ? r->device
-                                 : rd_cuda_pointer_device(send_gpu ? a->send : a->recv);
+        /* the tensors' device (as this process numbers it): its context owns the stream */
+        int dev = rd_cuda_pointer_device(send_gpu ? a->send : a->recv);
         if (rd_cuda_stream_sync(dev, r->stream, why, sizeof(why)) != 0)
             return fail(r, RINGD_E_SYSTEM, "tensor '%s': waiting for the CUDA stream: %s", name,
                         why);

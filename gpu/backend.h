@@ -135,6 +135,10 @@ typedef struct rd_backend {
     int (*copy)(void *dst, const void *src, size_t bytes);
     /* Why the calling thread's last reduce or copy failed: a static or thread-local string. */
     const char *(*error)(void);
+    /* Makes device usable by reduce and copy on the calling thread (a device backend: its
+     * context current); call it before them on a thread of its own. NULL for the CPU. Returns
+     * 0, or -1 as reduce. */
+    int (*bind)(int device);
     /* New memory of kind on device, size bytes at least (rounded up as the backend allocates:
      * m->size says), reachable as *m and exported as *fd for a client to map (the caller's, to
      * pass on and close). NULL in a backend without shareable memory. Returns 0, or -1 with err

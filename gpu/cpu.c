@@ -548,6 +548,7 @@ const rd_backend *rd_backend_cpu(void)
         .reduce = cpu_reduce,
         .copy = cpu_copy,
         .error = cpu_error,
+        .bind = NULL,
         .share = NULL,
         .import = cpu_import,
         .release = cpu_release,

@@ -114,6 +114,11 @@ static int cuda_copy(void *dst, const void *src, size_t bytes)
     return rd_cuda_copy(dev, dst, src, bytes, cuda_why, sizeof(cuda_why));
 }
 
+static int cuda_bind(int device)
+{
+    return rd_cuda_use(device, cuda_why, sizeof(cuda_why));
+}
+
 static int cuda_share(rd_mem_kind kind, int device, uint64_t size, int *fd, rd_mem *m, char *err,
                       size_t errlen)
 {
@@ -188,6 +193,7 @@ const rd_backend *rd_backend_cuda(void)
         .reduce = cuda_reduce,
         .copy = cuda_copy,
         .error = cuda_error,
+        .bind = cuda_bind,
         .share = cuda_share,
         .import = cuda_import,
         .release = cuda_release,

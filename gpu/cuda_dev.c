@@ -34,6 +34,7 @@ static struct {
     CUresult (*primary_ctx_retain)(CUcontext *, CUdevice);
     CUresult (*primary_ctx_release)(CUdevice);
     CUresult (*ctx_set_current)(CUcontext);
+    CUresult (*ctx_get_current)(CUcontext *);
     CUresult (*module_load_data)(CUmodule *, const void *);
     CUresult (*module_unload)(CUmodule);
     CUresult (*module_function)(CUfunction *, CUmodule, const char *);
@@ -83,6 +84,7 @@ static const struct {
     SYM(primary_ctx_retain, "cuDevicePrimaryCtxRetain"),
     SYM(primary_ctx_release, "cuDevicePrimaryCtxRelease_v2"),
     SYM(ctx_set_current, "cuCtxSetCurrent"),
+    SYM(ctx_get_current, "cuCtxGetCurrent"),
     SYM(module_load_data, "cuModuleLoadData"),
     SYM(module_unload, "cuModuleUnload"),
     SYM(module_function, "cuModuleGetFunction"),
@@ -118,6 +120,8 @@ typedef struct {
     CUcontext ctx;
     CUstream stream;
     CUfunction reduce[RD_DT_COUNT];
+    int kernels_ready; /* 1: reduce[] loaded; -1: loading failed, why in kernels_failure */
+    char kernels_failure[256];
     int sms;
 } cuda_device;
 
@@ -219,35 +223,53 @@ int rd_cuda_load(char *why, size_t whylen)
  * or -1 with why set, having released what it took. */
 static int setup(cuda_device *d, int dev, char *why, size_t whylen)
 {
-    CUmodule module = NULL;
-    int i;
+    CUcontext before = NULL;
 
+    drv.ctx_get_current(&before);
     if (failed(drv.device_get(&d->dev, dev), "cuDeviceGet", why, whylen) ||
         failed(drv.primary_ctx_retain(&d->ctx, d->dev), "cuDevicePrimaryCtxRetain", why, whylen))
         return -1;
     if (failed(drv.ctx_set_current(d->ctx), "cuCtxSetCurrent", why, whylen) ||
         failed(drv.device_attribute(&d->sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, d->dev),
                "cuDeviceGetAttribute", why, whylen) ||
-        failed(drv.module_load_data(&module, rd_cuda_fatbin),
-               "cuModuleLoadData (ringd's kernels: compute capability 8.0 and 9.0, PTX 9.0 for "
-               "later GPUs; a CUDA 13 driver, r580 or newer)",
-               why, whylen))
-        goto fail;
-    for (i = 0; i < RD_DT_COUNT; i++)
-        if (failed(drv.module_function(&d->reduce[i], module, kernel_names[i]), kernel_names[i],
-                   why, whylen))
-            goto fail;
-    /* blocking: ordered with work on the legacy default stream too */
-    if (failed(drv.stream_create(&d->stream, CU_STREAM_DEFAULT), "cuStreamCreate", why, whylen))
-        goto fail;
+        /* blocking: ordered with work on the legacy default stream too */
+        failed(drv.stream_create(&d->stream, CU_STREAM_DEFAULT), "cuStreamCreate", why, whylen)) {
+        drv.ctx_set_current(before); /* the caller's context, as it was */
+        drv.primary_ctx_release(d->dev);
+        return -1;
+    }
     return 0;
+}
 
-fail:
-    if (module != NULL)
-        drv.module_unload(module);
-    drv.ctx_set_current(NULL);
-    drv.primary_ctx_release(d->dev);
-    return -1;
+/* Loads ringd's kernels on d (current) from the fatbin, once: only reductions need them, so a
+ * process that only copies (libringd in a training process) never loads them, and a GPU or
+ * driver that cannot run them fails reductions alone. Returns 0, or -1 with why set. */
+static int kernels(cuda_device *d, char *why, size_t whylen)
+{
+    CUmodule module = NULL;
+    int i;
+
+    pthread_mutex_lock(&d->lock);
+    if (d->kernels_ready == 0) {
+        d->kernels_ready = 1;
+        if (failed(drv.module_load_data(&module, rd_cuda_fatbin),
+                   "cuModuleLoadData (ringd's kernels: compute capability 8.0 and 9.0, PTX 9.0 "
+                   "for later GPUs; a CUDA 13 driver, r580 or newer)",
+                   d->kernels_failure, sizeof(d->kernels_failure)))
+            d->kernels_ready = -1;
+        for (i = 0; d->kernels_ready > 0 && i < RD_DT_COUNT; i++)
+            if (failed(drv.module_function(&d->reduce[i], module, kernel_names[i]),
+                       kernel_names[i], d->kernels_failure, sizeof(d->kernels_failure)))
+                d->kernels_ready = -1;
+        if (d->kernels_ready < 0 && module != NULL)
+            drv.module_unload(module);
+    }
+    pthread_mutex_unlock(&d->lock);
+    if (d->kernels_ready < 0) {
+        say(why, whylen, "%s", d->kernels_failure);
+        return -1;
+    }
+    return 0;
 }
 
 /* Device dev, set up and current on this thread; NULL with why set. */
@@ -371,7 +393,7 @@ int rd_cuda_reduce(int dev, rd_dtype dt, rd_redop op, void *dst, const void *con
     if (count == 0)
         return 0;
     d = device(dev, why, whylen);
-    if (d == NULL)
+    if (d == NULL || kernels(d, why, whylen) != 0)
         return -1;
     memset(&srcs, 0, sizeof(srcs));
     for (k = 0; k < nsrc; k++)
@@ -424,6 +446,25 @@ int rd_cuda_copy(int dev, void *dst, const void *src, size_t bytes, char *why, s
         failed(drv.stream_sync(d->stream), "cuStreamSynchronize", why, whylen))
         return -1;
     return 0;
+}
+
+int rd_cuda_device_by_uuid(const char *uuid, char *why, size_t whylen)
+{
+    char name[128], id[48];
+    uint64_t mem;
+    int n = rd_cuda_load(why, whylen);
+    for (int i = 0; i < n; i++)
+        if (rd_cuda_device_info(i, name, sizeof(name), id, sizeof(id), &mem, why, whylen) == 0 &&
+            strcmp(id, uuid) == 0)
+            return i;
+    if (n > 0)
+        say(why, whylen, "none of the %d CUDA devices this process sees is %s", n, uuid);
+    return -1;
+}
+
+int rd_cuda_use(int dev, char *why, size_t whylen)
+{
+    return device(dev, why, whylen) != NULL ? 0 : -1;
 }
 
 int rd_cuda_pointer_device(const void *p)
@@ -560,9 +601,20 @@ rd_cuda_shared *rd_cuda_shared_new(int dev, size_t bytes, int *fd, char *why, si
         free(m);
         return NULL;
     }
-    if (failed(drv.mem_export(&exported, m->handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+    /* mapped and cleared before the fd leaves: memory the driver reuses within this process
+     * would otherwise show one client what another left there */
+    cuda_device *d = device(dev, why, whylen);
+    if (d == NULL ||
+        failed(drv.mem_export(&exported, m->handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
                "cuMemExportToShareableHandle", why, whylen) ||
-        fcntl(exported, F_SETFD, FD_CLOEXEC) != 0 || shared_map(m, why, whylen) != 0) {
+        fcntl(exported, F_SETFD, FD_CLOEXEC) != 0 || shared_map(m, why, whylen) != 0 ||
+        failed(drv.memset_d32_async(m->base, 0, m->size / 4, d->stream), "cuMemsetD32Async", why,
+               whylen) ||
+        failed(drv.stream_sync(d->stream), "cuStreamSynchronize", why, whylen)) {
+        if (m->base != 0) {
+            drv.mem_unmap(m->base, m->size);
+            drv.mem_address_free(m->base, m->size);
+        }
         if (exported >= 0)
             close(exported);
         drv.mem_release(m->handle);

@@ -46,6 +46,15 @@ void rd_cuda_free(int dev, void *p); /* NULL: no-op */
  * Returns once done: 0, or -1 with why set. */
 int rd_cuda_copy(int dev, void *dst, const void *src, size_t bytes, char *why, size_t whylen);
 
+/* This process's index of the device with uuid (as rd_cuda_device_info gives it): processes in
+ * different containers number their visible devices differently. -1 with why set when none
+ * matches or there is no driver. */
+int rd_cuda_device_by_uuid(const char *uuid, char *why, size_t whylen);
+
+/* Makes dev's primary context current on the calling thread (set up on first use). Returns 0,
+ * or -1 with why set. */
+int rd_cuda_use(int dev, char *why, size_t whylen);
+
 /* The device whose memory p points at (CUDA device memory of this process's unified address
  * space), or -1: host memory, or no driver. Thread-safe. */
 int rd_cuda_pointer_device(const void *p);
@@ -67,8 +76,8 @@ int rd_cuda_fill_async(int dev, void *stream, void *p, uint32_t value, size_t n,
  * namespace, and a descriptor crosses the Unix socket like the host arena's memfd. */
 typedef struct rd_cuda_shared rd_cuda_shared;
 
-/* At least bytes of dev's memory (rounded up to the allocation granularity), mapped here and
- * exported as *fd (close-on-exec; the caller's, to pass on and close). NULL with why set. Free
+/* At least bytes of dev's memory (rounded up to the allocation granularity), mapped here,
+ * cleared to zero, and exported as *fd (close-on-exec; the caller's, to pass on and close). NULL with why set. Free
  * with rd_cuda_shared_free. */
 rd_cuda_shared *rd_cuda_shared_new(int dev, size_t bytes, int *fd, char *why, size_t whylen);
 

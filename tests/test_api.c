@@ -546,18 +546,40 @@ static int device_arena_asked(int i, void *arg)
         }
         ringd_close(r);
     }
-    setenv("RINGD_DEVICE_ARENA", "12Q", 1);
-    ringd_options_t o;
-    ringd_options_init(&o, sizeof(o));
-    o.socket_path = NO_SOCKET;
-    ringd_result_t rc = ringd_open(&o, &r);
-    unsetenv("RINGD_DEVICE_ARENA");
-    snprintf(msg, sizeof(msg), "%s", ringd_errmsg(r));
-    ringd_close(r);
-    if (rc != RINGD_E_INVALID || strstr(msg, "RINGD_DEVICE_ARENA") == NULL) {
-        fprintf(stderr, "RINGD_DEVICE_ARENA=12Q: %s: %s\n", ringd_strerror(rc), msg);
-        return 13;
+    static const char *const malformed[] = {"12Q", " -1", "-1", "", "K", "99999999999999999999"};
+    for (size_t k = 0; k < sizeof(malformed) / sizeof(malformed[0]); k++) {
+        setenv("RINGD_DEVICE_ARENA", malformed[k], 1);
+        ringd_options_t o;
+        ringd_options_init(&o, sizeof(o));
+        o.socket_path = NO_SOCKET; /* refused before connecting; "" is unset: no arena */
+        ringd_result_t rc = ringd_open(&o, &r);
+        unsetenv("RINGD_DEVICE_ARENA");
+        snprintf(msg, sizeof(msg), "%s", ringd_errmsg(r));
+        ringd_close(r);
+        ringd_result_t want = malformed[k][0] == '\0' ? RINGD_E_CONNECT : RINGD_E_INVALID;
+        if (rc != want || (want == RINGD_E_INVALID && strstr(msg, "RINGD_DEVICE_ARENA") == NULL)) {
+            fprintf(stderr, "RINGD_DEVICE_ARENA='%s': %s: %s\n", malformed[k], ringd_strerror(rc),
+                    msg);
+            return 13;
+        }
     }
+    { /* more than --device-arena-max (8G by default): refused whether or not there is a GPU */
+        ringd_options_t o;
+        ringd_options_init(&o, sizeof(o));
+        snprintf(job, sizeof(job), "%s.huge", job_);
+        o.socket_path = daemon_.sock;
+        o.job = job;
+        o.open_timeout_ms = 5000;
+        o.device_arena_size = (size_t)9 << 30;
+        ringd_result_t rc = ringd_open(&o, &r);
+        snprintf(msg, sizeof(msg), "%s", ringd_errmsg(r));
+        ringd_close(r);
+        if (rc != RINGD_E_INVALID || strstr(msg, "--device-arena-max") == NULL) {
+            fprintf(stderr, "a 9 GiB device arena: %s: %s\n", ringd_strerror(rc), msg);
+            return 16;
+        }
+    }
+    ringd_result_t rc;
     rc = open_device(-1, "noarena", &r, msg, sizeof(msg));
     if (rc != RINGD_OK)
         return 14;

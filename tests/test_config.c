@@ -59,6 +59,8 @@ static void field_text(const rd_config *c, const char *name, char *buf, size_t l
         snprintf(buf, len, "%" PRIu64, c->arena_size);
     else if (strcmp(name, "arena-max") == 0)
         snprintf(buf, len, "%" PRIu64, c->arena_max);
+    else if (strcmp(name, "device-arena-max") == 0)
+        snprintf(buf, len, "%" PRIu64, c->device_arena_max);
     else if (strcmp(name, "max-frame") == 0)
         snprintf(buf, len, "%" PRIu64, c->max_frame);
     else if (strcmp(name, "inline-bytes") == 0)
@@ -118,7 +120,7 @@ Test(config, resolves_threads_zero_to_the_cpu_count_from_any_source)
 /* Strings are held inline: Criterion may run a test in a fresh process image where pointers
  * into the parent's static data are not valid. */
 struct override_case {
-    char name[16];       /* option */
+    char name[24];       /* option */
     char env[40];        /* NAME=value */
     char env_expect[24]; /* field as text after the environment */
     char flag[16];       /* value given with --name */
@@ -129,6 +131,7 @@ static struct override_case overrides[] = {
     {"socket", "RINGD_SOCKET=/tmp/x.sock", "/tmp/x.sock", "/tmp/y.sock", "/tmp/y.sock"},
     {"arena-size", "RINGD_ARENA_SIZE=2G", "2147483648", "64M", "67108864"},
     {"arena-max", "RINGD_ARENA_MAX=32G", "34359738368", "8G", "8589934592"},
+    {"device-arena-max", "RINGD_DEVICE_ARENA_MAX=1G", "1073741824", "0", "0"},
     {"max-frame", "RINGD_MAX_FRAME=64K", "65536", "1024", "1024"},
     {"inline-bytes", "RINGD_INLINE_BYTES=0", "0", "1MiB", "1048576"},
     {"threads", "RINGD_THREADS=3", "3", "256", "256"},

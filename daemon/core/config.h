@@ -15,6 +15,7 @@ typedef struct {
     char socket_path[RD_PATH_MAX];
     uint64_t arena_size;   /* default arena bytes per client */
     uint64_t arena_max;    /* largest arena a client may ask for */
+    uint64_t device_arena_max; /* largest device arena a client may ask for; 0: none */
     uint64_t max_frame;    /* largest control message accepted */
     uint64_t inline_bytes; /* ops moving fewer bytes run on the event loop */
     int64_t threads;       /* data-path worker threads */

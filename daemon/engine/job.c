@@ -65,7 +65,7 @@ static const char *const op_state_names[OP_NSTATES] = {
 #define B(st) (1u << (st))
 static const unsigned op_moves[OP_NSTATES] = {
     [OP_PENDING] = B(OP_HELD) | B(OP_RUNNING) | B(OP_DOOMED) | B(OP_UNTOLD) | B(OP_TOMBSTONE),
-    [OP_HELD] = B(OP_ANNOUNCED) | B(OP_DOOMED),
+    [OP_HELD] = B(OP_ANNOUNCED) | B(OP_DOOMED) | B(OP_UNTOLD),
     [OP_ANNOUNCED] = B(OP_HELD) | B(OP_RING_READY) | B(OP_DOOMED) | B(OP_TOMBSTONE),
     [OP_RING_READY] = B(OP_HELD) | B(OP_RUNNING) | B(OP_DOOMED),
     [OP_RUNNING] = B(OP_DOOMED),
@@ -476,7 +476,13 @@ static void op_resolve(rd_op *o)
     o->plan.args.divisor = o->p.redop == RD_OP_AVG ? j->size : 1;
     /* The backend that imported the ranks' memory moves it (one for all ranks of an op). */
     o->plan.backend = o->parts[0].arena->backend;
+    o->plan.device = o->parts[0].arena->mem.device;
     o->plan.failed = 0;
+    if (o->plan.backend->bind != NULL && o->plan.backend->bind(o->plan.device) != 0) {
+        o->plan.failed = 1;
+        snprintf(o->plan.why, sizeof(o->plan.why), "using the GPU: %s",
+                 o->plan.backend->error());
+    }
     for (uint32_t k = 0; k < o->nparts; k++) {
         part *pt = &o->parts[k];
         if (o->p.coll == RD_COLL_ALLGATHER) {
@@ -1937,8 +1943,11 @@ static void on_negotiated(void *arg, void *own, const rd_neg_outcome *e)
             return;
         }
         for (uint32_t k = 0; k < o->nparts; k++)
-            if (o->plan.backend->copy(o->plan.out[k], e->data, e->len) != 0) {
-                op_finish(o, RINGD_E_SYSTEM, o->plan.backend->error());
+            if (o->plan.failed || o->plan.backend->copy(o->plan.out[k], e->data, e->len) != 0) {
+                char msg[512];
+                snprintf(msg, sizeof(msg), "tensor '%s': writing the result: %s", o->name,
+                         o->plan.failed ? o->plan.why : o->plan.backend->error());
+                op_finish(o, RINGD_E_SYSTEM, msg);
                 return;
             }
         op_finish(o, RINGD_OK, NULL);

@@ -98,6 +98,8 @@ static int run_device(rd_local_plan *p)
 {
     size_t esz = rd_dtype_size(p->dtype), per = p->count * esz;
     const void *src[p->n];
+    if (p->backend->bind != NULL && p->backend->bind(p->device) != 0)
+        return device_failed(p, "using the GPU");
     switch (p->coll) {
     case RD_COLL_ALLREDUCE:
         for (int k = 0; k < p->n; k++)

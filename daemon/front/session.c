@@ -292,6 +292,14 @@ static void dispatch(rd_session *s, const rd_msg *m)
             return;
         }
         s->asked_device = (int)h.device;
+        if (h.device_arena_size > s->f->cfg->device_arena_max) {
+            rd_session_close(s, RINGD_E_INVALID,
+                             "asked for a device arena of %llu bytes: this ringd gives at most "
+                             "%llu (--device-arena-max)",
+                             (unsigned long long)h.device_arena_size,
+                             (unsigned long long)s->f->cfg->device_arena_max);
+            return;
+        }
         if (h.device_arena_size > 0 && s->f->devices->n == 0) {
             rd_session_close(s, RINGD_E_INVALID,
                              "asked for a device arena of %llu bytes, and this ringd serves no "
@@ -490,7 +498,8 @@ static rd_status client_welcome(rd_client *cl, const rd_client_view *v, int aren
         rd_arena *a = rd_arena_new_shared(rd_backend_cuda(), RD_MEM_DEVICE, s->c.device,
                                           s->device_arena_size, err, sizeof(err));
         if (a == NULL) {
-            rd_session_close(s, RINGD_E_NOMEM,
+            rd_session_close(s, strstr(err, "OUT_OF_MEMORY") != NULL ? RINGD_E_NOMEM
+                                                                      : RINGD_E_SYSTEM,
                              "a device arena of %llu bytes on GPU %d (%s): %s",
                              (unsigned long long)s->device_arena_size, s->c.device, dev->uuid,
                              err);
