@@ -52,6 +52,18 @@ static void fill(void *buf, ringd_dtype_t dt, size_t count, int r)
         rd_dtype_store((rd_dtype)dt, buf, i, pattern(r, i));
 }
 
+/* The device of device memory p as this process numbers it (ringd_device is the daemon's
+ * number, which differs in a pod that sees fewer GPUs). */
+static int device_here(const void *p)
+{
+#if RINGD_HAVE_CUDA
+    return rd_cuda_pointer_device(p);
+#else
+    (void)p;
+    return -1;
+#endif
+}
+
 /* bytes from src to dst, where either may be device memory of device dev (-1: host only). */
 static int copy_mem(int dev, void *dst, const void *src, size_t bytes)
 {
@@ -87,7 +99,7 @@ static ringd_result_t run_op(ringd_t *h, const bench_opts *o, const char *name, 
 static long long check(ringd_t *h, const bench_opts *o, void *send, void *recv, void *scratch,
                        size_t count, ringd_result_t *rc)
 {
-    int n = ringd_size(h), me = ringd_rank(h), dev = o->cuda ? ringd_device(h) : -1;
+    int n = ringd_size(h), me = ringd_rank(h), dev = o->cuda ? device_here(send) : -1;
     size_t esz = ringd_dtype_size(o->dtype);
     size_t out_count = o->op == 2 ? count * (size_t)n : count;
     /* scratch holds n inputs, the expected output, and this rank's result read back */
@@ -165,7 +177,7 @@ static int client_main(const bench_opts *o, const char *job)
     double *times = ringd_alloc(h, (size_t)s->iters * sizeof(double));
     void *zeros = calloc(max_count * gather, esz);
     void *scratch = o->sweep.check ? malloc(max_count * esz * ((size_t)n + 2 * gather)) : NULL;
-    int status = 0, dev = o->cuda ? ringd_device(h) : -1;
+    int status = 0, dev = o->cuda && send != NULL ? device_here(send) : -1;
     if (send == NULL || recv == NULL || times == NULL || zeros == NULL ||
         (o->sweep.check && scratch == NULL)) {
         fprintf(stderr, "ringd-bench: rank %d: out of arena or memory: %s\n", me,

@@ -170,8 +170,8 @@ static ringd_result_t fail(ringd_t *r, ringd_result_t rc, const char *fmt, ...)
     return rc;
 }
 
-/* A byte count from the environment: digits, optionally followed by K, M or G (powers of
- * 1024). Unset or empty leaves *out. Returns 0, or -1 when set but not such a count. */
+/* A byte count from the environment: digits, optionally followed by K, M or G, or KiB, MiB or
+ * GiB (powers of 1024). Unset or empty leaves *out. Returns 0, or -1 when set but not such a count. */
 static int env_bytes(const char *name, uint64_t *out)
 {
     const char *v = getenv(name);
@@ -182,7 +182,7 @@ static int env_bytes(const char *name, uint64_t *out)
     unsigned long long x = strtoull(v, &end, 10);
     unsigned shift = *end == 'K' ? 10 : *end == 'M' ? 20 : *end == 'G' ? 30 : 0;
     if (shift > 0)
-        end++;
+        end += strcmp(end + 1, "iB") == 0 ? 3 : 1;
     if (errno != 0 || v[0] < '0' || v[0] > '9' || *end != '\0' || x > (UINT64_MAX >> shift))
         return -1;
     *out = (uint64_t)x << shift;
@@ -268,14 +268,18 @@ static ringd_result_t map_device_arena(ringd_t *r, uint64_t size)
                     "CUDA_VISIBLE_DEVICES)",
                     r->device_uuid, r->device, why_local);
     }
+    void *ctx = rd_cuda_context();
     rd_cuda_shared *sh =
         rd_cuda_shared_import(r->local_device, fd, (size_t)size, why, sizeof(why));
+    rd_cuda_set_context(ctx);
     close(fd);
     if (sh == NULL)
         return fail(r, RINGD_E_SYSTEM, "mapping the device arena (%" PRIu64 " bytes on GPU %s): %s",
                     size, r->device_uuid, why);
     if (rd_alloc_init(&r->dev_alloc, size) != 0) {
+        ctx = rd_cuda_context();
         rd_cuda_shared_free(sh);
+        rd_cuda_set_context(ctx);
         return fail(r, RINGD_E_NOMEM, "out of memory");
     }
     r->dev_shared = sh;
@@ -552,7 +556,10 @@ static int copy_any(ringd_t *r, void *dst, const void *src, size_t bytes, char *
     if (dev < 0)
         dev = r->local_device;
     char why[256];
-    if (rd_cuda_copy(dev, dst, src, bytes, why, sizeof(why)) != 0) {
+    void *ctx = rd_cuda_context();
+    int rc = rd_cuda_copy(dev, dst, src, bytes, why, sizeof(why));
+    rd_cuda_set_context(ctx);
+    if (rc != 0) {
         snprintf(err, errlen, "copying %zu bytes of device memory: %s", bytes, why);
         return -1;
     }
@@ -908,7 +915,10 @@ static ringd_result_t place(ringd_t *r, const submit_args *a, const char *name,
         char why[256];
         /* the tensors' device (as this process numbers it): its context owns the stream */
         int dev = rd_cuda_pointer_device(send_gpu ? a->send : a->recv);
-        if (rd_cuda_stream_sync(dev, r->stream, why, sizeof(why)) != 0)
+        void *ctx = rd_cuda_context();
+        int rc = rd_cuda_stream_sync(dev, r->stream, why, sizeof(why));
+        rd_cuda_set_context(ctx);
+        if (rc != 0)
             return fail(r, RINGD_E_SYSTEM, "tensor '%s': waiting for the CUDA stream: %s", name,
                         why);
     }
@@ -1268,8 +1278,10 @@ void ringd_close(ringd_t *r)
     }
 #if RINGD_HAVE_CUDA
     if (r->dev_arena != NULL) {
+        void *ctx = rd_cuda_context();
         rd_alloc_destroy(&r->dev_alloc);
         rd_cuda_shared_free(r->dev_shared);
+        rd_cuda_set_context(ctx);
     }
 #endif
     free(r);

@@ -33,8 +33,10 @@ static int device_of(const void *p)
     return dev;
 }
 
-/* Per device: where sources on other devices are gathered before a reduction (grown as
- * needed, kept; one reduction with remote sources at a time per device). */
+/* Per device: where sources on other devices are gathered before a reduction, a chunk of each
+ * at a time (allocated on first need, RD_GATHER_CHUNK per remote source at most, kept; one
+ * reduction with remote sources at a time per device). */
+#define RD_GATHER_CHUNK (64u << 20)
 static struct {
     pthread_mutex_t lock;
     void *p;
@@ -49,19 +51,20 @@ static void gather_init(void)
         pthread_mutex_init(&gather_area[i].lock, NULL);
 }
 
-/* Sources on other GPUs of the node (local ranks on different devices) are first copied to
- * dst's device (cuMemcpy: peer to peer where the devices allow it, else through the host by
- * the driver), then reduced there with the local ones. */
+/* Sources on other GPUs of the node (local ranks on different devices) are copied to dst's
+ * device a chunk at a time (cuMemcpy: peer to peer where the device arena grants the reducing
+ * GPU access, else through the host by the driver), and each chunk reduced there with the
+ * local ones: elementwise, so chunking changes no bit of the result. */
 static int cuda_reduce(rd_dtype dt, rd_redop op, void *dst, const void *const *src, int nsrc,
                        size_t count, const rd_reduce_args *args)
 {
-    int dev = device_of(dst), remote = 0, rc = -1;
+    int dev = device_of(dst), remote = 0, rc = 0;
     int where[RD_CUDA_MAX_SRC];
-    const void *local[RD_CUDA_MAX_SRC];
-    size_t bytes = count * rd_dtype_size(dt);
+    const void *part[RD_CUDA_MAX_SRC];
+    size_t esz = rd_dtype_size(dt);
     if (dev < 0)
         return -1;
-    if (nsrc < 1 || nsrc > RD_CUDA_MAX_SRC) /* rd_cuda_reduce says why */
+    if (nsrc < 1 || nsrc > RD_CUDA_MAX_SRC || esz == 0) /* rd_cuda_reduce says why */
         return rd_cuda_reduce(dev, dt, op, dst, src, nsrc, count, args, cuda_why,
                               sizeof(cuda_why));
     for (int k = 0; k < nsrc; k++) {
@@ -76,27 +79,31 @@ static int cuda_reduce(rd_dtype dt, rd_redop op, void *dst, const void *const *s
                  RD_GATHER_DEVICES);
         return -1;
     }
+    size_t step = RD_GATHER_CHUNK / esz, want = (size_t)remote * RD_GATHER_CHUNK;
     pthread_once(&gather_once, gather_init);
     pthread_mutex_lock(&gather_area[dev].lock);
-    if (gather_area[dev].bytes < bytes * (size_t)remote) {
+    if (gather_area[dev].bytes < want) {
         rd_cuda_free(dev, gather_area[dev].p);
         gather_area[dev].bytes = 0;
-        gather_area[dev].p = rd_cuda_alloc(dev, bytes * (size_t)remote, cuda_why, sizeof(cuda_why));
-        if (gather_area[dev].p == NULL)
-            goto out;
-        gather_area[dev].bytes = bytes * (size_t)remote;
+        gather_area[dev].p = rd_cuda_alloc(dev, want, cuda_why, sizeof(cuda_why));
+        rc = gather_area[dev].p == NULL ? -1 : 0;
+        if (rc == 0)
+            gather_area[dev].bytes = want;
     }
-    for (int k = 0, slot = 0; k < nsrc; k++) {
-        local[k] = src[k];
-        if (where[k] == dev)
-            continue;
-        uint8_t *to = (uint8_t *)gather_area[dev].p + (size_t)slot++ * bytes;
-        if (rd_cuda_copy(dev, to, src[k], bytes, cuda_why, sizeof(cuda_why)) != 0)
-            goto out;
-        local[k] = to;
+    for (size_t off = 0; rc == 0 && off < count; off += step) {
+        size_t n = count - off < step ? count - off : step;
+        for (int k = 0, slot = 0; rc == 0 && k < nsrc; k++) {
+            part[k] = (const uint8_t *)src[k] + off * esz;
+            if (where[k] == dev)
+                continue;
+            uint8_t *to = (uint8_t *)gather_area[dev].p + (size_t)slot++ * RD_GATHER_CHUNK;
+            rc = rd_cuda_copy(dev, to, part[k], n * esz, cuda_why, sizeof(cuda_why));
+            part[k] = to;
+        }
+        if (rc == 0)
+            rc = rd_cuda_reduce(dev, dt, op, (uint8_t *)dst + off * esz, part, nsrc, n, args,
+                                cuda_why, sizeof(cuda_why));
     }
-    rc = rd_cuda_reduce(dev, dt, op, dst, local, nsrc, count, args, cuda_why, sizeof(cuda_why));
-out:
     pthread_mutex_unlock(&gather_area[dev].lock);
     return rc;
 }

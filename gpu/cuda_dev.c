@@ -35,6 +35,7 @@ static struct {
     CUresult (*primary_ctx_release)(CUdevice);
     CUresult (*ctx_set_current)(CUcontext);
     CUresult (*ctx_get_current)(CUcontext *);
+    CUresult (*can_access_peer)(int *, CUdevice, CUdevice);
     CUresult (*module_load_data)(CUmodule *, const void *);
     CUresult (*module_unload)(CUmodule);
     CUresult (*module_function)(CUfunction *, CUmodule, const char *);
@@ -85,6 +86,7 @@ static const struct {
     SYM(primary_ctx_release, "cuDevicePrimaryCtxRelease_v2"),
     SYM(ctx_set_current, "cuCtxSetCurrent"),
     SYM(ctx_get_current, "cuCtxGetCurrent"),
+    SYM(can_access_peer, "cuDeviceCanAccessPeer"),
     SYM(module_load_data, "cuModuleLoadData"),
     SYM(module_unload, "cuModuleUnload"),
     SYM(module_function, "cuModuleGetFunction"),
@@ -232,8 +234,10 @@ static int setup(cuda_device *d, int dev, char *why, size_t whylen)
     if (failed(drv.ctx_set_current(d->ctx), "cuCtxSetCurrent", why, whylen) ||
         failed(drv.device_attribute(&d->sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, d->dev),
                "cuDeviceGetAttribute", why, whylen) ||
-        /* blocking: ordered with work on the legacy default stream too */
-        failed(drv.stream_create(&d->stream, CU_STREAM_DEFAULT), "cuStreamCreate", why, whylen)) {
+        /* non-blocking: a training process's legacy default stream neither waits for
+         * libringd's copies nor holds them up (the library syncs the caller's stream first) */
+        failed(drv.stream_create(&d->stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate", why,
+               whylen)) {
         drv.ctx_set_current(before); /* the caller's context, as it was */
         drv.primary_ctx_release(d->dev);
         return -1;
@@ -462,6 +466,20 @@ int rd_cuda_device_by_uuid(const char *uuid, char *why, size_t whylen)
     return -1;
 }
 
+void *rd_cuda_context(void)
+{
+    CUcontext ctx = NULL;
+    if (rd_cuda_load(NULL, 0) <= 0 || drv.ctx_get_current(&ctx) != CUDA_SUCCESS)
+        return NULL;
+    return ctx;
+}
+
+void rd_cuda_set_context(void *ctx)
+{
+    if (rd_cuda_load(NULL, 0) > 0)
+        drv.ctx_set_current((CUcontext)ctx);
+}
+
 int rd_cuda_use(int dev, char *why, size_t whylen)
 {
     return device(dev, why, whylen) != NULL ? 0 : -1;
@@ -539,13 +557,26 @@ static CUmemAllocationProp shared_prop(int dev)
 }
 
 /* Maps m->handle (m->size bytes) into this process, readable and writable from m->dev. */
-static int shared_map(rd_cuda_shared *m, char *why, size_t whylen)
+static int shared_map(rd_cuda_shared *m, int peers, char *why, size_t whylen)
 {
-    CUmemAccessDesc access;
-    memset(&access, 0, sizeof(access));
-    access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    access.location.id = m->dev;
-    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    CUmemAccessDesc access[RD_CUDA_MAX_DEVICES];
+    CUdevice owner, other;
+    size_t naccess = 1;
+    int can = 0;
+    memset(access, 0, sizeof(access));
+    access[0].location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    access[0].location.id = m->dev;
+    access[0].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    /* the GPUs that can reach it peer to peer may (local ranks on several GPUs: the reducing
+     * GPU gathers the others' inputs); the rest go through the host in the driver's copies */
+    for (int i = 0; peers && i < ndevices && drv.device_get(&owner, m->dev) == CUDA_SUCCESS;
+         i++) {
+        if (i == m->dev || drv.device_get(&other, i) != CUDA_SUCCESS ||
+            drv.can_access_peer(&can, other, owner) != CUDA_SUCCESS || !can)
+            continue;
+        access[naccess] = access[0];
+        access[naccess++].location.id = i;
+    }
     if (failed(drv.mem_reserve(&m->base, m->size, 0, 0, 0), "cuMemAddressReserve", why, whylen))
         return -1;
     if (failed(drv.mem_map(m->base, m->size, 0, m->handle, 0), "cuMemMap", why, whylen)) {
@@ -553,7 +584,8 @@ static int shared_map(rd_cuda_shared *m, char *why, size_t whylen)
         m->base = 0;
         return -1;
     }
-    if (failed(drv.mem_set_access(m->base, m->size, &access, 1), "cuMemSetAccess", why, whylen)) {
+    if (failed(drv.mem_set_access(m->base, m->size, access, naccess), "cuMemSetAccess", why,
+               whylen)) {
         drv.mem_unmap(m->base, m->size);
         drv.mem_address_free(m->base, m->size);
         m->base = 0;
@@ -607,7 +639,7 @@ rd_cuda_shared *rd_cuda_shared_new(int dev, size_t bytes, int *fd, char *why, si
     if (d == NULL ||
         failed(drv.mem_export(&exported, m->handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
                "cuMemExportToShareableHandle", why, whylen) ||
-        fcntl(exported, F_SETFD, FD_CLOEXEC) != 0 || shared_map(m, why, whylen) != 0 ||
+        fcntl(exported, F_SETFD, FD_CLOEXEC) != 0 || shared_map(m, 1, why, whylen) != 0 ||
         failed(drv.memset_d32_async(m->base, 0, m->size / 4, d->stream), "cuMemsetD32Async", why,
                whylen) ||
         failed(drv.stream_sync(d->stream), "cuStreamSynchronize", why, whylen)) {
@@ -637,7 +669,7 @@ rd_cuda_shared *rd_cuda_shared_import(int dev, int fd, size_t bytes, char *why, 
         free(m);
         return NULL;
     }
-    if (shared_map(m, why, whylen) != 0) {
+    if (shared_map(m, 0, why, whylen) != 0) {
         drv.mem_release(m->handle);
         free(m);
         return NULL;

@@ -51,6 +51,11 @@ int rd_cuda_copy(int dev, void *dst, const void *src, size_t bytes, char *why, s
  * matches or there is no driver. */
 int rd_cuda_device_by_uuid(const char *uuid, char *why, size_t whylen);
 
+/* The calling thread's current CUDA context (NULL: none, or no driver), and putting one back:
+ * a library's entry points leave the caller's context as they found it. */
+void *rd_cuda_context(void);
+void rd_cuda_set_context(void *ctx);
+
 /* Makes dev's primary context current on the calling thread (set up on first use). Returns 0,
  * or -1 with why set. */
 int rd_cuda_use(int dev, char *why, size_t whylen);

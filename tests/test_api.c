@@ -525,7 +525,7 @@ static int device_arena_asked(int i, void *arg)
         if (how == 0)
             o.device_arena_size = 4 << 20;
         else
-            setenv("RINGD_DEVICE_ARENA", "4M", 1);
+            setenv("RINGD_DEVICE_ARENA", "4MiB", 1);
         ringd_result_t rc = ringd_open(&o, &r);
         unsetenv("RINGD_DEVICE_ARENA");
         snprintf(msg, sizeof(msg), "%s", ringd_errmsg(r));

@@ -136,7 +136,11 @@ typedef struct {
     size_t device_arena_size; /* RINGD_DEVICE_ARENA: bytes of device memory on the session's
                                 GPU that the daemon allocates and both map (ringd_alloc_device);
                                 0: none. ringd_open fails with RINGD_E_INVALID when the daemon
-                                serves no GPU, RINGD_E_NOMEM when the GPU has not that much */
+                                serves no GPU, when the size is above its --device-arena-max,
+                                or when this process cannot see the GPU it was given (matched
+                                by UUID); RINGD_E_NOMEM when the GPU has not that much;
+                                RINGD_E_SYSTEM when the driver fails to allocate or map it;
+                                RINGD_E_PROTOCOL with a ringd too old to give one */
     void *cuda_stream;       /* the CUstream (cudaStream_t) that orders this session's device
                                 tensors; NULL: the legacy default stream. See "Device memory" */
 } ringd_options_t;
@@ -216,17 +220,21 @@ RINGD_API void ringd_free(ringd_t *r, void *p);
  *   into the device arena and the result back, one copy each way;
  * - a job that spans nodes, or a session without a device arena: the device buffers are staged
  *   through the host arena (device to host and back), and the ring runs on the host.
- * Local ranks of one node must all pass device memory (on any of its GPUs: the result is reduced
- * on local rank 0's, the others' inputs copied there peer to peer, or through the host where
- * the GPUs have no peer access), or all host memory (RINGD_E_MISMATCH otherwise), and at most
- * 16 of them pass device memory.
+ * The local ranks of one node must take the same path for a collective: all in device arenas
+ * (on any of the node's GPUs: the result is reduced on local rank 0's, the others' inputs
+ * copied there, peer to peer where the GPUs allow it, through the host by the driver where
+ * not), or all through host memory (RINGD_E_MISMATCH otherwise: open every rank's session with
+ * a device arena, or none), and at most 16 of them in device arenas.
  *
  * Stream order in this version: before it submits, the library waits on the host for the work
  * queued so far on the session's stream (cuda_stream; the legacy default stream when NULL,
  * which PyTorch's default current stream is), so the daemon reads finished inputs. A request
  * that completed (ringd_wait, or ringd_test saying done) has its result in device memory,
  * visible to any work queued after that on any stream. Before completion, the buffers must
- * stay untouched, as for host memory. Nothing is enqueued on the caller's stream. */
+ * stay untouched, as for host memory (the device path reduces into local rank 0's output and
+ * copies from there, so a rank that writes it early spoils every rank's result, as the memory
+ * policy below says). Nothing is enqueued on the caller's stream, and the library leaves the
+ * calling thread's current CUDA context as it found it. */
 RINGD_API void *ringd_alloc_device(ringd_t *r, size_t bytes);
 
 /* Where a tensor's memory is, as the daemon reaches it. Values match MemoryKind in ringd.proto. */

@@ -515,7 +515,9 @@ static void op_start(rd_op *o)
 
     op_resolve(o);
     size_t units = rd_local_units(p);
-    if (rd_local_bytes(p) < d->cfg->inline_bytes || units == 0 || p->failed) {
+    /* device ops always go to the executor: the loop never waits for a kernel */
+    if ((rd_local_bytes(p) < d->cfg->inline_bytes && !p->backend->device_memory) || units == 0 ||
+        p->failed) {
         if (!p->failed)
             rd_local_run(p, 0, units);
         op_ran(o);
@@ -787,10 +789,12 @@ static int op_memory_agrees(const rd_op *o, uint32_t rank, char *msg, size_t len
             continue;
         if (b->backend != a->backend) {
             snprintf(msg, len,
-                     "tensor '%s' mismatch (memory): local rank %u on node %s passed %s memory, "
-                     "local rank %u %s memory: pass the same kind on every rank of a node",
-                     o->name, k, j->e->cfg->node, b->backend->device_memory ? "device" : "host",
-                     rank, a->backend->device_memory ? "device" : "host");
+                     "tensor '%s' mismatch (memory): local rank %u on node %s passed it in %s, "
+                     "local rank %u in %s: every rank of a node passes device memory with a "
+                     "device arena (RINGD_DEVICE_ARENA), or every rank host memory",
+                     o->name, k, j->e->cfg->node,
+                     b->backend->device_memory ? "its device arena" : "host memory",
+                     rank, a->backend->device_memory ? "its device arena" : "host memory");
             return 0;
         }
     }
