@@ -101,19 +101,28 @@ typedef void (*rd_backend_done_fn)(void *arg, int status, const char *why);
  * ring generation. A backend without one leaves rd_backend.transport NULL and collectives cross
  * nodes on the daemon's TCP ring. */
 typedef struct rd_transport rd_transport;
+#define RD_TRANSPORT_ID_MAX 128
 typedef struct {
-    /* A new communicator id into id (*id_len bytes, at most 128), made by the coordinator of
-     * each generation. Returns 0, or -1 with err set. */
+    /* A new communicator id into id (*id_len bytes, at most RD_TRANSPORT_ID_MAX), made by the
+     * coordinator of each generation. Returns 0, or -1 with err set (no library among the
+     * reasons). Loop thread, as every call here. */
     int (*make_id)(uint8_t *id, size_t *id_len, char *err, size_t errlen);
-    /* A communicator for rank of nranks, all of whom were given the same id. Returns NULL with
-     * err set. */
+    /* Starts a communicator for rank of nranks on device, all of whom were given the same id;
+     * it never blocks: poll says when it is ready. Returns NULL with err set. */
     rd_transport *(*init)(const uint8_t *id, size_t id_len, int nranks, int rank, int device,
                           char *err, size_t errlen);
-    /* Runs one collective (RD_COLL_*) on device buffers; done follows on base's loop. */
+    /* 0: t is ready for run; 1: still forming (poll again; the caller bounds the wait and
+     * aborts); -1: it failed, err set (abort it). */
+    int (*poll)(rd_transport *t, char *err, size_t errlen);
+    /* Queues one collective (RD_COLL_ALLREDUCE, _BROADCAST or _ALLGATHER) of count elements per
+     * rank on device buffers of t's device; done(arg, 0 or -1, why) follows on base's loop once
+     * it ran or failed (base: the same for every run on t). Returns 0, or -1 with err set (done
+     * is then not called). */
     int (*run)(rd_transport *t, struct event_base *base, int coll, rd_dtype dt, rd_redop op,
                const void *in, void *out, size_t count, int root, rd_backend_done_fn done,
-               void *arg);
-    /* Ends the communicator, cutting short what runs on it (every done is called first). */
+               void *arg, char *err, size_t errlen);
+    /* Ends the communicator, cutting short what runs on it: every pending done is called first
+     * (with -1), and must not call abort. NULL is a no-op. */
     void (*abort)(rd_transport *t);
 } rd_transport_ops;
 

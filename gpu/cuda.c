@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "cuda_dev.h"
+#include "nccl_transport.h"
 
 #define RD_GATHER_DEVICES 64 /* devices with a gathering area (cuda_dev.c serves as many) */
 
@@ -206,7 +207,7 @@ const rd_backend *rd_backend_cuda(void)
         .release = cuda_release,
         .reduce_async = cuda_reduce_async,
         .copy_async = cuda_copy_async,
-        .transport = NULL,
+        .transport = &rd_nccl_ops,
     };
     return &cuda;
 }

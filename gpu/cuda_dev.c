@@ -36,6 +36,10 @@ static struct {
     CUresult (*ctx_set_current)(CUcontext);
     CUresult (*ctx_get_current)(CUcontext *);
     CUresult (*can_access_peer)(int *, CUdevice, CUdevice);
+    CUresult (*event_create)(CUevent *, unsigned);
+    CUresult (*event_record)(CUevent, CUstream);
+    CUresult (*event_query)(CUevent);
+    CUresult (*event_destroy)(CUevent);
     CUresult (*module_load_data)(CUmodule *, const void *);
     CUresult (*module_unload)(CUmodule);
     CUresult (*module_function)(CUfunction *, CUmodule, const char *);
@@ -87,6 +91,10 @@ static const struct {
     SYM(ctx_set_current, "cuCtxSetCurrent"),
     SYM(ctx_get_current, "cuCtxGetCurrent"),
     SYM(can_access_peer, "cuDeviceCanAccessPeer"),
+    SYM(event_create, "cuEventCreate"),
+    SYM(event_record, "cuEventRecord"),
+    SYM(event_query, "cuEventQuery"),
+    SYM(event_destroy, "cuEventDestroy_v2"),
     SYM(module_load_data, "cuModuleLoadData"),
     SYM(module_unload, "cuModuleUnload"),
     SYM(module_function, "cuModuleGetFunction"),
@@ -521,6 +529,35 @@ void rd_cuda_stream_free(int dev, void *stream)
 {
     if (stream != NULL && device(dev, NULL, 0) != NULL)
         drv.stream_destroy((CUstream)stream);
+}
+
+void *rd_cuda_event_record(int dev, void *stream, char *why, size_t whylen)
+{
+    CUevent e = NULL;
+    if (device(dev, why, whylen) == NULL ||
+        failed(drv.event_create(&e, CU_EVENT_DISABLE_TIMING), "cuEventCreate", why, whylen))
+        return NULL;
+    if (failed(drv.event_record(e, (CUstream)stream), "cuEventRecord", why, whylen)) {
+        drv.event_destroy(e);
+        return NULL;
+    }
+    return e;
+}
+
+int rd_cuda_event_done(int dev, void *event, char *why, size_t whylen)
+{
+    if (device(dev, why, whylen) == NULL)
+        return -1;
+    CUresult rc = drv.event_query((CUevent)event);
+    if (rc == CUDA_ERROR_NOT_READY)
+        return 0;
+    return failed(rc, "cuEventQuery", why, whylen) ? -1 : 1;
+}
+
+void rd_cuda_event_free(int dev, void *event)
+{
+    if (event != NULL && device(dev, NULL, 0) != NULL)
+        drv.event_destroy((CUevent)event);
 }
 
 int rd_cuda_fill_async(int dev, void *stream, void *p, uint32_t value, size_t n, char *why,

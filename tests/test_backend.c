@@ -106,3 +106,31 @@ Test(backend, asynchronous_work_reports_on_the_next_loop_turn)
     cr_assert_arr_eq(copy, bytes, sizeof(bytes));
     event_base_free(base);
 }
+
+/* The CUDA backend (in a build with CUDA) on a machine that may have no driver or NCCL: its
+ * transport makes an NCCL id or says why not; without a driver its device calls fail naming
+ * the device and the reason, and sharing refuses kinds it does not share. */
+Test(backend, the_cuda_backend_says_why_it_cannot_where_it_cannot)
+{
+    const rd_backend *b = rd_backend_cuda();
+    if (b == NULL)
+        cr_skip_test("built without CUDA");
+    cr_assert_str_eq(b->name, "cuda");
+    cr_assert_eq(b->device_memory, 1);
+    cr_assert_not_null(b->transport);
+    uint8_t id[RD_TRANSPORT_ID_MAX];
+    size_t len = 0;
+    char err[512] = "";
+    if (b->transport->make_id(id, &len, err, sizeof(err)) == 0)
+        cr_assert_eq(len, 128, "an NCCL unique id is 128 bytes, got %zu", len);
+    else
+        cr_assert(strstr(err, "NCCL") != NULL, "make_id failed without naming NCCL: '%s'", err);
+    rd_mem m;
+    int fd = -1;
+    err[0] = '\0';
+    cr_assert_eq(b->share(RD_MEM_ARENA, 0, 4096, &fd, &m, err, sizeof(err)), -1);
+    cr_assert(strstr(err, "device memory only") != NULL, "%s", err);
+    if (b->bind(0) != 0)
+        cr_assert(strstr(b->error(), "CUDA") != NULL, "bind failed without saying why: '%s'",
+                  b->error());
+}

@@ -1,0 +1,341 @@
+/* NCCL behind the backend's transport seam (backend.h, rd_transport_ops): communicators that
+ * never block the event loop (blocking = 0: creation and collectives return at once and are
+ * polled), collectives queued on a stream of the transport's own and reported on the loop when
+ * their event has happened, and an abort that cuts everything short. libnccl.so.2 is opened
+ * with dlopen when first needed, never linked: a machine without it loses this transport only,
+ * and make_id says why. */
+#include "nccl_transport.h"
+
+#include <dlfcn.h>
+#include <event2/event.h>
+#include <nccl.h> /* types and constants only: every function comes through dlsym */
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_dev.h"
+
+/* How often the loop looks at queued collectives while any is pending. */
+#define RD_NCCL_POLL_US 100
+
+/* The NCCL entry points ringd uses. */
+static struct {
+    ncclResult_t (*get_version)(int *);
+    ncclResult_t (*get_unique_id)(ncclUniqueId *);
+    ncclResult_t (*init_rank_config)(ncclComm_t *, int, ncclUniqueId, int, ncclConfig_t *);
+    ncclResult_t (*get_async_error)(ncclComm_t, ncclResult_t *);
+    ncclResult_t (*abort)(ncclComm_t);
+    ncclResult_t (*all_reduce)(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t,
+                               ncclComm_t, cudaStream_t);
+    ncclResult_t (*broadcast)(const void *, void *, size_t, ncclDataType_t, int, ncclComm_t,
+                              cudaStream_t);
+    ncclResult_t (*all_gather)(const void *, void *, size_t, ncclDataType_t, ncclComm_t,
+                               cudaStream_t);
+    const char *(*error_string)(ncclResult_t);
+    const char *(*last_error)(ncclComm_t);
+} nccl;
+
+static const struct {
+    const char *name;
+    size_t offset;
+} nccl_symbols[] = {
+#define SYM(field, name)                                                                           \
+    {                                                                                              \
+        name, offsetof(__typeof__(nccl), field)                                                    \
+    }
+    SYM(get_version, "ncclGetVersion"),
+    SYM(get_unique_id, "ncclGetUniqueId"),
+    SYM(init_rank_config, "ncclCommInitRankConfig"),
+    SYM(get_async_error, "ncclCommGetAsyncError"),
+    SYM(abort, "ncclCommAbort"),
+    SYM(all_reduce, "ncclAllReduce"),
+    SYM(broadcast, "ncclBroadcast"),
+    SYM(all_gather, "ncclAllGather"),
+    SYM(error_string, "ncclGetErrorString"),
+    SYM(last_error, "ncclGetLastError"),
+#undef SYM
+};
+
+static pthread_once_t load_once = PTHREAD_ONCE_INIT;
+static int loaded; /* 1: every symbol found */
+static char load_why[256];
+
+static void say(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void say(char *err, size_t errlen, const char *fmt, ...)
+{
+    va_list ap;
+    if (err == NULL || errlen == 0)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+static void load(void)
+{
+    int version = 0;
+    void *lib = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
+    if (lib == NULL) {
+        say(load_why, sizeof(load_why), "no NCCL library: %s", dlerror());
+        return;
+    }
+    for (size_t i = 0; i < sizeof(nccl_symbols) / sizeof(nccl_symbols[0]); i++) {
+        void *sym = dlsym(lib, nccl_symbols[i].name);
+        if (sym == NULL) {
+            say(load_why, sizeof(load_why), "libnccl.so.2 lacks %s (NCCL 2.28 or newer needed)",
+                nccl_symbols[i].name);
+            dlclose(lib);
+            return;
+        }
+        memcpy((char *)&nccl + nccl_symbols[i].offset, &sym, sizeof(sym));
+    }
+    /* the communicator config's fields and non-blocking behaviour as nccl.h describes them */
+    if (nccl.get_version(&version) != ncclSuccess || version < NCCL_VERSION(2, 28, 0)) {
+        say(load_why, sizeof(load_why), "libnccl.so.2 is version %d; ringd needs 2.28 or newer",
+            version);
+        dlclose(lib);
+        return;
+    }
+    loaded = 1; /* the library stays open: its functions are in use */
+}
+
+/* 0 once NCCL is loaded; -1 with err set when it cannot be. */
+static int nccl_ready(char *err, size_t errlen)
+{
+    pthread_once(&load_once, load);
+    if (!loaded) {
+        say(err, errlen, "%s", load_why);
+        return -1;
+    }
+    return 0;
+}
+
+/* One collective queued on a transport, until its event has happened. */
+typedef struct pending {
+    void *event;
+    rd_backend_done_fn done;
+    void *arg;
+    struct pending *next;
+} pending;
+
+struct rd_transport {
+    ncclComm_t comm;
+    int device, nranks, rank;
+    void *stream;         /* the transport's own: collectives in the order they were queued */
+    struct event *ticker; /* polls the pending runs on their loop */
+    pending *head, *tail;
+};
+
+/* "ncclUnhandledCudaError: ... (last error: ...)" for a failed call's result. */
+static void nccl_error(const rd_transport *t, ncclResult_t rc, const char *call, char *err,
+                       size_t errlen)
+{
+    const char *last = t != NULL && t->comm != NULL ? nccl.last_error(t->comm) : "";
+    say(err, errlen, "%s: %s%s%s", call, nccl.error_string(rc), last[0] ? ": " : "", last);
+}
+
+static int nccl_make_id(uint8_t *id, size_t *id_len, char *err, size_t errlen)
+{
+    ncclUniqueId u;
+    ncclResult_t rc;
+    _Static_assert(sizeof(u) <= RD_TRANSPORT_ID_MAX, "an NCCL id fits a transport id");
+    if (nccl_ready(err, errlen) != 0)
+        return -1;
+    if ((rc = nccl.get_unique_id(&u)) != ncclSuccess) {
+        nccl_error(NULL, rc, "ncclGetUniqueId", err, errlen);
+        return -1;
+    }
+    memcpy(id, &u, sizeof(u));
+    *id_len = sizeof(u);
+    return 0;
+}
+
+static rd_transport *nccl_init(const uint8_t *id, size_t id_len, int nranks, int rank, int device,
+                               char *err, size_t errlen)
+{
+    ncclUniqueId u;
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    char why[256];
+    rd_transport *t;
+    ncclResult_t rc;
+
+    if (nccl_ready(err, errlen) != 0)
+        return NULL;
+    if (id_len != sizeof(u) || nranks < 1 || rank < 0 || rank >= nranks) {
+        say(err, errlen, "an NCCL communicator of %zu-byte id, rank %d of %d: need a %zu-byte id "
+            "and 0 <= rank < nranks", id_len, rank, nranks, sizeof(u));
+        return NULL;
+    }
+    if ((t = calloc(1, sizeof(*t))) == NULL) {
+        say(err, errlen, "out of memory");
+        return NULL;
+    }
+    t->device = device;
+    t->nranks = nranks;
+    t->rank = rank;
+    memcpy(&u, id, sizeof(u));
+    if (rd_cuda_use(device, why, sizeof(why)) != 0 ||
+        (t->stream = rd_cuda_stream_new(device, why, sizeof(why))) == NULL) {
+        say(err, errlen, "an NCCL communicator on GPU %d: %s", device, why);
+        free(t);
+        return NULL;
+    }
+    config.blocking = 0; /* membership changes must never hang the loop in NCCL */
+    rc = nccl.init_rank_config(&t->comm, nranks, u, rank, &config);
+    if (rc != ncclSuccess && rc != ncclInProgress) {
+        nccl_error(t, rc, "ncclCommInitRankConfig", err, errlen);
+        if (t->comm != NULL)
+            nccl.abort(t->comm);
+        rd_cuda_stream_free(device, t->stream);
+        free(t);
+        return NULL;
+    }
+    return t;
+}
+
+static int nccl_poll(rd_transport *t, char *err, size_t errlen)
+{
+    ncclResult_t state = ncclSuccess, rc;
+    if (rd_cuda_use(t->device, err, errlen) != 0)
+        return -1;
+    if ((rc = nccl.get_async_error(t->comm, &state)) != ncclSuccess) {
+        nccl_error(t, rc, "ncclCommGetAsyncError", err, errlen);
+        return -1;
+    }
+    if (state == ncclInProgress)
+        return 1;
+    if (state != ncclSuccess) {
+        nccl_error(t, state, "the NCCL communicator", err, errlen);
+        return -1;
+    }
+    return 0;
+}
+
+/* Ends the oldest pending run with status (why for a failure). */
+static void finish_head(rd_transport *t, int status, const char *why)
+{
+    pending *p = t->head;
+    t->head = p->next;
+    if (t->head == NULL)
+        t->tail = NULL;
+    rd_cuda_event_free(t->device, p->event);
+    p->done(p->arg, status, status != 0 ? why : NULL);
+    free(p);
+}
+
+/* On the loop while runs are pending: reports those whose event has happened, in order, and
+ * fails them all on an asynchronous error of the communicator. */
+static void on_tick(evutil_socket_t fd, short what, void *arg)
+{
+    rd_transport *t = arg;
+    char why[512];
+    (void)fd;
+    (void)what;
+    if (nccl_poll(t, why, sizeof(why)) < 0) {
+        while (t->head != NULL)
+            finish_head(t, -1, why);
+        return;
+    }
+    while (t->head != NULL) {
+        int done = rd_cuda_event_done(t->device, t->head->event, why, sizeof(why));
+        if (done == 0)
+            break;
+        finish_head(t, done > 0 ? 0 : -1, why);
+    }
+    if (t->head != NULL) {
+        struct timeval tv = {0, RD_NCCL_POLL_US};
+        event_add(t->ticker, &tv);
+    }
+}
+
+static int nccl_run(rd_transport *t, struct event_base *base, int coll, rd_dtype dt, rd_redop op,
+                    const void *in, void *out, size_t count, int root, rd_backend_done_fn done,
+                    void *arg, char *err, size_t errlen)
+{
+    static const ncclDataType_t types[RD_DT_COUNT] = {
+        [RD_DT_F32] = ncclFloat32, [RD_DT_F64] = ncclFloat64, [RD_DT_F16] = ncclFloat16,
+        [RD_DT_BF16] = ncclBfloat16, [RD_DT_I32] = ncclInt32, [RD_DT_I64] = ncclInt64,
+        [RD_DT_U8] = ncclUint8};
+    static const ncclRedOp_t ops[RD_OP_COUNT] = {[RD_OP_SUM] = ncclSum, [RD_OP_AVG] = ncclAvg,
+                                                 [RD_OP_MIN] = ncclMin, [RD_OP_MAX] = ncclMax,
+                                                 [RD_OP_PROD] = ncclProd};
+    ncclResult_t rc;
+    pending *p;
+
+    if ((unsigned)dt >= RD_DT_COUNT || (unsigned)op >= RD_OP_COUNT ||
+        (coll == RD_COLL_BROADCAST && (root < 0 || root >= t->nranks)) ||
+        (coll != RD_COLL_ALLREDUCE && coll != RD_COLL_BROADCAST && coll != RD_COLL_ALLGATHER)) {
+        say(err, errlen, "NCCL collective %d of dtype %d, op %d, root %d: not one NCCL runs",
+            coll, (int)dt, (int)op, root);
+        return -1;
+    }
+    if (t->ticker == NULL && (t->ticker = event_new(base, -1, 0, on_tick, t)) == NULL) {
+        say(err, errlen, "out of memory");
+        return -1;
+    }
+    if ((p = calloc(1, sizeof(*p))) == NULL) {
+        say(err, errlen, "out of memory");
+        return -1;
+    }
+    if (rd_cuda_use(t->device, err, errlen) != 0) {
+        free(p);
+        return -1;
+    }
+    switch (coll) {
+    case RD_COLL_ALLREDUCE:
+        rc = nccl.all_reduce(in, out, count, types[dt], ops[op], t->comm, t->stream);
+        break;
+    case RD_COLL_BROADCAST:
+        rc = nccl.broadcast(in, out, count, types[dt], root, t->comm, t->stream);
+        break;
+    default: rc = nccl.all_gather(in, out, count, types[dt], t->comm, t->stream); break;
+    }
+    /* non-blocking: a collective may still be being queued (in progress) when the call returns;
+     * the event recorded after it on the stream follows it either way */
+    if (rc != ncclSuccess && rc != ncclInProgress) {
+        nccl_error(t, rc, "queueing an NCCL collective", err, errlen);
+        free(p);
+        return -1;
+    }
+    if ((p->event = rd_cuda_event_record(t->device, t->stream, err, errlen)) == NULL) {
+        free(p);
+        return -1;
+    }
+    p->done = done;
+    p->arg = arg;
+    if (t->tail != NULL)
+        t->tail->next = p;
+    else
+        t->head = p;
+    t->tail = p;
+    if (!event_pending(t->ticker, EV_TIMEOUT, NULL)) {
+        struct timeval tv = {0, RD_NCCL_POLL_US};
+        event_add(t->ticker, &tv);
+    }
+    return 0;
+}
+
+static void nccl_abort(rd_transport *t)
+{
+    if (t == NULL)
+        return;
+    while (t->head != NULL)
+        finish_head(t, -1, "the NCCL communicator was aborted");
+    if (t->ticker != NULL)
+        event_free(t->ticker);
+    if (rd_cuda_use(t->device, NULL, 0) == 0)
+        nccl.abort(t->comm); /* returns once NCCL's kernels and threads for it have stopped */
+    rd_cuda_stream_free(t->device, t->stream);
+    free(t);
+}
+
+const rd_transport_ops rd_nccl_ops = {
+    .make_id = nccl_make_id,
+    .init = nccl_init,
+    .poll = nccl_poll,
+    .run = nccl_run,
+    .abort = nccl_abort,
+};

@@ -1,0 +1,159 @@
+/* On a device with NCCL: a one-rank communicator end to end through the transport seam (ringd's
+ * NCCL transport, gpu/nccl.c): an id made, the communicator formed without blocking, an
+ * allreduce, broadcast and allgather reported on the event loop, an abort with a collective
+ * still queued (its done called, with a failure or its result), and a new communicator for the
+ * next generation from a new id. Without a device, or without libnccl.so.2, it prints one line
+ * saying why and exits 77 (meson's skip). */
+#include <event2/event.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backend.h"
+#include "cuda_dev.h"
+#include "nccl_transport.h"
+
+#define N (1 << 20)
+
+typedef struct {
+    int calls, status;
+    char why[256];
+} outcome;
+
+static void on_done(void *arg, int status, const char *why)
+{
+    outcome *o = arg;
+    o->calls++;
+    o->status = status;
+    snprintf(o->why, sizeof(o->why), "%s", why != NULL ? why : "");
+}
+
+/* Forms a communicator of one rank from a new id on device 0, waiting (polling) at most 60 s.
+ * NULL after printing why. */
+static rd_transport *form(const rd_transport_ops *ops, const char *what)
+{
+    uint8_t id[RD_TRANSPORT_ID_MAX];
+    size_t len = 0;
+    char err[512];
+    if (ops->make_id(id, &len, err, sizeof(err)) != 0) {
+        printf("FAIL: %s: make_id: %s\n", what, err);
+        return NULL;
+    }
+    rd_transport *t = ops->init(id, len, 1, 0, 0, err, sizeof(err));
+    if (t == NULL) {
+        printf("FAIL: %s: init: %s\n", what, err);
+        return NULL;
+    }
+    for (int i = 0; i < 600000; i++) {
+        int st = ops->poll(t, err, sizeof(err));
+        if (st == 0)
+            return t;
+        if (st < 0) {
+            printf("FAIL: %s: the communicator did not form: %s\n", what, err);
+            ops->abort(t);
+            return NULL;
+        }
+        struct timespec ts = {0, 100000};
+        nanosleep(&ts, NULL);
+    }
+    printf("FAIL: %s: the communicator did not form in 60 s\n", what);
+    ops->abort(t);
+    return NULL;
+}
+
+/* Runs coll on t and turns the loop until its done comes (at most 60 s). */
+static int run_one(const rd_transport_ops *ops, rd_transport *t, struct event_base *base, int coll,
+                   const void *in, void *out, size_t count, const char *what)
+{
+    outcome o = {0, 0, ""};
+    char err[512];
+    if (ops->run(t, base, coll, RD_DT_F32, RD_OP_SUM, in, out, count, 0, on_done, &o, err,
+                 sizeof(err)) != 0) {
+        printf("FAIL: %s: run: %s\n", what, err);
+        return -1;
+    }
+    for (int i = 0; o.calls == 0 && i < 600000; i++)
+        event_base_loop(base, EVLOOP_ONCE);
+    if (o.calls != 1 || o.status != 0) {
+        printf("FAIL: %s: done called %d times, status %d (%s)\n", what, o.calls, o.status,
+               o.why);
+        return -1;
+    }
+    return 0;
+}
+
+int main(void)
+{
+    char why[512];
+    const rd_transport_ops *ops = &rd_nccl_ops;
+    int n = rd_cuda_load(why, sizeof(why));
+    if (n > 0 && rd_cuda_check(0, why, sizeof(why)) != 0)
+        n = 0;
+    if (n <= 0) {
+        printf("SKIP tests/gpu/test_nccl: no CUDA device ringd can use here (%s)\n", why);
+        return n == 0 ? 77 : 1;
+    }
+    uint8_t id[RD_TRANSPORT_ID_MAX];
+    size_t len = 0;
+    if (ops->make_id(id, &len, why, sizeof(why)) != 0) {
+        printf("SKIP tests/gpu/test_nccl: %s\n", why);
+        return strstr(why, "no NCCL library") != NULL ? 77 : 1;
+    }
+    struct event_base *base = event_base_new();
+    float *host = malloc(N * sizeof(float) * 2), *got = host + N;
+    float *in = rd_cuda_alloc(0, N * sizeof(float), why, sizeof(why));
+    float *out = rd_cuda_alloc(0, N * sizeof(float), why, sizeof(why));
+    if (base == NULL || host == NULL || in == NULL || out == NULL) {
+        printf("FAIL: setup: %s\n", why);
+        return 1;
+    }
+    for (int i = 0; i < N; i++)
+        host[i] = (float)(i % 1000) * 0.5f;
+    if (rd_cuda_copy(0, in, host, N * sizeof(float), why, sizeof(why)) != 0) {
+        printf("FAIL: %s\n", why);
+        return 1;
+    }
+    int failed = 0;
+    for (int generation = 1; generation <= 2 && !failed; generation++) {
+        char what[64];
+        snprintf(what, sizeof(what), "generation %d", generation);
+        rd_transport *t = form(ops, what);
+        if (t == NULL)
+            return 1;
+        static const int colls[] = {RD_COLL_ALLREDUCE, RD_COLL_BROADCAST, RD_COLL_ALLGATHER};
+        for (int c = 0; c < 3 && !failed; c++) {
+            if (rd_cuda_fill_async(0, NULL, out, 0, N, why, sizeof(why)) != 0 ||
+                rd_cuda_stream_sync(0, NULL, why, sizeof(why)) != 0 ||
+                run_one(ops, t, base, colls[c], in, out, N, what) != 0 ||
+                rd_cuda_copy(0, got, out, N * sizeof(float), why, sizeof(why)) != 0 ||
+                memcmp(got, host, N * sizeof(float)) != 0) {
+                printf("FAIL: %s: collective %d of one rank does not give its input back (%s)\n",
+                       what, colls[c], why);
+                failed = 1;
+            }
+        }
+        /* an abort with a collective queued: its done comes before abort returns */
+        outcome o = {0, 0, ""};
+        if (!failed && ops->run(t, base, RD_COLL_ALLREDUCE, RD_DT_F32, RD_OP_SUM, in, out, N, 0,
+                                on_done, &o, why, sizeof(why)) != 0) {
+            printf("FAIL: %s: run before abort: %s\n", what, why);
+            failed = 1;
+        }
+        ops->abort(t);
+        if (!failed && o.calls != 1) {
+            printf("FAIL: %s: abort left a queued collective's done uncalled (%d calls)\n", what,
+                   o.calls);
+            failed = 1;
+        }
+        if (!failed)
+            printf("NCCL %s: a one-rank communicator formed, ran 3 collectives, aborted with one "
+                   "queued (%s)\n",
+                   what, o.status == 0 ? "it had finished" : o.why);
+    }
+    rd_cuda_free(0, in);
+    rd_cuda_free(0, out);
+    free(host);
+    event_base_free(base);
+    return failed;
+}
