@@ -111,18 +111,21 @@ typedef struct {
      * it never blocks: poll says when it is ready. Returns NULL with err set. */
     rd_transport *(*init)(const uint8_t *id, size_t id_len, int nranks, int rank, int device,
                           char *err, size_t errlen);
-    /* 0: t is ready for run; 1: still forming (poll again; the caller bounds the wait and
-     * aborts); -1: it failed, err set (abort it). */
+    /* 0: t is formed and idle; 1: busy (still forming, or still queueing a collective: poll
+     * again; the caller bounds the wait and aborts); -1: it failed, err set (abort it). */
     int (*poll)(rd_transport *t, char *err, size_t errlen);
-    /* Queues one collective (RD_COLL_ALLREDUCE, _BROADCAST or _ALLGATHER) of count elements per
-     * rank on device buffers of t's device; done(arg, 0 or -1, why) follows on base's loop once
-     * it ran or failed (base: the same for every run on t). Returns 0, or -1 with err set (done
-     * is then not called). */
+    /* Queues one collective (RD_COLL_ALLREDUCE, _BROADCAST or _ALLGATHER; op SUM, MIN, MAX or
+     * PROD: AVG is SUM and a division by the caller) of count elements per rank on device
+     * buffers of t's device, after those queued before; done(arg, 0 or -1, why) follows on
+     * base's loop once it ran or failed (base: the same for every run on t; done may run again,
+     * never abort). f16 and bf16 sums are NCCL's, rounded at each step: not the bits of ringd's
+     * kernels. Returns 0, or -1 with err set (done is then not called). */
     int (*run)(rd_transport *t, struct event_base *base, int coll, rd_dtype dt, rd_redop op,
                const void *in, void *out, size_t count, int root, rd_backend_done_fn done,
                void *arg, char *err, size_t errlen);
-    /* Ends the communicator, cutting short what runs on it: every pending done is called first
-     * (with -1), and must not call abort. NULL is a no-op. */
+    /* Ends the communicator, cutting short what runs on it; then every pending done is called
+     * (0 for those that had finished, else -1), once the device no longer touches their
+     * buffers. Not from a done. NULL is a no-op. */
     void (*abort)(rd_transport *t);
 } rd_transport_ops;
 

@@ -531,17 +531,21 @@ void rd_cuda_stream_free(int dev, void *stream)
         drv.stream_destroy((CUstream)stream);
 }
 
-void *rd_cuda_event_record(int dev, void *stream, char *why, size_t whylen)
+void *rd_cuda_event_new(int dev, char *why, size_t whylen)
 {
     CUevent e = NULL;
     if (device(dev, why, whylen) == NULL ||
         failed(drv.event_create(&e, CU_EVENT_DISABLE_TIMING), "cuEventCreate", why, whylen))
         return NULL;
-    if (failed(drv.event_record(e, (CUstream)stream), "cuEventRecord", why, whylen)) {
-        drv.event_destroy(e);
-        return NULL;
-    }
     return e;
+}
+
+int rd_cuda_event_record(int dev, void *event, void *stream, char *why, size_t whylen)
+{
+    if (device(dev, why, whylen) == NULL ||
+        failed(drv.event_record((CUevent)event, (CUstream)stream), "cuEventRecord", why, whylen))
+        return -1;
+    return 0;
 }
 
 int rd_cuda_event_done(int dev, void *event, char *why, size_t whylen)

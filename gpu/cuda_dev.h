@@ -76,9 +76,11 @@ void rd_cuda_stream_free(int dev, void *stream);
 int rd_cuda_fill_async(int dev, void *stream, void *p, uint32_t value, size_t n, char *why,
                        size_t whylen);
 
-/* An event recorded on stream of dev (the work queued so far), NULL with why set; whether it has
- * happened (1), not yet (0), or the device failed (-1, why set); its release. */
-void *rd_cuda_event_record(int dev, void *stream, char *why, size_t whylen);
+/* An event of dev (NULL with why set); recording it on stream, after the work queued so far
+ * (0, or -1 with why set); whether it has happened (1; also before it was recorded), not yet
+ * (0), or the device failed (-1, why set); its release. */
+void *rd_cuda_event_new(int dev, char *why, size_t whylen);
+int rd_cuda_event_record(int dev, void *event, void *stream, char *why, size_t whylen);
 int rd_cuda_event_done(int dev, void *event, char *why, size_t whylen);
 void rd_cuda_event_free(int dev, void *event);
 

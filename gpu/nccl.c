@@ -113,9 +113,26 @@ static int nccl_ready(char *err, size_t errlen)
     return 0;
 }
 
-/* One collective queued on a transport, until its event has happened. */
+/* One collective of a transport, from run until it is reported. With blocking = 0 NCCL may
+ * still be queueing a collective after the call returns (its launch runs on a thread of its
+ * own): no other call on the communicator, and no work that must follow it on the stream, may
+ * come until the communicator's state is ncclSuccess again. So collectives wait here in order
+ * and go to NCCL one at a time, each followed by its event once NCCL is done queueing it. */
+typedef enum {
+    RUN_WAITING,  /* not given to NCCL yet */
+    RUN_QUEUEING, /* given to NCCL, which is still queueing it */
+    RUN_QUEUED,   /* on the stream, its event recorded after it */
+} run_state;
+
 typedef struct pending {
-    void *event;
+    run_state state;
+    int coll, root;
+    rd_dtype dt;
+    rd_redop op;
+    const void *in;
+    void *out;
+    size_t count;
+    void *event; /* made at run, recorded once queued */
     rd_backend_done_fn done;
     void *arg;
     struct pending *next;
@@ -124,17 +141,19 @@ typedef struct pending {
 struct rd_transport {
     ncclComm_t comm;
     int device, nranks, rank;
-    void *stream;         /* the transport's own: collectives in the order they were queued */
-    struct event *ticker; /* polls the pending runs on their loop */
-    pending *head, *tail;
+    void *stream;         /* the transport's own: collectives in the order they were run */
+    struct event *ticker; /* advances and reports the pending runs on their loop */
+    pending *head, *tail; /* in run order: QUEUED ones, then at most one QUEUEING, then WAITING */
 };
 
-/* "ncclUnhandledCudaError: ... (last error: ...)" for a failed call's result. */
+/* "call: unhandled cuda error (NCCL's last error: ...)" for a failed call's result. NCCL's last
+ * error is the process's latest, which may be another communicator's: labelled as such. */
 static void nccl_error(const rd_transport *t, ncclResult_t rc, const char *call, char *err,
                        size_t errlen)
 {
     const char *last = t != NULL && t->comm != NULL ? nccl.last_error(t->comm) : "";
-    say(err, errlen, "%s: %s%s%s", call, nccl.error_string(rc), last[0] ? ": " : "", last);
+    say(err, errlen, "%s: %s%s%s%s", call, nccl.error_string(rc),
+        last[0] ? " (NCCL's last error: " : "", last, last[0] ? ")" : "");
 }
 
 static int nccl_make_id(uint8_t *id, size_t *id_len, char *err, size_t errlen)
@@ -226,50 +245,103 @@ static void finish_head(rd_transport *t, int status, const char *why)
     free(p);
 }
 
-/* On the loop while runs are pending: reports those whose event has happened, in order, and
- * fails them all on an asynchronous error of the communicator. */
+/* Gives p to NCCL. Returns 0, or -1 with err set. */
+static int issue(rd_transport *t, pending *p, char *err, size_t errlen)
+{
+    static const ncclDataType_t types[RD_DT_COUNT] = {
+        [RD_DT_F32] = ncclFloat32, [RD_DT_F64] = ncclFloat64, [RD_DT_F16] = ncclFloat16,
+        [RD_DT_BF16] = ncclBfloat16, [RD_DT_I32] = ncclInt32, [RD_DT_I64] = ncclInt64,
+        [RD_DT_U8] = ncclUint8};
+    static const ncclRedOp_t ops[RD_OP_COUNT] = {[RD_OP_SUM] = ncclSum, [RD_OP_MIN] = ncclMin,
+                                                 [RD_OP_MAX] = ncclMax, [RD_OP_PROD] = ncclProd};
+    ncclResult_t rc;
+    switch (p->coll) {
+    case RD_COLL_ALLREDUCE:
+        rc = nccl.all_reduce(p->in, p->out, p->count, types[p->dt], ops[p->op], t->comm,
+                             t->stream);
+        break;
+    case RD_COLL_BROADCAST:
+        rc = nccl.broadcast(p->in, p->out, p->count, types[p->dt], p->root, t->comm, t->stream);
+        break;
+    default:
+        rc = nccl.all_gather(p->in, p->out, p->count, types[p->dt], t->comm, t->stream);
+        break;
+    }
+    if (rc != ncclSuccess && rc != ncclInProgress) {
+        nccl_error(t, rc, "queueing an NCCL collective", err, errlen);
+        return -1;
+    }
+    p->state = RUN_QUEUEING;
+    return 0;
+}
+
+/* Moves the runs along as far as NCCL lets them: records the event of the one NCCL finished
+ * queueing, gives it the next. Returns 0, or -1 with err set when the communicator failed. */
+static int advance(rd_transport *t, char *err, size_t errlen)
+{
+    for (;;) {
+        pending *p = t->head;
+        while (p != NULL && p->state == RUN_QUEUED)
+            p = p->next;
+        if (p == NULL)
+            return 0;
+        int st = nccl_poll(t, err, errlen);
+        if (st != 0)
+            return st < 0 ? -1 : 0; /* NCCL is still queueing: next tick */
+        if (p->state == RUN_QUEUEING) {
+            if (rd_cuda_event_record(t->device, p->event, t->stream, err, errlen) != 0)
+                return -1;
+            p->state = RUN_QUEUED;
+            continue;
+        }
+        if (issue(t, p, err, errlen) != 0)
+            return -1;
+    }
+}
+
+static void arm(rd_transport *t)
+{
+    if (t->head != NULL && !event_pending(t->ticker, EV_TIMEOUT, NULL)) {
+        struct timeval tv = {0, RD_NCCL_POLL_US};
+        event_add(t->ticker, &tv);
+    }
+}
+
+/* On the loop while runs are pending: moves them along, then reports those whose event has
+ * happened, in order. A failure of the communicator fails them all (the caller aborts it). */
 static void on_tick(evutil_socket_t fd, short what, void *arg)
 {
     rd_transport *t = arg;
     char why[512];
     (void)fd;
     (void)what;
-    if (nccl_poll(t, why, sizeof(why)) < 0) {
+    if (advance(t, why, sizeof(why)) != 0) {
         while (t->head != NULL)
             finish_head(t, -1, why);
         return;
     }
-    while (t->head != NULL) {
+    while (t->head != NULL && t->head->state == RUN_QUEUED) {
         int done = rd_cuda_event_done(t->device, t->head->event, why, sizeof(why));
         if (done == 0)
             break;
         finish_head(t, done > 0 ? 0 : -1, why);
     }
-    if (t->head != NULL) {
-        struct timeval tv = {0, RD_NCCL_POLL_US};
-        event_add(t->ticker, &tv);
-    }
+    arm(t);
 }
 
 static int nccl_run(rd_transport *t, struct event_base *base, int coll, rd_dtype dt, rd_redop op,
                     const void *in, void *out, size_t count, int root, rd_backend_done_fn done,
                     void *arg, char *err, size_t errlen)
 {
-    static const ncclDataType_t types[RD_DT_COUNT] = {
-        [RD_DT_F32] = ncclFloat32, [RD_DT_F64] = ncclFloat64, [RD_DT_F16] = ncclFloat16,
-        [RD_DT_BF16] = ncclBfloat16, [RD_DT_I32] = ncclInt32, [RD_DT_I64] = ncclInt64,
-        [RD_DT_U8] = ncclUint8};
-    static const ncclRedOp_t ops[RD_OP_COUNT] = {[RD_OP_SUM] = ncclSum, [RD_OP_AVG] = ncclAvg,
-                                                 [RD_OP_MIN] = ncclMin, [RD_OP_MAX] = ncclMax,
-                                                 [RD_OP_PROD] = ncclProd};
-    ncclResult_t rc;
     pending *p;
 
-    if ((unsigned)dt >= RD_DT_COUNT || (unsigned)op >= RD_OP_COUNT ||
+    /* AVG: ringd's engine runs SUM and divides as its own kernels do (NCCL's ncclAvg scales
+     * each input first, in the element type) */
+    if ((unsigned)dt >= RD_DT_COUNT || (unsigned)op >= RD_OP_COUNT || op == RD_OP_AVG ||
         (coll == RD_COLL_BROADCAST && (root < 0 || root >= t->nranks)) ||
         (coll != RD_COLL_ALLREDUCE && coll != RD_COLL_BROADCAST && coll != RD_COLL_ALLGATHER)) {
-        say(err, errlen, "NCCL collective %d of dtype %d, op %d, root %d: not one NCCL runs",
-            coll, (int)dt, (int)op, root);
+        say(err, errlen, "NCCL collective %d of dtype %d, op %d, root %d: not one ringd runs on "
+            "NCCL", coll, (int)dt, (int)op, root);
         return -1;
     }
     if (t->ticker == NULL && (t->ticker = event_new(base, -1, 0, on_tick, t)) == NULL) {
@@ -280,30 +352,20 @@ static int nccl_run(rd_transport *t, struct event_base *base, int coll, rd_dtype
         say(err, errlen, "out of memory");
         return -1;
     }
-    if (rd_cuda_use(t->device, err, errlen) != 0) {
+    /* the event exists before NCCL has the collective: once it has, only recording is left */
+    if (rd_cuda_use(t->device, err, errlen) != 0 ||
+        (p->event = rd_cuda_event_new(t->device, err, errlen)) == NULL) {
         free(p);
         return -1;
     }
-    switch (coll) {
-    case RD_COLL_ALLREDUCE:
-        rc = nccl.all_reduce(in, out, count, types[dt], ops[op], t->comm, t->stream);
-        break;
-    case RD_COLL_BROADCAST:
-        rc = nccl.broadcast(in, out, count, types[dt], root, t->comm, t->stream);
-        break;
-    default: rc = nccl.all_gather(in, out, count, types[dt], t->comm, t->stream); break;
-    }
-    /* non-blocking: a collective may still be being queued (in progress) when the call returns;
-     * the event recorded after it on the stream follows it either way */
-    if (rc != ncclSuccess && rc != ncclInProgress) {
-        nccl_error(t, rc, "queueing an NCCL collective", err, errlen);
-        free(p);
-        return -1;
-    }
-    if ((p->event = rd_cuda_event_record(t->device, t->stream, err, errlen)) == NULL) {
-        free(p);
-        return -1;
-    }
+    p->state = RUN_WAITING;
+    p->coll = coll;
+    p->root = root;
+    p->dt = dt;
+    p->op = op;
+    p->in = in;
+    p->out = out;
+    p->count = count;
     p->done = done;
     p->arg = arg;
     if (t->tail != NULL)
@@ -311,23 +373,27 @@ static int nccl_run(rd_transport *t, struct event_base *base, int coll, rd_dtype
     else
         t->head = p;
     t->tail = p;
-    if (!event_pending(t->ticker, EV_TIMEOUT, NULL)) {
-        struct timeval tv = {0, RD_NCCL_POLL_US};
-        event_add(t->ticker, &tv);
-    }
+    arm(t); /* NCCL gets it on the next tick, never from within run: done is never reentered */
     return 0;
 }
 
+/* ncclCommAbort first (it returns once NCCL's kernels and threads for the communicator have
+ * stopped, non-blocking or not), then the stream drained: when a done reports, nothing on the
+ * device touches that run's buffers any more. Runs whose event had happened succeeded. */
 static void nccl_abort(rd_transport *t)
 {
     if (t == NULL)
         return;
-    while (t->head != NULL)
-        finish_head(t, -1, "the NCCL communicator was aborted");
+    rd_cuda_use(t->device, NULL, 0);
+    nccl.abort(t->comm);
+    rd_cuda_stream_sync(t->device, t->stream, NULL, 0);
     if (t->ticker != NULL)
         event_free(t->ticker);
-    if (rd_cuda_use(t->device, NULL, 0) == 0)
-        nccl.abort(t->comm); /* returns once NCCL's kernels and threads for it have stopped */
+    while (t->head != NULL) {
+        int ok = t->head->state == RUN_QUEUED &&
+                 rd_cuda_event_done(t->device, t->head->event, NULL, 0) > 0;
+        finish_head(t, ok ? 0 : -1, "the NCCL communicator was aborted");
+    }
     rd_cuda_stream_free(t->device, t->stream);
     free(t);
 }

@@ -133,6 +133,23 @@ int main(void)
                 failed = 1;
             }
         }
+        /* two runs back to back go to NCCL one after the other, reported in order */
+        outcome a = {0, 0, ""}, b = {0, 0, ""};
+        if (!failed &&
+            (ops->run(t, base, RD_COLL_ALLREDUCE, RD_DT_F32, RD_OP_SUM, in, out, N, 0, on_done,
+                      &a, why, sizeof(why)) != 0 ||
+             ops->run(t, base, RD_COLL_BROADCAST, RD_DT_F32, RD_OP_SUM, in, out, N, 0, on_done,
+                      &b, why, sizeof(why)) != 0)) {
+            printf("FAIL: %s: two runs: %s\n", what, why);
+            failed = 1;
+        }
+        for (int i = 0; !failed && b.calls == 0 && i < 600000; i++)
+            event_base_loop(base, EVLOOP_ONCE);
+        if (!failed && (a.calls != 1 || b.calls != 1 || a.status != 0 || b.status != 0)) {
+            printf("FAIL: %s: two runs back to back: %d/%d calls, status %d/%d (%s %s)\n", what,
+                   a.calls, b.calls, a.status, b.status, a.why, b.why);
+            failed = 1;
+        }
         /* an abort with a collective queued: its done comes before abort returns */
         outcome o = {0, 0, ""};
         if (!failed && ops->run(t, base, RD_COLL_ALLREDUCE, RD_DT_F32, RD_OP_SUM, in, out, N, 0,
@@ -150,6 +167,8 @@ int main(void)
             printf("NCCL %s: a one-rank communicator formed, ran 3 collectives, aborted with one "
                    "queued (%s)\n",
                    what, o.status == 0 ? "it had finished" : o.why);
+        /* the next generation's fill must not overtake anything of this one's */
+        rd_cuda_stream_sync(0, NULL, why, sizeof(why));
     }
     rd_cuda_free(0, in);
     rd_cuda_free(0, out);
