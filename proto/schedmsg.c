@@ -1,4 +1,5 @@
-/* Scheduling messages (Ready, Go) between plain values and control messages, checked coming in. */
+/* Scheduling messages (Ready, Go, and the device transport's DevOffer, DevPlan, DevConfirm)
+ * between plain values and control messages, checked coming in. */
 #include "schedmsg.h"
 
 #include <inttypes.h>
@@ -162,13 +163,81 @@ static rd_schedmsg_status go_decode(const Ringd__Go *g, rd_schedmsg *out, char *
     return RD_SCHEDMSG_DECODED;
 }
 
+/* why as decoded: "" for none; -1 with err set when over RD_SCHEDMSG_MESSAGE_MAX bytes. */
+static int why_decode(const char *why, const char *what, const char **out, char *err,
+                      size_t errlen)
+{
+    *out = why != NULL ? why : "";
+    if (strnlen(*out, RD_SCHEDMSG_MESSAGE_MAX + 1) > RD_SCHEDMSG_MESSAGE_MAX) {
+        snprintf(err, errlen, "%s with a reason over %u bytes", what, RD_SCHEDMSG_MESSAGE_MAX);
+        return -1;
+    }
+    return 0;
+}
+
+/* A DevOffer, DevPlan or DevConfirm's plain value. */
+static rd_schedmsg_status dev_decode(const rd_msg *m, rd_schedmsg *out, char *err, size_t errlen)
+{
+    rd_schedmsg v = {0};
+    const char *why;
+    switch (m->body_case) {
+    case RINGD__MSG__BODY_DEV_OFFER:
+        if (m->dev_offer->want > RD_DEV_WANT_TCP) {
+            snprintf(err, errlen, "DevOffer with transport choice %u", m->dev_offer->want);
+            return RD_SCHEDMSG_BAD;
+        }
+        v.kind = RD_SCHEDMSG_DEV_OFFER;
+        v.generation = m->dev_offer->generation;
+        v.dev.want = (int)m->dev_offer->want;
+        v.dev.device = m->dev_offer->device != 0;
+        v.dev.can = m->dev_offer->can != 0;
+        why = m->dev_offer->why;
+        break;
+    case RINGD__MSG__BODY_DEV_PLAN: {
+        const Ringd__DevPlan *p = m->dev_plan;
+        if (p->transport > RD_DEV_NCCL ||
+            (p->transport == RD_DEV_NCCL && (p->id.len == 0 || p->id.len > RD_SCHEDMSG_ID_MAX)) ||
+            (p->transport == RD_DEV_TCP && p->id.len != 0)) {
+            snprintf(err, errlen, "DevPlan of transport %u with a %zu-byte id", p->transport,
+                     p->id.len);
+            return RD_SCHEDMSG_BAD;
+        }
+        v.kind = RD_SCHEDMSG_DEV_PLAN;
+        v.generation = p->generation;
+        v.dev.transport = (int)p->transport;
+        v.dev.required = p->required != 0;
+        v.dev.id = p->id.data;
+        v.dev.id_len = p->id.len;
+        why = p->why;
+        break;
+    }
+    default:
+        if (m->dev_confirm->state < RD_DEV_JOINED || m->dev_confirm->state > RD_DEV_FAILED) {
+            snprintf(err, errlen, "DevConfirm of state %u", m->dev_confirm->state);
+            return RD_SCHEDMSG_BAD;
+        }
+        v.kind = RD_SCHEDMSG_DEV_CONFIRM;
+        v.generation = m->dev_confirm->generation;
+        v.dev.confirm = (int)m->dev_confirm->state;
+        why = m->dev_confirm->why;
+        break;
+    }
+    if (why_decode(why, "a device transport message", &v.dev.why, err, errlen) != 0)
+        return RD_SCHEDMSG_BAD;
+    *out = v;
+    return RD_SCHEDMSG_DECODED;
+}
+
 rd_schedmsg_status rd_schedmsg_decode(const rd_msg *m, rd_schedmsg *out, char *err, size_t errlen)
 {
-    if (m->body_case == RINGD__MSG__BODY_READY)
-        return ready_decode(m->ready, out, err, errlen);
-    if (m->body_case == RINGD__MSG__BODY_GO)
-        return go_decode(m->go, out, err, errlen);
-    return RD_SCHEDMSG_OTHER;
+    switch (m->body_case) {
+    case RINGD__MSG__BODY_READY: return ready_decode(m->ready, out, err, errlen);
+    case RINGD__MSG__BODY_GO: return go_decode(m->go, out, err, errlen);
+    case RINGD__MSG__BODY_DEV_OFFER:
+    case RINGD__MSG__BODY_DEV_PLAN:
+    case RINGD__MSG__BODY_DEV_CONFIRM: return dev_decode(m, out, err, errlen);
+    default: return RD_SCHEDMSG_OTHER;
+    }
 }
 
 void rd_schedmsg_release(rd_schedmsg *s)
@@ -200,10 +269,56 @@ static void spec_encode(const rd_op_spec *s, Ringd__OpSpec *o)
     o->data.len = s->len;
 }
 
+/* A device-transport message: the message and its body in one block. */
+static rd_msg *dev_encode(const rd_schedmsg *v)
+{
+    union {
+        Ringd__DevOffer offer;
+        Ringd__DevPlan plan;
+        Ringd__DevConfirm confirm;
+    } *b;
+    rd_msg *m = malloc(sizeof(*m) + sizeof(*b));
+    if (m == NULL)
+        return NULL;
+    ringd__msg__init(m);
+    b = (void *)(m + 1);
+    char *why = (char *)(v->dev.why != NULL ? v->dev.why : "");
+    if (v->kind == RD_SCHEDMSG_DEV_OFFER) {
+        ringd__dev_offer__init(&b->offer);
+        b->offer.generation = v->generation;
+        b->offer.want = (uint32_t)v->dev.want;
+        b->offer.device = v->dev.device != 0;
+        b->offer.can = v->dev.can != 0;
+        b->offer.why = why;
+        m->body_case = RINGD__MSG__BODY_DEV_OFFER;
+        m->dev_offer = &b->offer;
+    } else if (v->kind == RD_SCHEDMSG_DEV_PLAN) {
+        ringd__dev_plan__init(&b->plan);
+        b->plan.generation = v->generation;
+        b->plan.transport = (uint32_t)v->dev.transport;
+        b->plan.id.data = (uint8_t *)v->dev.id;
+        b->plan.id.len = v->dev.id_len;
+        b->plan.why = why;
+        b->plan.required = v->dev.required != 0;
+        m->body_case = RINGD__MSG__BODY_DEV_PLAN;
+        m->dev_plan = &b->plan;
+    } else {
+        ringd__dev_confirm__init(&b->confirm);
+        b->confirm.generation = v->generation;
+        b->confirm.state = (uint32_t)v->dev.confirm;
+        b->confirm.why = why;
+        m->body_case = RINGD__MSG__BODY_DEV_CONFIRM;
+        m->dev_confirm = &b->confirm;
+    }
+    return m;
+}
+
 /* One block holds the message, its body, the body's array of pointers and the entries they
  * point to: every part has a size that is a multiple of 8, which keeps the next one aligned. */
 rd_msg *rd_schedmsg_encode(const rd_schedmsg *v)
 {
+    if (v->kind != RD_SCHEDMSG_READY && v->kind != RD_SCHEDMSG_GO)
+        return dev_encode(v);
     int ready = v->kind == RD_SCHEDMSG_READY;
     size_t n = ready ? v->nops + v->nstalled : v->nnames;
     size_t body = ready ? sizeof(Ringd__Ready) : sizeof(Ringd__Go);

@@ -1,5 +1,6 @@
 /* The scheduling messages of a ring's nodes (Ready: ops a node announces; Go: the coordinator's
- * order) as plain values: the engine builds and reads these, the net layer encodes and decodes
+ * order; DevOffer, DevPlan, DevConfirm: the agreement on the generation's device transport) as
+ * plain values: the engine builds and reads these, the net layer encodes and decodes
  * them here, the only place that knows their wire format. What comes from a peer is checked here
  * (counts, names, lengths, each direct op's data against its own count and dtype); what needs the
  * engine's state (--direct-bytes, the table's size) is checked there. */
@@ -18,6 +19,8 @@ struct Ringd__Msg;
 #define RD_SCHEDMSG_MESSAGE_MAX 1024u
 /* Bytes of a direct op's data: the top of --direct-bytes' range. */
 #define RD_SCHEDMSG_DATA_MAX (16u << 20)
+/* Bytes of a device communicator's unique id (NCCL's are 128). */
+#define RD_SCHEDMSG_ID_MAX 128u
 
 /* What every rank's submission of one op must agree on: the wire's op spec. coll, dtype and redop
  * are OpType, DataType and ReduceOp values (rd_coll, rd_dtype and rd_redop in gpu/backend.h match
@@ -48,7 +51,28 @@ typedef enum {
                           it announced long ago, which a node that has not announced them ends as
                           stalled (name and message; params as the asker has them) */
     RD_SCHEDMSG_GO,    /* names[0..nnames): ops bound for the ring, run in that order */
+    RD_SCHEDMSG_DEV_OFFER,   /* node -> coordinator: dev.want, dev.device, dev.can, dev.why */
+    RD_SCHEDMSG_DEV_PLAN,    /* coordinator -> nodes: dev.transport (RD_DEV_TCP with dev.why, or
+                                RD_DEV_NCCL with dev.id[0..dev.id_len)) */
+    RD_SCHEDMSG_DEV_CONFIRM, /* node -> coordinator: dev.confirm (and dev.why when failed) */
 } rd_schedmsg_kind;
+
+/* --gpu-transport values, as DevOffer carries them. */
+enum { RD_DEV_WANT_AUTO = 0, RD_DEV_WANT_NCCL = 1, RD_DEV_WANT_TCP = 2 };
+/* A generation's device transport, as DevPlan carries it. */
+enum { RD_DEV_TCP = 0, RD_DEV_NCCL = 1 };
+/* How a node's communicator came on, as DevConfirm carries it. */
+enum { RD_DEV_JOINED = 1, RD_DEV_FORMED = 2, RD_DEV_FAILED = 3 };
+
+/* The fields of the device-transport messages; strings and id borrowed. */
+typedef struct {
+    int want, device, can;  /* DevOffer */
+    int transport, required; /* DevPlan (required: TCP, though some node wants NCCL) */
+    const uint8_t *id;      /* DevPlan of NCCL: 1..RD_SCHEDMSG_ID_MAX bytes; else none */
+    size_t id_len;
+    int confirm;            /* DevConfirm */
+    const char *why;        /* never NULL once decoded; at most RD_SCHEDMSG_MESSAGE_MAX bytes */
+} rd_devmsg;
 
 /* One scheduling message. generation is the ring's (rd_world_send stamps the current one). */
 typedef struct {
@@ -58,6 +82,7 @@ typedef struct {
     size_t nops, nstalled;
     const char *const *names; /* Go */
     size_t nnames;
+    rd_devmsg dev; /* DevOffer, DevPlan, DevConfirm */
 } rd_schedmsg;
 
 typedef enum {
@@ -72,7 +97,8 @@ typedef enum {
  * op unless it failed; messages are at most RD_SCHEDMSG_MESSAGE_MAX bytes, data at most
  * RD_SCHEDMSG_DATA_MAX, and only a direct op has any: of an allreduce exactly count elements, of
  * a broadcast those or none, of an allgather a whole number of times those. The entries of a Go
- * carry only their names (no node sets the rest). Any thread. */
+ * carry only their names (no node sets the rest). The device messages' enums are in range, a
+ * plan of NCCL carries an id and one of TCP none. Any thread. */
 rd_schedmsg_status rd_schedmsg_decode(const struct Ringd__Msg *m, rd_schedmsg *out, char *err,
                                       size_t errlen);
 

@@ -297,3 +297,73 @@ Test(schedmsg, data_over_the_limit_is_refused)
     cr_assert_eq(decode_after_wire(&v, err, sizeof(err)), RD_SCHEDMSG_DECODED, "%s", err);
     free(big);
 }
+
+Test(schedmsg, device_transport_messages_survive_the_wire)
+{
+    uint8_t id[RD_SCHEDMSG_ID_MAX];
+    for (size_t i = 0; i < sizeof(id); i++)
+        id[i] = (uint8_t)(i * 7 + 1);
+    const rd_schedmsg v[] = {
+        {.kind = RD_SCHEDMSG_DEV_OFFER,
+         .generation = 9,
+         .dev = {.want = RD_DEV_WANT_NCCL, .device = 1, .can = 0, .why = "no NCCL library"}},
+        {.kind = RD_SCHEDMSG_DEV_PLAN,
+         .generation = 9,
+         .dev = {.transport = RD_DEV_NCCL, .id = id, .id_len = sizeof(id)}},
+        {.kind = RD_SCHEDMSG_DEV_PLAN,
+         .generation = 9,
+         .dev = {.transport = RD_DEV_TCP, .why = "ranks on node b pass host memory"}},
+        {.kind = RD_SCHEDMSG_DEV_CONFIRM,
+         .generation = 9,
+         .dev = {.confirm = RD_DEV_FAILED, .why = "ncclCommInitRankConfig: timeout"}},
+    };
+    for (size_t k = 0; k < sizeof(v) / sizeof(v[0]); k++) {
+        rd_msg *m;
+        rd_schedmsg d;
+        decoded_after_wire(&v[k], &m, &d);
+        cr_assert_eq(d.dev.want, v[k].dev.want);
+        cr_assert_eq(d.dev.device, v[k].dev.device);
+        cr_assert_eq(d.dev.can, v[k].dev.can);
+        cr_assert_eq(d.dev.transport, v[k].dev.transport);
+        cr_assert_eq(d.dev.confirm, v[k].dev.confirm);
+        cr_assert_eq(d.dev.id_len, v[k].dev.id_len);
+        cr_assert(d.dev.id_len == 0 || memcmp(d.dev.id, id, d.dev.id_len) == 0);
+        cr_assert_str_eq(d.dev.why, v[k].dev.why != NULL ? v[k].dev.why : "");
+        rd_schedmsg_release(&d);
+        rd_frame_free(m);
+    }
+}
+
+Test(schedmsg, impossible_device_transport_messages_are_refused)
+{
+    uint8_t id[RD_SCHEDMSG_ID_MAX + 1] = {0};
+    char *long_why = malloc(RD_SCHEDMSG_MESSAGE_MAX + 2);
+    cr_assert_not_null(long_why);
+    memset(long_why, 'w', RD_SCHEDMSG_MESSAGE_MAX + 1);
+    long_why[RD_SCHEDMSG_MESSAGE_MAX + 1] = '\0';
+    const struct {
+        rd_schedmsg v;
+        const char *says;
+    } bad[] = {
+        {{.kind = RD_SCHEDMSG_DEV_OFFER, .dev = {.want = 3}}, "transport choice 3"},
+        {{.kind = RD_SCHEDMSG_DEV_PLAN, .dev = {.transport = 2}}, "transport 2"},
+        {{.kind = RD_SCHEDMSG_DEV_PLAN, .dev = {.transport = RD_DEV_NCCL}}, "0-byte id"},
+        {{.kind = RD_SCHEDMSG_DEV_PLAN,
+          .dev = {.transport = RD_DEV_NCCL, .id = id, .id_len = sizeof(id)}},
+         "129-byte id"},
+        {{.kind = RD_SCHEDMSG_DEV_PLAN, .dev = {.transport = RD_DEV_TCP, .id = id, .id_len = 8}},
+         "8-byte id"},
+        {{.kind = RD_SCHEDMSG_DEV_CONFIRM, .dev = {.confirm = 0}}, "state 0"},
+        {{.kind = RD_SCHEDMSG_DEV_CONFIRM, .dev = {.confirm = 4}}, "state 4"},
+        {{.kind = RD_SCHEDMSG_DEV_CONFIRM, .dev = {.confirm = RD_DEV_FAILED, .why = long_why}},
+         "reason over"},
+    };
+    for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++) {
+        char err[256];
+        cr_assert_eq(decode_after_wire(&bad[k].v, err, sizeof(err)), RD_SCHEDMSG_BAD, "case %zu",
+                     k);
+        cr_assert(strstr(err, bad[k].says) != NULL, "case %zu: '%s' lacks '%s'", k, err,
+                  bad[k].says);
+    }
+    free(long_why);
+}

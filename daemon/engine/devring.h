@@ -1,0 +1,127 @@
+/* The device transport of a multi-node job's ring, agreed afresh at every generation over the
+ * ring's authenticated control links (never through Redis):
+ *   1. once the ring is up, every node offers what it can to the coordinator (DevOffer);
+ *   2. the coordinator decides for the whole generation (rd_devring_decide) and sends its plan
+ *      to every node (DevPlan): the TCP ring, or NCCL with a unique id it made for this
+ *      generation alone;
+ *   3. under NCCL each node starts its communicator with that id, rank = its ring position, and
+ *      confirms to the coordinator that it joined, then that it formed (DevConfirm);
+ *   4. the generation's transport is settled on a node once its plan is TCP, or once its own
+ *      communicator formed; the coordinator, once every node's has.
+ * Every wait is bounded by timeout_ms (--peer-timeout): a node that does not join in time is
+ * named for setting aside, like a node the ring cannot reach; a communicator that fails, or
+ * joins and does not form in time, fails the generation and the ring re-forms. What comes from
+ * another generation is ignored; what a node of this generation could not have sent is refused.
+ * Pure protocol: messages, communicators and time are the caller's (rd_devring_events).
+ * Loop thread only. */
+#ifndef RD_DEVRING_H
+#define RD_DEVRING_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "schedmsg.h"
+
+/* What a node offers for a generation (a DevOffer). */
+typedef struct {
+    int want;        /* its --gpu-transport: RD_DEV_WANT_AUTO, _NCCL or _TCP */
+    int device;      /* 1: every rank of the job on it passes device memory */
+    int can;         /* 1: it can form an NCCL communicator (library, GPU) */
+    const char *why; /* can 0: why not */
+} rd_devring_offer;
+
+/* The transport of a generation for offers[0..n) of the nodes named names[0..n), in ring
+ * order: RD_DEV_NCCL when no node wants TCP, every node's ranks pass device memory and every
+ * node can form a communicator; else RD_DEV_TCP, with why naming the first node that stands in
+ * the way ("node b: no NCCL library"). A node that wants NCCL does not change the choice: it
+ * only makes a TCP plan an error for its device ops (rd_devring_required). */
+int rd_devring_decide(const rd_devring_offer *offers, const char *const *names, int n, char *why,
+                      size_t len);
+
+typedef enum {
+    RD_DEVRING_IDLE,     /* no ring of a generation */
+    RD_DEVRING_LINKING,  /* the ring forms: the coordinator keeps the offers that come early */
+    RD_DEVRING_OFFERING, /* this node's offer made; the coordinator collects every node's */
+    RD_DEVRING_JOINING,  /* NCCL: this node's communicator is starting */
+    RD_DEVRING_FORMED,   /* NCCL: this node's communicator formed; the coordinator waits for
+                            every other node's */
+    RD_DEVRING_NCCL,     /* settled: device ops cross nodes on NCCL */
+    RD_DEVRING_TCP,      /* settled: device ops cross nodes on the TCP ring, through the host */
+    RD_DEVRING_FAILED,   /* NCCL failed this generation: the ring re-forms */
+    RD_DEVRING_NSTATES
+} rd_devring_state;
+
+const char *rd_devring_state_name(rd_devring_state st);
+
+/* Calls to the owner (the job), arg being the one given to rd_devring_new. */
+typedef struct {
+    /* Sends m (DevOffer, DevPlan or DevConfirm) to the node at position to, or with to -1 to
+     * every other node. */
+    void (*send)(void *arg, int to, const rd_schedmsg *m);
+    /* Coordinator, NCCL planned: a new unique id into id (*len bytes, at most
+     * RD_SCHEDMSG_ID_MAX). Returns 0, or -1 with err set. */
+    int (*make_id)(void *arg, uint8_t *id, size_t *len, char *err, size_t errlen);
+    /* Starts this node's communicator: rank of nranks, from id[0..len). Returns 0 once started
+     * (rd_devring_formed follows), or -1 with err set. */
+    int (*join)(void *arg, const uint8_t *id, size_t len, int nranks, int rank, char *err,
+                size_t errlen);
+    /* The generation's transport is settled: state RD_DEVRING_NCCL or RD_DEVRING_TCP (why says
+     * why not NCCL). */
+    void (*settled)(void *arg, rd_devring_state st, const char *why);
+    /* NCCL failed this generation (why): the ring must re-form. aside[0..naside): positions of
+     * nodes that never joined, to be set aside as nodes that cannot be reached. The owner ends
+     * this node's communicator (rd_devring_end follows with the ring's end). */
+    void (*failed)(void *arg, const char *why, const int *aside, int naside);
+} rd_devring_events;
+
+typedef struct rd_devring rd_devring;
+
+/* A protocol reporting to ev with arg (ev copied). Returns NULL when out of memory. */
+rd_devring *rd_devring_new(const rd_devring_events *ev, void *arg);
+
+/* NULL is a no-op. */
+void rd_devring_free(rd_devring *d);
+
+/* The ring of generation forms with nnodes nodes named names[0..nnodes) (copied), this node at
+ * position, the coordinator at 0: offers of nodes whose ring is up already are kept from now on.
+ * Waits end timeout_ms after this node offers. Returns 0, or -1 when out of memory. */
+int rd_devring_start(rd_devring *d, uint64_t generation, int nnodes, int position,
+                     const char *const *names, int64_t timeout_ms);
+
+/* The ring is up: this node offers own (its strings copied) at now_ms. A ring of one node
+ * settles on TCP at once (nothing crosses nodes). Returns 0, or -1 when out of memory. */
+int rd_devring_up(rd_devring *d, const rd_devring_offer *own, int64_t now_ms);
+
+/* The ring of the generation ended: back to idle (the owner ends any communicator). */
+void rd_devring_end(rd_devring *d);
+
+/* A DevOffer, DevPlan or DevConfirm (decoded) from the node at position from, come at now_ms.
+ * One of another generation, or come while idle or failed, is ignored (returns 0). Returns 0, or -1 with err set when no
+ * node of this generation could have sent it (an offer to a node that is not the coordinator,
+ * a plan from one, a second offer or plan, a confirm before the plan or out of order): the
+ * caller drops the ring. */
+int rd_devring_message(rd_devring *d, int from, const rd_schedmsg *m, int64_t now_ms, char *err,
+                       size_t errlen);
+
+/* This node's communicator, started by join, formed (ok 1) or failed (ok 0, why). Ignored
+ * unless this node is joining. */
+void rd_devring_formed(rd_devring *d, int ok, const char *why);
+
+/* When rd_devring_tick is next due (ms, the clock of now_ms), or 0 while nothing waits. */
+int64_t rd_devring_deadline(const rd_devring *d);
+
+/* The clock: a wait past its deadline fails the generation (naming the nodes that never joined
+ * to the coordinator). */
+void rd_devring_tick(rd_devring *d, int64_t now_ms);
+
+rd_devring_state rd_devring_state_of(const rd_devring *d);
+uint64_t rd_devring_generation(const rd_devring *d);
+
+/* Why the generation is on TCP, or failed ("" otherwise); owned by d, valid until it changes. */
+const char *rd_devring_why(const rd_devring *d);
+
+/* 1 when some node of a settled TCP generation wants NCCL (--gpu-transport nccl): device ops
+ * must then fail with rd_devring_why rather than cross through the host. */
+int rd_devring_required(const rd_devring *d);
+
+#endif
