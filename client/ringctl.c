@@ -56,6 +56,12 @@ static void print_ring(const Ringd__RingInfo *ri)
 {
     printf("    ring: %s, generation %" PRIu64 ", this node at position %u, coordinator %s\n",
            ri->state, ri->generation, ri->position, ri->coordinator);
+    if (ri->gpu_transport[0] != '\0') {
+        printf("    device tensors across nodes: %s", ri->gpu_transport);
+        if (ri->gpu_transport_why[0] != '\0')
+            printf(" (%s)", ri->gpu_transport_why);
+        printf("\n");
+    }
     printf("      %-5s %-20s %-24s %6s %s\n", "rank", "node", "address", "ranks", "state");
     for (size_t k = 0; k < ri->n_members; k++) {
         const Ringd__MemberInfo *m = ri->members[k];
@@ -133,6 +139,8 @@ static json_object *ring_json(const Ringd__RingInfo *ri)
     json_object_object_add(o, "state", json_object_new_string(ri->state));
     json_object_object_add(o, "position", json_object_new_int64(ri->position));
     json_object_object_add(o, "coordinator", json_object_new_string(ri->coordinator));
+    json_object_object_add(o, "gpu_transport", json_object_new_string(ri->gpu_transport));
+    json_object_object_add(o, "gpu_transport_why", json_object_new_string(ri->gpu_transport_why));
     json_object *members = json_object_new_array();
     for (size_t k = 0; k < ri->n_members; k++) {
         const Ringd__MemberInfo *m = ri->members[k];

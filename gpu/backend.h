@@ -103,9 +103,12 @@ typedef void (*rd_backend_done_fn)(void *arg, int status, const char *why);
 typedef struct rd_transport rd_transport;
 #define RD_TRANSPORT_ID_MAX 128
 typedef struct {
+    /* 0 when this transport can be used here (its library loads); -1 with err set saying why
+     * not. Cheap after the first call. Loop thread, as every call here. */
+    int (*probe)(char *err, size_t errlen);
     /* A new communicator id into id (*id_len bytes, at most RD_TRANSPORT_ID_MAX), made by the
      * coordinator of each generation. Returns 0, or -1 with err set (no library among the
-     * reasons). Loop thread, as every call here. */
+     * reasons). */
     int (*make_id)(uint8_t *id, size_t *id_len, char *err, size_t errlen);
     /* Starts a communicator for rank of nranks on device, all of whom were given the same id;
      * it never blocks: poll says when it is ready. Returns NULL with err set. */

@@ -399,6 +399,7 @@ static void nccl_abort(rd_transport *t)
 }
 
 const rd_transport_ops rd_nccl_ops = {
+    .probe = nccl_ready,
     .make_id = nccl_make_id,
     .init = nccl_init,
     .poll = nccl_poll,

@@ -38,6 +38,9 @@ typedef struct {
     const char *state;
     uint32_t position;         /* this node's, in ring order */
     const char *coordinator;   /* NULL before the first view */
+    const char *gpu_transport; /* how device ops cross nodes at this generation ("nccl", "tcp",
+                                  or how far the nodes' agreement came); NULL: not known */
+    const char *gpu_transport_why; /* why not NCCL, or why it failed ("" otherwise) */
     rd_member_status *members; /* nmembers, malloc'd: released with the status */
     size_t nmembers;
     rd_link_status links[2]; /* the first nlinks: to the next node, from the previous one */

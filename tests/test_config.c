@@ -71,6 +71,8 @@ static void field_text(const rd_config *c, const char *name, char *buf, size_t l
         snprintf(buf, len, "%" PRId64, c->log_level);
     else if (strcmp(name, "max-clients") == 0)
         snprintf(buf, len, "%" PRId64, c->max_clients);
+    else if (strcmp(name, "gpu-transport") == 0)
+        snprintf(buf, len, "%" PRId64, c->gpu_transport);
     else
         cr_assert_fail("no option %s", name);
 }
@@ -137,6 +139,7 @@ static struct override_case overrides[] = {
     {"threads", "RINGD_THREADS=3", "3", "256", "256"},
     {"max-clients", "RINGD_MAX_CLIENTS=1", "1", "65536", "65536"},
     {"log-level", "RINGD_LOG_LEVEL=debug", "0", "error", "3"},
+    {"gpu-transport", "RINGD_GPU_TRANSPORT=nccl", "1", "tcp", "2"},
 };
 
 ParameterizedTestParameters(config, lets_the_environment_override_a_default)
@@ -278,6 +281,7 @@ ParameterizedTest(struct help_case *c, config, prints_help_naming_every_option_a
         {"--threads", "RINGD_THREADS"},
         {"--max-clients", "RINGD_MAX_CLIENTS"},
         {"--log-level", "RINGD_LOG_LEVEL"},
+        {"--gpu-transport", "RINGD_GPU_TRANSPORT"},
     };
     rd_config cfg;
     char err[256];
@@ -354,6 +358,8 @@ ParameterizedTestParameters(config, refuses_bad_input_naming_the_culprit)
         {{"--max-clients", "65537"}, "", "max-clients"},
         {{"--log-level", "verbose"}, "", "log-level"},
         {{"--log-level", "INFO"}, "", "log-level"},
+        {{"--gpu-transport", "gloo"}, "", "gloo"},
+        {{""}, "RINGD_GPU_TRANSPORT=NCCL", "auto, nccl, tcp"},
         {{"stray"}, "", "stray"},
         {{"--threads", "2", "stray"}, "", "stray"},
         {{"--arena-size", "32G"}, "", "arena-max"},

@@ -828,9 +828,11 @@ static int ringctl_peer(int i, void *arg)
     return 0;
 }
 
-Test(multinode, ringctl_json_shows_both_members_of_the_ring_and_bytes_on_its_links, .timeout = 90)
+/* Two daemons started with extra arguments run a job of one host-memory client each; ringctl
+ * --json on each shows the ring, its links, and transport: the device transport line. */
+static void ringctl_json_shows(const char *const *extra, const char *transport)
 {
-    start_ring(2, NULL);
+    start_ring(2, extra);
     topo t = {2, {1, 1}};
     fflush(NULL);
     pid_t peer = fork();
@@ -862,6 +864,7 @@ Test(multinode, ringctl_json_shows_both_members_of_the_ring_and_bytes_on_its_lin
                  "    print(\"NO-RING\"); sys.exit(0)\n"
                  "g = j[\"ring\"]\n"
                  "print(g[\"generation\"] > 0, g[\"state\"])\n"
+                 "print(g[\"gpu_transport\"], g[\"gpu_transport_why\"])\n"
                  "for m in g[\"members\"]:\n"
                  "    print(m[\"first_rank\"], m[\"node\"], m[\"local_size\"], m[\"state\"],\n"
                  "          m[\"address\"].startswith(\"127.0.0.1:\"))\n"
@@ -878,14 +881,15 @@ Test(multinode, ringctl_json_shows_both_members_of_the_ring_and_bytes_on_its_lin
         }
         /* this node's links go to and come from the other node (a ring of two) */
         const char *other = k == 0 ? "n1" : "n0";
-        char want[512];
+        char want[1024];
         snprintf(want, sizeof(want),
                  "True up\n"
+                 "%s\n"
                  "0 n0 1 up True\n"
                  "1 n1 1 up True\n"
                  "%s send True True True\n"
                  "%s recv True True True\n",
-                 other, other);
+                 transport, other, other);
         cr_expect_str_eq(out, want, "ringctl on n%d", k);
         free(out);
     }
@@ -904,6 +908,21 @@ Test(multinode, ringctl_json_shows_both_members_of_the_ring_and_bytes_on_its_lin
     }
     cr_assert(ws != -1 && WIFEXITED(ws) && WEXITSTATUS(ws) == 0, "the n1 client failed");
     th_ring_finish(&ring_);
+}
+
+Test(multinode, ringctl_json_shows_both_members_of_the_ring_and_bytes_on_its_links, .timeout = 90)
+{
+    /* every node agreed at this generation, over the control links, that device tensors would
+     * cross on the TCP ring, and why */
+    ringctl_json_shows(NULL, "tcp node n0: its ranks pass host memory");
+}
+
+Test(multinode, nccl_required_where_it_cannot_run_is_shown_with_why_on_every_node,
+     .timeout = 90)
+{
+    static const char *const nccl[] = {"--gpu-transport", "nccl", NULL};
+    ringctl_json_shows(nccl, "tcp --gpu-transport nccl, and NCCL cannot run: node n0: its ranks "
+                             "pass host memory");
 }
 
 /* ---- 8. two nodes in two network namespaces ---- */

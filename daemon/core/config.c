@@ -11,7 +11,7 @@
 #include "log.h"
 #include "ringd_build.h"
 
-typedef enum { OPT_STRING, OPT_SIZE, OPT_INT, OPT_LOGLEVEL, OPT_FLAG } opt_type;
+typedef enum { OPT_STRING, OPT_SIZE, OPT_INT, OPT_CHOICE, OPT_FLAG } opt_type;
 
 typedef struct {
     const char *name;
@@ -21,75 +21,84 @@ typedef struct {
     int64_t min, max; /* inclusive range for sizes and integers */
     size_t offset;
     const char *help;
+    const char *const *choices; /* OPT_CHOICE: the values' names, NULL-terminated; the value
+                                   stored is the index of the name given */
 } opt_spec;
+
+static const char *const gpu_transports[] = {"auto", "nccl", "tcp", NULL};
 
 #define OFF(f) offsetof(rd_config, f)
 
 static const opt_spec options[] = {
     {"socket", "RINGD_SOCKET", OPT_STRING, "/run/ringd/ringd.sock", 1, RD_PATH_MAX - 1,
-     OFF(socket_path), "Unix socket clients connect to; its directory is created"},
+     OFF(socket_path), "Unix socket clients connect to; its directory is created", NULL},
     {"arena-size", "RINGD_ARENA_SIZE", OPT_SIZE, "1G", 131072, INT64_MAX, OFF(arena_size),
-     "shared-memory arena per client when it asks for none (pages are used only when touched)"},
+     "shared-memory arena per client when it asks for none (pages are used only when touched)", NULL},
     {"arena-max", "RINGD_ARENA_MAX", OPT_SIZE, "16G", 131072, INT64_MAX, OFF(arena_max),
-     "largest arena a client may ask for"},
+     "largest arena a client may ask for", NULL},
     {"device-arena-max", "RINGD_DEVICE_ARENA_MAX", OPT_SIZE, "8G", 0, INT64_MAX,
      OFF(device_arena_max),
-     "largest device arena (GPU memory) a client may ask for; 0: none are given"},
+     "largest device arena (GPU memory) a client may ask for; 0: none are given", NULL},
     {"max-frame", "RINGD_MAX_FRAME", OPT_SIZE, "1M", 1024, 1 << 30, OFF(max_frame),
-     "largest control message accepted; larger ones close the connection"},
+     "largest control message accepted; larger ones close the connection", NULL},
     {"inline-bytes", "RINGD_INLINE_BYTES", OPT_SIZE, "1M", 0, INT64_MAX, OFF(inline_bytes),
-     "collectives moving fewer bytes run on the event loop instead of the worker threads"},
+     "collectives moving fewer bytes run on the event loop instead of the worker threads", NULL},
     {"threads", "RINGD_THREADS", OPT_INT, "0", 0, 256, OFF(threads),
-     "data-path worker threads (0: one per online CPU, at most 8)"},
+     "data-path worker threads (0: one per online CPU, at most 8)", NULL},
     {"max-clients", "RINGD_MAX_CLIENTS", OPT_INT, "1024", 1, 65536, OFF(max_clients),
-     "connections served at once; more are refused"},
+     "connections served at once; more are refused", NULL},
     {"poll-us", "RINGD_POLL_US", OPT_INT, "100", 0, 1000000, OFF(poll_us),
      "microseconds to keep polling clients' shared rings after the last message before sleeping "
-     "(0: sleep at once; each wake-up then costs a system call)"},
+     "(0: sleep at once; each wake-up then costs a system call)", NULL},
     {"max-pending", "RINGD_MAX_PENDING", OPT_INT, "4096", 1, 1 << 24, OFF(max_pending),
-     "collectives one client may have outstanding; more are refused"},
+     "collectives one client may have outstanding; more are refused", NULL},
     {"handshake-ms", "RINGD_HANDSHAKE_MS", OPT_INT, "10000", 10, 3600000, OFF(handshake_ms),
-     "a connection that sends no Hello or status request within this is closed"},
-    {"log-level", "RINGD_LOG_LEVEL", OPT_LOGLEVEL, "info", 0, 3, OFF(log_level),
-     "debug, info, warn or error"},
+     "a connection that sends no Hello or status request within this is closed", NULL},
+    {"log-level", "RINGD_LOG_LEVEL", OPT_CHOICE, "info", 0, 3, OFF(log_level),
+     "debug, info, warn or error", rd_log_level_names},
     {"redis", "RINGD_REDIS", OPT_STRING, "", 0, 255, OFF(redis_url),
-     "redis://HOST:PORT[/DB] for rendezvous with other nodes (empty: this node alone)"},
+     "redis://HOST:PORT[/DB] for rendezvous with other nodes (empty: this node alone)", NULL},
     {"redis-password-file", "RINGD_REDIS_PASSWORD_FILE", OPT_STRING, "", 0, 255,
-     OFF(redis_password_file), "file holding the Redis password (AUTH)"},
+     OFF(redis_password_file), "file holding the Redis password (AUTH)", NULL},
     {"listen", "RINGD_LISTEN", OPT_STRING, "", 0, 127, OFF(listen),
-     "HOST:PORT where peers connect (port 0: any free port); needed with --redis"},
+     "HOST:PORT where peers connect (port 0: any free port); needed with --redis", NULL},
     {"advertise", "RINGD_ADVERTISE", OPT_STRING, "", 0, 127, OFF(advertise),
-     "HOST:PORT peers are told to connect to (default: the --listen address)"},
+     "HOST:PORT peers are told to connect to (default: the --listen address)", NULL},
     {"node", "RINGD_NODE", OPT_STRING, "", 0, 256, OFF(node),
-     "this node's name in rings (default: the host name)"},
+     "this node's name in rings (default: the host name)", NULL},
     {"key-file", "RINGD_KEY_FILE", OPT_STRING, "", 0, 255, OFF(key_file),
-     "file holding the ring's shared key (at least 16 bytes); peers must prove it"},
+     "file holding the ring's shared key (at least 16 bytes); peers must prove it", NULL},
     {"insecure", "RINGD_INSECURE", OPT_FLAG, "0", 0, 1, OFF(insecure),
-     "run a multi-node ring without a key: anyone reaching --listen may join"},
+     "run a multi-node ring without a key: anyone reaching --listen may join", NULL},
     {"lease-ttl", "RINGD_LEASE_TTL", OPT_INT, "3000", 100, 600000, OFF(lease_ttl),
-     "milliseconds a node stays a member without refreshing its lease"},
+     "milliseconds a node stays a member without refreshing its lease", NULL},
     {"direct-bytes", "RINGD_DIRECT_BYTES", OPT_SIZE, "8K", 0, 16 << 20, OFF(direct_bytes),
      "collectives whose result is at most this big skip the ring: each node sends its part with "
      "the announcement every node sends to all, and computes the result itself (one hop); all "
-     "nodes must agree; at most half of --max-frame"},
+     "nodes must agree; at most half of --max-frame", NULL},
     {"fusion-threshold", "RINGD_FUSION_THRESHOLD", OPT_SIZE, "64M", 0, 1 << 30,
-     OFF(fusion_threshold), "small allreduces ready together are fused into one buffer up to this"},
+     OFF(fusion_threshold), "small allreduces ready together are fused into one buffer up to this", NULL},
     {"segment-size", "RINGD_SEGMENT_SIZE", OPT_SIZE, "1M", 4096, 64 << 20, OFF(segment_size),
-     "bytes per ring frame; segments pipeline through the ring"},
+     "bytes per ring frame; segments pipeline through the ring", NULL},
     {"conns-per-link", "RINGD_CONNS_PER_LINK", OPT_INT, "2", 1, 16, OFF(conns_per_link),
-     "TCP connections between neighbours of a ring, each way"},
+     "TCP connections between neighbours of a ring, each way", NULL},
     {"peer-timeout", "RINGD_PEER_TIMEOUT", OPT_INT, "10000", 100, 3600000, OFF(peer_timeout),
-     "milliseconds a link may make no progress mid-op before it counts as failed"},
+     "milliseconds a link may make no progress mid-op before it counts as failed", NULL},
     {"stall-warn", "RINGD_STALL_WARN", OPT_INT, "60000", 10, 86400000, OFF(stall_warn),
-     "milliseconds an op may wait for ranks that have not submitted it before a warning"},
+     "milliseconds an op may wait for ranks that have not submitted it before a warning", NULL},
     {"stall-abort", "RINGD_STALL_ABORT", OPT_INT, "300000", 0, 86400000, OFF(stall_abort),
-     "milliseconds before such an op fails with RINGD_E_STALLED on every rank; 0: never"},
+     "milliseconds before such an op fails with RINGD_E_STALLED on every rank; 0: never", NULL},
     {"drain-timeout", "RINGD_DRAIN_TIMEOUT", OPT_INT, "20000", 100, 3600000, OFF(drain_timeout),
-     "milliseconds ringctl drain and SIGTERM wait for ops under way before leaving anyway"},
+     "milliseconds ringctl drain and SIGTERM wait for ops under way before leaving anyway", NULL},
     {"devices", "RINGD_DEVICES", OPT_STRING, "all", 1, 255, OFF(devices),
      "CUDA devices this daemon serves: all (the visible ones; none without a driver), none, or "
      "indices such as 0,2; each client gets the one it asks for (RINGD_DEVICE) or its local rank "
-     "modulo their number"},
+     "modulo their number", NULL},
+    {"gpu-transport", "RINGD_GPU_TRANSPORT", OPT_CHOICE, "auto", 0, 2, OFF(gpu_transport),
+     "how device tensors cross nodes: auto (NCCL when every node of the ring can run it and "
+     "its ranks pass device memory, else the TCP ring through host memory), nccl (NCCL, or "
+     "device ops fail saying why not), or tcp",
+     gpu_transports},
 };
 
 #define NOPTIONS (sizeof(options) / sizeof(options[0]))
@@ -188,16 +197,18 @@ static int opt_set(rd_config *cfg, const opt_spec *o, const char *text, const ch
         memcpy(field, &v64, sizeof(v64));
         return 0;
     }
-    case OPT_LOGLEVEL: {
-        int lv = rd_log_level_parse(text);
-        if (lv < 0) {
-            snprintf(err, errlen, "%s --%s: '%s' is not one of debug, info, warn, error", origin,
-                     o->name, text);
-            return -1;
+    case OPT_CHOICE: {
+        char names[128] = "";
+        for (int64_t i = 0; o->choices[i] != NULL; i++) {
+            if (strcmp(text, o->choices[i]) == 0) {
+                memcpy(field, &i, sizeof(i));
+                return 0;
+            }
+            size_t used = strlen(names);
+            snprintf(names + used, sizeof(names) - used, "%s%s", i ? ", " : "", o->choices[i]);
         }
-        int64_t v64 = lv;
-        memcpy(field, &v64, sizeof(v64));
-        return 0;
+        snprintf(err, errlen, "%s --%s: '%s' is not one of %s", origin, o->name, text, names);
+        return -1;
     }
     }
     return -1;
@@ -326,9 +337,9 @@ void rd_config_dump(const rd_config *cfg)
             memcpy(&v, field, sizeof(v));
             rd_log(RD_LOG_INFO, "config", "%s = %" PRId64, o->name, v);
             break;
-        case OPT_LOGLEVEL:
+        case OPT_CHOICE:
             memcpy(&v, field, sizeof(v));
-            rd_log(RD_LOG_INFO, "config", "%s = %s", o->name, rd_log_level_name((int)v));
+            rd_log(RD_LOG_INFO, "config", "%s = %s", o->name, o->choices[v]);
             break;
         }
     }

@@ -44,7 +44,15 @@ typedef struct {
     int64_t drain_timeout; /* ms a drain waits for ops under way */
 
     char devices[256]; /* the GPUs served: all, none, or indices ("0,2"); see gpu/devices.h */
+    int64_t gpu_transport; /* device ops across nodes: RD_GPU_TRANSPORT_* */
 } rd_config;
+
+/* --gpu-transport: how device ops cross nodes (values as DevOffer carries them). */
+typedef enum {
+    RD_GPU_TRANSPORT_AUTO = 0, /* NCCL when every node can and passes device memory, else TCP */
+    RD_GPU_TRANSPORT_NCCL = 1, /* NCCL or a clear error */
+    RD_GPU_TRANSPORT_TCP = 2,  /* the TCP ring, through the host */
+} rd_gpu_transport;
 
 typedef enum {
     RD_CONFIG_RUN = 0,  /* options parsed: start the daemon */

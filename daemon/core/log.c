@@ -9,26 +9,18 @@
 
 atomic_int rd_log_threshold = RD_LOG_INFO;
 
-static const char *const level_names[] = {"debug", "info", "warn", "error"};
+const char *const rd_log_level_names[] = {"debug", "info", "warn", "error", NULL};
 
 void rd_log_set_level(rd_log_level level)
 {
     atomic_store_explicit(&rd_log_threshold, (int)level, memory_order_relaxed);
 }
 
-int rd_log_level_parse(const char *s)
-{
-    for (int i = 0; i < (int)(sizeof(level_names) / sizeof(level_names[0])); i++)
-        if (strcmp(s, level_names[i]) == 0)
-            return i;
-    return -1;
-}
-
 const char *rd_log_level_name(int level)
 {
     if (level < 0 || level > RD_LOG_ERROR)
         return "?";
-    return level_names[level];
+    return rd_log_level_names[level];
 }
 
 /* Formats one line and writes it with a single write(2), so lines of concurrent threads never

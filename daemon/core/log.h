@@ -17,7 +17,8 @@ extern atomic_int rd_log_threshold;
 void rd_log_set_level(rd_log_level level);
 
 /* Parses "debug", "info", "warn" or "error". Returns -1 for anything else. */
-int rd_log_level_parse(const char *s);
+/* The levels' names, by value, NULL-terminated: what --log-level takes. */
+extern const char *const rd_log_level_names[];
 const char *rd_log_level_name(int level);
 
 void rd_log_write(rd_log_level level, const char *subsys, const char *fmt, ...)

@@ -14,6 +14,7 @@
 
 #include "arena.h"
 #include "counters.h"
+#include "devcomm.h"
 #include "exec.h"
 #include "local.h"
 #include "log.h"
@@ -138,6 +139,7 @@ struct rd_job {
     rd_world *world;          /* jobs spanning nodes */
     struct event *ev_free;    /* frees the job on a later turn, out of any callback */
     rd_sched *sched;          /* with world: announcements, orders, fusion */
+    rd_devcomm *devcomm;      /* with world: the device transport of each generation */
     int freeing;
     uid_t uid;                 /* of the first client: only that user's processes may join */
     rd_client **slots; /* by local rank */
@@ -292,6 +294,8 @@ static void job_free(rd_job *j)
     j->freeing = 1;
     rd_world_free(j->world);
     j->world = NULL;
+    rd_devcomm_free(j->devcomm);
+    j->devcomm = NULL;
     rd_sched_free(j->sched);
     j->sched = NULL;
     for (size_t i = 0; i < j->nbuckets; i++) {
@@ -1462,6 +1466,8 @@ ringd_result_t rd_job_join(rd_client *s, const rd_hello *h, char *err, size_t er
             (j->world_size > j->local_size && ((j->world = rd_world_new(d->net, j->name, j->world_size, j->min_size,
                                                j->local_size, &world_events, j)) == NULL ||
              (j->sched = rd_sched_new(d->base, d->cfg, j->world, j->name, &sched_events, j)) ==
+                 NULL ||
+             (j->devcomm = rd_devcomm_new(d->base, d->cfg, d->net, j->world, j->name)) ==
                  NULL))) {
             job_free(j); /* not linked yet, no ops: only what was made */
             snprintf(err, errlen, "out of memory creating job '%s'", h->job);
@@ -1597,6 +1603,7 @@ static int describe_job(const rd_job *j, rd_job_status *js)
         if ((js->ring = calloc(1, sizeof(*js->ring))) == NULL ||
             rd_world_describe(j->world, js->ring) != 0)
             return -1;
+        rd_devcomm_describe(j->devcomm, &js->ring->gpu_transport, &js->ring->gpu_transport_why);
     }
     size_t pending = 0;
     for (int st = 0; st < OP_NSTATES; st++)
@@ -1695,6 +1702,22 @@ static int op_seq_cmp(const void *a, const void *b)
     return x->seq < y->seq ? -1 : x->seq > y->seq;
 }
 
+/* The ring is up: this node offers a device transport for its ranks, which is NCCL's only when
+ * every one of them passes device memory (their GPU: local rank 0's). */
+static void devcomm_up(rd_job *j)
+{
+    rd_devcomm_local local = {.device = j->local_size > 0, .gpu = -1};
+    for (uint32_t k = 0; k < j->local_size; k++)
+        if (j->slots[k] == NULL || j->slots[k]->device_arena == NULL)
+            local.device = 0;
+    if (local.device) {
+        const rd_arena *a = j->slots[0]->device_arena;
+        local.gpu = a->mem.device;
+        local.ops = a->backend->transport;
+    }
+    rd_devcomm_ring_up(j->devcomm, &local);
+}
+
 static void on_ring_up(void *arg, uint32_t first_rank, uint64_t generation, uint32_t size, int sync,
                     const char *why)
 {
@@ -1741,6 +1764,7 @@ static void on_ring_up(void *arg, uint32_t first_rank, uint64_t generation, uint
     free(ops);
     /* Failures other nodes announced while this node still connected end its ops now. */
     rd_sched_ring_up(j->sched);
+    devcomm_up(j);
 }
 
 static void on_ring_down(void *arg, const char *why, int carry)
@@ -1965,21 +1989,28 @@ static rd_status on_ring_forming(void *arg, uint64_t generation, int nnodes, int
                                  const rd_ring_node *nodes)
 {
     rd_job *j = arg;
-    (void)generation;
-    return j->sched != NULL ? rd_sched_ring_forming(j->sched, nnodes, position, nodes)
-                            : RINGD_E_NOMEM; /* its scheduler could not be made */
+    if (j->sched == NULL || j->devcomm == NULL) /* they could not be made */
+        return RINGD_E_NOMEM;
+    rd_status st = rd_sched_ring_forming(j->sched, nnodes, position, nodes);
+    return st == RINGD_OK ? rd_devcomm_ring_forming(j->devcomm, generation, nnodes, position, nodes)
+                          : st;
 }
 
 static void on_ring_ended(void *arg)
 {
     rd_job *j = arg;
     rd_sched_ring_ended(j->sched);
+    rd_devcomm_ring_ended(j->devcomm);
 }
 
 static void on_message(void *arg, int from, const rd_schedmsg *m)
 {
     rd_job *j = arg;
-    rd_sched_message(j->sched, from, m);
+    if (m->kind == RD_SCHEDMSG_DEV_OFFER || m->kind == RD_SCHEDMSG_DEV_PLAN ||
+        m->kind == RD_SCHEDMSG_DEV_CONFIRM)
+        rd_devcomm_message(j->devcomm, from, m);
+    else
+        rd_sched_message(j->sched, from, m);
 }
 
 static void on_flush(void *arg)

@@ -5,9 +5,12 @@
 #define _GNU_SOURCE
 #include "world.h"
 
+#include <arpa/inet.h>
 #include <assert.h>
 #include <errno.h>
 #include <event2/event.h>
+#include <ifaddrs.h>
+#include <net/if.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1433,6 +1436,19 @@ int rd_world_sealed(const rd_world *w)
     return w->state == W_SEALED || w->state == W_LEAVING; /* both after this node's Bye */
 }
 
+void rd_world_set_aside(rd_world *w, int position, const char *why)
+{
+    if (!ring_up(w) || position < 0 || position >= w->nnodes || position == w->position)
+        return;
+    const rd_rdv_member *m = member(w, position);
+    rd_log(RD_LOG_WARN, "world", "job '%s': setting node %s aside: %s", w->name, m->node, why);
+    aside_add(w, m, why);
+    if (rd_rdv_evict(w->net->rdv, w->name, m->node, m->incarnation, why) != 0)
+        rd_log(RD_LOG_WARN, "world",
+               "job '%s': node %s could not be set aside; it leaves when its lease expires",
+               w->name, m->node);
+}
+
 void rd_world_drop(rd_world *w, const char *why)
 {
     rd_log(RD_LOG_WARN, "world", "job '%s': %s; dropping the ring", w->name, why);
@@ -1794,6 +1810,42 @@ void rd_net_free(rd_net *net)
 const char *rd_net_address(const rd_net *net)
 {
     return net != NULL ? net->address : "";
+}
+
+int rd_net_interface(const rd_net *net, char *buf, size_t len)
+{
+    char host[128];
+    unsigned char want[16], have[16];
+    struct ifaddrs *ifs, *i;
+    int found = -1;
+    if (net == NULL)
+        return -1;
+    /* "10.0.0.3:7070" or "[fd00::3]:7070": the host part, without brackets */
+    const char *a = net->address, *colon = strrchr(a, ':');
+    if (colon == NULL || (size_t)(colon - a) >= sizeof(host))
+        return -1;
+    int bracket = a[0] == '[';
+    snprintf(host, sizeof(host), "%.*s", (int)(colon - a) - 2 * bracket, a + bracket);
+    int family = inet_pton(AF_INET, host, want) == 1    ? AF_INET
+                 : inet_pton(AF_INET6, host, want) == 1 ? AF_INET6
+                                                        : 0;
+    if (family == 0 || getifaddrs(&ifs) != 0)
+        return -1; /* a name: the interface is not known here */
+    for (i = ifs; i != NULL && found != 0; i = i->ifa_next) {
+        if (i->ifa_addr == NULL || i->ifa_addr->sa_family != family)
+            continue;
+        size_t n = family == AF_INET ? 4 : 16;
+        memcpy(have,
+               family == AF_INET ? (void *)&((struct sockaddr_in *)i->ifa_addr)->sin_addr
+                                 : (void *)&((struct sockaddr_in6 *)i->ifa_addr)->sin6_addr,
+               n);
+        if (memcmp(have, want, n) == 0) {
+            snprintf(buf, len, "%s", i->ifa_name);
+            found = 0;
+        }
+    }
+    freeifaddrs(ifs);
+    return found;
 }
 
 int rd_net_redis_connected(const rd_net *net)

@@ -41,6 +41,10 @@ void rd_net_free(rd_net *net);
 const char *rd_net_address(const rd_net *net);
 int rd_net_redis_connected(const rd_net *net);
 
+/* The name of the network interface that holds the address peers dial (--advertise) into buf:
+ * returns 0, or -1 when it is a host name or no interface here holds it. */
+int rd_net_interface(const rd_net *net, char *buf, size_t len);
+
 /* News of a world for its job, on the loop. arg is the one given to rd_world_new. */
 typedef struct {
     /* The ring is up at generation with size ranks, this node's first being first_rank. sync: the
@@ -121,6 +125,11 @@ void rd_world_send(rd_world *w, const int *to, int nto, const rd_schedmsg *m);
 /* 1 while the ring is sealed for a graceful change: nothing more is announced or ordered at
  * this generation. */
 int rd_world_sealed(const rd_world *w);
+
+/* The node at position of the ring that is up did not take its part in time (why): it is set
+ * aside as a node this node cannot reach (evicted from the rendezvous, that incarnation only;
+ * it registers again after a back-off). The caller re-forms the ring (rd_world_reform). */
+void rd_world_set_aside(rd_world *w, int position, const char *why);
 
 /* A node sent something impossible, or this node cannot go on with the ring (why, logged): it
  * breaks and re-forms, while it is connecting or up (else nothing is left to break). */

@@ -1,0 +1,240 @@
+/* A job's device communicator across nodes: the devring agreement wired to the transport, the
+ * world and a timer. */
+#include "devcomm.h"
+
+#include <event2/event.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "counters.h"
+#include "devring.h"
+#include "frame.h"
+#include "log.h"
+
+/* How often a forming communicator is polled and the agreement's deadlines looked at. */
+#define RD_DEVCOMM_TICK_MS 10
+
+struct rd_devcomm {
+    const rd_config *cfg;
+    rd_net *net;
+    rd_world *w;
+    char job[RD_NAME_MAX + 1];
+    rd_devring *dr;
+    struct event *ev_tick;
+    rd_devcomm_local local;      /* what this node brought to the ring that is up */
+    rd_transport *t;             /* this generation's communicator, once joined */
+    char fallback[512];          /* "": NCCL may be tried; else why this job stays on TCP here */
+    char why[RD_SCHEDMSG_MESSAGE_MAX + 1]; /* a TCP plan where NCCL is required: why */
+};
+
+static void arm(rd_devcomm *c)
+{
+    struct timeval tv = {0, RD_DEVCOMM_TICK_MS * 1000};
+    if (!evtimer_pending(c->ev_tick, NULL))
+        evtimer_add(c->ev_tick, &tv);
+}
+
+/* Ends this node's communicator, if any: NCCL stops, the device lets go of the buffers. */
+static void comm_end(rd_devcomm *c)
+{
+    if (c->t != NULL) {
+        c->local.ops->abort(c->t);
+        c->t = NULL;
+    }
+}
+
+static void on_send(void *arg, int to, const rd_schedmsg *m)
+{
+    rd_devcomm *c = arg;
+    rd_world_send(c->w, to >= 0 ? &to : NULL, to >= 0 ? 1 : 0, m);
+}
+
+static int on_make_id(void *arg, uint8_t *id, size_t *len, char *err, size_t errlen)
+{
+    rd_devcomm *c = arg;
+    _Static_assert(RD_TRANSPORT_ID_MAX == RD_SCHEDMSG_ID_MAX, "a transport id fits a DevPlan");
+    if (c->local.ops == NULL) {
+        snprintf(err, errlen, "no device transport");
+        return -1;
+    }
+    return c->local.ops->make_id(id, len, err, errlen);
+}
+
+/* NCCL's bootstrap and socket transport use the interface peers reach this node on
+ * (--advertise), unless the operator chose one (NCCL_SOCKET_IFNAME in the environment). Set
+ * once, before the process's first communicator: NCCL reads it then. */
+static void socket_interface(rd_devcomm *c)
+{
+    static int done;
+    char ifname[64], value[80];
+    if (done)
+        return;
+    done = 1;
+    if (rd_net_interface(c->net, ifname, sizeof(ifname)) != 0)
+        return;
+    snprintf(value, sizeof(value), "=%s", ifname); /* '=': that interface exactly */
+    if (setenv("NCCL_SOCKET_IFNAME", value, 0) == 0)
+        rd_log(RD_LOG_INFO, "devcomm", "NCCL's sockets use interface %s (--advertise %s) unless "
+               "NCCL_SOCKET_IFNAME says otherwise", ifname, rd_net_address(c->net));
+}
+
+static int on_join(void *arg, const uint8_t *id, size_t len, int nranks, int rank, char *err,
+                   size_t errlen)
+{
+    rd_devcomm *c = arg;
+    if (c->local.ops == NULL || !c->local.device) {
+        snprintf(err, errlen, "no GPU serves the job here");
+        return -1;
+    }
+    socket_interface(c);
+    c->t = c->local.ops->init(id, len, nranks, rank, c->local.gpu, err, errlen);
+    if (c->t == NULL)
+        return -1;
+    rd_log(RD_LOG_INFO, "devcomm", "job '%s': NCCL communicator rank %d of %d on GPU %d forming",
+           c->job, rank, nranks, c->local.gpu);
+    arm(c);
+    return 0;
+}
+
+static void on_settled(void *arg, rd_devring_state st, const char *why)
+{
+    rd_devcomm *c = arg;
+    if (rd_devring_required(c->dr))
+        snprintf(c->why, sizeof(c->why), "--gpu-transport nccl, and NCCL cannot run: %.900s", why);
+    rd_log(RD_LOG_INFO, "devcomm", "job '%s': generation %" PRIu64 " crosses nodes on %s%s%s",
+           c->job, rd_devring_generation(c->dr), st == RD_DEVRING_NCCL ? "NCCL" : "the TCP ring",
+           why[0] ? ": " : "", why);
+}
+
+static void on_failed(void *arg, const char *why, const int *aside, int naside)
+{
+    rd_devcomm *c = arg;
+    comm_end(c);
+    /* Under auto, a job whose communicator failed here stays on TCP from this node's side (one
+     * node's offer is enough); nodes set aside are the cause, not NCCL, and --gpu-transport
+     * nccl tries again at every generation. */
+    if (naside == 0 && c->cfg->gpu_transport == RD_GPU_TRANSPORT_AUTO)
+        snprintf(c->fallback, sizeof(c->fallback), "NCCL failed at generation %" PRIu64 ": %.400s",
+                 rd_devring_generation(c->dr), why);
+    for (int k = 0; k < naside; k++)
+        rd_world_set_aside(c->w, aside[k], why);
+    rd_world_reform(c->w, why);
+}
+
+static const rd_devring_events devring_events = {
+    .send = on_send,
+    .make_id = on_make_id,
+    .join = on_join,
+    .settled = on_settled,
+    .failed = on_failed,
+};
+
+/* Polls the forming communicator and keeps the agreement's deadlines. */
+static void on_tick(evutil_socket_t fd, short what, void *arg)
+{
+    rd_devcomm *c = arg;
+    char err[512] = "";
+    (void)fd;
+    (void)what;
+    if (c->t != NULL && rd_devring_state_of(c->dr) == RD_DEVRING_JOINING) {
+        int st = c->local.ops->poll(c->t, err, sizeof(err));
+        if (st <= 0)
+            rd_devring_formed(c->dr, st == 0, err);
+    }
+    rd_devring_tick(c->dr, rd_now_ms());
+    if (rd_devring_deadline(c->dr) != 0)
+        arm(c);
+}
+
+rd_devcomm *rd_devcomm_new(struct event_base *base, const rd_config *cfg, rd_net *net,
+                           rd_world *w, const char *job)
+{
+    rd_devcomm *c = calloc(1, sizeof(*c));
+    if (c == NULL)
+        return NULL;
+    c->cfg = cfg;
+    c->net = net;
+    c->w = w;
+    snprintf(c->job, sizeof(c->job), "%s", job);
+    if ((c->dr = rd_devring_new(&devring_events, c)) == NULL ||
+        (c->ev_tick = evtimer_new(base, on_tick, c)) == NULL) {
+        rd_devring_free(c->dr);
+        free(c);
+        return NULL;
+    }
+    return c;
+}
+
+void rd_devcomm_free(rd_devcomm *c)
+{
+    if (c == NULL)
+        return;
+    comm_end(c);
+    event_free(c->ev_tick);
+    rd_devring_free(c->dr);
+    free(c);
+}
+
+rd_status rd_devcomm_ring_forming(rd_devcomm *c, uint64_t generation, int nnodes, int position,
+                                  const rd_ring_node *nodes)
+{
+    comm_end(c);
+    const char **names = malloc((size_t)nnodes * sizeof(*names));
+    if (names == NULL)
+        return RINGD_E_NOMEM;
+    for (int i = 0; i < nnodes; i++)
+        names[i] = nodes[i].node;
+    int rc = rd_devring_start(c->dr, generation, nnodes, position, names, c->cfg->peer_timeout);
+    free(names);
+    return rc == 0 ? RINGD_OK : RINGD_E_NOMEM;
+}
+
+void rd_devcomm_ring_up(rd_devcomm *c, const rd_devcomm_local *local)
+{
+    char why[512] = "";
+    c->local = *local;
+    int can = local->device && local->ops != NULL && c->fallback[0] == '\0' &&
+              local->ops->probe(why, sizeof(why)) == 0;
+    if (c->fallback[0] != '\0')
+        snprintf(why, sizeof(why), "%s", c->fallback);
+    else if (!local->device)
+        snprintf(why, sizeof(why), "its ranks pass host memory");
+    else if (local->ops == NULL)
+        snprintf(why, sizeof(why), "no device transport in this build");
+    rd_devring_offer own = {(int)c->cfg->gpu_transport, local->device, can, why};
+    if (rd_devring_up(c->dr, &own, rd_now_ms()) != 0) {
+        rd_world_drop(c->w, "out of memory offering a device transport");
+        return;
+    }
+    if (rd_devring_deadline(c->dr) != 0)
+        arm(c);
+}
+
+void rd_devcomm_ring_ended(rd_devcomm *c)
+{
+    comm_end(c);
+    c->why[0] = '\0';
+    rd_devring_end(c->dr);
+    evtimer_del(c->ev_tick);
+}
+
+void rd_devcomm_message(rd_devcomm *c, int from, const rd_schedmsg *m)
+{
+    char err[256] = "", why[512];
+    if (rd_devring_message(c->dr, from, m, rd_now_ms(), err, sizeof(err)) == 0) {
+        if (rd_devring_deadline(c->dr) != 0)
+            arm(c);
+        return;
+    }
+    snprintf(why, sizeof(why), "device transport message from the node at position %d: %s", from,
+             err);
+    rd_world_drop(c->w, why);
+}
+
+void rd_devcomm_describe(const rd_devcomm *c, const char **transport, const char **why)
+{
+    *transport = rd_devring_state_name(rd_devring_state_of(c->dr));
+    *why = c->why[0] != '\0' ? c->why : rd_devring_why(c->dr);
+}
