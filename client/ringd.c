@@ -887,8 +887,9 @@ static ringd_result_t refuse(ringd_t *r, const submit_args *a, const char *name,
 }
 
 /* Puts a's buffers (in_len and out_len bytes) where the daemon reaches them, into *in_off and
- * *out_off: in the device arena (*on_device = 1) when both are device memory, the session has a
- * device arena and the job is on this node alone; otherwise in the host arena. What lies
+ * *out_off: in the device arena (*on_device = 1) when both are device memory and the session has
+ * a device arena (the daemon moves it across nodes itself: NCCL, or host staging); otherwise in
+ * the host arena. What lies
  * elsewhere is staged in q (a copy in now, the result copied back at completion; a CUDA copy
  * where device memory is involved, after the session's stream has run). Returns RINGD_OK, or
  * the failure with errmsg set (q's staging released). */
@@ -923,8 +924,7 @@ static ringd_result_t place(ringd_t *r, const submit_args *a, const char *name,
                         why);
     }
 #endif
-    /* The job spans nodes: the ring runs on the host, so device memory is staged there. */
-    int dev = send_gpu && recv_gpu && r->dev_arena != NULL && r->size == r->local_size;
+    int dev = send_gpu && recv_gpu && r->dev_arena != NULL;
     uint8_t *base = dev ? r->dev_arena : r->arena;
     rd_alloc *al = dev ? &r->dev_alloc : &r->alloc;
     int si = dev ? sd : sh, ri = dev ? rdv : rh; /* already where the daemon reaches them */

@@ -98,7 +98,8 @@ static int specs_decode(Ringd__OpSpec *const *o, size_t n, rd_op_spec **out, cha
     for (size_t i = 0; i < n; i++) {
         s[i].name = o[i]->name;
         s[i].p = (rd_op_params){(int)o[i]->op, (int)o[i]->dtype, (int)o[i]->redop, o[i]->root,
-                                o[i]->count,   o[i]->prescale,   o[i]->postscale};
+                                o[i]->count,   o[i]->prescale,   o[i]->postscale,
+                                o[i]->device != 0};
         s[i].status = o[i]->status;
         s[i].message = o[i]->message != NULL ? o[i]->message : "";
         s[i].direct = o[i]->direct != 0;
@@ -262,6 +263,7 @@ static void spec_encode(const rd_op_spec *s, Ringd__OpSpec *o)
     o->count = s->p.count;
     o->prescale = s->p.prescale;
     o->postscale = s->p.postscale;
+    o->device = s->p.device != 0;
     o->status = s->status;
     o->message = (char *)(s->message != NULL ? s->message : "");
     o->direct = s->direct != 0;

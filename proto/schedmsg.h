@@ -31,6 +31,7 @@ typedef struct {
     uint32_t root;
     uint64_t count;
     double prescale, postscale;
+    int device; /* 1: the node's ranks pass it in device memory (crosses on the device transport) */
 } rd_op_params;
 
 /* One op a node announces: all its ranks submitted it (status 0), or it failed there (status, a

@@ -11,7 +11,7 @@
 
 static rd_op_params allreduce(rd_dtype dt, uint64_t count)
 {
-    return (rd_op_params){RD_COLL_ALLREDUCE, dt, RD_OP_SUM, 0, count, 1.0, 1.0};
+    return (rd_op_params){RD_COLL_ALLREDUCE, dt, RD_OP_SUM, 0, count, 1.0, 1.0, 0};
 }
 
 Test(schedule, submissions_that_agree_match)
@@ -34,6 +34,13 @@ Test(schedule, a_mismatch_names_every_field_that_differs)
     c.root = 3;
     cr_assert_not(rd_op_params_compare(&a, &c, fields, sizeof(fields)));
     cr_assert_str_eq(fields, "op, root");
+    rd_op_params d = a;
+    d.device = 1; /* one node passes it in device memory, another in host memory */
+    cr_assert_not(rd_op_params_compare(&a, &d, fields, sizeof(fields)));
+    cr_assert_str_eq(fields, "memory");
+    char buf[160];
+    rd_op_params_describe(buf, sizeof(buf), &d);
+    cr_assert_str_eq(buf, "allreduce f32 count 8 op sum prescale 1 postscale 1 in device memory");
 }
 
 Test(schedule, params_are_described_in_the_words_of_the_api)
@@ -43,7 +50,7 @@ Test(schedule, params_are_described_in_the_words_of_the_api)
     a.prescale = 0.25;
     rd_op_params_describe(buf, sizeof(buf), &a);
     cr_assert_str_eq(buf, "allreduce bf16 count 4 op sum prescale 0.25 postscale 1");
-    rd_op_params b = {RD_COLL_BROADCAST, RD_DT_U8, RD_OP_SUM, 7, 16, 1.0, 1.0};
+    rd_op_params b = {RD_COLL_BROADCAST, RD_DT_U8, RD_OP_SUM, 7, 16, 1.0, 1.0, 0};
     rd_op_params_describe(buf, sizeof(buf), &b);
     cr_assert_str_eq(buf, "broadcast u8 count 16 root 7");
 }
@@ -54,7 +61,7 @@ Test(schedule, small_allreduces_that_agree_fuse_in_order_of_their_first_op)
         allreduce(RD_DT_F32, 100), /* 400 B */
         allreduce(RD_DT_F64, 10),  /* another dtype: its own group */
         allreduce(RD_DT_F32, 200), /* joins group 0 */
-        {RD_COLL_BROADCAST, RD_DT_F32, RD_OP_SUM, 0, 4, 1.0, 1.0}, /* never fuses */
+        {RD_COLL_BROADCAST, RD_DT_F32, RD_OP_SUM, 0, 4, 1.0, 1.0, 0}, /* never fuses */
         allreduce(RD_DT_F64, 20),                                  /* joins group 1 */
     };
     size_t group[5];
@@ -99,6 +106,19 @@ Test(schedule, ops_with_other_ops_or_scales_do_not_fuse)
     cr_assert_eq(group[0], 0);
     cr_assert_eq(group[1], 1);
     cr_assert_eq(group[2], 2);
+}
+
+Test(schedule, ops_in_device_memory_never_fuse)
+{
+    rd_op_params p[] = {allreduce(RD_DT_F32, 1), allreduce(RD_DT_F32, 1),
+                        allreduce(RD_DT_F32, 1), allreduce(RD_DT_F32, 1)};
+    p[1].device = p[2].device = 1;
+    size_t group[4];
+    cr_assert_eq(rd_sched_group(p, 4, 1 << 20, group), 1);
+    cr_assert_eq(group[0], 0);
+    cr_assert_eq(group[1], SIZE_MAX);
+    cr_assert_eq(group[2], SIZE_MAX);
+    cr_assert_eq(group[3], 0);
 }
 
 Test(schedule, an_empty_batch_has_no_groups)

@@ -213,13 +213,17 @@ RINGD_API void ringd_free(ringd_t *r, void *p);
  *
  * Every collective takes device pointers as it takes host pointers, and tells them apart
  * itself:
- * - both buffers in the device arena, on a job whose ranks are all on this node: the daemon
- *   reduces them on the GPU with CUDA kernels (every dtype and op, f16/bf16 accumulated in f32,
- *   rounding as the CPU kernels), no copy through the library or the host;
+ * - both buffers in the device arena: the daemon reduces the node's ranks on the GPU with CUDA
+ *   kernels (every dtype and op, f16/bf16 accumulated in f32, rounding as the CPU kernels), no
+ *   copy through the library or the host; a job that spans nodes then crosses them from local
+ *   rank 0's output on NCCL (one rank per node; f16/bf16 sums rounded at each NCCL step) when
+ *   the ring agreed on it (ringd --gpu-transport), else through host memory in the daemon and
+ *   the TCP ring. Every node of the job must pass a tensor the same way (RINGD_E_MISMATCH
+ *   naming the nodes otherwise: give every rank a device arena, or none);
  * - other device memory (cudaMalloc, PyTorch's caching allocator): copied device to device
- *   into the device arena and the result back, one copy each way;
- * - a job that spans nodes, or a session without a device arena: the device buffers are staged
- *   through the host arena (device to host and back), and the ring runs on the host.
+ *   into the device arena and the result back, one copy each way, then as above;
+ * - a session without a device arena: the device buffers are staged through the host arena
+ *   (device to host and back), and the collective runs as on host memory.
  * The local ranks of one node must take the same path for a collective: all in device arenas
  * (on any of the node's GPUs: the result is reduced on local rank 0's, the others' inputs
  * copied there, peer to peer where the GPUs allow it, through the host by the driver where

@@ -18,6 +18,10 @@
 
 struct rd_devcomm {
     const rd_config *cfg;
+    rd_devcomm_events ev;
+    void *ev_arg;
+    uint32_t *first_ranks, *local_sizes; /* of each ring position, this generation */
+    int nnodes;
     rd_net *net;
     rd_world *w;
     char job[RD_NAME_MAX + 1];
@@ -106,6 +110,7 @@ static void on_settled(void *arg, rd_devring_state st, const char *why)
     rd_log(RD_LOG_INFO, "devcomm", "job '%s': generation %" PRIu64 " crosses nodes on %s%s%s",
            c->job, rd_devring_generation(c->dr), st == RD_DEVRING_NCCL ? "NCCL" : "the TCP ring",
            why[0] ? ": " : "", why);
+    c->ev.settled(c->ev_arg, st == RD_DEVRING_NCCL);
 }
 
 static void on_failed(void *arg, const char *why, const int *aside, int naside)
@@ -149,11 +154,13 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 }
 
 rd_devcomm *rd_devcomm_new(struct event_base *base, const rd_config *cfg, rd_net *net,
-                           rd_world *w, const char *job)
+                           rd_world *w, const char *job, const rd_devcomm_events *ev, void *arg)
 {
     rd_devcomm *c = calloc(1, sizeof(*c));
     if (c == NULL)
         return NULL;
+    c->ev = *ev;
+    c->ev_arg = arg;
     c->cfg = cfg;
     c->net = net;
     c->w = w;
@@ -174,6 +181,8 @@ void rd_devcomm_free(rd_devcomm *c)
     comm_end(c);
     event_free(c->ev_tick);
     rd_devring_free(c->dr);
+    free(c->first_ranks);
+    free(c->local_sizes);
     free(c);
 }
 
@@ -181,11 +190,22 @@ rd_status rd_devcomm_ring_forming(rd_devcomm *c, uint64_t generation, int nnodes
                                   const rd_ring_node *nodes)
 {
     comm_end(c);
+    free(c->first_ranks);
+    free(c->local_sizes);
+    c->nnodes = 0;
+    c->first_ranks = malloc((size_t)nnodes * sizeof(*c->first_ranks));
+    c->local_sizes = malloc((size_t)nnodes * sizeof(*c->local_sizes));
     const char **names = malloc((size_t)nnodes * sizeof(*names));
-    if (names == NULL)
-        return RINGD_E_NOMEM;
-    for (int i = 0; i < nnodes; i++)
+    if (names == NULL || c->first_ranks == NULL || c->local_sizes == NULL) {
+        free(names);
+        return RINGD_E_NOMEM; /* the arrays go with the next ring, or c */
+    }
+    c->nnodes = nnodes;
+    for (int i = 0; i < nnodes; i++) {
         names[i] = nodes[i].node;
+        c->first_ranks[i] = nodes[i].first_rank;
+        c->local_sizes[i] = nodes[i].local_size;
+    }
     int rc = rd_devring_start(c->dr, generation, nnodes, position, names, c->cfg->peer_timeout);
     free(names);
     return rc == 0 ? RINGD_OK : RINGD_E_NOMEM;
@@ -231,6 +251,44 @@ void rd_devcomm_message(rd_devcomm *c, int from, const rd_schedmsg *m)
     snprintf(why, sizeof(why), "device transport message from the node at position %d: %s", from,
              err);
     rd_world_drop(c->w, why);
+}
+
+int rd_devcomm_nccl(const rd_devcomm *c)
+{
+    return rd_devring_state_of(c->dr) == RD_DEVRING_NCCL && c->t != NULL;
+}
+
+const char *rd_devcomm_refusal(const rd_devcomm *c)
+{
+    return rd_devring_required(c->dr) ? c->why : NULL;
+}
+
+int rd_devcomm_position_of(const rd_devcomm *c, uint32_t rank)
+{
+    for (int i = 0; i < c->nnodes; i++)
+        if (rank >= c->first_ranks[i] && rank - c->first_ranks[i] < c->local_sizes[i])
+            return i;
+    return -1;
+}
+
+uint32_t rd_devcomm_even(const rd_devcomm *c)
+{
+    for (int i = 1; i < c->nnodes; i++)
+        if (c->local_sizes[i] != c->local_sizes[0])
+            return 0;
+    return c->nnodes > 0 ? c->local_sizes[0] : 0;
+}
+
+int rd_devcomm_run(rd_devcomm *c, struct event_base *base, int coll, rd_dtype dt, rd_redop op,
+                   const void *in, void *out, size_t count, int root, rd_backend_done_fn done,
+                   void *arg, char *err, size_t errlen)
+{
+    if (!rd_devcomm_nccl(c)) {
+        snprintf(err, errlen, "no NCCL communicator at this generation");
+        return -1;
+    }
+    return c->local.ops->run(c->t, base, coll, dt, op, in, out, count, root, done, arg, err,
+                             errlen);
 }
 
 void rd_devcomm_describe(const rd_devcomm *c, const char **transport, const char **why)

@@ -18,9 +18,17 @@ struct event_base;
 
 typedef struct rd_devcomm rd_devcomm;
 
-/* The communicator of job (its world w and net, borrowed). Returns NULL when out of memory. */
+/* News for the job. */
+typedef struct {
+    /* The generation's device transport is settled: nccl 1 (device ops cross on NCCL) or 0
+     * (the TCP ring, through the host). Ops may be ordered from now on. */
+    void (*settled)(void *arg, int nccl);
+} rd_devcomm_events;
+
+/* The communicator of job (its world w and net, borrowed), reporting to ev with arg (copied).
+ * Returns NULL when out of memory. */
 rd_devcomm *rd_devcomm_new(struct event_base *base, const rd_config *cfg, rd_net *net,
-                           rd_world *w, const char *job);
+                           rd_world *w, const char *job, const rd_devcomm_events *ev, void *arg);
 
 /* Aborts the communicator. NULL is a no-op. */
 void rd_devcomm_free(rd_devcomm *c);
@@ -46,6 +54,27 @@ void rd_devcomm_ring_ended(rd_devcomm *c);
 
 /* A DevOffer, DevPlan or DevConfirm of the current generation from the node at position from. */
 void rd_devcomm_message(rd_devcomm *c, int from, const rd_schedmsg *m);
+
+/* 1 once the generation settled on NCCL. */
+int rd_devcomm_nccl(const rd_devcomm *c);
+
+/* Why device ops of the settled generation must fail (--gpu-transport nccl, and NCCL cannot
+ * run), or NULL when they may run. */
+const char *rd_devcomm_refusal(const rd_devcomm *c);
+
+/* The ring position of the node holding global rank, or -1. */
+int rd_devcomm_position_of(const rd_devcomm *c, uint32_t rank);
+
+/* Ranks on every node when every node has as many (an NCCL allgather takes equal parts), else
+ * 0. */
+uint32_t rd_devcomm_even(const rd_devcomm *c);
+
+/* Queues one collective on the generation's NCCL communicator (rd_transport_ops.run: count
+ * elements per NCCL rank; root a ring position): done follows on the loop. Returns 0, or -1
+ * with err set (done is not called). */
+int rd_devcomm_run(rd_devcomm *c, struct event_base *base, int coll, rd_dtype dt, rd_redop op,
+                   const void *in, void *out, size_t count, int root, rd_backend_done_fn done,
+                   void *arg, char *err, size_t errlen);
 
 /* For status: the generation's transport ("nccl", "tcp", or how far the agreement came) and
  * why (""), both owned by c and valid until it changes. */

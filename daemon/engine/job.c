@@ -140,6 +140,7 @@ struct rd_job {
     struct event *ev_free;    /* frees the job on a later turn, out of any callback */
     rd_sched *sched;          /* with world: announcements, orders, fusion */
     rd_devcomm *devcomm;      /* with world: the device transport of each generation */
+    int dev_ending;           /* its communicator is being aborted: what it cuts waits */
     int freeing;
     uid_t uid;                 /* of the first client: only that user's processes may join */
     rd_client **slots; /* by local rank */
@@ -836,19 +837,8 @@ static void announce(rd_op *o)
         return;
     }
     const rd_backend *b = o->parts[0].arena->backend;
-    if (b->device_memory && o->p.coll != RD_COLL_BARRIER && !rd_world_solo(j->world)) {
-        char msg[512];
-        snprintf(msg, sizeof(msg),
-                 "tensor '%s': node %s holds it in device memory, and the job spans nodes: "
-                 "device memory crosses nodes through host memory, which libringd stages when "
-                 "it knows the job spans nodes; submit again",
-                 o->name, j->e->cfg->node);
-        /* a tombstone first, then the other nodes learn of it (as for a mismatch) */
-        rd_log(RD_LOG_WARN, "job", "job '%s': %s", j->name, msg);
-        op_tombstone(o, RINGD_E_MEMBERSHIP, msg);
-        tell(o, RINGD_E_MEMBERSHIP, msg, 0, NULL, 0);
-        return;
-    }
+    /* every node must pass it in the same memory: it crosses on one transport */
+    o->p.device = b->device_memory && o->p.coll != RD_COLL_BARRIER;
     if (o->p.coll == RD_COLL_BARRIER || result_bytes(o) > j->e->cfg->direct_bytes ||
         b->device_memory) {
         tell(o, RINGD_OK, NULL, 0, NULL, 0);
@@ -1347,6 +1337,7 @@ rd_job *rd_job_next(const rd_job *j)
 
 static const rd_world_events world_events;
 static const rd_sched_events sched_events;
+static const rd_devcomm_events devcomm_events;
 
 ringd_result_t rd_job_join(rd_client *s, const rd_hello *h, char *err, size_t errlen)
 {
@@ -1467,8 +1458,8 @@ ringd_result_t rd_job_join(rd_client *s, const rd_hello *h, char *err, size_t er
                                                j->local_size, &world_events, j)) == NULL ||
              (j->sched = rd_sched_new(d->base, d->cfg, j->world, j->name, &sched_events, j)) ==
                  NULL ||
-             (j->devcomm = rd_devcomm_new(d->base, d->cfg, d->net, j->world, j->name)) ==
-                 NULL))) {
+             (j->devcomm = rd_devcomm_new(d->base, d->cfg, d->net, j->world, j->name,
+                                          &devcomm_events, j)) == NULL))) {
             job_free(j); /* not linked yet, no ops: only what was made */
             snprintf(err, errlen, "out of memory creating job '%s'", h->job);
             return RINGD_E_NOMEM;
@@ -1808,9 +1799,274 @@ static void on_ring_lost(void *arg, const char *why)
 /* A ring task and the ops it carries (several when fused). */
 typedef struct {
     rd_xfer_task t;
+    struct devpass *dp; /* a device op staged through host memory: its pass goes on */
     size_t nops;
     rd_op *ops[];
 } ring_task;
+
+/* A device op crossing nodes, in three steps:
+ *   gather (executor): local ranks reduced on the GPU (prescaled) into local rank 0's output,
+ *     or the root's input / every rank's part put there; under TCP each rank's input is
+ *     copied to host memory instead;
+ *   cross (loop): that buffer on NCCL, one rank per node (the hierarchy: local ranks are
+ *     reduced on the node first); or the host copies on the TCP ring, as host ops go;
+ *   scatter (executor): the result finished (divisor, postscale) and copied to every local
+ *     rank's output, from the device or from host memory.
+ * The generation's transport was settled before the coordinator ordered the op. */
+typedef enum { DP_GATHER, DP_SCATTER } dev_step;
+
+typedef struct devpass {
+    rd_op *o;
+    int nccl;
+    dev_step step;
+    uint8_t *host;        /* TCP: the staging block, each rank's input then its output */
+    const uint8_t **hin;  /* TCP: rank k's input in host memory */
+    uint8_t **hout;       /* TCP: rank k's output in host memory */
+    int failed;
+    char why[256];
+} devpass;
+
+static void dev_fail(devpass *dp, const char *what)
+{
+    if (dp->failed)
+        return;
+    dp->failed = 1;
+    snprintf(dp->why, sizeof(dp->why), "%s: %s", what, dp->o->plan.backend->error());
+}
+
+/* One step of the pass on an executor thread: the GPU's work waits here, off the loop. */
+static void dev_run(void *ctx, size_t begin, size_t end)
+{
+    devpass *dp = ctx;
+    rd_op *o = dp->o;
+    const rd_local_plan *p = &o->plan;
+    const rd_backend *b = p->backend;
+    uint32_t L = o->nparts, first = o->job->first_rank;
+    uint64_t per = o->p.count * rd_dtype_size(p->dtype), out_bytes = result_bytes(o);
+    (void)begin;
+    (void)end;
+    if (b->bind != NULL && b->bind(p->device) != 0) {
+        dev_fail(dp, "using the GPU");
+        return;
+    }
+    if (dp->step == DP_GATHER && !dp->nccl) {
+        for (uint32_t k = 0; k < L && !dp->failed; k++)
+            if (b->copy((void *)dp->hin[k], p->in[k], per) != 0)
+                dev_fail(dp, "copying an input to host memory");
+    } else if (dp->step == DP_GATHER && o->p.coll == RD_COLL_ALLREDUCE) {
+        rd_reduce_args a = RD_REDUCE_ARGS_INIT;
+        a.prescale = p->args.prescale;
+        if (b->reduce(p->dtype, p->redop, p->out[0], (const void *const *)p->in, (int)L,
+                      o->p.count, &a) != 0)
+            dev_fail(dp, "reducing the local ranks");
+    } else if (dp->step == DP_GATHER && o->p.coll == RD_COLL_BROADCAST) {
+        if (o->p.root >= first && o->p.root - first < L &&
+            b->copy(p->out[0], p->in[o->p.root - first], per) != 0)
+            dev_fail(dp, "copying the root's input");
+    } else if (dp->step == DP_GATHER) { /* allgather: each part at its global rank's place */
+        for (uint32_t k = 0; k < L && !dp->failed; k++)
+            if (b->copy(p->out[0] + (uint64_t)(first + k) * per, p->in[k], per) != 0)
+                dev_fail(dp, "placing a local part");
+    } else if (!dp->nccl) {
+        for (uint32_t k = 0; k < L && !dp->failed; k++)
+            if (b->copy(p->out[k], dp->hout[k], out_bytes) != 0)
+                dev_fail(dp, "copying the result from host memory");
+    } else {
+        if (o->p.coll == RD_COLL_ALLREDUCE &&
+            (p->args.divisor > 1 || p->args.postscale != 1.0)) {
+            rd_reduce_args a = p->args;
+            a.prescale = 1.0; /* applied when the local ranks were reduced */
+            const void *src = p->out[0];
+            if (b->reduce(p->dtype, RD_OP_SUM, p->out[0], &src, 1, o->p.count, &a) != 0)
+                dev_fail(dp, "scaling the result");
+        }
+        for (uint32_t k = 1; k < L && !dp->failed; k++)
+            if (b->copy(p->out[k], p->out[0], out_bytes) != 0)
+                dev_fail(dp, "copying the result to a local rank");
+    }
+}
+
+static void dev_free(devpass *dp)
+{
+    free(dp->host);
+    free(dp->hin);
+    free(dp->hout);
+    free(dp);
+}
+
+/* The pass of o ends (status, message): its ranks hear it. A crossing cut short by the ring's
+ * end (cut: 1) waits for the next ring, as ring ops do. */
+static void dev_end(devpass *dp, ringd_result_t status, const char *message, int cut)
+{
+    rd_op *o = dp->o;
+    rd_job *j = o->job;
+    char msg[768] = "";
+    j->nrunning--;
+    if (status != RINGD_OK)
+        snprintf(msg, sizeof(msg), "tensor '%s' on node %s: %s", o->name, j->e->cfg->node,
+                 message);
+    if (status != RINGD_OK && j->lost[0] != '\0')
+        op_fail(o, RINGD_E_MEMBERSHIP, "tensor '%s': %s", o->name, j->lost);
+    else if (cut)
+        op_doom(o, msg);
+    else
+        op_finish(o, status, status == RINGD_OK ? NULL : msg);
+    dev_free(dp);
+    job_maybe_free(j);
+}
+
+static void on_dev_step(void *ctx);
+
+/* Queues the pass's next step on the executor. */
+static void dev_step_next(devpass *dp, dev_step step)
+{
+    dp->step = step;
+    if (rd_exec_submit(dp->o->job->e->exec, dev_run, on_dev_step, dp, 1, 1) != RINGD_OK)
+        dev_end(dp, RINGD_E_NOMEM, "out of memory queueing the op", 0);
+}
+
+/* The crossing ended (status 0, or why it failed; cut: the ring ended under it). */
+static void dev_crossed(devpass *dp, ringd_result_t status, const char *why)
+{
+    rd_job *j = dp->o->job;
+    if (status == RINGD_OK) {
+        dev_step_next(dp, DP_SCATTER);
+        return;
+    }
+    dev_end(dp, status, why, j->disrupted || j->dev_ending || !rd_world_up(j->world));
+}
+
+/* NCCL's done: the collective ran, or failed (a communicator that failed re-forms the ring). */
+static void on_nccl_done(void *arg, int status, const char *why)
+{
+    devpass *dp = arg;
+    rd_job *j = dp->o->job;
+    if (status != 0 && !j->dev_ending && rd_world_up(j->world)) {
+        char msg[512];
+        snprintf(msg, sizeof(msg), "NCCL failed: %.480s", why);
+        rd_world_reform(j->world, msg);
+        dev_end(dp, RINGD_E_MEMBERSHIP, msg, 0);
+        return;
+    }
+    dev_crossed(dp, status == 0 ? RINGD_OK : RINGD_E_MEMBERSHIP, why);
+}
+
+/* The crossing: on NCCL, or on the TCP ring from the host copies. */
+static void dev_cross(devpass *dp)
+{
+    rd_op *o = dp->o;
+    rd_job *j = o->job;
+    const rd_local_plan *p = &o->plan;
+    char err[512] = "";
+    if (dp->nccl) {
+        uint32_t L = o->nparts;
+        uint64_t per = o->p.count * rd_dtype_size(p->dtype);
+        int rc;
+        if (o->p.coll == RD_COLL_ALLREDUCE)
+            rc = rd_devcomm_run(j->devcomm, j->e->base, RD_COLL_ALLREDUCE, p->dtype, p->redop,
+                                p->out[0], p->out[0], o->p.count, 0, on_nccl_done, dp, err,
+                                sizeof(err));
+        else if (o->p.coll == RD_COLL_BROADCAST)
+            rc = rd_devcomm_run(j->devcomm, j->e->base, RD_COLL_BROADCAST, p->dtype, RD_OP_SUM,
+                                p->out[0], p->out[0], o->p.count,
+                                rd_devcomm_position_of(j->devcomm, o->p.root), on_nccl_done, dp,
+                                err, sizeof(err));
+        else
+            rc = rd_devcomm_run(j->devcomm, j->e->base, RD_COLL_ALLGATHER, p->dtype, RD_OP_SUM,
+                                p->out[0] + (uint64_t)j->first_rank * per, p->out[0],
+                                (size_t)o->p.count * L, 0, on_nccl_done, dp, err, sizeof(err));
+        if (rc != 0)
+            dev_end(dp, RINGD_E_SYSTEM, err, 0);
+        return;
+    }
+    ring_task *rt = calloc(1, sizeof(*rt));
+    rd_xfer_member *mem = calloc(1, sizeof(*mem));
+    if (rt == NULL || mem == NULL) {
+        free(rt);
+        free(mem);
+        dev_end(dp, RINGD_E_NOMEM, "out of memory starting the op", 0);
+        return;
+    }
+    *mem = (rd_xfer_member){dp->hin, dp->hout, o->p.count};
+    rt->t = (rd_xfer_task){.backend = rd_backend_cpu(),
+                           .coll = p->coll,
+                           .dtype = p->dtype,
+                           .redop = p->redop,
+                           .args = p->args,
+                           .root = o->p.root,
+                           .nmembers = 1,
+                           .members = mem,
+                           .ctx = rt};
+    rt->dp = dp;
+    rd_world_submit(j->world, &rt->t);
+}
+
+static void on_dev_step(void *ctx)
+{
+    devpass *dp = ctx;
+    if (dp->failed) {
+        rd_log(RD_LOG_ERROR, "job", "job '%s': tensor '%s': %s", dp->o->job->name, dp->o->name,
+               dp->why);
+        dev_end(dp, RINGD_E_SYSTEM, dp->why, 0);
+        return;
+    }
+    if (dp->step == DP_GATHER) {
+        dev_cross(dp);
+        return;
+    }
+    rd_op *o = dp->o;
+    rd_job *j = o->job;
+    if (o->parts[0].arena->mem.device >= 0 && o->parts[0].arena->mem.device < RD_COUNTERS_DEVICES)
+        j->e->counters->device_bytes[o->parts[0].arena->mem.device] += rd_local_bytes(&o->plan);
+    dev_end(dp, RINGD_OK, NULL, 0);
+}
+
+/* Starts device op o across nodes on the generation's transport. */
+static void dev_start(rd_op *o)
+{
+    rd_job *j = o->job;
+    const char *refusal = rd_devcomm_refusal(j->devcomm);
+    devpass *dp = calloc(1, sizeof(*dp));
+    op_resolve(o);
+    if (refusal != NULL || dp == NULL || o->plan.failed) {
+        char msg[768];
+        snprintf(msg, sizeof(msg), "tensor '%s': %s", o->name,
+                 refusal != NULL ? refusal : dp == NULL ? "out of memory" : o->plan.why);
+        free(dp);
+        op_finish(o, refusal != NULL ? RINGD_E_REFUSED : dp == NULL ? RINGD_E_NOMEM
+                                                                    : RINGD_E_SYSTEM, msg);
+        return;
+    }
+    dp->o = o;
+    dp->nccl = rd_devcomm_nccl(j->devcomm);
+    uint32_t L = o->nparts;
+    if (dp->nccl && o->p.coll == RD_COLL_ALLGATHER && rd_devcomm_even(j->devcomm) != L) {
+        free(dp);
+        op_finish(o, RINGD_E_INVALID,
+                  "an allgather of device memory across nodes on NCCL needs as many ranks on "
+                  "every node; this ring's nodes differ");
+        return;
+    }
+    if (!dp->nccl) { /* staging: each rank's input, then its output */
+        uint64_t per = o->p.count * rd_dtype_size(o->plan.dtype), out = result_bytes(o);
+        dp->host = malloc((size_t)(L * (per + out)) + 1);
+        dp->hin = calloc(L, sizeof(*dp->hin));
+        dp->hout = calloc(L, sizeof(*dp->hout));
+        if (dp->host == NULL || dp->hin == NULL || dp->hout == NULL) {
+            dev_free(dp);
+            op_finish(o, RINGD_E_NOMEM,
+                      "out of memory staging a device tensor in host memory");
+            return;
+        }
+        for (uint32_t k = 0; k < L; k++) {
+            dp->hin[k] = dp->host + (uint64_t)k * per;
+            dp->hout[k] = dp->host + (uint64_t)L * per + (uint64_t)k * out;
+        }
+    }
+    op_set_state(o, OP_RUNNING);
+    j->nrunning++;
+    dev_step_next(dp, DP_GATHER);
+}
 
 /* Hands ops[0..n) (one op, or allreduces that fuse) to the ring (rd_sched_events.start). */
 static void on_start(void *arg, void **owns, size_t n)
@@ -1824,18 +2080,9 @@ static void on_start(void *arg, void **owns, size_t n)
             op_start(ops[i]);
         return;
     }
-    for (size_t i = 0; i < n; i++) {
-        /* announced while the node was alone (announce refuses it otherwise), started after
-         * others joined: the ring re-forms rather than leave them waiting for this node */
-        if (ops[i]->parts[0].arena->backend->device_memory) {
-            char why[256];
-            snprintf(why, sizeof(why), "tensor '%s' is in device memory, and job '%s' now spans "
-                     "nodes", ops[i]->name, j->name);
-            for (size_t k = 0; k < n; k++)
-                op_finish(ops[k], RINGD_E_MEMBERSHIP, why);
-            rd_world_reform(j->world, why);
-            return;
-        }
+    if (ops[0]->p.device) { /* device ops never fuse: n is 1 */
+        dev_start(ops[0]);
+        return;
     }
     ring_task *rt = calloc(1, sizeof(*rt) + n * sizeof(rd_op *));
     rd_xfer_member *mem = calloc(n, sizeof(*mem));
@@ -1874,6 +2121,12 @@ static void on_task_done(void *arg, struct rd_xfer_task *t)
     rd_job *j = arg;
     ring_task *rt = t->ctx;
     j->e->counters->activity++;
+    if (rt->dp != NULL) {
+        dev_crossed(rt->dp, t->status, t->message);
+        free(t->members);
+        free(rt);
+        return;
+    }
     for (size_t i = 0; i < rt->nops; i++) {
         rd_op *o = rt->ops[i];
         j->nrunning--;
@@ -2000,8 +2253,20 @@ static void on_ring_ended(void *arg)
 {
     rd_job *j = arg;
     rd_sched_ring_ended(j->sched);
+    j->dev_ending = 1; /* the device ops it cuts short wait for the next ring */
     rd_devcomm_ring_ended(j->devcomm);
+    j->dev_ending = 0;
 }
+
+/* The generation's device transport is settled: the coordinator may order ops. */
+static void on_dev_settled(void *arg, int nccl)
+{
+    rd_job *j = arg;
+    (void)nccl;
+    rd_sched_hold(j->sched, 0);
+}
+
+static const rd_devcomm_events devcomm_events = {.settled = on_dev_settled};
 
 static void on_message(void *arg, int from, const rd_schedmsg *m)
 {

@@ -31,13 +31,17 @@ void rd_op_params_describe(char *buf, size_t len, const rd_op_params *p)
                  rd_redop_name((rd_redop)p->redop), p->prescale, p->postscale);
     else if (p->coll == RD_COLL_BROADCAST)
         snprintf(buf + n, len - (size_t)n, " root %u", p->root);
+    if (p->device) {
+        size_t used = strlen(buf);
+        snprintf(buf + used, len - used, " in device memory");
+    }
 }
 
 rd_op_params rd_op_params_announceable(rd_op_params p)
 {
     if (p.coll < RD_COLL_ALLREDUCE || p.coll > RD_COLL_BARRIER || p.dtype < 0 ||
         p.dtype >= RD_DT_COUNT || p.redop < 0 || p.redop >= RD_OP_COUNT)
-        p = (rd_op_params){RD_COLL_BARRIER, RD_DT_U8, RD_OP_SUM, 0, 0, 1.0, 1.0};
+        p = (rd_op_params){RD_COLL_BARRIER, RD_DT_U8, RD_OP_SUM, 0, 0, 1.0, 1.0, 0};
     return p;
 }
 
@@ -54,6 +58,7 @@ int rd_op_params_compare(const rd_op_params *a, const rd_op_params *b, char *fie
         {a->root != b->root, "root"},
         {a->prescale != b->prescale, "prescale"},
         {a->postscale != b->postscale, "postscale"},
+        {a->device != b->device, "memory"},
     };
     int same = 1;
     if (len > 0)

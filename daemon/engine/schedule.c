@@ -32,6 +32,7 @@ struct rd_sched {
     size_t norder, caporder;
     struct event *ev_order;
     batch *orders, *orders_tail; /* orders received, not yet started */
+    int held; /* coordinator: orders wait (the ring's device transport is not settled) */
 };
 
 #define RD_GO_OVERHEAD 64       /* a Go's frame around its entries: length, tags, generation */
@@ -106,6 +107,7 @@ rd_status rd_sched_ring_forming(rd_sched *s, int nnodes, int position, const rd_
         return RINGD_E_NOMEM;
     s->nnodes = nnodes;
     s->position = position;
+    s->held = 1;
     return RINGD_OK;
 }
 
@@ -169,6 +171,8 @@ static void on_order(evutil_socket_t fd, short what, void *arg)
         order_clear(s);
         return;
     }
+    if (s->held) /* sent once released */
+        return;
     /* As many names as one Go carries within --max-frame: each costs its bytes and, as an entry
      * of the message, at most RD_GO_ENTRY_OVERHEAD more. */
     size_t n = 0, bytes = RD_GO_OVERHEAD;
@@ -195,6 +199,13 @@ static void on_order(evutil_socket_t fd, short what, void *arg)
     for (size_t i = 0; i < n; i++)
         free(names[i]);
     free(names);
+}
+
+void rd_sched_hold(rd_sched *s, int held)
+{
+    s->held = held;
+    if (!held && s->norder > 0)
+        event_active(s->ev_order, 0, 0);
 }
 
 void rd_sched_flush(rd_sched *s)
@@ -355,7 +366,8 @@ int rd_sched_orders_waiting(const rd_sched *s)
 static int fuses(const rd_op_params *first, const rd_op_params *q, uint64_t ob, uint64_t bytes,
                  uint64_t threshold)
 {
-    return first->coll == RD_COLL_ALLREDUCE && q->coll == RD_COLL_ALLREDUCE &&
+    return first->coll == RD_COLL_ALLREDUCE && q->coll == RD_COLL_ALLREDUCE && !first->device &&
+           !q->device &&
            first->dtype == q->dtype && first->redop == q->redop &&
            first->prescale == q->prescale && first->postscale == q->postscale &&
            bytes + ob <= threshold;
@@ -374,7 +386,7 @@ size_t rd_sched_group(const rd_op_params *p, size_t n, uint64_t threshold, size_
     for (size_t i = 0; i < n; i++) {
         uint64_t ob = p[i].count * rd_dtype_size((rd_dtype)p[i].dtype);
         group[i] = SIZE_MAX;
-        if (p[i].coll != RD_COLL_ALLREDUCE || ob >= threshold)
+        if (p[i].coll != RD_COLL_ALLREDUCE || p[i].device || ob >= threshold)
             continue;
         size_t g = 0;
         while (g < ngroups && !fuses(&p[lead[g]], &p[i], ob, gbytes[g], threshold))

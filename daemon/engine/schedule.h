@@ -63,6 +63,10 @@ void rd_sched_ring_ended(rd_sched *s);
  * generation. A node that sent something impossible gets the ring re-formed. */
 void rd_sched_message(rd_sched *s, int from, const rd_schedmsg *m);
 
+/* held 1: the coordinator's orders wait, queued, until held 0 (while the generation's device
+ * transport is agreed: every node must know it before any op runs). A new ring starts held. */
+void rd_sched_hold(rd_sched *s, int held);
+
 /* The ring seals (a graceful change): the coordinator sends the order it has queued now. */
 void rd_sched_flush(rd_sched *s);
 
@@ -96,7 +100,8 @@ void rd_sched_run(rd_sched *s);
 /* Fusion, the same on every node since it depends only on the batch and the agreed params:
  * allreduces of p[0..n) smaller than threshold bytes that agree on dtype, op and scales share a
  * group of at most threshold bytes, groups numbered in the order of their first op; group[i] is
- * SIZE_MAX for an op that runs alone. Returns the number of groups, or SIZE_MAX when out of
+ * SIZE_MAX for an op that runs alone (device memory always does: it has no fusion buffer).
+ * Returns the number of groups, or SIZE_MAX when out of
  * memory (then nothing may start: every node must group alike). */
 size_t rd_sched_group(const rd_op_params *p, size_t n, uint64_t threshold, size_t *group);
 
