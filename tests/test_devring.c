@@ -110,7 +110,8 @@ static void on_failed(void *arg, const char *why, const int *aside, int naside)
     n->failed++;
     snprintf(n->failed_why, sizeof(n->failed_why), "%s", why);
     n->naside = naside;
-    memcpy(n->aside, aside, (size_t)naside * sizeof(*aside));
+    if (naside > 0)
+        memcpy(n->aside, aside, (size_t)naside * sizeof(*aside));
 }
 
 static const rd_devring_events events = {
