@@ -10,7 +10,7 @@
 #define RD_PROTOCOL_VERSION 1 /* client <-> daemon (Hello) */
 /* Daemon <-> daemon (PeerHello). 2: Ready.stalled, which a daemon of 1 would ignore, leaving
  * stalled ops to wait; nodes of one job run one version. */
-#define RD_PEER_PROTOCOL_VERSION 2
+#define RD_PEER_PROTOCOL_VERSION 3
 #define RD_FRAME_HEADER 4
 #define RD_FRAME_MAX_DEFAULT (1u << 20)
 #define RD_NAME_MAX 256 /* bytes in a job or tensor name, terminator excluded */

@@ -104,8 +104,11 @@ static void on_settled(void *arg, rd_devring_state st, const char *why)
     snprintf(n->settled_why, sizeof(n->settled_why), "%s", why);
 }
 
-static void on_failed(void *arg, const char *why, const int *aside, int naside)
+static int last_nccl_fault;
+
+static void on_failed(void *arg, const char *why, const int *aside, int naside, int nccl)
 {
+    last_nccl_fault = nccl;
     node *n = arg;
     n->failed++;
     snprintf(n->failed_why, sizeof(n->failed_why), "%s", why);
@@ -293,18 +296,26 @@ Test(devring, nothing_from_an_older_generation_is_accepted)
     deliver(0, NULL);
     for (int i = 0; i < 3; i++)
         cr_assert_eq(memcmp(nodes[i].id, nodes[0].id, RD_SCHEDMSG_ID_MAX), 0);
-    /* a confirmation of generation 1 does not stand for generation 2's */
+    /* a confirmation of generation 1 does not stand for generation 2's: node b's "formed"
+     * comes only as generation 1's, node c's as its own */
     rd_devring_formed(nodes[0].d, 1, "");
     rd_devring_formed(nodes[1].d, 1, "");
-    wire confirm = queue[0];
-    cr_assert_eq(confirm.m.kind, RD_SCHEDMSG_DEV_CONFIRM);
+    rd_devring_formed(nodes[2].d, 1, "");
+    cr_assert_eq(nqueue, 2);
+    wire from_b = queue[0].from == 1 ? queue[0] : queue[1];
+    wire from_c = queue[0].from == 2 ? queue[0] : queue[1];
+    cr_assert_eq(from_b.m.kind, RD_SCHEDMSG_DEV_CONFIRM);
     nqueue = 0;
-    confirm.m.generation = 1;
-    confirm.m.dev.why = confirm.why;
-    cr_assert_eq(rd_devring_message(nodes[0].d, 1, &confirm.m, 0, err, sizeof(err)), 0);
-    cr_assert_eq(nodes[0].settled, 0);
+    from_c.m.dev.why = from_c.why;
+    cr_assert_eq(rd_devring_message(nodes[0].d, 2, &from_c.m, 0, err, sizeof(err)), 0, "%s", err);
+    from_b.m.generation = 1;
+    from_b.m.dev.why = from_b.why;
+    cr_assert_eq(rd_devring_message(nodes[0].d, 1, &from_b.m, 0, err, sizeof(err)), 0);
+    cr_assert_eq(nodes[0].settled, 0, "node b's formed of generation 1 did not count");
     rd_devring_tick(nodes[0].d, TIMEOUT_MS + 1);
     cr_assert_eq(nodes[0].failed, 1, "node b's communicator never confirmed at generation 2");
+    from_b.m.generation = 2; /* the same message of the right generation would have settled it */
+    cr_assert_eq(rd_devring_state_of(nodes[0].d), RD_DEVRING_FAILED);
 }
 
 Test(devring, a_node_that_never_joins_is_named_for_setting_aside)
@@ -328,6 +339,7 @@ Test(devring, a_node_that_never_joins_is_named_for_setting_aside)
     cr_assert_eq(nodes[0].aside[0], 2);
     cr_assert(strstr(nodes[0].failed_why, "node c did not join") != NULL, "%s",
               nodes[0].failed_why);
+    cr_assert_eq(last_nccl_fault, 0, "a node that went quiet is not NCCL's fault");
     cr_assert_eq(rd_devring_state_of(nodes[0].d), RD_DEVRING_FAILED);
     cr_assert_eq(rd_devring_deadline(nodes[0].d), 0);
 }
@@ -345,7 +357,7 @@ Test(devring, a_node_that_never_offers_is_named_for_setting_aside)
     cr_assert_eq(nodes[0].aside[0], 2);
     cr_assert(strstr(nodes[0].failed_why, "node c did not offer") != NULL, "%s",
               nodes[0].failed_why);
-    rd_devring_tick(nodes[1].d, TIMEOUT_MS);
+    rd_devring_tick(nodes[1].d, 2 * TIMEOUT_MS);
     cr_assert_eq(nodes[1].failed, 1, "node b had no plan in time either");
     cr_assert(strstr(nodes[1].failed_why, "no plan from the coordinator a") != NULL);
 }
@@ -362,8 +374,11 @@ Test(devring, every_node_joined_but_nccl_never_formed)
     rd_devring_tick(nodes[0].d, TIMEOUT_MS);
     cr_assert_eq(nodes[0].failed, 1);
     cr_assert_eq(nodes[0].naside, 0, "no node to blame");
+    cr_assert_eq(last_nccl_fault, 1);
     cr_assert(strstr(nodes[0].failed_why, "did not form within") != NULL);
     rd_devring_tick(nodes[1].d, TIMEOUT_MS);
+    cr_assert_eq(nodes[1].failed, 0, "a node waits twice as long: the coordinator acts first");
+    rd_devring_tick(nodes[1].d, 2 * TIMEOUT_MS);
     cr_assert_eq(nodes[1].failed, 1);
     cr_assert(strstr(nodes[1].failed_why, "node b: its NCCL communicator did not form") != NULL);
 }

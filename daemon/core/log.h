@@ -16,7 +16,6 @@ extern atomic_int rd_log_threshold;
 
 void rd_log_set_level(rd_log_level level);
 
-/* Parses "debug", "info", "warn" or "error". Returns -1 for anything else. */
 /* The levels' names, by value, NULL-terminated: what --log-level takes. */
 extern const char *const rd_log_level_names[];
 const char *rd_log_level_name(int level);

@@ -113,14 +113,14 @@ static void on_settled(void *arg, rd_devring_state st, const char *why)
     c->ev.settled(c->ev_arg, st == RD_DEVRING_NCCL);
 }
 
-static void on_failed(void *arg, const char *why, const int *aside, int naside)
+static void on_failed(void *arg, const char *why, const int *aside, int naside, int nccl)
 {
     rd_devcomm *c = arg;
     comm_end(c);
     /* Under auto, a job whose communicator failed here stays on TCP from this node's side (one
-     * node's offer is enough); nodes set aside are the cause, not NCCL, and --gpu-transport
+     * node's offer is enough); a node that went quiet is not NCCL's fault, and --gpu-transport
      * nccl tries again at every generation. */
-    if (naside == 0 && c->cfg->gpu_transport == RD_GPU_TRANSPORT_AUTO)
+    if (nccl && c->cfg->gpu_transport == RD_GPU_TRANSPORT_AUTO)
         snprintf(c->fallback, sizeof(c->fallback), "NCCL failed at generation %" PRIu64 ": %.400s",
                  rd_devring_generation(c->dr), why);
     for (int k = 0; k < naside; k++)
@@ -234,6 +234,8 @@ void rd_devcomm_ring_up(rd_devcomm *c, const rd_devcomm_local *local)
 
 void rd_devcomm_ring_ended(rd_devcomm *c)
 {
+    if (c == NULL) /* a job whose communicator could not be made */
+        return;
     comm_end(c);
     c->why[0] = '\0';
     rd_devring_end(c->dr);

@@ -38,8 +38,8 @@ void rd_devcomm_free(rd_devcomm *c);
 rd_status rd_devcomm_ring_forming(rd_devcomm *c, uint64_t generation, int nnodes, int position,
                                   const rd_ring_node *nodes);
 
-/* What this node brings to the ring: whether every rank of the job here passes device memory
- * (device 1), on which GPU, and the transport of their backend (NULL: none). */
+/* What this node brings to the ring: whether every local rank of the job has a device arena
+ * (device 1), local rank 0's GPU, and the transport of their backend (NULL: none). */
 typedef struct {
     int device;
     int gpu;
@@ -49,7 +49,7 @@ typedef struct {
 /* The ring is up: this node offers what local allows. */
 void rd_devcomm_ring_up(rd_devcomm *c, const rd_devcomm_local *local);
 
-/* The ring of the generation ended: the communicator is aborted. */
+/* The ring of the generation ended: the communicator is aborted. NULL is a no-op. */
 void rd_devcomm_ring_ended(rd_devcomm *c);
 
 /* A DevOffer, DevPlan or DevConfirm of the current generation from the node at position from. */

@@ -139,11 +139,12 @@ static void settle(rd_devring *d, rd_devring_state st, const char *why)
     d->ev.settled(d->arg, st, d->why);
 }
 
-static void fail(rd_devring *d, const int *aside, int naside, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
+static void fail(rd_devring *d, const int *aside, int naside, int nccl, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
 
-/* Fails the generation (why from fmt), naming aside[0..naside) for setting aside. */
-static void fail(rd_devring *d, const int *aside, int naside, const char *fmt, ...)
+/* Fails the generation (why from fmt), naming aside[0..naside) for setting aside; nccl: NCCL
+ * itself failed. */
+static void fail(rd_devring *d, const int *aside, int naside, int nccl, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -153,7 +154,7 @@ static void fail(rd_devring *d, const int *aside, int naside, const char *fmt, .
     d->deadline_ms = 0;
     rd_log(RD_LOG_WARN, "devring", "generation %" PRIu64 ": NCCL failed: %s", d->generation,
            d->why);
-    d->ev.failed(d->arg, d->why, aside, naside);
+    d->ev.failed(d->arg, d->why, aside, naside, nccl);
 }
 
 /* Sends a DevConfirm of state (why for a failure) to the coordinator. */
@@ -170,11 +171,11 @@ static void join(rd_devring *d, const uint8_t *id, size_t len, int64_t now_ms)
 {
     char err[512] = "";
     set_state(d, RD_DEVRING_JOINING);
-    d->deadline_ms = now_ms + d->timeout_ms;
+    d->deadline_ms = now_ms + (d->position == 0 ? 1 : 2) * d->timeout_ms;
     if (d->ev.join(d->arg, id, len, d->nnodes, d->position, err, sizeof(err)) != 0) {
         if (d->position != 0)
             confirm(d, RD_DEV_FAILED, err);
-        fail(d, NULL, 0, "node %s could not start its NCCL communicator: %s",
+        fail(d, NULL, 0, 1, "node %s could not start its NCCL communicator: %s",
              d->names[d->position], err);
         return;
     }
@@ -273,7 +274,7 @@ int rd_devring_up(rd_devring *d, const rd_devring_offer *own, int64_t now_ms)
     if (d->position == 0 && offer_keep(d, 0, own) != 0)
         return -1;
     set_state(d, RD_DEVRING_OFFERING);
-    d->deadline_ms = now_ms + d->timeout_ms;
+    d->deadline_ms = now_ms + (d->position == 0 ? 1 : 2) * d->timeout_ms;
     if (d->nnodes == 1) {
         settle(d, RD_DEVRING_TCP, "the ring is one node");
         return 0;
@@ -298,7 +299,7 @@ static int confirmed(rd_devring *d, int from, const rd_devmsg *c, char *err, siz
         return -1;
     }
     if (c->confirm == RD_DEV_FAILED) {
-        fail(d, NULL, 0, "node %s: %s", d->names[from], c->why);
+        fail(d, NULL, 0, 1, "node %s: %s", d->names[from], c->why);
         return 0;
     }
     if (c->confirm != d->progress[from] + 1) { /* joined, then formed: once each */
@@ -382,7 +383,7 @@ void rd_devring_formed(rd_devring *d, int ok, const char *why)
     if (!ok) {
         if (d->position != 0)
             confirm(d, RD_DEV_FAILED, why);
-        fail(d, NULL, 0, "node %s: its NCCL communicator failed to form: %s",
+        fail(d, NULL, 0, 1, "node %s: its NCCL communicator failed to form: %s",
              d->names[d->position], why);
         return;
     }
@@ -407,11 +408,11 @@ void rd_devring_tick(rd_devring *d, int64_t now_ms)
         return;
     if (d->position != 0) {
         if (d->state == RD_DEVRING_OFFERING)
-            fail(d, NULL, 0, "node %s had no plan from the coordinator %s within %" PRId64 " ms",
-                 d->names[d->position], d->names[0], d->timeout_ms);
+            fail(d, NULL, 0, 0, "node %s had no plan from the coordinator %s within %" PRId64
+                 " ms", d->names[d->position], d->names[0], 2 * d->timeout_ms);
         else
-            fail(d, NULL, 0, "node %s: its NCCL communicator did not form within %" PRId64 " ms",
-                 d->names[d->position], d->timeout_ms);
+            fail(d, NULL, 0, 0, "node %s: its NCCL communicator did not form within %" PRId64
+                 " ms", d->names[d->position], 2 * d->timeout_ms);
         return;
     }
     /* Coordinator: the nodes that never offered or never joined are named, as a node the ring
@@ -430,13 +431,13 @@ void rd_devring_tick(rd_devring *d, int64_t now_ms)
             used += (size_t)w;
     }
     if (naside > 0)
-        fail(d, aside, naside, "node%s %s did not %s within %" PRId64 " ms", naside > 1 ? "s" : "",
+        fail(d, aside, naside, 0, "node%s %s did not %s within %" PRId64 " ms", naside > 1 ? "s" : "",
              names, d->state == RD_DEVRING_OFFERING ? "offer a device transport"
                                                      : "join the NCCL communicator",
              d->timeout_ms);
     else
-        fail(d, NULL, 0, "the NCCL communicator did not form within %" PRId64 " ms (every node "
-             "joined)", d->timeout_ms);
+        fail(d, NULL, 0, 1, "the NCCL communicator did not form within %" PRId64 " ms (every "
+             "node joined)", d->timeout_ms);
     free(aside);
 }
 

@@ -8,8 +8,9 @@
  *      confirms to the coordinator that it joined, then that it formed (DevConfirm);
  *   4. the generation's transport is settled on a node once its plan is TCP, or once its own
  *      communicator formed; the coordinator, once every node's has.
- * Every wait is bounded by timeout_ms (--peer-timeout): a node that does not join in time is
- * named for setting aside, like a node the ring cannot reach; a communicator that fails, or
+ * Every wait is bounded by timeout_ms (--peer-timeout; twice that on the nodes that wait for
+ * the coordinator, which acts first): a node that does not join in time is named for setting
+ * aside, like a node the ring cannot reach; a communicator that fails, or
  * joins and does not form in time, fails the generation and the ring re-forms. What comes from
  * another generation is ignored; what a node of this generation could not have sent is refused.
  * Pure protocol: messages, communicators and time are the caller's (rd_devring_events).
@@ -68,10 +69,12 @@ typedef struct {
     /* The generation's transport is settled: state RD_DEVRING_NCCL or RD_DEVRING_TCP (why says
      * why not NCCL). */
     void (*settled)(void *arg, rd_devring_state st, const char *why);
-    /* NCCL failed this generation (why): the ring must re-form. aside[0..naside): positions of
-     * nodes that never joined, to be set aside as nodes that cannot be reached. The owner ends
-     * this node's communicator (rd_devring_end follows with the ring's end). */
-    void (*failed)(void *arg, const char *why, const int *aside, int naside);
+    /* The generation failed (why): the ring must re-form. aside[0..naside): positions of nodes
+     * that never offered or joined, to be set aside as nodes that cannot be reached. nccl 1:
+     * NCCL itself failed (a communicator that could not start, failed, or never formed with
+     * every node joined), not a node that went quiet. The owner ends this node's communicator
+     * (rd_devring_end follows with the ring's end). */
+    void (*failed)(void *arg, const char *why, const int *aside, int naside, int nccl);
 } rd_devring_events;
 
 typedef struct rd_devring rd_devring;

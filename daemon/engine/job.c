@@ -141,6 +141,9 @@ struct rd_job {
     rd_sched *sched;          /* with world: announcements, orders, fusion */
     rd_devcomm *devcomm;      /* with world: the device transport of each generation */
     int dev_ending;           /* its communicator is being aborted: what it cuts waits */
+    uint64_t epoch;           /* rings this job has seen end: a device pass crosses on its own */
+    uint32_t ndev;            /* device passes under way */
+    struct crossing *cross_head, *cross_tail; /* to cross nodes, in the coordinator's order */
     int freeing;
     uid_t uid;                 /* of the first client: only that user's processes may join */
     rd_client **slots; /* by local rank */
@@ -289,12 +292,15 @@ static void op_free(rd_op *o)
     free(o);
 }
 
+static void cross_drop(rd_job *j);
+
 static void job_free(rd_job *j)
 {
     rd_engine *d = j->e;
     j->freeing = 1;
     rd_world_free(j->world);
     j->world = NULL;
+    cross_drop(j);
     rd_devcomm_free(j->devcomm);
     j->devcomm = NULL;
     rd_sched_free(j->sched);
@@ -539,7 +545,7 @@ static void op_start(rd_op *o)
 /* The parameters of a validated Submit that ranks must agree on. */
 static rd_op_params params_of(const rd_submit *m)
 {
-    rd_op_params p;
+    rd_op_params p = {0};
     p.coll = (int)m->op;
     p.dtype = m->op == RD_COLL_BARRIER ? RD_DT_U8 : (int)m->dtype;
     p.redop = m->op == RD_COLL_ALLREDUCE ? (int)m->redop : RD_OP_SUM;
@@ -1819,12 +1825,24 @@ typedef struct devpass {
     rd_op *o;
     int nccl;
     dev_step step;
+    uint64_t epoch;       /* the job's ring epoch when it started */
+    int queued;           /* in the job's crossing queue */
+    int gathered;         /* its gather ran (failed or not): it may cross */
     uint8_t *host;        /* TCP: the staging block, each rank's input then its output */
     const uint8_t **hin;  /* TCP: rank k's input in host memory */
     uint8_t **hout;       /* TCP: rank k's output in host memory */
     int failed;
     char why[256];
 } devpass;
+
+/* What crosses nodes, in the coordinator's order: a device pass (once gathered) or host ops'
+ * ring task. Every node hands them to NCCL and the TCP ring in this order, so the n-th
+ * collective of a generation is the same tensor everywhere. */
+typedef struct crossing {
+    devpass *dp;
+    ring_task *rt;
+    struct crossing *next;
+} crossing;
 
 static void dev_fail(devpass *dp, const char *what)
 {
@@ -1894,61 +1912,84 @@ static void dev_free(devpass *dp)
     free(dp);
 }
 
-/* The pass of o ends (status, message): its ranks hear it. A crossing cut short by the ring's
- * end (cut: 1) waits for the next ring, as ring ops do. */
+/* The pass of o ends (status, message): its ranks hear it. One cut short by the ring's end
+ * (cut: 1) waits for the next ring, as ring ops do. Called from the transports' callbacks too:
+ * the job is freed on a later turn, never here. */
 static void dev_end(devpass *dp, ringd_result_t status, const char *message, int cut)
 {
     rd_op *o = dp->o;
     rd_job *j = o->job;
-    char msg[768] = "";
+    char where[640] = "", msg[768];
     j->nrunning--;
+    j->ndev--;
     if (status != RINGD_OK)
-        snprintf(msg, sizeof(msg), "tensor '%s' on node %s: %s", o->name, j->e->cfg->node,
-                 message);
+        snprintf(where, sizeof(where), "on node %.64s: %.560s", j->e->cfg->node, message);
+    snprintf(msg, sizeof(msg), "tensor '%.100s' %s", o->name, where);
     if (status != RINGD_OK && j->lost[0] != '\0')
         op_fail(o, RINGD_E_MEMBERSHIP, "tensor '%s': %s", o->name, j->lost);
     else if (cut)
-        op_doom(o, msg);
+        op_doom(o, where);
     else
         op_finish(o, status, status == RINGD_OK ? NULL : msg);
     dev_free(dp);
-    job_maybe_free(j);
+    if (j->nclients == 0 && j->nrunning == 0)
+        event_active(j->ev_free, 0, 0);
+    else if (j->ndev == 0 && j->world != NULL)
+        rd_world_settle(j->world); /* a sealed ring may have waited for it */
+}
+
+/* A device op that failed on this node before it crossed (why): the other nodes would wait
+ * for it in NCCL or on the ring, so the ring re-forms; the op fails when it is back. */
+static void dev_fail_here(devpass *dp, const char *why)
+{
+    rd_job *j = dp->o->job;
+    char msg[512];
+    snprintf(msg, sizeof(msg), "tensor '%.200s' failed on node %.64s: %.200s", dp->o->name,
+             j->e->cfg->node, why);
+    rd_log(RD_LOG_ERROR, "job", "job '%s': %s", j->name, msg);
+    if (dp->epoch == j->epoch && rd_world_up(j->world))
+        rd_world_reform(j->world, msg);
+    dev_end(dp, RINGD_E_SYSTEM, why, 1);
 }
 
 static void on_dev_step(void *ctx);
 
-/* Queues the pass's next step on the executor. */
-static void dev_step_next(devpass *dp, dev_step step)
+/* Queues the pass's next step on the executor. Returns 0, or -1 when it cannot be queued. */
+static int dev_step_next(devpass *dp, dev_step step)
 {
     dp->step = step;
-    if (rd_exec_submit(dp->o->job->e->exec, dev_run, on_dev_step, dp, 1, 1) != RINGD_OK)
-        dev_end(dp, RINGD_E_NOMEM, "out of memory queueing the op", 0);
+    return rd_exec_submit(dp->o->job->e->exec, dev_run, on_dev_step, dp, 1, 1) == RINGD_OK ? 0
+                                                                                          : -1;
 }
 
-/* The crossing ended (status 0, or why it failed; cut: the ring ended under it). */
+/* The crossing ended (status 0, or why it failed). */
 static void dev_crossed(devpass *dp, ringd_result_t status, const char *why)
 {
     rd_job *j = dp->o->job;
     if (status == RINGD_OK) {
-        dev_step_next(dp, DP_SCATTER);
+        if (dev_step_next(dp, DP_SCATTER) != 0)
+            dev_end(dp, RINGD_E_NOMEM, "out of memory queueing the op", 0);
         return;
     }
-    dev_end(dp, status, why, j->disrupted || j->dev_ending || !rd_world_up(j->world));
+    dev_end(dp, status, why, j->disrupted || j->dev_ending || dp->epoch != j->epoch ||
+                                 !rd_world_up(j->world));
 }
 
-/* NCCL's done: the collective ran, or failed (a communicator that failed re-forms the ring). */
+/* NCCL's done: the collective ran, or failed (a communicator that failed re-forms the ring,
+ * and the op fails when the ring is back, as on every other node). */
 static void on_nccl_done(void *arg, int status, const char *why)
 {
     devpass *dp = arg;
     rd_job *j = dp->o->job;
-    if (status != 0 && !j->dev_ending && rd_world_up(j->world)) {
-        char msg[512];
-        snprintf(msg, sizeof(msg), "NCCL failed: %.480s", why);
-        rd_world_reform(j->world, msg);
-        dev_end(dp, RINGD_E_MEMBERSHIP, msg, 0);
+    if (status == 0) {
+        dev_crossed(dp, RINGD_OK, NULL);
         return;
     }
-    dev_crossed(dp, status == 0 ? RINGD_OK : RINGD_E_MEMBERSHIP, why);
+    char msg[512];
+    snprintf(msg, sizeof(msg), "NCCL failed: %.480s", why);
+    if (!j->dev_ending && dp->epoch == j->epoch && rd_world_up(j->world))
+        rd_world_reform(j->world, msg);
+    dev_end(dp, RINGD_E_MEMBERSHIP, msg, 1);
 }
 
 /* The crossing: on NCCL, or on the TCP ring from the host copies. */
@@ -1958,6 +1999,14 @@ static void dev_cross(devpass *dp)
     rd_job *j = o->job;
     const rd_local_plan *p = &o->plan;
     char err[512] = "";
+    if (dp->failed) {
+        dev_fail_here(dp, dp->why);
+        return;
+    }
+    if (dp->epoch != j->epoch || !rd_world_up(j->world)) { /* the ring ended meanwhile */
+        dev_end(dp, RINGD_E_MEMBERSHIP, "the ring re-formed before it crossed nodes", 1);
+        return;
+    }
     if (dp->nccl) {
         uint32_t L = o->nparts;
         uint64_t per = o->p.count * rd_dtype_size(p->dtype);
@@ -1976,7 +2025,7 @@ static void dev_cross(devpass *dp)
                                 p->out[0] + (uint64_t)j->first_rank * per, p->out[0],
                                 (size_t)o->p.count * L, 0, on_nccl_done, dp, err, sizeof(err));
         if (rc != 0)
-            dev_end(dp, RINGD_E_SYSTEM, err, 0);
+            dev_fail_here(dp, err);
         return;
     }
     ring_task *rt = calloc(1, sizeof(*rt));
@@ -1984,7 +2033,7 @@ static void dev_cross(devpass *dp)
     if (rt == NULL || mem == NULL) {
         free(rt);
         free(mem);
-        dev_end(dp, RINGD_E_NOMEM, "out of memory starting the op", 0);
+        dev_fail_here(dp, "out of memory starting the op");
         return;
     }
     *mem = (rd_xfer_member){dp->hin, dp->hout, o->p.count};
@@ -2001,61 +2050,153 @@ static void dev_cross(devpass *dp)
     rd_world_submit(j->world, &rt->t);
 }
 
+/* Hands what heads the crossing queue to its transport, in order, while it is ready. */
+static void cross_pump(rd_job *j)
+{
+    while (j->cross_head != NULL) {
+        crossing *c = j->cross_head;
+        if (c->dp != NULL && !c->dp->gathered)
+            return;
+        if ((j->cross_head = c->next) == NULL)
+            j->cross_tail = NULL;
+        if (c->dp != NULL) {
+            c->dp->queued = 0;
+            dev_cross(c->dp);
+        } else {
+            rd_world_submit(j->world, &c->rt->t);
+        }
+        free(c);
+    }
+}
+
+/* Queues dp or rt behind what is still to cross. Returns 0, or -1 out of memory. */
+static int cross_queue(rd_job *j, devpass *dp, ring_task *rt)
+{
+    crossing *c = calloc(1, sizeof(*c));
+    if (c == NULL)
+        return -1;
+    c->dp = dp;
+    c->rt = rt;
+    if (j->cross_tail != NULL)
+        j->cross_tail->next = c;
+    else
+        j->cross_head = c;
+    j->cross_tail = c;
+    if (dp != NULL)
+        dp->queued = 1;
+    return 0;
+}
+
+/* The ring ended: what has not crossed yet never will on it. Host ops wait for the next ring
+ * (doomed); device passes still gathering end when their gather does. */
+static void cross_flush(rd_job *j, const char *why)
+{
+    while (j->cross_head != NULL) {
+        crossing *c = j->cross_head;
+        j->cross_head = c->next;
+        if (c->dp != NULL) {
+            c->dp->queued = 0;
+        } else {
+            for (size_t i = 0; i < c->rt->nops; i++) {
+                j->nrunning--;
+                op_doom(c->rt->ops[i], why);
+            }
+            free(c->rt->t.members);
+            free(c->rt);
+        }
+        free(c);
+    }
+    j->cross_tail = NULL;
+}
+
+/* At shutdown: the queue's entries go with the job (its ops are freed with it). */
+static void cross_drop(rd_job *j)
+{
+    while (j->cross_head != NULL) {
+        crossing *c = j->cross_head;
+        j->cross_head = c->next;
+        if (c->rt != NULL) {
+            free(c->rt->t.members);
+            free(c->rt);
+        }
+        free(c);
+    }
+    j->cross_tail = NULL;
+}
+
 static void on_dev_step(void *ctx)
 {
     devpass *dp = ctx;
+    rd_job *j = dp->o->job;
+    if (dp->step == DP_GATHER) {
+        dp->gathered = 1;
+        if (dp->queued)
+            cross_pump(j);
+        else /* flushed: the ring it was ordered on ended */
+            dev_end(dp, RINGD_E_MEMBERSHIP, "the ring re-formed before it crossed nodes", 1);
+        return;
+    }
     if (dp->failed) {
-        rd_log(RD_LOG_ERROR, "job", "job '%s': tensor '%s': %s", dp->o->job->name, dp->o->name,
-               dp->why);
+        rd_log(RD_LOG_ERROR, "job", "job '%s': tensor '%s': %s", j->name, dp->o->name, dp->why);
         dev_end(dp, RINGD_E_SYSTEM, dp->why, 0);
         return;
     }
-    if (dp->step == DP_GATHER) {
-        dev_cross(dp);
-        return;
-    }
-    rd_op *o = dp->o;
-    rd_job *j = o->job;
-    if (o->parts[0].arena->mem.device >= 0 && o->parts[0].arena->mem.device < RD_COUNTERS_DEVICES)
-        j->e->counters->device_bytes[o->parts[0].arena->mem.device] += rd_local_bytes(&o->plan);
     dev_end(dp, RINGD_OK, NULL, 0);
 }
 
-/* Starts device op o across nodes on the generation's transport. */
+/* o cannot start here (why): the other nodes would wait for it, so the ring re-forms and o
+ * fails when it is back, with the others' copies. */
+static void dev_refuse_here(rd_op *o, const char *why)
+{
+    rd_job *j = o->job;
+    char where[640], msg[768];
+    snprintf(where, sizeof(where), "on node %.64s: %.560s", j->e->cfg->node, why);
+    snprintf(msg, sizeof(msg), "tensor '%.100s' %s", o->name, where);
+    rd_log(RD_LOG_ERROR, "job", "job '%s': %s", j->name, msg);
+    rd_world_reform(j->world, msg);
+    op_doom(o, where);
+}
+
+/* Starts device op o across nodes on the generation's transport, queued to cross in the
+ * coordinator's order. */
 static void dev_start(rd_op *o)
 {
     rd_job *j = o->job;
     const char *refusal = rd_devcomm_refusal(j->devcomm);
-    devpass *dp = calloc(1, sizeof(*dp));
-    op_resolve(o);
-    if (refusal != NULL || dp == NULL || o->plan.failed) {
-        char msg[768];
-        snprintf(msg, sizeof(msg), "tensor '%s': %s", o->name,
-                 refusal != NULL ? refusal : dp == NULL ? "out of memory" : o->plan.why);
-        free(dp);
-        op_finish(o, refusal != NULL ? RINGD_E_REFUSED : dp == NULL ? RINGD_E_NOMEM
-                                                                    : RINGD_E_SYSTEM, msg);
+    int nccl = rd_devcomm_nccl(j->devcomm);
+    uint32_t L = o->nparts;
+    /* the same answer on every node: each knows the plan and the ring's sizes */
+    if (refusal != NULL) {
+        op_finish(o, RINGD_E_REFUSED, refusal);
         return;
     }
-    dp->o = o;
-    dp->nccl = rd_devcomm_nccl(j->devcomm);
-    uint32_t L = o->nparts;
-    if (dp->nccl && o->p.coll == RD_COLL_ALLGATHER && rd_devcomm_even(j->devcomm) != L) {
-        free(dp);
+    if (nccl && o->p.coll == RD_COLL_ALLGATHER && rd_devcomm_even(j->devcomm) != L) {
         op_finish(o, RINGD_E_INVALID,
                   "an allgather of device memory across nodes on NCCL needs as many ranks on "
                   "every node; this ring's nodes differ");
         return;
     }
-    if (!dp->nccl) { /* staging: each rank's input, then its output */
+    op_resolve(o);
+    if (o->plan.failed) {
+        dev_refuse_here(o, o->plan.why);
+        return;
+    }
+    devpass *dp = calloc(1, sizeof(*dp));
+    if (dp == NULL) {
+        dev_refuse_here(o, "out of memory starting the op");
+        return;
+    }
+    dp->o = o;
+    dp->nccl = nccl;
+    dp->epoch = j->epoch;
+    if (!nccl) { /* staging: each rank's input, then its output */
         uint64_t per = o->p.count * rd_dtype_size(o->plan.dtype), out = result_bytes(o);
         dp->host = malloc((size_t)(L * (per + out)) + 1);
         dp->hin = calloc(L, sizeof(*dp->hin));
         dp->hout = calloc(L, sizeof(*dp->hout));
         if (dp->host == NULL || dp->hin == NULL || dp->hout == NULL) {
             dev_free(dp);
-            op_finish(o, RINGD_E_NOMEM,
-                      "out of memory staging a device tensor in host memory");
+            dev_refuse_here(o, "out of memory staging a device tensor in host memory");
             return;
         }
         for (uint32_t k = 0; k < L; k++) {
@@ -2063,9 +2204,20 @@ static void dev_start(rd_op *o)
             dp->hout[k] = dp->host + (uint64_t)L * per + (uint64_t)k * out;
         }
     }
+    if (cross_queue(j, dp, NULL) != 0) {
+        dev_free(dp);
+        dev_refuse_here(o, "out of memory queueing the op");
+        return;
+    }
     op_set_state(o, OP_RUNNING);
     j->nrunning++;
-    dev_step_next(dp, DP_GATHER);
+    j->ndev++;
+    if (dev_step_next(dp, DP_GATHER) != 0) { /* it crosses as a failure: the ring re-forms */
+        dp->failed = 1;
+        snprintf(dp->why, sizeof(dp->why), "out of memory queueing the op");
+        dp->gathered = 1;
+        cross_pump(j);
+    }
 }
 
 /* Hands ops[0..n) (one op, or allreduces that fuse) to the ring (rd_sched_events.start). */
@@ -2113,7 +2265,17 @@ static void on_start(void *arg, void **owns, size_t n)
         rt->ops[i] = o;
         j->nrunning++;
     }
-    rd_world_submit(j->world, &rt->t);
+    if (j->cross_head == NULL) {
+        rd_world_submit(j->world, &rt->t);
+    } else if (cross_queue(j, NULL, rt) != 0) { /* behind device ops still gathering */
+        for (size_t i = 0; i < n; i++)
+            j->nrunning--;
+        rd_world_reform(j->world, "out of memory queueing ops for the ring");
+        for (size_t i = 0; i < n; i++)
+            op_doom(ops[i], "out of memory queueing ops for the ring");
+        free(mem);
+        free(rt);
+    }
 }
 
 static void on_task_done(void *arg, struct rd_xfer_task *t)
@@ -2164,8 +2326,8 @@ static void *on_ring_ready(void *arg, const char *name, size_t skip, rd_op_param
 static int on_awaits_order(void *arg)
 {
     rd_job *j = arg;
-    if (rd_sched_orders_waiting(j->sched))
-        return 2;
+    if (rd_sched_orders_waiting(j->sched) || j->ndev > 0 || j->cross_head != NULL)
+        return 2; /* device passes and what waits behind them cross before the ring seals */
     return j->count[OP_RING_READY] > 0;
 }
 
@@ -2253,6 +2415,8 @@ static void on_ring_ended(void *arg)
 {
     rd_job *j = arg;
     rd_sched_ring_ended(j->sched);
+    j->epoch++;
+    cross_flush(j, "the ring re-formed before it crossed nodes");
     j->dev_ending = 1; /* the device ops it cuts short wait for the next ring */
     rd_devcomm_ring_ended(j->devcomm);
     j->dev_ending = 0;

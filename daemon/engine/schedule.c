@@ -173,6 +173,8 @@ static void on_order(evutil_socket_t fd, short what, void *arg)
     }
     if (s->held) /* sent once released */
         return;
+    if (rd_world_sealed(s->w)) /* after this node's Bye: the next ring orders them */
+        return;
     /* As many names as one Go carries within --max-frame: each costs its bytes and, as an entry
      * of the message, at most RD_GO_ENTRY_OVERHEAD more. */
     size_t n = 0, bytes = RD_GO_OVERHEAD;

@@ -1436,6 +1436,11 @@ int rd_world_sealed(const rd_world *w)
     return w->state == W_SEALED || w->state == W_LEAVING; /* both after this node's Bye */
 }
 
+void rd_world_settle(rd_world *w)
+{
+    carry_check(w);
+}
+
 void rd_world_set_aside(rd_world *w, int position, const char *why)
 {
     if (!ring_up(w) || position < 0 || position >= w->nnodes || position == w->position)

@@ -126,9 +126,13 @@ void rd_world_send(rd_world *w, const int *to, int nto, const rd_schedmsg *m);
  * this generation. */
 int rd_world_sealed(const rd_world *w);
 
+/* Work the job ran outside rd_world_submit (awaits_order said so) ended: a ring sealed for a
+ * graceful change may re-form now. */
+void rd_world_settle(rd_world *w);
+
 /* The node at position of the ring that is up did not take its part in time (why): it is set
- * aside as a node this node cannot reach (evicted from the rendezvous, that incarnation only;
- * it registers again after a back-off). The caller re-forms the ring (rd_world_reform). */
+ * aside as a node this node cannot reach (evicted from the rendezvous, that incarnation only:
+ * the node registers again when it sees it). The caller re-forms the ring (rd_world_reform). */
 void rd_world_set_aside(rd_world *w, int position, const char *why);
 
 /* A node sent something impossible, or this node cannot go on with the ring (why, logged): it
