@@ -138,6 +138,7 @@ struct rd_job {
     struct event *ev_tick;    /* stall inspector and wait deadlines */
     rd_world *world;          /* jobs spanning nodes */
     struct event *ev_free;    /* frees the job on a later turn, out of any callback */
+    struct event *ev_settle;  /* tells the world, on a later turn, that device passes ended */
     rd_sched *sched;          /* with world: announcements, orders, fusion */
     rd_devcomm *devcomm;      /* with world: the device transport of each generation */
     int dev_ending;           /* its communicator is being aborted: what it cuts waits */
@@ -321,6 +322,8 @@ static void job_free(rd_job *j)
         *pp = j->next;
     if (j->ev_free != NULL)
         event_free(j->ev_free);
+    if (j->ev_settle != NULL)
+        event_free(j->ev_settle);
     if (j->ev_tick != NULL)
         event_free(j->ev_tick);
     free(j->buckets);
@@ -347,6 +350,17 @@ static void on_free_later(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     job_maybe_free(arg);
+}
+
+/* A sealed ring may have waited for the device passes that ended: never from a transport's
+ * callback (the ring's end would abort the transport calling back). */
+static void on_settle_later(evutil_socket_t fd, short what, void *arg)
+{
+    rd_job *j = arg;
+    (void)fd;
+    (void)what;
+    if (j->world != NULL)
+        rd_world_settle(j->world);
 }
 
 /* Sends the op's outcome to every rank still there that submitted, and counts it. */
@@ -1456,10 +1470,11 @@ ringd_result_t rd_job_join(rd_client *s, const rd_hello *h, char *err, size_t er
         j->size = h->world_size;
         j->wait_ms = h->open_timeout_ms ? h->open_timeout_ms : 30000;
         j->ev_free = event_new(d->base, -1, 0, on_free_later, j);
+        j->ev_settle = event_new(d->base, -1, 0, on_settle_later, j);
         j->ev_tick = event_new(d->base, -1, EV_PERSIST, on_tick, j);
         int64_t every = tick_ms(j);
         struct timeval tv = {every / 1000, (every % 1000) * 1000};
-        if (j->ev_free == NULL || j->ev_tick == NULL || event_add(j->ev_tick, &tv) != 0 ||
+        if (j->ev_free == NULL || j->ev_settle == NULL || j->ev_tick == NULL || event_add(j->ev_tick, &tv) != 0 ||
             (j->world_size > j->local_size && ((j->world = rd_world_new(d->net, j->name, j->world_size, j->min_size,
                                                j->local_size, &world_events, j)) == NULL ||
              (j->sched = rd_sched_new(d->base, d->cfg, j->world, j->name, &sched_events, j)) ==
@@ -1934,8 +1949,8 @@ static void dev_end(devpass *dp, ringd_result_t status, const char *message, int
     dev_free(dp);
     if (j->nclients == 0 && j->nrunning == 0)
         event_active(j->ev_free, 0, 0);
-    else if (j->ndev == 0 && j->world != NULL)
-        rd_world_settle(j->world); /* a sealed ring may have waited for it */
+    else if (j->ndev == 0)
+        event_active(j->ev_settle, 0, 0);
 }
 
 /* A device op that failed on this node before it crossed (why): the other nodes would wait
