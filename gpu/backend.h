@@ -111,11 +111,14 @@ typedef struct {
      * reasons). */
     int (*make_id)(uint8_t *id, size_t *id_len, char *err, size_t errlen);
     /* Starts a communicator for rank of nranks on device, all of whom were given the same id;
-     * it never blocks: poll says when it is ready. Returns NULL with err set. */
+     * it never blocks: poll says when it is ready. A collective that has not finished
+     * timeout_ms (plus its bytes at 100 MB/s) after NCCL was given it (a peer that never came)
+     * ends the communicator: it is aborted, and every pending done reports the failure. Returns NULL with err set. */
     rd_transport *(*init)(const uint8_t *id, size_t id_len, int nranks, int rank, int device,
-                          char *err, size_t errlen);
+                          int64_t timeout_ms, char *err, size_t errlen);
     /* 0: t is formed and idle; 1: busy (still forming, or still queueing a collective: poll
-     * again; the caller bounds the wait and aborts); -1: it failed, err set (abort it). */
+     * again; the caller bounds the wait and aborts); -1: it failed, err set (abort it). A
+     * failure seen while collectives are pending ends the communicator as a timeout does. */
     int (*poll)(rd_transport *t, char *err, size_t errlen);
     /* Queues one collective (RD_COLL_ALLREDUCE, _BROADCAST or _ALLGATHER; op SUM, MIN, MAX or
      * PROD: AVG is SUM and a division by the caller) of count elements per rank on device

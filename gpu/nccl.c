@@ -10,6 +10,7 @@
 #include <event2/event.h>
 #include <nccl.h> /* types and constants only: every function comes through dlsym */
 #include <pthread.h>
+#include <time.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -133,14 +134,17 @@ typedef struct pending {
     void *out;
     size_t count;
     void *event; /* made at run, recorded once queued */
+    int64_t issued_ms; /* when NCCL was given it */
     rd_backend_done_fn done;
     void *arg;
     struct pending *next;
 } pending;
 
 struct rd_transport {
-    ncclComm_t comm;
+    ncclComm_t comm;      /* NULL once ended (dead) */
     int device, nranks, rank;
+    int64_t timeout_ms;   /* a collective's bound, from NCCL having it to its event */
+    char dead[256];       /* "": alive; else why the communicator was ended */
     void *stream;         /* the transport's own: collectives in the order they were run */
     struct event *ticker; /* advances and reports the pending runs on their loop */
     pending *head, *tail; /* in run order: QUEUED ones, then at most one QUEUEING, then WAITING */
@@ -154,6 +158,13 @@ static void nccl_error(const rd_transport *t, ncclResult_t rc, const char *call,
     const char *last = t != NULL && t->comm != NULL ? nccl.last_error(t->comm) : "";
     say(err, errlen, "%s: %s%s%s%s", call, nccl.error_string(rc),
         last[0] ? " (NCCL's last error: " : "", last, last[0] ? ")" : "");
+}
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 static int nccl_make_id(uint8_t *id, size_t *id_len, char *err, size_t errlen)
@@ -173,7 +184,7 @@ static int nccl_make_id(uint8_t *id, size_t *id_len, char *err, size_t errlen)
 }
 
 static rd_transport *nccl_init(const uint8_t *id, size_t id_len, int nranks, int rank, int device,
-                               char *err, size_t errlen)
+                               int64_t timeout_ms, char *err, size_t errlen)
 {
     ncclUniqueId u;
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
@@ -195,6 +206,7 @@ static rd_transport *nccl_init(const uint8_t *id, size_t id_len, int nranks, int
     t->device = device;
     t->nranks = nranks;
     t->rank = rank;
+    t->timeout_ms = timeout_ms > 0 ? timeout_ms : 1;
     memcpy(&u, id, sizeof(u));
     if (rd_cuda_use(device, why, sizeof(why)) != 0 ||
         (t->stream = rd_cuda_stream_new(device, why, sizeof(why))) == NULL) {
@@ -218,6 +230,10 @@ static rd_transport *nccl_init(const uint8_t *id, size_t id_len, int nranks, int
 static int nccl_poll(rd_transport *t, char *err, size_t errlen)
 {
     ncclResult_t state = ncclSuccess, rc;
+    if (t->dead[0] != '\0') {
+        say(err, errlen, "%s", t->dead);
+        return -1;
+    }
     if (rd_cuda_use(t->device, err, errlen) != 0)
         return -1;
     if ((rc = nccl.get_async_error(t->comm, &state)) != ncclSuccess) {
@@ -272,6 +288,7 @@ static int issue(rd_transport *t, pending *p, char *err, size_t errlen)
         return -1;
     }
     p->state = RUN_QUEUEING;
+    p->issued_ms = now_ms();
     return 0;
 }
 
@@ -307,24 +324,61 @@ static void arm(rd_transport *t)
     }
 }
 
+/* How long p may take once NCCL has it: the timeout, plus its bytes at 100 MB/s, so that a
+ * large tensor on a slow network is not taken for a peer that never came. */
+static int64_t bound_ms(const rd_transport *t, const pending *p)
+{
+    uint64_t bytes = (uint64_t)p->count * rd_dtype_size(p->dt);
+    if (p->coll == RD_COLL_ALLGATHER)
+        bytes *= (uint64_t)t->nranks;
+    return t->timeout_ms + (int64_t)(bytes / 100000);
+}
+
+/* Ends the communicator (why): NCCL aborted and the stream drained, so the device no longer
+ * touches any pending run's buffers; then each is reported, done if its event had happened. */
+static void end_comm(rd_transport *t, const char *why)
+{
+    rd_cuda_use(t->device, NULL, 0);
+    if (t->comm != NULL)
+        nccl.abort(t->comm);
+    t->comm = NULL;
+    rd_cuda_stream_sync(t->device, t->stream, NULL, 0);
+    if (t->dead[0] == '\0')
+        say(t->dead, sizeof(t->dead), "%s", why[0] ? why : "the NCCL communicator ended");
+    while (t->head != NULL) {
+        int ok = t->head->state == RUN_QUEUED &&
+                 rd_cuda_event_done(t->device, t->head->event, NULL, 0) > 0;
+        finish_head(t, ok ? 0 : -1, t->dead);
+    }
+}
+
 /* On the loop while runs are pending: moves them along, then reports those whose event has
- * happened, in order. A failure of the communicator fails them all (the caller aborts it). */
+ * happened, in order. A failure of the communicator, or a collective past timeout_ms, ends the
+ * communicator (the caller re-forms and aborts it). */
 static void on_tick(evutil_socket_t fd, short what, void *arg)
 {
     rd_transport *t = arg;
-    char why[512];
+    char why[512] = "";
     (void)fd;
     (void)what;
     if (advance(t, why, sizeof(why)) != 0) {
-        while (t->head != NULL)
-            finish_head(t, -1, why);
+        end_comm(t, why);
         return;
     }
+
     while (t->head != NULL && t->head->state == RUN_QUEUED) {
         int done = rd_cuda_event_done(t->device, t->head->event, why, sizeof(why));
         if (done == 0)
             break;
         finish_head(t, done > 0 ? 0 : -1, why);
+    }
+    /* the oldest collective NCCL has, not yet done, bounds the wait */
+    if (t->head != NULL && t->head->state != RUN_WAITING &&
+        now_ms() - t->head->issued_ms > bound_ms(t, t->head)) {
+        say(why, sizeof(why), "an NCCL collective did not finish within %lld ms of being queued "
+            "(a peer that never came, or a wedged GPU)", (long long)bound_ms(t, t->head));
+        end_comm(t, why);
+        return;
     }
     arm(t);
 }
@@ -342,6 +396,10 @@ static int nccl_run(rd_transport *t, struct event_base *base, int coll, rd_dtype
         (coll != RD_COLL_ALLREDUCE && coll != RD_COLL_BROADCAST && coll != RD_COLL_ALLGATHER)) {
         say(err, errlen, "NCCL collective %d of dtype %d, op %d, root %d: not one ringd runs on "
             "NCCL", coll, (int)dt, (int)op, root);
+        return -1;
+    }
+    if (t->dead[0] != '\0') {
+        say(err, errlen, "%s", t->dead);
         return -1;
     }
     if (t->ticker == NULL && (t->ticker = event_new(base, -1, 0, on_tick, t)) == NULL) {
@@ -384,16 +442,10 @@ static void nccl_abort(rd_transport *t)
 {
     if (t == NULL)
         return;
-    rd_cuda_use(t->device, NULL, 0);
-    nccl.abort(t->comm);
-    rd_cuda_stream_sync(t->device, t->stream, NULL, 0);
     if (t->ticker != NULL)
         event_free(t->ticker);
-    while (t->head != NULL) {
-        int ok = t->head->state == RUN_QUEUED &&
-                 rd_cuda_event_done(t->device, t->head->event, NULL, 0) > 0;
-        finish_head(t, ok ? 0 : -1, "the NCCL communicator was aborted");
-    }
+    t->ticker = NULL;
+    end_comm(t, "the NCCL communicator was aborted");
     rd_cuda_stream_free(t->device, t->stream);
     free(t);
 }

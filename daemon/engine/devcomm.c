@@ -93,7 +93,8 @@ static int on_join(void *arg, const uint8_t *id, size_t len, int nranks, int ran
         return -1;
     }
     socket_interface(c);
-    c->t = c->local.ops->init(id, len, nranks, rank, c->local.gpu, err, errlen);
+    c->t = c->local.ops->init(id, len, nranks, rank, c->local.gpu, c->cfg->peer_timeout, err,
+                              errlen);
     if (c->t == NULL)
         return -1;
     rd_log(RD_LOG_INFO, "devcomm", "job '%s': NCCL communicator rank %d of %d on GPU %d forming",

@@ -40,7 +40,7 @@ static rd_transport *form(const rd_transport_ops *ops, const char *what)
         printf("FAIL: %s: make_id: %s\n", what, err);
         return NULL;
     }
-    rd_transport *t = ops->init(id, len, 1, 0, 0, err, sizeof(err));
+    rd_transport *t = ops->init(id, len, 1, 0, 0, 60000, err, sizeof(err));
     if (t == NULL) {
         printf("FAIL: %s: init: %s\n", what, err);
         return NULL;
