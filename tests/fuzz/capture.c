@@ -169,9 +169,21 @@ static void seed_negotiation(seed *s)
     const rd_schedmsg ask = {
         .kind = RD_SCHEDMSG_READY, .generation = 3, .stalled = &stalled, .nstalled = 1};
     const rd_schedmsg go = {.kind = RD_SCHEDMSG_GO, .generation = 3, .names = order, .nnames = 1};
+    static const uint8_t id[128] = {7, 7, 7};
+    const rd_schedmsg offer = {.kind = RD_SCHEDMSG_DEV_OFFER,
+                               .generation = 3,
+                               .dev = {.want = RD_DEV_WANT_AUTO, .device = 1, .can = 1}};
+    const rd_schedmsg plan = {.kind = RD_SCHEDMSG_DEV_PLAN,
+                              .generation = 3,
+                              .dev = {.transport = RD_DEV_NCCL, .id = id, .id_len = sizeof(id)}};
+    const rd_schedmsg confirm = {
+        .kind = RD_SCHEDMSG_DEV_CONFIRM, .generation = 3, .dev = {.confirm = RD_DEV_FORMED}};
     seed_schedmsg(s, &ready);
     seed_schedmsg(s, &ask);
     seed_schedmsg(s, &go);
+    seed_schedmsg(s, &offer);
+    seed_schedmsg(s, &plan);
+    seed_schedmsg(s, &confirm);
 }
 
 /* ---- per target ---- */
