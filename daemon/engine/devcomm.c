@@ -256,6 +256,13 @@ void rd_devcomm_message(rd_devcomm *c, int from, const rd_schedmsg *m)
     rd_world_drop(c->w, why);
 }
 
+void rd_devcomm_fault(rd_devcomm *c, const char *why)
+{
+    if (c->cfg->gpu_transport == RD_GPU_TRANSPORT_AUTO && c->fallback[0] == '\0')
+        snprintf(c->fallback, sizeof(c->fallback), "NCCL failed at generation %" PRIu64 ": %.400s",
+                 rd_devring_generation(c->dr), why);
+}
+
 int rd_devcomm_nccl(const rd_devcomm *c)
 {
     return rd_devring_state_of(c->dr) == RD_DEVRING_NCCL && c->t != NULL;

@@ -55,6 +55,10 @@ void rd_devcomm_ring_ended(rd_devcomm *c);
 /* A DevOffer, DevPlan or DevConfirm of the current generation from the node at position from. */
 void rd_devcomm_message(rd_devcomm *c, int from, const rd_schedmsg *m);
 
+/* A collective failed inside NCCL (why): under --gpu-transport auto, the job's device tensors
+ * cross on the TCP ring from the next generation on (this node offers no NCCL). */
+void rd_devcomm_fault(rd_devcomm *c, const char *why);
+
 /* 1 once the generation settled on NCCL. */
 int rd_devcomm_nccl(const rd_devcomm *c);
 

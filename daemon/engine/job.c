@@ -145,6 +145,8 @@ struct rd_job {
     uint64_t epoch;           /* rings this job has seen end: a device pass crosses on its own */
     uint32_t ndev;            /* device passes under way */
     struct crossing *cross_head, *cross_tail; /* to cross nodes, in the coordinator's order */
+    int cross_blocked;        /* this node asked for a re-form over a crossing it will not make:
+                                 nothing more crosses on this ring (it would pair wrongly) */
     int freeing;
     uid_t uid;                 /* of the first client: only that user's processes may join */
     rd_client **slots; /* by local rank */
@@ -1211,7 +1213,8 @@ static void op_inspect(rd_op *o, int64_t now)
     /* Negotiated for the ring: the coordinator orders it within a turn. Past --stall-abort plus
      * --peer-timeout, nothing will order it. */
     if (o->state == OP_RING_READY) {
-        if (c->stall_abort > 0 && age >= c->stall_abort + c->peer_timeout)
+        if (c->stall_abort > 0 && age >= c->stall_abort + c->peer_timeout &&
+            !rd_sched_held(j->sched)) /* held: the device transport's agreement, bounded */
             op_fail(o, RINGD_E_STALLED,
                     "tensor '%s' stalled: the ring's coordinator never ordered it (--stall-abort)",
                     o->name);
@@ -1942,6 +1945,8 @@ static void dev_end(devpass *dp, ringd_result_t status, const char *message, int
     snprintf(msg, sizeof(msg), "tensor '%.100s' %s", o->name, where);
     if (status != RINGD_OK && j->lost[0] != '\0')
         op_fail(o, RINGD_E_MEMBERSHIP, "tensor '%s': %s", o->name, j->lost);
+    else if (cut && dp->epoch != j->epoch && rd_world_up(j->world)) /* the next ring is up */
+        op_fail(o, RINGD_E_MEMBERSHIP, "tensor '%s' %s", o->name, where);
     else if (cut)
         op_doom(o, where);
     else
@@ -1949,7 +1954,7 @@ static void dev_end(devpass *dp, ringd_result_t status, const char *message, int
     dev_free(dp);
     if (j->nclients == 0 && j->nrunning == 0)
         event_active(j->ev_free, 0, 0);
-    else if (j->ndev == 0)
+    if (j->ndev == 0)
         event_active(j->ev_settle, 0, 0);
 }
 
@@ -1962,8 +1967,10 @@ static void dev_fail_here(devpass *dp, const char *why)
     snprintf(msg, sizeof(msg), "tensor '%.200s' failed on node %.64s: %.200s", dp->o->name,
              j->e->cfg->node, why);
     rd_log(RD_LOG_ERROR, "job", "job '%s': %s", j->name, msg);
-    if (dp->epoch == j->epoch && rd_world_up(j->world))
+    if (dp->epoch == j->epoch) {
+        j->cross_blocked = 1;
         rd_world_reform(j->world, msg);
+    }
     dev_end(dp, RINGD_E_SYSTEM, why, 1);
 }
 
@@ -2002,8 +2009,11 @@ static void on_nccl_done(void *arg, int status, const char *why)
     }
     char msg[512];
     snprintf(msg, sizeof(msg), "NCCL failed: %.480s", why);
-    if (!j->dev_ending && dp->epoch == j->epoch && rd_world_up(j->world))
+    if (!j->dev_ending && dp->epoch == j->epoch) {
+        rd_devcomm_fault(j->devcomm, msg);
+        j->cross_blocked = 1;
         rd_world_reform(j->world, msg);
+    }
     dev_end(dp, RINGD_E_MEMBERSHIP, msg, 1);
 }
 
@@ -2068,7 +2078,7 @@ static void dev_cross(devpass *dp)
 /* Hands what heads the crossing queue to its transport, in order, while it is ready. */
 static void cross_pump(rd_job *j)
 {
-    while (j->cross_head != NULL) {
+    while (j->cross_head != NULL && !j->cross_blocked) {
         crossing *c = j->cross_head;
         if (c->dp != NULL && !c->dp->gathered)
             return;
@@ -2109,8 +2119,10 @@ static void cross_flush(rd_job *j, const char *why)
     while (j->cross_head != NULL) {
         crossing *c = j->cross_head;
         j->cross_head = c->next;
-        if (c->dp != NULL) {
-            c->dp->queued = 0;
+        if (c->dp != NULL && c->dp->gathered) { /* no callback of its own will come */
+            dev_end(c->dp, RINGD_E_MEMBERSHIP, why, 1);
+        } else if (c->dp != NULL) {
+            c->dp->queued = 0; /* it ends when its gather does */
         } else {
             for (size_t i = 0; i < c->rt->nops; i++) {
                 j->nrunning--;
@@ -2122,6 +2134,9 @@ static void cross_flush(rd_job *j, const char *why)
         free(c);
     }
     j->cross_tail = NULL;
+    j->cross_blocked = 0;
+    if (j->nclients == 0 && j->nrunning == 0)
+        event_active(j->ev_free, 0, 0);
 }
 
 /* At shutdown: the queue's entries go with the job (its ops are freed with it). */
@@ -2168,6 +2183,7 @@ static void dev_refuse_here(rd_op *o, const char *why)
     snprintf(where, sizeof(where), "on node %.64s: %.560s", j->e->cfg->node, why);
     snprintf(msg, sizeof(msg), "tensor '%.100s' %s", o->name, where);
     rd_log(RD_LOG_ERROR, "job", "job '%s': %s", j->name, msg);
+    j->cross_blocked = 1;
     rd_world_reform(j->world, msg);
     op_doom(o, where);
 }
@@ -2253,11 +2269,13 @@ static void on_start(void *arg, void **owns, size_t n)
     }
     ring_task *rt = calloc(1, sizeof(*rt) + n * sizeof(rd_op *));
     rd_xfer_member *mem = calloc(n, sizeof(*mem));
-    if (rt == NULL || mem == NULL) {
+    if (rt == NULL || mem == NULL) { /* the others would pair their next pass with this one */
         free(rt);
         free(mem);
+        j->cross_blocked = 1;
+        rd_world_reform(j->world, "out of memory starting ops on the ring");
         for (size_t i = 0; i < n; i++)
-            op_finish(ops[i], RINGD_E_NOMEM, "out of memory starting the op");
+            op_doom(ops[i], "out of memory starting the op");
         return;
     }
     for (size_t i = 0; i < n; i++)
@@ -2280,11 +2298,12 @@ static void on_start(void *arg, void **owns, size_t n)
         rt->ops[i] = o;
         j->nrunning++;
     }
-    if (j->cross_head == NULL) {
+    if (j->cross_head == NULL && !j->cross_blocked) {
         rd_world_submit(j->world, &rt->t);
     } else if (cross_queue(j, NULL, rt) != 0) { /* behind device ops still gathering */
         for (size_t i = 0; i < n; i++)
             j->nrunning--;
+        j->cross_blocked = 1;
         rd_world_reform(j->world, "out of memory queueing ops for the ring");
         for (size_t i = 0; i < n; i++)
             op_doom(ops[i], "out of memory queueing ops for the ring");
@@ -2341,8 +2360,10 @@ static void *on_ring_ready(void *arg, const char *name, size_t skip, rd_op_param
 static int on_awaits_order(void *arg)
 {
     rd_job *j = arg;
-    if (rd_sched_orders_waiting(j->sched) || j->ndev > 0 || j->cross_head != NULL)
-        return 2; /* device passes and what waits behind them cross before the ring seals */
+    if (j->ndev > 0 || j->cross_head != NULL)
+        return 3; /* device passes and what waits behind them cross before the ring seals */
+    if (rd_sched_orders_waiting(j->sched))
+        return 2;
     return j->count[OP_RING_READY] > 0;
 }
 

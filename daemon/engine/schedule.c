@@ -203,6 +203,11 @@ static void on_order(evutil_socket_t fd, short what, void *arg)
     free(names);
 }
 
+int rd_sched_held(const rd_sched *s)
+{
+    return s != NULL && s->held;
+}
+
 void rd_sched_hold(rd_sched *s, int held)
 {
     s->held = held;

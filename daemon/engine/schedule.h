@@ -66,6 +66,7 @@ void rd_sched_message(rd_sched *s, int from, const rd_schedmsg *m);
 /* held 1: the coordinator's orders wait, queued, until held 0 (while the generation's device
  * transport is agreed: every node must know it before any op runs). A new ring starts held. */
 void rd_sched_hold(rd_sched *s, int held);
+int rd_sched_held(const rd_sched *s);
 
 /* The ring seals (a graceful change): the coordinator sends the order it has queued now. */
 void rd_sched_flush(rd_sched *s);

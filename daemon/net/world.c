@@ -563,7 +563,7 @@ static void carry_check(rd_world *w)
     for (int i = 0; i < w->nnodes; i++)
         if (i != w->position && w->members[i] == M_ACTIVE)
             return;
-    if (w->ev.awaits_order(w->arg) == 2) /* ordered batches whose ops are not all here */
+    if (w->ev.awaits_order(w->arg) >= 2) /* ordered batches whose ops are not all here */
         return;
     if (w->ntasks > 0) /* ordered ring passes still on the wire or queued for it */
         return;
@@ -584,7 +584,9 @@ static void on_grace(evutil_socket_t fd, short what, void *arg)
     int sealed = 1;
     for (int i = 0; i < w->nnodes; i++)
         sealed &= i == w->position || w->members[i] != M_ACTIVE;
-    if (sealed && w->ntasks > 0) { /* passes still on the wire: the data plane bounds them */
+    /* passes still on the wire (the data plane bounds them) or on the job's device transport
+     * (NCCL bounds them) */
+    if (sealed && (w->ntasks > 0 || w->ev.awaits_order(w->arg) == 3)) {
         int64_t ms = w->net->cfg->peer_timeout;
         struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
         evtimer_add(w->ev_grace, &tv);
