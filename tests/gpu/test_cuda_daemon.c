@@ -16,6 +16,7 @@
 
 #include "backend.h"
 #include "cuda_dev.h"
+#include "gpu_common.h"
 #include "harness.h"
 #include "ringd.h"
 #include "ringd.pb-c.h"
@@ -24,15 +25,6 @@
 
 static th_daemon daemon_;
 static char job_[64];
-
-/* Element i of local rank k's input, exact in every dtype (small integers, quarters). */
-static double input_value(int k, size_t i, rd_dtype dt)
-{
-    long v = (long)((i * 7 + (size_t)k * 13) % 23) - 11;
-    if (dt == RD_DT_U8)
-        return (double)(v + 11);
-    return rd_dtype_is_float(dt) ? v * 0.25 : (double)v;
-}
 
 /* A session of a 2-rank job on the test daemon with a device arena of 64 MiB; NULL after
  * saying why. */
@@ -82,7 +74,7 @@ static int reduce_everything(int i, void *arg)
         size_t esz = rd_dtype_size((rd_dtype)dt);
         for (int k = 0; k < 2; k++)
             for (size_t e = 0; e < COUNT; e++)
-                rd_dtype_store((rd_dtype)dt, in[k], e, input_value(k, e, (rd_dtype)dt));
+                rd_dtype_store((rd_dtype)dt, in[k], e, gpu_input_value(k, e, (rd_dtype)dt));
         for (size_t o = 0; o < sizeof(ops) / sizeof(ops[0]); o++) {
             for (int where = 0; where < 3; where++) { /* arena apart, arena in place, staged */
                 int fl = rd_dtype_is_float((rd_dtype)dt);
@@ -319,33 +311,16 @@ static int killed_client(void)
     return 0;
 }
 
-/* Whether a CUDA device is here, asked in a child (see above). Prints the skip line itself. */
+/* Whether a CUDA device is here. Prints the skip line itself. */
 static int have_device(void)
 {
-    int p[2];
-    char why[256] = "";
-    if (pipe(p) != 0)
-        return 0;
-    pid_t pid = fork();
-    if (pid == 0) {
-        int n = rd_cuda_load(why, sizeof(why));
-        /* a GPU ringd cannot use (compute capability, driver) is one it does not serve */
-        if (n > 0 && rd_cuda_check(0, why, sizeof(why)) != 0)
-            n = 0;
-        if (n <= 0 && write(p[1], why, strlen(why)) < 0)
-            _exit(2);
-        _exit(n > 0 ? 0 : n == 0 ? 1 : 2);
-    }
-    close(p[1]);
-    ssize_t got = read(p[0], why, sizeof(why) - 1);
-    why[got > 0 ? got : 0] = '\0';
-    int status = 0;
-    waitpid(pid, &status, 0);
-    if (WIFEXITED(status) && WEXITSTATUS(status) == 1)
+    char why[256];
+    int n = gpu_devices(why, sizeof(why));
+    if (n == 0)
         printf("SKIP tests/gpu/test_cuda_daemon: no CUDA device ringd can use here (%s)\n", why);
-    else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    else if (n < 0)
         printf("FAIL: the CUDA driver: %s\n", why);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 2;
+    return n > 0 ? 0 : n == 0 ? 1 : 2;
 }
 
 int main(void)

@@ -17,6 +17,7 @@
 
 #include "backend.h"
 #include "cuda_dev.h"
+#include "gpu_common.h"
 #include "harness.h"
 #include "ringd.h"
 #include "ringd.pb-c.h"
@@ -26,14 +27,6 @@
 
 static th_ring ring_;
 static char job_[96];
-
-static double input_value(int k, size_t i, rd_dtype dt)
-{
-    long v = (long)((i * 5 + (size_t)k * 11) % 19) - 9;
-    if (dt == RD_DT_U8)
-        return (double)(v + 9);
-    return rd_dtype_is_float(dt) ? v * 0.25 : (double)v;
-}
 
 /* Rank i's session on daemon i of a 2-rank job, with a device arena; NULL after saying why. */
 static ringd_t *open_node(int i, const char *job, size_t dev_arena)
@@ -107,7 +100,7 @@ static int allreduce_cases(ringd_t *r, const char *tag, const int *dts, int ndts
         size_t esz = rd_dtype_size(dt);
         for (int k = 0; k < 2; k++)
             for (size_t e = 0; e < COUNT; e++)
-                rd_dtype_store(dt, in[k], e, input_value(k, e, dt));
+                rd_dtype_store(dt, in[k], e, gpu_input_value(k, e, dt));
         for (int o = 0; o < nops; o++) {
             int fl = rd_dtype_is_float(dt);
             rd_reduce_args a = RD_REDUCE_ARGS_INIT;
@@ -213,31 +206,6 @@ static int transport_is(const char *job, const char *want, const char *why)
     return 0;
 }
 
-/* How many CUDA devices ringd can use here, asked in a child; -1 when the driver fails. */
-static int devices_here(char *why, size_t len)
-{
-    int p[2];
-    if (pipe(p) != 0)
-        return -1;
-    pid_t pid = fork();
-    if (pid == 0) {
-        char w[256] = "";
-        int n = rd_cuda_load(w, sizeof(w));
-        if (n > 0 && rd_cuda_check(0, w, sizeof(w)) != 0)
-            n = 0;
-        if (write(p[1], w, strlen(w)) < 0)
-            _exit(255);
-        _exit(n < 0 ? 255 : n > 250 ? 250 : n);
-    }
-    close(p[1]);
-    ssize_t got = read(p[0], why, len - 1);
-    why[got > 0 ? got : 0] = '\0';
-    close(p[0]);
-    int status = 0;
-    waitpid(pid, &status, 0);
-    return WIFEXITED(status) && WEXITSTATUS(status) != 255 ? WEXITSTATUS(status) : -1;
-}
-
 static void dump_and_fail(const char *what, int *failed)
 {
     printf("FAIL: %s\n", what);
@@ -248,7 +216,7 @@ static void dump_and_fail(const char *what, int *failed)
 int main(void)
 {
     char why[256] = "";
-    int n = devices_here(why, sizeof(why)), failed = 0;
+    int n = gpu_devices(why, sizeof(why)), failed = 0;
     if (n == 0) {
         printf("SKIP tests/gpu/test_gpu_ring: no CUDA device ringd can use here (%s)\n", why);
         return 77;

@@ -1,0 +1,18 @@
+/* What the GPU tests share: inputs exact in every dtype, and whether ringd has a device here. */
+#ifndef GPU_COMMON_H
+#define GPU_COMMON_H
+
+#include <stddef.h>
+
+#include "backend.h"
+
+/* Element i of rank k's input: small integers and quarters, exact in every dtype and in any
+ * sum of a few of them. */
+double gpu_input_value(int k, size_t i, rd_dtype dt);
+
+/* How many CUDA devices ringd can use here (a device it cannot use, for its compute capability
+ * or driver, counts as none): 0 with why, or -1 with why when the driver fails. Asked in a
+ * forked child: a process that initialised the driver cannot fork a working child. */
+int gpu_devices(char *why, size_t len);
+
+#endif
