@@ -30,6 +30,8 @@ struct rd_devcomm {
     rd_devcomm_local local;      /* what this node brought to the ring that is up */
     rd_transport *t;             /* this generation's communicator, once joined */
     char fallback[512];          /* "": NCCL may be tried; else why this job stays on TCP here */
+    int faults;                  /* generations in a row whose collectives failed */
+    uint64_t fault_generation;   /* the last of them */
     char why[RD_SCHEDMSG_MESSAGE_MAX + 1]; /* a TCP plan where NCCL is required: why */
 };
 
@@ -256,11 +258,21 @@ void rd_devcomm_message(rd_devcomm *c, int from, const rd_schedmsg *m)
     rd_world_drop(c->w, why);
 }
 
-void rd_devcomm_fault(rd_devcomm *c, const char *why)
+void rd_devcomm_outcome(rd_devcomm *c, int ok, const char *why)
 {
-    if (c->cfg->gpu_transport == RD_GPU_TRANSPORT_AUTO && c->fallback[0] == '\0')
-        snprintf(c->fallback, sizeof(c->fallback), "NCCL failed at generation %" PRIu64 ": %.400s",
-                 rd_devring_generation(c->dr), why);
+    uint64_t g = rd_devring_generation(c->dr);
+    if (ok) {
+        c->faults = 0;
+        return;
+    }
+    if (c->fault_generation == g) /* every collective of a generation fails with it: once */
+        return;
+    c->fault_generation = g;
+    if (++c->faults >= 2 && c->cfg->gpu_transport == RD_GPU_TRANSPORT_AUTO &&
+        c->fallback[0] == '\0')
+        snprintf(c->fallback, sizeof(c->fallback),
+                 "NCCL collectives failed at two generations in a row, the last %" PRIu64
+                 ": %.380s", g, why != NULL ? why : "");
 }
 
 int rd_devcomm_nccl(const rd_devcomm *c)

@@ -55,9 +55,11 @@ void rd_devcomm_ring_ended(rd_devcomm *c);
 /* A DevOffer, DevPlan or DevConfirm of the current generation from the node at position from. */
 void rd_devcomm_message(rd_devcomm *c, int from, const rd_schedmsg *m);
 
-/* A collective failed inside NCCL (why): under --gpu-transport auto, the job's device tensors
- * cross on the TCP ring from the next generation on (this node offers no NCCL). */
-void rd_devcomm_fault(rd_devcomm *c, const char *why);
+/* A collective on NCCL ended: ok, or failed (why). A failure may be a peer that went away, not
+ * NCCL: only when collectives failed at two generations in a row, none succeeding between,
+ * does an auto job's device tensors cross on the TCP ring from then on (this node offers no
+ * NCCL). */
+void rd_devcomm_outcome(rd_devcomm *c, int ok, const char *why);
 
 /* 1 once the generation settled on NCCL. */
 int rd_devcomm_nccl(const rd_devcomm *c);

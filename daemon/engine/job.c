@@ -144,6 +144,7 @@ struct rd_job {
     int dev_ending;           /* its communicator is being aborted: what it cuts waits */
     uint64_t epoch;           /* rings this job has seen end: a device pass crosses on its own */
     uint32_t ndev;            /* device passes under way */
+    uint32_t ncrossing;       /* of those, the ones their transport has (it bounds them) */
     struct crossing *cross_head, *cross_tail; /* to cross nodes, in the coordinator's order */
     int cross_blocked;        /* this node asked for a re-form over a crossing it will not make:
                                  nothing more crosses on this ring (it would pair wrongly) */
@@ -1988,6 +1989,7 @@ static int dev_step_next(devpass *dp, dev_step step)
 static void dev_crossed(devpass *dp, ringd_result_t status, const char *why)
 {
     rd_job *j = dp->o->job;
+    j->ncrossing--;
     if (status == RINGD_OK) {
         if (dev_step_next(dp, DP_SCATTER) != 0)
             dev_end(dp, RINGD_E_NOMEM, "out of memory queueing the op", 0);
@@ -2004,13 +2006,15 @@ static void on_nccl_done(void *arg, int status, const char *why)
     devpass *dp = arg;
     rd_job *j = dp->o->job;
     if (status == 0) {
+        rd_devcomm_outcome(j->devcomm, 1, NULL);
         dev_crossed(dp, RINGD_OK, NULL);
         return;
     }
+    j->ncrossing--;
     char msg[512];
     snprintf(msg, sizeof(msg), "NCCL failed: %.480s", why);
-    if (!j->dev_ending && dp->epoch == j->epoch) {
-        rd_devcomm_fault(j->devcomm, msg);
+    if (!j->dev_ending && dp->epoch == j->epoch) { /* not an abort of ours */
+        rd_devcomm_outcome(j->devcomm, 0, msg);
         j->cross_blocked = 1;
         rd_world_reform(j->world, msg);
     }
@@ -2028,10 +2032,12 @@ static void dev_cross(devpass *dp)
         dev_fail_here(dp, dp->why);
         return;
     }
-    if (dp->epoch != j->epoch || !rd_world_up(j->world)) { /* the ring ended meanwhile */
+    /* a ring sealed, or left, still runs what every node announced until it ends */
+    if (dp->epoch != j->epoch || (!rd_world_up(j->world) && !rd_world_sealed(j->world))) {
         dev_end(dp, RINGD_E_MEMBERSHIP, "the ring re-formed before it crossed nodes", 1);
         return;
     }
+    j->ncrossing++;
     if (dp->nccl) {
         uint32_t L = o->nparts;
         uint64_t per = o->p.count * rd_dtype_size(p->dtype);
@@ -2049,8 +2055,10 @@ static void dev_cross(devpass *dp)
             rc = rd_devcomm_run(j->devcomm, j->e->base, RD_COLL_ALLGATHER, p->dtype, RD_OP_SUM,
                                 p->out[0] + (uint64_t)j->first_rank * per, p->out[0],
                                 (size_t)o->p.count * L, 0, on_nccl_done, dp, err, sizeof(err));
-        if (rc != 0)
+        if (rc != 0) {
+            j->ncrossing--;
             dev_fail_here(dp, err);
+        }
         return;
     }
     ring_task *rt = calloc(1, sizeof(*rt));
@@ -2058,6 +2066,7 @@ static void dev_cross(devpass *dp)
     if (rt == NULL || mem == NULL) {
         free(rt);
         free(mem);
+        j->ncrossing--;
         dev_fail_here(dp, "out of memory starting the op");
         return;
     }
@@ -2120,7 +2129,8 @@ static void cross_flush(rd_job *j, const char *why)
         crossing *c = j->cross_head;
         j->cross_head = c->next;
         if (c->dp != NULL && c->dp->gathered) { /* no callback of its own will come */
-            dev_end(c->dp, RINGD_E_MEMBERSHIP, why, 1);
+            dev_end(c->dp, c->dp->failed ? RINGD_E_SYSTEM : RINGD_E_MEMBERSHIP,
+                    c->dp->failed ? c->dp->why : why, 1);
         } else if (c->dp != NULL) {
             c->dp->queued = 0; /* it ends when its gather does */
         } else {
@@ -2360,10 +2370,10 @@ static void *on_ring_ready(void *arg, const char *name, size_t skip, rd_op_param
 static int on_awaits_order(void *arg)
 {
     rd_job *j = arg;
-    if (j->ndev > 0 || j->cross_head != NULL)
-        return 3; /* device passes and what waits behind them cross before the ring seals */
-    if (rd_sched_orders_waiting(j->sched))
-        return 2;
+    if (j->ncrossing > 0)
+        return 3; /* on NCCL or the ring: their transport bounds them */
+    if (rd_sched_orders_waiting(j->sched) || j->ndev > 0 || j->cross_head != NULL)
+        return 2; /* device passes, and what waits behind them, cross before the ring seals */
     return j->count[OP_RING_READY] > 0;
 }
 

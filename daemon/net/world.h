@@ -75,9 +75,10 @@ typedef struct {
     /* The ring seals for a graceful change: what the coordinator has queued goes out now,
      * before this node's Bye. */
     void (*flush)(void *arg);
-    /* 3 while ordered work crosses outside rd_world_submit (device passes, and ring passes
-     * queued behind them: their transport bounds them), 2 while orders wait for ops to be
-     * negotiated here, 1 while negotiated ring-bound ops wait for an order, else 0. */
+    /* 3 while ordered work crosses nodes outside rd_world_submit (device passes on NCCL or
+     * staged: their transport bounds them), 2 while orders wait for ops to be negotiated here
+     * or ordered work is still to cross (device passes gathering, passes queued behind them),
+     * 1 while negotiated ring-bound ops wait for an order, else 0. */
     int (*awaits_order)(void *arg);
     /* A ring task submitted with rd_world_submit ended: on the loop, possibly after ring_down
      * and ring_lost, even after the next ring_up (a broken ring's data plane retires off the
