@@ -13,6 +13,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "dl.h"
+
 extern const unsigned char rd_cuda_fatbin[];
 extern const size_t rd_cuda_fatbin_len;
 
@@ -69,10 +71,7 @@ static struct {
     CUresult (*memset_d32_async)(CUdeviceptr, unsigned int, size_t, CUstream);
 } drv;
 
-static const struct {
-    const char *name;
-    size_t offset;
-} drv_symbols[] = {
+static const rd_dl_symbol drv_symbols[] = {
 #define SYM(field, name)                                                                           \
     {                                                                                              \
         name, offsetof(__typeof__(drv), field)                                                     \
@@ -176,23 +175,18 @@ static void load(void)
 
     for (i = 0; i < RD_CUDA_MAX_DEVICES; i++)
         pthread_mutex_init(&devices[i].lock, NULL);
-    lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-
-    if (lib == NULL) {
-        say(load_why, sizeof(load_why), "no CUDA driver: %s", dlerror());
+    const char *missing;
+    char why[256];
+    lib = rd_dl_open("libcuda.so.1", drv_symbols, sizeof(drv_symbols) / sizeof(drv_symbols[0]),
+                     &drv, sizeof(drv), &missing, why, sizeof(why));
+    if (lib == NULL && missing == NULL) {
+        say(load_why, sizeof(load_why), "no CUDA driver: %s", why);
         return;
     }
-    for (i = 0; i < sizeof(drv_symbols) / sizeof(drv_symbols[0]); i++) {
-        void *fn = dlsym(lib, drv_symbols[i].name);
-        if (fn == NULL) {
-            say(load_why, sizeof(load_why), "the CUDA driver lacks %s: too old",
-                drv_symbols[i].name);
-            memset(&drv, 0, sizeof(drv));
-            dlclose(lib);
-            ndevices = -1;
-            return;
-        }
-        memcpy((char *)&drv + drv_symbols[i].offset, &fn, sizeof(fn));
+    if (lib == NULL) {
+        say(load_why, sizeof(load_why), "the CUDA driver lacks %s: too old", missing);
+        ndevices = -1;
+        return;
     }
     { /* optional entry points, absent from some drivers */
         void *fn = dlsym(lib, "cuDeviceGetUuid");

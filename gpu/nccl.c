@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "cuda_dev.h"
+#include "dl.h"
 
 /* How often the loop looks at queued collectives while any is pending. */
 #define RD_NCCL_POLL_US 100
@@ -38,10 +39,7 @@ static struct {
     const char *(*last_error)(ncclComm_t);
 } nccl;
 
-static const struct {
-    const char *name;
-    size_t offset;
-} nccl_symbols[] = {
+static const rd_dl_symbol nccl_symbols[] = {
 #define SYM(field, name)                                                                           \
     {                                                                                              \
         name, offsetof(__typeof__(nccl), field)                                                    \
@@ -78,20 +76,18 @@ static void say(char *err, size_t errlen, const char *fmt, ...)
 static void load(void)
 {
     int version = 0;
-    void *lib = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
+    const char *missing;
+    char why[256];
+    void *lib = rd_dl_open("libnccl.so.2", nccl_symbols,
+                           sizeof(nccl_symbols) / sizeof(nccl_symbols[0]), &nccl, sizeof(nccl),
+                           &missing, why, sizeof(why));
     if (lib == NULL) {
-        say(load_why, sizeof(load_why), "no NCCL library: %s", dlerror());
-        return;
-    }
-    for (size_t i = 0; i < sizeof(nccl_symbols) / sizeof(nccl_symbols[0]); i++) {
-        void *sym = dlsym(lib, nccl_symbols[i].name);
-        if (sym == NULL) {
+        if (missing == NULL)
+            say(load_why, sizeof(load_why), "no NCCL library: %s", why);
+        else
             say(load_why, sizeof(load_why), "libnccl.so.2 lacks %s (NCCL 2.28 or newer needed)",
-                nccl_symbols[i].name);
-            dlclose(lib);
-            return;
-        }
-        memcpy((char *)&nccl + nccl_symbols[i].offset, &sym, sizeof(sym));
+                missing);
+        return;
     }
     /* the communicator config's fields and non-blocking behaviour as nccl.h describes them */
     if (nccl.get_version(&version) != ncclSuccess || version < NCCL_VERSION(2, 28, 0)) {
