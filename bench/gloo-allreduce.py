@@ -11,7 +11,6 @@ import argparse
 import datetime
 import os
 import re
-import socket
 import statistics
 import sys
 import time
@@ -19,6 +18,8 @@ import time
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+
+from peerlib import free_port
 
 
 def parse_size(text):
@@ -32,12 +33,6 @@ def parse_size(text):
         raise argparse.ArgumentTypeError("a size must be at least 1 byte")
     return value
 
-
-def free_port():
-    """An ephemeral TCP port on 127.0.0.1 that was free a moment ago (for the rendezvous store)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def count_for(nbytes):

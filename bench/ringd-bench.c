@@ -1,5 +1,6 @@
 /* ringd-bench: nccl-tests style sweep of one collective through the local ringd, with N client
  * processes started here (one node's share of a job that may span several nodes). */
+#include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <signal.h>
@@ -7,10 +8,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "backend.h"
 #include "common.h"
+#include "conn.h"
+#include "model.h"
 #include "ringd.h"
 #include "ringd_build.h"
 #if RINGD_HAVE_CUDA
@@ -28,6 +32,8 @@ typedef struct {
     int op; /* 0 allreduce, 1 broadcast, 2 allgather */
     int root;
     int cuda; /* --device cuda: tensors in the session's device arena */
+    const rb_model *model; /* --model: one step of the model's gradients per iteration */
+    long gap_us;           /* --gap-us: between two gradients of a step, standing in for compute */
 } bench_opts;
 
 static const char *const op_names[] = {"allreduce", "broadcast", "allgather"};
@@ -245,6 +251,172 @@ out:
     return status;
 }
 
+/* The daemon's ring passes and the ops they carried, from its status (socket: the session's);
+ * -1 when it cannot be asked. */
+static int daemon_passes(const char *socket, uint64_t *passes, uint64_t *ops)
+{
+    Ringd__StatusRequest q = RINGD__STATUS_REQUEST__INIT;
+    rd_msg m = RINGD__MSG__INIT, *reply = NULL;
+    char err[512];
+    m.body_case = RINGD__MSG__BODY_STATUS_REQUEST;
+    m.status_request = &q;
+    if (socket == NULL)
+        socket = getenv("RINGD_SOCKET") ? getenv("RINGD_SOCKET") : "/run/ringd/ringd.sock";
+    if (rd_conn_ask(socket, &m, 5000, &reply, err, sizeof(err)) != RINGD_OK) {
+        fprintf(stderr, "ringd-bench: status: %s\n", err);
+        return -1;
+    }
+    int rc = -1;
+    if (reply->body_case == RINGD__MSG__BODY_STATUS_REPLY) {
+        *passes = reply->status_reply->ring_passes;
+        *ops = reply->status_reply->ring_ops;
+        rc = 0;
+    }
+    rd_frame_free(reply);
+    return rc;
+}
+
+/* Sleeps us microseconds (the gap between two gradients of a backward pass). */
+static void gap(long us)
+{
+    if (us <= 0)
+        return;
+    struct timespec ts = {.tv_sec = us / 1000000, .tv_nsec = (us % 1000000) * 1000};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
+/* One backward pass: every gradient of the model as an async allreduce in place, in reverse
+ * declaration order with the gap between them, then waits for all. Returns the first failure. */
+static ringd_result_t model_step(ringd_t *h, const bench_opts *o, char *const *tensors,
+                                 ringd_request_t **reqs)
+{
+    const rb_model *m = o->model;
+    ringd_result_t rc = RINGD_OK;
+    size_t submitted = 0;
+    for (size_t k = m->n; k-- > 0 && rc == RINGD_OK; submitted++) {
+        if (k + 1 < m->n)
+            gap(o->gap_us);
+        rc = ringd_allreduce_async(h, m->names[k], tensors[k], tensors[k], m->counts[k], o->dtype,
+                                   o->redop, &reqs[k]);
+    }
+    for (size_t i = 0; i < submitted; i++) {
+        ringd_result_t w = ringd_wait(reqs[m->n - 1 - i]);
+        if (rc == RINGD_OK)
+            rc = w;
+    }
+    return rc;
+}
+
+/* One client process of --model: warm-up and timed steps, a checked one, and on rank 0 the step
+ * times and the summary line. */
+static int model_main(const bench_opts *o, const char *job)
+{
+    const rb_model *m = o->model;
+    const rb_sweep *s = &o->sweep;
+    size_t esz = ringd_dtype_size(o->dtype), bytes = 0;
+    for (size_t i = 0; i < m->n; i++)
+        bytes += (m->counts[i] * esz + 63) & ~(size_t)63;
+
+    ringd_options_t opts = RINGD_OPTIONS_INIT;
+    ringd_t *h = NULL;
+    opts.socket_path = o->socket;
+    opts.job = job;
+    opts.local_size = o->procs;
+    opts.world_size = o->world;
+    opts.arena_size = (bytes + (size_t)s->iters * 16 + (2u << 20) + 4095) & ~(size_t)4095;
+    ringd_result_t rc = ringd_open(&opts, &h);
+    if (rc != RINGD_OK) {
+        fprintf(stderr, "ringd-bench: ringd_open: %s: %s\n", ringd_strerror(rc), ringd_errmsg(h));
+        ringd_close(h);
+        return 2;
+    }
+    int n = ringd_size(h), me = ringd_rank(h), status = 0;
+    uint8_t *base = ringd_alloc(h, bytes);
+    double *times = ringd_alloc(h, (size_t)s->iters * sizeof(double));
+    char **tensors = calloc(m->n, sizeof(*tensors));
+    ringd_request_t **reqs = calloc(m->n, sizeof(*reqs));
+    if (n != o->world || base == NULL || times == NULL || tensors == NULL || reqs == NULL) {
+        fprintf(stderr, "ringd-bench: rank %d: %s\n", me,
+                n != o->world ? "the daemon's job size differs from --world"
+                              : "out of arena or memory");
+        status = 2;
+        goto out;
+    }
+    memset(base, 0, bytes);
+    for (size_t i = 0, off = 0; i < m->n; i++) {
+        tensors[i] = (char *)base + off;
+        off += (m->counts[i] * esz + 63) & ~(size_t)63;
+    }
+
+    uint64_t p0 = 0, ops0 = 0, p1 = 0, ops1 = 0;
+    int counted = 0;
+    for (int i = 0; i < s->warmup && rc == RINGD_OK; i++)
+        rc = model_step(h, o, tensors, reqs);
+    if (rc == RINGD_OK)
+        rc = ringd_barrier(h, "bench.model.start");
+    if (rc == RINGD_OK && me == 0)
+        counted = daemon_passes(o->socket, &p0, &ops0) == 0;
+    for (int i = 0; i < s->iters && rc == RINGD_OK; i++) {
+        double t0 = rb_now_s();
+        rc = model_step(h, o, tensors, reqs);
+        times[i] = rb_now_s() - t0;
+    }
+    if (rc == RINGD_OK && counted)
+        counted = daemon_passes(o->socket, &p1, &ops1) == 0;
+    if (rc == RINGD_OK)
+        rc = ringd_allreduce(h, "bench.times", times, times, (size_t)s->iters, RINGD_F64,
+                             RINGD_MAX);
+
+    long long wrong = 0;
+    if (rc == RINGD_OK && s->check) {
+        for (size_t i = 0; i < m->n; i++)
+            fill(tensors[i], o->dtype, m->counts[i], me);
+        rc = model_step(h, o, tensors, reqs);
+        for (size_t i = 0; i < m->n && rc == RINGD_OK; i++) {
+            for (size_t e = 0; e < m->counts[i]; e++) {
+                uint64_t want = 0;
+                double v = 0;
+                for (int r = 0; r < n; r++)
+                    v += pattern(r, e);
+                rd_dtype_store((rd_dtype)o->dtype, &want, 0, o->redop == RINGD_AVG ? v / n : v);
+                wrong += memcmp(tensors[i] + e * esz, &want, esz) != 0;
+            }
+        }
+    }
+    if (rc == RINGD_OK)
+        rc = ringd_allreduce(h, "bench.wrong", &wrong, &wrong, 1, RINGD_I64, RINGD_SUM);
+    if (rc != RINGD_OK) {
+        fprintf(stderr, "ringd-bench: rank %d, model %s: %s: %s\n", me, m->name,
+                ringd_strerror(rc), ringd_errmsg(h));
+        status = 2;
+        goto out;
+    }
+    if (wrong > 0)
+        status = 1;
+    if (me == 0) {
+        uint64_t payload = (uint64_t)m->elems * esz;
+        printf("# ringd-bench: %d ranks, model %s (%zu tensors, %llu bytes), allreduce %s %s in "
+               "reverse order, gap %ld us, iters %d, warmup %d\n",
+               n, m->name, m->n, (unsigned long long)payload, rd_dtype_name((rd_dtype)o->dtype),
+               rd_redop_name((rd_redop)o->redop), o->gap_us, s->iters, s->warmup);
+        printf("# step times (ms, slowest rank):");
+        for (int i = 0; i < s->iters; i++)
+            printf(" %.2f", times[i] * 1e3);
+        printf("\n# #wrong %lld\n", wrong);
+        double step = rb_median(times, s->iters);
+        double passes = counted ? (double)(p1 - p0) / s->iters : -1;
+        double per = counted && p1 > p0 ? (double)(ops1 - ops0) / (double)(p1 - p0) : 0;
+        rb_model_print_summary(m, payload, step * 1e3, passes, per);
+    }
+
+out:
+    free(reqs);
+    free(tensors);
+    ringd_close(h);
+    return status;
+}
+
 static void usage(FILE *f)
 {
     fprintf(
@@ -254,6 +426,8 @@ static void usage(FILE *f)
         "                   [--dtype f32|f64|f16|bf16|i32|i64|u8] [--redop sum|avg|min|max|prod]\n"
         "                   [--root R] [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS]\n"
         "                   [-w WARMUP] [-c 0|1] [--device host|cuda]\n"
+        "       ringd-bench --model %s|FILE [--gap-us US] [--list] [--socket PATH]\n"
+        "                   [--procs N] [--world N] [--job NAME] [-n ITERS] [-w WARMUP] [-c 0|1]\n"
         "  --socket PATH  ringd's socket (env RINGD_SOCKET, default /run/ringd/ringd.sock)\n"
         "  --procs N      client processes to start, one rank each (default 2)\n"
         "  --world N      ranks of the job on all nodes; each node runs ringd-bench with the same\n"
@@ -261,9 +435,16 @@ static void usage(FILE *f)
         "  --job NAME     the job's name, the same on every node (default ringd-bench.PID)\n"
         "  --device D     host: tensors in the shared arena (default); cuda: in the session's\n"
         "                 device arena on the GPU ringd gives each rank\n"
+        "  --model M      one training step per iteration instead of a sweep: the model's\n"
+        "                 gradients (FILE: one \"name count\" per line, in declaration order) as\n"
+        "                 async allreduces in place, in reverse order, then a wait for all; ends\n"
+        "                 with a \"# model\" line (median step, ring passes per step on this node)\n"
+        "  --gap-us US    sleep between two gradients of a step, standing in for backward\n"
+        "                 compute (default 0)\n"
+        "  --list         print the model's tensors as \"name count\" lines and exit\n"
         "%s"
         "exit status: 0 all results right, 1 some #wrong > 0, 2 a failure\n",
-        rb_sweep_usage);
+        rb_model_builtins, rb_sweep_usage);
 }
 
 int main(int argc, char **argv)
@@ -274,12 +455,16 @@ int main(int argc, char **argv)
         {"redop", required_argument, NULL, 'r'},  {"root", required_argument, NULL, 'R'},
         {"world", required_argument, NULL, 'W'},  {"job", required_argument, NULL, 'j'},
         {"device", required_argument, NULL, 'D'}, {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+        {"model", required_argument, NULL, 'M'},  {"gap-us", required_argument, NULL, 'G'},
+        {"list", no_argument, NULL, 'L'},         {NULL, 0, NULL, 0},
     };
     static const char *const dtypes[] = {"f32", "f64", "f16", "bf16", "i32", "i64", "u8"};
     static const char *const redops[] = {"sum", "avg", "min", "max", "prod"};
     bench_opts o = {.socket = NULL, .procs = 2, .world = 0, .dtype = RINGD_F32, .redop = RINGD_SUM};
-    int c, v;
+    int c, v, list = 0;
+    const char *model = NULL;
+    rb_model mdl = {0};
+    char *end;
 
     rb_sweep_defaults(&o.sweep);
     while ((c = getopt_long(argc, argv, "b:e:f:n:w:c:h", longopts, NULL)) != -1) {
@@ -326,6 +511,14 @@ int main(int argc, char **argv)
                 goto bad;
             o.job = optarg;
             break;
+        case 'M': model = optarg; break;
+        case 'G':
+            errno = 0;
+            o.gap_us = strtol(optarg, &end, 10);
+            if (errno != 0 || end == optarg || *end != '\0' || o.gap_us < 0 || o.gap_us > 10000000)
+                goto bad;
+            break;
+        case 'L': list = 1; break;
         case 'h': usage(stdout); return 0;
         default:
             if (rb_sweep_option(&o.sweep, c, optarg) != 0)
@@ -335,8 +528,26 @@ int main(int argc, char **argv)
     if (o.world == 0)
         o.world = o.procs;
     if (optind < argc || o.sweep.min_bytes > o.sweep.max_bytes || o.world < o.procs || o.root < 0 ||
-        o.root >= o.world)
+        o.root >= o.world || ((list || o.gap_us) && model == NULL))
         goto bad;
+    if (model != NULL) {
+        char err[512];
+        if (o.op != 0 || (o.redop != RINGD_SUM && o.redop != RINGD_AVG) || o.cuda) {
+            fprintf(stderr, "ringd-bench: --model runs allreduce sum or avg on host tensors\n");
+            return 2;
+        }
+        if (rb_model_load(model, &mdl, err, sizeof(err)) != 0) {
+            fprintf(stderr, "ringd-bench: --model %s\n", err);
+            return 2;
+        }
+        if (list) {
+            for (size_t i = 0; i < mdl.n; i++)
+                printf("%s %zu\n", mdl.names[i], mdl.counts[i]);
+            rb_model_free(&mdl);
+            return 0;
+        }
+        o.model = &mdl;
+    }
 
     char pid_job[64];
     const char *job = o.job;
@@ -349,7 +560,7 @@ int main(int argc, char **argv)
         fflush(stdout);
         kids[i] = fork();
         if (kids[i] == 0)
-            _exit(client_main(&o, job));
+            _exit(o.model != NULL ? model_main(&o, job) : client_main(&o, job));
         if (kids[i] < 0) {
             perror("ringd-bench: fork");
             for (int k = 0; k < i; k++)
@@ -365,6 +576,7 @@ int main(int argc, char **argv)
         else if (WEXITSTATUS(ws) > status)
             status = WEXITSTATUS(ws);
     }
+    rb_model_free(&mdl);
     return status;
 
 bad:

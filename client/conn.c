@@ -187,3 +187,21 @@ ringd_result_t rd_conn_recv(rd_conn *c, int timeout_ms, rd_msg **msg, char *err,
         }
     }
 }
+
+ringd_result_t rd_conn_ask(const char *path, const rd_msg *m, int timeout_ms, rd_msg **reply,
+                           char *err, size_t errlen)
+{
+    char why[512];
+    rd_conn c;
+    *reply = NULL;
+    ringd_result_t rc = rd_conn_open(&c, path, err, errlen);
+    if (rc != RINGD_OK) {
+        rd_conn_close(&c);
+        return rc;
+    }
+    if ((rc = rd_conn_send(&c, m, why, sizeof(why))) != RINGD_OK ||
+        (rc = rd_conn_recv(&c, timeout_ms, reply, why, sizeof(why))) != RINGD_OK)
+        snprintf(err, errlen, "%s: %s", path, why);
+    rd_conn_close(&c);
+    return rc;
+}

@@ -31,6 +31,12 @@ ringd_result_t rd_conn_send(rd_conn *c, const rd_msg *msg, char *err, size_t err
  * RINGD_E_CLOSED or RINGD_E_PROTOCOL with err set. */
 ringd_result_t rd_conn_recv(rd_conn *c, int timeout_ms, rd_msg **msg, char *err, size_t errlen);
 
+/* One question: connects to path, sends m and receives the answer within timeout_ms into *reply
+ * (owned by the caller: rd_frame_free; it may be an Error). Returns RINGD_OK, or a failure with
+ * err set naming path. */
+ringd_result_t rd_conn_ask(const char *path, const rd_msg *m, int timeout_ms, rd_msg **reply,
+                           char *err, size_t errlen);
+
 /* Milliseconds on a monotonic clock. */
 int64_t rd_now_ms(void);
 

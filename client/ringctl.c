@@ -267,21 +267,11 @@ static void print_json(const Ringd__StatusReply *r)
  * by the caller: rd_frame_free). Returns EXIT_OK, or EXIT_DAEMON after printing why. */
 static int ask(const char *path, const rd_msg *m, int timeout_ms, rd_msg **reply)
 {
-    char err[512];
-    rd_conn c;
-    *reply = NULL;
-    if (rd_conn_open(&c, path, err, sizeof(err)) != RINGD_OK) {
+    char err[1024];
+    if (rd_conn_ask(path, m, timeout_ms, reply, err, sizeof(err)) != RINGD_OK) {
         fprintf(stderr, "ringctl: %s\n", err);
-        rd_conn_close(&c);
         return EXIT_DAEMON;
     }
-    if (rd_conn_send(&c, m, err, sizeof(err)) != RINGD_OK ||
-        rd_conn_recv(&c, timeout_ms, reply, err, sizeof(err)) != RINGD_OK) {
-        fprintf(stderr, "ringctl: %s: %s\n", path, err);
-        rd_conn_close(&c);
-        return EXIT_DAEMON;
-    }
-    rd_conn_close(&c);
     if ((*reply)->body_case == RINGD__MSG__BODY_ERROR)
         fprintf(stderr, "ringctl: %s: ringd answered: %s\n", path, (*reply)->error->message);
     return EXIT_OK;
