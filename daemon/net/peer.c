@@ -794,6 +794,11 @@ rd_peer_chan *rd_peer_chan_new(struct event_base *base, int fd, const char *peer
     c->on_err = on_err;
     c->arg = arg;
     bufferevent_setcb(c->bev, on_chan_read, NULL, on_chan_event, c);
+    /* A frame in one read and one write where the kernel allows, not libevent's 16 KiB a loop
+     * turn: a direct op's data travels in these frames, and every turn is a wake-up away. */
+    size_t burst = max_frame + 64 > 65536 ? max_frame + 64 : 65536;
+    bufferevent_set_max_single_read(c->bev, burst);
+    bufferevent_set_max_single_write(c->bev, burst);
     bufferevent_enable(c->bev, EV_READ | EV_WRITE);
     return c;
 }
