@@ -50,6 +50,18 @@ int rb_sweep_option(rb_sweep *s, int c, const char *arg)
     }
 }
 
+void rb_sleep_us(int64_t us)
+{
+    struct timespec ts = {(time_t)(us / 1000000), (long)(us % 1000000) * 1000L};
+    while (us > 0 && nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
+double rb_pattern(int r, size_t i)
+{
+    return (double)(((i + (size_t)r * 5) % 13) + 1);
+}
+
 double rb_now_s(void)
 {
     struct timespec ts;

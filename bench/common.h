@@ -21,6 +21,13 @@ int rb_sweep_option(rb_sweep *s, int c, const char *arg);
 /* The usage lines for the sweep flags. */
 extern const char rb_sweep_usage[];
 
+/* Sleeps us microseconds (no-op when us <= 0), through signals. */
+void rb_sleep_us(int64_t us);
+
+/* Element i of rank r's input in the benches' checked runs: small integers (1..13), exact in
+ * every dtype and in f32 sums of many ranks. */
+double rb_pattern(int r, size_t i);
+
 /* Monotonic time in seconds. */
 double rb_now_s(void);
 

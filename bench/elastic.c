@@ -37,13 +37,6 @@ int64_t rb_now_ms(void)
     return (int64_t)(rb_now_s() * 1000.0);
 }
 
-void rb_sleep_ms(int64_t ms)
-{
-    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
-    while (ms > 0 && nanosleep(&ts, &ts) != 0 && errno == EINTR)
-        ;
-}
-
 ringd_result_t rb_agree_step(ringd_t *r, const char *name, uint64_t step, uint64_t *max_step,
                              int *root)
 {

@@ -34,7 +34,6 @@ def parse_size(text):
     return value
 
 
-
 def count_for(nbytes):
     """Number of f32 elements a row of nbytes reduces (at least one)."""
     return max(1, nbytes // 4)

@@ -45,23 +45,25 @@ def load_model(path):
 
 
 def buckets_of(counts, cap_bytes):
-    """DDP's bucket assignment: indices in reverse order, cut when a bucket would pass its cap."""
+    """DDP's bucket assignment (compute_bucket_assignment_by_size): indices in reverse order, a
+    bucket closed once it holds at least its cap."""
     buckets, cur, cur_bytes, cap = [], [], 0, FIRST_BUCKET_BYTES
     for i in reversed(range(len(counts))):
-        nbytes = counts[i] * 4
-        if cur and cur_bytes + nbytes > cap:
+        cur.append(i)
+        cur_bytes += counts[i] * 4
+        if cur_bytes >= cap:
             buckets.append(cur)
             cur, cur_bytes, cap = [], 0, cap_bytes
-        cur.append(i)
-        cur_bytes += nbytes
     if cur:
         buckets.append(cur)
     return buckets
 
 
-def pattern(rank, count):
-    """Element e of rank r's input: small integers, exact in f32 sums (as ringd-bench's)."""
-    return ((torch.arange(count, dtype=torch.int64) + rank * 5) % 13 + 1).to(torch.float32)
+def pattern(rank, first, count):
+    """Rank r's input from pattern element first on: small integers, exact in f32 sums (bench/
+    common.c's rb_pattern; tensor i starts at element 7 i, as ringd-bench's do)."""
+    return ((torch.arange(first, first + count, dtype=torch.int64) + rank * 5) % 13
+            + 1).to(torch.float32)
 
 
 def step(grads, buckets, flats, gap_s):
@@ -107,11 +109,11 @@ def rank_main(rank, nranks, port, args, model, status):
     dist.all_reduce(times, op=dist.ReduceOp.MAX)
     wrong = 0
     if args.check:
-        for g, c in zip(grads, counts):
-            g.copy_(pattern(rank, c))
+        for i, (g, c) in enumerate(zip(grads, counts)):
+            g.copy_(pattern(rank, 7 * i, c))
         step(grads, buckets, flats, gap_s)
-        for g, c in zip(grads, counts):
-            want = sum(pattern(r, c) for r in range(nranks))
+        for i, (g, c) in enumerate(zip(grads, counts)):
+            want = sum(pattern(r, 7 * i, c) for r in range(nranks))
             wrong += int((g != want).sum().item())
     total = torch.tensor([wrong], dtype=torch.int64)
     dist.all_reduce(total, op=dist.ReduceOp.SUM)

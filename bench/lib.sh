@@ -1,4 +1,4 @@
-# Shared by bench/peers.sh, bench/net-peers.sh and bench/torch-peers.sh (sourced): running one
+# Shared by the bench/*.sh scripts (sourced): running one
 # benchmark's table, and the background processes ($pids) and scratch directory ($tmp) of a run.
 
 failed=()

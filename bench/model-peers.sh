@@ -60,15 +60,19 @@ pids=() # background processes of ours still to stop: redis-server, ringd a and 
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# ringd_model MODEL: both ranks of ringd-bench --model against daemons a and b; rank 0's output.
+# ringd_model MODEL: both ranks of ringd-bench --model against daemons a and b; rank 0's output
+# (rank 0 is on a, the first node by name; b's goes to $tmp/ringd-b.txt and must stay empty).
 ringd_model() {
     local model=$1 job="model-peers.$$.$RANDOM" rc_a=0 rc_b=0 pid_b
     local args=(--model "$model" --gap-us "$GAP_US" --procs 1 --world 2 --job "$job"
         -n "$ITERS" -w "$WARMUP")
-    timeout "$BENCH_TIMEOUT" "$RINGD_BENCH" --socket "$tmp/b.sock" "${args[@]}" >/dev/null &
+    timeout "$BENCH_TIMEOUT" "$RINGD_BENCH" --socket "$tmp/b.sock" "${args[@]}" >"$tmp/ringd-b.txt" &
     pid_b=$!
     timeout "$BENCH_TIMEOUT" "$RINGD_BENCH" --socket "$tmp/a.sock" "${args[@]}" || rc_a=$?
     wait "$pid_b" || rc_b=$?
+    if [[ -s $tmp/ringd-b.txt ]]; then
+        echo "model-peers.sh: ringd-bench on b printed the summary; rank 0 was expected on a" >&2
+    fi
     return $((rc_a > rc_b ? rc_a : rc_b))
 }
 
@@ -81,7 +85,9 @@ mpi_model() {
 # run_peer PEER MODEL RUN: one measurement; its "# model" line goes to $tmp/results as
 # "RESULT model=M peer=P run=R step_ms=S passes=N ops_per_pass=X".
 run_peer() {
-    local peer=$1 model=$2 run=$3 out="$tmp/$1.$2.$3.txt" rc=0
+    local peer=$1 model=$2 run=$3 rc=0 name
+    name=$(basename "$model") # the peers read the list of a model FILE under its base name
+    local out="$tmp/$peer.$name.$run.txt"
     case $peer in
     ringd)
         if ! start_ring; then
@@ -92,10 +98,10 @@ run_peer() {
         ringd_model "$model" >"$out" 2>&1 || rc=$?
         stop_all
         ;;
-    mpi-tensor) mpi_model -m "$tmp/$model" -F 0 -g "$GAP_US" >"$out" 2>&1 || rc=$? ;;
-    mpi-fused) mpi_model -m "$tmp/$model" -F 64M >"$out" 2>&1 || rc=$? ;;
+    mpi-tensor) mpi_model -m "$tmp/$name" -F 0 -g "$GAP_US" >"$out" 2>&1 || rc=$? ;;
+    mpi-fused) mpi_model -m "$tmp/$name" -F 64M >"$out" 2>&1 || rc=$? ;;
     gloo-ddp)
-        timeout "$BENCH_TIMEOUT" "$PYTHON" "$HERE/gloo-model.py" "$tmp/$model" --gap-us "$GAP_US" \
+        timeout "$BENCH_TIMEOUT" "$PYTHON" "$HERE/gloo-model.py" "$tmp/$name" --gap-us "$GAP_US" \
             -n "$ITERS" -w "$WARMUP" >"$out" 2>&1 || rc=$?
         ;;
     esac
@@ -108,7 +114,7 @@ run_peer() {
         return
     fi
     echo "$peer: $line"
-    awk -v peer="$peer" -v run="$run" -v model="$model" '
+    awk -v peer="$peer" -v run="$run" -v model="$name" '
         /^# model / { for (i = 1; i < NF; i++) v[$i] = $(i + 1)
                       printf "RESULT model=%s peer=%s run=%s step_ms=%s passes=%s ops_per_pass=%s\n",
                              model, peer, run, v["step_ms"], v["ring_passes"], v["ops_per_pass"] }
@@ -117,7 +123,7 @@ run_peer() {
 
 # start_ring's daemons take the extra flags through this wrapper of $RINGD.
 if ((${#RINGD_EXTRA[@]})); then
-    printf '#!/bin/sh\nexec "%s" "$@"%s\n' "$(realpath "$RINGD")" \
+    printf '#!/bin/bash\nexec %q "$@"%s\n' "$(realpath "$RINGD")" \
         "$(printf ' %q' "${RINGD_EXTRA[@]}")" >"$tmp/ringd"
     chmod +x "$tmp/ringd"
     RINGD="$tmp/ringd"
@@ -130,7 +136,7 @@ echo "# model-peers.sh: 2 ranks (2 nodes x 1 rank on loopback TCP), models $MODE
     "${RINGD_FLAGS:+(daemons: $RINGD_FLAGS)}"
 echo "# $(nproc) cores: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"
 for model in $MODELS; do
-    "$RINGD_BENCH" --model "$model" --list >"$tmp/$model" || die "ringd-bench --model $model --list failed"
+    "$RINGD_BENCH" --model "$model" --list >"$tmp/$(basename "$model")" || die "ringd-bench --model $model --list failed"
 done
 for ((run = 1; run <= RUNS; run++)); do
     for model in $MODELS; do

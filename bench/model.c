@@ -42,8 +42,9 @@ static int add(rb_model *m, size_t *cap, size_t count, const char *fmt, ...)
 static int build_resnet50(rb_model *m, size_t *cap)
 {
     static const int blocks[4] = {3, 4, 6, 3}, planes[4] = {64, 128, 256, 512};
-    int rc = add(m, cap, 64 * 3 * 7 * 7, "conv1.weight") | add(m, cap, 64, "bn1.weight") |
-             add(m, cap, 64, "bn1.bias");
+    int rc = add(m, cap, 64 * 3 * 7 * 7, "conv1.weight");
+    rc |= add(m, cap, 64, "bn1.weight");
+    rc |= add(m, cap, 64, "bn1.bias");
     size_t inplanes = 64;
     for (int l = 0; l < 4; l++) {
         size_t p = (size_t)planes[l], out = 4 * p;
@@ -63,7 +64,9 @@ static int build_resnet50(rb_model *m, size_t *cap)
         }
         inplanes = out;
     }
-    return rc | add(m, cap, 1000 * 2048, "fc.weight") | add(m, cap, 1000, "fc.bias");
+    rc |= add(m, cap, 1000 * 2048, "fc.weight");
+    rc |= add(m, cap, 1000, "fc.bias");
+    return rc;
 }
 
 /* BERT-base uncased (Hugging Face BertModel's parameter names): vocabulary 30522, 512 positions,
@@ -71,11 +74,11 @@ static int build_resnet50(rb_model *m, size_t *cap)
 static int build_bert_base(rb_model *m, size_t *cap)
 {
     const size_t h = 768, ff = 3072;
-    int rc = add(m, cap, 30522 * h, "embeddings.word_embeddings.weight") |
-             add(m, cap, 512 * h, "embeddings.position_embeddings.weight") |
-             add(m, cap, 2 * h, "embeddings.token_type_embeddings.weight") |
-             add(m, cap, h, "embeddings.LayerNorm.weight") |
-             add(m, cap, h, "embeddings.LayerNorm.bias");
+    int rc = add(m, cap, 30522 * h, "embeddings.word_embeddings.weight");
+    rc |= add(m, cap, 512 * h, "embeddings.position_embeddings.weight");
+    rc |= add(m, cap, 2 * h, "embeddings.token_type_embeddings.weight");
+    rc |= add(m, cap, h, "embeddings.LayerNorm.weight");
+    rc |= add(m, cap, h, "embeddings.LayerNorm.bias");
     static const char *const qkv[3] = {"query", "key", "value"};
     for (int l = 0; l < 12; l++) {
         for (int i = 0; i < 3; i++) {
@@ -93,7 +96,9 @@ static int build_bert_base(rb_model *m, size_t *cap)
         rc |= add(m, cap, h, "encoder.layer.%d.output.LayerNorm.weight", l);
         rc |= add(m, cap, h, "encoder.layer.%d.output.LayerNorm.bias", l);
     }
-    return rc | add(m, cap, h * h, "pooler.dense.weight") | add(m, cap, h, "pooler.dense.bias");
+    rc |= add(m, cap, h * h, "pooler.dense.weight");
+    rc |= add(m, cap, h, "pooler.dense.bias");
+    return rc;
 }
 
 /* Reads "name count" lines from path. Returns 0, or -1 with err set. */
@@ -118,7 +123,9 @@ static int read_file(rb_model *m, size_t *cap, const char *path, char *err, size
         char *hash = strchr(line, '#');
         if (hash != NULL)
             *hash = '\0';
+        /* one byte more than a name may have, so a longer one shows */
         char name[RB_MODEL_MAX_NAME + 2], count[32], extra[2];
+        _Static_assert(RB_MODEL_MAX_NAME == 200, "the sscanf width below is RB_MODEL_MAX_NAME + 1");
         int fields = sscanf(line, "%201s %31s %1s", name, count, extra);
         if (fields <= 0)
             continue;

@@ -46,16 +46,29 @@ static int lookup(const char *s, const char *const *names, int n)
     return -1;
 }
 
-/* Element i of rank r's input: small integers, exact in every dtype. */
-static double pattern(int r, size_t i)
-{
-    return (double)(((i + (size_t)r * 5) % 13) + 1);
-}
-
-static void fill(void *buf, ringd_dtype_t dt, size_t count, int r)
+/* Rank r's input buf[0..count): the pattern from its element first on. */
+static void fill(void *buf, ringd_dtype_t dt, size_t count, int r, size_t first)
 {
     for (size_t i = 0; i < count; i++)
-        rd_dtype_store((rd_dtype)dt, buf, i, pattern(r, i));
+        rd_dtype_store((rd_dtype)dt, buf, i, rb_pattern(r, first + i));
+}
+
+/* The allreduce of n ranks' inputs (the pattern from element first on) into want[0..count), as
+ * the daemon computes it; ins holds n * count elements of scratch. */
+static void expect_allreduce(const bench_opts *o, int n, size_t first, size_t count, uint8_t *ins,
+                             void *want)
+{
+    size_t esz = ringd_dtype_size(o->dtype);
+    const void *src[n];
+    for (int r = 0; r < n; r++) {
+        fill(ins + (size_t)r * count * esz, o->dtype, count, r, first);
+        src[r] = ins + (size_t)r * count * esz;
+    }
+    rd_reduce_args args = RD_REDUCE_ARGS_INIT;
+    if (o->redop == RINGD_AVG)
+        args.divisor = (uint32_t)n;
+    rd_reduce((rd_dtype)o->dtype, o->redop == RINGD_AVG ? RD_OP_SUM : (rd_redop)o->redop, want, src,
+              n, count, &args);
 }
 
 /* The device of device memory p as this process numbers it (ringd_device is the daemon's
@@ -111,7 +124,7 @@ static long long check(ringd_t *h, const bench_opts *o, void *send, void *recv, 
     /* scratch holds n inputs, the expected output, and this rank's result read back */
     uint8_t *ins = scratch, *want = ins + (size_t)n * count * esz, *got = want + out_count * esz;
 
-    fill(got, o->dtype, count, me);
+    fill(got, o->dtype, count, me, 0);
     if (copy_mem(dev, send, got, count * esz) != 0 ||
         (o->op == 1 && copy_mem(dev, recv, got, count * esz) != 0)) {
         *rc = RINGD_E_SYSTEM;
@@ -123,21 +136,13 @@ static long long check(ringd_t *h, const bench_opts *o, void *send, void *recv, 
     if (*rc != RINGD_OK)
         return (long long)out_count;
 
-    const void *src[n];
-    for (int r = 0; r < n; r++) {
-        fill(ins + (size_t)r * count * esz, o->dtype, count, r);
-        src[r] = ins + (size_t)r * count * esz;
-    }
     if (o->op == 0) {
-        rd_reduce_args args = RD_REDUCE_ARGS_INIT;
-        if (o->redop == RINGD_AVG)
-            args.divisor = (uint32_t)n;
-        rd_reduce((rd_dtype)o->dtype, o->redop == RINGD_AVG ? RD_OP_SUM : (rd_redop)o->redop, want,
-                  src, n, count, &args);
-    } else if (o->op == 1) {
-        memcpy(want, src[o->root], count * esz);
+        expect_allreduce(o, n, 0, count, ins, want);
     } else {
-        memcpy(want, ins, out_count * esz);
+        for (int r = 0; r < n; r++)
+            fill(ins + (size_t)r * count * esz, o->dtype, count, r, 0);
+        memcpy(want, o->op == 1 ? ins + (size_t)o->root * count * esz : ins,
+               (o->op == 1 ? count : out_count) * esz);
     }
     long long wrong = 0;
     for (size_t i = 0; i < out_count; i++)
@@ -276,16 +281,6 @@ static int daemon_passes(const char *socket, uint64_t *passes, uint64_t *ops)
     return rc;
 }
 
-/* Sleeps us microseconds (the gap between two gradients of a backward pass). */
-static void gap(long us)
-{
-    if (us <= 0)
-        return;
-    struct timespec ts = {.tv_sec = us / 1000000, .tv_nsec = (us % 1000000) * 1000};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-        ;
-}
-
 /* One backward pass: every gradient of the model as an async allreduce in place, in reverse
  * declaration order with the gap between them, then waits for all. Returns the first failure. */
 static ringd_result_t model_step(ringd_t *h, const bench_opts *o, char *const *tensors,
@@ -296,7 +291,7 @@ static ringd_result_t model_step(ringd_t *h, const bench_opts *o, char *const *t
     size_t submitted = 0;
     for (size_t k = m->n; k-- > 0 && rc == RINGD_OK; submitted++) {
         if (k + 1 < m->n)
-            gap(o->gap_us);
+            rb_sleep_us(o->gap_us);
         rc = ringd_allreduce_async(h, m->names[k], tensors[k], tensors[k], m->counts[k], o->dtype,
                                    o->redop, &reqs[k]);
     }
@@ -368,22 +363,27 @@ static int model_main(const bench_opts *o, const char *job)
         rc = ringd_allreduce(h, "bench.times", times, times, (size_t)s->iters, RINGD_F64,
                              RINGD_MAX);
 
+    /* Tensor i's inputs start at pattern element 7 i, so results that land in another tensor
+     * of the same size show. */
     long long wrong = 0;
+    enum { CHUNK = 4096 };
+    uint8_t *ins = s->check ? malloc((size_t)n * CHUNK * esz) : NULL, want[CHUNK * 8];
+    if (rc == RINGD_OK && s->check && ins == NULL)
+        rc = RINGD_E_NOMEM;
     if (rc == RINGD_OK && s->check) {
         for (size_t i = 0; i < m->n; i++)
-            fill(tensors[i], o->dtype, m->counts[i], me);
+            fill(tensors[i], o->dtype, m->counts[i], me, 7 * i);
         rc = model_step(h, o, tensors, reqs);
         for (size_t i = 0; i < m->n && rc == RINGD_OK; i++) {
-            for (size_t e = 0; e < m->counts[i]; e++) {
-                uint64_t want = 0;
-                double v = 0;
-                for (int r = 0; r < n; r++)
-                    v += pattern(r, e);
-                rd_dtype_store((rd_dtype)o->dtype, &want, 0, o->redop == RINGD_AVG ? v / n : v);
-                wrong += memcmp(tensors[i] + e * esz, &want, esz) != 0;
+            for (size_t e = 0; e < m->counts[i]; e += CHUNK) {
+                size_t len = m->counts[i] - e < CHUNK ? m->counts[i] - e : CHUNK;
+                expect_allreduce(o, n, 7 * i + e, len, ins, want);
+                for (size_t k = 0; k < len; k++)
+                    wrong += memcmp(tensors[i] + (e + k) * esz, want + k * esz, esz) != 0;
             }
         }
     }
+    free(ins);
     if (rc == RINGD_OK)
         rc = ringd_allreduce(h, "bench.wrong", &wrong, &wrong, 1, RINGD_I64, RINGD_SUM);
     if (rc != RINGD_OK) {

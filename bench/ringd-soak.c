@@ -232,7 +232,7 @@ static int client_main(const soak_opts *o, const char *sock, int node, int slot,
                  r, rc, "%s: %s", name, rc == RINGD_OK ? "agreed" : ringd_errmsg(r));
             /* Until the daemon names a new generation, a retry would fail the same way. */
             if (rc != RINGD_OK && ringd_generation(r) == gen)
-                rb_sleep_ms(10);
+                rb_sleep_us(10000);
             continue;
         }
         size_t count = o->mixed == 0 ? op_count(o->seed, step, o->max_count)
@@ -437,7 +437,7 @@ static int redis_start(soak *s)
         s->redis_pid = p > 0 ? spawn(log, argv) : -1;
         if (s->redis_pid < 0)
             continue;
-        for (int64_t end = rb_now_ms() + 5000; rb_now_ms() < end; rb_sleep_ms(20)) {
+        for (int64_t end = rb_now_ms() + 5000; rb_now_ms() < end; rb_sleep_us(20000)) {
             if (waitpid(s->redis_pid, NULL, WNOHANG) == s->redis_pid)
                 break;
             if (redis_pong(p)) {
@@ -1005,7 +1005,7 @@ static void stop_all(soak *s)
                 ;
             break;
         }
-        rb_sleep_ms(10);
+        rb_sleep_us(10000);
     }
     if (s->dir[0] == '\0')
         return;

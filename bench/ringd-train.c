@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common.h"
 #include "elastic.h"
 #include "ringd.h"
 
@@ -121,7 +122,7 @@ static ringd_result_t resync(ringd_t *r, train_state *st, train_state *committed
             return RINGD_E_MEMBERSHIP;
         /* Until the daemon names a new generation, a retry would fail the same way at once. */
         if (ringd_generation(r) == gen)
-            rb_sleep_ms(10);
+            rb_sleep_us(10000);
     }
 }
 
@@ -172,7 +173,7 @@ static int train(const train_opts *o, ringd_t *r)
                ringd_rank(r), ringd_size(r), ringd_generation(r), st->step,
                ldexp((double)g[d], -FIXED_BITS) / (double)o->batch, checksum(st, d));
         fflush(stdout);
-        rb_sleep_ms((int64_t)o->sleep_ms);
+        rb_sleep_us((int64_t)o->sleep_ms * 1000);
     }
     if (rc != RINGD_OK)
         fprintf(stderr, "ringd-train: rank %d: %s: %s: %s\n", ringd_rank(r), what,

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "log.h"
@@ -720,6 +721,34 @@ static void on_chan_fail(evutil_socket_t fd, short what, void *arg)
     c->on_err(c->arg, c, c->why);
 }
 
+/* Reads up to need more bytes of a frame straight from the socket into in: libevent 2.1 reads
+ * at most 4 KiB per loop turn, and a direct op's data travels in these frames. Returns the bytes
+ * read; 0 when none are there yet, or at EOF or an error, which the bufferevent reports. */
+static size_t read_rest(struct bufferevent *bev, struct evbuffer *in, size_t need)
+{
+    struct evbuffer_iovec v[2];
+    int nv = evbuffer_reserve_space(in, (ev_ssize_t)need, v, 2);
+    if (nv <= 0)
+        return 0;
+    struct iovec io[2];
+    size_t room = 0;
+    for (int i = 0; i < nv; i++) {
+        io[i].iov_base = v[i].iov_base;
+        io[i].iov_len = v[i].iov_len < need - room ? v[i].iov_len : need - room;
+        room += io[i].iov_len;
+    }
+    ssize_t r = readv(bufferevent_getfd(bev), io, nv);
+    if (r <= 0)
+        return 0;
+    size_t left = (size_t)r;
+    for (int i = 0; i < nv; i++) {
+        v[i].iov_len = io[i].iov_len < left ? io[i].iov_len : left;
+        left -= v[i].iov_len;
+    }
+    evbuffer_commit_space(in, v, nv);
+    return (size_t)r;
+}
+
 static void on_chan_read(struct bufferevent *bev, void *arg)
 {
     rd_peer_chan *c = arg;
@@ -738,8 +767,11 @@ static void on_chan_read(struct bufferevent *bev, void *arg)
             chan_fail(c, why);
             break;
         }
-        if (len < RD_FRAME_HEADER + (size_t)n)
+        if (len < RD_FRAME_HEADER + (size_t)n) {
+            if (read_rest(bev, in, RD_FRAME_HEADER + (size_t)n - len) > 0)
+                continue;
             break;
+        }
         uint8_t *buf = evbuffer_pullup(in, RD_FRAME_HEADER + (ssize_t)n);
         rd_msg *m = NULL;
         size_t used;
@@ -794,11 +826,9 @@ rd_peer_chan *rd_peer_chan_new(struct event_base *base, int fd, const char *peer
     c->on_err = on_err;
     c->arg = arg;
     bufferevent_setcb(c->bev, on_chan_read, NULL, on_chan_event, c);
-    /* A frame in one read and one write where the kernel allows, not libevent's 16 KiB a loop
-     * turn: a direct op's data travels in these frames, and every turn is a wake-up away. */
-    size_t burst = max_frame + 64 > 65536 ? max_frame + 64 : 65536;
-    bufferevent_set_max_single_read(c->bev, burst);
-    bufferevent_set_max_single_write(c->bev, burst);
+    /* A frame in one write where the kernel allows, not libevent's 16 KiB a loop turn (reads:
+     * read_rest). */
+    bufferevent_set_max_single_write(c->bev, max_frame + 64 > 65536 ? max_frame + 64 : 65536);
     bufferevent_enable(c->bev, EV_READ | EV_WRITE);
     return c;
 }

@@ -88,15 +88,14 @@ def test_a_model_step_on_one_node_checks_every_gradient(daemon, tmp_path):
 
 
 def test_a_model_step_across_two_nodes_fuses_and_checks_every_gradient(tmp_path):
-    redis = Redis()
     key = tmp_path / "ring.key"
     key.write_text("python tests' ring key, 32 bytes")
     os.chmod(key, 0o600)
-    daemons = [Daemon(["--redis", redis.url, "--listen", "127.0.0.1:0", "--key-file", str(key),
-                       "--node", f"n{i}"]) for i in range(2)]
+    redis, daemons, other = Redis(), [], None
     try:
-        for d in daemons:
-            d.start()
+        for i in range(2):  # each starts as it is made
+            daemons.append(Daemon(["--redis", redis.url, "--listen", "127.0.0.1:0", "--key-file",
+                                   str(key), "--node", f"n{i}"]))
         path, elems = small_model(tmp_path)
         args = ["--procs", "1", "--world", "2", "--job", "model-test", "--model", path,
                 "-n", "3", "-w", "1"]
@@ -114,6 +113,9 @@ def test_a_model_step_across_two_nodes_fuses_and_checks_every_gradient(tmp_path)
         assert float(per_pass) >= 1
         assert "# #wrong 0" in r.stdout
     finally:
+        if other is not None and other.poll() is None:
+            other.kill()
+            other.wait()
         for d in daemons:
             d.stop()
             d.remove()
