@@ -31,6 +31,17 @@ run_table() {
     fi
 }
 
+# release_build BUILD: builds BUILD with ninja, first setting it up as a release build of ringd
+# when it does not exist (timings come from release builds, never from a sanitizer build).
+release_build() {
+    if [[ ! -d $1 ]]; then
+        echo "# $(basename "$0"): setting up $1 as a release build" >&2
+        meson setup "$1" --buildtype=release -Dtests=false -Dfuzz=disabled >/dev/null ||
+            die "meson setup $1 failed"
+    fi
+    ninja -C "$1" >/dev/null || die "ninja -C $1 failed"
+}
+
 # stop_all: terminate every background process we started (if running) and reap it.
 stop_all() {
     local p

@@ -36,12 +36,7 @@ source "$ROOT/scripts/deps.sh"
 ringd_install_deps || die "installing the build's packages failed"
 ringd_install_bench_deps || die "installing the bench's packages failed"
 
-if [[ ! -d $BUILD ]]; then
-    echo "# model-peers.sh: setting up $BUILD as a release build" >&2
-    meson setup "$BUILD" --buildtype=release -Dtests=false -Dfuzz=disabled >/dev/null ||
-        die "meson setup $BUILD failed"
-fi
-ninja -C "$BUILD" >/dev/null || die "ninja -C $BUILD failed"
+release_build "$BUILD"
 
 RINGD="$BUILD/daemon/ringd"
 RINGCTL="$BUILD/client/ringctl"

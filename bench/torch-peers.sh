@@ -34,12 +34,7 @@ source "$ROOT/scripts/deps.sh"
 ringd_install_deps || die "installing the build's packages failed"
 ringd_install_bench_deps || die "installing python3-torch and python3-torchvision failed"
 
-if [[ ! -d $BUILD ]]; then
-    echo "# torch-peers.sh: setting up $BUILD as a release build" >&2
-    meson setup "$BUILD" --buildtype=release -Dtests=false -Dfuzz=disabled >/dev/null ||
-        die "meson setup $BUILD failed"
-fi
-ninja -C "$BUILD" >/dev/null || die "ninja -C $BUILD failed"
+release_build "$BUILD"
 # build_option NAME: the value of meson option NAME in $BUILD.
 build_option() {
     meson introspect --buildoptions "$BUILD" | "$PYTHON" -c \
