@@ -150,6 +150,28 @@ static long long check(ringd_t *h, const bench_opts *o, void *send, void *recv, 
     return wrong;
 }
 
+/* Opens this process's session of the job with an arena of at least arena bytes (and a device
+ * arena of device_arena bytes, 0: none) into *h. Returns 0, or -1 after printing why (*h NULL). */
+static int open_session(const bench_opts *o, const char *job, size_t arena, size_t device_arena,
+                        ringd_t **h)
+{
+    ringd_options_t opts = RINGD_OPTIONS_INIT;
+    opts.socket_path = o->socket;
+    opts.job = job;
+    opts.local_size = o->procs;
+    opts.world_size = o->world;
+    opts.arena_size = (arena + 4095) & ~(size_t)4095;
+    opts.device_arena_size = device_arena;
+    *h = NULL;
+    ringd_result_t rc = ringd_open(&opts, h);
+    if (rc == RINGD_OK)
+        return 0;
+    fprintf(stderr, "ringd-bench: ringd_open: %s: %s\n", ringd_strerror(rc), ringd_errmsg(*h));
+    ringd_close(*h);
+    *h = NULL;
+    return -1;
+}
+
 /* One client process: opens the session, sweeps the sizes, prints on rank 0. */
 static int client_main(const bench_opts *o, const char *job)
 {
@@ -159,21 +181,11 @@ static int client_main(const bench_opts *o, const char *job)
     size_t gather = o->op == 2 ? (size_t)o->world : 1;
     size_t arena = max_count * esz * (2 + gather) + ((size_t)s->iters * 16) + (1u << 20);
 
-    ringd_options_t opts = RINGD_OPTIONS_INIT;
-    ringd_t *h = NULL;
-    opts.socket_path = o->socket;
-    opts.job = job;
-    opts.local_size = o->procs;
-    opts.world_size = o->world;
-    opts.arena_size = (arena + 4095) & ~(size_t)4095;
-    if (o->cuda)
-        opts.device_arena_size = max_count * esz * (1 + gather) + (1u << 20);
-    ringd_result_t rc = ringd_open(&opts, &h);
-    if (rc != RINGD_OK) {
-        fprintf(stderr, "ringd-bench: ringd_open: %s: %s\n", ringd_strerror(rc), ringd_errmsg(h));
-        ringd_close(h);
+    ringd_t *h;
+    if (open_session(o, job, arena, o->cuda ? max_count * esz * (1 + gather) + (1u << 20) : 0,
+                     &h) != 0)
         return 2;
-    }
+    ringd_result_t rc = RINGD_OK;
     int n = ringd_size(h), me = ringd_rank(h);
     if (n != o->world) {
         fprintf(stderr,
@@ -313,19 +325,10 @@ static int model_main(const bench_opts *o, const char *job)
     for (size_t i = 0; i < m->n; i++)
         bytes += (m->counts[i] * esz + 63) & ~(size_t)63;
 
-    ringd_options_t opts = RINGD_OPTIONS_INIT;
-    ringd_t *h = NULL;
-    opts.socket_path = o->socket;
-    opts.job = job;
-    opts.local_size = o->procs;
-    opts.world_size = o->world;
-    opts.arena_size = (bytes + (size_t)s->iters * 16 + (2u << 20) + 4095) & ~(size_t)4095;
-    ringd_result_t rc = ringd_open(&opts, &h);
-    if (rc != RINGD_OK) {
-        fprintf(stderr, "ringd-bench: ringd_open: %s: %s\n", ringd_strerror(rc), ringd_errmsg(h));
-        ringd_close(h);
+    ringd_t *h;
+    if (open_session(o, job, bytes + (size_t)s->iters * 16 + (2u << 20), 0, &h) != 0)
         return 2;
-    }
+    ringd_result_t rc = RINGD_OK;
     int n = ringd_size(h), me = ringd_rank(h), status = 0;
     uint8_t *base = ringd_alloc(h, bytes);
     double *times = ringd_alloc(h, (size_t)s->iters * sizeof(double));
