@@ -51,6 +51,12 @@ static int parse_ms(const char *s, long lo, long hi, int *out)
     return 0;
 }
 
+/* A Tuning's autotune field in words. */
+static const char *tuning_state(const Ringd__Tuning *u)
+{
+    return u->autotune == 1 ? "tuning" : u->autotune == 2 ? "settled" : "off";
+}
+
 /* The ring of a job spanning nodes: members in ring order, then this node's two links. */
 static void print_ring(const Ringd__RingInfo *ri)
 {
@@ -61,6 +67,20 @@ static void print_ring(const Ringd__RingInfo *ri)
         if (ri->gpu_transport_why[0] != '\0')
             printf(" (%s)", ri->gpu_transport_why);
         printf("\n");
+    }
+    const Ringd__Tuning *u = ri->tuning;
+    if (u != NULL) {
+        printf("    tuning: fusion threshold %.2f MiB, cycle %u us, segments of %.0f KiB, %u "
+               "connection%s per link",
+               (double)u->fusion_threshold / (1 << 20), u->cycle_us,
+               (double)u->segment_size / 1024.0, u->conns, u->conns == 1 ? "" : "s");
+        if (u->autotune == 0)
+            printf(" (the coordinator's flags)\n");
+        else if (ri->autotune_trials == 0) /* shown on another node than the coordinator */
+            printf(" (autotune %s, by the coordinator)\n", tuning_state(u));
+        else
+            printf(" (autotune %s, %u settings tried, best %.3f GB/s)\n", tuning_state(u),
+                   ri->autotune_trials, ri->autotune_best_bps / 1e9);
     }
     printf("      %-5s %-20s %-24s %6s %s\n", "rank", "node", "address", "ranks", "state");
     for (size_t k = 0; k < ri->n_members; k++) {
@@ -141,6 +161,18 @@ static json_object *ring_json(const Ringd__RingInfo *ri)
     json_object_object_add(o, "coordinator", json_object_new_string(ri->coordinator));
     json_object_object_add(o, "gpu_transport", json_object_new_string(ri->gpu_transport));
     json_object_object_add(o, "gpu_transport_why", json_object_new_string(ri->gpu_transport_why));
+    if (ri->tuning != NULL) {
+        const Ringd__Tuning *u = ri->tuning;
+        json_object *t = json_object_new_object();
+        json_object_object_add(t, "fusion_threshold", json_object_new_int64((int64_t)u->fusion_threshold));
+        json_object_object_add(t, "cycle_us", json_object_new_int64(u->cycle_us));
+        json_object_object_add(t, "segment_size", json_object_new_int64((int64_t)u->segment_size));
+        json_object_object_add(t, "conns", json_object_new_int64(u->conns));
+        json_object_object_add(t, "autotune", json_object_new_string(tuning_state(u)));
+        json_object_object_add(t, "autotune_trials", json_object_new_int64(ri->autotune_trials));
+        json_object_object_add(t, "autotune_best_bps", json_object_new_double(ri->autotune_best_bps));
+        json_object_object_add(o, "tuning", t);
+    }
     json_object *members = json_object_new_array();
     for (size_t k = 0; k < ri->n_members; k++) {
         const Ringd__MemberInfo *m = ri->members[k];

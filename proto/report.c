@@ -58,14 +58,32 @@ static void ring_info_free(Ringd__RingInfo *ri)
     free(ri);
 }
 
+/* A RingInfo and the Tuning it may point at, in one allocation. */
+typedef struct {
+    Ringd__RingInfo ri;
+    Ringd__Tuning tuning;
+} ring_info_block;
+
 /* The RingInfo of r (ring_info_free releases it). NULL when out of memory. */
 static Ringd__RingInfo *ring_info_new(const rd_world_status *r)
 {
     size_t n = r->nmembers, nl = r->nlinks;
-    Ringd__RingInfo *ri = calloc(1, sizeof(*ri));
-    if (ri == NULL)
+    ring_info_block *blk = calloc(1, sizeof(*blk));
+    if (blk == NULL)
         return NULL;
+    Ringd__RingInfo *ri = &blk->ri;
     ringd__ring_info__init(ri);
+    if (r->has_tuning) {
+        ringd__tuning__init(&blk->tuning);
+        blk->tuning.fusion_threshold = r->tuning.fusion_threshold;
+        blk->tuning.segment_size = r->tuning.segment_size;
+        blk->tuning.conns = r->tuning.conns;
+        blk->tuning.cycle_us = r->tuning.cycle_us;
+        blk->tuning.autotune = (uint32_t)r->tuning.autotune;
+        ri->tuning = &blk->tuning;
+        ri->autotune_trials = r->autotune_trials;
+        ri->autotune_best_bps = r->autotune_best_bps;
+    }
     ri->members = repeated_new(n, sizeof(Ringd__MemberInfo));
     ri->links = repeated_new(nl, sizeof(Ringd__LinkInfo));
     if ((n > 0 && ri->members == NULL) || (nl > 0 && ri->links == NULL)) {

@@ -11,6 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "schedmsg.h"
+
 #define RD_STATUS_STATE_MAX 640   /* a member's state text, terminator included */
 #define RD_STATUS_MISSING_MAX 512 /* a stall's missing ranks, terminator included */
 
@@ -41,6 +43,10 @@ typedef struct {
     const char *gpu_transport; /* how device ops cross nodes at this generation ("nccl", "tcp",
                                   or how far the nodes' agreement came); NULL: not known */
     const char *gpu_transport_why; /* why not NCCL, or why it failed ("" otherwise) */
+    int has_tuning;    /* 0 before the coordinator's first order */
+    rd_tuning tuning;  /* the coordinator's, as its last order carried */
+    uint32_t autotune_trials;  /* coordinator with --autotune: settings tried */
+    double autotune_best_bps;  /* the best one's bytes ordered per second */
     rd_member_status *members; /* nmembers, malloc'd: released with the status */
     size_t nmembers;
     rd_link_status links[2]; /* the first nlinks: to the next node, from the previous one */

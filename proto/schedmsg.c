@@ -12,7 +12,8 @@
 /* rd_schedmsg_encode lays these out back to back in one block. */
 _Static_assert(sizeof(rd_msg) % 8 == 0 && sizeof(Ringd__Ready) % 8 == 0 &&
                    sizeof(Ringd__Go) % 8 == 0 && sizeof(Ringd__OpSpec) % 8 == 0 &&
-                   sizeof(Ringd__GoEntry) % 8 == 0 && _Alignof(Ringd__OpSpec) <= 8 &&
+                   sizeof(Ringd__GoEntry) % 8 == 0 && sizeof(Ringd__Tuning) % 8 == 0 &&
+                   _Alignof(Ringd__OpSpec) <= 8 && _Alignof(Ringd__Tuning) <= 8 &&
                    _Alignof(Ringd__GoEntry) <= 8 && _Alignof(void *) <= 8,
                "the parts of an encoded message keep one another aligned");
 
@@ -159,8 +160,29 @@ static rd_schedmsg_status go_decode(const Ringd__Go *g, rd_schedmsg *out, char *
         }
         names[i] = g->ops[i]->name;
     }
-    *out = (rd_schedmsg){
-        .kind = RD_SCHEDMSG_GO, .generation = g->generation, .names = names, .nnames = g->n_ops};
+    const Ringd__Tuning *u = g->tuning;
+    if (u == NULL || u->fusion_threshold > RD_SCHEDMSG_FUSION_MAX ||
+        u->segment_size < RD_SCHEDMSG_SEGMENT_MIN || u->segment_size > RD_SCHEDMSG_SEGMENT_MAX ||
+        u->conns < 1 || u->conns > RD_SCHEDMSG_CONNS_MAX || u->autotune > RD_AUTOTUNE_SETTLED) {
+        if (u == NULL)
+            snprintf(err, errlen, "Go without its tuning");
+        else
+            snprintf(err, errlen,
+                     "Go with an impossible tuning: fusion threshold %" PRIu64 ", segment %" PRIu64
+                     ", %" PRIu32 " connections, autotune %" PRIu32,
+                     u->fusion_threshold, u->segment_size, u->conns, u->autotune);
+        free(names);
+        return RD_SCHEDMSG_BAD;
+    }
+    *out = (rd_schedmsg){.kind = RD_SCHEDMSG_GO,
+                         .generation = g->generation,
+                         .names = names,
+                         .nnames = g->n_ops,
+                         .tuning = {.fusion_threshold = u->fusion_threshold,
+                                    .segment_size = u->segment_size,
+                                    .conns = u->conns,
+                                    .cycle_us = u->cycle_us,
+                                    .autotune = (int)u->autotune}};
     return RD_SCHEDMSG_DECODED;
 }
 
@@ -325,7 +347,8 @@ rd_msg *rd_schedmsg_encode(const rd_schedmsg *v)
     size_t n = ready ? v->nops + v->nstalled : v->nnames;
     size_t body = ready ? sizeof(Ringd__Ready) : sizeof(Ringd__Go);
     size_t entry = ready ? sizeof(Ringd__OpSpec) : sizeof(Ringd__GoEntry);
-    rd_msg *m = malloc(sizeof(*m) + body + n * (sizeof(void *) + entry));
+    size_t tail = ready ? 0 : sizeof(Ringd__Tuning);
+    rd_msg *m = malloc(sizeof(*m) + body + n * (sizeof(void *) + entry) + tail);
     if (m == NULL)
         return NULL;
     ringd__msg__init(m);
@@ -356,6 +379,14 @@ rd_msg *rd_schedmsg_encode(const rd_schedmsg *v)
             ringd__go_entry__init(g->ops[i]);
             g->ops[i]->name = (char *)v->names[i];
         }
+        Ringd__Tuning *u = (Ringd__Tuning *)(entries + n * entry);
+        ringd__tuning__init(u);
+        u->fusion_threshold = v->tuning.fusion_threshold;
+        u->segment_size = v->tuning.segment_size;
+        u->conns = v->tuning.conns;
+        u->cycle_us = v->tuning.cycle_us;
+        u->autotune = (uint32_t)v->tuning.autotune;
+        g->tuning = u;
         m->body_case = RINGD__MSG__BODY_GO;
         m->go = g;
     }

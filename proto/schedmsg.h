@@ -75,6 +75,24 @@ typedef struct {
     const char *why;        /* never NULL once decoded; at most RD_SCHEDMSG_MESSAGE_MAX bytes */
 } rd_devmsg;
 
+/* Go.tuning's autotune. */
+enum { RD_AUTOTUNE_OFF = 0, RD_AUTOTUNE_TUNING = 1, RD_AUTOTUNE_SETTLED = 2 };
+
+/* How the ops of a Go fuse and cross, as the coordinator sets them for every node. */
+typedef struct {
+    uint64_t fusion_threshold; /* at most RD_SCHEDMSG_FUSION_MAX */
+    uint64_t segment_size;     /* RD_SCHEDMSG_SEGMENT_MIN up to RD_SCHEDMSG_SEGMENT_MAX */
+    uint32_t conns;            /* 1 up to RD_SCHEDMSG_CONNS_MAX */
+    uint32_t cycle_us;
+    int autotune; /* RD_AUTOTUNE_* */
+} rd_tuning;
+
+/* The ranges of the matching flags (--fusion-threshold, --segment-size, --conns-per-link). */
+#define RD_SCHEDMSG_FUSION_MAX (1ull << 30)
+#define RD_SCHEDMSG_SEGMENT_MIN 4096u
+#define RD_SCHEDMSG_SEGMENT_MAX (64ull << 20)
+#define RD_SCHEDMSG_CONNS_MAX 16u
+
 /* One scheduling message. generation is the ring's (rd_world_send stamps the current one). */
 typedef struct {
     rd_schedmsg_kind kind;
@@ -83,6 +101,7 @@ typedef struct {
     size_t nops, nstalled;
     const char *const *names; /* Go */
     size_t nnames;
+    rd_tuning tuning; /* Go */
     rd_devmsg dev; /* DevOffer, DevPlan, DevConfirm */
 } rd_schedmsg;
 
@@ -98,7 +117,8 @@ typedef enum {
  * op unless it failed; messages are at most RD_SCHEDMSG_MESSAGE_MAX bytes, data at most
  * RD_SCHEDMSG_DATA_MAX, and only a direct op has any: of an allreduce exactly count elements, of
  * a broadcast those or none, of an allgather a whole number of times those. The entries of a Go
- * carry only their names (no node sets the rest). The device messages' enums are in range, a
+ * carry only their names (no node sets the rest); its tuning is there, within the ranges above
+ * (the engine checks it against its own links and flags). The device messages' enums are in range, a
  * plan of NCCL carries an id and one of TCP none. Any thread. */
 rd_schedmsg_status rd_schedmsg_decode(const struct Ringd__Msg *m, rd_schedmsg *out, char *err,
                                       size_t errlen);

@@ -100,22 +100,82 @@ Test(schedmsg, a_ready_survives_the_wire)
     rd_frame_free(m);
 }
 
-Test(schedmsg, a_go_survives_the_wire_in_order)
+/* A tuning every node can run. */
+#define TUNING_OK {.fusion_threshold = 64u << 20, .segment_size = 1u << 20, .conns = 2}
+
+Test(schedmsg, a_go_survives_the_wire_in_order_with_its_tuning)
 {
     const char *names[] = {"b", "a", "b", "layer.3.weight"};
-    rd_schedmsg v = {.kind = RD_SCHEDMSG_GO, .generation = 9, .names = names, .nnames = 4};
+    rd_schedmsg v = {.kind = RD_SCHEDMSG_GO,
+                     .generation = 9,
+                     .names = names,
+                     .nnames = 4,
+                     .tuning = {.fusion_threshold = 3u << 20,
+                                .segment_size = 256u << 10,
+                                .conns = 3,
+                                .cycle_us = 2500,
+                                .autotune = RD_AUTOTUNE_SETTLED}};
     rd_msg *m;
     rd_schedmsg d;
     decoded_after_wire(&v, &m, &d);
     for (size_t i = 0; i < 4; i++)
         cr_assert_str_eq(d.names[i], names[i]);
+    cr_assert_eq(d.tuning.fusion_threshold, 3u << 20);
+    cr_assert_eq(d.tuning.segment_size, 256u << 10);
+    cr_assert_eq(d.tuning.conns, 3);
+    cr_assert_eq(d.tuning.cycle_us, 2500);
+    cr_assert_eq(d.tuning.autotune, RD_AUTOTUNE_SETTLED);
     rd_schedmsg_release(&d);
     rd_frame_free(m);
 }
 
+/* A Go whose tuning no node could run, and a word its refusal must contain. */
+static const struct {
+    rd_tuning tuning;
+    const char *says;
+} bad_tunings[] = {
+    {{.fusion_threshold = (1ull << 30) + 1, .segment_size = 1u << 20, .conns = 2}, "fusion"},
+    {{.fusion_threshold = 1u << 20, .segment_size = 4095, .conns = 2}, "segment"},
+    {{.fusion_threshold = 1u << 20, .segment_size = (64ull << 20) + 1, .conns = 2}, "segment"},
+    {{.fusion_threshold = 1u << 20, .segment_size = 1u << 20, .conns = 0}, "connections"},
+    {{.fusion_threshold = 1u << 20, .segment_size = 1u << 20, .conns = 17}, "connections"},
+    {{.fusion_threshold = 1u << 20, .segment_size = 1u << 20, .conns = 1, .autotune = 3},
+     "autotune"},
+};
+
+Test(schedmsg, a_go_with_an_impossible_tuning_is_refused_naming_it)
+{
+    const char *names[] = {"a"};
+    for (size_t i = 0; i < sizeof(bad_tunings) / sizeof(bad_tunings[0]); i++) {
+        rd_schedmsg v = {.kind = RD_SCHEDMSG_GO,
+                         .generation = 1,
+                         .names = names,
+                         .nnames = 1,
+                         .tuning = bad_tunings[i].tuning};
+        char err[256] = "";
+        cr_assert_eq(decode_after_wire(&v, err, sizeof(err)), RD_SCHEDMSG_BAD, "case %zu", i);
+        cr_assert(strstr(err, bad_tunings[i].says) != NULL, "case %zu: %s", i, err);
+    }
+}
+
+Test(schedmsg, a_go_without_a_tuning_is_refused)
+{
+    const char *names[] = {"a"};
+    rd_schedmsg v = {.kind = RD_SCHEDMSG_GO, .generation = 1, .names = names, .nnames = 1,
+                     .tuning = TUNING_OK};
+    rd_msg *m = rd_schedmsg_encode(&v);
+    cr_assert_not_null(m);
+    m->go->tuning = NULL; /* as a daemon of protocol 3 sends it */
+    rd_schedmsg d;
+    char err[256] = "";
+    cr_assert_eq(rd_schedmsg_decode(m, &d, err, sizeof(err)), RD_SCHEDMSG_BAD);
+    cr_assert(strstr(err, "without its tuning") != NULL, "%s", err);
+    rd_schedmsg_encoded_free(m);
+}
+
 Test(schedmsg, an_empty_go_is_an_order_of_nothing)
 {
-    rd_schedmsg v = {.kind = RD_SCHEDMSG_GO, .generation = 1};
+    rd_schedmsg v = {.kind = RD_SCHEDMSG_GO, .generation = 1, .tuning = TUNING_OK};
     char err[256];
     cr_assert_eq(decode_after_wire(&v, err, sizeof(err)), RD_SCHEDMSG_DECODED, "%s", err);
 }
@@ -146,7 +206,11 @@ Test(schedmsg, counts_over_the_limit_are_refused)
 {
     Ringd__GoEntry entry = RINGD__GO_ENTRY__INIT;
     entry.name = "g";
+    Ringd__Tuning tuning = RINGD__TUNING__INIT;
+    tuning.segment_size = 1u << 20;
+    tuning.conns = 1;
     Ringd__Go go = RINGD__GO__INIT;
+    go.tuning = &tuning;
     go.ops = go_entries(RD_SCHEDMSG_OPS_MAX + 1, &entry);
     rd_msg m = RINGD__MSG__INIT;
     m.body_case = RINGD__MSG__BODY_GO;
@@ -183,7 +247,8 @@ Test(schedmsg, counts_over_the_limit_are_refused)
 Test(schedmsg, a_go_with_a_bad_name_is_refused)
 {
     const char *names[] = {"ok", "tab\there"};
-    rd_schedmsg v = {.kind = RD_SCHEDMSG_GO, .generation = 1, .names = names, .nnames = 2};
+    rd_schedmsg v = {.kind = RD_SCHEDMSG_GO, .generation = 1, .names = names, .nnames = 2,
+                     .tuning = TUNING_OK};
     char err[256];
     cr_assert_eq(decode_after_wire(&v, err, sizeof(err)), RD_SCHEDMSG_BAD);
     cr_assert(strstr(err, "invalid name") != NULL, "%s", err);

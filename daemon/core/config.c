@@ -80,8 +80,18 @@ static const opt_spec options[] = {
      OFF(fusion_threshold), "small allreduces ready together are fused into one buffer up to this", NULL},
     {"segment-size", "RINGD_SEGMENT_SIZE", OPT_SIZE, "1M", 4096, 64 << 20, OFF(segment_size),
      "bytes per ring frame; segments pipeline through the ring", NULL},
+    {"fusion-cycle-us", "RINGD_FUSION_CYCLE_US", OPT_INT, "0", 0, 1000000, OFF(fusion_cycle_us),
+     "the coordinator orders the ops ready on every node at most this often, so that more of "
+     "them fuse (0: at the end of each turn of its event loop)", NULL},
     {"conns-per-link", "RINGD_CONNS_PER_LINK", OPT_INT, "2", 1, 16, OFF(conns_per_link),
      "TCP connections between neighbours of a ring, each way", NULL},
+    {"autotune", "RINGD_AUTOTUNE", OPT_FLAG, "0", 0, 1, OFF(autotune),
+     "the coordinator tries fusion thresholds, fusion cycles, segment sizes (up to "
+     "--segment-size) and connections per link (up to --conns-per-link) on the running job, "
+     "keeps what moves the most bytes per second, and sends it to every node with its orders",
+     NULL},
+    {"autotune-window-ms", "RINGD_AUTOTUNE_WINDOW_MS", OPT_INT, "1000", 10, 600000,
+     OFF(autotune_window_ms), "milliseconds --autotune measures each setting for", NULL},
     {"peer-timeout", "RINGD_PEER_TIMEOUT", OPT_INT, "10000", 100, 3600000, OFF(peer_timeout),
      "milliseconds a link may make no progress mid-op before it counts as failed", NULL},
     {"stall-warn", "RINGD_STALL_WARN", OPT_INT, "60000", 10, 86400000, OFF(stall_warn),

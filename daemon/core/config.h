@@ -37,7 +37,10 @@ typedef struct {
     uint64_t direct_bytes;     /* results up to this go through the coordinator */
     uint64_t fusion_threshold; /* bytes */
     uint64_t segment_size;     /* bytes per ring frame */
+    int64_t fusion_cycle_us; /* the coordinator orders at most this often; 0: each loop turn */
     int64_t conns_per_link;
+    int64_t autotune;           /* the coordinator tunes the four above on the running job */
+    int64_t autotune_window_ms; /* each setting is measured this long */
     int64_t peer_timeout;  /* ms without progress on a link before it counts as failed */
     int64_t stall_warn;    /* ms an op may wait for some ranks before a warning */
     int64_t stall_abort;   /* ms before it fails with RINGD_E_STALLED; 0: never */

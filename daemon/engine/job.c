@@ -1620,6 +1620,7 @@ static int describe_job(const rd_job *j, rd_job_status *js)
             rd_world_describe(j->world, js->ring) != 0)
             return -1;
         rd_devcomm_describe(j->devcomm, &js->ring->gpu_transport, &js->ring->gpu_transport_why);
+        rd_sched_describe(j->sched, js->ring);
     }
     size_t pending = 0;
     for (int st = 0; st < OP_NSTATES; st++)
@@ -2261,8 +2262,9 @@ static void dev_start(rd_op *o)
     }
 }
 
-/* Hands ops[0..n) (one op, or allreduces that fuse) to the ring (rd_sched_events.start). */
-static void on_start(void *arg, void **owns, size_t n)
+/* Hands ops[0..n) (one op, or allreduces that fuse) to the ring in the segments and over the
+ * connections of tuning u (rd_sched_events.start). */
+static void on_start(void *arg, void **owns, size_t n, const rd_tuning *u)
 {
     rd_job *j = arg;
     rd_op **ops = (rd_op **)owns;
@@ -2297,6 +2299,8 @@ static void on_start(void *arg, void **owns, size_t n)
     rt->t.redop = p0->redop;
     rt->t.args = p0->args;
     rt->t.root = ops[0]->p.root;
+    rt->t.segment_size = u->segment_size;
+    rt->t.conns = (int)u->conns;
     rt->t.members = mem;
     rt->t.nmembers = n;
     rt->t.ctx = rt;

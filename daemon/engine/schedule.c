@@ -6,16 +6,20 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
+#include "autotune.h"
 #include "backend.h"
 #include "frame.h"
 #include "log.h"
 #include "xfer.h"
 
-/* One order of the coordinator: names of ops bound for the ring, run in that order. */
+/* One order of the coordinator: names of ops bound for the ring, run in that order with its
+ * tuning. */
 typedef struct batch {
     size_t n;
     char **names;
+    rd_tuning tuning;
     struct batch *next;
 } batch;
 
@@ -33,6 +37,12 @@ struct rd_sched {
     struct event *ev_order;
     batch *orders, *orders_tail; /* orders received, not yet started */
     int held; /* coordinator: orders wait (the ring's device transport is not settled) */
+    /* The tuning orders carry: the coordinator's (its flags, or its tuner's), or on another node
+     * the last one received; has_tuning 0 before the first. */
+    rd_tuning tuning;
+    int has_tuning;
+    rd_tuner *tuner;         /* coordinator with --autotune, for the ring's life */
+    int64_t last_order_us;   /* coordinator: when it last sent an order (--fusion-cycle-us) */
 };
 
 #define RD_GO_OVERHEAD 64       /* a Go's frame around its entries: length, tags, generation */
@@ -87,6 +97,8 @@ void rd_sched_ring_ended(rd_sched *s)
         batch_free(b);
     }
     s->orders_tail = NULL;
+    rd_tuner_free(s->tuner);
+    s->tuner = NULL;
 }
 
 void rd_sched_free(rd_sched *s)
@@ -108,6 +120,26 @@ rd_status rd_sched_ring_forming(rd_sched *s, int nnodes, int position, const rd_
     s->nnodes = nnodes;
     s->position = position;
     s->held = 1;
+    if (position != 0)
+        return RINGD_OK; /* it runs the coordinator's tuning, as its orders carry it */
+    /* The coordinator's flags; a tuner starts from what it settled on at the last generation,
+     * as the best setting of a ring one node larger or smaller is likely near it. */
+    rd_tuning start = {.fusion_threshold = s->cfg->fusion_threshold,
+                       .segment_size = s->cfg->segment_size,
+                       .conns = (uint32_t)s->cfg->conns_per_link,
+                       .cycle_us = (uint32_t)s->cfg->fusion_cycle_us};
+    if (s->cfg->autotune && s->has_tuning && s->tuning.autotune == RD_AUTOTUNE_SETTLED &&
+        s->tuning.segment_size <= s->cfg->segment_size &&
+        s->tuning.conns <= (uint32_t)s->cfg->conns_per_link)
+        start = s->tuning;
+    start.autotune = RD_AUTOTUNE_OFF;
+    if (s->cfg->autotune &&
+        (s->tuner = rd_tuner_new(&start, s->cfg->segment_size, (uint32_t)s->cfg->conns_per_link,
+                                 s->cfg->autotune_window_ms * 1000)) == NULL)
+        return RINGD_E_NOMEM;
+    s->tuning = s->tuner != NULL ? *rd_tuner_current(s->tuner) : start;
+    s->has_tuning = 1;
+    s->last_order_us = 0;
     return RINGD_OK;
 }
 
@@ -135,6 +167,27 @@ void rd_sched_ring_up(rd_sched *s)
         free(names);
 }
 
+static int64_t mono_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* Coordinator: the queued order goes out at the end of this loop turn, or with a fusion cycle
+ * once a cycle has passed since the last. */
+static void order_soon(rd_sched *s)
+{
+    int64_t wait = s->tuning.cycle_us == 0 ? 0
+                                           : s->last_order_us + s->tuning.cycle_us - mono_us();
+    if (wait <= 0) {
+        event_active(s->ev_order, 0, 0);
+        return;
+    }
+    struct timeval tv = {.tv_sec = wait / 1000000, .tv_usec = wait % 1000000};
+    event_add(s->ev_order, &tv);
+}
+
 /* Coordinator: queues a ring-bound op for the next order. Ops done negotiating in one loop turn
  * (announcements read together, as they are when ranks submit back to back) go out as one
  * batch, which is what fusion works within. */
@@ -155,10 +208,10 @@ static void order_add(rd_sched *s, const char *name)
         return;
     }
     if (s->norder++ == 0)
-        event_active(s->ev_order, 0, 0);
+        order_soon(s);
 }
 
-static void go_received(rd_sched *s, const char *const *names, size_t n);
+static void go_received(rd_sched *s, const char *const *names, size_t n, const rd_tuning *u);
 
 /* Coordinator, end of a loop turn: sends the queued order to every node and applies it here.
  * An order longer than one Go may carry goes out in parts, one a turn. */
@@ -195,9 +248,13 @@ static void on_order(evutil_socket_t fd, short what, void *arg)
     memmove(s->order, s->order + n, s->norder * sizeof(*s->order));
     if (s->norder > 0)
         event_active(s->ev_order, 0, 0);
-    rd_schedmsg go = {.kind = RD_SCHEDMSG_GO, .names = (const char *const *)names, .nnames = n};
+    s->last_order_us = mono_us();
+    rd_schedmsg go = {.kind = RD_SCHEDMSG_GO,
+                      .names = (const char *const *)names,
+                      .nnames = n,
+                      .tuning = s->tuning};
     rd_world_send(s->w, NULL, 0, &go);
-    go_received(s, go.names, n);
+    go_received(s, go.names, n, &go.tuning);
     for (size_t i = 0; i < n; i++)
         free(names[i]);
     free(names);
@@ -212,7 +269,7 @@ void rd_sched_hold(rd_sched *s, int held)
 {
     s->held = held;
     if (!held && s->norder > 0)
-        event_active(s->ev_order, 0, 0);
+        order_soon(s);
 }
 
 void rd_sched_flush(rd_sched *s)
@@ -310,10 +367,32 @@ static void ready_received(rd_sched *s, int from, const rd_schedmsg *r)
         negotiated(s);
 }
 
-/* An order of the coordinator (or this node's own, as coordinator), names[0..n): queued, then
- * started in order as its ops are negotiated here. */
-static void go_received(rd_sched *s, const char *const *names, size_t n)
+/* An order of the coordinator (or this node's own, as coordinator), names[0..n) with tuning u:
+ * queued, then started in order as its ops are negotiated here. */
+static void go_received(rd_sched *s, const char *const *names, size_t n, const rd_tuning *u)
 {
+    if (s->position != 0 && (u->segment_size > s->cfg->segment_size ||
+                             u->conns > (uint32_t)s->cfg->conns_per_link)) {
+        char why[200];
+        snprintf(why, sizeof(why),
+                 "the coordinator ordered segments of %llu bytes over %u connections, beyond "
+                 "this node's --segment-size %llu or --conns-per-link %lld",
+                 (unsigned long long)u->segment_size, u->conns,
+                 (unsigned long long)s->cfg->segment_size, (long long)s->cfg->conns_per_link);
+        rd_world_drop(s->w, why);
+        return;
+    }
+    if (s->position != 0) {
+        if (u->autotune == RD_AUTOTUNE_SETTLED &&
+            (!s->has_tuning || s->tuning.autotune != RD_AUTOTUNE_SETTLED)) {
+            char what[160];
+            rd_tuning_describe(what, sizeof(what), u);
+            rd_log(RD_LOG_INFO, "schedule", "job '%s': autotune settled on %s (the coordinator's)",
+                   s->job, what);
+        }
+        s->tuning = *u;
+        s->has_tuning = 1;
+    }
     batch *b = calloc(1, sizeof(*b));
     if (b == NULL || (b->names = calloc(n ? n : 1, sizeof(char *))) == NULL) {
         free(b);
@@ -325,6 +404,7 @@ static void go_received(rd_sched *s, const char *const *names, size_t n)
             continue;
         b->n++;
     }
+    b->tuning = *u;
     if (s->orders_tail != NULL)
         s->orders_tail->next = b;
     else
@@ -340,7 +420,7 @@ void rd_sched_message(rd_sched *s, int from, const rd_schedmsg *m)
     if (m->kind == RD_SCHEDMSG_READY)
         ready_received(s, from, m);
     else if (m->kind == RD_SCHEDMSG_GO && from == 0 && s->position != 0)
-        go_received(s, m->names, m->nnames);
+        go_received(s, m->names, m->nnames, &m->tuning);
 }
 
 void rd_sched_missing(const rd_sched *s, const char *name, const void *own, char *buf,
@@ -410,6 +490,31 @@ size_t rd_sched_group(const rd_op_params *p, size_t n, uint64_t threshold, size_
     return ngroups;
 }
 
+/* Coordinator with --autotune: the batch of p[0..n) starts now; the tuner may change the
+ * setting the next orders carry. */
+static void tune(rd_sched *s, const rd_op_params *p, size_t n)
+{
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < n; i++)
+        bytes += p[i].count * rd_dtype_size((rd_dtype)p[i].dtype);
+    if (!rd_tuner_feed(s->tuner, bytes, mono_us()))
+        return;
+    const rd_tuning *u = rd_tuner_current(s->tuner);
+    uint32_t trials;
+    double bps;
+    rd_tuner_stats(s->tuner, &trials, &bps);
+    char what[160];
+    rd_tuning_describe(what, sizeof(what), u);
+    if (u->autotune == RD_AUTOTUNE_SETTLED)
+        rd_log(RD_LOG_INFO, "schedule",
+               "job '%s': autotune settled on %s: %.3f GB/s ordered, after %u settings tried",
+               s->job, what, bps / 1e9, trials);
+    else
+        rd_log(RD_LOG_DEBUG, "schedule", "job '%s': autotune tries %s (best so far %.3f GB/s)",
+               s->job, what, bps / 1e9);
+    s->tuning = *u;
+}
+
 /* Starts batch b if every op of it is negotiated here: each fused group as one ring pass, in
  * the order of its first op, other ops alone. Returns 1 when the batch started. */
 static int batch_start(rd_sched *s, const batch *b)
@@ -429,11 +534,13 @@ static int batch_start(rd_sched *s, const batch *b)
         if ((owns[i] = s->ev.ring_ready(s->arg, b->names[i], skip, &p[i])) == NULL)
             goto out;
     }
-    if (rd_sched_group(p, n, s->cfg->fusion_threshold, group) == SIZE_MAX)
+    if (rd_sched_group(p, n, b->tuning.fusion_threshold, group) == SIZE_MAX)
         goto out; /* every node must group alike: never fall back to running ops alone */
+    if (s->tuner != NULL)
+        tune(s, p, n);
     for (size_t i = 0; i < n; i++) {
         if (group[i] == SIZE_MAX) {
-            s->ev.start(s->arg, &owns[i], 1);
+            s->ev.start(s->arg, &owns[i], 1, &b->tuning);
             continue;
         }
         size_t k, nm = 0;
@@ -444,7 +551,7 @@ static int batch_start(rd_sched *s, const batch *b)
         for (k = i; k < n; k++)
             if (group[k] == group[i])
                 members[nm++] = owns[k];
-        s->ev.start(s->arg, members, nm);
+        s->ev.start(s->arg, members, nm, &b->tuning);
     }
     started = 1;
 out:
@@ -464,4 +571,14 @@ void rd_sched_run(rd_sched *s)
             s->orders_tail = NULL;
         batch_free(b);
     }
+}
+
+void rd_sched_describe(const rd_sched *s, rd_world_status *ws)
+{
+    if (s == NULL || !s->has_tuning)
+        return;
+    ws->has_tuning = 1;
+    ws->tuning = s->tuning;
+    if (s->tuner != NULL)
+        rd_tuner_stats(s->tuner, &ws->autotune_trials, &ws->autotune_best_bps);
 }

@@ -35,8 +35,9 @@ typedef struct {
     /* The oldest op named name negotiated for the ring here and not yet started, skipping skip
      * of them, with its params in *p; NULL when it is not negotiated here yet. */
     void *(*ring_ready)(void *arg, const char *name, size_t skip, rd_op_params *p);
-    /* Runs owns[0..n) on the ring as one pass: one op, or n allreduces that fuse. */
-    void (*start)(void *arg, void **owns, size_t n);
+    /* Runs owns[0..n) on the ring as one pass: one op, or n allreduces that fuse, in segments
+     * and over the connections that tuning u (the order's) says. */
+    void (*start)(void *arg, void **owns, size_t n, const rd_tuning *u);
 } rd_sched_events;
 
 /* The scheduler of job (its world w, borrowed), reporting to ev with arg (copied). Returns NULL
@@ -97,6 +98,10 @@ int rd_sched_orders_waiting(const rd_sched *s);
 /* Starts the queued orders, in order, while every op of the next is negotiated here (after an
  * op became ready for the ring). */
 void rd_sched_run(rd_sched *s);
+
+/* The tuning the ring's orders carry (none before the first), and the coordinator's autotune
+ * figures, into ws. NULL is a no-op. */
+void rd_sched_describe(const rd_sched *s, rd_world_status *ws);
 
 /* Fusion, the same on every node since it depends only on the batch and the agreed params:
  * allreduces of p[0..n) smaller than threshold bytes that agree on dtype, op and scales share a

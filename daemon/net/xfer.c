@@ -134,6 +134,7 @@ typedef struct {
     rd_xfer *x;
     rd_xfer_task *t;
     const plan *p;
+    int C;        /* connections used: segment g goes over connection g mod C */
     uint64_t seg; /* bytes per segment, a multiple of the element size */
     uint64_t S;   /* segments per step */
     uint8_t *recv_done;
@@ -158,7 +159,7 @@ static void fail(run *r, ringd_result_t st, const char *fmt, ...)
 static int lane_send(run *r, lane *l, int idx)
 {
     rd_xfer *x = r->x;
-    int C = x->cfg.conns, progress = 0;
+    int C = r->C, progress = 0;
     uint64_t total = (uint64_t)r->p->nsend * r->S;
     while (l->g < total) {
         const send_step *st = &r->p->send[l->g / r->S];
@@ -209,7 +210,7 @@ static int lane_send(run *r, lane *l, int idx)
 static int lane_recv(run *r, lane *l, int idx)
 {
     rd_xfer *x = r->x;
-    int C = x->cfg.conns, progress = 0;
+    int C = r->C, progress = 0;
     uint64_t total = (uint64_t)r->p->nrecv * r->S;
     uint8_t *staging = x->staging[idx];
     while (l->g < total) {
@@ -283,17 +284,21 @@ static int lane_recv(run *r, lane *l, int idx)
 /* Runs a plan's steps over the links. Returns 0, or -1 with the task failed. */
 static int run_plan(rd_xfer *x, rd_xfer_task *t, const plan *p, size_t esz)
 {
-    int C = x->cfg.conns;
+    /* The order's tuning, within what this ring has (the scheduler checked it came so). */
+    int C = t->conns >= 1 && t->conns < x->cfg.conns ? t->conns : x->cfg.conns;
+    uint64_t segmax = t->segment_size >= 1 && t->segment_size < x->cfg.segment_size
+                          ? t->segment_size
+                          : x->cfg.segment_size;
     uint64_t maxlen = 0;
     for (int i = 0; i < p->nsend; i++)
         maxlen = p->send[i].len > maxlen ? p->send[i].len : maxlen;
     for (int i = 0; i < p->nrecv; i++)
         maxlen = p->recv[i].len > maxlen ? p->recv[i].len : maxlen;
-    run r = {.x = x, .t = t, .p = p, .esz = esz};
+    run r = {.x = x, .t = t, .p = p, .C = C, .esz = esz};
     /* Steps shorter than a few segments would not pipeline: cut them in four, down to 64 KiB. */
-    uint64_t seg = maxlen / 4 > x->cfg.segment_size ? x->cfg.segment_size : maxlen / 4;
+    uint64_t seg = maxlen / 4 > segmax ? segmax : maxlen / 4;
     if (seg < RD_XFER_SEGMENT_MIN)
-        seg = RD_XFER_SEGMENT_MIN < x->cfg.segment_size ? RD_XFER_SEGMENT_MIN : x->cfg.segment_size;
+        seg = RD_XFER_SEGMENT_MIN < segmax ? RD_XFER_SEGMENT_MIN : segmax;
     r.seg = seg / esz * esz;
     r.S = step_segments(maxlen, r.seg);
     if (r.S == 0)

@@ -29,6 +29,8 @@ typedef struct rd_xfer_task {
     rd_redop redop; /* SUM, MIN, MAX or PROD */
     rd_reduce_args args;
     uint32_t root;   /* broadcast: the global rank */
+    uint64_t segment_size; /* bytes per frame, at most the ring's; 0: the ring's */
+    int conns;             /* connections used, at most the ring's; 0: all of them */
     size_t nmembers; /* more than one: a fused allreduce */
     rd_xfer_member *members;
     void *ctx;             /* the caller's */

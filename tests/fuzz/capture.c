@@ -168,7 +168,13 @@ static void seed_negotiation(seed *s)
     const rd_schedmsg ready = {.kind = RD_SCHEDMSG_READY, .generation = 3, .ops = ops, .nops = 2};
     const rd_schedmsg ask = {
         .kind = RD_SCHEDMSG_READY, .generation = 3, .stalled = &stalled, .nstalled = 1};
-    const rd_schedmsg go = {.kind = RD_SCHEDMSG_GO, .generation = 3, .names = order, .nnames = 1};
+    const rd_schedmsg go = {
+        .kind = RD_SCHEDMSG_GO,
+        .generation = 3,
+        .names = order,
+        .nnames = 1,
+        .tuning = {.fusion_threshold = 64u << 20, .segment_size = 1u << 20, .conns = 2,
+                   .autotune = RD_AUTOTUNE_TUNING}};
     static const uint8_t id[128] = {7, 7, 7};
     const rd_schedmsg offer = {.kind = RD_SCHEDMSG_DEV_OFFER,
                                .generation = 3,

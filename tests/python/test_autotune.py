@@ -1,0 +1,122 @@
+"""--autotune and the coordinator's tuning: two real daemons through a redis-server, a model's
+gradients from ringd-bench with every result checked, the tuning read back with ringctl."""
+import json
+import os
+import re
+import subprocess
+
+from conftest import Daemon, Redis, _binary, tail, wait_for
+
+SMALL_MODEL = "# sizes around the direct, ring and fusion limits\n" \
+              "bias 3\nweight 70000\nemb 1000003\nnorm 512\nhead 4096\nproj 300000\n"
+
+
+def status(d):
+    r = subprocess.run([_binary("RINGCTL_BIN"), "--socket", d.sock, "status", "--json"],
+                       capture_output=True, text=True, timeout=10)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def ring_of(d, job):
+    for j in status(d)["jobs"]:
+        if j["name"] == job:
+            return j.get("ring")
+    return None
+
+
+def run_two_nodes(tmp_path, flags, job, iters, check):
+    """Two daemons (flags[i] for node n<i>), a rank on each running the small model iters
+    times; check(daemons) runs while they do. Returns rank 0's output."""
+    key = tmp_path / "ring.key"
+    key.write_text("python tests' ring key, 32 bytes")
+    os.chmod(key, 0o600)
+    model = tmp_path / "small"
+    model.write_text(SMALL_MODEL)
+    redis, daemons, ranks = Redis(), [], []
+    try:
+        for i in range(2):  # each starts as it is made
+            daemons.append(Daemon(["--redis", redis.url, "--listen", "127.0.0.1:0",
+                                   "--key-file", str(key), "--node", f"n{i}"] + flags[i]))
+        args = ["--procs", "1", "--world", "2", "--job", job, "--model", str(model),
+                "-n", str(iters), "-w", "1"]
+        for d in daemons:
+            ranks.append(subprocess.Popen([_binary("RINGD_BENCH_BIN"), "--socket", d.sock, *args],
+                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                          text=True))
+        check(daemons)
+        outs = [r.communicate(timeout=180) for r in ranks]
+        logs = "\n".join(tail(d.log) for d in daemons)
+        for r, (out, err) in zip(ranks, outs):
+            assert r.returncode == 0, out + err + logs
+        return outs[0][0] + outs[1][0], [open(d.log).read() for d in daemons]
+    finally:
+        for r in ranks:
+            if r.poll() is None:
+                r.kill()
+                r.wait()
+        for d in daemons:
+            d.stop()
+            d.remove()
+        redis.stop()
+        redis.remove()
+
+
+def test_autotune_settles_on_one_setting_that_every_node_runs_and_logs(tmp_path):
+    seen = {}
+
+    def settled(daemons):
+        def both():
+            rings = [ring_of(d, "tune") for d in daemons]
+            if any(r is None or "tuning" not in r for r in rings):
+                return False
+            seen["rings"] = rings
+            return all(r["tuning"]["autotune"] == "settled" for r in rings)
+        assert wait_for(both, 150, every=0.2), f"not settled on both nodes: {seen}"
+        seen["text"] = [subprocess.run([_binary("RINGCTL_BIN"), "--socket", d.sock, "status"],
+                                       capture_output=True, text=True, timeout=10).stdout
+                        for d in daemons]
+
+    flags = ["--autotune", "--autotune-window-ms", "40", "--conns-per-link", "3"]
+    # about 5 ms a step here: tuning takes about 2 s of them, a window of 40 ms per setting
+    out, logs = run_two_nodes(tmp_path, [flags, flags], "tune", 1500, settled)
+    assert "# #wrong 0" in out, out
+    r0, r1 = seen["rings"]
+    keys = ("fusion_threshold", "cycle_us", "segment_size", "conns")
+    assert [r0["tuning"][k] for k in keys] == [r1["tuning"][k] for k in keys], seen
+    coord = 0 if r0["position"] == 0 else 1
+    c = seen["rings"][coord]["tuning"]
+    assert c["autotune_trials"] >= 5 and c["autotune_best_bps"] > 0, c
+    assert 1 <= c["conns"] <= 3 and 4096 <= c["segment_size"] <= 1 << 20, c
+    # each node logs what it settled on; the coordinator also how well it did
+    for i, log in enumerate(logs):
+        m = re.search(r"job 'tune': autotune settled on fusion threshold (\S+), cycle (\d+) us, "
+                      r"segment (\S+), (\d) connections?", log)
+        assert m, f"node n{i} logged no settled tuning:\n{log[-3000:]}"
+        assert int(m.group(4)) == c["conns"] and int(m.group(2)) == c["cycle_us"]
+    assert re.search(r"autotune settled on .*GB/s ordered, after \d+ settings tried", logs[coord])
+    assert all("(autotune settled, " in t for t in seen["text"]), seen["text"]
+
+
+def test_nodes_with_different_fusion_flags_run_the_coordinators(tmp_path):
+    """Fusion groups are decided per order: each node grouping by its own --fusion-threshold
+    would pair different ops on the two ends of a link."""
+    seen = {}
+
+    def both_show(daemons):
+        def shown():
+            rings = [ring_of(d, "mixed") for d in daemons]
+            seen["rings"] = rings
+            return all(r is not None and "tuning" in r for r in rings)
+        assert wait_for(shown, 60, every=0.1), f"no tuning shown: {seen}"
+
+    flags = [["--fusion-threshold", "1M", "--fusion-cycle-us", "2000"],
+             ["--fusion-threshold", "32M"]]
+    out, _ = run_two_nodes(tmp_path, flags, "mixed", 300, both_show)
+    assert "# #wrong 0" in out, out
+    r0, r1 = seen["rings"]
+    coord = 0 if r0["position"] == 0 else 1
+    want = (1 << 20, 2000) if coord == 0 else (32 << 20, 0)
+    for r in (r0, r1):
+        t = r["tuning"]
+        assert (t["fusion_threshold"], t["cycle_us"], t["autotune"]) == (*want, "off"), seen
