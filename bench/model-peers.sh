@@ -6,7 +6,10 @@
 # Usage: bench/model-peers.sh [BUILD_DIR]   (default: build-rel, set up as a release build of
 #                                            ringd when missing: never time an ASan build)
 # Knobs: MODELS="resnet50 bert-base" RUNS=3 ITERS=10 WARMUP=3 GAP_US=0 BENCH_TIMEOUT=900
-#        RINGD_FLAGS="" (extra flags for both daemons, e.g. --autotune)
+#        RINGD_FLAGS="" (extra flags for both daemons)
+#        TUNED=0 (1: ringd with --autotune runs too, as one more peer: its first TUNE_WARMUP=300
+#        steps untimed, settling with a window of TUNE_WINDOW_MS=250 per setting; what it
+#        settled on is printed from rank 0's daemon log)
 # Every peer reduces the same tensor list (ringd-bench --model M --list) in reverse declaration
 # order, in place, f32 sum; each prints "# model M: ... step_ms S ..." (median step of the slower
 # rank). GAP_US sleeps between two gradients, standing in for backward compute (the fused OpenMPI
@@ -23,6 +26,9 @@ ITERS=${ITERS:-10}
 WARMUP=${WARMUP:-3}
 GAP_US=${GAP_US:-0}
 BENCH_TIMEOUT=${BENCH_TIMEOUT:-900}
+TUNED=${TUNED:-0}
+TUNE_WARMUP=${TUNE_WARMUP:-300}
+TUNE_WINDOW_MS=${TUNE_WINDOW_MS:-250}
 read -r -a RINGD_EXTRA <<<"${RINGD_FLAGS:-}"
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -59,8 +65,9 @@ trap 'exit 130' INT TERM
 # (rank 0 is on a, the first node by name; b's goes to $tmp/ringd-b.txt and must stay empty).
 ringd_model() {
     local model=$1 job="model-peers.$$.$RANDOM" rc_a=0 rc_b=0 pid_b
+    local warmup=$2
     local args=(--model "$model" --gap-us "$GAP_US" --procs 1 --world 2 --job "$job"
-        -n "$ITERS" -w "$WARMUP")
+        -n "$ITERS" -w "$warmup")
     timeout "$BENCH_TIMEOUT" "$RINGD_BENCH" --socket "$tmp/b.sock" "${args[@]}" >"$tmp/ringd-b.txt" &
     pid_b=$!
     timeout "$BENCH_TIMEOUT" "$RINGD_BENCH" --socket "$tmp/a.sock" "${args[@]}" || rc_a=$?
@@ -84,14 +91,27 @@ run_peer() {
     name=$(basename "$model") # the peers read the list of a model FILE under its base name
     local out="$tmp/$peer.$name.$run.txt"
     case $peer in
-    ringd)
+    ringd | ringd-autotune)
+        local daemon=$RINGD warmup=$WARMUP
+        if [[ $peer == ringd-autotune ]]; then
+            RINGD="$tmp/ringd-tuned"
+            warmup=$TUNE_WARMUP
+            : >"$tmp/ringd-a.log"
+        fi
         if ! start_ring; then
-            failed+=("ringd $model run $run: the daemons did not start")
+            failed+=("$peer $model run $run: the daemons did not start")
             stop_all
+            RINGD=$daemon
             return
         fi
-        ringd_model "$model" >"$out" 2>&1 || rc=$?
+        ringd_model "$model" "$warmup" >"$out" 2>&1 || rc=$?
         stop_all
+        RINGD=$daemon
+        if [[ $peer == ringd-autotune ]]; then
+            local settled
+            settled=$(grep -o "autotune settled on .*" "$tmp/ringd-a.log" | tail -n 1 || true)
+            echo "$peer: ${settled:-autotune had not settled when the job ended}"
+        fi
         ;;
     mpi-tensor) mpi_model -m "$tmp/$name" -F 0 -g "$GAP_US" >"$out" 2>&1 || rc=$? ;;
     mpi-fused) mpi_model -m "$tmp/$name" -F 64M >"$out" 2>&1 || rc=$? ;;
@@ -124,8 +144,16 @@ if ((${#RINGD_EXTRA[@]})); then
     RINGD="$tmp/ringd"
 fi
 
-peers=(ringd mpi-tensor gloo-ddp)
-((GAP_US == 0)) && peers=(ringd mpi-tensor mpi-fused gloo-ddp)
+# The tuned daemons: the same, with --autotune and its log at info (what it settled on).
+printf '#!/bin/bash\nexec %q "$@" --autotune --autotune-window-ms %q --log-level info\n' \
+    "$(realpath "$RINGD")" "$TUNE_WINDOW_MS" >"$tmp/ringd-tuned"
+chmod +x "$tmp/ringd-tuned"
+
+peers=(ringd)
+((TUNED)) && peers+=(ringd-autotune)
+peers+=(mpi-tensor)
+((GAP_US == 0)) && peers+=(mpi-fused)
+peers+=(gloo-ddp)
 echo "# model-peers.sh: 2 ranks (2 nodes x 1 rank on loopback TCP), models $MODELS, $RUNS runs of" \
     "$WARMUP warm-up + $ITERS timed steps, gap $GAP_US us; ringd build $BUILD" \
     "${RINGD_FLAGS:+(daemons: $RINGD_FLAGS)}"
@@ -153,7 +181,8 @@ rows = {}
 for line in open(sys.argv[1]):
     f = dict(kv.split("=", 1) for kv in line.split()[1:])
     rows.setdefault((f["model"], f["peer"]), []).append(f)
-names = {"ringd": "ringd (2 daemons)", "mpi-tensor": "OpenMPI TCP, Iallreduce per tensor",
+names = {"ringd": "ringd (2 daemons)", "ringd-autotune": "ringd --autotune (2 daemons)",
+         "mpi-tensor": "OpenMPI TCP, Iallreduce per tensor",
          "mpi-fused": "OpenMPI TCP, 64 MiB fusion", "gloo-ddp": "Gloo, DDP 25 MiB buckets"}
 for model in dict.fromkeys(m for m, _ in rows):
     print(f"\n{model}:")
@@ -168,15 +197,20 @@ for model in dict.fromkeys(m for m, _ in rows):
         print(f"| {names[peer]:36} | {len(r):4} | {med[peer]:16.2f} | "
               f"{' '.join(x['step_ms'] for x in r):18} | {r[-1]['passes']:>6} | "
               f"{r[-1]['ops_per_pass']:>8} |")
-    others = {p: v for p, v in med.items() if p != "ringd"}
-    if "ringd" in med and others:
+    others = {p: v for p, v in med.items() if not p.startswith("ringd")}
+    for ours in ("ringd", "ringd-autotune"):
+        if ours not in med:
+            continue
+        if not others:
+            print(f"{model}: every peer has no result: target not evaluated")
+            break
         best = min(others, key=others.get)
-        ratio = med["ringd"] / others[best]
-        print(f"{model}: ringd {med['ringd']:.2f} ms vs best peer ({names[best]}) "
+        ratio = med[ours] / others[best]
+        print(f"{model}: {ours} {med[ours]:.2f} ms vs best peer ({names[best]}) "
               f"{others[best]:.2f} ms per step -> ratio {ratio:.3f} (target <= 0.80): "
               f"{'met' if ratio <= 0.8 else 'NOT met'}")
-    else:
-        print(f"{model}: ringd or every peer has no result: target not evaluated")
+    if "ringd" not in med:
+        print(f"{model}: ringd has no result: target not evaluated")
 EOF
 
 if ((${#failed[@]})); then
