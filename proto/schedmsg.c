@@ -163,14 +163,15 @@ static rd_schedmsg_status go_decode(const Ringd__Go *g, rd_schedmsg *out, char *
     const Ringd__Tuning *u = g->tuning;
     if (u == NULL || u->fusion_threshold > RD_SCHEDMSG_FUSION_MAX ||
         u->segment_size < RD_SCHEDMSG_SEGMENT_MIN || u->segment_size > RD_SCHEDMSG_SEGMENT_MAX ||
-        u->conns < 1 || u->conns > RD_SCHEDMSG_CONNS_MAX || u->autotune > RD_AUTOTUNE_SETTLED) {
+        u->conns < 1 || u->conns > RD_SCHEDMSG_CONNS_MAX || u->cycle_us > RD_SCHEDMSG_CYCLE_MAX ||
+        u->autotune > RD_AUTOTUNE_SETTLED) {
         if (u == NULL)
             snprintf(err, errlen, "Go without its tuning");
         else
             snprintf(err, errlen,
                      "Go with an impossible tuning: fusion threshold %" PRIu64 ", segment %" PRIu64
-                     ", %" PRIu32 " connections, autotune %" PRIu32,
-                     u->fusion_threshold, u->segment_size, u->conns, u->autotune);
+                     ", %" PRIu32 " connections, cycle %" PRIu32 " us, autotune %" PRIu32,
+                     u->fusion_threshold, u->segment_size, u->conns, u->cycle_us, u->autotune);
         free(names);
         return RD_SCHEDMSG_BAD;
     }

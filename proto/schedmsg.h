@@ -83,7 +83,7 @@ typedef struct {
     uint64_t fusion_threshold; /* at most RD_SCHEDMSG_FUSION_MAX */
     uint64_t segment_size;     /* RD_SCHEDMSG_SEGMENT_MIN up to RD_SCHEDMSG_SEGMENT_MAX */
     uint32_t conns;            /* 1 up to RD_SCHEDMSG_CONNS_MAX */
-    uint32_t cycle_us;
+    uint32_t cycle_us;         /* at most RD_SCHEDMSG_CYCLE_MAX */
     int autotune; /* RD_AUTOTUNE_* */
 } rd_tuning;
 
@@ -92,6 +92,7 @@ typedef struct {
 #define RD_SCHEDMSG_SEGMENT_MIN 4096u
 #define RD_SCHEDMSG_SEGMENT_MAX (64ull << 20)
 #define RD_SCHEDMSG_CONNS_MAX 16u
+#define RD_SCHEDMSG_CYCLE_MAX 1000000u /* --fusion-cycle-us */
 
 /* One scheduling message. generation is the ring's (rd_world_send stamps the current one). */
 typedef struct {

@@ -141,6 +141,8 @@ static const struct {
     {{.fusion_threshold = 1u << 20, .segment_size = 1u << 20, .conns = 17}, "connections"},
     {{.fusion_threshold = 1u << 20, .segment_size = 1u << 20, .conns = 1, .autotune = 3},
      "autotune"},
+    {{.fusion_threshold = 1u << 20, .segment_size = 1u << 20, .conns = 1, .cycle_us = 1000001},
+     "cycle"},
 };
 
 Test(schedmsg, a_go_with_an_impossible_tuning_is_refused_naming_it)

@@ -38,11 +38,15 @@ struct rd_sched {
     batch *orders, *orders_tail; /* orders received, not yet started */
     int held; /* coordinator: orders wait (the ring's device transport is not settled) */
     /* The tuning orders carry: the coordinator's (its flags, or its tuner's), or on another node
-     * the last one received; has_tuning 0 before the first. */
+     * the last one received; has_tuning 0 before this ring's first order. */
     rd_tuning tuning;
     int has_tuning;
-    rd_tuner *tuner;         /* coordinator with --autotune, for the ring's life */
-    int64_t last_order_us;   /* coordinator: when it last sent an order (--fusion-cycle-us) */
+    rd_tuning settled;     /* what autotuning last settled on, at any generation */
+    int has_settled;       /* where a tuner this node runs as coordinator starts */
+    rd_tuner *tuner;       /* coordinator with --autotune, for the ring's life */
+    int64_t last_order_us; /* coordinator: when it last sent an order (--fusion-cycle-us) */
+    int refused;           /* the coordinator sent a tuning this node cannot run: no more
+                              orders are taken until the ring re-forms */
 };
 
 #define RD_GO_OVERHEAD 64       /* a Go's frame around its entries: length, tags, generation */
@@ -99,6 +103,8 @@ void rd_sched_ring_ended(rd_sched *s)
     s->orders_tail = NULL;
     rd_tuner_free(s->tuner);
     s->tuner = NULL;
+    s->has_tuning = 0;
+    s->refused = 0;
 }
 
 void rd_sched_free(rd_sched *s)
@@ -122,23 +128,22 @@ rd_status rd_sched_ring_forming(rd_sched *s, int nnodes, int position, const rd_
     s->held = 1;
     if (position != 0)
         return RINGD_OK; /* it runs the coordinator's tuning, as its orders carry it */
-    /* The coordinator's flags; a tuner starts from what it settled on at the last generation,
-     * as the best setting of a ring one node larger or smaller is likely near it. */
+    /* The coordinator's flags; a tuner starts from what autotuning settled on at the last
+     * generation (here or on the coordinator then), as the best setting of a ring one node
+     * larger or smaller is likely near it. A ring of one node has nothing to tune. */
     rd_tuning start = {.fusion_threshold = s->cfg->fusion_threshold,
                        .segment_size = s->cfg->segment_size,
                        .conns = (uint32_t)s->cfg->conns_per_link,
                        .cycle_us = (uint32_t)s->cfg->fusion_cycle_us};
-    if (s->cfg->autotune && s->has_tuning && s->tuning.autotune == RD_AUTOTUNE_SETTLED &&
-        s->tuning.segment_size <= s->cfg->segment_size &&
-        s->tuning.conns <= (uint32_t)s->cfg->conns_per_link)
-        start = s->tuning;
+    if (s->cfg->autotune && s->has_settled && s->settled.segment_size <= s->cfg->segment_size &&
+        s->settled.conns <= (uint32_t)s->cfg->conns_per_link)
+        start = s->settled;
     start.autotune = RD_AUTOTUNE_OFF;
-    if (s->cfg->autotune &&
+    if (s->cfg->autotune && nnodes > 1 &&
         (s->tuner = rd_tuner_new(&start, s->cfg->segment_size, (uint32_t)s->cfg->conns_per_link,
                                  s->cfg->autotune_window_ms * 1000)) == NULL)
         return RINGD_E_NOMEM;
     s->tuning = s->tuner != NULL ? *rd_tuner_current(s->tuner) : start;
-    s->has_tuning = 1;
     s->last_order_us = 0;
     return RINGD_OK;
 }
@@ -249,6 +254,7 @@ static void on_order(evutil_socket_t fd, short what, void *arg)
     if (s->norder > 0)
         event_active(s->ev_order, 0, 0);
     s->last_order_us = mono_us();
+    s->has_tuning = 1;
     rd_schedmsg go = {.kind = RD_SCHEDMSG_GO,
                       .names = (const char *const *)names,
                       .nnames = n,
@@ -371,6 +377,8 @@ static void ready_received(rd_sched *s, int from, const rd_schedmsg *r)
  * queued, then started in order as its ops are negotiated here. */
 static void go_received(rd_sched *s, const char *const *names, size_t n, const rd_tuning *u)
 {
+    if (s->refused) /* the ring re-forms: running later orders would pair passes wrongly */
+        return;
     if (s->position != 0 && (u->segment_size > s->cfg->segment_size ||
                              u->conns > (uint32_t)s->cfg->conns_per_link)) {
         char why[200];
@@ -379,6 +387,7 @@ static void go_received(rd_sched *s, const char *const *names, size_t n, const r
                  "this node's --segment-size %llu or --conns-per-link %lld",
                  (unsigned long long)u->segment_size, u->conns,
                  (unsigned long long)s->cfg->segment_size, (long long)s->cfg->conns_per_link);
+        s->refused = 1;
         rd_world_drop(s->w, why);
         return;
     }
@@ -392,6 +401,10 @@ static void go_received(rd_sched *s, const char *const *names, size_t n, const r
         }
         s->tuning = *u;
         s->has_tuning = 1;
+        if (u->autotune == RD_AUTOTUNE_SETTLED) {
+            s->settled = *u;
+            s->has_settled = 1;
+        }
     }
     batch *b = calloc(1, sizeof(*b));
     if (b == NULL || (b->names = calloc(n ? n : 1, sizeof(char *))) == NULL) {
@@ -505,13 +518,16 @@ static void tune(rd_sched *s, const rd_op_params *p, size_t n)
     rd_tuner_stats(s->tuner, &trials, &bps);
     char what[160];
     rd_tuning_describe(what, sizeof(what), u);
-    if (u->autotune == RD_AUTOTUNE_SETTLED)
+    if (u->autotune == RD_AUTOTUNE_SETTLED) {
+        s->settled = *u;
+        s->has_settled = 1;
         rd_log(RD_LOG_INFO, "schedule",
                "job '%s': autotune settled on %s: %.3f GB/s ordered, after %u settings tried",
                s->job, what, bps / 1e9, trials);
-    else
+    } else {
         rd_log(RD_LOG_DEBUG, "schedule", "job '%s': autotune tries %s (best so far %.3f GB/s)",
                s->job, what, bps / 1e9);
+    }
     s->tuning = *u;
 }
 

@@ -3,6 +3,7 @@ gradients from ringd-bench with every result checked, the tuning read back with 
 import json
 import os
 import re
+import signal
 import subprocess
 
 from conftest import Daemon, Redis, _binary, tail, wait_for
@@ -25,61 +26,91 @@ def ring_of(d, job):
     return None
 
 
-def run_two_nodes(tmp_path, flags, job, iters, check):
-    """Two daemons (flags[i] for node n<i>), a rank on each running the small model iters
-    times; check(daemons) runs while they do. Returns rank 0's output."""
-    key = tmp_path / "ring.key"
-    key.write_text("python tests' ring key, 32 bytes")
-    os.chmod(key, 0o600)
-    model = tmp_path / "small"
-    model.write_text(SMALL_MODEL)
-    redis, daemons, ranks = Redis(), [], []
-    try:
-        for i in range(2):  # each starts as it is made
-            daemons.append(Daemon(["--redis", redis.url, "--listen", "127.0.0.1:0",
-                                   "--key-file", str(key), "--node", f"n{i}"] + flags[i]))
-        args = ["--procs", "1", "--world", "2", "--job", job, "--model", str(model),
+class TwoNodes:
+    """Two daemons through a redis-server (flags[i] for node n<i>) and the small model file."""
+
+    def __init__(self, tmp_path, flags):
+        self.key = tmp_path / "ring.key"
+        self.key.write_text("python tests' ring key, 32 bytes")
+        os.chmod(self.key, 0o600)
+        self.model = tmp_path / "small"
+        self.model.write_text(SMALL_MODEL)
+        self.redis, self.daemons, self.ranks = Redis(), [], []
+        try:
+            for i in range(2):  # each starts as it is made
+                self.daemons.append(Daemon(["--redis", self.redis.url, "--listen", "127.0.0.1:0",
+                                            "--key-file", str(self.key), "--node", f"n{i}"]
+                                           + flags[i]))
+        except BaseException:
+            self.close()
+            raise
+
+    def start(self, job, iters):
+        """A rank on each node running the small model iters times (one checked step more)."""
+        args = ["--procs", "1", "--world", "2", "--job", job, "--model", str(self.model),
                 "-n", str(iters), "-w", "1"]
-        for d in daemons:
-            ranks.append(subprocess.Popen([_binary("RINGD_BENCH_BIN"), "--socket", d.sock, *args],
-                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                          text=True))
-        check(daemons)
-        outs = [r.communicate(timeout=180) for r in ranks]
-        logs = "\n".join(tail(d.log) for d in daemons)
-        for r, (out, err) in zip(ranks, outs):
+        # each in a process group of its own: ringd-bench forks its ranks, which kill_ranks
+        # must stop too
+        self.ranks = [subprocess.Popen([_binary("RINGD_BENCH_BIN"), "--socket", d.sock, *args],
+                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                       start_new_session=True)
+                      for d in self.daemons]
+
+    def finish(self):
+        """Waits for the ranks; returns their output, all of it from successful runs."""
+        outs = [r.communicate(timeout=180) for r in self.ranks]
+        logs = "\n".join(tail(d.log) for d in self.daemons)
+        for r, (out, err) in zip(self.ranks, outs):
             assert r.returncode == 0, out + err + logs
-        return outs[0][0] + outs[1][0], [open(d.log).read() for d in daemons]
-    finally:
-        for r in ranks:
-            if r.poll() is None:
-                r.kill()
-                r.wait()
-        for d in daemons:
+        return outs[0][0] + outs[1][0]
+
+    def kill_ranks(self):
+        for r in self.ranks:
+            try:
+                os.killpg(r.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            r.communicate(timeout=30)
+
+    def logs(self):
+        return [open(d.log).read() for d in self.daemons]
+
+    def close(self):
+        self.kill_ranks()
+        for d in self.daemons:
             d.stop()
             d.remove()
-        redis.stop()
-        redis.remove()
+        self.redis.stop()
+        self.redis.remove()
 
 
 def test_autotune_settles_on_one_setting_that_every_node_runs_and_logs(tmp_path):
-    seen = {}
+    flags = ["--autotune", "--autotune-window-ms", "40", "--conns-per-link", "3"]
+    nodes, seen = TwoNodes(tmp_path, [flags, flags]), {}
+    try:
+        # a job that outlasts the tuning on any machine: stopped once both nodes settled
+        nodes.start("tune", 1_000_000)
 
-    def settled(daemons):
         def both():
-            rings = [ring_of(d, "tune") for d in daemons]
+            for r in nodes.ranks:
+                assert r.poll() is None, f"a rank ended while tuning (exit {r.returncode})"
+            rings = [ring_of(d, "tune") for d in nodes.daemons]
             if any(r is None or "tuning" not in r for r in rings):
                 return False
             seen["rings"] = rings
             return all(r["tuning"]["autotune"] == "settled" for r in rings)
         assert wait_for(both, 150, every=0.2), f"not settled on both nodes: {seen}"
-        seen["text"] = [subprocess.run([_binary("RINGCTL_BIN"), "--socket", d.sock, "status"],
-                                       capture_output=True, text=True, timeout=10).stdout
-                        for d in daemons]
-
-    flags = ["--autotune", "--autotune-window-ms", "40", "--conns-per-link", "3"]
-    # about 5 ms a step here: tuning takes about 2 s of them, a window of 40 ms per setting
-    out, logs = run_two_nodes(tmp_path, [flags, flags], "tune", 1500, settled)
+        text = [subprocess.run([_binary("RINGCTL_BIN"), "--socket", d.sock, "status"],
+                               capture_output=True, text=True, timeout=10).stdout
+                for d in nodes.daemons]
+        nodes.kill_ranks()
+        logs = nodes.logs()
+        # every setting it tries moves the data right: a checked run on the same daemons, a new
+        # job whose ring tunes again from the flags while it runs
+        nodes.start("tune-check", 200)
+        out = nodes.finish()
+    finally:
+        nodes.close()
     assert "# #wrong 0" in out, out
     r0, r1 = seen["rings"]
     keys = ("fusion_threshold", "cycle_us", "segment_size", "conns")
@@ -95,24 +126,30 @@ def test_autotune_settles_on_one_setting_that_every_node_runs_and_logs(tmp_path)
         assert m, f"node n{i} logged no settled tuning:\n{log[-3000:]}"
         assert int(m.group(4)) == c["conns"] and int(m.group(2)) == c["cycle_us"]
     assert re.search(r"autotune settled on .*GB/s ordered, after \d+ settings tried", logs[coord])
-    assert all("(autotune settled, " in t for t in seen["text"]), seen["text"]
+    assert all("(autotune settled, " in t for t in text), text
 
 
 def test_nodes_with_different_fusion_flags_run_the_coordinators(tmp_path):
     """Fusion groups are decided per order: each node grouping by its own --fusion-threshold
     would pair different ops on the two ends of a link."""
-    seen = {}
+    flags = [["--fusion-threshold", "1M", "--fusion-cycle-us", "2000"],
+             ["--fusion-threshold", "32M"]]
+    nodes, seen = TwoNodes(tmp_path, flags), {}
+    try:
+        nodes.start("mixed", 1_000_000)  # stopped once both nodes showed their tuning
 
-    def both_show(daemons):
         def shown():
-            rings = [ring_of(d, "mixed") for d in daemons]
+            for r in nodes.ranks:
+                assert r.poll() is None, f"a rank ended (exit {r.returncode})"
+            rings = [ring_of(d, "mixed") for d in nodes.daemons]
             seen["rings"] = rings
             return all(r is not None and "tuning" in r for r in rings)
         assert wait_for(shown, 60, every=0.1), f"no tuning shown: {seen}"
-
-    flags = [["--fusion-threshold", "1M", "--fusion-cycle-us", "2000"],
-             ["--fusion-threshold", "32M"]]
-    out, _ = run_two_nodes(tmp_path, flags, "mixed", 300, both_show)
+        nodes.kill_ranks()
+        nodes.start("mixed-check", 200)
+        out = nodes.finish()
+    finally:
+        nodes.close()
     assert "# #wrong 0" in out, out
     r0, r1 = seen["rings"]
     coord = 0 if r0["position"] == 0 else 1
