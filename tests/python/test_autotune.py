@@ -64,6 +64,13 @@ class TwoNodes:
             assert r.returncode == 0, out + err + logs
         return outs[0][0] + outs[1][0]
 
+    def checked_run(self, job):
+        """Stops the ranks running, then runs job for 200 steps, every result right."""
+        self.kill_ranks()
+        self.start(job, 200)
+        out = self.finish()
+        assert "# #wrong 0" in out, out
+
     def kill_ranks(self):
         for r in self.ranks:
             try:
@@ -103,15 +110,12 @@ def test_autotune_settles_on_one_setting_that_every_node_runs_and_logs(tmp_path)
         text = [subprocess.run([_binary("RINGCTL_BIN"), "--socket", d.sock, "status"],
                                capture_output=True, text=True, timeout=10).stdout
                 for d in nodes.daemons]
-        nodes.kill_ranks()
         logs = nodes.logs()
         # every setting it tries moves the data right: a checked run on the same daemons, a new
         # job whose ring tunes again from the flags while it runs
-        nodes.start("tune-check", 200)
-        out = nodes.finish()
+        nodes.checked_run("tune-check")
     finally:
         nodes.close()
-    assert "# #wrong 0" in out, out
     r0, r1 = seen["rings"]
     keys = ("fusion_threshold", "cycle_us", "segment_size", "conns")
     assert [r0["tuning"][k] for k in keys] == [r1["tuning"][k] for k in keys], seen
@@ -145,12 +149,9 @@ def test_nodes_with_different_fusion_flags_run_the_coordinators(tmp_path):
             seen["rings"] = rings
             return all(r is not None and "tuning" in r for r in rings)
         assert wait_for(shown, 60, every=0.1), f"no tuning shown: {seen}"
-        nodes.kill_ranks()
-        nodes.start("mixed-check", 200)
-        out = nodes.finish()
+        nodes.checked_run("mixed-check")
     finally:
         nodes.close()
-    assert "# #wrong 0" in out, out
     r0, r1 = seen["rings"]
     coord = 0 if r0["position"] == 0 else 1
     want = (1 << 20, 2000) if coord == 0 else (32 << 20, 0)
