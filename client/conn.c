@@ -26,6 +26,13 @@ int64_t rd_now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+int64_t rd_now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
 ringd_result_t rd_conn_open(rd_conn *c, const char *path, char *err, size_t errlen)
 {
     struct sockaddr_un sun;

@@ -37,7 +37,8 @@ ringd_result_t rd_conn_recv(rd_conn *c, int timeout_ms, rd_msg **msg, char *err,
 ringd_result_t rd_conn_ask(const char *path, const rd_msg *m, int timeout_ms, rd_msg **reply,
                            char *err, size_t errlen);
 
-/* Milliseconds on a monotonic clock. */
+/* Milliseconds, and microseconds, on the monotonic clock (the daemon's too: one kernel). */
 int64_t rd_now_ms(void);
+int64_t rd_now_us(void);
 
 #endif

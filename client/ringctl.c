@@ -1,4 +1,5 @@
-/* ringctl: asks the node's ringd for its status, or to leave its jobs (drain), as text or JSON. */
+/* ringctl: asks the node's ringd for its status (once, or refreshed in place), its Prometheus
+ * metrics, a job's timeline, or to leave its jobs (drain). */
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -7,7 +8,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
+#include "chrome_trace.h"
 #include "conn.h"
 #include "ringd_build.h"
 
@@ -30,6 +34,13 @@ static void usage(FILE *out)
         "  status [--json]                 the daemon, its jobs (rings, stalled tensors), its\n"
         "                                  clients and GPUs; says \"draining\" while it leaves\n"
         "                                  its jobs\n"
+        "  watch [--interval MS] [--count N]  status, refreshed in place every MS (default\n"
+        "                                  1000) until interrupted, or N times\n"
+        "  metrics                         the Prometheus metrics (as --metrics-listen serves)\n"
+        "  timeline --job J --seconds N --out FILE\n"
+        "                                  records job J's ops on this node for N seconds (1..3600)\n"
+        "                                  and writes them as a Chrome trace (chrome://tracing,\n"
+        "                                  ui.perfetto.dev)\n"
         "  drain [--timeout MS] [--json]   leave every job gracefully: ops under way finish, new\n"
         "                                  ones are refused, the other nodes go on without this\n"
         "                                  one; the daemon then keeps running, refusing new\n"
@@ -100,11 +111,15 @@ static void print_text(const Ringd__StatusReply *r)
 {
     printf("ringd %s, pid %u, up %.1f s%s\n", r->version, r->pid, (double)r->uptime_ms / 1000.0,
            r->draining ? ", draining: leaving every job, refusing new clients" : "");
-    if (r->redis[0] != '\0')
-        printf("node %s, peers connect to %s, rendezvous %s (%s); %" PRIu64 " ops in %" PRIu64
-               " ring passes\n",
-               r->node, r->listen, r->redis, r->redis_connected ? "connected" : "DISCONNECTED",
-               r->ring_ops, r->ring_passes);
+    if (r->redis[0] != '\0') {
+        printf("node %s, peers connect to %s, rendezvous %s (%s", r->node, r->listen, r->redis,
+               r->redis_connected ? "connected" : "DISCONNECTED");
+        if (r->redis_rtt_us >= 0)
+            printf(", %.2f ms round trip", (double)r->redis_rtt_us / 1e3);
+        printf("); %" PRIu64 " ops in %" PRIu64 " ring passes\n", r->ring_ops, r->ring_passes);
+    }
+    if (r->metrics[0] != '\0')
+        printf("metrics at http://%s/metrics\n", r->metrics);
     printf("ops: %" PRIu64 " in flight, %" PRIu64 " completed, %" PRIu64 " failed, %.3f GB moved\n",
            r->ops_in_flight, r->ops_completed, r->ops_failed, (double)r->bytes_reduced / 1e9);
     printf("jobs: %zu\n", r->n_jobs);
@@ -210,6 +225,8 @@ static void print_json(const Ringd__StatusReply *r)
     json_object_object_add(root, "listen", json_object_new_string(r->listen));
     json_object_object_add(root, "redis", json_object_new_string(r->redis));
     json_object_object_add(root, "redis_connected", json_object_new_boolean(r->redis_connected));
+    json_object_object_add(root, "redis_rtt_us", json_object_new_int64(r->redis_rtt_us));
+    json_object_object_add(root, "metrics", json_object_new_string(r->metrics));
     json_object_object_add(root, "ring_passes", json_object_new_int64((int64_t)r->ring_passes));
     json_object_object_add(root, "ring_ops", json_object_new_int64((int64_t)r->ring_ops));
     json_object_object_add(root, "draining", json_object_new_boolean(r->draining));
@@ -416,6 +433,121 @@ static int run_drain(const char *path, int timeout_ms, int drain_ms, int json)
     return rc;
 }
 
+/* `watch`: the status view, refreshed in place every interval_ms (count times; 0: until
+ * interrupted). A daemon that does not answer is shown as such, and watched again. */
+static int run_watch(const char *path, int timeout_ms, int interval_ms, long count)
+{
+    int tty = isatty(STDOUT_FILENO);
+    int rc = EXIT_OK;
+    for (long n = 0; count == 0 || n < count; n++) {
+        if (n > 0) {
+            struct timespec ts = {interval_ms / 1000, (long)(interval_ms % 1000) * 1000000};
+            while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+                ;
+        }
+        time_t now = time(NULL);
+        char when[32];
+        strftime(when, sizeof(when), "%H:%M:%S", localtime(&now));
+        /* In place on a terminal (home, clear); one frame after another into a pipe or file. */
+        printf(tty ? "\033[H\033[2J" : "%s", tty ? "" : (n > 0 ? "\n" : ""));
+        printf("ringctl watch %s: every %.1f s, %s\n", path, interval_ms / 1000.0, when);
+        fflush(stdout);
+        rd_msg *reply;
+        rc = ask_status(path, timeout_ms, &reply);
+        if (rc == EXIT_OK) {
+            print_text(reply->status_reply);
+            rd_frame_free(reply);
+        }
+        fflush(stdout);
+    }
+    return rc;
+}
+
+/* `metrics`: the Prometheus exposition, as --metrics-listen serves it. */
+static int run_metrics(const char *path, int timeout_ms)
+{
+    Ringd__MetricsRequest q = RINGD__METRICS_REQUEST__INIT;
+    rd_msg m = RINGD__MSG__INIT, *reply;
+    m.body_case = RINGD__MSG__BODY_METRICS_REQUEST;
+    m.metrics_request = &q;
+    int rc = ask(path, &m, timeout_ms, &reply);
+    if (rc != EXIT_OK)
+        return rc;
+    if (reply->body_case != RINGD__MSG__BODY_METRICS_REPLY) {
+        if (reply->body_case != RINGD__MSG__BODY_ERROR)
+            fprintf(stderr, "ringctl: %s: unexpected reply type %d\n", path, (int)reply->body_case);
+        rd_frame_free(reply);
+        return EXIT_DAEMON;
+    }
+    fputs(reply->metrics_reply->text, stdout);
+    rd_frame_free(reply);
+    return fflush(stdout) == 0 ? EXIT_OK : EXIT_DAEMON;
+}
+
+/* `timeline`: records job on the daemon for seconds, then writes the trace to out_path. */
+static int run_timeline(const char *path, int timeout_ms, const char *job, int seconds,
+                        const char *out_path)
+{
+    Ringd__TimelineRequest q = RINGD__TIMELINE_REQUEST__INIT;
+    rd_msg m = RINGD__MSG__INIT, *reply;
+    q.job = (char *)job;
+    q.seconds = (uint32_t)seconds;
+    m.body_case = RINGD__MSG__BODY_TIMELINE_REQUEST;
+    m.timeline_request = &q;
+    /* Fail on an unwritable file before recording for minutes. */
+    FILE *f = strcmp(out_path, "-") == 0 ? stdout : fopen(out_path, "w");
+    if (f == NULL) {
+        fprintf(stderr, "ringctl: timeline: %s: %s\n", out_path, strerror(errno));
+        return EXIT_USAGE;
+    }
+    fprintf(stderr, "ringctl: recording job '%s' for %d s\n", job, seconds);
+    int64_t wait = (int64_t)seconds * 1000 + timeout_ms;
+    int rc = ask(path, &m, wait > INT_MAX ? INT_MAX : (int)wait, &reply);
+    if (rc == EXIT_OK && reply->body_case != RINGD__MSG__BODY_TIMELINE_REPLY) {
+        if (reply->body_case != RINGD__MSG__BODY_ERROR)
+            fprintf(stderr, "ringctl: %s: unexpected reply type %d\n", path, (int)reply->body_case);
+        rd_frame_free(reply);
+        rc = EXIT_DAEMON;
+    }
+    if (rc == EXIT_OK && reply->timeline_reply->status != RINGD_OK) {
+        fprintf(stderr, "ringctl: timeline: %s\n", reply->timeline_reply->message);
+        rd_frame_free(reply);
+        rc = EXIT_DAEMON;
+    }
+    if (rc != EXIT_OK) {
+        if (f != stdout) {
+            fclose(f);
+            remove(out_path);
+        }
+        return rc;
+    }
+    const Ringd__TimelineReply *r = reply->timeline_reply;
+    rd_ctrace t;
+    rd_ctrace_open(&t, f, r->node);
+    /* Ops and marks in time order: each list is, so merge them. */
+    size_t i = 0, k = 0;
+    while (i < r->n_ops || k < r->n_marks) {
+        if (k < r->n_marks && (i == r->n_ops || r->marks[k]->t_us <= r->ops[i]->end_us)) {
+            rd_ctrace_mark(&t, r->marks[k]->t_us, r->marks[k]->generation, r->marks[k]->what);
+            k++;
+        } else {
+            rd_ctrace_op(&t, r->ops[i++]);
+        }
+    }
+    int bad = rd_ctrace_close(&t) != 0 || (f != stdout && fclose(f) != 0);
+    if (bad) {
+        fprintf(stderr, "ringctl: timeline: writing %s: %s\n", out_path, strerror(errno));
+    } else {
+        fprintf(stderr, "ringctl: %s; %zu ring changes", r->message, r->n_marks);
+        if (r->dropped > 0)
+            fprintf(stderr, "; %" PRIu64 " older records dropped (ringd --timeline-max-ops)",
+                    r->dropped);
+        fprintf(stderr, "; written to %s\n", out_path);
+    }
+    rd_frame_free(reply);
+    return bad ? EXIT_DAEMON : EXIT_OK;
+}
+
 int main(int argc, char **argv)
 {
     static const struct option longopts[] = {
@@ -450,18 +582,59 @@ int main(int argc, char **argv)
         return EXIT_USAGE;
     }
     const char *cmd = argv[optind];
-    int drain = strcmp(cmd, "drain") == 0;
-    if (!drain && strcmp(cmd, "status") != 0) {
+    int drain = strcmp(cmd, "drain") == 0, watch = strcmp(cmd, "watch") == 0;
+    int timeline = strcmp(cmd, "timeline") == 0, metrics = strcmp(cmd, "metrics") == 0;
+    if (!drain && !watch && !timeline && !metrics && strcmp(cmd, "status") != 0) {
         fprintf(stderr, "ringctl: unknown command '%s'\n", cmd);
         usage(stderr);
         return EXIT_USAGE;
     }
+    int interval = 1000, seconds = 0;
+    long count = 0;
+    const char *job = NULL, *out_path = NULL;
     for (int i = optind + 1; i < argc; i++) {
         const char *a = argv[i], *ms = NULL;
-        if (strcmp(a, "--json") == 0) {
+        if (strcmp(a, "--json") == 0 && !timeline && !metrics && !watch) {
             json = 1;
             continue;
         }
+        /* The other commands' options take a value, as --opt V or --opt=V. */
+        static const char *const valued[] = {"--interval", "--count", "--job", "--seconds",
+                                             "--out"};
+        const char *opt = NULL, *val = NULL;
+        for (size_t v = 0; v < sizeof(valued) / sizeof(valued[0]); v++) {
+            size_t len = strlen(valued[v]);
+            if (strcmp(a, valued[v]) == 0) {
+                opt = valued[v];
+                val = i + 1 < argc ? argv[++i] : "";
+            } else if (strncmp(a, valued[v], len) == 0 && a[len] == '=') {
+                opt = valued[v];
+                val = a + len + 1;
+            }
+        }
+        int ok = 1;
+        if (watch && opt != NULL && strcmp(opt, "--interval") == 0) {
+            ok = parse_ms(val, 100, 3600000, &interval) == 0;
+        } else if (watch && opt != NULL && strcmp(opt, "--count") == 0) {
+            int c;
+            ok = parse_ms(val, 1, INT_MAX, &c) == 0;
+            count = c;
+        } else if (timeline && opt != NULL && strcmp(opt, "--job") == 0 && *val != '\0') {
+            job = val;
+        } else if (timeline && opt != NULL && strcmp(opt, "--seconds") == 0) {
+            ok = parse_ms(val, 1, 3600, &seconds) == 0;
+        } else if (timeline && opt != NULL && strcmp(opt, "--out") == 0 && *val != '\0') {
+            out_path = val;
+        } else if (opt != NULL) {
+            ok = 0;
+        }
+        if (!ok) {
+            fprintf(stderr, "ringctl: %s: bad value '%s' for %s\n", cmd, val, opt);
+            usage(stderr);
+            return EXIT_USAGE;
+        }
+        if (opt != NULL)
+            continue;
         if (drain && strcmp(a, "--timeout") == 0)
             ms = i + 1 < argc ? argv[++i] : "";
         else if (drain && strncmp(a, "--timeout=", 10) == 0)
@@ -481,6 +654,16 @@ int main(int argc, char **argv)
     }
     if (path == NULL || *path == '\0')
         path = "/run/ringd/ringd.sock";
+    if (timeline && (job == NULL || seconds == 0 || out_path == NULL)) {
+        fprintf(stderr, "ringctl: timeline needs --job J, --seconds N (1..3600) and --out FILE\n");
+        return EXIT_USAGE;
+    }
+    if (timeline)
+        return run_timeline(path, timeout, job, seconds, out_path);
+    if (metrics)
+        return run_metrics(path, timeout);
+    if (watch)
+        return run_watch(path, timeout, interval, count);
     if (drain)
         return run_drain(path, timeout, drain_ms, json);
     return run_status(path, timeout, json);

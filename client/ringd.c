@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "alloc.h"
+#include "chrome_trace.h"
 #include "conn.h"
 #include "cuda_ptr.h"
 #include "ring.h"
@@ -108,6 +109,9 @@ struct ringd {
     uint64_t next_id;
     uint64_t auto_seq;
     ringd_request_t *reqs; /* outstanding requests */
+    char *trace_path;      /* RINGD_TIMELINE, when set: Completes carry their op's trace */
+    FILE *trace_file;      /* this rank writes them there (rank 0, or each rank for %r) */
+    rd_ctrace trace;
     char errmsg[1024];
 };
 
@@ -398,6 +402,33 @@ void ringd_options_init(ringd_options_t *o, size_t size)
     memcpy(o, &init, init.struct_size);
 }
 
+/* RINGD_TIMELINE=path: once welcomed, the session's rank writes its Completes' traces to path,
+ * with %r replaced by the rank (every rank writes its own), or only rank 0 when path has no %r
+ * (Horovod's HOROVOD_TIMELINE). Returns RINGD_OK, or RINGD_E_SYSTEM when the file cannot be
+ * made. */
+static ringd_result_t trace_open(ringd_t *r)
+{
+    char path[4096], node[64];
+    const char *pct = strstr(r->trace_path, "%r");
+    if (pct == NULL && r->rank != 0)
+        return RINGD_OK;
+    if (pct != NULL)
+        snprintf(path, sizeof(path), "%.*s%d%s", (int)(pct - r->trace_path), r->trace_path,
+                 r->rank, pct + 2);
+    else
+        snprintf(path, sizeof(path), "%s", r->trace_path);
+    if ((r->trace_file = fopen(path, "w")) == NULL)
+        return fail(r, RINGD_E_SYSTEM, "RINGD_TIMELINE: cannot create %s: %s", path,
+                    strerror(errno));
+    snprintf(node, sizeof(node), "rank %d's", r->rank);
+    rd_ctrace_open(&r->trace, r->trace_file, node);
+    char what[128];
+    snprintf(what, sizeof(what), "generation %" PRIu64 ": rank %d of %d (opened)", r->generation,
+             r->rank, r->size);
+    rd_ctrace_mark(&r->trace, rd_now_us(), r->generation, what);
+    return RINGD_OK;
+}
+
 ringd_result_t ringd_open(const ringd_options_t *opts, ringd_t **out)
 {
     ringd_options_t o;
@@ -513,6 +544,12 @@ ringd_result_t ringd_open(const ringd_options_t *opts, ringd_t **out)
     h.asks_device = device >= 0;
     h.device = h.asks_device ? (uint32_t)device : 0;
     h.device_arena_size = dev_arena;
+    const char *trace_path = getenv("RINGD_TIMELINE");
+    if (trace_path != NULL && *trace_path != '\0') {
+        if ((r->trace_path = strdup(trace_path)) == NULL)
+            return fail(r, RINGD_E_NOMEM, "out of memory");
+        h.timeline = 1;
+    }
     r->asked_device = device; /* what Welcome must give, when asked */
     m.body_case = RINGD__MSG__BODY_HELLO;
     m.hello = &h;
@@ -520,6 +557,8 @@ ringd_result_t ringd_open(const ringd_options_t *opts, ringd_t **out)
     if (rc != RINGD_OK)
         return fail(r, rc, "%s", err);
     rc = await_welcome(r, job, local_size, timeout);
+    if (rc == RINGD_OK && r->trace_path != NULL)
+        rc = trace_open(r);
     if (rc == RINGD_OK)
         r->broken = RINGD_OK;
     return rc;
@@ -618,6 +657,11 @@ static int take_membership(ringd_t *r, const Ringd__Complete *c)
         return -1;
     }
     r->generation = c->generation;
+    if (r->trace_file != NULL && c->generation != r->generation) {
+        snprintf(why, sizeof(why), "generation %" PRIu64 ": rank %u of %u", c->generation, c->rank,
+                 c->size);
+        rd_ctrace_mark(&r->trace, rd_now_us(), c->generation, why);
+    }
     r->rank = (int)c->rank;
     r->size = (int)c->size;
     r->local_rank = (int)c->local_rank;
@@ -643,6 +687,8 @@ static void handle(ringd_t *r, const rd_msg *m)
                 }
                 req_complete(q, st < RINGD_RESULT_COUNT ? (ringd_result_t)st : RINGD_E_PROTOCOL,
                              m->complete->message);
+                if (r->trace_file != NULL && m->complete->trace != NULL)
+                    rd_ctrace_op(&r->trace, m->complete->trace);
                 return;
             }
         }
@@ -661,13 +707,6 @@ static void handle(ringd_t *r, const rd_msg *m)
         break_session(r, RINGD_E_PROTOCOL, why);
         return;
     }
-}
-
-static int64_t now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
 /* Handles every message waiting in the completion ring and on the socket, without blocking.
@@ -706,7 +745,7 @@ static ringd_result_t drain(ringd_t *r, int socket_too)
  * CPU to the daemon and the other ranks, then sleeps on the socket, where the daemon Pokes. */
 static ringd_result_t pump(ringd_t *r, ringd_request_t *q, int timeout_ms)
 {
-    int64_t start = now_us();
+    int64_t start = rd_now_us();
     int64_t deadline = timeout_ms > 0 ? start + (int64_t)timeout_ms * 1000 : 0;
     for (unsigned spin = 0;; spin++) {
         /* The socket carries only errors, Pokes and overflow here: look at it now and then. */
@@ -716,7 +755,7 @@ static ringd_result_t pump(ringd_t *r, ringd_request_t *q, int timeout_ms)
             return RINGD_OK;
         if (timeout_ms == 0)
             return RINGD_E_TIMEOUT;
-        int64_t now = now_us();
+        int64_t now = rd_now_us();
         if (deadline && now >= deadline)
             return RINGD_E_TIMEOUT;
         if (now - start < r->poll_us) {
@@ -1265,6 +1304,11 @@ void ringd_close(ringd_t *r)
 {
     if (r == NULL)
         return;
+    if (r->trace_file != NULL) {
+        rd_ctrace_close(&r->trace);
+        fclose(r->trace_file);
+    }
+    free(r->trace_path);
     rd_conn_close(&r->conn);
     while (r->reqs != NULL) {
         ringd_request_t *q = r->reqs;

@@ -19,8 +19,11 @@
 #include "job.h"
 #include "listener.h"
 #include "log.h"
+#include "metrics.h"
+#include "prometheus.h"
 #include "session.h"
 #include "status_request.h"
+#include "timeline_request.h"
 #include "world.h"
 
 extern char **environ;
@@ -45,6 +48,7 @@ typedef struct {
     rd_config cfg;
     rd_devices devices;
     rd_counters counters;
+    rd_metrics *metrics;
     struct event_base *base;
     rd_exec *exec;
     rd_net *net; /* NULL without --redis */
@@ -56,18 +60,20 @@ typedef struct {
 static const rd_admin_handler admin_handlers[] = {
     {RINGD__MSG__BODY_STATUS_REQUEST, rd_status_request},
     {RINGD__MSG__BODY_DRAIN_REQUEST, rd_drain_request},
+    {RINGD__MSG__BODY_METRICS_REQUEST, rd_metrics_request},
+    {RINGD__MSG__BODY_TIMELINE_REQUEST, rd_timeline_request},
 };
+
+/* A connection goes away: the drain and the timeline recordings drop what they hold of it. */
+static void forget_session(rd_front *f, rd_session *s)
+{
+    rd_drain_forget(f, s);
+    rd_timeline_forget(f, s);
+}
 
 static void on_accept(int fd, void *arg)
 {
     rd_session_accept(&((rd_daemon *)arg)->front, fd);
-}
-
-static int64_t now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
 /* The event loop, with the clients' shared rings polled between turns: while messages keep
@@ -76,21 +82,21 @@ static int64_t now_us(void)
  * sleeps in the event loop. Returns -1 if the event loop failed. */
 static int run_loop(rd_daemon *d)
 {
-    int64_t last = now_us();
+    int64_t last = rd_now_us();
     uint64_t seen = d->counters.activity;
     while (!event_base_got_break(d->base)) {
         int rc;
         if (rd_session_poll_rings(&d->front) > 0 || d->counters.activity != seen) {
             seen = d->counters.activity;
-            last = now_us();
+            last = rd_now_us();
         }
-        if (now_us() - last < d->cfg.poll_us) {
+        if (rd_now_us() - last < d->cfg.poll_us) {
             rc = event_base_loop(d->base, EVLOOP_NONBLOCK);
             sched_yield();
         } else if (rd_session_prepare_sleep(&d->front)) {
             rc = event_base_loop(d->base, EVLOOP_ONCE);
             rd_session_wake(&d->front);
-            last = now_us();
+            last = rd_now_us();
         } else {
             continue;
         }
@@ -121,6 +127,7 @@ int main(int argc, char **argv)
     char err[512];
     int rc = 1;
     rd_listener *l = NULL;
+    rd_metrics_http *http = NULL;
     struct event *ev_term = NULL, *ev_int = NULL;
 
     memset(&d, 0, sizeof(d));
@@ -157,7 +164,10 @@ int main(int argc, char **argv)
         rd_log(RD_LOG_ERROR, "main", "%s", err);
         goto out;
     }
-    d.engine = rd_engine_new(d.base, &d.cfg, &d.counters, d.exec, d.net, &rd_session_client_events);
+    d.metrics = rd_metrics_new();
+    d.engine = d.metrics == NULL ? NULL
+                                 : rd_engine_new(d.base, &d.cfg, &d.counters, d.metrics, d.exec,
+                                                 d.net, &rd_session_client_events);
     if (d.engine == NULL) {
         rd_log(RD_LOG_ERROR, "main", "out of memory");
         goto out;
@@ -167,15 +177,21 @@ int main(int argc, char **argv)
         .cfg = &d.cfg,
         .devices = &d.devices,
         .counters = &d.counters,
+        .metrics = d.metrics,
         .engine = d.engine,
         .net = d.net,
         .admin = admin_handlers,
         .nadmin = sizeof(admin_handlers) / sizeof(admin_handlers[0]),
-        .forget = rd_drain_forget,
+        .forget = forget_session,
     };
     clock_gettime(CLOCK_MONOTONIC, &d.front.started);
     l = rd_listener_new(d.base, d.cfg.socket_path, on_accept, &d, err, sizeof(err));
     if (l == NULL) {
+        rd_log(RD_LOG_ERROR, "main", "%s", err);
+        goto out;
+    }
+    if (d.cfg.metrics_listen[0] != '\0' &&
+        (http = rd_metrics_http_new(&d.front, d.cfg.metrics_listen, err, sizeof(err))) == NULL) {
         rd_log(RD_LOG_ERROR, "main", "%s", err);
         goto out;
     }
@@ -197,11 +213,14 @@ int main(int argc, char **argv)
         rc = 0;
 
 out:
+    rd_metrics_http_free(http);
     rd_listener_free(l);
     rd_exec_free(d.exec);
     rd_session_free_all(&d.front);
     rd_drain_free(&d.front);
+    rd_timeline_free_all(&d.front);
     rd_engine_free(d.engine);
+    rd_metrics_free(d.metrics);
     rd_net_free(d.net);
     /* One more turn: name lookups cancelled just now report back, and their resolvers go. */
     if (d.base != NULL)

@@ -203,6 +203,8 @@ Ringd__StatusReply *rd_report_reply_new(const rd_daemon_status *s)
     r->listen = str(s->listen);
     r->redis = str(s->redis);
     r->redis_connected = s->redis_connected != 0;
+    r->redis_rtt_us = s->redis_rtt_us;
+    r->metrics = str(s->metrics);
     r->ring_passes = s->ring_passes;
     r->ring_ops = s->ring_ops;
     r->draining = s->draining != 0;

@@ -64,6 +64,7 @@ typedef struct {
 typedef struct {
     const char *name;
     uint32_t world_size, local_size, min_size;
+    uint32_t size;    /* ranks at its generation, every node's */
     uint32_t clients; /* local clients joined */
     uint64_t generation;
     uint64_t ops_in_flight, ops_completed, ops_failed;
@@ -106,6 +107,8 @@ typedef struct {
     const char *listen; /* the address peers connect to */
     const char *redis;  /* NULL or "" without --redis */
     int redis_connected;
+    int64_t redis_rtt_us; /* the last rendezvous command's round trip; -1: none */
+    const char *metrics;  /* the address serving /metrics ("": none) */
     int draining;              /* ringctl drain or SIGTERM: leaving every job */
     uint32_t drain_timeout_ms; /* --drain-timeout */
     rd_job_status *jobs; /* njobs, malloc'd */

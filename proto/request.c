@@ -15,6 +15,7 @@ void rd_hello_of(const Ringd__Hello *m, rd_hello *h)
     h->local_rank = m->asks_local_rank ? (int64_t)m->local_rank : -1;
     h->device = m->asks_device ? (int64_t)m->device : -1;
     h->device_arena_size = m->device_arena_size;
+    h->timeline = m->timeline;
 }
 
 static void tensor_ref_of(const Ringd__TensorRef *t, rd_tensor_ref *r)

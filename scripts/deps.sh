@@ -11,6 +11,7 @@ RINGD_DEB_PACKAGES=(
   python3 libsodium-dev iproute2 nftables
   python3-numpy python3-pytest python3-torch python3-torchvision
   clang libclang-rt-14-dev
+  prometheus
 )
 
 # ringd_apt_install PACKAGE...: installs those of the packages that are missing.

@@ -104,6 +104,13 @@ static const opt_spec options[] = {
      "CUDA devices this daemon serves: all (the visible ones; none without a driver), none, or "
      "indices such as 0,2; each client gets the one it asks for (RINGD_DEVICE) or its local rank "
      "modulo their number", NULL},
+    {"metrics-listen", "RINGD_METRICS_LISTEN", OPT_STRING, "", 0, 127, OFF(metrics_listen),
+     "HOST:PORT serving Prometheus metrics at /metrics over HTTP (empty: none; port 0: any "
+     "free port, logged)", NULL},
+    {"timeline-max-ops", "RINGD_TIMELINE_MAX_OPS", OPT_INT, "100000", 16, 10000000,
+     OFF(timeline_max_ops),
+     "ops one `ringctl timeline` recording keeps; past this the oldest are dropped (and counted)",
+     NULL},
     {"gpu-transport", "RINGD_GPU_TRANSPORT", OPT_CHOICE, "auto", 0, 2, OFF(gpu_transport),
      "how device tensors cross nodes: auto (NCCL when every node of the ring can run it and "
      "its ranks pass device memory, else the TCP ring through host memory), nccl (NCCL, or "

@@ -48,6 +48,9 @@ typedef struct {
 
     char devices[256]; /* the GPUs served: all, none, or indices ("0,2"); see gpu/devices.h */
     int64_t gpu_transport; /* device ops across nodes: RD_GPU_TRANSPORT_* */
+
+    char metrics_listen[128]; /* HOST:PORT of the Prometheus endpoint; empty: none */
+    int64_t timeline_max_ops; /* ops a timeline recording keeps */
 } rd_config;
 
 /* --gpu-transport: how device ops cross nodes (values as DevOffer carries them). */

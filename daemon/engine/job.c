@@ -18,9 +18,11 @@
 #include "exec.h"
 #include "local.h"
 #include "log.h"
+#include "metrics.h"
 #include "negotiate.h"
 #include "ring.h"
 #include "schedule.h"
+#include "timeline.h"
 #include "world.h"
 #include "xfer.h"
 
@@ -33,11 +35,20 @@ struct rd_engine {
     struct event_base *base;
     const rd_config *cfg;
     rd_counters *counters;
+    rd_metrics *metrics;   /* NULL: none kept */
     rd_exec *exec;
     rd_net *net;           /* NULL: one-node jobs only */
     rd_client_events ev;   /* news for the clients */
     rd_job *jobs;
+    struct recording *recordings; /* timelines being recorded, by job name */
     int draining;          /* leaving every job: new clients are refused */
+};
+
+/* A timeline recording of the job of that name (there or not yet). */
+struct recording {
+    char *job;
+    rd_timeline *tl; /* the recorder's */
+    struct recording *next;
 };
 
 /* The life of an op. Every change goes through op_set_state, which checks it against
@@ -89,6 +100,7 @@ typedef struct {
     rd_arena *arena;      /* referenced while submitted */
     uint64_t request_id;
     uint64_t in_off, out_off;
+    int64_t submit_us; /* when it submitted (the timeline's) */
     int submitted;
     int answered;
 } part;
@@ -108,6 +120,12 @@ typedef struct rd_op {
     uint32_t nparts;  /* the job's local size when it was created */
     int64_t since_ms; /* first submission, or the disruption that doomed it */
     uint64_t seq;     /* creation order: ops of one name are announced in it */
+    /* Its path, for the metrics and the timeline (rd_trace_op says what each is): */
+    int64_t first_us, ready_us, negotiated_us, started_us;
+    int64_t ring_us[RD_PHASES];
+    uint64_t pass;     /* the ring pass it rode in */
+    uint32_t pass_ops; /* ops in that pass */
+    int direct;        /* its result came with the negotiation */
     rd_local_plan plan;
     struct rd_op *next;              /* bucket chain */
     struct rd_op *sprev, *snext;     /* the list of its state */
@@ -159,6 +177,11 @@ struct rd_job {
     uint64_t next_seq;
     uint32_t nrunning; /* ops on the executor: the job outlives its clients until they end */
     uint64_t ops_completed, ops_failed;
+    rd_job_metrics *m;  /* its series (NULL: none) */
+    rd_timeline *tl;    /* a recording of its timeline, or NULL */
+    uint32_t ntraced;   /* clients whose Completes carry their op's trace (RINGD_TIMELINE) */
+    uint32_t ring_size; /* ranks of its last ring (0: none yet): the cause of the next change */
+    uint64_t passes;    /* ring passes started */
     rd_job *next;
 };
 
@@ -206,11 +229,12 @@ static void op_set_state(rd_op *o, op_state st)
     state_list_add(j, o);
 }
 
-/* Tells client c how its request ended. */
+/* Tells client c how its request ended (with the op's trace when c asked for traces and there
+ * is one). */
 static void answer(const rd_job *j, rd_client *c, uint64_t request_id, ringd_result_t status,
-                   const char *message)
+                   const char *message, const rd_trace_op *trace)
 {
-    j->e->ev.complete(c, request_id, status, message);
+    j->e->ev.complete(c, request_id, status, message, c->timeline ? trace : NULL);
 }
 
 const char *rd_job_name(const rd_job *j)
@@ -329,6 +353,10 @@ static void job_free(rd_job *j)
         event_free(j->ev_settle);
     if (j->ev_tick != NULL)
         event_free(j->ev_tick);
+    if (d->metrics != NULL)
+        rd_metrics_release(d->metrics, j->m);
+    if (j->tl != NULL)
+        rd_timeline_mark(j->tl, j->generation, "job ended on this node");
     free(j->buckets);
     free(j->slots);
     free(j->order);
@@ -366,16 +394,60 @@ static void on_settle_later(evutil_socket_t fd, short what, void *arg)
         rd_world_settle(j->world);
 }
 
-/* Sends the op's outcome to every rank still there that submitted, and counts it. */
-static void op_answer(rd_op *o, ringd_result_t status, const char *message)
+/* Sends the op's outcome to every rank still there that submitted (with trace, to those that
+ * asked for it). */
+static void op_answer(rd_op *o, ringd_result_t status, const char *message,
+                      const rd_trace_op *trace)
 {
     for (uint32_t k = 0; k < o->nparts; k++) {
         part *pt = &o->parts[k];
         if (pt->submitted && pt->s != NULL && !pt->answered) {
-            answer(o->job, pt->s, pt->request_id, status, message);
+            answer(o->job, pt->s, pt->request_id, status, message, trace);
             pt->answered = 1;
         }
     }
+}
+
+/* The op's end, seen once (op_finish, op_tombstone): counted in its job's metrics, recorded in
+ * its timeline, and its trace into *tr (tr->submit_us malloc'd: free it) when a recording or a
+ * client wants it. Returns tr then, else NULL. */
+static const rd_trace_op *op_ended(rd_op *o, ringd_result_t status, rd_trace_op *tr)
+{
+    rd_job *j = o->job;
+    int64_t now = rd_now_us();
+    uint64_t size = o->p.count * rd_dtype_size((rd_dtype)o->p.dtype);
+    rd_metrics_op(j->m, o->p.coll, status, size, status == RINGD_OK ? rd_local_bytes(&o->plan) : 0,
+                  now - o->first_us);
+    if (j->m != NULL && status == RINGD_E_STALLED)
+        j->m->stall_aborts++;
+    if (j->tl == NULL && j->ntraced == 0)
+        return NULL;
+    *tr = (rd_trace_op){
+        .seq = o->seq,
+        .name = o->name,
+        .kind = o->p.coll,
+        .status = status,
+        .bytes = size,
+        .generation = j->generation,
+        .first_rank = j->first_rank,
+        .nranks = o->nparts,
+        .submit_us = calloc(o->nparts ? o->nparts : 1, sizeof(int64_t)),
+        .ready_us = o->ready_us,
+        .negotiated_us = o->negotiated_us,
+        .started_us = o->started_us,
+        .end_us = now,
+        .pass = o->pass,
+        .pass_ops = o->pass_ops,
+        .direct = o->direct,
+    };
+    if (tr->submit_us == NULL)
+        return NULL;
+    for (uint32_t k = 0; k < o->nparts; k++)
+        tr->submit_us[k] = o->parts[k].submitted ? o->parts[k].submit_us : 0;
+    memcpy(tr->ring_us, o->ring_us, sizeof(tr->ring_us));
+    if (j->tl != NULL)
+        rd_timeline_op(j->tl, tr);
+    return tr;
 }
 
 /* Ends an op: answers its ranks, updates counters, removes and frees it. */
@@ -383,7 +455,11 @@ static void op_finish(rd_op *o, ringd_result_t status, const char *message)
 {
     rd_job *j = o->job;
     rd_engine *d = j->e;
-    op_answer(o, status, message);
+    rd_trace_op tr;
+    const rd_trace_op *trace = op_ended(o, status, &tr);
+    op_answer(o, status, message, trace);
+    if (trace != NULL)
+        free(tr.submit_us);
     if (d->counters->ops_in_flight > 0)
         d->counters->ops_in_flight--;
     if (status == RINGD_OK) {
@@ -418,7 +494,7 @@ static void tombstone_visit(rd_op *o, rd_client *c, uint32_t rank, uint64_t requ
 {
     o->parts[rank].submitted = 1;
     o->nsubmitted++;
-    answer(o->job, c, request_id, status, message);
+    answer(o->job, c, request_id, status, message, NULL);
     tombstone_maybe_free(o);
 }
 
@@ -427,7 +503,11 @@ static void tombstone_visit(rd_op *o, rd_client *c, uint32_t rank, uint64_t requ
  * come and the other nodes know (UNTOLD, TOLD), or --stall-abort passes. */
 static void op_tombstone(rd_op *o, ringd_result_t status, const char *msg)
 {
-    op_answer(o, status, msg);
+    rd_trace_op tr;
+    const rd_trace_op *trace = op_ended(o, status, &tr);
+    op_answer(o, status, msg, trace);
+    if (trace != NULL)
+        free(tr.submit_us);
     /* A failure found here is news for the other nodes; one the negotiation brought (the op was
      * announced) every node has already. */
     int news = o->job->world != NULL && o->state != OP_ANNOUNCED;
@@ -542,6 +622,7 @@ static void op_start(rd_op *o)
     rd_local_plan *p = &o->plan;
 
     op_resolve(o);
+    o->started_us = rd_now_us();
     size_t units = rd_local_units(p);
     /* device ops always go to the executor: the loop never waits for a kernel */
     if ((rd_local_bytes(p) < d->cfg->inline_bytes && !p->backend->device_memory) || units == 0 ||
@@ -729,6 +810,7 @@ static rd_op *op_alloc(rd_job *j, const char *name, const rd_op_params *p, uint3
     o->name = strdup(name);
     o->nparts = j->local_size;
     o->since_ms = rd_now_ms();
+    o->first_us = rd_now_us();
     o->parts = calloc(o->nparts, sizeof(part));
     o->plan.in = calloc(o->nparts, sizeof(*o->plan.in));
     o->plan.out = calloc(o->nparts, sizeof(*o->plan.out));
@@ -916,7 +998,7 @@ static void op_refuse(rd_job *j, rd_client *s, uint32_t rank, uint64_t request_i
         rd_op_params p = rd_op_params_announceable(*params);
         o = op_new(j, name, &p, rank);
         if (o == NULL) {
-            answer(j, s, request_id, RINGD_E_NOMEM, "out of memory");
+            answer(j, s, request_id, RINGD_E_NOMEM, "out of memory", NULL);
             return;
         }
     }
@@ -940,7 +1022,7 @@ void rd_job_submit(rd_client *s, const rd_submit *m)
 
     if (!rd_name_valid(m->name)) { /* nothing to match it with: only this rank can hear of it */
         snprintf(err, sizeof(err), "tensor names are 1..%d printable ASCII bytes", RD_NAME_MAX);
-        answer(j, s, m->request_id, RINGD_E_INVALID, err);
+        answer(j, s, m->request_id, RINGD_E_INVALID, err, NULL);
         return;
     }
     if (j->draining) {
@@ -949,7 +1031,7 @@ void rd_job_submit(rd_client *s, const rd_submit *m)
                  "tensor '%s': node %s drained: job '%s' goes on without it; this session "
                  "runs no more collectives (close it, and open a new one to join again)",
                  m->name, j->e->cfg->node, j->name);
-        answer(j, s, m->request_id, RINGD_E_CLOSED, err);
+        answer(j, s, m->request_id, RINGD_E_CLOSED, err, NULL);
         return;
     }
     if (m->generation != 0 && m->generation < j->sync_generation) {
@@ -960,7 +1042,7 @@ void rd_job_submit(rd_client *s, const rd_submit *m)
                  "tensor '%s': %s (this rank is now %u of %u, generation %" PRIu64
                  "): restore the last committed state and broadcast it from rank 0",
                  m->name, j->sync_why, j->first_rank + rank, j->size, j->generation);
-        answer(j, s, m->request_id, RINGD_E_MEMBERSHIP, err);
+        answer(j, s, m->request_id, RINGD_E_MEMBERSHIP, err, NULL);
         return;
     }
     ringd_result_t rc;
@@ -1003,7 +1085,7 @@ void rd_job_submit(rd_client *s, const rd_submit *m)
         rd_op_params p = params_of(m);
         o = op_new(j, m->name, &p, rank);
         if (o == NULL) {
-            answer(j, s, m->request_id, RINGD_E_NOMEM, "out of memory");
+            answer(j, s, m->request_id, RINGD_E_NOMEM, "out of memory", NULL);
             return;
         }
     }
@@ -1017,6 +1099,7 @@ void rd_job_submit(rd_client *s, const rd_submit *m)
     pt->out_off = m->out_offset;
     pt->arena = submit_arena(s, m);
     rd_arena_ref(pt->arena);
+    pt->submit_us = rd_now_us();
     o->nsubmitted++;
 
     if (!op_matches(o, m, rank, err, sizeof(err)) || !op_memory_agrees(o, rank, err, sizeof(err))) {
@@ -1028,6 +1111,7 @@ void rd_job_submit(rd_client *s, const rd_submit *m)
     }
     if (o->nsubmitted < o->nparts || o->state == OP_DOOMED) /* doomed: answered later */
         return;
+    o->ready_us = pt->submit_us;
     if (j->world != NULL) {
         op_set_state(o, OP_HELD);
         if (rd_world_up(j->world))
@@ -1225,6 +1309,8 @@ static void op_inspect(rd_op *o, int64_t now)
     op_missing(o, missing, sizeof(missing));
     if (!o->warned) {
         o->warned = 1;
+        if (j->m != NULL)
+            j->m->stall_warnings++;
         rd_log(RD_LOG_WARN, "stall",
                "job '%s': tensor '%s' has waited %" PRId64 " ms for %s (--stall-abort %" PRId64
                " ms)",
@@ -1361,6 +1447,7 @@ rd_job *rd_job_next(const rd_job *j)
 
 static const rd_world_events world_events;
 static const rd_sched_events sched_events;
+static void job_changed(rd_job *j, uint64_t generation, uint32_t size, int sync, const char *why);
 static const rd_devcomm_events devcomm_events;
 
 ringd_result_t rd_job_join(rd_client *s, const rd_hello *h, char *err, size_t errlen)
@@ -1491,6 +1578,10 @@ ringd_result_t rd_job_join(rd_client *s, const rd_hello *h, char *err, size_t er
         }
         j->next = d->jobs;
         d->jobs = j;
+        j->m = d->metrics != NULL ? rd_metrics_acquire(d->metrics, j->name) : NULL;
+        for (struct recording *r = d->recordings; r != NULL; r = r->next)
+            if (strcmp(r->job, j->name) == 0)
+                j->tl = r->tl;
         rd_log(RD_LOG_INFO, "job", "job '%s': created, %u local clients expected", j->name,
                j->local_size);
     }
@@ -1499,6 +1590,7 @@ ringd_result_t rd_job_join(rd_client *s, const rd_hello *h, char *err, size_t er
         k++;
     j->slots[k] = s;
     j->nclients++;
+    j->ntraced += s->timeline != 0;
     s->job = j;
     s->asked_rank = h->local_rank;
     /* A running job renumbers its clients as it reshapes; one that forms holds every slot. */
@@ -1521,6 +1613,7 @@ ringd_result_t rd_job_join(rd_client *s, const rd_hello *h, char *err, size_t er
         j->generation++;
         j->sync_generation = j->generation;
         j->size = j->local_size;
+        job_changed(j, j->generation, j->size, 0, "every local rank joined");
         j->started = 1;
         job_welcome(j);
     }
@@ -1541,6 +1634,7 @@ void rd_job_leave(rd_client *s)
                  j->name);
     j->slots[rank] = NULL;
     j->nclients--;
+    j->ntraced -= s->timeline != 0 && j->ntraced > 0;
     s->job = NULL;
     rd_log(RD_LOG_INFO, "job", "%s; %u local clients remain", why, j->nclients);
 
@@ -1609,6 +1703,7 @@ static int describe_job(const rd_job *j, rd_job_status *js)
     js->world_size = j->world_size;
     js->local_size = j->local_size;
     js->min_size = j->min_size;
+    js->size = j->size;
     js->clients = j->nclients;
     js->generation = j->generation;
     js->ops_completed = j->ops_completed;
@@ -1652,7 +1747,8 @@ rd_status rd_job_describe(rd_engine *d, rd_daemon_status *st)
 }
 
 rd_engine *rd_engine_new(struct event_base *base, const rd_config *cfg, rd_counters *counters,
-                         rd_exec *exec, rd_net *net, const rd_client_events *ev)
+                         rd_metrics *metrics, rd_exec *exec, rd_net *net,
+                         const rd_client_events *ev)
 {
     rd_engine *e = calloc(1, sizeof(*e));
     if (e == NULL)
@@ -1660,6 +1756,7 @@ rd_engine *rd_engine_new(struct event_base *base, const rd_config *cfg, rd_count
     e->base = base;
     e->cfg = cfg;
     e->counters = counters;
+    e->metrics = metrics;
     e->exec = exec;
     e->net = net;
     e->ev = *ev;
@@ -1672,7 +1769,42 @@ void rd_engine_free(rd_engine *e)
         return;
     while (e->jobs != NULL)
         job_free(e->jobs);
+    while (e->recordings != NULL) {
+        struct recording *r = e->recordings;
+        e->recordings = r->next;
+        free(r->job);
+        free(r);
+    }
     free(e);
+}
+
+rd_status rd_engine_record(rd_engine *e, const char *job, rd_timeline *tl)
+{
+    struct recording **pp = &e->recordings;
+    while (*pp != NULL && strcmp((*pp)->job, job) != 0)
+        pp = &(*pp)->next;
+    if (tl == NULL) { /* stop */
+        struct recording *r = *pp;
+        if (r == NULL)
+            return RINGD_OK;
+        *pp = r->next;
+        free(r->job);
+        free(r);
+    } else {
+        if (*pp != NULL)
+            return RINGD_E_REFUSED;
+        struct recording *r = calloc(1, sizeof(*r));
+        if (r == NULL || (r->job = strdup(job)) == NULL) {
+            free(r);
+            return RINGD_E_NOMEM;
+        }
+        r->tl = tl;
+        *pp = r;
+    }
+    for (rd_job *j = e->jobs; j != NULL; j = j->next)
+        if (strcmp(j->name, job) == 0)
+            j->tl = tl;
+    return RINGD_OK;
 }
 
 void rd_engine_set_draining(rd_engine *e)
@@ -1735,10 +1867,27 @@ static void devcomm_up(rd_job *j)
     rd_devcomm_ring_up(j->devcomm, &local);
 }
 
+/* The job's ring changed to size ranks at generation (sync: after a failure; why: how): counted
+ * by cause, and marked on its timeline. */
+static void job_changed(rd_job *j, uint64_t generation, uint32_t size, int sync, const char *why)
+{
+    rd_change_cause c = rd_change_cause_of(j->ring_size, size, sync);
+    if (j->m != NULL)
+        j->m->changes[c]++;
+    j->ring_size = size;
+    if (j->tl != NULL) {
+        char what[256];
+        snprintf(what, sizeof(what), "%s: %u ranks at generation %" PRIu64 " (%s)",
+                 rd_change_cause_names[c], size, generation, why);
+        rd_timeline_mark(j->tl, generation, what);
+    }
+}
+
 static void on_ring_up(void *arg, uint32_t first_rank, uint64_t generation, uint32_t size, int sync,
                     const char *why)
 {
     rd_job *j = arg;
+    job_changed(j, generation, size, sync, why);
     j->first_rank = first_rank;
     j->generation = generation;
     j->size = size;
@@ -1788,6 +1937,11 @@ static void on_ring_down(void *arg, const char *why, int carry)
 {
     rd_job *j = arg;
     rd_op *o, *next;
+    if (j->tl != NULL) {
+        char what[256];
+        snprintf(what, sizeof(what), "ring down%s: %s", carry ? " (graceful)" : "", why);
+        rd_timeline_mark(j->tl, j->generation, what);
+    }
     while (j->first[OP_TOLD] != NULL) /* the next ring hears of them */
         op_set_state(j->first[OP_TOLD], OP_UNTOLD);
     if (!carry) {
@@ -2231,6 +2385,7 @@ static void dev_start(rd_op *o)
     dp->o = o;
     dp->nccl = nccl;
     dp->epoch = j->epoch;
+    o->started_us = rd_now_us();
     if (!nccl) { /* staging: each rank's input, then its output */
         uint64_t per = o->p.count * rd_dtype_size(o->plan.dtype), out = result_bytes(o);
         dp->host = malloc((size_t)(L * (per + out)) + 1);
@@ -2305,8 +2460,16 @@ static void on_start(void *arg, void **owns, size_t n, const rd_tuning *u)
     rt->t.nmembers = n;
     rt->t.ctx = rt;
     rt->nops = n;
+    j->passes++;
+    if (j->m != NULL)
+        rd_histogram_observe(&j->m->pass_ops, rd_metrics_pass_bounds, RD_METRICS_PASS_BUCKETS,
+                             (double)n);
+    int64_t now = rd_now_us();
     for (size_t i = 0; i < n; i++) {
         rd_op *o = ops[i];
+        o->started_us = now;
+        o->pass = j->passes;
+        o->pass_ops = (uint32_t)n;
         mem[i] = (rd_xfer_member){(const uint8_t **)o->plan.in, o->plan.out, o->p.count};
         op_set_state(o, OP_RUNNING);
         rt->ops[i] = o;
@@ -2339,6 +2502,7 @@ static void on_task_done(void *arg, struct rd_xfer_task *t)
     }
     for (size_t i = 0; i < rt->nops; i++) {
         rd_op *o = rt->ops[i];
+        memcpy(o->ring_us, t->phase_us, sizeof(o->ring_us));
         j->nrunning--;
         if (t->status != RINGD_OK && j->lost[0] != '\0') { /* no ring to wait for */
             op_fail(o, RINGD_E_MEMBERSHIP, "tensor '%s': %s", o->name, j->lost);
@@ -2419,6 +2583,11 @@ static void on_negotiated(void *arg, void *own, const rd_neg_outcome *e)
         return;
     }
     assert(o->state == OP_ANNOUNCED);
+    o->negotiated_us = rd_now_us();
+    if (j->m != NULL && o->ready_us != 0)
+        rd_histogram_observe(&j->m->negotiation, rd_metrics_latency_bounds,
+                             RD_METRICS_LATENCY_BUCKETS,
+                             (double)(o->negotiated_us - o->ready_us) / 1e6);
     if (e->status != RINGD_OK) {
         op_fail(o, e->status <= RINGD_E_REFUSED ? (ringd_result_t)e->status : RINGD_E_PROTOCOL,
                 "%s", e->message);
@@ -2429,6 +2598,7 @@ static void on_negotiated(void *arg, void *own, const rd_neg_outcome *e)
         return;
     }
     if (e->direct) {
+        o->direct = 1;
         if (e->len != result_bytes(o)) {
             op_fail(o, RINGD_E_PROTOCOL,
                     "tensor '%s': the negotiated result has %zu bytes, %" PRIu64 " expected",

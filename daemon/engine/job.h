@@ -18,6 +18,8 @@
 #include "config.h"
 #include "counters.h"
 #include "exec.h"
+#include "metrics.h"
+#include "timeline.h"
 #include "world.h"
 
 struct event_base;
@@ -43,6 +45,7 @@ typedef struct rd_client {
     int device;                    /* the CUDA device the front gave it; -1: none */
     uint64_t ops_in_flight;   /* Submits not yet answered (the front counts them) */
     uint64_t ops_completed;
+    int timeline;             /* its Completes carry their op's trace (Hello.timeline) */
 } rd_client;
 
 /* The job as one client sees it. */
@@ -60,16 +63,23 @@ typedef struct {
     /* c waits for the job's ring: ranks of world_size registered on nodes at generation. */
     void (*waiting)(rd_client *c, uint32_t ranks, uint32_t world_size, uint32_t nodes,
                     uint64_t generation, const char *detail);
-    /* c's request ended with status (message: why, "" on success). */
+    /* c's request ended with status (message: why, "" on success); trace: the op's path, when
+     * c asked for traces and the request became an op (valid during the call), else NULL. */
     void (*complete)(rd_client *c, uint64_t request_id, ringd_result_t status,
-                     const char *message);
+                     const char *message, const rd_trace_op *trace);
 } rd_client_events;
 
-/* The engine of the daemon's jobs: cfg, counters, exec (the data-path executor) and net (NULL
- * without --redis: one-node jobs only) are borrowed for its lifetime; ev is copied. Returns NULL
- * when out of memory. */
+/* The engine of the daemon's jobs: cfg, counters, metrics (NULL: none kept), exec (the data-path
+ * executor) and net (NULL without --redis: one-node jobs only) are borrowed for its lifetime; ev
+ * is copied. Returns NULL when out of memory. */
 rd_engine *rd_engine_new(struct event_base *base, const rd_config *cfg, rd_counters *counters,
-                         rd_exec *exec, rd_net *net, const rd_client_events *ev);
+                         rd_metrics *metrics, rd_exec *exec, rd_net *net,
+                         const rd_client_events *ev);
+
+/* Records the ops and ring changes of job (running here now, or from when it comes) into tl
+ * (borrowed until the recording stops) from now on; tl NULL stops the job's recording.
+ * Returns RINGD_OK, RINGD_E_REFUSED when the job is being recorded already, or RINGD_E_NOMEM. */
+rd_status rd_engine_record(rd_engine *e, const char *job, rd_timeline *tl);
 
 /* Frees every job and op left at shutdown, after the executor has stopped. NULL is a no-op. */
 void rd_engine_free(rd_engine *e);

@@ -17,6 +17,7 @@
 #include "arena.h"
 #include "job.h"
 #include "log.h"
+#include "trace.h"
 
 /* A peer that lets this much output pile up without reading it is dropped. */
 #define RD_SESSION_OUT_MAX (64u << 20)
@@ -153,12 +154,17 @@ static rd_session *session_of(rd_client *c)
     return (rd_session *)((char *)c - offsetof(rd_session, c));
 }
 
-/* Sends Complete{request_id, status, message} with the job as the client sees it now. */
+/* Sends Complete{request_id, status, message, trace} with the job as the client sees it now. */
 static void client_complete(rd_client *cl, uint64_t request_id, ringd_result_t status,
-                            const char *message)
+                            const char *message, const rd_trace_op *trace)
 {
     rd_session *s = session_of(cl);
     Ringd__Complete c = RINGD__COMPLETE__INIT;
+    Ringd__OpTrace tr;
+    if (trace != NULL) {
+        rd_trace_msg(&tr, trace);
+        c.trace = &tr;
+    }
     rd_msg m = RINGD__MSG__INIT;
     rd_client_view v;
     c.request_id = request_id;
@@ -308,6 +314,7 @@ static void dispatch(rd_session *s, const rd_msg *m)
             return;
         }
         s->device_arena_size = h.device_arena_size;
+        s->c.timeline = h.timeline;
         ringd_result_t rc = rd_job_join(&s->c, &h, err, sizeof(err));
         if (rc != RINGD_OK)
             rd_session_close(s, rc, "%s", err);

@@ -31,6 +31,8 @@ static void describe_daemon(const rd_front *d, rd_daemon_status *st)
     st->listen = rd_net_address(d->net);
     st->redis = d->cfg->redis_url;
     st->redis_connected = rd_net_redis_connected(d->net);
+    st->redis_rtt_us = rd_net_redis_rtt_us(d->net);
+    st->metrics = d->metrics_address;
     st->ring_passes = d->counters->ring_passes;
     st->ring_ops = d->counters->ring_ops;
     st->draining = rd_engine_draining(d->engine);
@@ -91,19 +93,29 @@ static int describe_devices(const rd_front *d, rd_daemon_status *st)
     return 0;
 }
 
+rd_daemon_status *rd_front_status_new(rd_front *d)
+{
+    rd_daemon_status *st = rd_daemon_status_new();
+    if (st == NULL)
+        return NULL;
+    describe_daemon(d, st);
+    if (rd_job_describe(d->engine, st) != 0 || describe_clients(d, st) != 0 ||
+        describe_devices(d, st) != 0) {
+        rd_daemon_status_free(st);
+        return NULL;
+    }
+    return st;
+}
+
 void rd_status_request(struct rd_session *s, const rd_msg *req)
 {
     rd_front *d = s->f;
     (void)req;
     rd_msg m = RINGD__MSG__INIT;
     Ringd__StatusReply *r = NULL;
-    rd_daemon_status *st = rd_daemon_status_new();
+    rd_daemon_status *st = rd_front_status_new(d);
 
     if (st == NULL)
-        goto fail;
-    describe_daemon(d, st);
-    if (rd_job_describe(d->engine, st) != 0 || describe_clients(d, st) != 0 ||
-        describe_devices(d, st) != 0)
         goto fail;
     if ((r = rd_report_reply_new(st)) == NULL)
         goto fail;

@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include "rendezvous.h"
 
+#include "counters.h"
 #include "log.h"
 #include "resolve.h"
 
@@ -254,6 +255,7 @@ typedef struct rdv_req {
     int script;
     int retried;
     uint64_t seq; /* job's join_seq when a JOIN was sent */
+    int64_t sent_us; /* when it was last sent: its answer times the round trip */
     char job[RD_NAME_MAX + 1];
     int nargs;   /* RDV_NKEYS keys, then ARGV */
     char **args; /* owned, each string too */
@@ -261,6 +263,7 @@ typedef struct rdv_req {
 
 struct rd_rdv {
     struct event_base *base;
+    int64_t rtt_us; /* the last script's round trip (Redis running it included); -1: none yet */
     rd_resolver *resolver; /* looks the host name up without blocking the loop */
     char host[256];
     char ip[INET6_ADDRSTRLEN]; /* the host's address as last resolved ("" before) */
@@ -286,13 +289,6 @@ static void cmd_ready(rd_rdv *r);
 static void watch_ready(rdv_job *j);
 static void watch_read(rdv_job *j);
 static int send_script(rd_rdv *r, rdv_job *j, int script);
-
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* The connection's name for logs. */
 static const char *conn_what(const rdv_conn *c)
@@ -364,14 +360,14 @@ static void conn_answered(rdv_conn *c, const redisAsyncContext *ac)
         return;
     if (c->npending > 0)
         c->npending--;
-    c->progress_ms = now_ms();
+    c->progress_ms = rd_now_ms();
 }
 
 /* Accounts for one command sent on c. */
 static void conn_sent(rdv_conn *c)
 {
     if (c->npending++ == 0)
-        c->progress_ms = now_ms();
+        c->progress_ms = rd_now_ms();
 }
 
 /* hiredis: the TCP connect finished. On failure hiredis frees the context after this. */
@@ -532,7 +528,7 @@ static void conn_connect(rdv_conn *c, const char *ip)
     redisAsyncSetDisconnectCallback(ac, on_disconnect);
     c->ac = ac;
     c->npending = 0;
-    c->progress_ms = now_ms();
+    c->progress_ms = rd_now_ms();
     conn_set_state(c, RDV_CONNECTING);
     int ok = 1;
     if (r->password != NULL) {
@@ -843,7 +839,7 @@ static void tick_in(rdv_job *j, int64_t ms)
 {
     if (ms < 1)
         ms = 1;
-    j->next_tick_ms = now_ms() + ms;
+    j->next_tick_ms = rd_now_ms() + ms;
     struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
     evtimer_add(j->tick, &tv);
 }
@@ -1032,6 +1028,7 @@ static int req_send(rd_rdv *r, rdv_req *q)
     }
     free(argv);
     conn_sent(&r->cmd);
+    q->sent_us = rd_now_us();
     return 0;
 }
 
@@ -1096,6 +1093,7 @@ static void on_script(redisAsyncContext *ac, void *reply, void *privdata)
         req_free(q);
         return;
     }
+    r->rtt_us = rd_now_us() - q->sent_us;
     if (rep->type == REDIS_REPLY_ERROR && strncmp(rep->str, "NOSCRIPT", 8) == 0 && !q->retried) {
         q->retried = 1;
         r->sha[q->script][0] = '\0';
@@ -1126,7 +1124,7 @@ static void on_script(redisAsyncContext *ac, void *reply, void *privdata)
         j->joined_seq = q->seq;
     if ((q->script == RDV_JOIN || q->script == RDV_REFRESH || q->script == RDV_RESTORE) &&
         strcmp(status, "superseded") != 0 && strcmp(status, "lost") != 0)
-        j->confirmed_ms = now_ms();
+        j->confirmed_ms = rd_now_ms();
     if (strcmp(status, "rejoined") == 0)
         rd_log(RD_LOG_INFO, SUBSYS,
                "job %s: registration was gone or stale (lease expired, evicted, Redis lost data); "
@@ -1150,7 +1148,7 @@ static void on_script(redisAsyncContext *ac, void *reply, void *privdata)
     job_take_view(r, j, v, id, q->script);
     /* Sweep a few ms after the earliest lease of another member can expire. */
     if (soonest >= 0 && q->script != RDV_EVICT &&
-        now_ms() + soonest + RDV_SWEEP_SLACK_MS < j->next_tick_ms)
+        rd_now_ms() + soonest + RDV_SWEEP_SLACK_MS < j->next_tick_ms)
         tick_in(j, soonest + RDV_SWEEP_SLACK_MS);
     if (strcmp(status, "lost") == 0) {
         send_restore(r, j);
@@ -1241,7 +1239,7 @@ static void check_conn(rdv_conn *c, int64_t limit, int64_t now)
 static void on_watchdog(evutil_socket_t fd, short what, void *arg)
 {
     rd_rdv *r = arg;
-    int64_t now = now_ms();
+    int64_t now = rd_now_ms();
     (void)fd;
     (void)what;
     check_conn(&r->cmd, RDV_REPLY_LIMIT_MS, now);
@@ -1442,6 +1440,7 @@ rd_rdv *rd_rdv_new(struct event_base *base, const rd_rdv_options *o, char *err, 
         return NULL;
     }
     r->base = base;
+    r->rtt_us = -1;
     r->lease_ms = o->lease_ms;
     r->on_view = o->on_view;
     r->arg = o->arg;
@@ -1677,11 +1676,16 @@ void rd_rdv_sweep_soon(rd_rdv *r, const char *job)
 int rd_rdv_lapsed(const rd_rdv *r, const char *job)
 {
     const rdv_job *j = rd_name_valid(job) ? job_find((rd_rdv *)r, job) : NULL;
-    return j != NULL && j->confirmed_ms != 0 && now_ms() - j->confirmed_ms > r->lease_ms;
+    return j != NULL && j->confirmed_ms != 0 && rd_now_ms() - j->confirmed_ms > r->lease_ms;
 }
 
 /* See rendezvous.h. */
 int rd_rdv_connected(const rd_rdv *r)
 {
     return r != NULL && r->cmd.state == RDV_READY;
+}
+
+int64_t rd_rdv_rtt_us(const rd_rdv *r)
+{
+    return r != NULL ? r->rtt_us : -1;
 }

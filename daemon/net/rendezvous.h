@@ -100,6 +100,10 @@ int rd_rdv_lapsed(const rd_rdv *r, const char *job);
 /* 1 while the command connection to Redis is up. */
 int rd_rdv_connected(const rd_rdv *r);
 
+/* Microseconds the last rendezvous script took from sending to its answer (Redis running it
+ * included), or -1 before any answer. */
+int64_t rd_rdv_rtt_us(const rd_rdv *r);
+
 /* Pure decoders of what Redis returns (untrusted: any client of the Redis may have written it),
  * exported for the fuzz harnesses in tests/fuzz; any thread. */
 

@@ -1860,6 +1860,11 @@ int rd_net_redis_connected(const rd_net *net)
     return net != NULL && net->rdv != NULL && rd_rdv_connected(net->rdv);
 }
 
+int64_t rd_net_redis_rtt_us(const rd_net *net)
+{
+    return net != NULL ? rd_rdv_rtt_us(net->rdv) : -1;
+}
+
 rd_status rd_world_describe(const rd_world *w, rd_world_status *r)
 {
     /* Members set aside by this node come after the view's. */

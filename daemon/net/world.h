@@ -41,6 +41,9 @@ void rd_net_free(rd_net *net);
 const char *rd_net_address(const rd_net *net);
 int rd_net_redis_connected(const rd_net *net);
 
+/* The round trip of the last rendezvous command in microseconds (rd_rdv_rtt_us); -1: none. */
+int64_t rd_net_redis_rtt_us(const rd_net *net);
+
 /* The name of the network interface that holds the address peers dial (--advertise) into buf:
  * returns 0, or -1 when it is a host name or no interface here holds it. */
 int rd_net_interface(const rd_net *net, char *buf, size_t len);

@@ -23,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "counters.h"
 #include "frame.h"
 #include "segment.h"
 #include "log.h"
@@ -98,13 +99,6 @@ struct rd_xfer {
     atomic_uint_least64_t sent, received;
 };
 
-static int64_t now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
 static uint64_t step_segments(uint64_t len, uint64_t seg)
 {
     return len == 0 ? 0 : (len + seg - 1) / seg;
@@ -138,9 +132,17 @@ typedef struct {
     uint64_t seg; /* bytes per segment, a multiple of the element size */
     uint64_t S;   /* segments per step */
     uint8_t *recv_done;
+    uint64_t scatter_left; /* segments of reduce steps not yet received: 0 ends reduce-scatter */
     rd_reduce_args mid, fin;
     size_t esz;
 } run;
+
+/* A segment of a recv step is in: the reduce-scatter ends with the last of its steps'. */
+static void recv_counted(run *r, const recv_step *st)
+{
+    if (st->reduce && r->scatter_left > 0 && --r->scatter_left == 0)
+        r->t->phase_us[RD_PHASE_SCATTERED] = rd_now_us();
+}
 
 static void fail(run *r, ringd_result_t st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -218,6 +220,7 @@ static int lane_recv(run *r, lane *l, int idx)
         uint64_t k = l->g % r->S, off = k * r->seg;
         if (off >= st->len) {
             r->recv_done[l->g] = 1;
+            recv_counted(r, st);
             l->g += (uint64_t)C;
             continue;
         }
@@ -274,6 +277,7 @@ static int lane_recv(run *r, lane *l, int idx)
             }
             atomic_fetch_add_explicit(&x->received, len, memory_order_relaxed);
             r->recv_done[l->g] = 1;
+            recv_counted(r, st);
             l->pos = 0;
             l->g += (uint64_t)C;
         }
@@ -307,6 +311,8 @@ static int run_plan(rd_xfer *x, rd_xfer_task *t, const plan *p, size_t esz)
     r.fin = r.mid;
     r.fin.postscale = t->args.postscale;
     r.fin.divisor = t->args.divisor;
+    for (int i = 0; i < p->nrecv; i++)
+        r.scatter_left += p->recv[i].reduce ? r.S : 0;
     r.recv_done = calloc((size_t)(p->nrecv ? p->nrecv : 1) * r.S, 1);
     if (r.recv_done == NULL) {
         fail(&r, RINGD_E_NOMEM, "out of memory");
@@ -318,7 +324,7 @@ static int run_plan(rd_xfer *x, rd_xfer_task *t, const plan *p, size_t esz)
         rl[c] = (lane){.fd = x->recv_fds[c], .g = (uint64_t)c};
     }
     uint64_t send_total = (uint64_t)p->nsend * r.S, recv_total = (uint64_t)p->nrecv * r.S;
-    int64_t last = now_us();
+    int64_t last = rd_now_us();
     int rc = 0;
     for (;;) {
         int progress = 0, pending = 0;
@@ -337,7 +343,7 @@ static int run_plan(rd_xfer *x, rd_xfer_task *t, const plan *p, size_t esz)
             rc = -1;
             break;
         }
-        int64_t now = now_us();
+        int64_t now = rd_now_us();
         if (progress) {
             last = now;
             continue;
@@ -440,8 +446,10 @@ static int do_allreduce(rd_xfer *x, rd_xfer_task *t)
                                 .final = s == N - 2};
     }
     p.nsend = p.nrecv = 2 * (N - 1);
+    t->phase_us[RD_PHASE_STAGED] = rd_now_us();
     if (run_plan(x, t, &p, esz) != 0)
         return -1;
+    t->phase_us[RD_PHASE_MOVED] = rd_now_us();
     if (!direct) {
         uint64_t off = 0;
         for (size_t m = 0; m < t->nmembers; m++) {
@@ -485,8 +493,10 @@ static int do_broadcast(rd_xfer *x, rd_xfer_task *t)
         }
         src = W;
     }
+    t->phase_us[RD_PHASE_STAGED] = rd_now_us();
     if (run_plan(x, t, &p, esz) != 0)
         return -1;
+    t->phase_us[RD_PHASE_MOVED] = rd_now_us();
     for (int l = 0; l < L; l++)
         if (m->out[l] != src)
             t->backend->copy(m->out[l], src, bytes);
@@ -519,8 +529,10 @@ static int do_allgather(rd_xfer *x, rd_xfer_task *t)
         p.recv[u] = (recv_step){.dst = W + off[rb], .len = off[rb + 1] - off[rb]};
     }
     p.nsend = p.nrecv = N - 1;
+    t->phase_us[RD_PHASE_STAGED] = rd_now_us();
     if (run_plan(x, t, &p, esz) != 0)
         return -1;
+    t->phase_us[RD_PHASE_MOVED] = rd_now_us();
     for (int l = 0; l < L; l++)
         if (m->out[l] != W)
             t->backend->copy(m->out[l], W, off[N]);
@@ -531,6 +543,8 @@ static void run_task(rd_xfer *x, rd_xfer_task *t)
 {
     t->status = RINGD_OK;
     t->message[0] = '\0';
+    memset(t->phase_us, 0, sizeof(t->phase_us));
+    t->phase_us[RD_PHASE_BEGIN] = rd_now_us();
     if (atomic_load(&x->broken)) {
         t->status = RINGD_E_MEMBERSHIP;
         snprintf(t->message, sizeof(t->message), "%s", x->broken_why);
@@ -543,6 +557,7 @@ static void run_task(rd_xfer *x, rd_xfer_task *t)
     case RD_COLL_ALLGATHER: rc = do_allgather(x, t); break;
     default: rc = 0; break;
     }
+    t->phase_us[RD_PHASE_END] = rd_now_us();
     /* Any failure mid-collective leaves the nodes out of step: the ring must re-form. */
     if (rc != 0) {
         snprintf(x->broken_why, sizeof(x->broken_why), "%s", t->message);
@@ -594,11 +609,11 @@ static void retire(rd_xfer *x)
 static void *thread_main(void *arg)
 {
     rd_xfer *x = arg;
-    int64_t last = now_us();
+    int64_t last = rd_now_us();
     for (;;) {
         if (atomic_load_explicit(&x->queued, memory_order_acquire) == 0 &&
             !atomic_load(&x->stopping) && !atomic_load(&x->retiring)) {
-            if (now_us() - last < x->cfg.poll_us) {
+            if (rd_now_us() - last < x->cfg.poll_us) {
                 sched_yield();
                 continue;
             }
@@ -628,7 +643,7 @@ static void *thread_main(void *arg)
             continue;
         run_task(x, t);
         post_done(x, t);
-        last = now_us();
+        last = rd_now_us();
     }
     return NULL;
 }

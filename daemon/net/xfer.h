@@ -8,6 +8,7 @@
 
 #include "backend.h"
 #include "ringd.h"
+#include "timeline.h"
 
 struct event_base;
 
@@ -37,6 +38,7 @@ typedef struct rd_xfer_task {
     struct rd_xfer *ring;  /* the caller's: which data plane it went to */
     ringd_result_t status; /* set by the thread */
     char message[320];
+    int64_t phase_us[RD_PHASES]; /* set by the thread: when it passed each rd_ring_phase (us) */
     uint64_t seq;
     struct rd_xfer_task *next;
 } rd_xfer_task;

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# The k8s test: renders deploy/k8s offline (kubectl kustomize) and validates every object against
-# the Kubernetes schemas, unknown fields included; first proves on fixtures that the check fails
-# where it must. Installs its npm packages (package-lock.json) when they are missing or stale.
+# The k8s test: renders every kustomization under deploy/k8s offline (kubectl kustomize) and
+# validates every object against the Kubernetes schemas (the Prometheus Operator's for PodMonitor),
+# unknown fields included, and checks the Grafana dashboards' queries (dashboard.mjs; parsed by
+# promtool when it is installed); first proves on fixtures that the checks fail where they must.
+# Installs its npm packages (package-lock.json) when they are missing or stale.
 #   tests/k8s/run.sh [SOURCE_ROOT]          the whole test
 #   tests/k8s/run.sh --install-only         only the npm packages (for render.mjs users)
 # KUBECTL names the kubectl binary (default: kubectl on PATH).
@@ -77,7 +79,41 @@ for dir in fixtures/*/; do
   fi
 done
 
-# The manifests themselves: the base, the GPU overlay and the example Job.
+# Likewise for the dashboard check: each fixtures/dashboard-*.json fails with exactly the lines of
+# its .expected.
+for json in fixtures/dashboard-*.json; do
+  set +e
+  out="$(node dashboard.mjs "$json" 2>&1)"
+  rc=$?
+  set -e
+  got="$(grep '^FAIL ' <<<"$out" | sort || true)"
+  want="$(sort "${json%.json}.expected")"
+  if [ "$rc" -ne 1 ] || [ "$got" != "$want" ]; then
+    printf '%s\n' "$out"
+    fail "$json: dashboard.mjs must exit 1 with exactly these problems (exit $rc):"$'\n'"$want"
+  fi
+  echo "k8s: ok: $json is rejected ($(wc -l <<<"$want") problems)"
+done
+
+# The manifests themselves: every directory with a kustomization (the base, the overlays, the
+# monitoring add-on, the example Job), so that a new overlay is validated without a change here.
 cd "$root"
-node "$here/validate.mjs" deploy/k8s/base deploy/k8s/overlays/gpu deploy/k8s/examples/train ||
+mapfile -t dirs < <(find deploy/k8s -name kustomization.yaml -printf '%h\n' | sort)
+[ "${#dirs[@]}" -gt 0 ] || fail "no kustomization.yaml under $root/deploy/k8s"
+node "$here/validate.mjs" "${dirs[@]}" ||
   fail "deploy/k8s does not validate (problems above)"
+
+# The dashboards: their queries with the variables replaced, then parsed by Prometheus's parser.
+mapfile -t dashboards < <(find deploy/k8s -name '*dashboard*.json' | sort)
+[ "${#dashboards[@]}" -gt 0 ] || fail "no *dashboard*.json under $root/deploy/k8s"
+rules="$(mktemp)"
+trap 'rm -f "$rules"' EXIT
+node "$here/dashboard.mjs" --rules "$rules" "${dashboards[@]}" ||
+  fail "the dashboards do not check (problems above)"
+if command -v promtool >/dev/null; then
+  promtool check rules "$rules" >&2 ||
+    fail "promtool cannot parse a dashboard query (above; rules are named dashboard_UID:panel_ID:REFID)"
+  echo "k8s: ok: promtool parses every dashboard query"
+else
+  echo "k8s: promtool not found: dashboard queries not parsed (install Debian's prometheus)"
+fi

@@ -1,5 +1,6 @@
-// Validates rendered kustomize directories against the Kubernetes schemas of kubernetes-models,
-// and also rejects fields those schemas do not define (the package's validators accept them).
+// Validates rendered kustomize directories against the Kubernetes schemas of kubernetes-models (and
+// the Prometheus Operator's CRD schemas of @kubernetes-models/prometheus-operator), and also
+// rejects fields those schemas do not define (the packages' validators accept them).
 // `node validate.mjs DIR...`: one line per object, one per problem, a summary; exit 1 on any
 // problem (an invalid object, an unknown field, an unknown kind, a directory that does not render).
 import { realpathSync } from "node:fs";
@@ -12,16 +13,22 @@ import { PodDisruptionBudget } from "kubernetes-models/policy/v1";
 import {
   Role, RoleBinding, ClusterRole, ClusterRoleBinding,
 } from "kubernetes-models/rbac.authorization.k8s.io/v1";
+// A custom resource: the Prometheus Operator's CRD schema, compiled the same way.
+import { PodMonitor } from "@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1";
 import { render } from "./render.mjs";
 
 // The kinds deploy/k8s may use, by "apiVersion kind"; any other kind is a problem, so that a typo
-// in apiVersion or kind cannot skip validation. Add a model here to allow a new kind.
+// in apiVersion or kind cannot skip validation. Add a model here to allow a new kind, and its
+// package to MODEL_PACKAGES.
 export const MODELS = new Map(
   [
     Namespace, Service, ServiceAccount, ConfigMap, Secret, PriorityClass, Deployment, DaemonSet,
-    Job, PodDisruptionBudget, Role, RoleBinding, ClusterRole, ClusterRoleBinding,
+    Job, PodDisruptionBudget, Role, RoleBinding, ClusterRole, ClusterRoleBinding, PodMonitor,
   ].map((m) => [`${m.apiVersion} ${m.kind}`, m]),
 );
+
+// The npm packages the models come from, each with a directory per API version (selfcheck.mjs).
+export const MODEL_PACKAGES = ["kubernetes-models", "@kubernetes-models/prometheus-operator"];
 
 // Properties the schemas define but the generated validators never read (kubernetes-models'
 // generator drops properties named "description"), by "apiVersion kind": accepted at the top of
