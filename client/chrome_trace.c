@@ -7,7 +7,8 @@
 
 #include "ringd.pb-c.h"
 
-#define NODE_PID 1 /* the node's row: ring passes and membership changes */
+#define NODE_PID 1  /* the node's row: ring passes and membership changes */
+#define OTHER_PID 2 /* the tensors past RD_CTRACE_ROWS different names share one row */
 
 static const char *const kind_names[] = {"ALLREDUCE", "BROADCAST", "ALLGATHER", "BARRIER"};
 
@@ -47,7 +48,7 @@ static uint32_t row_of(rd_ctrace *t, const char *name)
     uint32_t h = 2166136261u; /* FNV-1a */
     for (const char *p = name; *p != '\0'; p++)
         h = (h ^ (unsigned char)*p) * 16777619u;
-    uint32_t pid = 2 + h % 1000000000u; /* never the node's */
+    uint32_t pid = 3 + h % 1000000000u; /* never the node's or the shared one */
     for (uint32_t i = 0; i < RD_CTRACE_ROWS; i++) {
         uint32_t *slot = &t->rows[(h + i) % RD_CTRACE_ROWS];
         if (*slot == pid)
@@ -63,7 +64,14 @@ static uint32_t row_of(rd_ctrace *t, const char *name)
             return pid;
         }
     }
-    return pid; /* the table is full: the row goes untitled */
+    if (!t->other_named) { /* the table is full */
+        t->other_named = 1;
+        event(t);
+        out(t, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"name\":"
+               "\"other tensors\"}}",
+            OTHER_PID);
+    }
+    return OTHER_PID;
 }
 
 int rd_ctrace_open(rd_ctrace *t, FILE *f, const char *node)

@@ -11,13 +11,14 @@
 
 struct Ringd__OpTrace;
 
-#define RD_CTRACE_ROWS 4096 /* tensors given a row of their own; more share rows by hash */
+#define RD_CTRACE_ROWS 4096 /* tensor names given a row of their own; the rest share one */
 
 typedef struct {
     FILE *f;
     int nevents;          /* events written (0: the next one needs no comma) */
     uint64_t last_pass;   /* the last ring pass drawn on the node's row */
     uint32_t rows[RD_CTRACE_ROWS]; /* pids named so far (0: free), open addressing */
+    int other_named;      /* the shared row is titled */
     int failed;           /* a write failed */
 } rd_ctrace;
 

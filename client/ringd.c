@@ -656,12 +656,12 @@ static int take_membership(ringd_t *r, const Ringd__Complete *c)
         break_session(r, RINGD_E_PROTOCOL, why);
         return -1;
     }
-    r->generation = c->generation;
     if (r->trace_file != NULL && c->generation != r->generation) {
         snprintf(why, sizeof(why), "generation %" PRIu64 ": rank %u of %u", c->generation, c->rank,
                  c->size);
         rd_ctrace_mark(&r->trace, rd_now_us(), c->generation, why);
     }
+    r->generation = c->generation;
     r->rank = (int)c->rank;
     r->size = (int)c->size;
     r->local_rank = (int)c->local_rank;

@@ -9,6 +9,7 @@ sanitizer build LD_PRELOAD (libasan) with ASAN_OPTIONS ending in detect_leaks=0,
 processes only: the daemons get the environment without LD_PRELOAD and with leak detection on.
 """
 import ctypes
+import json
 import multiprocessing
 import os
 import shutil
@@ -355,3 +356,88 @@ def daemon():
     log = tail(d.log, 6000)
     d.remove()
     assert rc == 0 or rc == -signal.SIGKILL, f"ringd exit status {rc}:\n{log}"
+
+
+# ---- two nodes running ringd-bench (the autotune and observability tests) ----
+
+SMALL_MODEL = "# sizes around the direct, ring and fusion limits\n" \
+              "bias 3\nweight 70000\nemb 1000003\nnorm 512\nhead 4096\nproj 300000\n"
+
+
+def status(d):
+    r = subprocess.run([_binary("RINGCTL_BIN"), "--socket", d.sock, "status", "--json"],
+                       capture_output=True, text=True, timeout=10)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def ring_of(d, job):
+    for j in status(d)["jobs"]:
+        if j["name"] == job:
+            return j.get("ring")
+    return None
+
+
+class TwoNodes:
+    """Two daemons through a redis-server (flags[i] for node n<i>) and the small model file."""
+
+    def __init__(self, tmp_path, flags):
+        self.key = tmp_path / "ring.key"
+        self.key.write_text("python tests' ring key, 32 bytes")
+        os.chmod(self.key, 0o600)
+        self.model = tmp_path / "small"
+        self.model.write_text(SMALL_MODEL)
+        self.redis, self.daemons, self.ranks = Redis(), [], []
+        try:
+            for i in range(2):  # each starts as it is made
+                self.daemons.append(Daemon(["--redis", self.redis.url, "--listen", "127.0.0.1:0",
+                                            "--key-file", str(self.key), "--node", f"n{i}"]
+                                           + flags[i]))
+        except BaseException:
+            self.close()
+            raise
+
+    def start(self, job, iters):
+        """A rank on each node running the small model iters times (one checked step more)."""
+        args = ["--procs", "1", "--world", "2", "--job", job, "--model", str(self.model),
+                "-n", str(iters), "-w", "1"]
+        # each in a process group of its own: ringd-bench forks its ranks, which kill_ranks
+        # must stop too
+        self.ranks = [subprocess.Popen([_binary("RINGD_BENCH_BIN"), "--socket", d.sock, *args],
+                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                       start_new_session=True)
+                      for d in self.daemons]
+
+    def finish(self):
+        """Waits for the ranks; returns their output, all of it from successful runs."""
+        outs = [r.communicate(timeout=180) for r in self.ranks]
+        logs = "\n".join(tail(d.log) for d in self.daemons)
+        for r, (out, err) in zip(self.ranks, outs):
+            assert r.returncode == 0, out + err + logs
+        return outs[0][0] + outs[1][0]
+
+    def checked_run(self, job):
+        """Stops the ranks running, then runs job for 200 steps, every result right."""
+        self.kill_ranks()
+        self.start(job, 200)
+        out = self.finish()
+        assert "# #wrong 0" in out, out
+
+    def kill_ranks(self):
+        for r in self.ranks:
+            try:
+                os.killpg(r.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            r.communicate(timeout=30)
+
+    def logs(self):
+        return [open(d.log).read() for d in self.daemons]
+
+    def close(self):
+        self.kill_ranks()
+        for d in self.daemons:
+            d.stop()
+            d.remove()
+        self.redis.stop()
+        self.redis.remove()

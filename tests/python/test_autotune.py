@@ -1,94 +1,9 @@
 """--autotune and the coordinator's tuning: two real daemons through a redis-server, a model's
 gradients from ringd-bench with every result checked, the tuning read back with ringctl."""
-import json
-import os
 import re
-import signal
 import subprocess
 
-from conftest import Daemon, Redis, _binary, tail, wait_for
-
-SMALL_MODEL = "# sizes around the direct, ring and fusion limits\n" \
-              "bias 3\nweight 70000\nemb 1000003\nnorm 512\nhead 4096\nproj 300000\n"
-
-
-def status(d):
-    r = subprocess.run([_binary("RINGCTL_BIN"), "--socket", d.sock, "status", "--json"],
-                       capture_output=True, text=True, timeout=10)
-    assert r.returncode == 0, r.stderr
-    return json.loads(r.stdout)
-
-
-def ring_of(d, job):
-    for j in status(d)["jobs"]:
-        if j["name"] == job:
-            return j.get("ring")
-    return None
-
-
-class TwoNodes:
-    """Two daemons through a redis-server (flags[i] for node n<i>) and the small model file."""
-
-    def __init__(self, tmp_path, flags):
-        self.key = tmp_path / "ring.key"
-        self.key.write_text("python tests' ring key, 32 bytes")
-        os.chmod(self.key, 0o600)
-        self.model = tmp_path / "small"
-        self.model.write_text(SMALL_MODEL)
-        self.redis, self.daemons, self.ranks = Redis(), [], []
-        try:
-            for i in range(2):  # each starts as it is made
-                self.daemons.append(Daemon(["--redis", self.redis.url, "--listen", "127.0.0.1:0",
-                                            "--key-file", str(self.key), "--node", f"n{i}"]
-                                           + flags[i]))
-        except BaseException:
-            self.close()
-            raise
-
-    def start(self, job, iters):
-        """A rank on each node running the small model iters times (one checked step more)."""
-        args = ["--procs", "1", "--world", "2", "--job", job, "--model", str(self.model),
-                "-n", str(iters), "-w", "1"]
-        # each in a process group of its own: ringd-bench forks its ranks, which kill_ranks
-        # must stop too
-        self.ranks = [subprocess.Popen([_binary("RINGD_BENCH_BIN"), "--socket", d.sock, *args],
-                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                       start_new_session=True)
-                      for d in self.daemons]
-
-    def finish(self):
-        """Waits for the ranks; returns their output, all of it from successful runs."""
-        outs = [r.communicate(timeout=180) for r in self.ranks]
-        logs = "\n".join(tail(d.log) for d in self.daemons)
-        for r, (out, err) in zip(self.ranks, outs):
-            assert r.returncode == 0, out + err + logs
-        return outs[0][0] + outs[1][0]
-
-    def checked_run(self, job):
-        """Stops the ranks running, then runs job for 200 steps, every result right."""
-        self.kill_ranks()
-        self.start(job, 200)
-        out = self.finish()
-        assert "# #wrong 0" in out, out
-
-    def kill_ranks(self):
-        for r in self.ranks:
-            try:
-                os.killpg(r.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            r.communicate(timeout=30)
-
-    def logs(self):
-        return [open(d.log).read() for d in self.daemons]
-
-    def close(self):
-        self.kill_ranks()
-        for d in self.daemons:
-            d.stop()
-            d.remove()
-        self.redis.stop()
-        self.redis.remove()
+from conftest import TwoNodes, _binary, ring_of, wait_for
 
 
 def test_autotune_settles_on_one_setting_that_every_node_runs_and_logs(tmp_path):
