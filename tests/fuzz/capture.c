@@ -109,12 +109,15 @@ static void seed_empty(seed *s, Ringd__Msg__BodyCase which)
     Ringd__StatusRequest sr = RINGD__STATUS_REQUEST__INIT;
     Ringd__Poke pk = RINGD__POKE__INIT;
     Ringd__DrainRequest dr = RINGD__DRAIN_REQUEST__INIT;
+    Ringd__MetricsRequest mr = RINGD__METRICS_REQUEST__INIT;
     rd_msg m = RINGD__MSG__INIT;
     m.body_case = which;
     if (which == RINGD__MSG__BODY_STATUS_REQUEST)
         m.status_request = &sr;
     else if (which == RINGD__MSG__BODY_POKE)
         m.poke = &pk;
+    else if (which == RINGD__MSG__BODY_METRICS_REQUEST)
+        m.metrics_request = &mr;
     else
         m.drain_request = &dr;
     seed_frame(s, &m);
@@ -261,6 +264,17 @@ static void capture_session(void)
     sock.n = 0;
     seed_empty(&sock, RINGD__MSG__BODY_DRAIN_REQUEST);
     session_seed("drain", &sock, &ring);
+    sock.n = 0;
+    seed_empty(&sock, RINGD__MSG__BODY_METRICS_REQUEST);
+    session_seed("metrics", &sock, &ring);
+    sock.n = 0;
+    Ringd__TimelineRequest tr = RINGD__TIMELINE_REQUEST__INIT;
+    tr.job = "train";
+    tr.seconds = 1;
+    m.body_case = RINGD__MSG__BODY_TIMELINE_REQUEST;
+    m.timeline_request = &tr;
+    seed_frame(&sock, &m);
+    session_seed("timeline", &sock, &ring);
 }
 
 /* The ring harness's script: frames written into the submission ring and taken, replies put. */

@@ -24,7 +24,9 @@
 #include "log.h"
 #include "ring.h"
 #include "session.h"
+#include "prometheus.h"
 #include "status_request.h"
+#include "timeline_request.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -46,7 +48,16 @@ static daemon_state state;
 static const rd_admin_handler admin_handlers[] = {
     {RINGD__MSG__BODY_STATUS_REQUEST, rd_status_request},
     {RINGD__MSG__BODY_DRAIN_REQUEST, rd_drain_request},
+    {RINGD__MSG__BODY_METRICS_REQUEST, rd_metrics_request},
+    {RINGD__MSG__BODY_TIMELINE_REQUEST, rd_timeline_request},
 };
+
+/* A connection goes away: the drain and the timeline recordings drop what they hold of it. */
+static void forget_session(rd_front *f, rd_session *s)
+{
+    rd_drain_forget(f, s);
+    rd_timeline_forget(f, s);
+}
 
 /* A fresh engine under the front (after a drain, which lasts for the engine's life). */
 static void engine_start(daemon_state *d)
@@ -96,7 +107,7 @@ static daemon_state *daemon_get(void)
         .counters = &d->counters,
         .admin = admin_handlers,
         .nadmin = sizeof(admin_handlers) / sizeof(admin_handlers[0]),
-        .forget = rd_drain_forget,
+        .forget = forget_session,
     };
     clock_gettime(CLOCK_MONOTONIC, &d->front.started);
     engine_start(d);
