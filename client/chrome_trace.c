@@ -39,7 +39,8 @@ static void out_str(rd_ctrace *t, const char *s)
 /* Opens the next event: a comma after the previous one. */
 static void event(rd_ctrace *t)
 {
-    out(t, t->nevents++ > 0 ? ",\n" : "\n");
+    out(t, t->any ? ",\n" : "\n");
+    t->any = 1;
 }
 
 /* The row (pid) of a tensor: a hash of its name, titled with the name when first used. */

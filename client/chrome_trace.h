@@ -15,7 +15,7 @@ struct Ringd__OpTrace;
 
 typedef struct {
     FILE *f;
-    int nevents;          /* events written (0: the next one needs no comma) */
+    int any;              /* an event is written: the next one needs a comma */
     uint64_t last_pass;   /* the last ring pass drawn on the node's row */
     uint32_t rows[RD_CTRACE_ROWS]; /* pids named so far (0: free), open addressing */
     int other_named;      /* the shared row is titled */

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -494,10 +495,22 @@ static int run_timeline(const char *path, int timeout_ms, const char *job, int s
     q.seconds = (uint32_t)seconds;
     m.body_case = RINGD__MSG__BODY_TIMELINE_REQUEST;
     m.timeline_request = &q;
-    /* Fail on an unwritable file before recording for minutes. */
-    FILE *f = strcmp(out_path, "-") == 0 ? stdout : fopen(out_path, "w");
+    /* Into a file beside out_path, renamed once written: fails on an unwritable place before
+     * recording for minutes, and leaves an earlier trace at out_path as it was when this one
+     * fails. */
+    char tmp_path[PATH_MAX];
+    if (snprintf(tmp_path, sizeof(tmp_path), "%s.XXXXXX", out_path) >= (int)sizeof(tmp_path)) {
+        fprintf(stderr, "ringctl: timeline: %s: path too long\n", out_path);
+        return EXIT_USAGE;
+    }
+    int to_stdout = strcmp(out_path, "-") == 0, tfd = to_stdout ? -1 : mkstemp(tmp_path);
+    FILE *f = to_stdout ? stdout : tfd >= 0 ? fdopen(tfd, "w") : NULL;
     if (f == NULL) {
         fprintf(stderr, "ringctl: timeline: %s: %s\n", out_path, strerror(errno));
+        if (tfd >= 0) {
+            close(tfd);
+            remove(tmp_path);
+        }
         return EXIT_USAGE;
     }
     fprintf(stderr, "ringctl: recording job '%s' for %d s\n", job, seconds);
@@ -517,7 +530,7 @@ static int run_timeline(const char *path, int timeout_ms, const char *job, int s
     if (rc != EXIT_OK) {
         if (f != stdout) {
             fclose(f);
-            remove(out_path);
+            remove(tmp_path);
         }
         return rc;
     }
@@ -534,7 +547,16 @@ static int run_timeline(const char *path, int timeout_ms, const char *job, int s
             rd_ctrace_op(&t, r->ops[i++]);
         }
     }
-    int bad = rd_ctrace_close(&t) != 0 || (f != stdout && fclose(f) != 0);
+    int bad = rd_ctrace_close(&t) != 0;
+    if (f != stdout) {
+        bad = fclose(f) != 0 || bad;
+        /* mkstemp's 0600, as a file the user made would be */
+        mode_t um = umask(0);
+        umask(um);
+        bad = bad || chmod(tmp_path, 0666 & ~um) != 0 || rename(tmp_path, out_path) != 0;
+        if (bad)
+            remove(tmp_path);
+    }
     if (bad) {
         fprintf(stderr, "ringctl: timeline: writing %s: %s\n", out_path, strerror(errno));
     } else {

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "ringd_build.h"
@@ -41,6 +42,29 @@ static void log_devices(const rd_devices *dv)
     for (int i = 0; i < dv->n; i++)
         rd_log(RD_LOG_INFO, "gpu", "CUDA device %d: %s, %.1f GiB", dv->dev[i].index,
                dv->dev[i].name, (double)dv->dev[i].memory / (1u << 30));
+}
+
+/* libevent's own warnings (a failed accept, a bad HTTP request) go to ringd's log. */
+static void on_libevent_log(int severity, const char *msg)
+{
+    rd_log(severity >= EVENT_LOG_ERR ? RD_LOG_ERROR
+           : severity == EVENT_LOG_WARN ? RD_LOG_WARN
+                                        : RD_LOG_DEBUG,
+           "libevent", "%s", msg);
+}
+
+/* Raises the soft limit on open files to the hard one, as servers do: clients, peers' links and
+ * metrics connections each hold one, and running out stops accepting any of them. */
+static void raise_fd_limit(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rlim_t was = rl.rlim_cur;
+        rl.rlim_cur = rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &rl) == 0)
+            rd_log(RD_LOG_DEBUG, "main", "open files: %llu (was %llu)",
+                   (unsigned long long)rl.rlim_cur, (unsigned long long)was);
+    }
 }
 
 /* The daemon: one of each layer's contexts, and what they share. */
@@ -142,6 +166,8 @@ int main(int argc, char **argv)
         return 2;
     }
     signal(SIGPIPE, SIG_IGN);
+    event_set_log_callback(on_libevent_log);
+    raise_fd_limit();
     /* Buffers made per op (fused passes, direct results, frames) of 128 KiB and more would each
      * be a fresh mmap, faulted in page by page and unmapped again at free; a profile of 256 KiB
      * ops across nodes spent a third of its time in those faults. Keep them in the heap for

@@ -17,8 +17,8 @@ Test(metrics, says_why_a_ring_changed)
     cr_assert_eq(rd_change_cause_of(0, 4, 1), RD_CHANGE_CAUSE_START);
     cr_assert_eq(rd_change_cause_of(2, 4, 1), RD_CHANGE_CAUSE_JOIN);
     cr_assert_eq(rd_change_cause_of(4, 2, 0), RD_CHANGE_CAUSE_LEAVE);
-    cr_assert_eq(rd_change_cause_of(4, 2, 1), RD_CHANGE_CAUSE_FAILURE);
-    cr_assert_eq(rd_change_cause_of(4, 4, 1), RD_CHANGE_CAUSE_FAILURE);
+    cr_assert_eq(rd_change_cause_of(4, 2, 1), RD_CHANGE_CAUSE_SHRINK);
+    cr_assert_eq(rd_change_cause_of(4, 4, 1), RD_CHANGE_CAUSE_REFORM);
     cr_assert_eq(rd_change_cause_of(4, 4, 0), RD_CHANGE_CAUSE_REFORM);
 }
 
@@ -65,7 +65,8 @@ Test(metrics, counts_ops_by_kind_and_result_and_bytes_only_of_successes)
     cr_assert_eq(jm->bytes[2], 0);
     cr_assert_eq(jm->latency[0][0].count, 2);
     cr_assert_eq(jm->latency[2][3].count, 1);
-    cr_assert_eq(jm->latency[2][3].bucket[12 /* le 5 s */ + 4], 0);
+    cr_assert_eq(jm->latency[2][3].bucket[16 /* le 2.5 s */], 0);
+    cr_assert_eq(jm->latency[2][3].bucket[17 /* le 5 s: 3 s */], 1);
     rd_metrics_free(m);
 }
 

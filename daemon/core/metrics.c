@@ -6,7 +6,7 @@
 
 #include "counters.h"
 
-const char *const rd_change_cause_names[RD_CHANGE_CAUSES] = {"start", "join", "leave", "failure",
+const char *const rd_change_cause_names[RD_CHANGE_CAUSES] = {"start", "join", "leave", "shrink",
                                                              "reform"};
 const char *const rd_metrics_kind_names[RD_METRICS_KINDS] = {"allreduce", "broadcast",
                                                              "allgather", "barrier"};
@@ -150,7 +150,7 @@ rd_change_cause rd_change_cause_of(uint32_t prev_size, uint32_t size, int sync)
         return RD_CHANGE_CAUSE_START;
     if (size > prev_size)
         return RD_CHANGE_CAUSE_JOIN;
-    if (sync)
-        return RD_CHANGE_CAUSE_FAILURE;
-    return size < prev_size ? RD_CHANGE_CAUSE_LEAVE : RD_CHANGE_CAUSE_REFORM;
+    if (size == prev_size)
+        return RD_CHANGE_CAUSE_REFORM;
+    return sync ? RD_CHANGE_CAUSE_SHRINK : RD_CHANGE_CAUSE_LEAVE;
 }

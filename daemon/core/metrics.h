@@ -21,10 +21,11 @@
 typedef enum {
     RD_CHANGE_CAUSE_START,   /* the job's first ring on this node */
     RD_CHANGE_CAUSE_JOIN,    /* more ranks than before */
-    RD_CHANGE_CAUSE_LEAVE,   /* fewer, gracefully (a drain, a job's clients closing) */
-    RD_CHANGE_CAUSE_FAILURE, /* fewer, or the same, after a failure (a crash, a lost lease, a
-                                broken link): clients re-synchronise */
-    RD_CHANGE_CAUSE_REFORM,  /* the same ranks at a new generation, nobody lost */
+    RD_CHANGE_CAUSE_LEAVE,   /* fewer, gracefully: a node drained or its last client closed, and
+                                it said Bye; what was under way finished */
+    RD_CHANGE_CAUSE_SHRINK,  /* fewer, and clients re-synchronise: a process closed on a node
+                                that keeps others, a crash, a lost lease */
+    RD_CHANGE_CAUSE_REFORM,  /* the same number of ranks at a new generation (a broken link) */
     RD_CHANGE_CAUSES
 } rd_change_cause;
 

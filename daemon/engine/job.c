@@ -408,6 +408,9 @@ static void op_answer(rd_op *o, ringd_result_t status, const char *message,
     }
 }
 
+static uint64_t result_bytes(const rd_op *o);
+static void job_changed(rd_job *j, uint64_t generation, uint32_t size, int sync, const char *why);
+
 /* The op's end, seen once (op_finish, op_tombstone): counted in its job's metrics, recorded in
  * its timeline, and its trace into *tr (tr->submit_us malloc'd: free it) when a recording or a
  * client wants it. Returns tr then, else NULL. */
@@ -416,8 +419,8 @@ static const rd_trace_op *op_ended(rd_op *o, ringd_result_t status, rd_trace_op 
     rd_job *j = o->job;
     int64_t now = rd_now_us();
     uint64_t size = o->p.count * rd_dtype_size((rd_dtype)o->p.dtype);
-    rd_metrics_op(j->m, o->p.coll, status, size, status == RINGD_OK ? rd_local_bytes(&o->plan) : 0,
-                  now - o->first_us);
+    rd_metrics_op(j->m, o->p.coll, status, size,
+                  status == RINGD_OK ? result_bytes(o) * o->nparts : 0, now - o->first_us);
     if (j->m != NULL && status == RINGD_E_STALLED)
         j->m->stall_aborts++;
     if (j->tl == NULL && j->ntraced == 0)
@@ -465,11 +468,12 @@ static void op_finish(rd_op *o, ringd_result_t status, const char *message)
     if (status == RINGD_OK) {
         d->counters->ops_completed++;
         j->ops_completed++;
-        d->counters->bytes_reduced += rd_local_bytes(&o->plan);
+        uint64_t written = result_bytes(o) * o->nparts;
+        d->counters->bytes_reduced += written;
         const rd_arena *a = o->nparts > 0 ? o->parts[0].arena : NULL;
         if (a != NULL && a->backend->device_memory && a->mem.device >= 0 &&
             a->mem.device < RD_COUNTERS_DEVICES)
-            d->counters->device_bytes[a->mem.device] += rd_local_bytes(&o->plan);
+            d->counters->device_bytes[a->mem.device] += written;
     } else {
         d->counters->ops_failed++;
         j->ops_failed++;
@@ -1238,6 +1242,8 @@ static void job_reshape(rd_job *j, const char *why)
     j->sync_generation = j->generation;
     snprintf(j->sync_why, sizeof(j->sync_why), "%s", why);
     fail_unstarted(j, why);
+    if (j->nclients > 0)
+        job_changed(j, j->generation, j->size, 1, why);
     job_welcome(j);
     rd_log(RD_LOG_INFO, "job", "job '%s': %s; generation %" PRIu64 ", %u ranks", j->name, why,
            j->generation, j->size);
@@ -1447,7 +1453,6 @@ rd_job *rd_job_next(const rd_job *j)
 
 static const rd_world_events world_events;
 static const rd_sched_events sched_events;
-static void job_changed(rd_job *j, uint64_t generation, uint32_t size, int sync, const char *why);
 static const rd_devcomm_events devcomm_events;
 
 ringd_result_t rd_job_join(rd_client *s, const rd_hello *h, char *err, size_t errlen)
@@ -2583,11 +2588,14 @@ static void on_negotiated(void *arg, void *own, const rd_neg_outcome *e)
         return;
     }
     assert(o->state == OP_ANNOUNCED);
-    o->negotiated_us = rd_now_us();
-    if (j->m != NULL && o->ready_us != 0)
-        rd_histogram_observe(&j->m->negotiation, rd_metrics_latency_bounds,
-                             RD_METRICS_LATENCY_BUCKETS,
-                             (double)(o->negotiated_us - o->ready_us) / 1e6);
+    /* Once: an op a graceful ring change carried over is negotiated again on the next ring. */
+    if (o->negotiated_us == 0) {
+        o->negotiated_us = rd_now_us();
+        if (j->m != NULL && o->ready_us != 0)
+            rd_histogram_observe(&j->m->negotiation, rd_metrics_latency_bounds,
+                                 RD_METRICS_LATENCY_BUCKETS,
+                                 (double)(o->negotiated_us - o->ready_us) / 1e6);
+    }
     if (e->status != RINGD_OK) {
         op_fail(o, e->status <= RINGD_E_REFUSED ? (ringd_result_t)e->status : RINGD_E_PROTOCOL,
                 "%s", e->message);

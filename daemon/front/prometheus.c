@@ -7,6 +7,7 @@
 #include <event2/event.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
+#include <event2/listener.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -28,7 +29,13 @@
 struct rd_metrics_http {
     rd_front *f;
     struct evhttp *http;
+    struct evconnlistener *listener; /* evhttp's */
+    struct event *ev_resume;         /* accepting again after a failed accept */
+    struct rd_metrics_http *next;    /* in servers */
 };
+
+/* Every server, to find one by its listener: the listener's callback argument is evhttp's. */
+static rd_metrics_http *servers;
 
 /* The short names of ringd_result_t, as the result label says them. */
 static const char *const result_names[RINGD_RESULT_COUNT] = {
@@ -266,8 +273,8 @@ static void job_series(expo *x, rd_metrics *reg)
                   RD_METRICS_PASS_BUCKETS);
     }
     family(x, "ringd_membership_changes_total", "counter",
-           "Changes of the job's ring seen on this node, by cause (start, join, leave, failure, "
-           "reform)");
+           "Changes of the job's ring seen on this node, by cause (start, join, leave: fewer ranks "
+           "gracefully, shrink: fewer and clients re-synchronise, reform: as many)");
     for (const rd_job_metrics *jm = rd_metrics_jobs(reg); jm != NULL; jm = jm->next) {
         label_escape(job, sizeof(job), jm->name);
         for (unsigned c = 0; c < RD_CHANGE_CAUSES; c++)
@@ -334,6 +341,31 @@ static void on_request(struct evhttp_request *req, void *arg)
     evbuffer_free(body);
 }
 
+static void on_resume(evutil_socket_t fd, short what, void *arg)
+{
+    rd_metrics_http *h = arg;
+    (void)fd;
+    (void)what;
+    evconnlistener_enable(h->listener);
+}
+
+/* EMFILE and friends (connections hold every fd): the pending connection stays readable, so
+ * accepting again at once would spin the loop every job runs on. Pause, then retry. */
+static void on_accept_error(struct evconnlistener *l, void *arg)
+{
+    rd_metrics_http *h = servers;
+    (void)arg;
+    while (h != NULL && h->listener != l)
+        h = h->next;
+    if (h == NULL)
+        return;
+    struct timeval pause = {0, 250 * 1000};
+    rd_log(RD_LOG_WARN, "metrics", "accept on %s: %s; pausing 250 ms", h->f->metrics_address,
+           strerror(errno));
+    evconnlistener_disable(l);
+    evtimer_add(h->ev_resume, &pause);
+}
+
 /* Splits "HOST:PORT" or "[V6]:PORT" into host and port. Returns 0, or -1. */
 static int split_address(const char *a, char *host, size_t hlen, int *port)
 {
@@ -388,7 +420,17 @@ rd_metrics_http *rd_metrics_http_new(rd_front *f, const char *listen, char *err,
         rd_metrics_http_free(h);
         return NULL;
     }
+    h->listener = evhttp_bound_socket_get_listener(bs);
+    if ((h->ev_resume = evtimer_new(f->base, on_resume, h)) == NULL) {
+        snprintf(err, errlen, "--metrics-listen %s: out of memory", listen);
+        rd_metrics_http_free(h);
+        return NULL;
+    }
+    evconnlistener_set_error_cb(h->listener, on_accept_error);
+    h->next = servers;
+    servers = h;
     struct sockaddr_storage ss;
+    memset(&ss, 0, sizeof(ss));
     socklen_t sl = sizeof(ss);
     char ip[INET6_ADDRSTRLEN] = "?";
     int bound = port;
@@ -413,8 +455,16 @@ void rd_metrics_http_free(rd_metrics_http *h)
 {
     if (h == NULL)
         return;
+    for (rd_metrics_http **pp = &servers; *pp != NULL; pp = &(*pp)->next) {
+        if (*pp == h) {
+            *pp = h->next;
+            break;
+        }
+    }
     if (h->http != NULL)
         evhttp_free(h->http);
+    if (h->ev_resume != NULL)
+        event_free(h->ev_resume);
     free(h);
 }
 
@@ -425,7 +475,8 @@ void rd_metrics_request(rd_session *s, const rd_msg *req)
     (void)req;
     struct evbuffer *b = evbuffer_new();
     if (b == NULL || rd_metrics_text(s->f, b) != 0 || evbuffer_add(b, "", 1) != 0) {
-        evbuffer_free(b);
+        if (b != NULL)
+            evbuffer_free(b);
         rd_session_close(s, RINGD_E_NOMEM, "cannot build the metrics");
         return;
     }
