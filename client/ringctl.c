@@ -313,18 +313,26 @@ static void print_json(const Ringd__StatusReply *r)
     json_object_put(root);
 }
 
-/* Sends m to the daemon at path and receives its answer within timeout_ms into *reply (owned
- * by the caller: rd_frame_free). Returns EXIT_OK, or EXIT_DAEMON after printing why. */
-static int ask(const char *path, const rd_msg *m, int timeout_ms, rd_msg **reply)
+/* Sends m to the daemon at path and receives its answer, a message of type expect, within
+ * timeout_ms into *reply (owned by the caller: rd_frame_free). Returns EXIT_OK, or EXIT_DAEMON
+ * after printing why (no answer, an Error, another type; *reply is then NULL). */
+static int ask(const char *path, const rd_msg *m, int timeout_ms, int expect, rd_msg **reply)
 {
     char err[1024];
     if (rd_conn_ask(path, m, timeout_ms, reply, err, sizeof(err)) != RINGD_OK) {
         fprintf(stderr, "ringctl: %s\n", err);
+        *reply = NULL;
         return EXIT_DAEMON;
     }
+    if ((int)(*reply)->body_case == expect)
+        return EXIT_OK;
     if ((*reply)->body_case == RINGD__MSG__BODY_ERROR)
         fprintf(stderr, "ringctl: %s: ringd answered: %s\n", path, (*reply)->error->message);
-    return EXIT_OK;
+    else
+        fprintf(stderr, "ringctl: %s: unexpected reply type %d\n", path, (int)(*reply)->body_case);
+    rd_frame_free(*reply);
+    *reply = NULL;
+    return EXIT_DAEMON;
 }
 
 /* Asks for the daemon's StatusReply into *reply (the caller frees it with rd_frame_free).
@@ -335,18 +343,7 @@ static int ask_status(const char *path, int timeout_ms, rd_msg **reply)
     rd_msg m = RINGD__MSG__INIT;
     m.body_case = RINGD__MSG__BODY_STATUS_REQUEST;
     m.status_request = &q;
-    int rc = ask(path, &m, timeout_ms, reply);
-    if (rc != EXIT_OK)
-        return rc;
-    if ((*reply)->body_case != RINGD__MSG__BODY_STATUS_REPLY) {
-        if ((*reply)->body_case != RINGD__MSG__BODY_ERROR)
-            fprintf(stderr, "ringctl: %s: unexpected reply type %d\n", path,
-                    (int)(*reply)->body_case);
-        rd_frame_free(*reply);
-        *reply = NULL;
-        return EXIT_DAEMON;
-    }
-    return EXIT_OK;
+    return ask(path, &m, timeout_ms, RINGD__MSG__BODY_STATUS_REPLY, reply);
 }
 
 /* `status`: prints the daemon's StatusReply. */
@@ -413,15 +410,10 @@ static int run_drain(const char *path, int timeout_ms, int drain_ms, int json)
     if (bound == 0 && (rc = daemon_drain_timeout(path, timeout_ms, &bound)) != EXIT_OK)
         return rc;
     int64_t wait = (int64_t)bound + timeout_ms;
-    rc = ask(path, &m, wait > INT_MAX ? INT_MAX : (int)wait, &reply);
+    rc = ask(path, &m, wait > INT_MAX ? INT_MAX : (int)wait, RINGD__MSG__BODY_DRAIN_REPLY,
+             &reply);
     if (rc != EXIT_OK)
         return rc;
-    if (reply->body_case != RINGD__MSG__BODY_DRAIN_REPLY) {
-        if (reply->body_case != RINGD__MSG__BODY_ERROR)
-            fprintf(stderr, "ringctl: %s: unexpected reply type %d\n", path, (int)reply->body_case);
-        rd_frame_free(reply);
-        return EXIT_DAEMON;
-    }
     const Ringd__DrainReply *d = reply->drain_reply;
     print_drain(d, json);
     rc = EXIT_OK;
@@ -471,15 +463,9 @@ static int run_metrics(const char *path, int timeout_ms)
     rd_msg m = RINGD__MSG__INIT, *reply;
     m.body_case = RINGD__MSG__BODY_METRICS_REQUEST;
     m.metrics_request = &q;
-    int rc = ask(path, &m, timeout_ms, &reply);
+    int rc = ask(path, &m, timeout_ms, RINGD__MSG__BODY_METRICS_REPLY, &reply);
     if (rc != EXIT_OK)
         return rc;
-    if (reply->body_case != RINGD__MSG__BODY_METRICS_REPLY) {
-        if (reply->body_case != RINGD__MSG__BODY_ERROR)
-            fprintf(stderr, "ringctl: %s: unexpected reply type %d\n", path, (int)reply->body_case);
-        rd_frame_free(reply);
-        return EXIT_DAEMON;
-    }
     fputs(reply->metrics_reply->text, stdout);
     rd_frame_free(reply);
     return fflush(stdout) == 0 ? EXIT_OK : EXIT_DAEMON;
@@ -515,13 +501,8 @@ static int run_timeline(const char *path, int timeout_ms, const char *job, int s
     }
     fprintf(stderr, "ringctl: recording job '%s' for %d s\n", job, seconds);
     int64_t wait = (int64_t)seconds * 1000 + timeout_ms;
-    int rc = ask(path, &m, wait > INT_MAX ? INT_MAX : (int)wait, &reply);
-    if (rc == EXIT_OK && reply->body_case != RINGD__MSG__BODY_TIMELINE_REPLY) {
-        if (reply->body_case != RINGD__MSG__BODY_ERROR)
-            fprintf(stderr, "ringctl: %s: unexpected reply type %d\n", path, (int)reply->body_case);
-        rd_frame_free(reply);
-        rc = EXIT_DAEMON;
-    }
+    int rc = ask(path, &m, wait > INT_MAX ? INT_MAX : (int)wait, RINGD__MSG__BODY_TIMELINE_REPLY,
+                 &reply);
     if (rc == EXIT_OK && reply->timeline_reply->status != RINGD_OK) {
         fprintf(stderr, "ringctl: timeline: %s\n", reply->timeline_reply->message);
         rd_frame_free(reply);

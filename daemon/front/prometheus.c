@@ -10,6 +10,7 @@
 #include <event2/listener.h>
 #include <inttypes.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -256,21 +257,28 @@ static void job_series(expo *x, rd_metrics *reg)
                           rd_metrics_latency_bounds, RD_METRICS_LATENCY_BUCKETS);
             }
     }
-    family(x, "ringd_negotiation_wait_seconds", "histogram",
-           "From every local rank having submitted a collective to the nodes agreeing on it");
-    for (const rd_job_metrics *jm = rd_metrics_jobs(reg); jm != NULL; jm = jm->next) {
-        label_escape(job, sizeof(job), jm->name);
-        snprintf(labels, sizeof(labels), "job=\"%s\"", job);
-        histogram(x, "ringd_negotiation_wait_seconds", labels, &jm->negotiation,
-                  rd_metrics_latency_bounds, RD_METRICS_LATENCY_BUCKETS);
-    }
-    family(x, "ringd_ring_pass_ops", "histogram",
-           "Ops per ring pass: more than one when small allreduces fuse");
-    for (const rd_job_metrics *jm = rd_metrics_jobs(reg); jm != NULL; jm = jm->next) {
-        label_escape(job, sizeof(job), jm->name);
-        snprintf(labels, sizeof(labels), "job=\"%s\"", job);
-        histogram(x, "ringd_ring_pass_ops", labels, &jm->pass_ops, rd_metrics_pass_bounds,
-                  RD_METRICS_PASS_BUCKETS);
+    static const struct {
+        const char *name, *help;
+        size_t offset; /* of the rd_histogram in rd_job_metrics */
+        const double *bounds;
+        size_t n;
+    } per_job[] = {
+        {"ringd_negotiation_wait_seconds",
+         "From every local rank having submitted a collective to the nodes agreeing on it",
+         offsetof(rd_job_metrics, negotiation), rd_metrics_latency_bounds,
+         RD_METRICS_LATENCY_BUCKETS},
+        {"ringd_ring_pass_ops", "Ops per ring pass: more than one when small allreduces fuse",
+         offsetof(rd_job_metrics, pass_ops), rd_metrics_pass_bounds, RD_METRICS_PASS_BUCKETS},
+    };
+    for (size_t i = 0; i < sizeof(per_job) / sizeof(per_job[0]); i++) {
+        family(x, per_job[i].name, "histogram", per_job[i].help);
+        for (const rd_job_metrics *jm = rd_metrics_jobs(reg); jm != NULL; jm = jm->next) {
+            label_escape(job, sizeof(job), jm->name);
+            snprintf(labels, sizeof(labels), "job=\"%s\"", job);
+            histogram(x, per_job[i].name, labels,
+                      (const rd_histogram *)((const char *)jm + per_job[i].offset),
+                      per_job[i].bounds, per_job[i].n);
+        }
     }
     family(x, "ringd_membership_changes_total", "counter",
            "Changes of the job's ring seen on this node, by cause (start, join, leave: fewer ranks "
