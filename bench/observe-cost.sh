@@ -3,6 +3,8 @@
 # allreduce at 4 B and 64 MiB, run alternately on two daemons of one build: "off" (no
 # --metrics-listen, nothing recorded) and "on" (--metrics-listen scraped every second, a
 # `ringctl timeline` recording the job, and RINGD_TIMELINE in both ranks writing their traces).
+# The per-op counting into the jobs' series runs in both (it cannot be turned off): "off" is what
+# every ringd pays; on - off is what serving, scraping and the timelines add.
 #
 # Usage: bench/observe-cost.sh [BUILD_DIR]   (default: build-rel, set up as a release build)
 # Knobs: RUNS=5 ITERS_SMALL=2000 ITERS_LARGE=20 SIZES="4 64M"
