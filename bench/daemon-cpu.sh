@@ -18,20 +18,7 @@ ROOT=$(cd "$HERE/.." && pwd)
 PYTHON=/usr/bin/python3
 
 . "$HERE/lib.sh"
-
-# shellcheck source=../scripts/deps.sh
-source "$ROOT/scripts/deps.sh"
-ringd_install_deps || die "installing the build's packages failed"
-release_build "$BUILD"
-RINGD="$BUILD/daemon/ringd"
-RINGCTL="$BUILD/client/ringctl"
-RINGD_BENCH="$BUILD/bench/ringd-bench"
-LIBRINGD="$BUILD/client/libringd.so"
-
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/ringd-daemon-cpu.XXXXXX")
-pids=()
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+bench_setup daemon-cpu "$BUILD"
 
 # cpu_ticks PID: user + system clock ticks of process PID so far.
 cpu_ticks() {

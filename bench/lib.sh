@@ -106,3 +106,21 @@ start_ring() {
         fi
     done
 }
+
+# bench_setup NAME BUILD: what every bench script starts with (ROOT set): the build's Debian
+# packages, BUILD made a release build, $RINGD, $RINGCTL, $RINGD_BENCH and $LIBRINGD of it, a
+# fresh scratch directory $tmp (ringd-NAME.*) and the traps that stop $pids and remove $tmp.
+bench_setup() {
+    # shellcheck source=../scripts/deps.sh
+    source "$ROOT/scripts/deps.sh"
+    ringd_install_deps || die "installing the build's packages failed"
+    release_build "$2"
+    RINGD="$2/daemon/ringd"
+    RINGCTL="$2/client/ringctl"
+    RINGD_BENCH="$2/bench/ringd-bench"
+    LIBRINGD="$2/client/libringd.so"
+    tmp=$(mktemp -d "${TMPDIR:-/tmp}/ringd-$1.XXXXXX")
+    pids=()
+    trap cleanup EXIT
+    trap 'exit 130' INT TERM
+}

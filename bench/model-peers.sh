@@ -36,17 +36,9 @@ ROOT=$(cd "$HERE/.." && pwd)
 PYTHON=/usr/bin/python3
 
 . "$HERE/lib.sh"
-
-# shellcheck source=../scripts/deps.sh
-source "$ROOT/scripts/deps.sh"
-ringd_install_deps || die "installing the build's packages failed"
+bench_setup model-peers "$BUILD"
 ringd_install_bench_deps || die "installing the bench's packages failed"
 
-release_build "$BUILD"
-
-RINGD="$BUILD/daemon/ringd"
-RINGCTL="$BUILD/client/ringctl"
-RINGD_BENCH="$BUILD/bench/ringd-bench"
 MPI_MODEL="$BUILD/bench/mpi-model-bench"
 for f in "$RINGD" "$RINGCTL" "$RINGD_BENCH" "$MPI_MODEL"; do
     [[ -x $f ]] || die "$f: not found or not executable"
@@ -55,11 +47,7 @@ for c in mpirun redis-server redis-cli timeout; do
     command -v "$c" >/dev/null || die "$c: not found in PATH (scripts/deps.sh installs it)"
 done
 
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/ringd-model-peers.XXXXXX")
 : >"$tmp/results"
-pids=() # background processes of ours still to stop: redis-server, ringd a and b
-trap cleanup EXIT
-trap 'exit 130' INT TERM
 
 # ringd_model MODEL: both ranks of ringd-bench --model against daemons a and b; rank 0's output
 # (rank 0 is on a, the first node by name; b's goes to $tmp/ringd-b.txt and must stay empty).

@@ -26,19 +26,7 @@ ROOT=$(cd "$HERE/.." && pwd)
 PYTHON=/usr/bin/python3
 
 . "$HERE/lib.sh"
-
-# shellcheck source=../scripts/deps.sh
-source "$ROOT/scripts/deps.sh"
-ringd_install_deps || die "installing the build's packages failed"
-release_build "$BUILD"
-RINGD="$BUILD/daemon/ringd"
-RINGCTL="$BUILD/client/ringctl"
-RINGD_BENCH="$BUILD/bench/ringd-bench"
-
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/ringd-observe-cost.XXXXXX")
-pids=()
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+bench_setup observe-cost "$BUILD"
 
 "$RINGD" --socket "$tmp/off.sock" --log-level warn 2>>"$tmp/ringd-off.log" &
 pids+=($!)
