@@ -12,6 +12,7 @@ RINGD_DEB_PACKAGES=(
   python3-numpy python3-pytest python3-torch python3-torchvision
   clang libclang-rt-14-dev
   prometheus
+  patchelf
 )
 
 # ringd_apt_install PACKAGE...: installs those of the packages that are missing.
