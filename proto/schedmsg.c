@@ -215,6 +215,11 @@ static rd_schedmsg_status dev_decode(const rd_msg *m, rd_schedmsg *out, char *er
         v.dev.want = (int)m->dev_offer->want;
         v.dev.device = m->dev_offer->device != 0;
         v.dev.can = m->dev_offer->can != 0;
+        v.dev.gpu = m->dev_offer->gpu != NULL ? m->dev_offer->gpu : "";
+        if (strnlen(v.dev.gpu, RD_SCHEDMSG_GPU_MAX + 1) > RD_SCHEDMSG_GPU_MAX) {
+            snprintf(err, errlen, "DevOffer with a GPU name over %u bytes", RD_SCHEDMSG_GPU_MAX);
+            return RD_SCHEDMSG_BAD;
+        }
         why = m->dev_offer->why;
         break;
     case RINGD__MSG__BODY_DEV_PLAN: {
@@ -315,6 +320,7 @@ static rd_msg *dev_encode(const rd_schedmsg *v)
         b->offer.device = v->dev.device != 0;
         b->offer.can = v->dev.can != 0;
         b->offer.why = why;
+        b->offer.gpu = (char *)(v->dev.gpu != NULL ? v->dev.gpu : "");
         m->body_case = RINGD__MSG__BODY_DEV_OFFER;
         m->dev_offer = &b->offer;
     } else if (v->kind == RD_SCHEDMSG_DEV_PLAN) {

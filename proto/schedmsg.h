@@ -52,7 +52,8 @@ typedef enum {
                           it announced long ago, which a node that has not announced them ends as
                           stalled (name and message; params as the asker has them) */
     RD_SCHEDMSG_GO,    /* names[0..nnames): ops bound for the ring, run in that order */
-    RD_SCHEDMSG_DEV_OFFER,   /* node -> coordinator: dev.want, dev.device, dev.can, dev.why */
+    RD_SCHEDMSG_DEV_OFFER,   /* node -> coordinator: dev.want, dev.device, dev.can, dev.why,
+                                dev.gpu */
     RD_SCHEDMSG_DEV_PLAN,    /* coordinator -> nodes: dev.transport (RD_DEV_TCP with dev.why, or
                                 RD_DEV_NCCL with dev.id[0..dev.id_len)) */
     RD_SCHEDMSG_DEV_CONFIRM, /* node -> coordinator: dev.confirm (and dev.why when failed) */
@@ -68,6 +69,8 @@ enum { RD_DEV_JOINED = 1, RD_DEV_FORMED = 2, RD_DEV_FAILED = 3 };
 /* The fields of the device-transport messages; strings and id borrowed. */
 typedef struct {
     int want, device, can;  /* DevOffer */
+    const char *gpu;        /* DevOffer: its GPU's UUID, "" for none (never NULL once decoded;
+                               at most RD_SCHEDMSG_GPU_MAX bytes) */
     int transport, required; /* DevPlan (required: TCP, though some node wants NCCL) */
     const uint8_t *id;      /* DevPlan of NCCL: 1..RD_SCHEDMSG_ID_MAX bytes; else none */
     size_t id_len;
@@ -93,6 +96,7 @@ typedef struct {
 #define RD_SCHEDMSG_SEGMENT_MAX (64ull << 20)
 #define RD_SCHEDMSG_CONNS_MAX 16u
 #define RD_SCHEDMSG_CYCLE_MAX 1000000u /* --fusion-cycle-us */
+#define RD_SCHEDMSG_GPU_MAX 63u        /* a GPU's UUID ("GPU-" or "MIG-" and 36 more) */
 
 /* One scheduling message. generation is the ring's (rd_world_send stamps the current one). */
 typedef struct {

@@ -23,6 +23,7 @@ typedef struct {
     rd_schedmsg m;
     uint8_t id[RD_SCHEDMSG_ID_MAX];
     char why[RD_SCHEDMSG_MESSAGE_MAX + 1];
+    char gpu[RD_SCHEDMSG_GPU_MAX + 1];
 } wire;
 
 /* One node as its owner sees it. */
@@ -67,6 +68,8 @@ static void on_send(void *arg, int to, const rd_schedmsg *m)
         w->m.dev.id = w->id;
         snprintf(w->why, sizeof(w->why), "%s", m->dev.why != NULL ? m->dev.why : "");
         w->m.dev.why = w->why;
+        snprintf(w->gpu, sizeof(w->gpu), "%s", m->dev.gpu != NULL ? m->dev.gpu : "");
+        w->m.dev.gpu = w->gpu;
     }
 }
 
@@ -158,7 +161,7 @@ static void form(uint64_t generation)
     }
 }
 
-static const rd_devring_offer ready_offer = {RD_DEV_WANT_AUTO, 1, 1, ""};
+static const rd_devring_offer ready_offer = {RD_DEV_WANT_AUTO, 1, 1, "", NULL};
 
 static void offer(int i, const rd_devring_offer *o, int64_t now)
 {
@@ -177,6 +180,7 @@ static void deliver(int64_t now, int (*drop)(const wire *))
         wire w = now_on[k];
         w.m.dev.id = w.id;
         w.m.dev.why = w.why;
+        w.m.dev.gpu = w.gpu;
         if (drop != NULL && drop(&w))
             continue;
         char err[256] = "";
@@ -424,10 +428,10 @@ Test(devring, tcp_when_a_node_cannot_and_nobody_waits)
         rd_devring_offer b;
         const char *says;
     } cases[] = {
-        {{RD_DEV_WANT_AUTO, 1, 0, "no NCCL library: libnccl.so.2: cannot open"},
+        {{RD_DEV_WANT_AUTO, 1, 0, "no NCCL library: libnccl.so.2: cannot open", NULL},
          "node b: no NCCL library"},
-        {{RD_DEV_WANT_AUTO, 0, 1, ""}, "node b: its ranks pass host memory"},
-        {{RD_DEV_WANT_TCP, 1, 1, ""}, "node b: --gpu-transport tcp"},
+        {{RD_DEV_WANT_AUTO, 0, 1, "", NULL}, "node b: its ranks pass host memory"},
+        {{RD_DEV_WANT_TCP, 1, 1, "", NULL}, "node b: --gpu-transport tcp"},
     };
     for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
         setup_nodes(3);
@@ -453,8 +457,8 @@ Test(devring, nccl_wanted_but_impossible_is_required_everywhere)
 {
     setup_nodes(2);
     form(1);
-    rd_devring_offer want = {RD_DEV_WANT_NCCL, 1, 1, ""};
-    rd_devring_offer cannot = {RD_DEV_WANT_AUTO, 1, 0, "no GPU"};
+    rd_devring_offer want = {RD_DEV_WANT_NCCL, 1, 1, "", NULL};
+    rd_devring_offer cannot = {RD_DEV_WANT_AUTO, 1, 0, "no GPU", NULL};
     offer(0, &want, 0);
     offer(1, &cannot, 0);
     deliver(0, NULL);
@@ -524,7 +528,7 @@ Test(devring, what_no_node_could_send_is_refused)
     /* under a TCP plan, nothing confirms */
     setup_nodes(2);
     form(1);
-    rd_devring_offer cannot = {RD_DEV_WANT_AUTO, 1, 0, "no NCCL"};
+    rd_devring_offer cannot = {RD_DEV_WANT_AUTO, 1, 0, "no NCCL", NULL};
     offer(0, &ready_offer, 0);
     offer(1, &cannot, 0);
     deliver(0, NULL);
@@ -552,9 +556,9 @@ Test(devring, messages_while_idle_or_after_the_end_are_ignored)
 
 Test(devring, the_decision_names_the_first_node_in_the_way)
 {
-    rd_devring_offer o[3] = {{RD_DEV_WANT_AUTO, 1, 1, ""},
-                             {RD_DEV_WANT_AUTO, 1, 0, "no GPU"},
-                             {RD_DEV_WANT_TCP, 1, 1, ""}};
+    rd_devring_offer o[3] = {{RD_DEV_WANT_AUTO, 1, 1, "", NULL},
+                             {RD_DEV_WANT_AUTO, 1, 0, "no GPU", NULL},
+                             {RD_DEV_WANT_TCP, 1, 1, "", NULL}};
     char why[128];
     cr_assert_eq(rd_devring_decide(o, names, 3, why, sizeof(why)), RD_DEV_TCP);
     cr_assert_str_eq(why, "node b: no GPU");
@@ -562,4 +566,35 @@ Test(devring, the_decision_names_the_first_node_in_the_way)
     o[2].want = RD_DEV_WANT_NCCL;
     cr_assert_eq(rd_devring_decide(o, names, 3, why, sizeof(why)), RD_DEV_NCCL);
     cr_assert_str_eq(why, "");
+}
+
+/* Daemons of one machine (a test, a demo) share its GPUs: NCCL refuses two ranks on one GPU, so
+ * the ring crosses on TCP, naming both nodes and the GPU, instead of failing to form. */
+Test(devring, nodes_sharing_a_gpu_cross_on_tcp)
+{
+    static const rd_devring_offer gpu[3] = {
+        {RD_DEV_WANT_AUTO, 1, 1, "", "GPU-0000aaaa"},
+        {RD_DEV_WANT_AUTO, 1, 1, "", "GPU-0000bbbb"},
+        {RD_DEV_WANT_AUTO, 1, 1, "", "GPU-0000aaaa"},
+    };
+    setup_nodes(3);
+    form(1);
+    for (int i = 2; i >= 0; i--)
+        offer(i, &gpu[i], 0);
+    deliver(0, NULL);
+    deliver(0, NULL);
+    for (int i = 0; i < 3; i++) {
+        cr_assert_eq(nodes[i].settled, RD_DEVRING_TCP, "node %d", i);
+        cr_assert_eq(nodes[i].joins, 0);
+        cr_assert_str_eq(nodes[i].settled_why,
+                         "nodes a and c share GPU GPU-0000aaaa (NCCL takes one rank per GPU)");
+    }
+    cr_assert_eq(ids_made, 0, "no NCCL id is made for a ring that cannot use it");
+    /* each on a GPU of its own: NCCL */
+    rd_devring_offer own[3] = {gpu[0], gpu[1], gpu[2]};
+    own[2].gpu = "GPU-0000cccc";
+    char why[128];
+    cr_assert_eq(rd_devring_decide(own, names, 3, why, sizeof(why)), RD_DEV_NCCL, "%s", why);
+    own[1].gpu = NULL; /* a node that names none (an older ringd) */
+    cr_assert_eq(rd_devring_decide(own, names, 3, why, sizeof(why)), RD_DEV_NCCL, "%s", why);
 }

@@ -373,7 +373,11 @@ Test(schedmsg, device_transport_messages_survive_the_wire)
     const rd_schedmsg v[] = {
         {.kind = RD_SCHEDMSG_DEV_OFFER,
          .generation = 9,
-         .dev = {.want = RD_DEV_WANT_NCCL, .device = 1, .can = 0, .why = "no NCCL library"}},
+         .dev = {.want = RD_DEV_WANT_NCCL,
+                 .device = 1,
+                 .can = 0,
+                 .why = "no NCCL library",
+                 .gpu = "GPU-4af5b3ca-9524-0518-05cb-58aa5664c4f1"}},
         {.kind = RD_SCHEDMSG_DEV_PLAN,
          .generation = 9,
          .dev = {.transport = RD_DEV_NCCL, .id = id, .id_len = sizeof(id)}},
@@ -396,6 +400,8 @@ Test(schedmsg, device_transport_messages_survive_the_wire)
         cr_assert_eq(d.dev.id_len, v[k].dev.id_len);
         cr_assert(d.dev.id_len == 0 || memcmp(d.dev.id, id, d.dev.id_len) == 0);
         cr_assert_str_eq(d.dev.why, v[k].dev.why != NULL ? v[k].dev.why : "");
+        if (v[k].kind == RD_SCHEDMSG_DEV_OFFER)
+            cr_assert_str_eq(d.dev.gpu, v[k].dev.gpu);
         rd_schedmsg_release(&d);
         rd_frame_free(m);
     }
@@ -433,4 +439,19 @@ Test(schedmsg, impossible_device_transport_messages_are_refused)
                   bad[k].says);
     }
     free(long_why);
+}
+
+Test(schedmsg, a_dev_offer_naming_an_overlong_gpu_is_refused)
+{
+    char gpu[RD_SCHEDMSG_GPU_MAX + 2];
+    memset(gpu, 'g', sizeof(gpu) - 1);
+    gpu[sizeof(gpu) - 1] = '\0';
+    rd_schedmsg v = {.kind = RD_SCHEDMSG_DEV_OFFER,
+                     .generation = 3,
+                     .dev = {.want = RD_DEV_WANT_AUTO, .device = 1, .can = 1, .gpu = gpu}};
+    char err[256];
+    cr_assert_eq(decode_after_wire(&v, err, sizeof(err)), RD_SCHEDMSG_BAD);
+    cr_assert(strstr(err, "GPU name over 63 bytes") != NULL, "%s", err);
+    gpu[RD_SCHEDMSG_GPU_MAX] = '\0';
+    cr_assert_eq(decode_after_wire(&v, err, sizeof(err)), RD_SCHEDMSG_DECODED, "%s", err);
 }

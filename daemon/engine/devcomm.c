@@ -226,7 +226,8 @@ void rd_devcomm_ring_up(rd_devcomm *c, const rd_devcomm_local *local)
         snprintf(why, sizeof(why), "its ranks pass host memory");
     else if (local->ops == NULL)
         snprintf(why, sizeof(why), "no device transport in this build");
-    rd_devring_offer own = {(int)c->cfg->gpu_transport, local->device, can, why};
+    rd_devring_offer own = {(int)c->cfg->gpu_transport, local->device, can, why,
+                            local->device ? local->gpu_uuid : NULL};
     if (rd_devring_up(c->dr, &own, rd_now_ms()) != 0) {
         rd_world_drop(c->w, "out of memory offering a device transport");
         return;

@@ -39,10 +39,12 @@ rd_status rd_devcomm_ring_forming(rd_devcomm *c, uint64_t generation, int nnodes
                                   const rd_ring_node *nodes);
 
 /* What this node brings to the ring: whether every local rank of the job has a device arena
- * (device 1), local rank 0's GPU, and the transport of their backend (NULL: none). */
+ * (device 1), local rank 0's GPU (its index and UUID, borrowed), and the transport of their
+ * backend (NULL: none). */
 typedef struct {
     int device;
     int gpu;
+    const char *gpu_uuid;
     const rd_transport_ops *ops;
 } rd_devcomm_local;
 

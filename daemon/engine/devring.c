@@ -76,6 +76,13 @@ int rd_devring_decide(const rd_devring_offer *offers, const char *const *names, 
             continue;
         return RD_DEV_TCP;
     }
+    for (int i = 0; i < n; i++)
+        for (int k = i + 1; k < n && offers[i].gpu != NULL && offers[i].gpu[0] != '\0'; k++)
+            if (offers[k].gpu != NULL && strcmp(offers[i].gpu, offers[k].gpu) == 0) {
+                snprintf(why, len, "nodes %s and %s share GPU %s (NCCL takes one rank per GPU)",
+                         names[i], names[k], offers[i].gpu);
+                return RD_DEV_TCP;
+            }
     if (len > 0)
         why[0] = '\0';
     return RD_DEV_NCCL;
@@ -96,8 +103,10 @@ static void nodes_free(rd_devring *d)
 {
     for (int i = 0; i < d->nnodes; i++) {
         free(d->names[i]);
-        if (d->offers != NULL)
+        if (d->offers != NULL) {
             free((char *)d->offers[i].why);
+            free((char *)d->offers[i].gpu);
+        }
     }
     free(d->names);
     free(d->offers);
@@ -230,14 +239,19 @@ static void plan(rd_devring *d, int64_t now_ms)
         join(d, id, len, now_ms);
 }
 
-/* Records offer o of the node at position i (its why copied). Returns 0, or -1 out of memory. */
+/* Records offer o of the node at position i (its strings copied). Returns 0, or -1 out of
+ * memory. */
 static int offer_keep(rd_devring *d, int i, const rd_devring_offer *o)
 {
-    char *why = strdup(o->why != NULL ? o->why : "");
-    if (why == NULL)
+    char *why = strdup(o->why != NULL ? o->why : ""), *gpu = strdup(o->gpu != NULL ? o->gpu : "");
+    if (why == NULL || gpu == NULL) {
+        free(why);
+        free(gpu);
         return -1;
+    }
     d->offers[i] = *o;
     d->offers[i].why = why;
+    d->offers[i].gpu = gpu;
     d->offered[i] = 1;
     return 0;
 }
@@ -286,7 +300,7 @@ int rd_devring_up(rd_devring *d, const rd_devring_offer *own, int64_t now_ms)
     rd_schedmsg m = {.kind = RD_SCHEDMSG_DEV_OFFER,
                      .generation = d->generation,
                      .dev = {.want = own->want, .device = own->device, .can = own->can,
-                             .why = own->why}};
+                             .why = own->why, .gpu = own->gpu}};
     d->ev.send(d->arg, 0, &m);
     return 0;
 }
@@ -336,7 +350,7 @@ int rd_devring_message(rd_devring *d, int from, const rd_schedmsg *m, int64_t no
     }
     switch (m->kind) {
     case RD_SCHEDMSG_DEV_OFFER: {
-        rd_devring_offer o = {m->dev.want, m->dev.device, m->dev.can, m->dev.why};
+        rd_devring_offer o = {m->dev.want, m->dev.device, m->dev.can, m->dev.why, m->dev.gpu};
         if (d->position != 0 || d->offered[from] ||
             (d->state != RD_DEVRING_LINKING && d->state != RD_DEVRING_OFFERING)) {
             snprintf(err, errlen, "a DevOffer %s", d->position != 0 ? "to a node that does "

@@ -29,13 +29,16 @@ typedef struct {
     int device;      /* 1: every rank of the job on it passes device memory */
     int can;         /* 1: it can form an NCCL communicator (library, GPU) */
     const char *why; /* can 0: why not */
+    const char *gpu; /* the UUID of the GPU its communicator would use; NULL or "": none known */
 } rd_devring_offer;
 
 /* The transport of a generation for offers[0..n) of the nodes named names[0..n), in ring
  * order: RD_DEV_NCCL when no node wants TCP, every node's ranks pass device memory and every
- * node can form a communicator; else RD_DEV_TCP, with why naming the first node that stands in
- * the way ("node b: no NCCL library"). A node that wants NCCL does not change the choice: it
- * only makes a TCP plan an error for its device ops (rd_devring_required). */
+ * node can form a communicator on a GPU of its own; else RD_DEV_TCP, with why naming the first
+ * node that stands in the way ("node b: no NCCL library"), or two nodes on one GPU (NCCL takes
+ * one rank per GPU: daemons of one machine sharing its GPUs). A node that wants NCCL does not
+ * change the choice: it only makes a TCP plan an error for its device ops
+ * (rd_devring_required). */
 int rd_devring_decide(const rd_devring_offer *offers, const char *const *names, int n, char *why,
                       size_t len);
 

@@ -1867,6 +1867,7 @@ static void devcomm_up(rd_job *j)
     if (local.device) {
         const rd_arena *a = j->slots[0]->device_arena;
         local.gpu = a->mem.device;
+        local.gpu_uuid = j->slots[0]->device_uuid;
         local.ops = a->backend->transport;
     }
     rd_devcomm_ring_up(j->devcomm, &local);

@@ -43,6 +43,7 @@ typedef struct rd_client {
     struct rd_arena *device_arena; /* its device arena (MEM_DEVICE handle 1) on device, once
                                       welcomed with one: one reference the front holds */
     int device;                    /* the CUDA device the front gave it; -1: none */
+    const char *device_uuid;       /* its UUID ("GPU-..."), static; NULL: none */
     uint64_t ops_in_flight;   /* Submits not yet answered (the front counts them) */
     uint64_t ops_completed;
     int timeline;             /* its Completes carry their op's trace (Hello.timeline) */

@@ -498,6 +498,7 @@ static rd_status client_welcome(rd_client *cl, const rd_client_view *v, int aren
     w.has_device = s->c.device >= 0;
     w.device = s->c.device >= 0 ? (uint32_t)s->c.device : 0;
     const rd_device *dev = rd_devices_find(s->f->devices, s->c.device);
+    s->c.device_uuid = dev != NULL ? dev->uuid : NULL;
     w.device_uuid = dev != NULL ? (char *)dev->uuid : (char *)"";
     int fds[2] = {arena_fd, -1};
     if (s->device_arena_size > 0 && dev != NULL) {

@@ -2,6 +2,7 @@
  * and divisor, 1 to 16 sources, counts from 1 to 2^26 with odd ones between); device memory
  * shared with another process by file descriptor; libringd's device-pointer check. Without a
  * device or driver it prints one line saying why and exits 77 (meson's skip). */
+#include <errno.h>
 #include <fcntl.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -88,11 +89,12 @@ static int child(int fd, size_t size)
 }
 
 /* Device memory exported as a file descriptor, mapped by another process (started anew, as a
- * training process is): each sees what the other wrote. Returns 0 when it does. */
-static int shared_memory_crosses_processes(const char *self)
+ * training process is, from this program: /proc/self/exe, whatever argv[0] says): each sees
+ * what the other wrote. Returns 0 when it does. */
+static int shared_memory_crosses_processes(void)
 {
-    char why[256] = "out of memory", fds[16], sizes[32];
-    int fd = -1, status = 0;
+    char why[256] = "", fds[16], sizes[32];
+    int fd = -1, status = 0, rc;
     pid_t pid;
     size_t asked = (3u << 20) + 5;
     rd_cuda_shared *m = rd_cuda_shared_new(0, asked, &fd, why, sizeof(why));
@@ -102,16 +104,33 @@ static int shared_memory_crosses_processes(const char *self)
     }
     size_t size = rd_cuda_shared_size(m), i;
     unsigned char *host = malloc(size);
-    for (i = 0; host != NULL && i < size; i++)
+    if (host == NULL) {
+        printf("FAIL: shared device memory: out of memory\n");
+        return 1;
+    }
+    for (i = 0; i < size; i++)
         host[i] = pattern(i);
     snprintf(fds, sizeof(fds), "%d", fd);
     snprintf(sizes, sizeof(sizes), "%zu", asked); /* the child rounds it up alike */
-    char *argv[] = {(char *)self, "--child", fds, sizes, NULL};
-    if (host == NULL || rd_cuda_copy(0, rd_cuda_shared_ptr(m), host, size, why, sizeof(why)) ||
-        fcntl(fd, F_SETFD, 0) != 0 || posix_spawn(&pid, self, NULL, NULL, argv, environ) != 0 ||
-        waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0 ||
-        rd_cuda_copy(0, host, rd_cuda_shared_ptr(m), size, why, sizeof(why)) != 0) {
-        printf("FAIL: shared device memory across processes (%s, child status %d)\n", why, status);
+    char *argv[] = {"test_cuda", "--child", fds, sizes, NULL};
+    if (rd_cuda_copy(0, rd_cuda_shared_ptr(m), host, size, why, sizeof(why)) != 0) {
+        printf("FAIL: shared device memory: writing the pattern: %s\n", why);
+        return 1;
+    }
+    if (fcntl(fd, F_SETFD, 0) != 0) {
+        printf("FAIL: shared device memory: fcntl: %s\n", strerror(errno));
+        return 1;
+    }
+    if ((rc = posix_spawn(&pid, "/proc/self/exe", NULL, NULL, argv, environ)) != 0) {
+        printf("FAIL: shared device memory: starting the child: %s\n", strerror(rc));
+        return 1;
+    }
+    if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        printf("FAIL: shared device memory: the child ended with status %d\n", status);
+        return 1;
+    }
+    if (rd_cuda_copy(0, host, rd_cuda_shared_ptr(m), size, why, sizeof(why)) != 0) {
+        printf("FAIL: shared device memory: reading the child's write: %s\n", why);
         return 1;
     }
     for (i = 0; i < size; i++) {
@@ -168,7 +187,7 @@ int main(int argc, char **argv)
             return 1;
         }
     }
-    if (shared_memory_crosses_processes(argv[0]) != 0)
+    if (shared_memory_crosses_processes() != 0)
         return 1;
     bad = rd_check_kernels(run_on_device, NULL, counts, 9, RD_CUDA_MAX_SRC, ~0u, &ran);
     /* 2^26 elements: the dtypes of the performance targets, 1 and 2 sources */
