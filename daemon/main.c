@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "ringd_build.h"
+#include "backend.h"
 #include "config.h"
 #include "counters.h"
 #include "devices.h"
@@ -65,6 +66,23 @@ static void raise_fd_limit(void)
             rd_log(RD_LOG_DEBUG, "main", "open files: %llu (was %llu)",
                    (unsigned long long)rl.rlim_cur, (unsigned long long)was);
     }
+}
+
+/* NCCL picks the interface of its sockets once per process, at its first call: the one peers
+ * reach this node on (--advertise), chosen here, before any thread that may read the
+ * environment, unless the operator chose one (NCCL_SOCKET_IFNAME). */
+static void transport_setup(const rd_net *net)
+{
+    const rd_backend *b = rd_backend_cuda();
+    char ifname[64], err[256];
+    if (b == NULL || b->transport == NULL || rd_net_interface(net, ifname, sizeof(ifname)) != 0)
+        return;
+    int rc = b->transport->setup(ifname, err, sizeof(err));
+    if (rc > 0)
+        rd_log(RD_LOG_INFO, "main", "NCCL's sockets use interface %s (--advertise %s)", ifname,
+               rd_net_address(net));
+    else if (rc < 0)
+        rd_log(RD_LOG_WARN, "main", "NCCL's sockets: %s", err);
 }
 
 /* The daemon: one of each layer's contexts, and what they share. */
@@ -149,11 +167,14 @@ int main(int argc, char **argv)
 {
     rd_daemon d;
     char err[512];
-    int rc = 1;
+    int rc = rd_backend_helper_main(argc, argv); /* ringd started as a backend's helper */
     rd_listener *l = NULL;
     rd_metrics_http *http = NULL;
     struct event *ev_term = NULL, *ev_int = NULL;
 
+    if (rc >= 0)
+        return rc;
+    rc = 1;
     memset(&d, 0, sizeof(d));
     switch (rd_config_parse(&d.cfg, argc, argv, environ, stdout, err, sizeof(err))) {
     case RD_CONFIG_EXIT: return 0;
@@ -180,13 +201,15 @@ int main(int argc, char **argv)
         rd_log(RD_LOG_ERROR, "main", "event_base_new failed");
         return 1;
     }
+    if (d.cfg.redis_url[0] != '\0') {
+        if ((d.net = rd_net_new(d.base, &d.cfg, &d.counters, err, sizeof(err))) == NULL) {
+            rd_log(RD_LOG_ERROR, "main", "%s", err);
+            goto out;
+        }
+        transport_setup(d.net); /* before the executor's threads */
+    }
     d.exec = rd_exec_new(d.base, (int)d.cfg.threads, err, sizeof(err));
     if (d.exec == NULL) {
-        rd_log(RD_LOG_ERROR, "main", "%s", err);
-        goto out;
-    }
-    if (d.cfg.redis_url[0] != '\0' &&
-        (d.net = rd_net_new(d.base, &d.cfg, &d.counters, err, sizeof(err))) == NULL) {
         rd_log(RD_LOG_ERROR, "main", "%s", err);
         goto out;
     }

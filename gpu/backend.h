@@ -103,6 +103,12 @@ typedef void (*rd_backend_done_fn)(void *arg, int status, const char *why);
 typedef struct rd_transport rd_transport;
 #define RD_TRANSPORT_ID_MAX 128
 typedef struct {
+    /* Process-wide set-up at the daemon's start, before any thread that may read the
+     * environment: the transport's sockets on interface ifname (the one peers reach this node
+     * on: NCCL picks its bootstrap interface once per process, at its first call), unless the
+     * operator chose one (NCCL_SOCKET_IFNAME). Returns 1 when it chose ifname, 0 when it left
+     * the choice as it was, -1 with err set. */
+    int (*setup)(const char *ifname, char *err, size_t errlen);
     /* 0 when this transport can be used here (its library loads); -1 with err set saying why
      * not. Cheap after the first call. Loop thread, as every call here. */
     int (*probe)(char *err, size_t errlen);
@@ -112,8 +118,10 @@ typedef struct {
     int (*make_id)(uint8_t *id, size_t *id_len, char *err, size_t errlen);
     /* Starts a communicator for rank of nranks on device, all of whom were given the same id;
      * it never blocks: poll says when it is ready. A collective that has not finished
-     * timeout_ms (plus its bytes at 100 MB/s) after NCCL was given it (a peer that never came)
-     * ends the communicator: it is aborted, and every pending done reports the failure. Returns NULL with err set. */
+     * timeout_ms (plus its bytes at 100 MB/s) after it reached the head of the device's queue
+     * (a peer that never came), or an asynchronous error of the library (a peer that died),
+     * ends the communicator: it is aborted, and every pending done reports the failure. Returns
+     * NULL with err set. */
     rd_transport *(*init)(const uint8_t *id, size_t id_len, int nranks, int rank, int device,
                           int64_t timeout_ms, char *err, size_t errlen);
     /* 0: t is formed and idle; 1: busy (still forming, or still queueing a collective: poll
@@ -129,9 +137,12 @@ typedef struct {
     int (*run)(rd_transport *t, struct event_base *base, int coll, rd_dtype dt, rd_redop op,
                const void *in, void *out, size_t count, int root, rd_backend_done_fn done,
                void *arg, char *err, size_t errlen);
-    /* Ends the communicator, cutting short what runs on it; then every pending done is called
-     * (0 for those that had finished, else -1), once the device no longer touches their
-     * buffers. Not from a done. NULL is a no-op. */
+    /* Ends the communicator, cutting short what runs on it, and frees t: returns at once, the
+     * abort and the drain running off the loop. Every pending done is called later on the loop
+     * (0 for those that had finished, else -1) once the device no longer touches their
+     * buffers, or, when the abort has not returned within timeout_ms (a wedged device), -1
+     * then, saying so: their arguments must live until then. May be called from a done. NULL
+     * is a no-op. */
     void (*abort)(rd_transport *t);
 } rd_transport_ops;
 
@@ -193,5 +204,10 @@ const rd_backend *rd_backend_cpu(void);
  * them, through the driver loaded at run time. Static storage, never freed; NULL in a build
  * without CUDA. A machine without a driver gets the table, and every call fails saying so. */
 const rd_backend *rd_backend_cuda(void);
+
+/* First thing in the main of a program that may cross nodes on a backend's transport (ringd):
+ * a helper some backend starts this program as (the NCCL transport's id roots) runs here, and
+ * its exit status is returned; -1 for an ordinary start. */
+int rd_backend_helper_main(int argc, char **argv);
 
 #endif

@@ -212,11 +212,23 @@ const rd_backend *rd_backend_cuda(void)
     return &cuda;
 }
 
+int rd_backend_helper_main(int argc, char **argv)
+{
+    return rd_nccl_root_main(argc, argv);
+}
+
 #else
 
 const rd_backend *rd_backend_cuda(void)
 {
     return NULL;
+}
+
+int rd_backend_helper_main(int argc, char **argv)
+{
+    (void)argc;
+    (void)argv;
+    return -1;
 }
 
 #endif

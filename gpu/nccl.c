@@ -1,26 +1,33 @@
-/* NCCL behind the backend's transport seam (backend.h, rd_transport_ops): communicators that
- * never block the event loop (blocking = 0: creation and collectives return at once and are
- * polled), collectives queued on a stream of the transport's own and reported on the loop when
- * their event has happened, and an abort that cuts everything short. libnccl.so.2 is opened
- * with dlopen when first needed, never linked: a machine without it loses this transport only,
- * and make_id says why. */
+/* NCCL behind the backend's transport seam (backend.h, rd_transport_ops): NCCL's communicators
+ * and CUDA's streams and events as commq.h's library (commq.c keeps the queue's rules), the
+ * unique ids and their roots, and the process's set-up. libnccl.so.2 is opened with dlopen when
+ * first needed, never linked: a machine without it loses this transport only, and make_id says
+ * why. */
+#define _GNU_SOURCE /* pipe2 */
 #include "nccl_transport.h"
 
 #include <dlfcn.h>
-#include <event2/event.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <nccl.h> /* types and constants only: every function comes through dlsym */
+#include <poll.h>
 #include <pthread.h>
-#include <time.h>
+#include <signal.h>
+#include <spawn.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
 
+#include "commq.h"
 #include "cuda_dev.h"
 #include "dl.h"
 
-/* How often the loop looks at queued collectives while any is pending. */
-#define RD_NCCL_POLL_US 100
+extern char **environ;
 
 /* The NCCL entry points ringd uses. */
 static struct {
@@ -110,155 +117,265 @@ static int nccl_ready(char *err, size_t errlen)
     return 0;
 }
 
-/* One collective of a transport, from run until it is reported. With blocking = 0 NCCL may
- * still be queueing a collective after the call returns (its launch runs on a thread of its
- * own): no other call on the communicator, and no work that must follow it on the stream, may
- * come until the communicator's state is ncclSuccess again. So collectives wait here in order
- * and go to NCCL one at a time, each followed by its event once NCCL is done queueing it. */
-typedef enum {
-    RUN_WAITING,  /* not given to NCCL yet */
-    RUN_QUEUEING, /* given to NCCL, which is still queueing it */
-    RUN_QUEUED,   /* on the stream, its event recorded after it */
-} run_state;
-
-typedef struct pending {
-    run_state state;
-    int coll, root;
-    rd_dtype dt;
-    rd_redop op;
-    const void *in;
-    void *out;
-    size_t count;
-    void *event; /* made at run, recorded once queued */
-    int64_t issued_ms; /* when NCCL was given it */
-    rd_backend_done_fn done;
-    void *arg;
-    struct pending *next;
-} pending;
-
-struct rd_transport {
-    ncclComm_t comm;      /* NULL once ended (dead) */
-    int device, nranks, rank;
-    int64_t timeout_ms;   /* a collective's bound, from NCCL having it to its event */
-    char dead[256];       /* "": alive; else why the communicator was ended */
-    void *stream;         /* the transport's own: collectives in the order they were run */
-    struct event *ticker; /* advances and reports the pending runs on their loop */
-    pending *head, *tail; /* in run order: QUEUED ones, then at most one QUEUEING, then WAITING */
-};
-
 /* "call: unhandled cuda error (NCCL's last error: ...)" for a failed call's result. NCCL's last
  * error is the process's latest, which may be another communicator's: labelled as such. */
-static void nccl_error(const rd_transport *t, ncclResult_t rc, const char *call, char *err,
+static void nccl_error(ncclComm_t comm, ncclResult_t rc, const char *call, char *err,
                        size_t errlen)
 {
-    const char *last = t != NULL && t->comm != NULL ? nccl.last_error(t->comm) : "";
+    const char *last = comm != NULL ? nccl.last_error(comm) : "";
     say(err, errlen, "%s: %s%s%s%s", call, nccl.error_string(rc),
         last[0] ? " (NCCL's last error: " : "", last, last[0] ? ")" : "");
 }
 
-static int64_t now_ms(void)
+/* ---- set-up ---- */
+
+static int nccl_setup(const char *ifname, char *err, size_t errlen)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    char value[80];
+    if (ifname == NULL || ifname[0] == '\0' || getenv("NCCL_SOCKET_IFNAME") != NULL)
+        return 0; /* NCCL's own choice, or the operator's */
+    snprintf(value, sizeof(value), "=%s", ifname); /* '=': that interface exactly */
+    if (setenv("NCCL_SOCKET_IFNAME", value, 1) != 0) {
+        say(err, errlen, "setenv NCCL_SOCKET_IFNAME: %s", strerror(errno));
+        return -1;
+    }
+    return 1;
+}
+
+/* ---- unique ids: each one's root in a process of its own ----
+ *
+ * ncclGetUniqueId starts a root thread and a listening socket in the calling process that stay
+ * until every rank of the id's communicator has checked in: an id whose communicator never
+ * forms would leave them for the life of the daemon. So the id is made, and its root held, by a
+ * helper: this very program started again with RD_NCCL_ROOT_ARG (rd_nccl_root_main), which
+ * writes the id to its stdout and then waits for its stdin to close. The transport closes it
+ * when the id's communicator formed or ended (commq's id_done), and holds at most
+ * RD_NCCL_ROOTS of them: a new one past that ends the oldest. A helper dies with its parent. */
+
+#define RD_NCCL_ROOT_ARG "--nccl-id-root"
+#define RD_NCCL_ROOTS 8
+#define RD_NCCL_ROOT_WAIT_MS 20000 /* for the helper to start and load NCCL */
+
+typedef struct {
+    pid_t pid; /* 0: a free slot */
+    int stdin_fd;
+    uint8_t id[NCCL_UNIQUE_ID_BYTES];
+    uint64_t made; /* order of making, for the oldest */
+} id_root;
+
+static pthread_mutex_t roots_lock = PTHREAD_MUTEX_INITIALIZER;
+static id_root roots[RD_NCCL_ROOTS];
+static uint64_t roots_made;
+static char self_exe[4096]; /* "": this program holds no roots (rd_nccl_root_main not called) */
+
+int rd_nccl_root_main(int argc, char **argv)
+{
+    if (argc != 2 || strcmp(argv[1], RD_NCCL_ROOT_ARG) != 0) {
+        ssize_t n = readlink("/proc/self/exe", self_exe, sizeof(self_exe) - 1);
+        self_exe[n > 0 ? n : 0] = '\0';
+        return -1;
+    }
+    /* the helper: dies with its parent, answers 'I' and the id, or 'E' and why */
+    char why[512] = "", reply[1 + NCCL_UNIQUE_ID_BYTES];
+    ncclUniqueId u;
+    ncclResult_t rc;
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() == 1)
+        return 1;
+    if (nccl_ready(why, sizeof(why)) != 0) {
+        reply[0] = 'E';
+    } else if ((rc = nccl.get_unique_id(&u)) != ncclSuccess) {
+        nccl_error(NULL, rc, "ncclGetUniqueId", why, sizeof(why));
+        reply[0] = 'E';
+    } else {
+        reply[0] = 'I';
+        memcpy(reply + 1, &u, sizeof(u));
+    }
+    size_t len = reply[0] == 'I' ? sizeof(reply) : 1;
+    if (write(1, reply, len) != (ssize_t)len || (reply[0] == 'E' && write(1, why, strlen(why)) < 0))
+        return 1;
+    close(1);
+    for (;;) { /* until the parent closes our stdin, or dies */
+        char c;
+        ssize_t n = read(0, &c, 1);
+        if (n == 0 || (n < 0 && errno != EINTR))
+            return 0;
+    }
+}
+
+/* Ends root r (lock held): its helper goes, and with it NCCL's root thread and socket. */
+static void root_end(id_root *r)
+{
+    if (r->pid == 0)
+        return;
+    close(r->stdin_fd);
+    kill(r->pid, SIGKILL);
+    while (waitpid(r->pid, NULL, 0) < 0 && errno == EINTR)
+        ;
+    r->pid = 0;
+}
+
+static void nccl_id_done(const uint8_t *id, size_t id_len)
+{
+    pthread_mutex_lock(&roots_lock);
+    for (int i = 0; i < RD_NCCL_ROOTS; i++)
+        if (roots[i].pid != 0 && id_len == sizeof(roots[i].id) &&
+            memcmp(roots[i].id, id, id_len) == 0)
+            root_end(&roots[i]);
+    pthread_mutex_unlock(&roots_lock);
+}
+
+int rd_nccl_roots_held(void)
+{
+    int n = 0;
+    pthread_mutex_lock(&roots_lock);
+    for (int i = 0; i < RD_NCCL_ROOTS; i++)
+        n += roots[i].pid != 0;
+    pthread_mutex_unlock(&roots_lock);
+    return n;
+}
+
+/* Reads len bytes from fd within deadline_ms; returns what it read (less on EOF or timeout). */
+static size_t read_within(int fd, char *buf, size_t len, int64_t deadline_ms)
+{
+    size_t got = 0;
+    while (got < len) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        int64_t left = deadline_ms - ((int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
+        struct pollfd p = {fd, POLLIN, 0};
+        if (left <= 0 || poll(&p, 1, (int)left) <= 0)
+            break;
+        ssize_t n = read(fd, buf + got, len - got);
+        if (n <= 0)
+            break;
+        got += (size_t)n;
+    }
+    return got;
 }
 
 static int nccl_make_id(uint8_t *id, size_t *id_len, char *err, size_t errlen)
 {
-    ncclUniqueId u;
-    ncclResult_t rc;
-    _Static_assert(sizeof(u) <= RD_TRANSPORT_ID_MAX, "an NCCL id fits a transport id");
+    _Static_assert(NCCL_UNIQUE_ID_BYTES <= RD_TRANSPORT_ID_MAX, "an NCCL id fits a transport id");
+    int in[2] = {-1, -1}, out[2] = {-1, -1}, rc = -1;
+    char reply[1 + NCCL_UNIQUE_ID_BYTES + 400];
+    posix_spawn_file_actions_t fa;
+    pid_t pid = 0;
+
     if (nccl_ready(err, errlen) != 0)
         return -1;
-    if ((rc = nccl.get_unique_id(&u)) != ncclSuccess) {
-        nccl_error(NULL, rc, "ncclGetUniqueId", err, errlen);
+    if (self_exe[0] == '\0') {
+        say(err, errlen, "this program holds no NCCL id roots (rd_nccl_root_main is not called "
+            "in its main)");
         return -1;
     }
-    memcpy(id, &u, sizeof(u));
-    *id_len = sizeof(u);
-    return 0;
+    pthread_mutex_lock(&roots_lock);
+    id_root *slot = &roots[0];
+    for (int i = 0; i < RD_NCCL_ROOTS; i++) /* a free slot, else the oldest */
+        if (roots[i].pid == 0 || (slot->pid != 0 && roots[i].made < slot->made))
+            slot = &roots[i];
+    root_end(slot);
+    if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0) {
+        say(err, errlen, "pipe: %s", strerror(errno));
+        goto out;
+    }
+    char *argv[] = {"ringd-nccl-id-root", RD_NCCL_ROOT_ARG, NULL};
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, in[0], 0);
+    posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+    int sp = posix_spawn(&pid, self_exe, &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    if (sp != 0) {
+        pid = 0;
+        say(err, errlen, "starting %s for an NCCL id: %s", self_exe, strerror(sp));
+        goto out;
+    }
+    close(in[0]);
+    close(out[1]);
+    in[0] = out[1] = -1;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    size_t got = read_within(out[0], reply, sizeof(reply) - 1,
+                             (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000 +
+                                 RD_NCCL_ROOT_WAIT_MS);
+    reply[got] = '\0';
+    if (got == 1 + NCCL_UNIQUE_ID_BYTES && reply[0] == 'I') {
+        memcpy(id, reply + 1, NCCL_UNIQUE_ID_BYTES);
+        *id_len = NCCL_UNIQUE_ID_BYTES;
+        memcpy(slot->id, id, NCCL_UNIQUE_ID_BYTES);
+        slot->pid = pid;
+        slot->stdin_fd = in[1];
+        slot->made = ++roots_made;
+        in[1] = -1;
+        pid = 0;
+        rc = 0;
+    } else if (got >= 1 && reply[0] == 'E') {
+        say(err, errlen, "%s", reply + 1);
+    } else {
+        say(err, errlen, "the NCCL id helper (%s) gave no id within %d ms", self_exe,
+            RD_NCCL_ROOT_WAIT_MS);
+    }
+out:
+    if (pid != 0) { /* a helper that failed */
+        kill(pid, SIGKILL);
+        while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+            ;
+    }
+    for (int i = 0; i < 2; i++) {
+        if (in[i] >= 0)
+            close(in[i]);
+        if (out[i] >= 0)
+            close(out[i]);
+    }
+    pthread_mutex_unlock(&roots_lock);
+    return rc;
 }
 
-static rd_transport *nccl_init(const uint8_t *id, size_t id_len, int nranks, int rank, int device,
-                               int64_t timeout_ms, char *err, size_t errlen)
+/* ---- NCCL and CUDA as commq's library ---- */
+
+static void *nccl_comm_init(const uint8_t *id, size_t id_len, int nranks, int rank, int device,
+                            char *err, size_t errlen)
 {
     ncclUniqueId u;
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-    char why[256];
-    rd_transport *t;
-    ncclResult_t rc;
-
+    ncclComm_t comm = NULL;
     if (nccl_ready(err, errlen) != 0)
         return NULL;
-    if (id_len != sizeof(u) || nranks < 1 || rank < 0 || rank >= nranks) {
-        say(err, errlen, "an NCCL communicator of %zu-byte id, rank %d of %d: need a %zu-byte id "
-            "and 0 <= rank < nranks", id_len, rank, nranks, sizeof(u));
+    if (id_len != sizeof(u)) {
+        say(err, errlen, "an NCCL id of %zu bytes, not %zu", id_len, sizeof(u));
         return NULL;
     }
-    if ((t = calloc(1, sizeof(*t))) == NULL) {
-        say(err, errlen, "out of memory");
-        return NULL;
-    }
-    t->device = device;
-    t->nranks = nranks;
-    t->rank = rank;
-    t->timeout_ms = timeout_ms > 0 ? timeout_ms : 1;
     memcpy(&u, id, sizeof(u));
-    if (rd_cuda_use(device, why, sizeof(why)) != 0 ||
-        (t->stream = rd_cuda_stream_new(device, why, sizeof(why))) == NULL) {
-        say(err, errlen, "an NCCL communicator on GPU %d: %s", device, why);
-        free(t);
-        return NULL;
-    }
+    (void)device; /* current on this thread (commq's use) */
     config.blocking = 0; /* membership changes must never hang the loop in NCCL */
-    rc = nccl.init_rank_config(&t->comm, nranks, u, rank, &config);
+    ncclResult_t rc = nccl.init_rank_config(&comm, nranks, u, rank, &config);
     if (rc != ncclSuccess && rc != ncclInProgress) {
-        nccl_error(t, rc, "ncclCommInitRankConfig", err, errlen);
-        if (t->comm != NULL)
-            nccl.abort(t->comm);
-        rd_cuda_stream_free(device, t->stream);
-        free(t);
+        nccl_error(comm, rc, "ncclCommInitRankConfig", err, errlen);
+        if (comm != NULL)
+            nccl.abort(comm);
         return NULL;
     }
-    return t;
+    return comm;
 }
 
-static int nccl_poll(rd_transport *t, char *err, size_t errlen)
+static int nccl_comm_state(void *comm, char *err, size_t errlen)
 {
     ncclResult_t state = ncclSuccess, rc;
-    if (t->dead[0] != '\0') {
-        say(err, errlen, "%s", t->dead);
-        return -1;
-    }
-    if (rd_cuda_use(t->device, err, errlen) != 0)
-        return -1;
-    if ((rc = nccl.get_async_error(t->comm, &state)) != ncclSuccess) {
-        nccl_error(t, rc, "ncclCommGetAsyncError", err, errlen);
+    if ((rc = nccl.get_async_error(comm, &state)) != ncclSuccess) {
+        nccl_error(comm, rc, "ncclCommGetAsyncError", err, errlen);
         return -1;
     }
     if (state == ncclInProgress)
         return 1;
     if (state != ncclSuccess) {
-        nccl_error(t, state, "the NCCL communicator", err, errlen);
+        nccl_error(comm, state, "the NCCL communicator", err, errlen);
         return -1;
     }
     return 0;
 }
 
-/* Ends the oldest pending run with status (why for a failure). */
-static void finish_head(rd_transport *t, int status, const char *why)
-{
-    pending *p = t->head;
-    t->head = p->next;
-    if (t->head == NULL)
-        t->tail = NULL;
-    rd_cuda_event_free(t->device, p->event);
-    p->done(p->arg, status, status != 0 ? why : NULL);
-    free(p);
-}
-
-/* Gives p to NCCL. Returns 0, or -1 with err set. */
-static int issue(rd_transport *t, pending *p, char *err, size_t errlen)
+static int nccl_comm_issue(void *comm, void *stream, const rd_commq_coll *c, char *err,
+                           size_t errlen)
 {
     static const ncclDataType_t types[RD_DT_COUNT] = {
         [RD_DT_F32] = ncclFloat32, [RD_DT_F64] = ncclFloat64, [RD_DT_F16] = ncclFloat16,
@@ -267,190 +384,73 @@ static int issue(rd_transport *t, pending *p, char *err, size_t errlen)
     static const ncclRedOp_t ops[RD_OP_COUNT] = {[RD_OP_SUM] = ncclSum, [RD_OP_MIN] = ncclMin,
                                                  [RD_OP_MAX] = ncclMax, [RD_OP_PROD] = ncclProd};
     ncclResult_t rc;
-    switch (p->coll) {
+    switch (c->coll) {
     case RD_COLL_ALLREDUCE:
-        rc = nccl.all_reduce(p->in, p->out, p->count, types[p->dt], ops[p->op], t->comm,
-                             t->stream);
+        rc = nccl.all_reduce(c->in, c->out, c->count, types[c->dt], ops[c->op], comm, stream);
         break;
     case RD_COLL_BROADCAST:
-        rc = nccl.broadcast(p->in, p->out, p->count, types[p->dt], p->root, t->comm, t->stream);
+        rc = nccl.broadcast(c->in, c->out, c->count, types[c->dt], c->root, comm, stream);
         break;
     default:
-        rc = nccl.all_gather(p->in, p->out, p->count, types[p->dt], t->comm, t->stream);
+        rc = nccl.all_gather(c->in, c->out, c->count, types[c->dt], comm, stream);
         break;
     }
     if (rc != ncclSuccess && rc != ncclInProgress) {
-        nccl_error(t, rc, "queueing an NCCL collective", err, errlen);
+        nccl_error(comm, rc, "queueing an NCCL collective", err, errlen);
         return -1;
     }
-    p->state = RUN_QUEUEING;
-    p->issued_ms = now_ms();
     return 0;
 }
 
-/* Moves the runs along as far as NCCL lets them: records the event of the one NCCL finished
- * queueing, gives it the next. Returns 0, or -1 with err set when the communicator failed. */
-static int advance(rd_transport *t, char *err, size_t errlen)
+static void nccl_comm_abort(void *comm)
 {
-    for (;;) {
-        pending *p = t->head;
-        while (p != NULL && p->state == RUN_QUEUED)
-            p = p->next;
-        if (p == NULL)
-            return 0;
-        int st = nccl_poll(t, err, errlen);
-        if (st != 0)
-            return st < 0 ? -1 : 0; /* NCCL is still queueing: next tick */
-        if (p->state == RUN_QUEUEING) {
-            if (rd_cuda_event_record(t->device, p->event, t->stream, err, errlen) != 0)
-                return -1;
-            p->state = RUN_QUEUED;
-            continue;
-        }
-        if (issue(t, p, err, errlen) != 0)
-            return -1;
-    }
+    nccl.abort(comm);
 }
 
-static void arm(rd_transport *t)
-{
-    if (t->head != NULL && !event_pending(t->ticker, EV_TIMEOUT, NULL)) {
-        struct timeval tv = {0, RD_NCCL_POLL_US};
-        event_add(t->ticker, &tv);
-    }
-}
+static const rd_commq_api nccl_api = {
+    .comm_init = nccl_comm_init,
+    .comm_state = nccl_comm_state,
+    .comm_issue = nccl_comm_issue,
+    .comm_abort = nccl_comm_abort,
+    .id_done = nccl_id_done,
+    .use = rd_cuda_use,
+    .stream_new = rd_cuda_stream_new,
+    .stream_sync = rd_cuda_stream_sync,
+    .stream_free = rd_cuda_stream_free,
+    .event_new = rd_cuda_event_new,
+    .event_record = rd_cuda_event_record,
+    .event_done = rd_cuda_event_done,
+    .event_free = rd_cuda_event_free,
+};
 
-/* How long p may take once NCCL has it: the timeout, plus its bytes at 100 MB/s, so that a
- * large tensor on a slow network is not taken for a peer that never came. */
-static int64_t bound_ms(const rd_transport *t, const pending *p)
+static rd_transport *nccl_init(const uint8_t *id, size_t id_len, int nranks, int rank, int device,
+                               int64_t timeout_ms, char *err, size_t errlen)
 {
-    uint64_t bytes = (uint64_t)p->count * rd_dtype_size(p->dt);
-    if (p->coll == RD_COLL_ALLGATHER)
-        bytes *= (uint64_t)t->nranks;
-    return t->timeout_ms + (int64_t)(bytes / 100000);
-}
-
-/* Ends the communicator (why): NCCL aborted and the stream drained, so the device no longer
- * touches any pending run's buffers; then each is reported, done if its event had happened. */
-static void end_comm(rd_transport *t, const char *why)
-{
-    rd_cuda_use(t->device, NULL, 0);
-    if (t->comm != NULL)
-        nccl.abort(t->comm);
-    t->comm = NULL;
-    rd_cuda_stream_sync(t->device, t->stream, NULL, 0);
-    if (t->dead[0] == '\0')
-        say(t->dead, sizeof(t->dead), "%s", why[0] ? why : "the NCCL communicator ended");
-    while (t->head != NULL) {
-        int ok = t->head->state == RUN_QUEUED &&
-                 rd_cuda_event_done(t->device, t->head->event, NULL, 0) > 0;
-        finish_head(t, ok ? 0 : -1, t->dead);
-    }
-}
-
-/* On the loop while runs are pending: moves them along, then reports those whose event has
- * happened, in order. A failure of the communicator, or a collective past timeout_ms, ends the
- * communicator (the caller re-forms and aborts it). */
-static void on_tick(evutil_socket_t fd, short what, void *arg)
-{
-    rd_transport *t = arg;
-    char why[512] = "";
-    (void)fd;
-    (void)what;
-    if (advance(t, why, sizeof(why)) != 0) {
-        end_comm(t, why);
-        return;
-    }
-
-    while (t->head != NULL && t->head->state == RUN_QUEUED) {
-        int done = rd_cuda_event_done(t->device, t->head->event, why, sizeof(why));
-        if (done == 0)
-            break;
-        finish_head(t, done > 0 ? 0 : -1, why);
-    }
-    /* the oldest collective NCCL has, not yet done, bounds the wait */
-    if (t->head != NULL && t->head->state != RUN_WAITING &&
-        now_ms() - t->head->issued_ms > bound_ms(t, t->head)) {
-        say(why, sizeof(why), "an NCCL collective did not finish within %lld ms of being queued "
-            "(a peer that never came, or a wedged GPU)", (long long)bound_ms(t, t->head));
-        end_comm(t, why);
-        return;
-    }
-    arm(t);
+    if (nccl_ready(err, errlen) != 0)
+        return NULL;
+    rd_transport *t = rd_commq_init(&nccl_api, id, id_len, nranks, rank, device, timeout_ms, err,
+                                    errlen);
+    if (t == NULL)
+        nccl_id_done(id, id_len); /* made here for a communicator that will not be */
+    return t;
 }
 
 static int nccl_run(rd_transport *t, struct event_base *base, int coll, rd_dtype dt, rd_redop op,
                     const void *in, void *out, size_t count, int root, rd_backend_done_fn done,
                     void *arg, char *err, size_t errlen)
 {
-    pending *p;
-
     /* AVG: ringd's engine runs SUM and divides as its own kernels do (NCCL's ncclAvg scales
      * each input first, in the element type) */
-    if ((unsigned)dt >= RD_DT_COUNT || (unsigned)op >= RD_OP_COUNT || op == RD_OP_AVG ||
-        (coll == RD_COLL_BROADCAST && (root < 0 || root >= t->nranks)) ||
-        (coll != RD_COLL_ALLREDUCE && coll != RD_COLL_BROADCAST && coll != RD_COLL_ALLGATHER)) {
-        say(err, errlen, "NCCL collective %d of dtype %d, op %d, root %d: not one ringd runs on "
-            "NCCL", coll, (int)dt, (int)op, root);
-        return -1;
-    }
-    if (t->dead[0] != '\0') {
-        say(err, errlen, "%s", t->dead);
-        return -1;
-    }
-    if (t->ticker == NULL && (t->ticker = event_new(base, -1, 0, on_tick, t)) == NULL) {
-        say(err, errlen, "out of memory");
-        return -1;
-    }
-    if ((p = calloc(1, sizeof(*p))) == NULL) {
-        say(err, errlen, "out of memory");
-        return -1;
-    }
-    /* the event exists before NCCL has the collective: once it has, only recording is left */
-    if (rd_cuda_use(t->device, err, errlen) != 0 ||
-        (p->event = rd_cuda_event_new(t->device, err, errlen)) == NULL) {
-        free(p);
-        return -1;
-    }
-    p->state = RUN_WAITING;
-    p->coll = coll;
-    p->root = root;
-    p->dt = dt;
-    p->op = op;
-    p->in = in;
-    p->out = out;
-    p->count = count;
-    p->done = done;
-    p->arg = arg;
-    if (t->tail != NULL)
-        t->tail->next = p;
-    else
-        t->head = p;
-    t->tail = p;
-    arm(t); /* NCCL gets it on the next tick, never from within run: done is never reentered */
-    return 0;
-}
-
-/* ncclCommAbort first (it returns once NCCL's kernels and threads for the communicator have
- * stopped, non-blocking or not), then the stream drained: when a done reports, nothing on the
- * device touches that run's buffers any more. Runs whose event had happened succeeded. */
-static void nccl_abort(rd_transport *t)
-{
-    if (t == NULL)
-        return;
-    if (t->ticker != NULL)
-        event_free(t->ticker);
-    t->ticker = NULL;
-    end_comm(t, "the NCCL communicator was aborted");
-    rd_cuda_stream_free(t->device, t->stream);
-    free(t);
+    rd_commq_coll c = {coll, dt, op, in, out, count, root};
+    return rd_commq_run(t, base, &c, done, arg, err, errlen);
 }
 
 const rd_transport_ops rd_nccl_ops = {
+    .setup = nccl_setup,
     .probe = nccl_ready,
     .make_id = nccl_make_id,
     .init = nccl_init,
-    .poll = nccl_poll,
+    .poll = rd_commq_poll,
     .run = nccl_run,
-    .abort = nccl_abort,
+    .abort = rd_commq_abort,
 };

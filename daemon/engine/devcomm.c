@@ -22,7 +22,8 @@ struct rd_devcomm {
     void *ev_arg;
     uint32_t *first_ranks, *local_sizes; /* of each ring position, this generation */
     int nnodes;
-    rd_net *net;
+    rd_devcomm_gpus *gpus;
+    int claimed; /* the GPU this job's communicator holds in gpus, or -1 */
     rd_world *w;
     char job[RD_NAME_MAX + 1];
     rd_devring *dr;
@@ -42,13 +43,43 @@ static void arm(rd_devcomm *c)
         evtimer_add(c->ev_tick, &tv);
 }
 
-/* Ends this node's communicator, if any: NCCL stops, the device lets go of the buffers. */
+/* Lets go of the GPU this job's communicator held. */
+static void gpu_release(rd_devcomm *c)
+{
+    if (c->claimed >= 0 && c->gpus->holder[c->claimed] == c)
+        c->gpus->holder[c->claimed] = NULL;
+    c->claimed = -1;
+}
+
+/* Takes gpu for this job's communicator. Returns 0, or -1 with why saying which job holds it. */
+static int gpu_claim(rd_devcomm *c, int gpu, char *why, size_t len)
+{
+    if (gpu < 0 || gpu >= RD_DEVCOMM_GPUS) {
+        snprintf(why, len, "GPU %d is beyond the %d a daemon's communicators track", gpu,
+                 RD_DEVCOMM_GPUS);
+        return -1;
+    }
+    const rd_devcomm *other = c->gpus->holder[gpu];
+    if (other != NULL && other != c) {
+        snprintf(why, len, "GPU %d carries the NCCL communicator of job '%s' (NCCL needs one "
+                 "order of collectives on communicators sharing a GPU): TCP until it is free",
+                 gpu, other->job);
+        return -1;
+    }
+    c->gpus->holder[gpu] = c;
+    c->claimed = gpu;
+    return 0;
+}
+
+/* Ends this node's communicator, if any (NCCL stops, the device lets go of the buffers, off the
+ * loop), and lets go of its GPU. */
 static void comm_end(rd_devcomm *c)
 {
     if (c->t != NULL) {
         c->local.ops->abort(c->t);
         c->t = NULL;
     }
+    gpu_release(c);
 }
 
 static void on_send(void *arg, int to, const rd_schedmsg *m)
@@ -68,24 +99,6 @@ static int on_make_id(void *arg, uint8_t *id, size_t *len, char *err, size_t err
     return c->local.ops->make_id(id, len, err, errlen);
 }
 
-/* NCCL's bootstrap and socket transport use the interface peers reach this node on
- * (--advertise), unless the operator chose one (NCCL_SOCKET_IFNAME in the environment). Set
- * once, before the process's first communicator: NCCL reads it then. */
-static void socket_interface(rd_devcomm *c)
-{
-    static int done;
-    char ifname[64], value[80];
-    if (done)
-        return;
-    done = 1;
-    if (rd_net_interface(c->net, ifname, sizeof(ifname)) != 0)
-        return;
-    snprintf(value, sizeof(value), "=%s", ifname); /* '=': that interface exactly */
-    if (setenv("NCCL_SOCKET_IFNAME", value, 0) == 0)
-        rd_log(RD_LOG_INFO, "devcomm", "NCCL's sockets use interface %s (--advertise %s) unless "
-               "NCCL_SOCKET_IFNAME says otherwise", ifname, rd_net_address(c->net));
-}
-
 static int on_join(void *arg, const uint8_t *id, size_t len, int nranks, int rank, char *err,
                    size_t errlen)
 {
@@ -94,7 +107,6 @@ static int on_join(void *arg, const uint8_t *id, size_t len, int nranks, int ran
         snprintf(err, errlen, "no GPU serves the job here");
         return -1;
     }
-    socket_interface(c);
     c->t = c->local.ops->init(id, len, nranks, rank, c->local.gpu, c->cfg->peer_timeout, err,
                               errlen);
     if (c->t == NULL)
@@ -113,6 +125,8 @@ static void on_settled(void *arg, rd_devring_state st, const char *why)
     rd_log(RD_LOG_INFO, "devcomm", "job '%s': generation %" PRIu64 " crosses nodes on %s%s%s",
            c->job, rd_devring_generation(c->dr), st == RD_DEVRING_NCCL ? "NCCL" : "the TCP ring",
            why[0] ? ": " : "", why);
+    if (st != RD_DEVRING_NCCL)
+        gpu_release(c);
     c->ev.settled(c->ev_arg, st == RD_DEVRING_NCCL);
 }
 
@@ -156,7 +170,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
         arm(c);
 }
 
-rd_devcomm *rd_devcomm_new(struct event_base *base, const rd_config *cfg, rd_net *net,
+rd_devcomm *rd_devcomm_new(struct event_base *base, const rd_config *cfg, rd_devcomm_gpus *gpus,
                            rd_world *w, const char *job, const rd_devcomm_events *ev, void *arg)
 {
     rd_devcomm *c = calloc(1, sizeof(*c));
@@ -165,7 +179,8 @@ rd_devcomm *rd_devcomm_new(struct event_base *base, const rd_config *cfg, rd_net
     c->ev = *ev;
     c->ev_arg = arg;
     c->cfg = cfg;
-    c->net = net;
+    c->gpus = gpus;
+    c->claimed = -1;
     c->w = w;
     snprintf(c->job, sizeof(c->job), "%s", job);
     if ((c->dr = rd_devring_new(&devring_events, c)) == NULL ||
@@ -226,6 +241,8 @@ void rd_devcomm_ring_up(rd_devcomm *c, const rd_devcomm_local *local)
         snprintf(why, sizeof(why), "its ranks pass host memory");
     else if (local->ops == NULL)
         snprintf(why, sizeof(why), "no device transport in this build");
+    if (can && gpu_claim(c, local->gpu, why, sizeof(why)) != 0)
+        can = 0;
     rd_devring_offer own = {(int)c->cfg->gpu_transport, local->device, can, why,
                             local->device ? local->gpu_uuid : NULL};
     if (rd_devring_up(c->dr, &own, rd_now_ms()) != 0) {

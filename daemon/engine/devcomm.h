@@ -18,6 +18,17 @@ struct event_base;
 
 typedef struct rd_devcomm rd_devcomm;
 
+#define RD_DEVCOMM_GPUS 64
+
+/* Which job's communicator holds each GPU of this daemon. NCCL needs the collectives of
+ * communicators that share a GPU run in one order on every rank, or they can deadlock; jobs
+ * coordinated apart cannot promise that, so a GPU carries one job's NCCL communicator at a
+ * time, and another job on it crosses nodes on the TCP ring (saying why) until it is free.
+ * One per engine, zeroed; loop thread. */
+typedef struct {
+    const rd_devcomm *holder[RD_DEVCOMM_GPUS];
+} rd_devcomm_gpus;
+
 /* News for the job. */
 typedef struct {
     /* The generation's device transport is settled: nccl 1 (device ops cross on NCCL) or 0
@@ -25,9 +36,9 @@ typedef struct {
     void (*settled)(void *arg, int nccl);
 } rd_devcomm_events;
 
-/* The communicator of job (its world w and net, borrowed), reporting to ev with arg (copied).
- * Returns NULL when out of memory. */
-rd_devcomm *rd_devcomm_new(struct event_base *base, const rd_config *cfg, rd_net *net,
+/* The communicator of job (its world w, borrowed), among the daemon's others on gpus
+ * (borrowed), reporting to ev with arg (copied). Returns NULL when out of memory. */
+rd_devcomm *rd_devcomm_new(struct event_base *base, const rd_config *cfg, rd_devcomm_gpus *gpus,
                            rd_world *w, const char *job, const rd_devcomm_events *ev, void *arg);
 
 /* Aborts the communicator. NULL is a no-op. */

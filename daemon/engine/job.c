@@ -38,6 +38,7 @@ struct rd_engine {
     rd_metrics *metrics;   /* NULL: none kept */
     rd_exec *exec;
     rd_net *net;           /* NULL: one-node jobs only */
+    rd_devcomm_gpus gpus;  /* the jobs' NCCL communicators on this daemon's GPUs */
     rd_client_events ev;   /* news for the clients */
     rd_job *jobs;
     struct recording *recordings; /* timelines being recorded, by job name */
@@ -1575,7 +1576,7 @@ ringd_result_t rd_job_join(rd_client *s, const rd_hello *h, char *err, size_t er
                                                j->local_size, &world_events, j)) == NULL ||
              (j->sched = rd_sched_new(d->base, d->cfg, j->world, j->name, &sched_events, j)) ==
                  NULL ||
-             (j->devcomm = rd_devcomm_new(d->base, d->cfg, d->net, j->world, j->name,
+             (j->devcomm = rd_devcomm_new(d->base, d->cfg, &d->gpus, j->world, j->name,
                                           &devcomm_events, j)) == NULL))) {
             job_free(j); /* not linked yet, no ops: only what was made */
             snprintf(err, errlen, "out of memory creating job '%s'", h->job);

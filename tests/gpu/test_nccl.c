@@ -1,9 +1,11 @@
 /* On a device with NCCL: a one-rank communicator end to end through the transport seam (ringd's
  * NCCL transport, gpu/nccl.c): an id made, the communicator formed without blocking, an
  * allreduce, broadcast and allgather reported on the event loop, an abort with a collective
- * still queued (its done called, with a failure or its result), and a new communicator for the
- * next generation from a new id. Without a device, or without libnccl.so.2, it prints one line
- * saying why and exits 77 (meson's skip). */
+ * still queued (it returns at once; the done follows on the loop, with a failure or its
+ * result), and a new communicator for the next generation from a new id; then 2000 collectives
+ * queued back to back under a 1 ms timeout, none taken for late (each is timed from reaching the
+ * head of the queue). Without a device, or without libnccl.so.2, it prints one line saying why
+ * and exits 77 (meson's skip). */
 #include <event2/event.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +17,14 @@
 #include "nccl_transport.h"
 
 #define N (1 << 20)
+#define QUEUED 2000
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
 
 typedef struct {
     int calls, status;
@@ -31,7 +41,7 @@ static void on_done(void *arg, int status, const char *why)
 
 /* Forms a communicator of one rank from a new id on device 0, waiting (polling) at most 60 s.
  * NULL after printing why. */
-static rd_transport *form(const rd_transport_ops *ops, const char *what)
+static rd_transport *form(const rd_transport_ops *ops, const char *what, int64_t timeout_ms)
 {
     uint8_t id[RD_TRANSPORT_ID_MAX];
     size_t len = 0;
@@ -40,7 +50,7 @@ static rd_transport *form(const rd_transport_ops *ops, const char *what)
         printf("FAIL: %s: make_id: %s\n", what, err);
         return NULL;
     }
-    rd_transport *t = ops->init(id, len, 1, 0, 0, 60000, err, sizeof(err));
+    rd_transport *t = ops->init(id, len, 1, 0, 0, timeout_ms, err, sizeof(err));
     if (t == NULL) {
         printf("FAIL: %s: init: %s\n", what, err);
         return NULL;
@@ -83,10 +93,13 @@ static int run_one(const rd_transport_ops *ops, rd_transport *t, struct event_ba
     return 0;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     char why[512];
     const rd_transport_ops *ops = &rd_nccl_ops;
+    int helper = rd_nccl_root_main(argc, argv);
+    if (helper >= 0)
+        return helper; /* started as an id's root */
     int n = rd_cuda_load(why, sizeof(why));
     if (n > 0 && rd_cuda_check(0, why, sizeof(why)) != 0)
         n = 0;
@@ -118,7 +131,7 @@ int main(void)
     for (int generation = 1; generation <= 2 && !failed; generation++) {
         char what[64];
         snprintf(what, sizeof(what), "generation %d", generation);
-        rd_transport *t = form(ops, what);
+        rd_transport *t = form(ops, what, 60000);
         if (t == NULL)
             return 1;
         static const int colls[] = {RD_COLL_ALLREDUCE, RD_COLL_BROADCAST, RD_COLL_ALLGATHER};
@@ -150,17 +163,25 @@ int main(void)
                    a.calls, b.calls, a.status, b.status, a.why, b.why);
             failed = 1;
         }
-        /* an abort with a collective queued: its done comes before abort returns */
+        /* an abort with a collective queued: it returns at once (abort and drain run off the
+         * loop), and the done follows on the loop */
         outcome o = {0, 0, ""};
         if (!failed && ops->run(t, base, RD_COLL_ALLREDUCE, RD_DT_F32, RD_OP_SUM, in, out, N, 0,
                                 on_done, &o, why, sizeof(why)) != 0) {
             printf("FAIL: %s: run before abort: %s\n", what, why);
             failed = 1;
         }
+        for (int i = 0; i < 3; i++) /* NCCL has it */
+            event_base_loop(base, EVLOOP_NONBLOCK);
+        int64_t t0 = now_ms();
         ops->abort(t);
-        if (!failed && o.calls != 1) {
-            printf("FAIL: %s: abort left a queued collective's done uncalled (%d calls)\n", what,
-                   o.calls);
+        int64_t took = now_ms() - t0;
+        int early = o.calls;
+        for (int i = 0; o.calls == 0 && i < 600000; i++)
+            event_base_loop(base, EVLOOP_ONCE);
+        if (!failed && (o.calls != 1 || early != 0 || took > 100)) {
+            printf("FAIL: %s: abort took %lld ms and reported %d times from within, %d in all\n",
+                   what, (long long)took, early, o.calls);
             failed = 1;
         }
         if (!failed)
@@ -169,6 +190,34 @@ int main(void)
                    what, o.status == 0 ? "it had finished" : o.why);
         /* the next generation's fill must not overtake anything of this one's */
         rd_cuda_stream_sync(0, NULL, why, sizeof(why));
+    }
+    /* a backward pass's worth of collectives queued at once, under a 1 ms timeout */
+    rd_transport *t = failed ? NULL : form(ops, "queued", 1);
+    if (t != NULL) {
+        static outcome q[QUEUED];
+        int64_t t0 = now_ms();
+        for (int k = 0; k < QUEUED && !failed; k++)
+            if (ops->run(t, base, RD_COLL_ALLREDUCE, RD_DT_F32, RD_OP_SUM, in, out, 1024, 0,
+                         on_done, &q[k], why, sizeof(why)) != 0) {
+                printf("FAIL: queued run %d: %s\n", k, why);
+                failed = 1;
+            }
+        for (int i = 0; !failed && q[QUEUED - 1].calls == 0 && i < 6000000; i++)
+            event_base_loop(base, EVLOOP_ONCE);
+        int bad = 0;
+        for (int k = 0; k < QUEUED; k++)
+            bad += q[k].calls != 1 || q[k].status != 0;
+        if (!failed && bad > 0) {
+            printf("FAIL: %d of %d collectives queued under a 1 ms timeout failed (first: %s)\n",
+                   bad, QUEUED, q[0].why[0] ? q[0].why : q[QUEUED - 1].why);
+            failed = 1;
+        } else if (!failed) {
+            printf("NCCL queued: %d collectives back to back in %lld ms under a 1 ms timeout, "
+                   "none late\n", QUEUED, (long long)(now_ms() - t0));
+        }
+        ops->abort(t);
+    } else if (!failed) {
+        failed = 1;
     }
     rd_cuda_free(0, in);
     rd_cuda_free(0, out);
