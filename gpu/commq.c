@@ -6,13 +6,14 @@
 #include <errno.h>
 #include <event2/event.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "say.h"
 
 /* One collective, from run until it is reported. */
 typedef enum {
@@ -64,18 +65,6 @@ struct rd_transport {
     int reporting;              /* in a done: an abort from there frees t only afterwards */
 };
 
-static void say(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void say(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-    if (err == NULL || errlen == 0)
-        return;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 static int64_t now_ms(void)
 {
     struct timespec ts;
@@ -97,12 +86,12 @@ rd_transport *rd_commq_init(const rd_commq_api *api, const uint8_t *id, size_t i
     char why[256] = "";
     rd_transport *t;
     if (id_len == 0 || id_len > RD_TRANSPORT_ID_MAX || nranks < 1 || rank < 0 || rank >= nranks) {
-        say(err, errlen, "a communicator of %zu-byte id, rank %d of %d: need an id of 1 to %d "
+        rd_gpu_say(err, errlen, "a communicator of %zu-byte id, rank %d of %d: need an id of 1 to %d "
             "bytes and 0 <= rank < nranks", id_len, rank, nranks, RD_TRANSPORT_ID_MAX);
         return NULL;
     }
     if ((t = calloc(1, sizeof(*t))) == NULL) {
-        say(err, errlen, "out of memory");
+        rd_gpu_say(err, errlen, "out of memory");
         return NULL;
     }
     t->api = api;
@@ -114,7 +103,7 @@ rd_transport *rd_commq_init(const rd_commq_api *api, const uint8_t *id, size_t i
     t->id_len = id_len;
     if (api->use(device, why, sizeof(why)) != 0 ||
         (t->stream = api->stream_new(device, why, sizeof(why))) == NULL) {
-        say(err, errlen, "a communicator on GPU %d: %s", device, why);
+        rd_gpu_say(err, errlen, "a communicator on GPU %d: %s", device, why);
         free(t);
         return NULL;
     }
@@ -129,7 +118,7 @@ rd_transport *rd_commq_init(const rd_commq_api *api, const uint8_t *id, size_t i
 int rd_commq_poll(rd_transport *t, char *err, size_t errlen)
 {
     if (t->comm == NULL) {
-        say(err, errlen, "%s", t->dead);
+        rd_gpu_say(err, errlen, "%s", t->dead);
         return -1;
     }
     if (t->api->use(t->device, err, errlen) != 0)
@@ -252,7 +241,7 @@ static void on_wedged(evutil_socket_t fd, short what, void *arg)
     event_free(t->ev_wedged);
     t->ev_ended = t->ev_wedged = NULL;
     t->e = NULL;
-    say(why, sizeof(why), "%.400s; the abort did not return within %lld ms: GPU %d may be wedged "
+    rd_gpu_say(why, sizeof(why), "%.400s; the abort did not return within %lld ms: GPU %d may be wedged "
         "(its buffers stay in use by it; the device needs a reset)", t->dead,
         (long long)t->timeout_ms, t->device);
     report_all(t, 0, why);
@@ -265,7 +254,7 @@ static void end_comm(rd_transport *t, const char *why)
     if (t->comm == NULL)
         return;
     if (t->dead[0] == '\0')
-        say(t->dead, sizeof(t->dead), "%s", why[0] ? why : "the communicator ended");
+        rd_gpu_say(t->dead, sizeof(t->dead), "%s", why[0] ? why : "the communicator ended");
     if (t->ticker != NULL)
         event_del(t->ticker);
     tell_id_done(t);
@@ -386,7 +375,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
         return;
     if (t->api->use(t->device, err, sizeof(err)) != 0 ||
         t->api->comm_state(t->comm, err, sizeof(err)) < 0 || advance(t, err, sizeof(err)) != 0) {
-        say(why, sizeof(why), "the communicator failed: %s", err);
+        rd_gpu_say(why, sizeof(why), "the communicator failed: %s", err);
         end_comm(t, why);
         return;
     }
@@ -404,7 +393,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     if (h != NULL && h->state != RUN_WAITING) {
         int64_t since = h->issued_ms > t->head_since_ms ? h->issued_ms : t->head_since_ms;
         if (now_ms() - since > bound_ms(t, h)) {
-            say(why, sizeof(why), "a collective did not finish within %lld ms of reaching the "
+            rd_gpu_say(why, sizeof(why), "a collective did not finish within %lld ms of reaching the "
                 "head of GPU %d's queue (a peer that never came, or a wedged GPU)",
                 (long long)bound_ms(t, h), t->device);
             end_comm(t, why);
@@ -422,25 +411,25 @@ int rd_commq_run(rd_transport *t, struct event_base *base, const rd_commq_coll *
         (c->coll == RD_COLL_BROADCAST && (c->root < 0 || c->root >= t->nranks)) ||
         (c->coll != RD_COLL_ALLREDUCE && c->coll != RD_COLL_BROADCAST &&
          c->coll != RD_COLL_ALLGATHER)) {
-        say(err, errlen, "collective %d of dtype %d, op %d, root %d: not one a communicator "
+        rd_gpu_say(err, errlen, "collective %d of dtype %d, op %d, root %d: not one a communicator "
             "runs", c->coll, (int)c->dt, (int)c->op, c->root);
         return -1;
     }
     if (t->comm == NULL) {
-        say(err, errlen, "%s", t->dead);
+        rd_gpu_say(err, errlen, "%s", t->dead);
         return -1;
     }
     if (t->base != NULL && t->base != base) {
-        say(err, errlen, "a communicator's collectives report on one event loop");
+        rd_gpu_say(err, errlen, "a communicator's collectives report on one event loop");
         return -1;
     }
     if (t->ticker == NULL && (t->ticker = event_new(base, -1, 0, on_tick, t)) == NULL) {
-        say(err, errlen, "out of memory");
+        rd_gpu_say(err, errlen, "out of memory");
         return -1;
     }
     t->base = base;
     if ((p = calloc(1, sizeof(*p))) == NULL) {
-        say(err, errlen, "out of memory");
+        rd_gpu_say(err, errlen, "out of memory");
         return -1;
     }
     /* the event exists before the library has the collective: once it has, only recording is

@@ -7,13 +7,13 @@
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "dl.h"
+#include "say.h"
 
 extern const unsigned char rd_cuda_fatbin[];
 extern const size_t rd_cuda_fatbin_len;
@@ -143,18 +143,6 @@ static const char *const kernel_names[RD_DT_COUNT] = {
     "rd_cuda_reduce_f32", "rd_cuda_reduce_f64", "rd_cuda_reduce_f16", "rd_cuda_reduce_bf16",
     "rd_cuda_reduce_i32", "rd_cuda_reduce_i64", "rd_cuda_reduce_u8"};
 
-static void say(char *why, size_t whylen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void say(char *why, size_t whylen, const char *fmt, ...)
-{
-    va_list ap;
-    if (why == NULL || whylen == 0)
-        return;
-    va_start(ap, fmt);
-    vsnprintf(why, whylen, fmt, ap);
-    va_end(ap);
-}
-
 /* "cuInit: CUDA_ERROR_NO_DEVICE" for a failed call; 0 for CUDA_SUCCESS. */
 static int failed(CUresult rc, const char *call, char *why, size_t whylen)
 {
@@ -163,7 +151,7 @@ static int failed(CUresult rc, const char *call, char *why, size_t whylen)
         return 0;
     if (drv.error_name == NULL || drv.error_name(rc, &name) != CUDA_SUCCESS || name == NULL)
         name = "unknown CUDA error";
-    say(why, whylen, "%s: %s (%d)", call, name, (int)rc);
+    rd_gpu_say(why, whylen, "%s: %s (%d)", call, name, (int)rc);
     return -1;
 }
 
@@ -180,11 +168,11 @@ static void load(void)
     lib = rd_dl_open("libcuda.so.1", drv_symbols, sizeof(drv_symbols) / sizeof(drv_symbols[0]),
                      &drv, sizeof(drv), &missing, why, sizeof(why));
     if (lib == NULL && missing == NULL) {
-        say(load_why, sizeof(load_why), "no CUDA driver: %s", why);
+        rd_gpu_say(load_why, sizeof(load_why), "no CUDA driver: %s", why);
         return;
     }
     if (lib == NULL) {
-        say(load_why, sizeof(load_why), "the CUDA driver lacks %s: too old", missing);
+        rd_gpu_say(load_why, sizeof(load_why), "the CUDA driver lacks %s: too old", missing);
         ndevices = -1;
         return;
     }
@@ -194,11 +182,11 @@ static void load(void)
     }
     CUresult rc = drv.init(0);
     if (rc == CUDA_ERROR_NO_DEVICE) {
-        say(load_why, sizeof(load_why), "the CUDA driver sees no device");
+        rd_gpu_say(load_why, sizeof(load_why), "the CUDA driver sees no device");
         return;
     }
     if (rc == CUDA_ERROR_STUB_LIBRARY) { /* the toolkit's stub, found before a real driver */
-        say(load_why, sizeof(load_why), "no CUDA driver: libcuda.so.1 is the toolkit's stub");
+        rd_gpu_say(load_why, sizeof(load_why), "no CUDA driver: libcuda.so.1 is the toolkit's stub");
         return;
     }
     if (failed(rc, "cuInit", load_why, sizeof(load_why)) ||
@@ -209,7 +197,7 @@ static void load(void)
     }
     if (ndevices <= 0) {
         ndevices = 0;
-        say(load_why, sizeof(load_why), "the CUDA driver (%d) sees no device", version);
+        rd_gpu_say(load_why, sizeof(load_why), "the CUDA driver (%d) sees no device", version);
     } else if (ndevices > RD_CUDA_MAX_DEVICES) {
         ndevices = RD_CUDA_MAX_DEVICES;
     }
@@ -219,7 +207,7 @@ int rd_cuda_load(char *why, size_t whylen)
 {
     pthread_once(&load_once, load);
     if (ndevices <= 0)
-        say(why, whylen, "%s", load_why);
+        rd_gpu_say(why, whylen, "%s", load_why);
     return ndevices;
 }
 
@@ -272,7 +260,7 @@ static int kernels(cuda_device *d, char *why, size_t whylen)
     }
     pthread_mutex_unlock(&d->lock);
     if (d->kernels_ready < 0) {
-        say(why, whylen, "%s", d->kernels_failure);
+        rd_gpu_say(why, whylen, "%s", d->kernels_failure);
         return -1;
     }
     return 0;
@@ -287,7 +275,7 @@ static cuda_device *device(int dev, char *why, size_t whylen)
     if (n <= 0)
         return NULL;
     if (dev < 0 || dev >= n) {
-        say(why, whylen, "CUDA device %d: there are %d", dev, n);
+        rd_gpu_say(why, whylen, "CUDA device %d: there are %d", dev, n);
         return NULL;
     }
     d = &devices[dev];
@@ -296,7 +284,7 @@ static cuda_device *device(int dev, char *why, size_t whylen)
         d->ready = setup(d, dev, d->failure, sizeof(d->failure)) == 0 ? 1 : -1;
     pthread_mutex_unlock(&d->lock);
     if (d->ready < 0) {
-        say(why, whylen, "CUDA device %d: %s", dev, d->failure);
+        rd_gpu_say(why, whylen, "CUDA device %d: %s", dev, d->failure);
         return NULL;
     }
     if (failed(drv.ctx_set_current(d->ctx), "cuCtxSetCurrent", why, whylen))
@@ -319,14 +307,14 @@ int rd_cuda_check(int dev, char *why, size_t whylen)
         failed(drv.driver_version(&version), "cuDriverGetVersion", why, whylen))
         return -1;
     if (major < 8) {
-        say(why, whylen,
+        rd_gpu_say(why, whylen,
             "CUDA device %d has compute capability %d.%d: ringd's kernels need 8.0 "
             "or newer",
             dev, major, minor);
         return -1;
     }
     if (version < 13000) {
-        say(why, whylen,
+        rd_gpu_say(why, whylen,
             "the CUDA driver supports CUDA %d.%d: ringd's kernels need 13.0 (driver "
             "r580 or newer)",
             version / 1000, version % 1000 / 10);
@@ -345,7 +333,7 @@ int rd_cuda_device_info(int dev, char *name, size_t namelen, char *uuid, size_t 
     if (rd_cuda_load(why, whylen) <= 0)
         return -1;
     if (dev < 0 || dev >= ndevices) {
-        say(why, whylen, "CUDA device %d: there are %d", dev, ndevices);
+        rd_gpu_say(why, whylen, "CUDA device %d: there are %d", dev, ndevices);
         return -1;
     }
     if (failed(drv.device_get(&d, dev), "cuDeviceGet", why, whylen) ||
@@ -390,7 +378,7 @@ int rd_cuda_reduce(int dev, rd_dtype dt, rd_redop op, void *dst, const void *con
         args = &defaults;
     if ((unsigned)dt >= RD_DT_COUNT || (unsigned)op >= RD_OP_COUNT || nsrc < 1 ||
         nsrc > RD_CUDA_MAX_SRC) {
-        say(why, whylen,
+        rd_gpu_say(why, whylen,
             "rd_cuda_reduce: dtype %d, op %d, %d sources: need a dtype, an op and "
             "1 to %d sources",
             (int)dt, (int)op, nsrc, RD_CUDA_MAX_SRC);
@@ -464,7 +452,7 @@ int rd_cuda_device_by_uuid(const char *uuid, char *why, size_t whylen)
             strcmp(id, uuid) == 0)
             return i;
     if (n > 0)
-        say(why, whylen, "none of the %d CUDA devices this process sees is %s", n, uuid);
+        rd_gpu_say(why, whylen, "none of the %d CUDA devices this process sees is %s", n, uuid);
     return -1;
 }
 
@@ -643,12 +631,12 @@ static rd_cuda_shared *shared_alloc(int dev, size_t bytes, char *why, size_t why
                "cuMemGetAllocationGranularity", why, whylen))
         return NULL;
     if (bytes == 0 || gran == 0 || bytes > SIZE_MAX - gran) {
-        say(why, whylen, "device memory of %zu bytes: need 1 byte or more", bytes);
+        rd_gpu_say(why, whylen, "device memory of %zu bytes: need 1 byte or more", bytes);
         return NULL;
     }
     m = calloc(1, sizeof(*m));
     if (m == NULL) {
-        say(why, whylen, "out of memory");
+        rd_gpu_say(why, whylen, "out of memory");
         return NULL;
     }
     m->dev = dev;

@@ -14,7 +14,6 @@
 #include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +25,7 @@
 #include "commq.h"
 #include "cuda_dev.h"
 #include "dl.h"
+#include "say.h"
 
 extern char **environ;
 
@@ -68,18 +68,6 @@ static pthread_once_t load_once = PTHREAD_ONCE_INIT;
 static int loaded; /* 1: every symbol found */
 static char load_why[256];
 
-static void say(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void say(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-    if (err == NULL || errlen == 0)
-        return;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 static void load(void)
 {
     int version = 0;
@@ -90,15 +78,15 @@ static void load(void)
                            &missing, why, sizeof(why));
     if (lib == NULL) {
         if (missing == NULL)
-            say(load_why, sizeof(load_why), "no NCCL library: %s", why);
+            rd_gpu_say(load_why, sizeof(load_why), "no NCCL library: %s", why);
         else
-            say(load_why, sizeof(load_why), "libnccl.so.2 lacks %s (NCCL 2.28 or newer needed)",
+            rd_gpu_say(load_why, sizeof(load_why), "libnccl.so.2 lacks %s (NCCL 2.28 or newer needed)",
                 missing);
         return;
     }
     /* the communicator config's fields and non-blocking behaviour as nccl.h describes them */
     if (nccl.get_version(&version) != ncclSuccess || version < NCCL_VERSION(2, 28, 0)) {
-        say(load_why, sizeof(load_why), "libnccl.so.2 is version %d; ringd needs 2.28 or newer",
+        rd_gpu_say(load_why, sizeof(load_why), "libnccl.so.2 is version %d; ringd needs 2.28 or newer",
             version);
         dlclose(lib);
         return;
@@ -111,7 +99,7 @@ static int nccl_ready(char *err, size_t errlen)
 {
     pthread_once(&load_once, load);
     if (!loaded) {
-        say(err, errlen, "%s", load_why);
+        rd_gpu_say(err, errlen, "%s", load_why);
         return -1;
     }
     return 0;
@@ -123,7 +111,7 @@ static void nccl_error(ncclComm_t comm, ncclResult_t rc, const char *call, char 
                        size_t errlen)
 {
     const char *last = comm != NULL ? nccl.last_error(comm) : "";
-    say(err, errlen, "%s: %s%s%s%s", call, nccl.error_string(rc),
+    rd_gpu_say(err, errlen, "%s: %s%s%s%s", call, nccl.error_string(rc),
         last[0] ? " (NCCL's last error: " : "", last, last[0] ? ")" : "");
 }
 
@@ -136,7 +124,7 @@ static int nccl_setup(const char *ifname, char *err, size_t errlen)
         return 0; /* NCCL's own choice, or the operator's */
     snprintf(value, sizeof(value), "=%s", ifname); /* '=': that interface exactly */
     if (setenv("NCCL_SOCKET_IFNAME", value, 1) != 0) {
-        say(err, errlen, "setenv NCCL_SOCKET_IFNAME: %s", strerror(errno));
+        rd_gpu_say(err, errlen, "setenv NCCL_SOCKET_IFNAME: %s", strerror(errno));
         return -1;
     }
     return 1;
@@ -265,7 +253,7 @@ static int nccl_make_id(uint8_t *id, size_t *id_len, char *err, size_t errlen)
     if (nccl_ready(err, errlen) != 0)
         return -1;
     if (self_exe[0] == '\0') {
-        say(err, errlen, "this program holds no NCCL id roots (rd_nccl_root_main is not called "
+        rd_gpu_say(err, errlen, "this program holds no NCCL id roots (rd_nccl_root_main is not called "
             "in its main)");
         return -1;
     }
@@ -276,7 +264,7 @@ static int nccl_make_id(uint8_t *id, size_t *id_len, char *err, size_t errlen)
             slot = &roots[i];
     root_end(slot);
     if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0) {
-        say(err, errlen, "pipe: %s", strerror(errno));
+        rd_gpu_say(err, errlen, "pipe: %s", strerror(errno));
         goto out;
     }
     char *argv[] = {"ringd-nccl-id-root", RD_NCCL_ROOT_ARG, NULL};
@@ -287,7 +275,7 @@ static int nccl_make_id(uint8_t *id, size_t *id_len, char *err, size_t errlen)
     posix_spawn_file_actions_destroy(&fa);
     if (sp != 0) {
         pid = 0;
-        say(err, errlen, "starting %s for an NCCL id: %s", self_exe, strerror(sp));
+        rd_gpu_say(err, errlen, "starting %s for an NCCL id: %s", self_exe, strerror(sp));
         goto out;
     }
     close(in[0]);
@@ -310,9 +298,9 @@ static int nccl_make_id(uint8_t *id, size_t *id_len, char *err, size_t errlen)
         pid = 0;
         rc = 0;
     } else if (got >= 1 && reply[0] == 'E') {
-        say(err, errlen, "%s", reply + 1);
+        rd_gpu_say(err, errlen, "%s", reply + 1);
     } else {
-        say(err, errlen, "the NCCL id helper (%s) gave no id within %d ms", self_exe,
+        rd_gpu_say(err, errlen, "the NCCL id helper (%s) gave no id within %d ms", self_exe,
             RD_NCCL_ROOT_WAIT_MS);
     }
 out:
@@ -342,7 +330,7 @@ static void *nccl_comm_init(const uint8_t *id, size_t id_len, int nranks, int ra
     if (nccl_ready(err, errlen) != 0)
         return NULL;
     if (id_len != sizeof(u)) {
-        say(err, errlen, "an NCCL id of %zu bytes, not %zu", id_len, sizeof(u));
+        rd_gpu_say(err, errlen, "an NCCL id of %zu bytes, not %zu", id_len, sizeof(u));
         return NULL;
     }
     memcpy(&u, id, sizeof(u));

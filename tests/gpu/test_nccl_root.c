@@ -43,6 +43,19 @@ static int entries(const char *dir)
     return n;
 }
 
+/* The first len - 1 bytes of /proc/<pid>/<what> into buf, 0-terminated; how many. */
+static size_t proc_read(int pid, const char *what, char *buf, size_t len)
+{
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/%s", pid, what);
+    FILE *f = fopen(path, "r");
+    size_t got = f != NULL ? fread(buf, 1, len - 1, f) : 0;
+    if (f != NULL)
+        fclose(f);
+    buf[got] = '\0';
+    return got;
+}
+
 /* This process's children, their pids into pids[0..max). */
 static int children(int *pids, int max)
 {
@@ -50,17 +63,10 @@ static int children(int *pids, int max)
     DIR *d = opendir("/proc");
     struct dirent *e;
     while (d != NULL && (e = readdir(d)) != NULL) {
-        char path[300], buf[512];
+        char buf[512];
         int pid = atoi(e->d_name), ppid = 0;
-        if (pid <= 0)
+        if (pid <= 0 || proc_read(pid, "stat", buf, sizeof(buf)) == 0)
             continue;
-        snprintf(path, sizeof(path), "/proc/%d/stat", pid);
-        FILE *f = fopen(path, "r");
-        if (f == NULL)
-            continue;
-        size_t got = fread(buf, 1, sizeof(buf) - 1, f);
-        fclose(f);
-        buf[got] = '\0';
         const char *close_paren = strrchr(buf, ')');
         if (close_paren != NULL && sscanf(close_paren + 2, "%*c %d", &ppid) == 1 &&
             ppid == getpid() && n < max)
@@ -74,16 +80,9 @@ static int children(int *pids, int max)
 /* The value of name in process pid's environment, into buf ("" when absent). */
 static void env_of(int pid, const char *name, char *buf, size_t len)
 {
-    char path[64], all[65536];
-    snprintf(path, sizeof(path), "/proc/%d/environ", pid);
+    static char all[65536];
+    size_t got = proc_read(pid, "environ", all, sizeof(all)), nl = strlen(name);
     buf[0] = '\0';
-    FILE *f = fopen(path, "r");
-    if (f == NULL)
-        return;
-    size_t got = fread(all, 1, sizeof(all) - 1, f);
-    fclose(f);
-    all[got] = '\0';
-    size_t nl = strlen(name);
     for (size_t i = 0; i < got; i += strlen(all + i) + 1)
         if (strncmp(all + i, name, nl) == 0 && all[i + nl] == '=')
             snprintf(buf, len, "%s", all + i + nl + 1);
