@@ -144,6 +144,10 @@ typedef struct {
      * then, saying so: their arguments must live until then. May be called from a done. NULL
      * is a no-op. */
     void (*abort)(rd_transport *t);
+    /* abort for an owner that goes away with its runs (the daemon stopping): the same, but no
+     * pending done is ever called, and the owner frees their buffers while the device may
+     * still touch them (the abort may still run when the process exits). NULL is a no-op. */
+    void (*forget)(rd_transport *t);
 } rd_transport_ops;
 
 /* A device backend: every reduction and copy of the data path goes through one. The CPU backend

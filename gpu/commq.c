@@ -13,7 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "say.h"
+#include "gpu_util.h"
 
 /* One collective, from run until it is reported. */
 typedef enum {
@@ -63,14 +63,8 @@ struct rd_transport {
     struct event *ev_wedged;    /* e's thread did not finish within timeout_ms */
     int released;               /* the owner aborted it: freed once the dones are reported */
     int reporting;              /* in a done: an abort from there frees t only afterwards */
+    int forgotten;              /* the owner went away: no done is called any more */
 };
-
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static void tell_id_done(rd_transport *t)
 {
@@ -137,11 +131,12 @@ static void finish_head(rd_transport *t, int status, const char *why, int free_e
     t->head = p->next;
     if (t->head == NULL)
         t->tail = NULL;
-    t->head_since_ms = now_ms();
+    t->head_since_ms = rd_gpu_now_ms();
     if (free_event)
         t->api->event_free(t->device, p->event);
     t->reporting++;
-    p->done(p->arg, status, status != 0 ? why : NULL);
+    if (!t->forgotten)
+        p->done(p->arg, status, status != 0 ? why : NULL);
     t->reporting--;
     free(p);
 }
@@ -154,26 +149,34 @@ static void ender_free(ender *e)
     free(e);
 }
 
-/* The ending thread: abort, then the stream drained, so the device no longer touches a pending
- * run's buffers; then the loop is told, or, when nobody waits, what is left is freed here. */
+/* Abort, then the stream drained, so the device no longer touches a pending run's buffers. */
+static void abort_and_drain(const rd_commq_api *api, int device, void *comm, void *stream)
+{
+    api->use(device, NULL, 0);
+    api->comm_abort(comm);
+    api->stream_sync(device, stream, NULL, 0);
+}
+
+/* The ending thread: abort and drain; then the loop is told, or, when nobody waits, what is
+ * left is freed here. */
 static void *ender_main(void *arg)
 {
     ender *e = arg;
-    e->api->use(e->device, NULL, 0);
-    e->api->comm_abort(e->comm);
-    e->api->stream_sync(e->device, e->stream, NULL, 0);
+    abort_and_drain(e->api, e->device, e->comm, e->stream);
     pthread_mutex_lock(&e->lock);
     e->finished = 1;
-    if (e->abandoned) {
-        pthread_mutex_unlock(&e->lock);
+    int abandoned = e->abandoned, efd = e->efd;
+    pthread_mutex_unlock(&e->lock);
+    if (abandoned) {
         e->api->stream_free(e->device, e->stream);
         ender_free(e);
         return NULL;
     }
+    /* the loop frees e once it has seen this: the thread's last touch of it (finished is set,
+     * so the loop no longer abandons it) */
     uint64_t one = 1;
-    ssize_t w = write(e->efd, &one, sizeof(one));
+    ssize_t w = write(efd, &one, sizeof(one));
     (void)w; /* an eventfd written once cannot be full */
-    pthread_mutex_unlock(&e->lock);
     return NULL;
 }
 
@@ -247,8 +250,43 @@ static void on_wedged(evutil_socket_t fd, short what, void *arg)
     report_all(t, 0, why);
 }
 
+/* Stops waiting for e on the loop (its events freed, its eventfd closed). */
+static void unwait(rd_transport *t, ender *e)
+{
+    if (t->ev_ended != NULL)
+        event_free(t->ev_ended);
+    if (t->ev_wedged != NULL)
+        event_free(t->ev_wedged);
+    t->ev_ended = t->ev_wedged = NULL;
+    if (e->efd >= 0)
+        close(e->efd);
+    e->efd = -1;
+}
+
+/* Makes the loop wait for e: its eventfd, then a timer at timeout_ms. Returns 0, or -1 with err
+ * set (nothing left waiting). */
+static int wait_on_loop(rd_transport *t, ender *e, char *err, size_t errlen)
+{
+    struct timeval tv = {t->timeout_ms / 1000, (t->timeout_ms % 1000) * 1000};
+    if ((e->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0) {
+        rd_gpu_say(err, errlen, "eventfd: %s", strerror(errno));
+        return -1;
+    }
+    t->ev_ended = event_new(t->base, e->efd, EV_READ, on_ended, t);
+    t->ev_wedged = evtimer_new(t->base, on_wedged, t);
+    if (t->ev_ended == NULL || t->ev_wedged == NULL || event_add(t->ev_ended, NULL) != 0 ||
+        evtimer_add(t->ev_wedged, &tv) != 0) {
+        unwait(t, e);
+        rd_gpu_say(err, errlen, "out of memory for the loop's events");
+        return -1;
+    }
+    return 0;
+}
+
 /* Ends the communicator (why): an ender aborts it and drains the stream off the loop, and the
- * pending runs are reported once it did (or not within timeout_ms). Loop thread. */
+ * pending runs are reported once it did (or not within timeout_ms). Where no thread can be had
+ * (out of memory, of threads, of files), the abort runs on the loop as the last resort, and the
+ * message says so. Loop thread. */
 static void end_comm(rd_transport *t, const char *why)
 {
     if (t->comm == NULL)
@@ -258,60 +296,42 @@ static void end_comm(rd_transport *t, const char *why)
     if (t->ticker != NULL)
         event_del(t->ticker);
     tell_id_done(t);
-    ender *e = calloc(1, sizeof(*e));
-    if (e != NULL) {
-        e->api = t->api;
-        e->comm = t->comm;
-        e->stream = t->stream;
-        e->device = t->device;
-        e->efd = -1;
-        pthread_mutex_init(&e->lock, NULL);
-    }
+    void *comm = t->comm, *stream = t->stream;
     t->comm = NULL;
     t->stream = NULL;
     int wait = t->head != NULL; /* dones to report, on the loop of the runs */
-    if (e != NULL && wait) {
-        struct timeval tv = {t->timeout_ms / 1000, (t->timeout_ms % 1000) * 1000};
-        e->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-        t->ev_ended = e->efd >= 0 ? event_new(t->base, e->efd, EV_READ, on_ended, t) : NULL;
-        t->ev_wedged = evtimer_new(t->base, on_wedged, t);
-        if (t->ev_ended == NULL || t->ev_wedged == NULL || event_add(t->ev_ended, NULL) != 0 ||
-            evtimer_add(t->ev_wedged, &tv) != 0) {
-            if (t->ev_ended != NULL)
-                event_free(t->ev_ended);
-            if (t->ev_wedged != NULL)
-                event_free(t->ev_wedged);
-            t->ev_ended = t->ev_wedged = NULL;
-            ender_free(e);
-            e = NULL;
-        }
-    }
-    pthread_t th;
-    pthread_attr_t attr;
-    int started = 0;
-    if (e != NULL) {
+    char no[160] = "";
+    ender *e = calloc(1, sizeof(*e));
+    if (e == NULL) {
+        rd_gpu_say(no, sizeof(no), "out of memory");
+    } else {
+        e->api = t->api;
+        e->comm = comm;
+        e->stream = stream;
+        e->device = t->device;
+        e->efd = -1;
         e->abandoned = !wait;
-        t->e = wait ? e : NULL;
-        pthread_attr_init(&attr);
-        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-        started = pthread_create(&th, &attr, ender_main, e) == 0;
-        pthread_attr_destroy(&attr);
-    }
-    if (started)
-        return;
-    /* no thread (out of memory or threads): on the loop, as the last resort */
-    if (e != NULL) {
-        t->e = NULL;
-        if (t->ev_ended != NULL) {
-            event_free(t->ev_ended);
-            event_free(t->ev_wedged);
-            t->ev_ended = t->ev_wedged = NULL;
+        pthread_mutex_init(&e->lock, NULL);
+        if (!wait || wait_on_loop(t, e, no, sizeof(no)) == 0) {
+            pthread_t th;
+            pthread_attr_t attr;
+            pthread_attr_init(&attr);
+            pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+            t->e = wait ? e : NULL;
+            int rc = pthread_create(&th, &attr, ender_main, e);
+            pthread_attr_destroy(&attr);
+            if (rc == 0)
+                return;
+            t->e = NULL;
+            unwait(t, e);
+            rd_gpu_say(no, sizeof(no), "pthread_create: %s", strerror(rc));
         }
-        e->abandoned = 0;
-        ender_main(e);
-        t->api->stream_free(e->device, e->stream);
         ender_free(e);
     }
+    abort_and_drain(t->api, t->device, comm, stream);
+    t->api->stream_free(t->device, stream);
+    size_t used = strlen(t->dead);
+    rd_gpu_say(t->dead + used, sizeof(t->dead) - used, " (aborted on the event loop: %s)", no);
     if (wait)
         report_all(t, 1, t->dead);
 }
@@ -350,7 +370,7 @@ static int advance(rd_transport *t, char *err, size_t errlen)
         if (t->api->comm_issue(t->comm, t->stream, &p->c, err, errlen) != 0)
             return -1;
         p->state = RUN_QUEUEING;
-        p->issued_ms = now_ms();
+        p->issued_ms = rd_gpu_now_ms();
     }
 }
 
@@ -392,7 +412,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     pending *h = t->head;
     if (h != NULL && h->state != RUN_WAITING) {
         int64_t since = h->issued_ms > t->head_since_ms ? h->issued_ms : t->head_since_ms;
-        if (now_ms() - since > bound_ms(t, h)) {
+        if (rd_gpu_now_ms() - since > bound_ms(t, h)) {
             rd_gpu_say(why, sizeof(why), "a collective did not finish within %lld ms of reaching the "
                 "head of GPU %d's queue (a peer that never came, or a wedged GPU)",
                 (long long)bound_ms(t, h), t->device);
@@ -447,7 +467,7 @@ int rd_commq_run(rd_transport *t, struct event_base *base, const rd_commq_coll *
         t->tail->next = p;
     } else {
         t->head = p;
-        t->head_since_ms = now_ms();
+        t->head_since_ms = rd_gpu_now_ms();
     }
     t->tail = p;
     arm(t); /* the library gets it on the next tick, never from within run: done is never
@@ -466,4 +486,12 @@ void rd_commq_abort(rd_transport *t)
     end_comm(t, "the communicator was aborted");
     t->reporting--;
     maybe_free(t);
+}
+
+void rd_commq_forget(rd_transport *t)
+{
+    if (t == NULL)
+        return;
+    t->forgotten = 1;
+    rd_commq_abort(t);
 }

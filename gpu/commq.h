@@ -70,11 +70,12 @@ rd_transport *rd_commq_init(const rd_commq_api *api, const uint8_t *id, size_t i
                             int nranks, int rank, int device, int64_t timeout_ms, char *err,
                             size_t errlen);
 
-/* rd_transport_ops.poll, run and abort. */
+/* rd_transport_ops.poll, run, abort and forget. */
 int rd_commq_poll(rd_transport *t, char *err, size_t errlen);
 int rd_commq_run(rd_transport *t, struct event_base *base, const rd_commq_coll *c,
                  rd_backend_done_fn done, void *arg, char *err, size_t errlen);
 void rd_commq_abort(rd_transport *t);
+void rd_commq_forget(rd_transport *t);
 
 /* How often the loop looks at a transport's collectives while any is pending. */
 #define RD_COMMQ_TICK_US 100

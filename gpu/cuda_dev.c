@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "dl.h"
-#include "say.h"
+#include "gpu_util.h"
 
 extern const unsigned char rd_cuda_fatbin[];
 extern const size_t rd_cuda_fatbin_len;

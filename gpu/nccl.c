@@ -25,7 +25,7 @@
 #include "commq.h"
 #include "cuda_dev.h"
 #include "dl.h"
-#include "say.h"
+#include "gpu_util.h"
 
 extern char **environ;
 
@@ -135,40 +135,47 @@ static int nccl_setup(const char *ifname, char *err, size_t errlen)
  * ncclGetUniqueId starts a root thread and a listening socket in the calling process that stay
  * until every rank of the id's communicator has checked in: an id whose communicator never
  * forms would leave them for the life of the daemon. So the id is made, and its root held, by a
- * helper: this very program started again with RD_NCCL_ROOT_ARG (rd_nccl_root_main), which
- * writes the id to its stdout and then waits for its stdin to close. The transport closes it
- * when the id's communicator formed or ended (commq's id_done), and holds at most
- * RD_NCCL_ROOTS of them: a new one past that ends the oldest. A helper dies with its parent. */
+ * helper: this very program (/proc/self/exe, the binary running now even after an upgrade
+ * replaced the file) started again with RD_NCCL_ROOT_ARG (rd_nccl_root_main), which writes the
+ * id to its stdout and then waits for its stdin to close. The transport closes it when the id's
+ * communicator formed or ended (commq's id_done): every communicator does, within the
+ * agreement's deadlines. At most RD_NCCL_ROOTS are held at once; past that make_id fails (the
+ * ring then crosses on TCP, saying why) rather than end a root some communicator still needs.
+ * A helper dies with its parent. */
 
 #define RD_NCCL_ROOT_ARG "--nccl-id-root"
-#define RD_NCCL_ROOTS 8
-#define RD_NCCL_ROOT_WAIT_MS 20000 /* for the helper to start and load NCCL */
+#define RD_NCCL_ROOTS 64
+#define RD_NCCL_ROOT_WAIT_MS 5000 /* for the helper to start and load NCCL: the loop waits */
 
 typedef struct {
     pid_t pid; /* 0: a free slot */
     int stdin_fd;
     uint8_t id[NCCL_UNIQUE_ID_BYTES];
-    uint64_t made; /* order of making, for the oldest */
 } id_root;
 
 static pthread_mutex_t roots_lock = PTHREAD_MUTEX_INITIALIZER;
 static id_root roots[RD_NCCL_ROOTS];
-static uint64_t roots_made;
-static char self_exe[4096]; /* "": this program holds no roots (rd_nccl_root_main not called) */
+static int serving; /* this program's main called rd_nccl_root_main: it can be a helper */
 
 int rd_nccl_root_main(int argc, char **argv)
 {
     if (argc != 2 || strcmp(argv[1], RD_NCCL_ROOT_ARG) != 0) {
-        ssize_t n = readlink("/proc/self/exe", self_exe, sizeof(self_exe) - 1);
-        self_exe[n > 0 ? n : 0] = '\0';
+        serving = 1;
         return -1;
     }
-    /* the helper: dies with its parent, answers 'I' and the id, or 'E' and why */
+    /* the helper: dies with its parent, holds none of its files, keeps its stdout for the
+     * reply (what NCCL prints goes to stderr), answers 'I' and the id, or 'E' and why */
     char why[512] = "", reply[1 + NCCL_UNIQUE_ID_BYTES];
     ncclUniqueId u;
     ncclResult_t rc;
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() == 1)
+        return 1;
+    if (close_range(3, ~0u, 0) != 0)
+        for (int fd = 3; fd < 4096; fd++)
+            close(fd);
+    int out = dup(1);
+    if (out < 0 || dup2(2, 1) < 0)
         return 1;
     if (nccl_ready(why, sizeof(why)) != 0) {
         reply[0] = 'E';
@@ -180,9 +187,10 @@ int rd_nccl_root_main(int argc, char **argv)
         memcpy(reply + 1, &u, sizeof(u));
     }
     size_t len = reply[0] == 'I' ? sizeof(reply) : 1;
-    if (write(1, reply, len) != (ssize_t)len || (reply[0] == 'E' && write(1, why, strlen(why)) < 0))
+    if (write(out, reply, len) != (ssize_t)len ||
+        (reply[0] == 'E' && write(out, why, strlen(why)) < 0))
         return 1;
-    close(1);
+    close(out);
     for (;;) { /* until the parent closes our stdin, or dies */
         char c;
         ssize_t n = read(0, &c, 1);
@@ -223,18 +231,22 @@ int rd_nccl_roots_held(void)
     return n;
 }
 
-/* Reads len bytes from fd within deadline_ms; returns what it read (less on EOF or timeout). */
-static size_t read_within(int fd, char *buf, size_t len, int64_t deadline_ms)
+/* Reads len bytes from fd within ms; returns what it read (less on EOF or timeout). */
+static size_t read_within(int fd, char *buf, size_t len, int64_t ms)
 {
     size_t got = 0;
+    int64_t deadline = rd_gpu_now_ms() + ms;
     while (got < len) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        int64_t left = deadline_ms - ((int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
+        int64_t left = deadline - rd_gpu_now_ms();
         struct pollfd p = {fd, POLLIN, 0};
-        if (left <= 0 || poll(&p, 1, (int)left) <= 0)
+        int ready = left > 0 ? poll(&p, 1, (int)left) : 0;
+        if (ready < 0 && errno == EINTR)
+            continue;
+        if (ready <= 0)
             break;
         ssize_t n = read(fd, buf + got, len - got);
+        if (n < 0 && errno == EINTR)
+            continue;
         if (n <= 0)
             break;
         got += (size_t)n;
@@ -252,17 +264,21 @@ static int nccl_make_id(uint8_t *id, size_t *id_len, char *err, size_t errlen)
 
     if (nccl_ready(err, errlen) != 0)
         return -1;
-    if (self_exe[0] == '\0') {
-        rd_gpu_say(err, errlen, "this program holds no NCCL id roots (rd_nccl_root_main is not called "
-            "in its main)");
+    if (!serving) {
+        rd_gpu_say(err, errlen, "this program holds no NCCL id roots (rd_nccl_root_main is not "
+                   "called in its main)");
         return -1;
     }
     pthread_mutex_lock(&roots_lock);
-    id_root *slot = &roots[0];
-    for (int i = 0; i < RD_NCCL_ROOTS; i++) /* a free slot, else the oldest */
-        if (roots[i].pid == 0 || (slot->pid != 0 && roots[i].made < slot->made))
+    id_root *slot = NULL;
+    for (int i = 0; i < RD_NCCL_ROOTS && slot == NULL; i++)
+        if (roots[i].pid == 0)
             slot = &roots[i];
-    root_end(slot);
+    if (slot == NULL) {
+        rd_gpu_say(err, errlen, "%d NCCL ids are held whose communicators have neither formed nor "
+                   "ended", RD_NCCL_ROOTS);
+        goto out;
+    }
     if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0) {
         rd_gpu_say(err, errlen, "pipe: %s", strerror(errno));
         goto out;
@@ -271,21 +287,18 @@ static int nccl_make_id(uint8_t *id, size_t *id_len, char *err, size_t errlen)
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_adddup2(&fa, in[0], 0);
     posix_spawn_file_actions_adddup2(&fa, out[1], 1);
-    int sp = posix_spawn(&pid, self_exe, &fa, NULL, argv, environ);
+    int sp = posix_spawn(&pid, "/proc/self/exe", &fa, NULL, argv, environ);
     posix_spawn_file_actions_destroy(&fa);
     if (sp != 0) {
         pid = 0;
-        rd_gpu_say(err, errlen, "starting %s for an NCCL id: %s", self_exe, strerror(sp));
+        rd_gpu_say(err, errlen, "starting this program again (/proc/self/exe) for an NCCL id: %s",
+                   strerror(sp));
         goto out;
     }
     close(in[0]);
     close(out[1]);
     in[0] = out[1] = -1;
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    size_t got = read_within(out[0], reply, sizeof(reply) - 1,
-                             (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000 +
-                                 RD_NCCL_ROOT_WAIT_MS);
+    size_t got = read_within(out[0], reply, sizeof(reply) - 1, RD_NCCL_ROOT_WAIT_MS);
     reply[got] = '\0';
     if (got == 1 + NCCL_UNIQUE_ID_BYTES && reply[0] == 'I') {
         memcpy(id, reply + 1, NCCL_UNIQUE_ID_BYTES);
@@ -293,15 +306,14 @@ static int nccl_make_id(uint8_t *id, size_t *id_len, char *err, size_t errlen)
         memcpy(slot->id, id, NCCL_UNIQUE_ID_BYTES);
         slot->pid = pid;
         slot->stdin_fd = in[1];
-        slot->made = ++roots_made;
         in[1] = -1;
         pid = 0;
         rc = 0;
     } else if (got >= 1 && reply[0] == 'E') {
         rd_gpu_say(err, errlen, "%s", reply + 1);
     } else {
-        rd_gpu_say(err, errlen, "the NCCL id helper (%s) gave no id within %d ms", self_exe,
-            RD_NCCL_ROOT_WAIT_MS);
+        rd_gpu_say(err, errlen, "the NCCL id helper (ringd %s) gave no id within %d ms",
+                   RD_NCCL_ROOT_ARG, RD_NCCL_ROOT_WAIT_MS);
     }
 out:
     if (pid != 0) { /* a helper that failed */
@@ -441,4 +453,5 @@ const rd_transport_ops rd_nccl_ops = {
     .poll = rd_commq_poll,
     .run = nccl_run,
     .abort = rd_commq_abort,
+    .forget = rd_commq_forget,
 };

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -414,4 +415,48 @@ Test(commq, what_a_communicator_cannot_run_is_refused)
     cr_assert(strstr(err, "not one a communicator runs") != NULL, "%s", err);
     rd_commq_abort(t);
     cr_assert_eq(o.calls, 0);
+}
+
+/* The daemon stops with a collective on the stream: its owner goes, and nothing calls back into
+ * it, then or on a later turn of the loop. */
+Test(commq, a_forgotten_transport_calls_no_done)
+{
+    F.abort_ms = 50;
+    rd_transport *t = formed(5000);
+    outcome o = {0};
+    F.coll_ms = -1;
+    run(t, &o);
+    for (int i = 0; i < 5; i++)
+        event_base_loop(base, EVLOOP_ONCE);
+    rd_commq_forget(t);
+    int64_t end = now_ms() + 300;
+    while (now_ms() < end)
+        event_base_loop(base, EVLOOP_ONCE);
+    cr_assert_eq(o.calls, 0, "a done was called after the owner went");
+    cr_assert_eq(F.aborts, 1);
+    cr_assert_eq(F.abort_finished, 1, "the abort and drain ran to their end");
+}
+
+/* No file left for the eventfd the loop would wait on: the abort runs on the loop as the last
+ * resort, and the done says so; nothing is reported before the device let go. */
+Test(commq, without_a_thread_the_abort_runs_on_the_loop_and_says_so)
+{
+    rd_transport *t = formed(5000);
+    outcome o = {0};
+    F.coll_ms = -1;
+    run(t, &o);
+    for (int i = 0; i < 5; i++)
+        event_base_loop(base, EVLOOP_ONCE);
+    struct rlimit was, none;
+    cr_assert_eq(getrlimit(RLIMIT_NOFILE, &was), 0);
+    none = was;
+    none.rlim_cur = 0;
+    cr_assert_eq(setrlimit(RLIMIT_NOFILE, &none), 0);
+    rd_commq_abort(t);
+    setrlimit(RLIMIT_NOFILE, &was);
+    cr_assert_eq(o.calls, 1);
+    cr_assert_eq(o.status, -1);
+    cr_assert_eq(F.aborts, 1, "the communicator was not aborted");
+    cr_assert_eq(F.abort_on_loop, 1);
+    cr_assert(strstr(o.why, "aborted on the event loop: eventfd") != NULL, "%s", o.why);
 }

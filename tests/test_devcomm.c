@@ -112,6 +112,7 @@ static const rd_transport_ops fake_ops = {
     .poll = f_poll,
     .run = f_run,
     .abort = f_abort,
+    .forget = f_abort,
 };
 
 /* ---- two jobs of one daemon, each the coordinator of a ring of two nodes ---- */
@@ -224,4 +225,30 @@ Test(devcomm, a_job_on_tcp_leaves_its_gpu_to_others)
     cr_assert_eq(b.w.transport, RD_DEV_NCCL, "beta: %s", b.w.plan_why);
     rd_devcomm_free(a.c);
     rd_devcomm_free(b.c);
+}
+
+/* A GPU is let go when the communicator holding it fails (the ring re-forms), and when its job
+ * goes while holding it. */
+Test(devcomm, a_failed_or_freed_communicator_lets_go_of_its_gpu)
+{
+    job a, b, c;
+    job_new(&a, "alpha");
+    job_new(&b, "beta");
+    job_new(&c, "gamma");
+    ring(&a, 1, 0);
+    cr_assert_eq(a.w.transport, RD_DEV_NCCL);
+    rd_schedmsg failed = {.kind = RD_SCHEDMSG_DEV_CONFIRM,
+                          .generation = 1,
+                          .dev = {.confirm = RD_DEV_FAILED, .why = "ncclCommInitRankConfig: "
+                                                                  "unhandled system error"}};
+    rd_devcomm_message(a.c, 1, &failed);
+    cr_assert_eq(a.w.reforms, 1, "a failed communicator re-forms the ring");
+    cr_assert_eq(aborts, 1);
+    ring(&b, 1, 0);
+    cr_assert_eq(b.w.transport, RD_DEV_NCCL, "beta after alpha failed: %s", b.w.plan_why);
+    rd_devcomm_free(b.c); /* beta goes while holding GPU 0 */
+    ring(&c, 1, 0);
+    cr_assert_eq(c.w.transport, RD_DEV_NCCL, "gamma after beta went: %s", c.w.plan_why);
+    rd_devcomm_free(a.c);
+    rd_devcomm_free(c.c);
 }

@@ -51,9 +51,11 @@ static void gpu_release(rd_devcomm *c)
     c->claimed = -1;
 }
 
-/* Takes gpu for this job's communicator. Returns 0, or -1 with why saying which job holds it. */
+/* Takes gpu for this job's communicator (letting go of any other it held). Returns 0, or -1
+ * with why saying which job holds it. */
 static int gpu_claim(rd_devcomm *c, int gpu, char *why, size_t len)
 {
+    gpu_release(c);
     if (gpu < 0 || gpu >= RD_DEVCOMM_GPUS) {
         snprintf(why, len, "GPU %d is beyond the %d a daemon's communicators track", gpu,
                  RD_DEVCOMM_GPUS);
@@ -196,6 +198,9 @@ void rd_devcomm_free(rd_devcomm *c)
 {
     if (c == NULL)
         return;
+    if (c->t != NULL) /* the job goes with its ops: nothing may call back into them */
+        c->local.ops->forget(c->t);
+    c->t = NULL;
     comm_end(c);
     event_free(c->ev_tick);
     rd_devring_free(c->dr);

@@ -41,7 +41,8 @@ typedef struct {
 rd_devcomm *rd_devcomm_new(struct event_base *base, const rd_config *cfg, rd_devcomm_gpus *gpus,
                            rd_world *w, const char *job, const rd_devcomm_events *ev, void *arg);
 
-/* Aborts the communicator. NULL is a no-op. */
+/* Aborts the communicator, its pending collectives never reported (their job goes with them).
+ * NULL is a no-op. */
 void rd_devcomm_free(rd_devcomm *c);
 
 /* The ring of generation forms with nodes[0..nnodes), this node at position. Returns RINGD_OK,

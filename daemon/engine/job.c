@@ -160,7 +160,6 @@ struct rd_job {
     struct event *ev_settle;  /* tells the world, on a later turn, that device passes ended */
     rd_sched *sched;          /* with world: announcements, orders, fusion */
     rd_devcomm *devcomm;      /* with world: the device transport of each generation */
-    int dev_ending;           /* its communicator is being aborted: what it cuts waits */
     uint64_t epoch;           /* rings this job has seen end: a device pass crosses on its own */
     uint32_t ndev;            /* device passes under way */
     uint32_t ncrossing;       /* of those, the ones their transport has (it bounds them) */
@@ -384,8 +383,8 @@ static void on_free_later(evutil_socket_t fd, short what, void *arg)
     job_maybe_free(arg);
 }
 
-/* A sealed ring may have waited for the device passes that ended: never from a transport's
- * callback (the ring's end would abort the transport calling back). */
+/* A sealed ring may have waited for the device passes that ended: settled on a later turn, not
+ * from within the transport's callback that ended them. */
 static void on_settle_later(evutil_socket_t fd, short what, void *arg)
 {
     rd_job *j = arg;
@@ -2157,7 +2156,7 @@ static void dev_crossed(devpass *dp, ringd_result_t status, const char *why)
             dev_end(dp, RINGD_E_NOMEM, "out of memory queueing the op", 0);
         return;
     }
-    dev_end(dp, status, why, j->disrupted || j->dev_ending || dp->epoch != j->epoch ||
+    dev_end(dp, status, why, j->disrupted || dp->epoch != j->epoch ||
                                  !rd_world_up(j->world));
 }
 
@@ -2175,7 +2174,7 @@ static void on_nccl_done(void *arg, int status, const char *why)
     j->ncrossing--;
     char msg[512];
     snprintf(msg, sizeof(msg), "NCCL failed: %.480s", why);
-    if (!j->dev_ending && dp->epoch == j->epoch) { /* not an abort of ours */
+    if (dp->epoch == j->epoch) { /* not an abort of ours: the ring's end moves the epoch on */
         rd_devcomm_outcome(j->devcomm, 0, msg);
         j->cross_blocked = 1;
         rd_world_reform(j->world, msg);
@@ -2647,9 +2646,7 @@ static void on_ring_ended(void *arg)
     rd_sched_ring_ended(j->sched);
     j->epoch++;
     cross_flush(j, "the ring re-formed before it crossed nodes");
-    j->dev_ending = 1; /* the device ops it cuts short wait for the next ring */
-    rd_devcomm_ring_ended(j->devcomm);
-    j->dev_ending = 0;
+    rd_devcomm_ring_ended(j->devcomm); /* what it cuts short reports later, of an old epoch */
 }
 
 /* The generation's device transport is settled: the coordinator may order ops. */

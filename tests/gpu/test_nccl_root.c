@@ -4,12 +4,13 @@
  *     listens on it (the id's address is 127.0.0.1 for "lo"), and an operator's
  *     NCCL_SOCKET_IFNAME is left as it is;
  *   - an id's root (a thread and a listening socket in the process that makes it) lives in a
- *     helper process: making ids adds no thread or file to this one, at most 8 helpers live at
- *     once, and an id whose communicator never forms lets its helper go when the communicator
- *     fails to start or is aborted.
+ *     helper process: making ids adds no thread or file to this one, at most 64 are held at
+ *     once (one more is refused, saying why), and an id whose communicator never forms lets its
+ *     helper go when the communicator fails to start or is aborted.
  * Without libnccl.so.2 it prints one line saying why and exits 77 (meson's skip). */
 #include <arpa/inet.h>
 #include <dirent.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +20,8 @@
 #include "backend.h"
 #include "cuda_dev.h"
 #include "nccl_transport.h"
+
+#define ROOTS 64 /* held at most */
 
 static int failed;
 
@@ -113,6 +116,10 @@ int main(int argc, char **argv)
 
     /* on a GPU, the driver's own threads and files come first */
     int gpu = rd_cuda_load(err, sizeof(err)) > 0 && rd_cuda_use(0, err, sizeof(err)) == 0;
+    /* a file of this process that is not close-on-exec (a library's socket, say) */
+    char marker[64];
+    snprintf(marker, sizeof(marker), "/tmp/test_nccl_root.%d", (int)getpid());
+    int marker_fd = open(marker, O_CREAT | O_RDWR, 0600);
     int threads = entries("/proc/self/task"), fds = entries("/proc/self/fd");
     uint8_t id[RD_TRANSPORT_ID_MAX];
     size_t len = 0;
@@ -134,25 +141,44 @@ int main(int argc, char **argv)
     if (n >= 1) {
         env_of(pids[0], "NCCL_SOCKET_IFNAME", value, sizeof(value));
         CHECK(strcmp(value, "=lo") == 0, "the root's NCCL_SOCKET_IFNAME is '%s'", value);
+        char dir[64], path[400], target[300];
+        snprintf(dir, sizeof(dir), "/proc/%d/fd", pids[0]);
+        DIR *d = opendir(dir);
+        struct dirent *e;
+        while (d != NULL && (e = readdir(d)) != NULL) {
+            snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+            ssize_t tn = readlink(path, target, sizeof(target) - 1);
+            target[tn > 0 ? tn : 0] = '\0';
+            CHECK(strcmp(target, marker) != 0, "the root holds this process's file %s", marker);
+        }
+        if (d != NULL)
+            closedir(d);
     }
+    close(marker_fd);
+    unlink(marker);
+    fds--;
 
     /* ids whose communicators never form: no thread or file of this process holds them, at
-     * most 8 helpers live, and each goes with its communicator */
-    uint8_t ids[12][RD_TRANSPORT_ID_MAX];
-    for (int k = 0; k < 12; k++)
+     * most 64 are held (one more is refused, saying why), and each goes with its communicator */
+    static uint8_t ids[ROOTS][RD_TRANSPORT_ID_MAX];
+    memcpy(ids[0], id, len);
+    for (int k = 1; k < ROOTS; k++)
         if (ops->make_id(ids[k], &len, err, sizeof(err)) != 0) {
             printf("FAIL: make_id %d: %s\n", k, err);
             return 1;
         }
-    CHECK(entries("/proc/self/task") == threads, "%d threads after 13 ids, %d before",
-          entries("/proc/self/task"), threads);
-    CHECK(entries("/proc/self/fd") <= fds + 8, "%d files after 13 ids, %d before (8 helpers' "
-          "stdin at most)", entries("/proc/self/fd"), fds);
-    n = children(pids, 64);
-    CHECK(n == 8 && rd_nccl_roots_held() == 8, "%d helpers, %d roots held after 13 ids: 8 at "
-          "most", n, rd_nccl_roots_held());
+    CHECK(entries("/proc/self/task") == threads, "%d threads after %d ids, %d before",
+          entries("/proc/self/task"), ROOTS, threads);
+    CHECK(entries("/proc/self/fd") <= fds + ROOTS, "%d files after %d ids, %d before (each "
+          "helper's stdin at most)", entries("/proc/self/fd"), ROOTS, fds);
+    n = children(pids, 2 * ROOTS);
+    CHECK(n == ROOTS && rd_nccl_roots_held() == ROOTS, "%d helpers, %d roots held after %d ids",
+          n, rd_nccl_roots_held(), ROOTS);
+    uint8_t more[RD_TRANSPORT_ID_MAX];
+    CHECK(ops->make_id(more, &len, err, sizeof(err)) != 0 && strstr(err, "64 NCCL ids") != NULL,
+          "an id past %d: '%s'", ROOTS, err);
     int formed_none = 1;
-    for (int k = 4; k < 12; k++) { /* the 8 still held: a communicator of 2 that never forms */
+    for (int k = 0; k < ROOTS; k++) { /* a communicator of 2 that never forms */
         rd_transport *t = ops->init(ids[k], 128, 2, 0, 0, 1000, err, sizeof(err));
         if (t != NULL) { /* on a GPU: it forms no further than rank 0 */
             formed_none &= ops->poll(t, err, sizeof(err)) != 0;
@@ -160,14 +186,16 @@ int main(int argc, char **argv)
         }
     }
     CHECK(formed_none, "a communicator of 2 formed with one rank");
-    n = children(pids, 64);
+    n = children(pids, 2 * ROOTS);
     CHECK(n == 0 && rd_nccl_roots_held() == 0, "%d helpers, %d roots held once every "
           "communicator failed or was aborted", n, rd_nccl_roots_held());
     /* without a GPU no communicator started: nothing but the helpers' pipes was opened */
     CHECK(gpu || entries("/proc/self/fd") <= fds, "%d files after every id went, %d before",
           entries("/proc/self/fd"), fds);
+    CHECK(ops->make_id(more, &len, err, sizeof(err)) == 0, "an id once they went: %s", err);
+    ops->abort(ops->init(more, 128, 2, 0, 0, 1000, err, sizeof(err)));
     if (!failed)
-        printf("NCCL ids: 13 made, roots on lo in helpers, at most 8 held, none left "
-               "(this process: %d threads, %d files)\n", threads, fds);
+        printf("NCCL ids: %d made, roots on lo in helpers, one more refused, none left "
+               "(this process: %d threads, %d files)\n", ROOTS + 1, threads, fds);
     return failed;
 }
