@@ -242,6 +242,15 @@ static void run(rd_transport *t, outcome *o)
     cr_assert_eq(rd_commq_run(t, base, &c, on_done, o, err, sizeof(err)), 0, "%s", err);
 }
 
+/* Runs o as a collective that never ends, and turns the loop until the library has it. */
+static void run_stuck(rd_transport *t, outcome *o)
+{
+    F.coll_ms = -1;
+    run(t, o);
+    for (int i = 0; i < 5; i++)
+        event_base_loop(base, EVLOOP_ONCE);
+}
+
 Test(commq, collectives_go_to_the_library_one_at_a_time_and_report_in_order)
 {
     F.queueing = 3; /* NCCL still queueing each for a while after the call */
@@ -328,10 +337,7 @@ Test(commq, abort_runs_off_the_loop_and_reports_after_it_returned)
     run(t, &first);
     loop_until(&first, 2000);
     cr_assert_eq(first.status, 0);
-    F.coll_ms = -1;
-    run(t, &second);
-    for (int i = 0; i < 5; i++) /* the second is on the stream */
-        event_base_loop(base, EVLOOP_ONCE);
+    run_stuck(t, &second);
     int64_t t0 = now_ms();
     rd_commq_abort(t);
     cr_assert_lt(now_ms() - t0, 100, "abort blocked the loop for %lld ms",
@@ -355,10 +361,7 @@ Test(commq, a_wedged_abort_fails_the_pending_at_the_bound)
     F.abort_ms = 1500;
     rd_transport *t = formed(150);
     outcome o = {0};
-    F.coll_ms = -1;
-    run(t, &o);
-    for (int i = 0; i < 5; i++)
-        event_base_loop(base, EVLOOP_ONCE);
+    run_stuck(t, &o);
     int64_t t0 = now_ms();
     rd_commq_abort(t);
     loop_until(&o, 5000);
@@ -424,10 +427,7 @@ Test(commq, a_forgotten_transport_calls_no_done)
     F.abort_ms = 50;
     rd_transport *t = formed(5000);
     outcome o = {0};
-    F.coll_ms = -1;
-    run(t, &o);
-    for (int i = 0; i < 5; i++)
-        event_base_loop(base, EVLOOP_ONCE);
+    run_stuck(t, &o);
     rd_commq_forget(t);
     int64_t end = now_ms() + 300;
     while (now_ms() < end)
@@ -443,10 +443,7 @@ Test(commq, without_a_thread_the_abort_runs_on_the_loop_and_says_so)
 {
     rd_transport *t = formed(5000);
     outcome o = {0};
-    F.coll_ms = -1;
-    run(t, &o);
-    for (int i = 0; i < 5; i++)
-        event_base_loop(base, EVLOOP_ONCE);
+    run_stuck(t, &o);
     struct rlimit was, none;
     cr_assert_eq(getrlimit(RLIMIT_NOFILE, &was), 0);
     none = was;
