@@ -55,15 +55,15 @@ struct rd_transport {
     char dead[512]; /* "": alive; else why it ended */
     void *stream;   /* the transport's own: collectives in the order they were run */
     struct event_base *base;
-    struct event *ticker;       /* moves the pending runs along on their loop */
-    pending *head, *tail;       /* in run order: QUEUED, then at most one QUEUEING, then WAITING */
-    int64_t head_since_ms;      /* when the head became the oldest collective the device has */
-    ender *e;                   /* the abort whose dones are still to be reported */
-    struct event *ev_ended;     /* e's thread finished */
-    struct event *ev_wedged;    /* e's thread did not finish within timeout_ms */
-    int released;               /* the owner aborted it: freed once the dones are reported */
-    int reporting;              /* in a done: an abort from there frees t only afterwards */
-    int forgotten;              /* the owner went away: no done is called any more */
+    struct event *ticker;    /* moves the pending runs along on their loop */
+    pending *head, *tail;    /* in run order: QUEUED, then at most one QUEUEING, then WAITING */
+    int64_t head_since_ms;   /* when the head became the oldest collective the device has */
+    ender *e;                /* the abort whose dones are still to be reported */
+    struct event *ev_ended;  /* e's thread finished */
+    struct event *ev_wedged; /* e's thread did not finish within timeout_ms */
+    int released;            /* the owner aborted it: freed once the dones are reported */
+    int reporting;           /* in a done: an abort from there frees t only afterwards */
+    int forgotten;           /* the owner went away: no done is called any more */
 };
 
 static void tell_id_done(rd_transport *t)
@@ -73,15 +73,16 @@ static void tell_id_done(rd_transport *t)
     t->id_told = 1;
 }
 
-rd_transport *rd_commq_init(const rd_commq_api *api, const uint8_t *id, size_t id_len,
-                            int nranks, int rank, int device, int64_t timeout_ms, char *err,
-                            size_t errlen)
+rd_transport *rd_commq_init(const rd_commq_api *api, const uint8_t *id, size_t id_len, int nranks,
+                            int rank, int device, int64_t timeout_ms, char *err, size_t errlen)
 {
     char why[256] = "";
     rd_transport *t;
     if (id_len == 0 || id_len > RD_TRANSPORT_ID_MAX || nranks < 1 || rank < 0 || rank >= nranks) {
-        rd_gpu_say(err, errlen, "a communicator of %zu-byte id, rank %d of %d: need an id of 1 to %d "
-            "bytes and 0 <= rank < nranks", id_len, rank, nranks, RD_TRANSPORT_ID_MAX);
+        rd_gpu_say(err, errlen,
+                   "a communicator of %zu-byte id, rank %d of %d: need an id of 1 to %d "
+                   "bytes and 0 <= rank < nranks",
+                   id_len, rank, nranks, RD_TRANSPORT_ID_MAX);
         return NULL;
     }
     if ((t = calloc(1, sizeof(*t))) == NULL) {
@@ -244,9 +245,10 @@ static void on_wedged(evutil_socket_t fd, short what, void *arg)
     event_free(t->ev_wedged);
     t->ev_ended = t->ev_wedged = NULL;
     t->e = NULL;
-    rd_gpu_say(why, sizeof(why), "%.400s; the abort did not return within %lld ms: GPU %d may be wedged "
-        "(its buffers stay in use by it; the device needs a reset)", t->dead,
-        (long long)t->timeout_ms, t->device);
+    rd_gpu_say(why, sizeof(why),
+               "%.400s; the abort did not return within %lld ms: GPU %d may be wedged "
+               "(its buffers stay in use by it; the device needs a reset)",
+               t->dead, (long long)t->timeout_ms, t->device);
     report_all(t, 0, why);
 }
 
@@ -413,9 +415,10 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     if (h != NULL && h->state != RUN_WAITING) {
         int64_t since = h->issued_ms > t->head_since_ms ? h->issued_ms : t->head_since_ms;
         if (rd_gpu_now_ms() - since > bound_ms(t, h)) {
-            rd_gpu_say(why, sizeof(why), "a collective did not finish within %lld ms of reaching the "
-                "head of GPU %d's queue (a peer that never came, or a wedged GPU)",
-                (long long)bound_ms(t, h), t->device);
+            rd_gpu_say(why, sizeof(why),
+                       "a collective did not finish within %lld ms of reaching the "
+                       "head of GPU %d's queue (a peer that never came, or a wedged GPU)",
+                       (long long)bound_ms(t, h), t->device);
             end_comm(t, why);
             return;
         }
@@ -431,8 +434,10 @@ int rd_commq_run(rd_transport *t, struct event_base *base, const rd_commq_coll *
         (c->coll == RD_COLL_BROADCAST && (c->root < 0 || c->root >= t->nranks)) ||
         (c->coll != RD_COLL_ALLREDUCE && c->coll != RD_COLL_BROADCAST &&
          c->coll != RD_COLL_ALLGATHER)) {
-        rd_gpu_say(err, errlen, "collective %d of dtype %d, op %d, root %d: not one a communicator "
-            "runs", c->coll, (int)c->dt, (int)c->op, c->root);
+        rd_gpu_say(err, errlen,
+                   "collective %d of dtype %d, op %d, root %d: not one a communicator "
+                   "runs",
+                   c->coll, (int)c->dt, (int)c->op, c->root);
         return -1;
     }
     if (t->comm == NULL) {

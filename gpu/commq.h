@@ -45,8 +45,7 @@ typedef struct {
     /* 0: idle; 1: busy (forming, or still queueing the last collective); -1: failed (err). */
     int (*comm_state)(void *comm, char *err, size_t errlen);
     /* Gives c to comm, on stream. Returns 0, or -1 with err set. */
-    int (*comm_issue)(void *comm, void *stream, const rd_commq_coll *c, char *err,
-                      size_t errlen);
+    int (*comm_issue)(void *comm, void *stream, const rd_commq_coll *c, char *err, size_t errlen);
     /* Ends comm, cutting short what it runs. Blocks (on a wedged device, maybe for ever); the
      * ending thread calls it, after use(device). */
     void (*comm_abort)(void *comm);
@@ -66,9 +65,8 @@ typedef struct {
 } rd_commq_api;
 
 /* rd_transport_ops.init over api (borrowed for the transport's life). */
-rd_transport *rd_commq_init(const rd_commq_api *api, const uint8_t *id, size_t id_len,
-                            int nranks, int rank, int device, int64_t timeout_ms, char *err,
-                            size_t errlen);
+rd_transport *rd_commq_init(const rd_commq_api *api, const uint8_t *id, size_t id_len, int nranks,
+                            int rank, int device, int64_t timeout_ms, char *err, size_t errlen);
 
 /* rd_transport_ops.poll, run, abort and forget. */
 int rd_commq_poll(rd_transport *t, char *err, size_t errlen);

@@ -186,7 +186,8 @@ static void load(void)
         return;
     }
     if (rc == CUDA_ERROR_STUB_LIBRARY) { /* the toolkit's stub, found before a real driver */
-        rd_gpu_say(load_why, sizeof(load_why), "no CUDA driver: libcuda.so.1 is the toolkit's stub");
+        rd_gpu_say(load_why, sizeof(load_why),
+                   "no CUDA driver: libcuda.so.1 is the toolkit's stub");
         return;
     }
     if (failed(rc, "cuInit", load_why, sizeof(load_why)) ||
@@ -308,16 +309,16 @@ int rd_cuda_check(int dev, char *why, size_t whylen)
         return -1;
     if (major < 8) {
         rd_gpu_say(why, whylen,
-            "CUDA device %d has compute capability %d.%d: ringd's kernels need 8.0 "
-            "or newer",
-            dev, major, minor);
+                   "CUDA device %d has compute capability %d.%d: ringd's kernels need 8.0 "
+                   "or newer",
+                   dev, major, minor);
         return -1;
     }
     if (version < 13000) {
         rd_gpu_say(why, whylen,
-            "the CUDA driver supports CUDA %d.%d: ringd's kernels need 13.0 (driver "
-            "r580 or newer)",
-            version / 1000, version % 1000 / 10);
+                   "the CUDA driver supports CUDA %d.%d: ringd's kernels need 13.0 (driver "
+                   "r580 or newer)",
+                   version / 1000, version % 1000 / 10);
         return -1;
     }
     return 0;
@@ -379,9 +380,9 @@ int rd_cuda_reduce(int dev, rd_dtype dt, rd_redop op, void *dst, const void *con
     if ((unsigned)dt >= RD_DT_COUNT || (unsigned)op >= RD_OP_COUNT || nsrc < 1 ||
         nsrc > RD_CUDA_MAX_SRC) {
         rd_gpu_say(why, whylen,
-            "rd_cuda_reduce: dtype %d, op %d, %d sources: need a dtype, an op and "
-            "1 to %d sources",
-            (int)dt, (int)op, nsrc, RD_CUDA_MAX_SRC);
+                   "rd_cuda_reduce: dtype %d, op %d, %d sources: need a dtype, an op and "
+                   "1 to %d sources",
+                   (int)dt, (int)op, nsrc, RD_CUDA_MAX_SRC);
         return -1;
     }
     if (count == 0)

@@ -80,14 +80,14 @@ static void load(void)
         if (missing == NULL)
             rd_gpu_say(load_why, sizeof(load_why), "no NCCL library: %s", why);
         else
-            rd_gpu_say(load_why, sizeof(load_why), "libnccl.so.2 lacks %s (NCCL 2.28 or newer needed)",
-                missing);
+            rd_gpu_say(load_why, sizeof(load_why),
+                       "libnccl.so.2 lacks %s (NCCL 2.28 or newer needed)", missing);
         return;
     }
     /* the communicator config's fields and non-blocking behaviour as nccl.h describes them */
     if (nccl.get_version(&version) != ncclSuccess || version < NCCL_VERSION(2, 28, 0)) {
-        rd_gpu_say(load_why, sizeof(load_why), "libnccl.so.2 is version %d; ringd needs 2.28 or newer",
-            version);
+        rd_gpu_say(load_why, sizeof(load_why),
+                   "libnccl.so.2 is version %d; ringd needs 2.28 or newer", version);
         dlclose(lib);
         return;
     }
@@ -107,12 +107,11 @@ static int nccl_ready(char *err, size_t errlen)
 
 /* "call: unhandled cuda error (NCCL's last error: ...)" for a failed call's result. NCCL's last
  * error is the process's latest, which may be another communicator's: labelled as such. */
-static void nccl_error(ncclComm_t comm, ncclResult_t rc, const char *call, char *err,
-                       size_t errlen)
+static void nccl_error(ncclComm_t comm, ncclResult_t rc, const char *call, char *err, size_t errlen)
 {
     const char *last = comm != NULL ? nccl.last_error(comm) : "";
     rd_gpu_say(err, errlen, "%s: %s%s%s%s", call, nccl.error_string(rc),
-        last[0] ? " (NCCL's last error: " : "", last, last[0] ? ")" : "");
+               last[0] ? " (NCCL's last error: " : "", last, last[0] ? ")" : "");
 }
 
 /* ---- set-up ---- */
@@ -121,7 +120,7 @@ static int nccl_setup(const char *ifname, char *err, size_t errlen)
 {
     char value[80];
     if (ifname == NULL || ifname[0] == '\0' || getenv("NCCL_SOCKET_IFNAME") != NULL)
-        return 0; /* NCCL's own choice, or the operator's */
+        return 0;                                  /* NCCL's own choice, or the operator's */
     snprintf(value, sizeof(value), "=%s", ifname); /* '=': that interface exactly */
     if (setenv("NCCL_SOCKET_IFNAME", value, 1) != 0) {
         rd_gpu_say(err, errlen, "setenv NCCL_SOCKET_IFNAME: %s", strerror(errno));
@@ -265,7 +264,8 @@ static int nccl_make_id(uint8_t *id, size_t *id_len, char *err, size_t errlen)
     if (nccl_ready(err, errlen) != 0)
         return -1;
     if (!serving) {
-        rd_gpu_say(err, errlen, "this program holds no NCCL id roots (rd_nccl_root_main is not "
+        rd_gpu_say(err, errlen,
+                   "this program holds no NCCL id roots (rd_nccl_root_main is not "
                    "called in its main)");
         return -1;
     }
@@ -275,8 +275,10 @@ static int nccl_make_id(uint8_t *id, size_t *id_len, char *err, size_t errlen)
         if (roots[i].pid == 0)
             slot = &roots[i];
     if (slot == NULL) {
-        rd_gpu_say(err, errlen, "%d NCCL ids are held whose communicators have neither formed nor "
-                   "ended", RD_NCCL_ROOTS);
+        rd_gpu_say(err, errlen,
+                   "%d NCCL ids are held whose communicators have neither formed nor "
+                   "ended",
+                   RD_NCCL_ROOTS);
         goto out;
     }
     if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0) {
@@ -346,7 +348,7 @@ static void *nccl_comm_init(const uint8_t *id, size_t id_len, int nranks, int ra
         return NULL;
     }
     memcpy(&u, id, sizeof(u));
-    (void)device; /* current on this thread (commq's use) */
+    (void)device;        /* current on this thread (commq's use) */
     config.blocking = 0; /* membership changes must never hang the loop in NCCL */
     ncclResult_t rc = nccl.init_rank_config(&comm, nranks, u, rank, &config);
     if (rc != ncclSuccess && rc != ncclInProgress) {
@@ -391,9 +393,7 @@ static int nccl_comm_issue(void *comm, void *stream, const rd_commq_coll *c, cha
     case RD_COLL_BROADCAST:
         rc = nccl.broadcast(c->in, c->out, c->count, types[c->dt], c->root, comm, stream);
         break;
-    default:
-        rc = nccl.all_gather(c->in, c->out, c->count, types[c->dt], comm, stream);
-        break;
+    default: rc = nccl.all_gather(c->in, c->out, c->count, types[c->dt], comm, stream); break;
     }
     if (rc != ncclSuccess && rc != ncclInProgress) {
         nccl_error(comm, rc, "queueing an NCCL collective", err, errlen);
@@ -428,8 +428,8 @@ static rd_transport *nccl_init(const uint8_t *id, size_t id_len, int nranks, int
 {
     if (nccl_ready(err, errlen) != 0)
         return NULL;
-    rd_transport *t = rd_commq_init(&nccl_api, id, id_len, nranks, rank, device, timeout_ms, err,
-                                    errlen);
+    rd_transport *t =
+        rd_commq_init(&nccl_api, id, id_len, nranks, rank, device, timeout_ms, err, errlen);
     if (t == NULL)
         nccl_id_done(id, id_len); /* made here for a communicator that will not be */
     return t;

@@ -28,14 +28,14 @@ static int64_t now_ms(void)
 
 /* The fake library's state: what the test sets, and what the calls record. */
 static struct {
-    int64_t formed_at;     /* comm_state says busy until then */
-    int queueing;          /* after an issue, comm_state says busy this many more times */
-    int64_t coll_ms;       /* each collective's time on the stream; -1: it never ends */
-    int64_t error_at;      /* comm_state fails from then on; 0: never */
-    int abort_ms;          /* how long comm_abort blocks */
+    int64_t formed_at; /* comm_state says busy until then */
+    int queueing;      /* after an issue, comm_state says busy this many more times */
+    int64_t coll_ms;   /* each collective's time on the stream; -1: it never ends */
+    int64_t error_at;  /* comm_state fails from then on; 0: never */
+    int abort_ms;      /* how long comm_abort blocks */
     /* recorded */
     int busy_left;
-    int64_t stream_end;    /* when the stream's last collective ends */
+    int64_t stream_end; /* when the stream's last collective ends */
     int issues, issued_while_busy, states, id_dones, streams_freed;
     pthread_t loop_thread;
     _Atomic int aborts, abort_on_loop, abort_finished;
@@ -70,8 +70,7 @@ static int f_comm_state(void *comm, char *err, size_t errlen)
     return 0;
 }
 
-static int f_comm_issue(void *comm, void *stream, const rd_commq_coll *c, char *err,
-                        size_t errlen)
+static int f_comm_issue(void *comm, void *stream, const rd_commq_coll *c, char *err, size_t errlen)
 {
     (void)comm, (void)stream, (void)c, (void)err, (void)errlen;
     F.issues++;
@@ -228,8 +227,8 @@ static rd_transport *formed(int64_t timeout_ms)
 {
     uint8_t id[16] = {1};
     char err[256] = "";
-    rd_transport *t = rd_commq_init(&fake_api, id, sizeof(id), 2, 0, 0, timeout_ms, err,
-                                    sizeof(err));
+    rd_transport *t =
+        rd_commq_init(&fake_api, id, sizeof(id), 2, 0, 0, timeout_ms, err, sizeof(err));
     cr_assert_not_null(t, "%s", err);
     cr_assert_eq(rd_commq_poll(t, err, sizeof(err)), 0, "%s", err);
     return t;
@@ -285,8 +284,7 @@ Test(commq, time_spent_queued_behind_earlier_collectives_is_not_counted)
         run(t, &o[k]);
     loop_until(&o[5], 3000);
     for (int k = 0; k < 6; k++)
-        cr_assert_eq(o[k].status, 0, "run %d of 6 x 60 ms with a 100 ms timeout: %s", k,
-                     o[k].why);
+        cr_assert_eq(o[k].status, 0, "run %d of 6 x 60 ms with a 100 ms timeout: %s", k, o[k].why);
     cr_assert_geq(o[5].at - o[0].at, 250, "the collectives did not take their time");
     rd_commq_abort(t);
 }
@@ -413,8 +411,8 @@ Test(commq, what_a_communicator_cannot_run_is_refused)
         {RD_COLL_ALLREDUCE, RD_DT_COUNT, RD_OP_SUM, &o, &o, 1, 0},
     };
     for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++)
-        cr_assert_eq(rd_commq_run(t, base, &bad[k], on_done, &o, err, sizeof(err)), -1,
-                     "case %zu", k);
+        cr_assert_eq(rd_commq_run(t, base, &bad[k], on_done, &o, err, sizeof(err)), -1, "case %zu",
+                     k);
     cr_assert(strstr(err, "not one a communicator runs") != NULL, "%s", err);
     rd_commq_abort(t);
     cr_assert_eq(o.calls, 0);

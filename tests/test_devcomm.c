@@ -166,10 +166,10 @@ static void ring(job *j, uint64_t generation, int gpu)
     cr_assert_eq(rd_devcomm_ring_forming(j->c, generation, 2, 0, nodes), RINGD_OK);
     rd_devcomm_local local = {.device = 1, .gpu = gpu, .gpu_uuid = "GPU-here", .ops = &fake_ops};
     rd_devcomm_ring_up(j->c, &local);
-    rd_schedmsg offer = {.kind = RD_SCHEDMSG_DEV_OFFER,
-                         .generation = generation,
-                         .dev = {.want = RD_DEV_WANT_AUTO, .device = 1, .can = 1, .why = "",
-                                 .gpu = "GPU-there"}};
+    rd_schedmsg offer = {
+        .kind = RD_SCHEDMSG_DEV_OFFER,
+        .generation = generation,
+        .dev = {.want = RD_DEV_WANT_AUTO, .device = 1, .can = 1, .why = "", .gpu = "GPU-there"}};
     rd_devcomm_message(j->c, 1, &offer);
 }
 
@@ -217,8 +217,11 @@ Test(devcomm, a_job_on_tcp_leaves_its_gpu_to_others)
     rd_devcomm_ring_up(a.c, &local);
     rd_schedmsg offer = {.kind = RD_SCHEDMSG_DEV_OFFER,
                          .generation = 1,
-                         .dev = {.want = RD_DEV_WANT_AUTO, .device = 1, .can = 0,
-                                 .why = "no NCCL library", .gpu = "GPU-there"}};
+                         .dev = {.want = RD_DEV_WANT_AUTO,
+                                 .device = 1,
+                                 .can = 0,
+                                 .why = "no NCCL library",
+                                 .gpu = "GPU-there"}};
     rd_devcomm_message(a.c, 1, &offer);
     cr_assert_eq(a.w.transport, RD_DEV_TCP);
     ring(&b, 1, 0);
@@ -239,8 +242,9 @@ Test(devcomm, a_failed_or_freed_communicator_lets_go_of_its_gpu)
     cr_assert_eq(a.w.transport, RD_DEV_NCCL);
     rd_schedmsg failed = {.kind = RD_SCHEDMSG_DEV_CONFIRM,
                           .generation = 1,
-                          .dev = {.confirm = RD_DEV_FAILED, .why = "ncclCommInitRankConfig: "
-                                                                  "unhandled system error"}};
+                          .dev = {.confirm = RD_DEV_FAILED,
+                                  .why = "ncclCommInitRankConfig: "
+                                         "unhandled system error"}};
     rd_devcomm_message(a.c, 1, &failed);
     cr_assert_eq(a.w.reforms, 1, "a failed communicator re-forms the ring");
     cr_assert_eq(aborts, 1);

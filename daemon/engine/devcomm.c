@@ -63,7 +63,8 @@ static int gpu_claim(rd_devcomm *c, int gpu, char *why, size_t len)
     }
     const rd_devcomm *other = c->gpus->holder[gpu];
     if (other != NULL && other != c) {
-        snprintf(why, len, "GPU %d carries the NCCL communicator of job '%s' (NCCL needs one "
+        snprintf(why, len,
+                 "GPU %d carries the NCCL communicator of job '%s' (NCCL needs one "
                  "order of collectives on communicators sharing a GPU): TCP until it is free",
                  gpu, other->job);
         return -1;

@@ -299,8 +299,11 @@ int rd_devring_up(rd_devring *d, const rd_devring_offer *own, int64_t now_ms)
     }
     rd_schedmsg m = {.kind = RD_SCHEDMSG_DEV_OFFER,
                      .generation = d->generation,
-                     .dev = {.want = own->want, .device = own->device, .can = own->can,
-                             .why = own->why, .gpu = own->gpu}};
+                     .dev = {.want = own->want,
+                             .device = own->device,
+                             .can = own->can,
+                             .why = own->why,
+                             .gpu = own->gpu}};
     d->ev.send(d->arg, 0, &m);
     return 0;
 }

@@ -214,7 +214,8 @@ int main(int argc, char **argv)
             failed = 1;
         } else if (!failed) {
             printf("NCCL queued: %d collectives back to back in %lld ms under a 10 ms timeout, "
-                   "none late\n", QUEUED, (long long)(now_ms() - t0));
+                   "none late\n",
+                   QUEUED, (long long)(now_ms() - t0));
         }
         ops->abort(t);
     } else if (!failed) {

@@ -110,8 +110,7 @@ int main(int argc, char **argv)
           getenv("NCCL_SOCKET_IFNAME"));
     unsetenv("NCCL_SOCKET_IFNAME");
     CHECK(ops->setup("lo", err, sizeof(err)) == 1, "setup did not choose lo: %s", err);
-    CHECK(getenv("NCCL_SOCKET_IFNAME") != NULL &&
-              strcmp(getenv("NCCL_SOCKET_IFNAME"), "=lo") == 0,
+    CHECK(getenv("NCCL_SOCKET_IFNAME") != NULL && strcmp(getenv("NCCL_SOCKET_IFNAME"), "=lo") == 0,
           "NCCL_SOCKET_IFNAME is %s after setup", getenv("NCCL_SOCKET_IFNAME"));
 
     /* on a GPU, the driver's own threads and files come first */
@@ -169,11 +168,13 @@ int main(int argc, char **argv)
         }
     CHECK(entries("/proc/self/task") == threads, "%d threads after %d ids, %d before",
           entries("/proc/self/task"), ROOTS, threads);
-    CHECK(entries("/proc/self/fd") <= fds + ROOTS, "%d files after %d ids, %d before (each "
-          "helper's stdin at most)", entries("/proc/self/fd"), ROOTS, fds);
+    CHECK(entries("/proc/self/fd") <= fds + ROOTS,
+          "%d files after %d ids, %d before (each "
+          "helper's stdin at most)",
+          entries("/proc/self/fd"), ROOTS, fds);
     n = children(pids, 2 * ROOTS);
-    CHECK(n == ROOTS && rd_nccl_roots_held() == ROOTS, "%d helpers, %d roots held after %d ids",
-          n, rd_nccl_roots_held(), ROOTS);
+    CHECK(n == ROOTS && rd_nccl_roots_held() == ROOTS, "%d helpers, %d roots held after %d ids", n,
+          rd_nccl_roots_held(), ROOTS);
     uint8_t more[RD_TRANSPORT_ID_MAX];
     CHECK(ops->make_id(more, &len, err, sizeof(err)) != 0 && strstr(err, "64 NCCL ids") != NULL,
           "an id past %d: '%s'", ROOTS, err);
@@ -187,8 +188,10 @@ int main(int argc, char **argv)
     }
     CHECK(formed_none, "a communicator of 2 formed with one rank");
     n = children(pids, 2 * ROOTS);
-    CHECK(n == 0 && rd_nccl_roots_held() == 0, "%d helpers, %d roots held once every "
-          "communicator failed or was aborted", n, rd_nccl_roots_held());
+    CHECK(n == 0 && rd_nccl_roots_held() == 0,
+          "%d helpers, %d roots held once every "
+          "communicator failed or was aborted",
+          n, rd_nccl_roots_held());
     /* without a GPU no communicator started: nothing but the helpers' pipes was opened */
     CHECK(gpu || entries("/proc/self/fd") <= fds, "%d files after every id went, %d before",
           entries("/proc/self/fd"), fds);
@@ -196,6 +199,7 @@ int main(int argc, char **argv)
     ops->abort(ops->init(more, 128, 2, 0, 0, 1000, err, sizeof(err)));
     if (!failed)
         printf("NCCL ids: %d made, roots on lo in helpers, one more refused, none left "
-               "(this process: %d threads, %d files)\n", ROOTS + 1, threads, fds);
+               "(this process: %d threads, %d files)\n",
+               ROOTS + 1, threads, fds);
     return failed;
 }
