@@ -355,12 +355,14 @@ static int open_asking(int i, void *arg)
 Test(api, each_process_gets_the_local_rank_it_asks_for, .init = start, .fini = stop)
 {
     cr_assert_eq(th_run(LR_PROCS, open_asking, NULL, 30000), 0);
+    th_daemon_finish(&daemon_);
 }
 
 Test(api, a_process_asking_for_no_local_rank_takes_the_one_left, .init = start, .fini = stop)
 {
     static int nothing = 1;
     cr_assert_eq(th_run(LR_PROCS, open_asking, &nothing, 30000), 0);
+    th_daemon_finish(&daemon_);
 }
 
 /* Opens with local rank lr of a 2-rank job; the result, its message in msg. The session stays
@@ -412,6 +414,7 @@ static int ask_taken(int i, void *arg)
 Test(api, a_local_rank_asked_for_twice_is_refused_naming_its_holder, .init = start, .fini = stop)
 {
     cr_assert_eq(th_run(2, ask_taken, NULL, 30000), 0);
+    th_daemon_finish(&daemon_);
 }
 
 /* Opens a one-rank job of its own on the test daemon, asking for device dev (-1: asking for
@@ -595,10 +598,12 @@ Test(api, a_device_arena_is_given_on_a_gpu_and_refused_saying_why_without_one, .
      .fini = stop)
 {
     cr_assert_eq(th_run(1, device_arena_asked, NULL, 30000), 0);
+    th_daemon_finish(&daemon_);
 }
 
 Test(api, the_daemon_gives_a_device_or_none_and_refuses_one_it_does_not_serve, .init = start,
      .fini = stop)
 {
     cr_assert_eq(th_run(1, devices_given, NULL, 30000), 0);
+    th_daemon_finish(&daemon_);
 }

@@ -55,6 +55,15 @@ static void expect_still_serving(void)
     cr_assert(th_status_ok(daemon_.sock), "ringd no longer answers status");
 }
 
+/* 1 when the daemon's log so far contains needle. */
+static int daemon_logged(const char *needle)
+{
+    char *log = th_daemon_log(&daemon_);
+    int seen = log != NULL && strstr(log, needle) != NULL;
+    free(log);
+    return seen;
+}
+
 /* A fresh connection sends bytes (or a message) and must get a PROTOCOL Error naming what. */
 static void refused_bytes(const void *buf, size_t len, const char *what)
 {
@@ -202,15 +211,8 @@ Test(faults, a_truncated_frame_then_hang_up_is_logged_and_harmless)
     cr_assert_eq(th_write(fd, part, sizeof(part)), 0);
     close(fd);
     expect_still_serving();
-    for (int i = 0; i < 200; i++) {
-        char *log = th_daemon_log(&daemon_);
-        int seen = log != NULL && strstr(log, "hung up inside a frame") != NULL;
-        free(log);
-        if (seen)
-            return;
-        usleep(10000);
-    }
-    cr_assert_fail("the daemon did not log the truncated frame");
+    cr_assert(TH_WAIT_EVERY(daemon_logged("hung up inside a frame"), 2000, 10),
+              "the daemon did not log the truncated frame");
     th_daemon_finish(&daemon_);
 }
 

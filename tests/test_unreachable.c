@@ -298,7 +298,7 @@ static void run(bad_address bad)
     cr_expect(told, "n2's client heard: %s", sh_->aside_msg);
     if (grow) {
         /* Fixed (restarted with a reachable address), n2 joins the running job. */
-        th_daemon_stop(&ring_.d[2]);
+        th_daemon_finish(&ring_.d[2]);
         static const char *const fixed[] = {"--peer-timeout", PEER_TIMEOUT, NULL};
         cr_assert_eq(th_ring_start_node(&ring_, 2, fixed), 0);
         kids_[3] = fork_client(3, 0);
@@ -314,6 +314,8 @@ static void run(bad_address bad)
         kids_[k] = 0;
     }
     th_ring_finish(&ring_);
+    if (bad == BAD_REJECTED)
+        th_daemon_finish(&other_);
 }
 
 Test(unreachable, a_member_whose_address_refuses_is_named_set_aside_and_joins_once_fixed)
