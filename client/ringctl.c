@@ -22,33 +22,155 @@ enum { EXIT_OK = 0, EXIT_DAEMON = 1, EXIT_USAGE = 2, EXIT_UNCLEAN = 3 };
 /* The largest drain timeout accepted: one day. */
 #define RD_DRAIN_MAX_MS 86400000
 
+/* One row of ringctl's usage: a global option, a command with its own options, or an exit
+ * status. These tables are the one source of `ringctl --help` and of the ringctl(1) page the
+ * build writes with the hidden `ringctl --man`. */
+typedef struct {
+    const char *name; /* "--socket PATH", "drain [--timeout MS] [--json]", "3" */
+    const char *help; /* plain text */
+} ctl_usage;
+
+#define CTL_SYNOPSIS "[--socket PATH] [--timeout MS] [--json] COMMAND"
+
+static const ctl_usage ctl_options[] = {
+    {"--socket PATH", "the daemon's socket (env RINGD_SOCKET, default /run/ringd/ringd.sock)"},
+    {"--timeout MS",
+     "how long to wait for the daemon's answer (default 5000; for drain, on top of the drain's "
+     "own timeout)"},
+    {"--json", "print a JSON object"},
+    {"--help", "print this help"},
+    {"--version", "print the version"},
+};
+
+static const ctl_usage ctl_commands[] = {
+    {"status [--json]",
+     "the daemon, its jobs (rings, stalled tensors), its clients and GPUs; says \"draining\" "
+     "while it leaves its jobs"},
+    {"watch [--interval MS] [--count N]",
+     "status, refreshed in place every MS (default 1000) until interrupted, or N times"},
+    {"metrics", "the Prometheus metrics (as ringd --metrics-listen serves them)"},
+    {"timeline --job J --seconds N --out FILE",
+     "records job J's ops on this node for N seconds (1..3600) and writes them as a Chrome "
+     "trace (chrome://tracing, ui.perfetto.dev); FILE - is standard output"},
+    {"drain [--timeout MS] [--json]",
+     "leave every job gracefully: ops under way finish, new ones are refused, the other nodes "
+     "go on without this one; the daemon then keeps running, refusing new clients. MS bounds "
+     "the drain (0 or none: the daemon's --drain-timeout, which ringctl asks it for)"},
+};
+
+static const ctl_usage ctl_exits[] = {
+    {"0", "ok (drain: drained cleanly)"},
+    {"1", "daemon unreachable or failing"},
+    {"2", "usage error"},
+    {"3", "drained but not cleanly (ops cut at the timeout; the message says which)"},
+};
+
+#define NROWS(t) (sizeof(t) / sizeof(t[0]))
+
+/* Prints rows as "  NAME  help", the help from column col wrapped before column 80, starting
+ * on the next line where NAME reaches col. */
+static void print_rows(FILE *out, const ctl_usage *rows, size_t n, int col)
+{
+    for (size_t i = 0; i < n; i++) {
+        int at = fprintf(out, "  %s", rows[i].name);
+        if (at >= col - 1) {
+            fputc('\n', out);
+            at = 0;
+        }
+        for (const char *h = rows[i].help; *h != '\0'; at = 0) {
+            size_t take = strlen(h), room = (size_t)(79 - col);
+            if (take > room) { /* break at the last space that fits, or the first one */
+                take = room;
+                while (take > 0 && h[take] != ' ')
+                    take--;
+                if (take == 0)
+                    take = strcspn(h, " ");
+            }
+            fprintf(out, "%*s%.*s\n", col - at, "", (int)take, h);
+            h += take;
+            h += strspn(h, " ");
+        }
+    }
+}
+
 static void usage(FILE *out)
 {
-    fprintf(
-        out,
-        "usage: ringctl [--socket PATH] [--timeout MS] [--json] COMMAND\n"
-        "  --socket PATH  the daemon's socket (env RINGD_SOCKET, default /run/ringd/ringd.sock)\n"
-        "  --timeout MS   how long to wait for the daemon's answer (default 5000; for drain,\n"
-        "                 on top of the drain's own timeout)\n"
-        "  --json         print a JSON object\n"
-        "commands:\n"
-        "  status [--json]                 the daemon, its jobs (rings, stalled tensors), its\n"
-        "                                  clients and GPUs; says \"draining\" while it leaves\n"
-        "                                  its jobs\n"
-        "  watch [--interval MS] [--count N]  status, refreshed in place every MS (default\n"
-        "                                  1000) until interrupted, or N times\n"
-        "  metrics                         the Prometheus metrics (as --metrics-listen serves)\n"
-        "  timeline --job J --seconds N --out FILE\n"
-        "                                  records job J's ops on this node for N seconds (1..3600)\n"
-        "                                  and writes them as a Chrome trace (chrome://tracing,\n"
-        "                                  ui.perfetto.dev)\n"
-        "  drain [--timeout MS] [--json]   leave every job gracefully: ops under way finish, new\n"
-        "                                  ones are refused, the other nodes go on without this\n"
-        "                                  one; the daemon then keeps running, refusing new\n"
-        "                                  clients. MS bounds the drain (0 or none: the daemon's\n"
-        "                                  --drain-timeout, which ringctl asks it for)\n"
-        "exit status: 0 ok (drain: drained cleanly), 1 daemon unreachable or failing, 2 usage\n"
-        "error, 3 drained but not cleanly (ops cut at the timeout; the message says which)\n");
+    fprintf(out, "usage: ringctl %s\n", CTL_SYNOPSIS);
+    print_rows(out, ctl_options, NROWS(ctl_options), 18);
+    fprintf(out, "commands:\n");
+    print_rows(out, ctl_commands, NROWS(ctl_commands), 34);
+    fprintf(out, "exit status:\n");
+    print_rows(out, ctl_exits, NROWS(ctl_exits), 6);
+}
+
+/* Writes s as roff text: hyphens and backslashes escaped. */
+static void roff_text(FILE *out, const char *s)
+{
+    for (; *s != '\0'; s++) {
+        if (*s == '-' || *s == '\\')
+            fputs(*s == '-' ? "\\-" : "\\e", out);
+        else
+            fputc(*s, out);
+    }
+}
+
+/* Writes a usage row's NAME in roff: option and command words in bold, metavariables (all
+ * capitals) in italics, brackets as they are. */
+static void roff_name(FILE *out, const char *s)
+{
+    while (*s != '\0') {
+        size_t n = strcspn(s, " []"), caps = 0;
+        if (n == 0) {
+            fputc(*s++, out);
+            continue;
+        }
+        for (size_t k = 0; k < n; k++)
+            caps += s[k] >= 'A' && s[k] <= 'Z';
+        fputs(caps == n ? "\\fI" : "\\fB", out);
+        for (size_t k = 0; k < n; k++) {
+            if (s[k] == '-')
+                fputs("\\-", out);
+            else
+                fputc(s[k], out);
+        }
+        fputs("\\fR", out);
+        s += n;
+    }
+}
+
+/* Writes rows as a section of tagged paragraphs. */
+static void roff_rows(FILE *out, const char *section, const ctl_usage *rows, size_t n)
+{
+    fprintf(out, ".SH %s\n", section);
+    for (size_t i = 0; i < n; i++) {
+        fputs(".TP\n", out);
+        roff_name(out, rows[i].name);
+        fputs("\n", out);
+        roff_text(out, rows[i].help);
+        fputs(".\n", out);
+    }
+}
+
+/* The ringctl(1) manual page, in roff, from the tables --help prints. */
+static void print_man(FILE *out)
+{
+    fprintf(out,
+            ".TH RINGCTL 1 \"\" \"ringd %s\" \"User Commands\"\n"
+            ".SH NAME\nringctl \\- ask the node's ringd for its status, metrics or a timeline, "
+            "or drain it\n.SH SYNOPSIS\n.B ringctl\n",
+            RINGD_VERSION);
+    roff_name(out, CTL_SYNOPSIS);
+    fputs("\n.SH DESCRIPTION\n.B ringctl\ntalks to the\n.BR ringd (8)\n"
+          "of this node over its Unix socket: it shows the daemon's jobs, rings, clients and "
+          "GPUs, prints its Prometheus metrics, records a timeline of a job's ops, or makes it "
+          "leave its jobs before the node goes away (a pod's preStop hook).\n",
+          out);
+    roff_rows(out, "OPTIONS", ctl_options, NROWS(ctl_options));
+    roff_rows(out, "COMMANDS", ctl_commands, NROWS(ctl_commands));
+    roff_rows(out, "EXIT STATUS", ctl_exits, NROWS(ctl_exits));
+    fputs(".SH ENVIRONMENT\n.TP\n.B RINGD_SOCKET\nthe daemon's socket, where "
+          "\\fB\\-\\-socket\\fR is not given.\n.SH SEE ALSO\n.BR ringd (8)\n",
+          out);
 }
 
 /* Parses a millisecond count in [lo, hi] from s into *out. Returns 0, or -1 when s is not one. */
@@ -180,13 +302,15 @@ static json_object *ring_json(const Ringd__RingInfo *ri)
     if (ri->tuning != NULL) {
         const Ringd__Tuning *u = ri->tuning;
         json_object *t = json_object_new_object();
-        json_object_object_add(t, "fusion_threshold", json_object_new_int64((int64_t)u->fusion_threshold));
+        json_object_object_add(t, "fusion_threshold",
+                               json_object_new_int64((int64_t)u->fusion_threshold));
         json_object_object_add(t, "cycle_us", json_object_new_int64(u->cycle_us));
         json_object_object_add(t, "segment_size", json_object_new_int64((int64_t)u->segment_size));
         json_object_object_add(t, "conns", json_object_new_int64(u->conns));
         json_object_object_add(t, "autotune", json_object_new_string(tuning_state(u)));
         json_object_object_add(t, "autotune_trials", json_object_new_int64(ri->autotune_trials));
-        json_object_object_add(t, "autotune_best_bps", json_object_new_double(ri->autotune_best_bps));
+        json_object_object_add(t, "autotune_best_bps",
+                               json_object_new_double(ri->autotune_best_bps));
         json_object_object_add(o, "tuning", t);
     }
     json_object *members = json_object_new_array();
@@ -410,8 +534,7 @@ static int run_drain(const char *path, int timeout_ms, int drain_ms, int json)
     if (bound == 0 && (rc = daemon_drain_timeout(path, timeout_ms, &bound)) != EXIT_OK)
         return rc;
     int64_t wait = (int64_t)bound + timeout_ms;
-    rc = ask(path, &m, wait > INT_MAX ? INT_MAX : (int)wait, RINGD__MSG__BODY_DRAIN_REPLY,
-             &reply);
+    rc = ask(path, &m, wait > INT_MAX ? INT_MAX : (int)wait, RINGD__MSG__BODY_DRAIN_REPLY, &reply);
     if (rc != EXIT_OK)
         return rc;
     const Ringd__DrainReply *d = reply->drain_reply;
@@ -554,9 +677,13 @@ static int run_timeline(const char *path, int timeout_ms, const char *job, int s
 int main(int argc, char **argv)
 {
     static const struct option longopts[] = {
-        {"socket", required_argument, NULL, 's'}, {"timeout", required_argument, NULL, 't'},
-        {"json", no_argument, NULL, 'j'},         {"help", no_argument, NULL, 'h'},
-        {"version", no_argument, NULL, 'V'},      {NULL, 0, NULL, 0},
+        {"socket", required_argument, NULL, 's'},
+        {"timeout", required_argument, NULL, 't'},
+        {"json", no_argument, NULL, 'j'},
+        {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, 'V'},
+        {"man", no_argument, NULL, 'M'},
+        {NULL, 0, NULL, 0},
     };
     const char *path = getenv("RINGD_SOCKET");
     int timeout = 5000, json = 0, drain_ms = 0;
@@ -576,6 +703,7 @@ int main(int argc, char **argv)
         case 'j': json = 1; break;
         case 'h': usage(stdout); return EXIT_OK;
         case 'V': printf("ringctl %s\n", RINGD_VERSION); return EXIT_OK;
+        case 'M': print_man(stdout); return EXIT_OK; /* for the build */
         default: usage(stderr); return EXIT_USAGE;
         }
     }

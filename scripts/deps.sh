@@ -13,6 +13,7 @@ RINGD_DEB_PACKAGES=(
   clang libclang-rt-14-dev
   prometheus
   patchelf
+  groff-base
 )
 
 # ringd_apt_install PACKAGE...: installs those of the packages that are missing.

@@ -33,7 +33,8 @@ static const opt_spec options[] = {
     {"socket", "RINGD_SOCKET", OPT_STRING, "/run/ringd/ringd.sock", 1, RD_PATH_MAX - 1,
      OFF(socket_path), "Unix socket clients connect to; its directory is created", NULL},
     {"arena-size", "RINGD_ARENA_SIZE", OPT_SIZE, "1G", 131072, INT64_MAX, OFF(arena_size),
-     "shared-memory arena per client when it asks for none (pages are used only when touched)", NULL},
+     "shared-memory arena per client when it asks for none (pages are used only when touched)",
+     NULL},
     {"arena-max", "RINGD_ARENA_MAX", OPT_SIZE, "16G", 131072, INT64_MAX, OFF(arena_max),
      "largest arena a client may ask for", NULL},
     {"device-arena-max", "RINGD_DEVICE_ARENA_MAX", OPT_SIZE, "8G", 0, INT64_MAX,
@@ -49,7 +50,8 @@ static const opt_spec options[] = {
      "connections served at once; more are refused", NULL},
     {"poll-us", "RINGD_POLL_US", OPT_INT, "100", 0, 1000000, OFF(poll_us),
      "microseconds to keep polling clients' shared rings after the last message before sleeping "
-     "(0: sleep at once; each wake-up then costs a system call)", NULL},
+     "(0: sleep at once; each wake-up then costs a system call)",
+     NULL},
     {"max-pending", "RINGD_MAX_PENDING", OPT_INT, "4096", 1, 1 << 24, OFF(max_pending),
      "collectives one client may have outstanding; more are refused", NULL},
     {"handshake-ms", "RINGD_HANDSHAKE_MS", OPT_INT, "10000", 10, 3600000, OFF(handshake_ms),
@@ -75,14 +77,17 @@ static const opt_spec options[] = {
     {"direct-bytes", "RINGD_DIRECT_BYTES", OPT_SIZE, "8K", 0, 16 << 20, OFF(direct_bytes),
      "collectives whose result is at most this big skip the ring: each node sends its part with "
      "the announcement every node sends to all, and computes the result itself (one hop); all "
-     "nodes must agree; at most half of --max-frame", NULL},
+     "nodes must agree; at most half of --max-frame",
+     NULL},
     {"fusion-threshold", "RINGD_FUSION_THRESHOLD", OPT_SIZE, "64M", 0, 1 << 30,
-     OFF(fusion_threshold), "small allreduces ready together are fused into one buffer up to this", NULL},
+     OFF(fusion_threshold), "small allreduces ready together are fused into one buffer up to this",
+     NULL},
     {"segment-size", "RINGD_SEGMENT_SIZE", OPT_SIZE, "1M", 4096, 64 << 20, OFF(segment_size),
      "bytes per ring frame; segments pipeline through the ring", NULL},
     {"fusion-cycle-us", "RINGD_FUSION_CYCLE_US", OPT_INT, "0", 0, 1000000, OFF(fusion_cycle_us),
      "the coordinator orders the ops ready on every node at most this often, so that more of "
-     "them fuse (0: at the end of each turn of its event loop)", NULL},
+     "them fuse (0: at the end of each turn of its event loop)",
+     NULL},
     {"conns-per-link", "RINGD_CONNS_PER_LINK", OPT_INT, "2", 1, 16, OFF(conns_per_link),
      "TCP connections between neighbours of a ring, each way", NULL},
     {"autotune", "RINGD_AUTOTUNE", OPT_FLAG, "0", 0, 1, OFF(autotune),
@@ -103,10 +108,12 @@ static const opt_spec options[] = {
     {"devices", "RINGD_DEVICES", OPT_STRING, "all", 1, 255, OFF(devices),
      "CUDA devices this daemon serves: all (the visible ones; none without a driver), none, or "
      "indices such as 0,2; each client gets the one it asks for (RINGD_DEVICE) or its local rank "
-     "modulo their number", NULL},
+     "modulo their number",
+     NULL},
     {"metrics-listen", "RINGD_METRICS_LISTEN", OPT_STRING, "", 0, 127, OFF(metrics_listen),
      "HOST:PORT serving Prometheus metrics at /metrics over HTTP (empty: none; port 0: any "
-     "free port, logged)", NULL},
+     "free port, logged)",
+     NULL},
     {"timeline-max-ops", "RINGD_TIMELINE_MAX_OPS", OPT_INT, "100000", 16, 10000000,
      OFF(timeline_max_ops),
      "ops one `ringctl timeline` recording keeps; past this the oldest are dropped (and counted)",
@@ -245,6 +252,92 @@ static void print_help(FILE *out)
             "print the version");
 }
 
+/* Writes s as roff text: backslashes and hyphens escaped, `quoted` words in bold, and a line
+ * never starting with a control character. */
+static void roff_text(FILE *out, const char *s)
+{
+    int bold = 0;
+    if (*s == '.' || *s == '\'')
+        fputs("\\&", out);
+    for (; *s != '\0'; s++) {
+        if (*s == '\\')
+            fputs("\\e", out);
+        else if (*s == '-')
+            fputs("\\-", out);
+        else if (*s == '`')
+            fputs((bold = !bold) ? "\\fB" : "\\fR", out);
+        else
+            fputc(*s, out);
+    }
+    if (bold)
+        fputs("\\fR", out);
+}
+
+/* What an option's value looks like, from its type. */
+static void roff_value(FILE *out, const opt_spec *o)
+{
+    switch (o->type) {
+    case OPT_STRING: fputs(" \\fIVALUE\\fR", out); break;
+    case OPT_SIZE: fputs(" \\fISIZE\\fR", out); break;
+    case OPT_INT: fputs(" \\fIN\\fR", out); break;
+    case OPT_CHOICE:
+        for (size_t k = 0; o->choices[k] != NULL; k++)
+            fprintf(out, "%s\\fB%s\\fR", k == 0 ? " " : "|", o->choices[k]);
+        break;
+    case OPT_FLAG: break;
+    }
+}
+
+/* The ringd(8) manual page, in roff, from the same table as --help: the build writes it with
+ * `ringd --man`, so the page cannot drift from the options. */
+static void print_man(FILE *out)
+{
+    fprintf(out,
+            ".TH RINGD 8 \"\" \"ringd %s\" \"System Administration\"\n"
+            ".SH NAME\nringd \\- per\\-node collective\\-communication daemon for "
+            "data\\-parallel training\n"
+            ".SH SYNOPSIS\n.B ringd\n[\\fIOPTIONS\\fR]\n"
+            ".SH DESCRIPTION\n"
+            ".B ringd\nserves the training processes of one node: they link\n.B libringd\n"
+            "(or import the Python package\n.BR ringd ),\n"
+            "put their tensors in a shared\\-memory arena the daemon hands them, and run named\n"
+            "allreduce, broadcast, allgather and barrier through it.\n"
+            "Without\n.B \\-\\-redis\nit serves this node's processes as a one\\-node ring.\n"
+            "With it, the daemons of a job find each other through Redis and form a ring over\n"
+            "TCP, each proving the ring's shared key\n(\\fB\\-\\-key\\-file\\fR).\n"
+            ".PP\nThe options below are the daemon's one table of options; each can also be set "
+            "by its environment variable. A flag overrides the variable, which overrides the "
+            "default. Sizes take the suffixes K, M and G (powers of 1024); durations are in the "
+            "unit their name says.\n"
+            ".SH OPTIONS\n",
+            RINGD_VERSION);
+    for (size_t i = 0; i < NOPTIONS; i++) {
+        const opt_spec *o = &options[i];
+        fputs(".TP\n\\fB\\-\\-", out);
+        roff_text(out, o->name);
+        fputs("\\fR", out);
+        roff_value(out, o);
+        fputs("\n", out);
+        roff_text(out, o->help);
+        fputs(".\n.br\nEnvironment: \\fB", out);
+        roff_text(out, o->env);
+        fputs("\\fR; default: ", out);
+        roff_text(out, o->def[0] != '\0' ? o->def : "none");
+        fputs(".\n", out);
+    }
+    fputs(".TP\n.B \\-\\-help\nprints the options, their variables and defaults, and exits.\n"
+          ".TP\n.B \\-\\-version\nprints the version and exits.\n"
+          ".SH SIGNALS\n.TP\n.B SIGTERM\nleaves every job gracefully (as\n.B ringctl drain\n"
+          "does, within \\fB\\-\\-drain\\-timeout\\fR), then exits; a second SIGTERM "
+          "exits at once.\n.TP\n.B SIGINT\nexits at once.\n"
+          ".SH EXIT STATUS\n.TP\n0\nstopped by a signal, or \\fB\\-\\-help\\fR or "
+          "\\fB\\-\\-version\\fR printed.\n.TP\n1\nstart\\-up or event loop failure "
+          "(the log says which call failed).\n"
+          ".TP\n2\na bad option or value (the message names it).\n"
+          ".SH SEE ALSO\n.BR ringctl (1)\n",
+          out);
+}
+
 /* Looks name up in envp ("NAME=value"); the daemon reads its environment only here. */
 static const char *env_lookup(char **envp, const char *name)
 {
@@ -258,7 +351,7 @@ static const char *env_lookup(char **envp, const char *name)
 rd_config_result rd_config_parse(rd_config *cfg, int argc, char **argv, char **envp, FILE *out,
                                  char *err, size_t errlen)
 {
-    struct option longopts[NOPTIONS + 3];
+    struct option longopts[NOPTIONS + 4];
 
     memset(cfg, 0, sizeof(*cfg));
     for (size_t i = 0; i < NOPTIONS; i++)
@@ -276,7 +369,8 @@ rd_config_result rd_config_parse(rd_config *cfg, int argc, char **argv, char **e
                                       NULL, (int)i};
     longopts[NOPTIONS] = (struct option){"help", no_argument, NULL, 'h'};
     longopts[NOPTIONS + 1] = (struct option){"version", no_argument, NULL, 'V'};
-    longopts[NOPTIONS + 2] = (struct option){NULL, 0, NULL, 0};
+    longopts[NOPTIONS + 2] = (struct option){"man", no_argument, NULL, 'M'}; /* for the build */
+    longopts[NOPTIONS + 3] = (struct option){NULL, 0, NULL, 0};
 
     optind = 0; /* glibc: 0 also resets getopt's internal state for a second parse */
     opterr = 0;
@@ -286,6 +380,10 @@ rd_config_result rd_config_parse(rd_config *cfg, int argc, char **argv, char **e
             break;
         if (c == 'h') {
             print_help(out);
+            return RD_CONFIG_EXIT;
+        }
+        if (c == 'M') {
+            print_man(out);
             return RD_CONFIG_EXIT;
         }
         if (c == 'V') {

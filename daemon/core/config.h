@@ -62,12 +62,13 @@ typedef enum {
 
 typedef enum {
     RD_CONFIG_RUN = 0,  /* options parsed: start the daemon */
-    RD_CONFIG_EXIT = 1, /* --help or --version printed: exit 0 */
+    RD_CONFIG_EXIT = 1, /* --help, --version or --man printed: exit 0 */
     RD_CONFIG_ERROR = 2 /* err holds the reason: exit 2 */
 } rd_config_result;
 
 /* Fills cfg from defaults, then the environment (envp, NULL-terminated "NAME=value" strings),
- * then argv. Prints --help / --version to out. */
+ * then argv. Prints --help / --version to out, and --man (hidden: the build's ringd(8) page, in
+ * roff, from the same table as --help). */
 rd_config_result rd_config_parse(rd_config *cfg, int argc, char **argv, char **envp, FILE *out,
                                  char *err, size_t errlen);
 
