@@ -10,7 +10,7 @@ RINGD_DEB_PACKAGES=(
   openmpi-bin libopenmpi-dev
   python3 libsodium-dev iproute2 nftables
   python3-numpy python3-pytest python3-torch python3-torchvision
-  clang libclang-rt-14-dev
+  clang libclang-rt-14-dev clang-format
   prometheus
   patchelf
   groff-base
