@@ -19,11 +19,18 @@ copies or matches tensors itself.
 
 Errors are ringd.Error subclasses, one per ringd_result_t (ringd.errors), carrying the code,
 ringd_errmsg's detail (the tensor, the ranks, the nodes) and ringd_strerror's advice.
+
+Where libringd comes from (ringd._lib): $RINGD_LIBRARY, else the copy installed with the
+package (a wheel's own, or `meson install`'s), else the system's. ringd.__version__ is the
+package's version, ringd.library_version() the loaded library's.
 """
+from . import _version
 from .errors import (Closed, ConnectError, Error, InvalidArgument, MembershipChanged, Mismatch,
                      OutOfMemory, ProtocolError, Refused, Result, Stalled, SystemCallError,
                      Timeout)
 from .session import DType, Handle, ReduceOp, Session
+
+__version__: str = _version.version()  # the top meson.build's project version
 
 SUM = ReduceOp.SUM
 AVG = ReduceOp.AVG
@@ -32,14 +39,14 @@ MAX = ReduceOp.MAX
 PROD = ReduceOp.PROD
 
 
-def library_version():
+def library_version() -> str:
     """The version of the libringd this process loaded ("MAJOR.MINOR.PATCH")."""
     from . import _lib
 
     return _lib.lib().ringd_version().decode()
 
 
-def library_path():
+def library_path() -> str:
     """Where the loaded libringd came from (see ringd._lib for the lookup order)."""
     from . import _lib
 

@@ -2,19 +2,21 @@
 """Loads libringd once per process and declares the functions of ringd.h.
 
 Lookup order (the first that exists wins; RINGD_LIBRARY, when set, must work):
-  1. $RINGD_LIBRARY, a path to libringd.so;
-  2. the installed layout: the library in the libdir that `meson install` recorded in
-     ringd/_install.py (relative to the package first, so a DESTDIR or moved tree works; then
-     as configured), or a libringd.so beside the package;
-  3. a meson build tree of the source checkout this package lives in (<repo>/<build>/client);
-  4. ctypes.util.find_library("ringd") (ld.so's cache, LD_LIBRARY_PATH).
+  1. $RINGD_LIBRARY, a path to libringd.so (a build tree's: build/client/libringd.so);
+  2. the copy installed with this package, as ringd/_install.py records it: a wheel's own
+     ringd/libringd.so.N, or the libdir of `meson install` (relative to the package first, so a
+     DESTDIR or moved tree works; then as configured);
+  3. the system's: the dynamic loader's search (LD_LIBRARY_PATH, ld.so's cache) for
+     libringd.so.N, then ctypes.util.find_library("ringd").
+A source checkout's build folders are never searched: tests and scripts name the library they
+mean with RINGD_LIBRARY.
 
 This module owns the one CDLL object; everything else calls through `lib()`.
 """
 import ctypes
 import ctypes.util
-import glob
 import os
+from typing import List, Optional
 
 # The ringd.h this binding mirrors (RINGD_VERSION_MAJOR/MINOR). A library with the same major and
 # at least this minor keeps its ABI (ringd.h: struct_size lets the options grow).
@@ -113,55 +115,60 @@ _path = None
 _options_size = 0
 
 
-def _pkg_dir():
+def _pkg_dir() -> str:
     return os.path.dirname(os.path.abspath(__file__))
 
 
-def _installed_candidates():
-    """The installed layout: the libdir meson recorded, then a library beside the package."""
-    out = []
+def _installed_candidates() -> List[str]:
+    """The copies of libringd installed with this package, as ringd/_install.py records them
+    (none in a source checkout, which has no _install.py)."""
     try:
-        from . import _install  # written by `meson install` (python/meson.build)
+        from . import _install  # written by `meson install` and by setup.py (python/install.py.in)
     except ImportError:
-        _install = None
-    if _install is not None:
-        rel = os.path.join(_pkg_dir(), _install.LIBDIR_FROM_PACKAGE, _install.SONAME)
-        out += [os.path.normpath(rel), os.path.join(_install.LIBDIR, _install.SONAME)]
-    for d in (_pkg_dir(), os.path.dirname(_pkg_dir())):
-        out += sorted(glob.glob(os.path.join(d, "libringd.so*")))
+        return []
+    out = []
+    if _install.LIBRARY_FROM_PACKAGE:
+        out.append(os.path.normpath(os.path.join(_pkg_dir(), _install.LIBRARY_FROM_PACKAGE)))
+    if _install.LIBRARY:
+        out.append(_install.LIBRARY)
     return out
 
 
-def _build_tree_candidates():
-    """libringd.so of the meson build trees of this source checkout, newest first."""
-    repo = os.path.dirname(os.path.dirname(_pkg_dir()))
-    # exists() follows the symlink: a build dir that never built the library has a dangling one.
-    found = [p for p in glob.glob(os.path.join(repo, "*", "client", "libringd.so"))
-             if os.path.exists(p)
-             and os.path.isdir(os.path.join(os.path.dirname(os.path.dirname(p)), "meson-info"))]
-    return sorted(found, key=os.path.getmtime, reverse=True)
+def _system_candidate() -> Optional[str]:
+    """The name under which the dynamic loader finds a libringd of this ABI, or None."""
+    soname = f"libringd.so.{ABI_MAJOR}"
+    # A path where one can be had: _needs_asan_preload reads the file before dlopen.
+    for d in os.environ.get("LD_LIBRARY_PATH", "").split(":"):
+        if d and os.path.exists(os.path.join(d, soname)):
+            return os.path.join(d, soname)
+    return ctypes.util.find_library("ringd")
 
 
-def _find():
-    """The path of the libringd to load, or raises ImportError saying where it looked."""
+def _find() -> str:
+    """The path (or loader name) of the libringd to load, or raises ImportError naming the
+    three places it looked and how to fix it."""
     env = os.environ.get("RINGD_LIBRARY")
     if env:
         if not os.path.exists(env):
             raise ImportError(f"RINGD_LIBRARY={env}: no such file; point it at libringd.so "
                               "(build/client/libringd.so in a build tree)")
         return env
-    looked = []
-    for p in _installed_candidates() + _build_tree_candidates():
+    installed = _installed_candidates()
+    for p in installed:
         if os.path.exists(p):
             return p
-        looked.append(p)
-    name = ctypes.util.find_library("ringd")
-    if name:
-        return name
-    raise ImportError("libringd not found: set RINGD_LIBRARY to libringd.so, run `meson install`, "
-                      "or build the tree (ninja -C build); looked at "
-                      + (", ".join(looked) or "no installed or build-tree path")
-                      + " and ld.so's search path")
+    system = _system_candidate()
+    if system:
+        return system
+    with_package = (", ".join(installed) + ": missing") if installed else \
+        "none recorded (a source checkout, or a package built without the library)"
+    raise ImportError(
+        "libringd not found. Looked at: (1) RINGD_LIBRARY: not set; (2) the copy installed "
+        f"with this package ({_pkg_dir()}): {with_package}; (3) the system's: no "
+        f"libringd.so.{ABI_MAJOR} on LD_LIBRARY_PATH or in ld.so's cache. Fix: set "
+        "RINGD_LIBRARY to a libringd.so (build/client/libringd.so of a build tree), install a "
+        "wheel built with the library (python/build_wheel.py), or `meson install` ringd "
+        "(then ldconfig)")
 
 
 def _needs_asan_preload(path):
