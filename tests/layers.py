@@ -3,7 +3,7 @@
 them all). This check reads every quoted #include of daemon/, gpu/ and proto/ and fails when a
 file includes a header of a layer above its own, or when modules (a .c and its .h) include each
 other in a cycle, within a layer or across. It also keeps each library behind its one module:
-hiredis in daemon/net/rendezvous only, CUDA and NCCL in gpu/ only.
+hiredis in daemon/net/rendezvous (and its parts, rendezvous_*) only, CUDA and NCCL in gpu/ only.
 
 usage: layers.py SOURCE_ROOT      checks the tree
        layers.py --self-test      shows on a made-up tree that each rule fails when broken
@@ -21,7 +21,8 @@ LAYERS = [
 ]
 CHECKED = ("daemon", "gpu", "proto")
 GENERATED = {"ringd_build.h", "ringd.pb-c.h"}  # made by the build, in the lowest layer
-# Library headers and the only modules that may include them.
+# Library headers and the only modules that may include them (a module's parts, named
+# <module>_<part>, too).
 LIBRARIES = [
     (re.compile(r"^hiredis/"), {"daemon/net/rendezvous"}),
     (re.compile(r"^(cuda|cuda_runtime|nccl)[^/]*\.h$"), None),  # None: anything under gpu/
@@ -67,7 +68,8 @@ def check(root):
             if kind == "<":
                 for pattern, allowed in LIBRARIES:
                     if pattern.search(name):
-                        ok = rel.startswith("gpu/") if allowed is None else module in allowed
+                        ok = rel.startswith("gpu/") if allowed is None else any(
+                            module == m or module.startswith(m + "_") for m in allowed)
                         if not ok:
                             problems.append(f"{rel} includes <{name}>: only "
                                             f"{'gpu/' if allowed is None else ', '.join(sorted(allowed))} "
@@ -161,6 +163,7 @@ def self_test():
     }
     clean = {"daemon/front/a.c": '#include "b.h"\n#include "c.h"\n', "daemon/engine/b.h": "",
              "daemon/core/c.h": "", "daemon/net/rendezvous.c": "#include <hiredis/hiredis.h>\n",
+             "daemon/net/rendezvous_conn.c": "#include <hiredis/async.h>\n",
              "gpu/cuda.c": "#include <cuda.h>\n"}
     failed = 0
     for name, tree in list(cases.items()) + [("a clean tree", clean)]:

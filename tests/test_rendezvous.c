@@ -718,6 +718,35 @@ Test(rendezvous, bad_urls_and_options_are_rejected_with_a_reason, .timeout = 30)
     rd_rdv_free(NULL);
 }
 
+/* The URL's pieces, without a Redis or an event loop (rd_rdv_url_parse is pure). */
+Test(rendezvous_parse, a_url_gives_its_host_port_and_database)
+{
+    static const struct {
+        const char *url, *host;
+        int port, db;
+    } good[] = {
+        {"redis://127.0.0.1:6379", "127.0.0.1", 6379, 0},
+        {"redis://localhost:1/2", "localhost", 1, 2},
+        {"redis://[::1]:6379/", "::1", 6379, 0},
+        {"redis://h:65535/15", "h", 65535, 15},
+    };
+    char host[16], err[256];
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+        int port = -1, db = -1;
+        cr_assert_eq(rd_rdv_url_parse(good[i].url, host, sizeof(host), &port, &db, err,
+                                      sizeof(err)),
+                     RINGD_OK, "%s: %s", good[i].url, err);
+        cr_expect_str_eq(host, good[i].host, "%s", good[i].url);
+        cr_expect_eq(port, good[i].port, "%s", good[i].url);
+        cr_expect_eq(db, good[i].db, "%s", good[i].url);
+    }
+    int port, db;
+    cr_expect_eq(rd_rdv_url_parse("redis://a-host-name-too-long:1", host, sizeof(host), &port, &db,
+                                  err, sizeof(err)),
+                 RINGD_E_INVALID);
+    cr_expect_neq(strstr(err, "bad host"), NULL, "err '%s'", err);
+}
+
 Test(rendezvous, freeing_leaves_every_joined_job_at_once, .timeout = 30)
 {
     rd_rdv *a = open_inst(0, 0, NULL, "", 30000);

@@ -1,17 +1,16 @@
-/* Rendezvous through Redis: leases, atomic membership scripts, stream watchers and reconnects. */
+/* Rendezvous through Redis: leases, atomic membership scripts, stream watchers (the connections
+ * themselves: rendezvous_conn.c; records and replies: rendezvous_parse.c). */
 #define _GNU_SOURCE
 #include "rendezvous.h"
 
 #include "counters.h"
 #include "log.h"
+#include "rendezvous_conn.h"
 #include "resolve.h"
 
-#include <stdarg.h>
-#include <arpa/inet.h>
 #include <event2/event.h>
-#include <hiredis/hiredis.h>
 #include <hiredis/async.h>
-#include <hiredis/adapters/libevent.h>
+#include <hiredis/hiredis.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,14 +19,9 @@
 
 #define SUBSYS "rendezvous"
 
-#define RDV_BACKOFF_MIN_MS 100
-#define RDV_BACKOFF_MAX_MS 2000
 #define RDV_REPLY_LIMIT_MS 3000 /* a command or connect with no answer for this long: reconnect */
 #define RDV_BLOCK_MS 5000       /* XREAD BLOCK */
 #define RDV_WATCHDOG_MS 500
-#define RDV_RECORD_MAX 512 /* bytes of a member record, as read back */
-#define RDV_MEMBERS_MAX 65536
-#define RDV_ID_MAX 48 /* "ms-seq" stream ids: two 20-digit numbers and a dash */
 #define RDV_KEY_MAX (RD_NAME_MAX * 2 + 32)
 #define RDV_NKEYS 5  /* members hash, generation, event stream, this node's lease, started flag */
 #define RDV_NFIXED 6 /* ARGV every script takes: see RDV_LUA_COMMON */
@@ -199,34 +193,11 @@ static const char *const rdv_script[RDV_NSCRIPTS] = {
                    "return view('ok')\n",
 };
 
-/* A connection's life; see conn_set_state. */
-typedef enum {
-    RDV_DOWN,       /* no context; a reconnect timer is armed unless the connection is closing */
-    RDV_CONNECTING, /* TCP connect, AUTH, SELECT (and SCRIPT LOAD) in flight */
-    RDV_READY,      /* handshake answered: commands flow */
-} rdv_state;
-
-static const char *const rdv_state_name[] = {"down", "connecting", "ready"};
-
 typedef struct rdv_job rdv_job;
-
-typedef struct {
-    rd_rdv *r;
-    rdv_job *job; /* the watched job, or NULL for the command connection */
-    redisAsyncContext *ac;
-    rdv_state state;
-    int backoff_ms;
-    int warned;          /* the loss was logged since the last READY */
-    int closing;         /* being freed: no reconnect */
-    int npending;        /* commands sent on ac, not yet answered */
-    int64_t progress_ms; /* last reply, or the first command sent after quiet */
-    struct event *retry; /* reconnect timer */
-    rd_lookup *resolving; /* the host name's lookup under way */
-    char lasterr[160];   /* last error logged, to log each distinct one once */
-} rdv_conn;
 
 struct rdv_job {
     rdv_job *next;
+    rd_rdv *r;
     char name[RD_NAME_MAX + 1];
     uint64_t uid; /* tells this job from a later one of the same name */
     rd_rdv_member self;
@@ -236,7 +207,7 @@ struct rdv_job {
     int again;           /* rd_rdv_sweep_soon while refreshing: refresh once more */
     int superseded;      /* logged that another incarnation holds our record */
     int behind_logged;   /* logged that Redis answered a generation below ours */
-    char lastid[RDV_ID_MAX]; /* last stream id seen, "" until a script reply says where it is */
+    char lastid[RD_RDV_ID_MAX]; /* last stream id seen, "" until a script reply says where it is */
     int reading;             /* an XREAD is in flight */
     rd_rdv_view *view;       /* newest view taken (its generation the highest seen), NULL before */
     uint64_t high_gen;       /* the highest generation seen: every bump goes above it */
@@ -245,7 +216,7 @@ struct rdv_job {
     int64_t next_tick_ms;    /* when tick fires */
     int64_t confirmed_ms;    /* when Redis last confirmed our registration (0: never) */
     struct event *tick;      /* the next refresh: lease / 3, or sooner for a sweep */
-    rdv_conn watch;
+    rd_rdv_conn watch; /* XREAD BLOCK on the job's event stream */
 };
 
 /* One script call, kept whole so a NOSCRIPT answer can be retried with EVAL. */
@@ -262,19 +233,14 @@ typedef struct rdv_req {
 } rdv_req;
 
 struct rd_rdv {
-    struct event_base *base;
+    rd_rdv_server srv;
     int64_t rtt_us; /* the last script's round trip (Redis running it included); -1: none yet */
-    rd_resolver *resolver; /* looks the host name up without blocking the loop */
-    char host[256];
-    char ip[INET6_ADDRSTRLEN]; /* the host's address as last resolved ("" before) */
-    int port;
-    int db;
-    char *password;
     int64_t lease_ms;
     rd_rdv_view_fn on_view;
     void *arg;
-    rdv_conn cmd;
-    char sha[RDV_NSCRIPTS][41]; /* from SCRIPT LOAD on this command connection, "" unknown */
+    rd_rdv_conn cmd; /* the scripts */
+    char sha[RDV_NSCRIPTS][41]; /* from SCRIPT LOAD on the command connection, "" unknown */
+    rd_rdv_scripts scripts;     /* rdv_script, loaded into sha */
     rdv_job *jobs;
     uint64_t next_uid;
     rdv_req *queued; /* LEAVEs and EVICTs waiting for the command connection */
@@ -284,545 +250,8 @@ struct rd_rdv {
     int *gone; /* set while on_view runs: rd_rdv_free raises it */
 };
 
-static void conn_start(rdv_conn *c);
-static void cmd_ready(rd_rdv *r);
-static void watch_ready(rdv_job *j);
 static void watch_read(rdv_job *j);
 static int send_script(rd_rdv *r, rdv_job *j, int script);
-
-/* The connection's name for logs. */
-static const char *conn_what(const rdv_conn *c)
-{
-    return c->job != NULL ? c->job->name : "command";
-}
-
-/* Changes c's state, logging the transition at debug. */
-static void conn_set_state(rdv_conn *c, rdv_state st)
-{
-    if (c->state == st)
-        return;
-    rd_log(RD_LOG_DEBUG, SUBSYS, "%s connection to %s:%d: %s -> %s", conn_what(c), c->r->host,
-           c->r->port, rdv_state_name[c->state], rdv_state_name[st]);
-    c->state = st;
-}
-
-/* Logs a connection problem once: at warn the first time since the last READY, then only when
- * the message changes (at level). */
-static void conn_complain(rdv_conn *c, rd_log_level level, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void conn_complain(rdv_conn *c, rd_log_level level, const char *fmt, ...)
-{
-    char msg[sizeof(c->lasterr)];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    if (c->warned && strcmp(msg, c->lasterr) == 0)
-        return;
-    rd_log(level, SUBSYS, "%s connection to %s:%d: %s", conn_what(c), c->r->host, c->r->port, msg);
-    snprintf(c->lasterr, sizeof(c->lasterr), "%s", msg);
-    c->warned = 1;
-}
-
-/* The context is gone (freed by hiredis or by us): forget it and schedule a reconnect. */
-static void conn_lost(rdv_conn *c)
-{
-    c->ac = NULL;
-    c->npending = 0;
-    conn_set_state(c, RDV_DOWN);
-    if (c->job == NULL)
-        memset(c->r->sha, 0, sizeof(c->r->sha));
-    if (c->closing || c->retry == NULL)
-        return;
-    struct timeval tv = {c->backoff_ms / 1000, (c->backoff_ms % 1000) * 1000};
-    evtimer_add(c->retry, &tv);
-    c->backoff_ms = c->backoff_ms * 2 > RDV_BACKOFF_MAX_MS ? RDV_BACKOFF_MAX_MS : c->backoff_ms * 2;
-}
-
-/* Frees c's context from the top of the loop (not from a hiredis callback): pending callbacks
- * run with NULL replies, then conn_lost. */
-static void conn_close(rdv_conn *c)
-{
-    redisAsyncContext *ac = c->ac;
-    if (ac == NULL)
-        return;
-    int connected = (ac->c.flags & REDIS_CONNECTED) != 0;
-    redisAsyncFree(ac); /* calls on_disconnect, hence conn_lost, when connected */
-    if (!connected || c->ac == ac)
-        conn_lost(c);
-}
-
-/* Accounts for one reply (or NULL reply) on c's context ac. */
-static void conn_answered(rdv_conn *c, const redisAsyncContext *ac)
-{
-    if (ac != c->ac)
-        return;
-    if (c->npending > 0)
-        c->npending--;
-    c->progress_ms = rd_now_ms();
-}
-
-/* Accounts for one command sent on c. */
-static void conn_sent(rdv_conn *c)
-{
-    if (c->npending++ == 0)
-        c->progress_ms = rd_now_ms();
-}
-
-/* hiredis: the TCP connect finished. On failure hiredis frees the context after this. */
-static void on_connect(const redisAsyncContext *ac, int status)
-{
-    rdv_conn *c = ac->data;
-    if (c == NULL || c->ac != ac)
-        return;
-    if (status != REDIS_OK) {
-        conn_complain(c, RD_LOG_WARN, "connect: %s (retrying)", ac->errstr);
-        conn_lost(c);
-    }
-}
-
-/* hiredis: a connected context is going away (error, EOF, or our redisAsyncFree). */
-static void on_disconnect(const redisAsyncContext *ac, int status)
-{
-    rdv_conn *c = ac->data;
-    if (c == NULL || c->ac != ac)
-        return;
-    if (!c->closing && !c->warned)
-        conn_complain(c, RD_LOG_WARN, "lost: %s (reconnecting)",
-                      status == REDIS_OK ? "closed" : ac->errstr);
-    conn_lost(c);
-}
-
-/* One handshake reply (AUTH, SELECT, SCRIPT LOAD, PING). An error drops the connection; the
- * final PING's answer makes it READY. */
-static void on_handshake(redisAsyncContext *ac, void *reply, void *privdata)
-{
-    rdv_conn *c = privdata;
-    redisReply *rep = reply;
-    conn_answered(c, ac);
-    if (rep == NULL || c->ac != ac || c->closing)
-        return;
-    if (rep->type == REDIS_REPLY_ERROR) {
-        conn_complain(c, RD_LOG_ERROR, "handshake: %s (check the password and URL; retrying)",
-                      rep->str);
-        redisAsyncFree(ac); /* deferred until this callback returns; then on_disconnect */
-        return;
-    }
-    if (rep->type == REDIS_REPLY_STATUS && strcmp(rep->str, "PONG") == 0) {
-        if (c->warned)
-            rd_log(RD_LOG_INFO, SUBSYS, "%s connection to %s:%d: up", conn_what(c), c->r->host,
-                   c->r->port);
-        c->warned = 0;
-        c->lasterr[0] = '\0';
-        c->backoff_ms = RDV_BACKOFF_MIN_MS;
-        conn_set_state(c, RDV_READY);
-        if (c->job == NULL)
-            cmd_ready(c->r);
-        else
-            watch_ready(c->job);
-    }
-}
-
-/* SCRIPT LOAD's answer: the script's SHA1 for EVALSHA. */
-static void on_script_load(redisAsyncContext *ac, void *reply, void *privdata)
-{
-    rd_rdv *r = privdata;
-    redisReply *rep = reply;
-    conn_answered(&r->cmd, ac);
-    if (rep == NULL || r->cmd.ac != ac)
-        return;
-    for (int i = 0; i < RDV_NSCRIPTS; i++) {
-        if (r->sha[i][0] != '\0')
-            continue;
-        if (rep->type == REDIS_REPLY_STRING && rep->len == 40)
-            memcpy(r->sha[i], rep->str, 41);
-        else
-            rd_log(RD_LOG_WARN, SUBSYS, "SCRIPT LOAD %s: unexpected reply; using EVAL",
-                   rdv_script_name[i]);
-        r->sha[i][40] = '\0';
-        /* Mark a failed load as tried with a non-hex byte so the next load fills the next. */
-        if (rep->type != REDIS_REPLY_STRING || rep->len != 40)
-            r->sha[i][0] = '!';
-        break;
-    }
-}
-
-static void conn_connect(rdv_conn *c, const char *ip);
-
-/* 1 when the Redis host is an address rather than a name to look up. */
-static int host_numeric(const rd_rdv *r)
-{
-    struct in6_addr scratch;
-    return inet_pton(AF_INET, r->host, &scratch) == 1 || inet_pton(AF_INET6, r->host, &scratch) == 1;
-}
-
-/* The host name's lookup ended: connects to its address (IPv4 first), or retries later. */
-static void on_resolved(void *arg, const struct sockaddr *sa, socklen_t len, const char *why)
-{
-    rdv_conn *c = arg;
-    c->resolving = NULL;
-    char ip[INET6_ADDRSTRLEN] = "";
-    (void)len;
-    if (sa != NULL && sa->sa_family == AF_INET)
-        inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, ip, sizeof(ip));
-    else if (sa != NULL && sa->sa_family == AF_INET6)
-        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, ip, sizeof(ip));
-    if (ip[0] == '\0') {
-        conn_complain(c, RD_LOG_WARN, "resolve %s: %s (retrying)", c->r->host,
-                      why != NULL && why[0] != '\0' ? why : "no address");
-        conn_lost(c);
-        return;
-    }
-    snprintf(c->r->ip, sizeof(c->r->ip), "%s", ip);
-    conn_connect(c, ip);
-}
-
-/* Starts connecting c, first looking the host name up (again on every reconnect: a Redis that
- * moves keeps its name) through evdns, so that a slow resolver never holds the event loop; a
- * numeric address connects at once. */
-static void conn_start(rdv_conn *c)
-{
-    rd_rdv *r = c->r;
-    if (c->ac != NULL || c->closing || c->resolving != NULL)
-        return;
-    if (host_numeric(r)) {
-        conn_connect(c, r->host);
-        return;
-    }
-    conn_set_state(c, RDV_CONNECTING);
-    c->resolving = rd_resolve(r->resolver, r->host, NULL, on_resolved, c);
-    if (c->resolving == NULL) {
-        conn_complain(c, RD_LOG_WARN, "resolve %s: out of memory (retrying)", r->host);
-        conn_lost(c);
-    }
-}
-
-/* Connects c to ip: AUTH, SELECT and a PING (SCRIPT LOADs on the command connection) are queued
- * at once and go out when the connect completes. */
-static void conn_connect(rdv_conn *c, const char *ip)
-{
-    rd_rdv *r = c->r;
-    if (c->ac != NULL || c->closing)
-        return;
-    redisAsyncContext *ac = redisAsyncConnect(ip, r->port);
-    if (ac == NULL) {
-        conn_complain(c, RD_LOG_WARN, "redisAsyncConnect: out of memory (retrying)");
-        conn_lost(c);
-        return;
-    }
-    if (ac->err) {
-        conn_complain(c, RD_LOG_WARN, "connect: %s (retrying)", ac->errstr);
-        redisAsyncFree(ac);
-        conn_lost(c);
-        return;
-    }
-    ac->data = c;
-    if (redisLibeventAttach(ac, r->base) != REDIS_OK) {
-        conn_complain(c, RD_LOG_WARN, "redisLibeventAttach failed (retrying)");
-        redisAsyncFree(ac);
-        conn_lost(c);
-        return;
-    }
-    redisAsyncSetConnectCallback(ac, on_connect);
-    redisAsyncSetDisconnectCallback(ac, on_disconnect);
-    c->ac = ac;
-    c->npending = 0;
-    c->progress_ms = rd_now_ms();
-    conn_set_state(c, RDV_CONNECTING);
-    int ok = 1;
-    if (r->password != NULL) {
-        const char *argv[] = {"AUTH", r->password};
-        ok = ok && redisAsyncCommandArgv(ac, on_handshake, c, 2, argv, NULL) == REDIS_OK;
-        conn_sent(c);
-    }
-    if (r->db != 0) {
-        ok = ok && redisAsyncCommand(ac, on_handshake, c, "SELECT %d", r->db) == REDIS_OK;
-        conn_sent(c);
-    }
-    if (c->job == NULL) {
-        memset(r->sha, 0, sizeof(r->sha));
-        for (int i = 0; i < RDV_NSCRIPTS; i++) {
-            const char *argv[] = {"SCRIPT", "LOAD", rdv_script[i]};
-            ok = ok && redisAsyncCommandArgv(ac, on_script_load, r, 3, argv, NULL) == REDIS_OK;
-            conn_sent(c);
-        }
-    }
-    ok = ok && redisAsyncCommand(ac, on_handshake, c, "PING") == REDIS_OK;
-    conn_sent(c);
-    if (!ok) {
-        conn_complain(c, RD_LOG_WARN, "queueing the handshake failed (retrying)");
-        conn_close(c);
-    }
-}
-
-/* Reconnect timer. */
-static void on_retry(evutil_socket_t fd, short what, void *arg)
-{
-    (void)fd;
-    (void)what;
-    conn_start(arg);
-}
-
-/* Sets up c (no connection yet); -1 when out of memory. */
-static int conn_init(rdv_conn *c, rd_rdv *r, rdv_job *job)
-{
-    memset(c, 0, sizeof(*c));
-    c->r = r;
-    c->job = job;
-    c->backoff_ms = RDV_BACKOFF_MIN_MS;
-    c->retry = evtimer_new(r->base, on_retry, c);
-    return c->retry != NULL ? 0 : -1;
-}
-
-/* Closes c for good. */
-static void conn_fini(rdv_conn *c)
-{
-    c->closing = 1;
-    rd_lookup_cancel(c->resolving);
-    c->resolving = NULL;
-    conn_close(c);
-    if (c->retry != NULL)
-        event_free(c->retry);
-    c->retry = NULL;
-}
-
-/* ---- records and views ---- */
-
-/* Parses a decimal unsigned number of exactly len bytes, at most max; 0 or -1. */
-static int parse_u64(const char *s, size_t len, uint64_t max, uint64_t *out)
-{
-    uint64_t v = 0;
-    if (len == 0 || len > 20)
-        return -1;
-    for (size_t i = 0; i < len; i++) {
-        if (s[i] < '0' || s[i] > '9')
-            return -1;
-        uint64_t d = (uint64_t)(s[i] - '0');
-        if (v > (UINT64_MAX - d) / 10)
-            return -1;
-        v = v * 10 + d;
-    }
-    if (v > max)
-        return -1;
-    *out = v;
-    return 0;
-}
-
-/* 1 when addr is 1..RD_ADDR_MAX-1 printable, non-blank bytes. */
-static int addr_valid(const char *s, size_t len)
-{
-    if (len == 0 || len >= RD_ADDR_MAX)
-        return 0;
-    for (size_t i = 0; i < len; i++)
-        if (s[i] <= 0x20 || s[i] > 0x7e)
-            return 0;
-    return 1;
-}
-
-/* Writes m's record: "3 <incarnation> <local_size> <world_size> <min_size> <since> <addr>". */
-static void record_format(const rd_rdv_member *m, char *buf, size_t len)
-{
-    snprintf(buf, len, "3 %" PRIu64 " %" PRIu32 " %" PRIu32 " %" PRIu32 " %" PRIu64 " %s",
-             m->incarnation, m->local_size, m->world_size, m->min_size, m->since, m->addr);
-}
-
-/* See rendezvous.h: a record read from Redis (untrusted), version 3 as written by record_format
- * or an older daemon's 2 (without since, read as 0) or 1 (without min_size either). */
-rd_status rd_rdv_record_parse(const char *s, size_t len, rd_rdv_member *m)
-{
-    const char *tok[7];
-    size_t tlen[7];
-    size_t n = 0, i = 0, want;
-    uint64_t v;
-    if (len < 2 || len > RDV_RECORD_MAX || memchr(s, '\0', len) != NULL || s[1] != ' ')
-        return RINGD_E_PROTOCOL;
-    if (s[0] == '1')
-        want = 5;
-    else if (s[0] == '2')
-        want = 6;
-    else if (s[0] == '3')
-        want = 7;
-    else
-        return RINGD_E_PROTOCOL;
-    while (i < len && n < want) {
-        size_t start = i;
-        if (n < want - 1) {
-            while (i < len && s[i] != ' ')
-                i++;
-        } else {
-            i = len; /* the address is the rest */
-        }
-        tok[n] = s + start;
-        tlen[n] = i - start;
-        n++;
-        if (i < len)
-            i++; /* one space */
-    }
-    if (n != want || tlen[0] != 1)
-        return RINGD_E_PROTOCOL;
-    if (parse_u64(tok[1], tlen[1], UINT64_MAX, &m->incarnation) != 0)
-        return RINGD_E_PROTOCOL;
-    if (parse_u64(tok[2], tlen[2], UINT32_MAX, &v) != 0)
-        return RINGD_E_PROTOCOL;
-    m->local_size = (uint32_t)v;
-    if (parse_u64(tok[3], tlen[3], UINT32_MAX, &v) != 0)
-        return RINGD_E_PROTOCOL;
-    m->world_size = (uint32_t)v;
-    m->min_size = 0;
-    m->since = 0;
-    if (want >= 6) {
-        if (parse_u64(tok[4], tlen[4], UINT32_MAX, &v) != 0)
-            return RINGD_E_PROTOCOL;
-        m->min_size = (uint32_t)v;
-    }
-    if (want == 7 && parse_u64(tok[5], tlen[5], UINT64_MAX, &m->since) != 0)
-        return RINGD_E_PROTOCOL;
-    if (!addr_valid(tok[want - 1], tlen[want - 1]))
-        return RINGD_E_PROTOCOL;
-    memcpy(m->addr, tok[want - 1], tlen[want - 1]);
-    m->addr[tlen[want - 1]] = '\0';
-    return RINGD_OK;
-}
-
-/* Splits a stream id "ms-seq" into its numbers; 0, or -1 when it is not one. */
-static int id_parse(const char *s, size_t len, uint64_t *ms, uint64_t *seq)
-{
-    const char *dash = memchr(s, '-', len);
-    if (len >= RDV_ID_MAX || dash == NULL)
-        return -1;
-    size_t a = (size_t)(dash - s);
-    if (parse_u64(s, a, UINT64_MAX, ms) != 0 ||
-        parse_u64(dash + 1, len - a - 1, UINT64_MAX, seq) != 0)
-        return -1;
-    return 0;
-}
-
-/* 1 when stream id a comes after b (both valid). */
-static int id_after(const char *a, const char *b)
-{
-    uint64_t ams, aseq, bms, bseq;
-    if (id_parse(a, strlen(a), &ams, &aseq) != 0 || id_parse(b, strlen(b), &bms, &bseq) != 0)
-        return 1;
-    return ams > bms || (ams == bms && aseq > bseq);
-}
-
-/* See rendezvous.h. */
-void rd_rdv_view_free(rd_rdv_view *v)
-{
-    if (v == NULL)
-        return;
-    free(v->members);
-    free(v);
-}
-
-/* The ring order: the members the job started with by node name, then those that joined the
- * running job in the order they joined. So members already there keep the lowest ranks and
- * rank 0 is a node that holds the job's state when another joins. */
-static int member_cmp(const void *a, const void *b, void *arg)
-{
-    const rd_rdv_member *x = a, *y = b;
-    uint64_t at = *(const uint64_t *)arg;
-    uint64_t kx = x->since > at ? x->since : 0, ky = y->since > at ? y->since : 0;
-    if (kx != ky)
-        return kx < ky ? -1 : 1;
-    return strcmp(x->node, y->node);
-}
-
-/* See rendezvous.h: a script reply {status, generation, last stream id, {node, record, ...},
- * started, soonest}, malformed members logged at debug. */
-rd_rdv_view *rd_rdv_view_parse(const redisReply *rep, const char *job, char *status,
-                               size_t statuslen, char *id, int64_t *soonest, size_t *nbad)
-{
-    const char *why = NULL;
-    rd_rdv_view *v = NULL;
-    if (rep->type == REDIS_REPLY_ERROR) {
-        rd_log(RD_LOG_WARN, SUBSYS, "job %s: script failed: %s", job, rep->str);
-        return NULL;
-    }
-    if (rep->type != REDIS_REPLY_ARRAY || rep->elements != 6) {
-        why = "not a 6-element array";
-        goto bad;
-    }
-    const redisReply *st = rep->element[0], *gen = rep->element[1], *last = rep->element[2],
-                     *hash = rep->element[3], *started = rep->element[4], *pttl = rep->element[5];
-    uint64_t ms, seq;
-    if (st->type != REDIS_REPLY_STRING || st->len >= statuslen) {
-        why = "bad status";
-        goto bad;
-    }
-    if (gen->type != REDIS_REPLY_INTEGER || gen->integer < 0) {
-        why = "bad generation";
-        goto bad;
-    }
-    if (last->type != REDIS_REPLY_STRING || id_parse(last->str, last->len, &ms, &seq) != 0) {
-        why = "bad stream id";
-        goto bad;
-    }
-    if (hash->type != REDIS_REPLY_ARRAY || hash->elements % 2 != 0 ||
-        hash->elements / 2 > RDV_MEMBERS_MAX) {
-        why = "bad member list";
-        goto bad;
-    }
-    uint64_t started_at = 0;
-    if ((started->type != REDIS_REPLY_NIL && started->type != REDIS_REPLY_STRING) ||
-        (started->type == REDIS_REPLY_STRING &&
-         parse_u64(started->str, started->len, UINT64_MAX, &started_at) != 0)) {
-        why = "bad started flag";
-        goto bad;
-    }
-    if (pttl->type != REDIS_REPLY_INTEGER || pttl->integer < -1) {
-        why = "bad lease time";
-        goto bad;
-    }
-    memcpy(status, st->str, st->len);
-    status[st->len] = '\0';
-    memcpy(id, last->str, last->len);
-    id[last->len] = '\0';
-    v = calloc(1, sizeof(*v));
-    if (v == NULL)
-        goto oom;
-    v->generation = (uint64_t)gen->integer;
-    v->started = started->type == REDIS_REPLY_STRING;
-    v->started_at = started_at;
-    *soonest = pttl->integer;
-    if (hash->elements > 0) {
-        v->members = calloc(hash->elements / 2, sizeof(*v->members));
-        if (v->members == NULL)
-            goto oom;
-    }
-    for (size_t i = 0; i + 1 < hash->elements; i += 2) {
-        const redisReply *k = hash->element[i], *val = hash->element[i + 1];
-        rd_rdv_member *m = &v->members[v->nmembers];
-        if (k->type != REDIS_REPLY_STRING || val->type != REDIS_REPLY_STRING ||
-            k->len > RD_NAME_MAX || memchr(k->str, '\0', k->len) != NULL) {
-            rd_log(RD_LOG_DEBUG, SUBSYS, "job %s: member entry %zu is malformed; ignored", job,
-                   i / 2);
-            (*nbad)++;
-            continue;
-        }
-        memcpy(m->node, k->str, k->len);
-        m->node[k->len] = '\0';
-        if (!rd_name_valid(m->node) || rd_rdv_record_parse(val->str, val->len, m) != 0) {
-            rd_log(RD_LOG_DEBUG, SUBSYS, "job %s: member record %zu is malformed; ignored", job,
-                   i / 2);
-            memset(m, 0, sizeof(*m));
-            (*nbad)++;
-            continue;
-        }
-        v->nmembers++;
-    }
-    if (v->nmembers > 1)
-        qsort_r(v->members, v->nmembers, sizeof(*v->members), member_cmp, &started_at);
-    return v;
-bad:
-    rd_log(RD_LOG_WARN, SUBSYS, "job %s: malformed reply from Redis (%s); ignored", job, why);
-    return NULL;
-oom:
-    rd_log(RD_LOG_ERROR, SUBSYS, "job %s: out of memory parsing a view", job);
-    rd_rdv_view_free(v);
-    return NULL;
-}
 
 /* ---- jobs ---- */
 
@@ -914,7 +343,7 @@ static void job_take_view(rd_rdv *r, rdv_job *j, rd_rdv_view *v, const char *id,
             refresh_now(r, j);
     } else {
         j->behind_logged = 0;
-        if (j->lastid[0] == '\0' || id_after(id, j->lastid))
+        if (j->lastid[0] == '\0' || rd_rdv_id_after(id, j->lastid))
             snprintf(j->lastid, sizeof(j->lastid), "%s", id);
         j->high_gen = v->generation;
         rd_rdv_view_free(j->view);
@@ -958,7 +387,7 @@ static int req_push(rdv_req *q, const char *s)
 static rdv_req *req_new(rd_rdv *r, const char *job, const char *node, uint64_t incarnation,
                         const char *record, int script, uint64_t floor)
 {
-    char buf[RDV_NKEYS + RDV_NFIXED][RDV_KEY_MAX + RDV_RECORD_MAX];
+    char buf[RDV_NKEYS + RDV_NFIXED][RDV_KEY_MAX + RD_RDV_RECORD_MAX];
     rdv_req *q = calloc(1, sizeof(*q));
     if (q == NULL)
         return NULL;
@@ -988,8 +417,8 @@ static rdv_req *req_new(rd_rdv *r, const char *job, const char *node, uint64_t i
 /* A call of script for j as itself. NULL when out of memory. */
 static rdv_req *req_self(rd_rdv *r, const rdv_job *j, int script)
 {
-    char rec[RDV_RECORD_MAX];
-    record_format(&j->self, rec, sizeof(rec));
+    char rec[RD_RDV_RECORD_MAX];
+    rd_rdv_record_format(&j->self, rec, sizeof(rec));
     return req_new(r, j->name, j->self.node, j->self.incarnation, rec, script, j->high_gen);
 }
 
@@ -1027,7 +456,7 @@ static int req_send(rd_rdv *r, rdv_req *q)
         return -1;
     }
     free(argv);
-    conn_sent(&r->cmd);
+    rd_rdv_conn_sent(&r->cmd);
     q->sent_us = rd_now_us();
     return 0;
 }
@@ -1035,7 +464,7 @@ static int req_send(rd_rdv *r, rdv_req *q)
 /* Sends q now when the command connection is up, else queues it for cmd_ready; takes q. */
 static void req_send_or_queue(rd_rdv *r, rdv_req *q)
 {
-    if (r->cmd.state == RDV_READY) {
+    if (r->cmd.state == RD_RDV_READY) {
         req_send(r, q);
     } else {
         q->next = r->queued;
@@ -1048,8 +477,8 @@ static void req_send_or_queue(rd_rdv *r, rdv_req *q)
 static int send_restore(rd_rdv *r, rdv_job *j)
 {
     const rd_rdv_view *v = j->view;
-    char rec[RDV_RECORD_MAX];
-    if (r->cmd.state != RDV_READY || v == NULL)
+    char rec[RD_RDV_RECORD_MAX];
+    if (r->cmd.state != RD_RDV_READY || v == NULL)
         return -1;
     rdv_req *q = req_self(r, j, RDV_RESTORE);
     char at[32] = "-";
@@ -1057,7 +486,7 @@ static int send_restore(rd_rdv *r, rdv_job *j)
         snprintf(at, sizeof(at), "%" PRIu64, v->started_at);
     int ok = q != NULL && req_push(q, at) == 0;
     for (size_t i = 0; ok && i < v->nmembers; i++) {
-        record_format(&v->members[i], rec, sizeof(rec));
+        rd_rdv_record_format(&v->members[i], rec, sizeof(rec));
         ok = req_push(q, v->members[i].node) == 0 && req_push(q, rec) == 0;
     }
     if (!ok) {
@@ -1082,9 +511,9 @@ static void on_script(redisAsyncContext *ac, void *reply, void *privdata)
     rdv_req *q = privdata;
     rd_rdv *r = q->r;
     redisReply *rep = reply;
-    char status[32], id[RDV_ID_MAX];
+    char status[32], id[RD_RDV_ID_MAX];
     int64_t soonest = -1;
-    conn_answered(&r->cmd, ac);
+    rd_rdv_conn_answered(&r->cmd, ac);
     rdv_job *j = r->freeing ? NULL : job_find(r, q->job);
     int refresh = q->script == RDV_JOIN || q->script == RDV_REFRESH || q->script == RDV_RESTORE;
     if (j != NULL && refresh)
@@ -1163,7 +592,7 @@ static void on_script(redisAsyncContext *ac, void *reply, void *privdata)
  * or -1 (not connected, or out of memory). */
 static int send_script(rd_rdv *r, rdv_job *j, int script)
 {
-    if (r->cmd.state != RDV_READY)
+    if (r->cmd.state != RD_RDV_READY)
         return -1;
     if (script == RDV_REFRESH && j->joined_seq != j->join_seq)
         script = RDV_JOIN;
@@ -1189,8 +618,9 @@ static int send_script(rd_rdv *r, rdv_job *j, int script)
 
 /* The command connection is READY: queued LEAVEs and EVICTs go out, then every job re-registers
  * (REFRESH restores or re-joins when Redis lost the record). */
-static void cmd_ready(rd_rdv *r)
+static void cmd_ready(void *arg)
 {
+    rd_rdv *r = arg;
     /* Oldest first. */
     rdv_req *list = NULL;
     while (r->queued != NULL) {
@@ -1214,25 +644,12 @@ static void cmd_ready(rd_rdv *r)
 static void on_tick(evutil_socket_t fd, short what, void *arg)
 {
     rdv_job *j = arg;
-    rd_rdv *r = j->watch.r;
+    rd_rdv *r = j->r;
     (void)fd;
     (void)what;
     tick_in(j, r->lease_ms / 3);
     if (!j->refreshing)
         send_script(r, j, RDV_REFRESH);
-}
-
-/* Watchdog timer: a connection with a command or connect unanswered for too long is dropped and
- * reconnected (hiredis async has no timeouts of its own). */
-static void check_conn(rdv_conn *c, int64_t limit, int64_t now)
-{
-    if (c->ac == NULL || (c->state == RDV_READY && c->npending == 0))
-        return;
-    if (now - c->progress_ms <= limit)
-        return;
-    conn_complain(c, RD_LOG_WARN, "no answer for %" PRId64 " ms (reconnecting)",
-                  now - c->progress_ms);
-    conn_close(c);
 }
 
 /* Watchdog timer: checks the command connection and every watch connection. */
@@ -1242,55 +659,27 @@ static void on_watchdog(evutil_socket_t fd, short what, void *arg)
     int64_t now = rd_now_ms();
     (void)fd;
     (void)what;
-    check_conn(&r->cmd, RDV_REPLY_LIMIT_MS, now);
+    rd_rdv_conn_check(&r->cmd, RDV_REPLY_LIMIT_MS, now);
     for (rdv_job *j = r->jobs; j != NULL; j = j->next)
-        check_conn(&j->watch, RDV_BLOCK_MS + RDV_REPLY_LIMIT_MS, now);
+        rd_rdv_conn_check(&j->watch, RDV_BLOCK_MS + RDV_REPLY_LIMIT_MS, now);
 }
 
 /* ---- watching ---- */
-
-/* See rendezvous.h: XREAD's {{key, {{id, {fields}}, ...}}, ...}, of which only the last id
- * matters. */
-rd_status rd_rdv_stream_last_id(const redisReply *rep, const char **id, size_t *len)
-{
-    uint64_t ms, seq;
-    *id = NULL;
-    *len = 0;
-    if (rep->type != REDIS_REPLY_ARRAY)
-        return RINGD_E_PROTOCOL;
-    for (size_t i = 0; i < rep->elements; i++) {
-        const redisReply *s = rep->element[i];
-        if (s->type != REDIS_REPLY_ARRAY || s->elements != 2 ||
-            s->element[1]->type != REDIS_REPLY_ARRAY)
-            continue;
-        const redisReply *ents = s->element[1];
-        for (size_t k = 0; k < ents->elements; k++) {
-            const redisReply *e = ents->element[k];
-            if (e->type == REDIS_REPLY_ARRAY && e->elements >= 1 &&
-                e->element[0]->type == REDIS_REPLY_STRING &&
-                id_parse(e->element[0]->str, e->element[0]->len, &ms, &seq) == 0) {
-                *id = e->element[0]->str;
-                *len = e->element[0]->len;
-            }
-        }
-    }
-    return *id != NULL ? 0 : -1;
-}
 
 /* XREAD's answer: entries mean something changed, so the command connection reads the view. */
 static void on_xread(redisAsyncContext *ac, void *reply, void *privdata)
 {
     rdv_job *j = privdata;
     redisReply *rep = reply;
-    conn_answered(&j->watch, ac);
+    rd_rdv_conn_answered(&j->watch, ac);
     if (j->watch.ac != ac)
         return;
     j->reading = 0;
-    if (rep == NULL || j->watch.closing)
+    if (rep == NULL || j->watch.state == RD_RDV_CLOSED)
         return;
-    rd_rdv *r = j->watch.r;
+    rd_rdv *r = j->r;
     if (rep->type == REDIS_REPLY_ERROR) {
-        conn_complain(&j->watch, RD_LOG_WARN, "XREAD: %s (reconnecting)", rep->str);
+        rd_rdv_conn_complain(&j->watch, RD_LOG_WARN, "XREAD: %s (reconnecting)", rep->str);
         redisAsyncFree(ac);
         return;
     }
@@ -1312,25 +701,26 @@ static void on_xread(redisAsyncContext *ac, void *reply, void *privdata)
  * script reply told us where the stream stands. */
 static void watch_read(rdv_job *j)
 {
-    rdv_conn *c = &j->watch;
+    rd_rdv_conn *c = &j->watch;
     char key[RDV_KEY_MAX], block[24];
-    if (c->state != RDV_READY || j->reading || j->lastid[0] == '\0')
+    if (c->state != RD_RDV_READY || j->reading || j->lastid[0] == '\0')
         return;
     snprintf(key, sizeof(key), "ringd:{%s}:events", j->name);
     snprintf(block, sizeof(block), "%d", RDV_BLOCK_MS);
     const char *argv[] = {"XREAD", "BLOCK", block, "STREAMS", key, j->lastid};
     if (redisAsyncCommandArgv(c->ac, on_xread, j, 6, argv, NULL) != REDIS_OK)
         return;
-    conn_sent(c);
+    rd_rdv_conn_sent(c);
     j->reading = 1;
 }
 
 /* The watch connection is READY (again): read the view, whatever happened meanwhile, and
  * resume XREAD from the stream id that view answers with (not the last one seen: the stream
  * restarted if Redis lost its data), or from the next script answer's. */
-static void watch_ready(rdv_job *j)
+static void watch_ready(void *arg)
 {
-    rd_rdv *r = j->watch.r;
+    rdv_job *j = arg;
+    rd_rdv *r = j->r;
     if (j->lastid[0] != '\0') {
         j->lastid[0] = '\0';
         send_script(r, j, RDV_VIEW);
@@ -1343,7 +733,7 @@ static void job_free(rdv_job *j)
 {
     if (j == NULL)
         return;
-    conn_fini(&j->watch);
+    rd_rdv_conn_fini(&j->watch);
     if (j->tick != NULL)
         event_free(j->tick);
     rd_rdv_view_free(j->view);
@@ -1351,73 +741,6 @@ static void job_free(rdv_job *j)
 }
 
 /* ---- API ---- */
-
-/* Parses redis://HOST:PORT[/DB] into r; 0, or -1 with err. */
-static int url_parse(rd_rdv *r, const char *url, char *err, size_t errlen)
-{
-    const char *p, *host, *hend, *port;
-    uint64_t v;
-    if (url == NULL || strncmp(url, "redis://", 8) != 0) {
-        snprintf(err, errlen, "redis URL %s: expected redis://HOST:PORT[/DB]",
-                 url != NULL ? url : "(none)");
-        return -1;
-    }
-    p = url + 8;
-    if (*p == '[') {
-        host = p + 1;
-        hend = strchr(host, ']');
-        if (hend == NULL) {
-            snprintf(err, errlen, "redis URL %s: unterminated [", url);
-            return -1;
-        }
-        p = hend + 1;
-    } else {
-        host = p;
-        p += strcspn(p, ":/@");
-        hend = p;
-        if (*p == '@') {
-            snprintf(err, errlen,
-                     "redis URL %s: credentials do not go in the URL; use the "
-                     "password option",
-                     url);
-            return -1;
-        }
-    }
-    if (hend == host || (size_t)(hend - host) >= sizeof(r->host)) {
-        snprintf(err, errlen, "redis URL %s: bad host", url);
-        return -1;
-    }
-    memcpy(r->host, host, (size_t)(hend - host));
-    r->host[hend - host] = '\0';
-    if (*p != ':') {
-        snprintf(err, errlen, "redis URL %s: missing :PORT", url);
-        return -1;
-    }
-    port = ++p;
-    p += strspn(p, "0123456789");
-    if (parse_u64(port, (size_t)(p - port), 65535, &v) != 0 || v == 0) {
-        snprintf(err, errlen, "redis URL %s: bad port", url);
-        return -1;
-    }
-    r->port = (int)v;
-    r->db = 0;
-    if (*p == '/' && p[1] != '\0') {
-        const char *db = ++p;
-        p += strspn(p, "0123456789");
-        if (parse_u64(db, (size_t)(p - db), 1000000, &v) != 0) {
-            snprintf(err, errlen, "redis URL %s: bad database number", url);
-            return -1;
-        }
-        r->db = (int)v;
-    } else if (*p == '/') {
-        p++;
-    }
-    if (*p != '\0') {
-        snprintf(err, errlen, "redis URL %s: unexpected '%s'", url, p);
-        return -1;
-    }
-    return 0;
-}
 
 /* See rendezvous.h. Starts the lease, watchdog and delivery events and the command connection. */
 rd_rdv *rd_rdv_new(struct event_base *base, const rd_rdv_options *o, char *err, size_t errlen)
@@ -1435,26 +758,28 @@ rd_rdv *rd_rdv_new(struct event_base *base, const rd_rdv_options *o, char *err, 
     r = calloc(1, sizeof(*r));
     if (r == NULL)
         goto oom;
-    if (url_parse(r, o->url, err, errlen) != 0) {
+    if (rd_rdv_url_parse(o->url, r->srv.host, sizeof(r->srv.host), &r->srv.port, &r->srv.db, err,
+                         errlen) != RINGD_OK) {
         free(r);
         return NULL;
     }
-    r->base = base;
+    r->srv.base = base;
     r->rtt_us = -1;
     r->lease_ms = o->lease_ms;
     r->on_view = o->on_view;
     r->arg = o->arg;
-    if (o->password != NULL && (r->password = strdup(o->password)) == NULL)
+    if (o->password != NULL && (r->srv.password = strdup(o->password)) == NULL)
         goto oom;
     /* The system's resolver configuration (resolv.conf, hosts); a name it cannot give now is
      * looked up again at each reconnect. */
-    r->resolver = rd_resolver_new(base);
-    if (r->resolver == NULL) {
+    r->srv.resolver = rd_resolver_new(base);
+    if (r->srv.resolver == NULL) {
         snprintf(err, errlen, "rd_rdv_new: cannot start the resolver (evdns)");
         rd_rdv_free(r);
         return NULL;
     }
-    if (conn_init(&r->cmd, r, NULL) != 0)
+    r->scripts = (rd_rdv_scripts){RDV_NSCRIPTS, rdv_script, rdv_script_name, r->sha};
+    if (rd_rdv_conn_init(&r->cmd, &r->srv, "command", &r->scripts, cmd_ready, r) != 0)
         goto oom;
     r->watchdog = event_new(base, -1, EV_PERSIST, on_watchdog, r);
     r->deliver = event_new(base, -1, 0, on_deliver, r);
@@ -1462,7 +787,7 @@ rd_rdv *rd_rdv_new(struct event_base *base, const rd_rdv_options *o, char *err, 
         goto oom;
     struct timeval wd = {0, RDV_WATCHDOG_MS * 1000};
     evtimer_add(r->watchdog, &wd);
-    conn_start(&r->cmd);
+    rd_rdv_conn_start(&r->cmd);
     return r;
 oom:
     snprintf(err, errlen, "rd_rdv_new: out of memory");
@@ -1477,7 +802,7 @@ static int sync_ok(rd_rdv *r, redisContext *c, void *reply, const char *what)
     int ok = rep != NULL && rep->type != REDIS_REPLY_ERROR;
     if (!ok)
         rd_log(RD_LOG_WARN, SUBSYS, "leaving on exit: %s %s:%d: %s; the leases will expire", what,
-               r->host, r->port, rep != NULL ? rep->str : c->errstr);
+               r->srv.host, r->srv.port, rep != NULL ? rep->str : c->errstr);
     freeReplyObject(rep);
     return ok ? 0 : -1;
 }
@@ -1492,25 +817,25 @@ static void leave_all_sync(rd_rdv *r)
         return;
     /* The address last resolved, so that leaving never waits for a resolver at exit; a name
      * that never resolved is not looked up now (the leases expire instead). */
-    if (r->ip[0] == '\0' && !host_numeric(r)) {
+    if (r->srv.ip[0] == '\0' && !rd_rdv_host_numeric(&r->srv)) {
         rd_log(RD_LOG_WARN, SUBSYS, "leaving on exit: %s never resolved; the leases will expire",
-               r->host);
+               r->srv.host);
         return;
     }
-    redisContext *c = redisConnectWithTimeout(r->ip[0] != '\0' ? r->ip : r->host, r->port, ctv);
+    redisContext *c = redisConnectWithTimeout(r->srv.ip[0] != '\0' ? r->srv.ip : r->srv.host, r->srv.port, ctv);
     if (c == NULL || c->err) {
         rd_log(RD_LOG_WARN, SUBSYS, "leaving on exit: connect %s:%d: %s; the leases will expire",
-               r->host, r->port, c != NULL ? c->errstr : "out of memory");
+               r->srv.host, r->srv.port, c != NULL ? c->errstr : "out of memory");
         redisFree(c);
         return;
     }
     redisSetTimeout(c, rtv);
-    if (r->password != NULL) {
-        const char *argv[] = {"AUTH", r->password};
+    if (r->srv.password != NULL) {
+        const char *argv[] = {"AUTH", r->srv.password};
         if (sync_ok(r, c, redisCommandArgv(c, 2, argv, NULL), "AUTH") != 0)
             goto out;
     }
-    if (r->db != 0 && sync_ok(r, c, redisCommand(c, "SELECT %d", r->db), "SELECT") != 0)
+    if (r->srv.db != 0 && sync_ok(r, c, redisCommand(c, "SELECT %d", r->srv.db), "SELECT") != 0)
         goto out;
     for (rdv_job *j = r->jobs; j != NULL; j = j->next) {
         rdv_req *q = req_self(r, j, RDV_LEAVE);
@@ -1529,7 +854,7 @@ static void leave_all_sync(rd_rdv *r)
         void *reply = NULL;
         if (redisGetReply(c, &reply) != REDIS_OK) {
             rd_log(RD_LOG_WARN, SUBSYS, "leaving on exit: %s:%d: %s; the leases will expire",
-                   r->host, r->port, c->errstr);
+                   r->srv.host, r->srv.port, c->errstr);
             break;
         }
         redisReply *rep = reply;
@@ -1555,7 +880,7 @@ void rd_rdv_free(rd_rdv *r)
         r->jobs = j->next;
         job_free(j);
     }
-    conn_fini(&r->cmd);
+    rd_rdv_conn_fini(&r->cmd);
     while (r->queued != NULL) {
         rdv_req *q = r->queued;
         r->queued = q->next;
@@ -1565,21 +890,15 @@ void rd_rdv_free(rd_rdv *r)
         event_free(r->deliver);
     if (r->watchdog != NULL)
         event_free(r->watchdog);
-    rd_resolver_free(r->resolver);
-    free(r->password);
+    rd_resolver_free(r->srv.resolver);
+    free(r->srv.password);
     free(r);
-}
-
-/* 1 when m can be written as a record and read back. */
-static int member_valid(const rd_rdv_member *m)
-{
-    return rd_name_valid(m->node) && addr_valid(m->addr, strnlen(m->addr, RD_ADDR_MAX));
 }
 
 /* See rendezvous.h. */
 rd_status rd_rdv_join(rd_rdv *r, const char *job, const rd_rdv_member *self)
 {
-    if (!rd_name_valid(job) || self == NULL || !member_valid(self)) {
+    if (!rd_name_valid(job) || self == NULL || !rd_rdv_member_valid(self)) {
         rd_log(RD_LOG_ERROR, SUBSYS, "join %s: invalid job name, node name or address",
                rd_name_valid(job) ? job : "(invalid)");
         return RINGD_E_INVALID;
@@ -1587,19 +906,20 @@ rd_status rd_rdv_join(rd_rdv *r, const char *job, const rd_rdv_member *self)
     rdv_job *j = job_find(r, job);
     if (j == NULL) {
         j = calloc(1, sizeof(*j));
-        if (j == NULL || conn_init(&j->watch, r, j) != 0 ||
-            (j->tick = evtimer_new(r->base, on_tick, j)) == NULL) {
+        if (j == NULL || rd_rdv_conn_init(&j->watch, &r->srv, j->name, NULL, watch_ready, j) != 0 ||
+            (j->tick = evtimer_new(r->srv.base, on_tick, j)) == NULL) {
             if (j != NULL)
                 job_free(j);
             rd_log(RD_LOG_ERROR, SUBSYS, "join %s: out of memory", job);
             return RINGD_E_NOMEM;
         }
         snprintf(j->name, sizeof(j->name), "%s", job);
+        j->r = r;
         j->uid = ++r->next_uid;
         j->next = r->jobs;
         r->jobs = j;
         tick_in(j, r->lease_ms / 3);
-        conn_start(&j->watch);
+        rd_rdv_conn_start(&j->watch);
     }
     j->self = *self;
     j->join_seq++;
@@ -1682,7 +1002,7 @@ int rd_rdv_lapsed(const rd_rdv *r, const char *job)
 /* See rendezvous.h. */
 int rd_rdv_connected(const rd_rdv *r)
 {
-    return r != NULL && r->cmd.state == RDV_READY;
+    return r != NULL && r->cmd.state == RD_RDV_READY;
 }
 
 int64_t rd_rdv_rtt_us(const rd_rdv *r)

@@ -17,6 +17,8 @@ struct event_base;
 struct redisReply;
 
 #define RD_ADDR_MAX 128 /* "host:port" */
+#define RD_RDV_RECORD_MAX 512 /* bytes of a member record, as read back */
+#define RD_RDV_ID_MAX 48      /* "ms-seq" stream ids: two 20-digit numbers and a dash */
 
 /* One node's registration in a job. */
 typedef struct {
@@ -104,8 +106,23 @@ int rd_rdv_connected(const rd_rdv *r);
  * included), or -1 before any answer. */
 int64_t rd_rdv_rtt_us(const rd_rdv *r);
 
-/* Pure decoders of what Redis returns (untrusted: any client of the Redis may have written it),
- * exported for the fuzz harnesses in tests/fuzz; any thread. */
+/* Pure encoders and decoders of what goes to Redis and what it returns (untrusted: any client of
+ * the Redis may have written it), the decoders exported for the fuzz harnesses in tests/fuzz too
+ * (rendezvous_parse.c); any thread. */
+
+/* Writes m's record (version 3) into buf of len bytes (RD_RDV_RECORD_MAX holds any). */
+void rd_rdv_record_format(const rd_rdv_member *m, char *buf, size_t len);
+
+/* 1 when m can be written as a record and read back (a valid node name and address). */
+int rd_rdv_member_valid(const rd_rdv_member *m);
+
+/* 1 when stream id a comes after b; also when either is not a stream id. */
+int rd_rdv_id_after(const char *a, const char *b);
+
+/* Parses redis://HOST:PORT[/DB] (an IPv6 host in brackets) into host (hostlen bytes), *port and
+ * *db (0 when absent). Returns RINGD_OK, or RINGD_E_INVALID with err set. */
+rd_status rd_rdv_url_parse(const char *url, char *host, size_t hostlen, int *port, int *db,
+                           char *err, size_t errlen);
 
 /* Parses a member record "V <incarnation> <local_size> <world_size> [<min_size> [<since>]] <addr>"
  * (V = 3, 2 or 1) of len bytes into m, node not touched. Returns RINGD_OK, or RINGD_E_PROTOCOL when
@@ -113,9 +130,9 @@ int64_t rd_rdv_rtt_us(const rd_rdv *r);
 rd_status rd_rdv_record_parse(const char *s, size_t len, rd_rdv_member *m);
 
 /* Parses a script reply into a new view (members sorted; malformed members skipped and counted in
- * *nbad) and writes its status (statuslen bytes at most), last stream id (id holds 48 bytes) and
- * *soonest (smallest lease PTTL of the others, -1 for none). Returns NULL for a malformed reply
- * (logged) or out of memory. The caller owns the view: rd_rdv_view_free. */
+ * *nbad) and writes its status (statuslen bytes at most), last stream id (id holds RD_RDV_ID_MAX
+ * bytes) and *soonest (smallest lease PTTL of the others, -1 for none). Returns NULL for a
+ * malformed reply (logged) or out of memory. The caller owns the view: rd_rdv_view_free. */
 rd_rdv_view *rd_rdv_view_parse(const struct redisReply *rep, const char *job, char *status,
                                size_t statuslen, char *id, int64_t *soonest, size_t *nbad);
 
