@@ -23,15 +23,37 @@
 #define RD_SESSION_OUT_MAX (64u << 20)
 #define RD_READ_CHUNK 65536
 
-static const char *const state_names[] = {"new", "joining", "active", "closing"};
+static const char *const state_names[RD_SESSION_NSTATES] = {"new", "joining", "active",
+                                                             "closing"};
 
-/* The one place a session changes state, so every transition is logged. */
+/* The moves set_state allows: session_moves[from] has bit 1 << to. A session is freed only from
+ * CLOSING; nothing leaves CLOSING. */
+#define S_BIT(st) (1u << (st))
+static const unsigned session_moves[RD_SESSION_NSTATES] = {
+    [RD_SESSION_NEW] = S_BIT(RD_SESSION_JOINING) | S_BIT(RD_SESSION_CLOSING),
+    [RD_SESSION_JOINING] = S_BIT(RD_SESSION_ACTIVE) | S_BIT(RD_SESSION_CLOSING),
+    [RD_SESSION_ACTIVE] = S_BIT(RD_SESSION_CLOSING),
+    [RD_SESSION_CLOSING] = 0,
+};
+
+/* The one place a session changes state (staying is no move: a failed write may have closed it
+ * while it was being closed): the move must be one session_moves allows (a programmer error
+ * otherwise: an assertion, and an error in the log where assertions are compiled out), and is
+ * logged. */
 static void set_state(rd_session *s, rd_session_state st)
 {
+    if (s->state == st)
+        return;
+    if (!(session_moves[s->state] & S_BIT(st))) {
+        rd_log(RD_LOG_ERROR, "session", "#%llu pid %d: illegal move %s -> %s",
+               (unsigned long long)s->id, (int)s->c.pid, state_names[s->state], state_names[st]);
+        assert(!"illegal session state move");
+    }
     rd_log(RD_LOG_DEBUG, "session", "#%llu pid %d: %s -> %s", (unsigned long long)s->id,
            (int)s->c.pid, state_names[s->state], state_names[st]);
     s->state = st;
 }
+#undef S_BIT
 
 /* Writes as much queued output as the socket takes; waits for writability for the rest. */
 static void flush_out(rd_session *s)
@@ -124,7 +146,7 @@ rd_status rd_session_send_fds(rd_session *s, const rd_msg *msg, const int *fds, 
         return RINGD_E_NOMEM;
     }
     flush_out(s);
-    return RINGD_OK;
+    return s->state == RD_SESSION_CLOSING ? RINGD_E_CLOSED : RINGD_OK; /* a write failed */
 }
 
 /* Sends msg to an active client through its shared ring, Poking it when it sleeps; falls back
@@ -470,8 +492,9 @@ void rd_session_accept(rd_front *f, int fd)
 
 void rd_session_free_all(rd_front *f)
 {
+    /* First every session closing, so that no news of a job reaches one being torn down. */
     for (rd_session *s = f->sessions; s != NULL; s = s->next)
-        s->state = RD_SESSION_CLOSING;
+        set_state(s, RD_SESSION_CLOSING);
     while (f->sessions != NULL)
         session_free(f->sessions);
 }

@@ -21,6 +21,7 @@ typedef enum {
     RD_SESSION_JOINING, /* Hello accepted; waiting for the job's other local clients */
     RD_SESSION_ACTIVE,  /* Welcome sent: submits collectives */
     RD_SESSION_CLOSING, /* failed or hung up: reads nothing more, torn down on the next loop turn */
+    RD_SESSION_NSTATES
 } rd_session_state;
 
 typedef struct rd_session {
