@@ -4,6 +4,7 @@
 #include "peer.h"
 
 #include <arpa/inet.h>
+#include <assert.h>
 #include <errno.h>
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
@@ -28,15 +29,38 @@
 #define RD_PEER_SETUPS_MAX 64            /* inbound handshakes in progress at once */
 #define RD_PEER_CHAN_OUT_MAX (64u << 20) /* a channel whose peer reads nothing is dropped */
 
+/* A handshake's steps. A server goes NEW, ANSWER, FRAME_LEN, FRAME; a client NEW, [RESOLVE,]
+ * [CONNECT,] CHALLENGE, CONFIRM, FRAME_LEN, FRAME. It ends (freed) from any state: a failure, the
+ * deadline, a cancelled dial, or its last frame read. */
 typedef enum {
-    SETUP_CONNECT,   /* client: non-blocking connect in progress */
+    SETUP_NEW,       /* either: created, nothing under way yet */
+    SETUP_RESOLVE,   /* client: looking the peer's host name up (evdns), before SETUP_CONNECT */
+    SETUP_CONNECT,   /* client: non-blocking connect in progress (or its failure, reported on
+                        the next turn) */
     SETUP_CHALLENGE, /* client: reading the server's challenge */
-    SETUP_ANSWER,    /* server: reading the client's answer */
-    SETUP_CONFIRM,   /* client: reading the server's confirmation */
+    SETUP_ANSWER,    /* server: challenge sent; reading the client's answer */
+    SETUP_CONFIRM,   /* client: answer sent; reading the server's confirmation */
     SETUP_FRAME_LEN, /* either: reading the 4-byte length of PeerHello / its answer */
     SETUP_FRAME,     /* either: reading that frame */
-    SETUP_RESOLVE,   /* client: looking the peer's host name up (evdns), before SETUP_CONNECT */
+    SETUP_NSTATES
 } setup_state;
+
+static const char *const setup_state_names[SETUP_NSTATES] = {
+    "new", "resolve", "connect", "challenge", "answer", "confirm", "frame length", "frame"};
+
+/* The moves setup_set_state allows: setup_moves[from] has bit 1 << to. */
+#define SETUP_BIT(st) (1u << (st))
+static const unsigned setup_moves[SETUP_NSTATES] = {
+    [SETUP_NEW] = SETUP_BIT(SETUP_RESOLVE) | SETUP_BIT(SETUP_CONNECT) |
+                  SETUP_BIT(SETUP_CHALLENGE) | SETUP_BIT(SETUP_ANSWER),
+    [SETUP_RESOLVE] = SETUP_BIT(SETUP_CONNECT) | SETUP_BIT(SETUP_CHALLENGE),
+    [SETUP_CONNECT] = SETUP_BIT(SETUP_CHALLENGE),
+    [SETUP_CHALLENGE] = SETUP_BIT(SETUP_CONFIRM),
+    [SETUP_ANSWER] = SETUP_BIT(SETUP_FRAME_LEN),
+    [SETUP_CONFIRM] = SETUP_BIT(SETUP_FRAME_LEN),
+    [SETUP_FRAME_LEN] = SETUP_BIT(SETUP_FRAME),
+    [SETUP_FRAME] = 0,
+};
 
 typedef struct setup {
     rd_peer_net *n;
@@ -281,11 +305,27 @@ static void setup_fail(setup *s, const char *fmt, ...)
 
 static void on_setup_event(evutil_socket_t fd, short what, void *arg);
 
+/* The one place a handshake changes state: the move must be one setup_moves allows (a
+ * programmer error otherwise: an assertion, and an error in the log where assertions are
+ * compiled out), and is logged at debug. */
+static void setup_set_state(setup *s, setup_state st)
+{
+    if (!(setup_moves[s->state] & SETUP_BIT(st))) {
+        rd_log(RD_LOG_ERROR, "peer", "handshake %s %s: illegal move %s -> %s",
+               s->client ? "to" : "from", s->remote, setup_state_names[s->state],
+               setup_state_names[st]);
+        assert(!"illegal handshake state move");
+    }
+    rd_log(RD_LOG_DEBUG, "peer", "handshake %s %s: %s -> %s", s->client ? "to" : "from",
+           s->remote, setup_state_names[s->state], setup_state_names[st]);
+    s->state = st;
+}
+
 /* Waits for the next need bytes in state st. */
 static void setup_expect(setup *s, setup_state st, size_t need)
 {
     short want = st == SETUP_CONNECT ? EV_WRITE : EV_READ;
-    s->state = st;
+    setup_set_state(s, st);
     s->have = 0;
     s->need = need;
     if (s->armed != want) {
@@ -427,7 +467,7 @@ static int setup_step(setup *s)
             setup_fail(s, "handshake frame of %u bytes", n);
             return 0;
         }
-        s->state = SETUP_FRAME;
+        setup_set_state(s, SETUP_FRAME);
         s->need = RD_FRAME_HEADER + n; /* keeps the header in buf */
         return 1;
     }
@@ -437,8 +477,9 @@ static int setup_step(setup *s)
         else
             server_hello(s);
         return 0;
-    case SETUP_RESOLVE: /* on_setup_event hands it to dial_connect, never here */
-        break;
+    case SETUP_NEW:
+    case SETUP_RESOLVE: /* on_dial_resolved hands it to dial_connect, never here */
+    case SETUP_NSTATES: break;
     }
     return 0;
 }
@@ -688,7 +729,7 @@ rd_peer_dial *rd_peer_dial_new(rd_peer_net *n, const char *addr, const Ringd__Pe
         return (rd_peer_dial *)s;
     }
     /* A host name: looked up through evdns, within the handshake's deadline. */
-    s->state = SETUP_RESOLVE;
+    setup_set_state(s, SETUP_RESOLVE);
     s->lookup = rd_resolve(n->resolver, host, port, on_dial_resolved, s);
     if (s->lookup == NULL) {
         setup_free(s);
