@@ -733,9 +733,9 @@ Test(rendezvous_parse, a_url_gives_its_host_port_and_database)
     char host[16], err[256];
     for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
         int port = -1, db = -1;
-        cr_assert_eq(rd_rdv_url_parse(good[i].url, host, sizeof(host), &port, &db, err,
-                                      sizeof(err)),
-                     RINGD_OK, "%s: %s", good[i].url, err);
+        cr_assert_eq(
+            rd_rdv_url_parse(good[i].url, host, sizeof(host), &port, &db, err, sizeof(err)),
+            RINGD_OK, "%s: %s", good[i].url, err);
         cr_expect_str_eq(host, good[i].host, "%s", good[i].url);
         cr_expect_eq(port, good[i].port, "%s", good[i].url);
         cr_expect_eq(db, good[i].db, "%s", good[i].url);

@@ -23,8 +23,7 @@
 #define RD_SESSION_OUT_MAX (64u << 20)
 #define RD_READ_CHUNK 65536
 
-static const char *const state_names[RD_SESSION_NSTATES] = {"new", "joining", "active",
-                                                             "closing"};
+static const char *const state_names[RD_SESSION_NSTATES] = {"new", "joining", "active", "closing"};
 
 /* The moves set_state allows: session_moves[from] has bit 1 << to. A session is freed only from
  * CLOSING; nothing leaves CLOSING. */

@@ -51,8 +51,8 @@ static const char *const setup_state_names[SETUP_NSTATES] = {
 /* The moves setup_set_state allows: setup_moves[from] has bit 1 << to. */
 #define SETUP_BIT(st) (1u << (st))
 static const unsigned setup_moves[SETUP_NSTATES] = {
-    [SETUP_NEW] = SETUP_BIT(SETUP_RESOLVE) | SETUP_BIT(SETUP_CONNECT) |
-                  SETUP_BIT(SETUP_CHALLENGE) | SETUP_BIT(SETUP_ANSWER),
+    [SETUP_NEW] = SETUP_BIT(SETUP_RESOLVE) | SETUP_BIT(SETUP_CONNECT) | SETUP_BIT(SETUP_CHALLENGE) |
+                  SETUP_BIT(SETUP_ANSWER),
     [SETUP_RESOLVE] = SETUP_BIT(SETUP_CONNECT) | SETUP_BIT(SETUP_CHALLENGE),
     [SETUP_CONNECT] = SETUP_BIT(SETUP_CHALLENGE),
     [SETUP_CHALLENGE] = SETUP_BIT(SETUP_CONFIRM),
@@ -316,8 +316,8 @@ static void setup_set_state(setup *s, setup_state st)
                setup_state_names[st]);
         assert(!"illegal handshake state move");
     }
-    rd_log(RD_LOG_DEBUG, "peer", "handshake %s %s: %s -> %s", s->client ? "to" : "from",
-           s->remote, setup_state_names[s->state], setup_state_names[st]);
+    rd_log(RD_LOG_DEBUG, "peer", "handshake %s %s: %s -> %s", s->client ? "to" : "from", s->remote,
+           setup_state_names[s->state], setup_state_names[st]);
     s->state = st;
 }
 

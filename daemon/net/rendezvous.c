@@ -216,7 +216,7 @@ struct rdv_job {
     int64_t next_tick_ms;    /* when tick fires */
     int64_t confirmed_ms;    /* when Redis last confirmed our registration (0: never) */
     struct event *tick;      /* the next refresh: lease / 3, or sooner for a sweep */
-    rd_rdv_conn watch; /* XREAD BLOCK on the job's event stream */
+    rd_rdv_conn watch;       /* XREAD BLOCK on the job's event stream */
 };
 
 /* One script call, kept whole so a NOSCRIPT answer can be retried with EVAL. */
@@ -238,7 +238,7 @@ struct rd_rdv {
     int64_t lease_ms;
     rd_rdv_view_fn on_view;
     void *arg;
-    rd_rdv_conn cmd; /* the scripts */
+    rd_rdv_conn cmd;            /* the scripts */
     char sha[RDV_NSCRIPTS][41]; /* from SCRIPT LOAD on the command connection, "" unknown */
     rd_rdv_scripts scripts;     /* rdv_script, loaded into sha */
     rdv_job *jobs;
@@ -822,7 +822,8 @@ static void leave_all_sync(rd_rdv *r)
                r->srv.host);
         return;
     }
-    redisContext *c = redisConnectWithTimeout(r->srv.ip[0] != '\0' ? r->srv.ip : r->srv.host, r->srv.port, ctv);
+    redisContext *c =
+        redisConnectWithTimeout(r->srv.ip[0] != '\0' ? r->srv.ip : r->srv.host, r->srv.port, ctv);
     if (c == NULL || c->err) {
         rd_log(RD_LOG_WARN, SUBSYS, "leaving on exit: connect %s:%d: %s; the leases will expire",
                r->srv.host, r->srv.port, c != NULL ? c->errstr : "out of memory");

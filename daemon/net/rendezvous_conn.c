@@ -59,8 +59,7 @@ void rd_rdv_conn_complain(rd_rdv_conn *c, rd_log_level level, const char *fmt, .
     va_end(ap);
     if (c->warned && strcmp(msg, c->lasterr) == 0)
         return;
-    rd_log(level, SUBSYS, "%s connection to %s:%d: %s", c->what, c->srv->host, c->srv->port,
-           msg);
+    rd_log(level, SUBSYS, "%s connection to %s:%d: %s", c->what, c->srv->host, c->srv->port, msg);
     snprintf(c->lasterr, sizeof(c->lasterr), "%s", msg);
     c->warned = 1;
 }
@@ -183,8 +182,7 @@ static void on_script_load(redisAsyncContext *ac, void *reply, void *privdata)
         if (rep->type == REDIS_REPLY_STRING && rep->len == 40)
             memcpy(s->sha[i], rep->str, 41);
         else
-            rd_log(RD_LOG_WARN, SUBSYS, "SCRIPT LOAD %s: unexpected reply; using EVAL",
-                   s->name[i]);
+            rd_log(RD_LOG_WARN, SUBSYS, "SCRIPT LOAD %s: unexpected reply; using EVAL", s->name[i]);
         s->sha[i][40] = '\0';
         /* Mark a failed load as tried with a non-hex byte so the next load fills the next. */
         if (rep->type != REDIS_REPLY_STRING || rep->len != 40)

@@ -59,12 +59,12 @@ typedef struct {
     struct redisAsyncContext *ac; /* commands go here while READY */
     rd_rdv_conn_state state;      /* read freely; changed only inside rendezvous_conn.c */
     int backoff_ms;
-    int warned;          /* the loss was logged since the last READY */
-    int npending;        /* commands sent on ac, not yet answered */
-    int64_t progress_ms; /* last reply, or the first command sent after quiet */
-    struct event *retry; /* reconnect timer */
+    int warned;           /* the loss was logged since the last READY */
+    int npending;         /* commands sent on ac, not yet answered */
+    int64_t progress_ms;  /* last reply, or the first command sent after quiet */
+    struct event *retry;  /* reconnect timer */
     rd_lookup *resolving; /* the host name's lookup under way */
-    char lasterr[160];   /* last error logged, to log each distinct one once */
+    char lasterr[160];    /* last error logged, to log each distinct one once */
 } rd_rdv_conn;
 
 /* Sets up c, DOWN, without connecting yet; srv, what and scripts (NULL: none) must outlive c.

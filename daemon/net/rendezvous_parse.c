@@ -353,4 +353,3 @@ rd_status rd_rdv_url_parse(const char *url, char *host, size_t hostlen, int *por
     }
     return RINGD_OK;
 }
-
