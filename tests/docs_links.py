@@ -2,7 +2,8 @@
 """No link of the manual is dead, and none leaves the repository. Starting from README.md and
 docs/*.md, and following every Markdown file they link to, each link [text](target) or reference
 definition [label]: target must name a file or folder inside the repository that exists, and its
-#anchor, if any, a heading of the Markdown file it names (GitHub's anchors). Links out of the
+#anchor, if any, a heading of the Markdown file it names (GitHub's anchors), and README.md must
+link to every page of docs/. Links out of the
 repository (http:, https:, mailto:, absolute paths, ../ past the root) are errors, except the
 sites listed in EXTERNAL. Code spans and fenced code blocks are not links.
 
@@ -91,6 +92,17 @@ def check(root):
                 texts[path] = f.read()
         return texts[path]
 
+    readme = os.path.join(root, "README.md")
+    if os.path.isfile(readme):
+        linked = set()
+        for _, target in links(text_of(readme)):
+            path = urllib.parse.unquote(target.partition("#")[0])
+            if path and not urllib.parse.urlsplit(target).scheme:
+                linked.add(os.path.realpath(os.path.join(root, path)))
+        for page in todo:
+            if page != readme and page not in linked:
+                problems.append(f"README.md: no link to {os.path.relpath(page, root)}")
+
     while todo:
         page = todo.pop()
         if page in done:
@@ -144,6 +156,7 @@ def self_test():
         "absolute path": ("[x](/etc/passwd)", "absolute path"),
         "dead reference": ("[x]: docs/gone.md", "no such file"),
         "dead link in a linked page": (None, "no such file"),
+        "a page of docs/ the README misses": ("", "no link to docs/b.md"),
     }
     failures = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -164,12 +177,16 @@ def self_test():
             if line is None:  # a page outside docs/, reached only through a link
                 write({"README.md": pages["README.md"] + "[k](deploy/k.md)\n",
                        "deploy/k.md": "[x](gone.md)\n"})
+            elif not line:
+                write({"docs/b.md": "# B\n"})
             else:
                 write({"README.md": pages["README.md"] + line + "\n"})
             found = check(root)
             if len(found) != 1 or expect not in found[0]:
                 failures.append(f"{rule}: expected one '{expect}', got {found}")
             write(pages)
+            if os.path.exists(os.path.join(root, "docs/b.md")):
+                os.remove(os.path.join(root, "docs/b.md"))
     for f in failures:
         print(f"self-test: {f}", file=sys.stderr)
     return 1 if failures else 0

@@ -1,5 +1,5 @@
-/* Daemon options: one table drives flag parsing, RINGD_* environment variables, --help and the
- * start-up dump. */
+/* Daemon options: one table drives flag parsing, RINGD_* environment variables, --help, the
+ * ringd(8) page and the start-up dump. */
 #ifndef RD_CONFIG_H
 #define RD_CONFIG_H
 
