@@ -29,22 +29,12 @@ typedef struct {
     int world;       /* the job's ranks on all nodes */
     ringd_dtype_t dtype;
     ringd_redop_t redop;
-    int op; /* 0 allreduce, 1 broadcast, 2 allgather */
+    int op; /* rd_coll: 0 allreduce, 1 broadcast, 2 allgather */
     int root;
     int cuda; /* --device cuda: tensors in the session's device arena */
     const rb_model *model; /* --model: one step of the model's gradients per iteration */
     long gap_us;           /* --gap-us: between two gradients of a step, standing in for compute */
 } bench_opts;
-
-static const char *const op_names[] = {"allreduce", "broadcast", "allgather"};
-
-static int lookup(const char *s, const char *const *names, int n)
-{
-    for (int i = 0; i < n; i++)
-        if (strcmp(s, names[i]) == 0)
-            return i;
-    return -1;
-}
 
 /* Rank r's input buf[0..count): the pattern from its element first on. */
 static void fill(void *buf, ringd_dtype_t dt, size_t count, int r, size_t first)
@@ -216,7 +206,7 @@ static int client_main(const bench_opts *o, const char *job)
 
     if (me == 0) {
         char what[64];
-        snprintf(what, sizeof(what), "%s %s%s%s", op_names[o->op],
+        snprintf(what, sizeof(what), "%s %s%s%s", rd_coll_name((rd_coll)o->op),
                  rd_dtype_name((rd_dtype)o->dtype), o->op == 0 ? " " : "",
                  o->op == 0 ? rd_redop_name((rd_redop)o->redop) : "");
         rb_print_header("ringd-bench", n, what, s);
@@ -461,8 +451,6 @@ int main(int argc, char **argv)
         {"model", required_argument, NULL, 'M'},  {"gap-us", required_argument, NULL, 'G'},
         {"list", no_argument, NULL, 'L'},         {NULL, 0, NULL, 0},
     };
-    static const char *const dtypes[] = {"f32", "f64", "f16", "bf16", "i32", "i64", "u8"};
-    static const char *const redops[] = {"sum", "avg", "min", "max", "prod"};
     bench_opts o = {.socket = NULL, .procs = 2, .world = 0, .dtype = RINGD_F32, .redop = RINGD_SUM};
     int c, v, list = 0;
     const char *model = NULL;
@@ -479,16 +467,16 @@ int main(int argc, char **argv)
                 goto bad;
             break;
         case 'o':
-            if ((o.op = lookup(optarg, op_names, 3)) < 0)
+            if ((o.op = rd_coll_parse(optarg)) < 0 || o.op == RD_COLL_BARRIER)
                 goto bad;
             break;
         case 'd':
-            if ((v = lookup(optarg, dtypes, 7)) < 0)
+            if ((v = rd_dtype_parse(optarg)) < 0)
                 goto bad;
             o.dtype = (ringd_dtype_t)v;
             break;
         case 'r':
-            if ((v = lookup(optarg, redops, 5)) < 0)
+            if ((v = rd_redop_parse(optarg)) < 0)
                 goto bad;
             o.redop = (ringd_redop_t)v;
             break;

@@ -20,6 +20,7 @@
 #include "chrome_trace.h"
 #include "conn.h"
 #include "cuda_ptr.h"
+#include "dtype.h"
 #include "ring.h"
 #include "ringd_build.h"
 #if RINGD_HAVE_CUDA
@@ -150,16 +151,7 @@ const char *ringd_version(void)
 
 size_t ringd_dtype_size(ringd_dtype_t dtype)
 {
-    switch (dtype) {
-    case RINGD_F32:
-    case RINGD_I32: return 4;
-    case RINGD_F64:
-    case RINGD_I64: return 8;
-    case RINGD_F16:
-    case RINGD_BF16: return 2;
-    case RINGD_U8: return 1;
-    }
-    return 0;
+    return rd_dtype_size((rd_dtype)dtype); /* the values are the same: proto/dtype.c checks */
 }
 
 /* Records a failure's detail on r and returns rc, so callers can `return fail(...)`. */

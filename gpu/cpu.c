@@ -17,39 +17,6 @@
 #define RD_BLOCK 1024
 
 /* ------------------------------------------------------------------------------------------ */
-/* Names and sizes                                                                            */
-/* ------------------------------------------------------------------------------------------ */
-
-static const size_t dtype_sizes[RD_DT_COUNT] = {4, 8, 2, 2, 4, 8, 1};
-static const char *const dtype_names[RD_DT_COUNT] = {"f32", "f64", "f16", "bf16",
-                                                     "i32", "i64", "u8"};
-static const char *const redop_names[RD_OP_COUNT] = {"sum", "avg", "min", "max", "prod"};
-
-/* Size in bytes of one element of dt; 0 when dt is not a valid dtype. */
-size_t rd_dtype_size(rd_dtype dt)
-{
-    return (unsigned)dt < RD_DT_COUNT ? dtype_sizes[dt] : 0;
-}
-
-/* Short lowercase name of dt ("f32", ...), or "invalid". Returns a static string. */
-const char *rd_dtype_name(rd_dtype dt)
-{
-    return (unsigned)dt < RD_DT_COUNT ? dtype_names[dt] : "invalid";
-}
-
-/* Short lowercase name of op ("sum", ...), or "invalid". Returns a static string. */
-const char *rd_redop_name(rd_redop op)
-{
-    return (unsigned)op < RD_OP_COUNT ? redop_names[op] : "invalid";
-}
-
-/* 1 for the floating-point dtypes (f32, f64, f16, bf16), 0 for integers and invalid values. */
-int rd_dtype_is_float(rd_dtype dt)
-{
-    return dt == RD_DT_F32 || dt == RD_DT_F64 || dt == RD_DT_F16 || dt == RD_DT_BF16;
-}
-
-/* ------------------------------------------------------------------------------------------ */
 /* Half-precision conversions                                                                 */
 /* ------------------------------------------------------------------------------------------ */
 
@@ -557,18 +524,4 @@ const rd_backend *rd_backend_cpu(void)
         .transport = NULL,
     };
     return &cpu;
-}
-
-void rd_dtype_store(rd_dtype dt, void *buf, size_t i, double v)
-{
-    switch (dt) {
-    case RD_DT_F32: ((float *)buf)[i] = (float)v; break;
-    case RD_DT_F64: ((double *)buf)[i] = v; break;
-    case RD_DT_F16: ((uint16_t *)buf)[i] = rd_f32_to_f16((float)v); break;
-    case RD_DT_BF16: ((uint16_t *)buf)[i] = rd_f32_to_bf16((float)v); break;
-    case RD_DT_I32: ((uint32_t *)buf)[i] = (uint32_t)(int64_t)v; break;
-    case RD_DT_I64: ((int64_t *)buf)[i] = (int64_t)v; break;
-    case RD_DT_U8: ((uint8_t *)buf)[i] = (uint8_t)(int64_t)v; break;
-    default: assert(!"rd_dtype_store: invalid dtype"); break;
-    }
 }

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dtype.h"
 #include "frame.h"
 
 /* rd_schedmsg_encode lays these out back to back in one block. */
@@ -17,19 +18,12 @@ _Static_assert(sizeof(rd_msg) % 8 == 0 && sizeof(Ringd__Ready) % 8 == 0 &&
                    _Alignof(Ringd__GoEntry) <= 8 && _Alignof(void *) <= 8,
                "the parts of an encoded message keep one another aligned");
 
-/* Bytes of an element of each DataType. */
-static const uint8_t dtype_bytes[] = {
-    [RINGD__DATA_TYPE__DT_F32] = 4,  [RINGD__DATA_TYPE__DT_F64] = 8, [RINGD__DATA_TYPE__DT_F16] = 2,
-    [RINGD__DATA_TYPE__DT_BF16] = 2, [RINGD__DATA_TYPE__DT_I32] = 4, [RINGD__DATA_TYPE__DT_I64] = 8,
-    [RINGD__DATA_TYPE__DT_U8] = 1,
-};
-
 /* 1 when len bytes are a contribution a node can make to a direct op of p (dtype valid). */
 static int data_fits(const rd_op_params *p, size_t len)
 {
     if (p->count > RD_SCHEDMSG_DATA_MAX) /* no direct op is that large: nor is its product */
         return len == 0 && p->coll != RINGD__OP_TYPE__OP_ALLREDUCE;
-    uint64_t per = p->count * dtype_bytes[p->dtype];
+    uint64_t per = p->count * rd_dtype_size((rd_dtype)p->dtype);
     switch (p->coll) {
     case RINGD__OP_TYPE__OP_ALLREDUCE: return len == per;
     case RINGD__OP_TYPE__OP_BROADCAST: return len == 0 || len == per; /* 0: the root is elsewhere */
@@ -46,14 +40,13 @@ static int spec_check(const rd_op_spec *s, char *err, size_t errlen)
         snprintf(err, errlen, "an op with an invalid name");
         return -1;
     }
-    if (p->coll < 0 || p->coll > RINGD__OP_TYPE__OP_BARRIER) {
+    if (!rd_coll_valid(p->coll)) {
         snprintf(err, errlen, "tensor '%s' with op %d", s->name, p->coll);
         return -1;
     }
     /* A failure may be announced with the very parameters it failed for; an op that goes on must
      * have ones every node can compute with. */
-    if (s->status == 0 && (p->dtype < 0 || (size_t)p->dtype >= sizeof(dtype_bytes) ||
-                           p->redop < 0 || p->redop > RINGD__REDUCE_OP__RED_PROD)) {
+    if (s->status == 0 && (!rd_dtype_valid(p->dtype) || !rd_redop_valid(p->redop))) {
         snprintf(err, errlen, "tensor '%s' with dtype %d, reduce op %d", s->name, p->dtype,
                  p->redop);
         return -1;

@@ -23,9 +23,9 @@ struct Ringd__Msg;
 #define RD_SCHEDMSG_ID_MAX 128u
 
 /* What every rank's submission of one op must agree on: the wire's op spec. coll, dtype and redop
- * are OpType, DataType and ReduceOp values (rd_coll, rd_dtype and rd_redop in gpu/backend.h match
- * them); fields an op does not use are fixed (count 0 for a barrier, root 0 unless broadcast,
- * scales 1 unless allreduce). */
+ * are OpType, DataType and ReduceOp values (rd_coll, rd_dtype and rd_redop of dtype.h: the same
+ * values, checked at compile time); fields an op does not use are fixed (count 0 for a barrier,
+ * root 0 unless broadcast, scales 1 unless allreduce). */
 typedef struct {
     int coll, dtype, redop;
     uint32_t root;

@@ -4,6 +4,7 @@ them all). This check reads every quoted #include of daemon/, gpu/ and proto/ an
 file includes a header of a layer above its own, or when modules (a .c and its .h) include each
 other in a cycle, within a layer or across. It also keeps each library behind its one module:
 hiredis in daemon/net/rendezvous (and its parts, rendezvous_*) only, CUDA and NCCL in gpu/ only.
+A split module's private header (PRIVATE) stays within the module and its parts.
 
 usage: layers.py SOURCE_ROOT      checks the tree
        layers.py --self-test      shows on a made-up tree that each rule fails when broken
@@ -27,6 +28,10 @@ LIBRARIES = [
     (re.compile(r"^hiredis/"), {"daemon/net/rendezvous"}),
     (re.compile(r"^(cuda|cuda_runtime|nccl)[^/]*\.h$"), None),  # None: anything under gpu/
 ]
+# Private headers of a module split over several files (<module>_<part>.c): each counts as part
+# of its module, so the module's header it includes makes no cycle, and only the module and its
+# parts may include it.
+PRIVATE = {"daemon/net/world_int.h": "daemon/net/world"}
 INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^">]+)[">]', re.M)
 
 
@@ -60,7 +65,7 @@ def check(root):
         here = layer_of(rel)
         if here is None:
             continue
-        module = os.path.splitext(rel)[0]
+        module = PRIVATE.get(rel, os.path.splitext(rel)[0])
         edges.setdefault(module, set())
         with open(os.path.join(root, rel), encoding="utf-8", errors="replace") as fh:
             text = fh.read()
@@ -93,7 +98,9 @@ def check(root):
                 problems.append(f"{rel} includes {target}: {here[0]} may not include {there[0]} "
                                 f"(calls go down the layers; news goes up through callbacks "
                                 f"given at construction)")
-            tmod = os.path.splitext(target)[0]
+            tmod = PRIVATE.get(target, os.path.splitext(target)[0])
+            if target in PRIVATE and module != tmod and not module.startswith(tmod + "_"):
+                problems.append(f"{rel} includes {target}: it is private to {tmod} and its parts")
             if tmod != module:
                 edges[module].add(tmod)
     problems += [f"modules include each other in a cycle: {' -> '.join(c + [c[0]])}"
@@ -160,10 +167,15 @@ def self_test():
                   "daemon/front/b.c": '#include "a.h"\n', "daemon/front/b.h": ""},
         "library outside its module": {"daemon/engine/a.c": "#include <hiredis/hiredis.h>\n"},
         "cuda outside gpu": {"daemon/core/a.c": "#include <cuda.h>\n"},
+        "private header outside its module": {"daemon/net/world_int.h": "",
+                                              "daemon/net/peer.c": '#include "world_int.h"\n'},
     }
     clean = {"daemon/front/a.c": '#include "b.h"\n#include "c.h"\n', "daemon/engine/b.h": "",
              "daemon/core/c.h": "", "daemon/net/rendezvous.c": "#include <hiredis/hiredis.h>\n",
              "daemon/net/rendezvous_conn.c": "#include <hiredis/async.h>\n",
+             "daemon/net/world.h": "", "daemon/net/world_int.h": '#include "world.h"\n',
+             "daemon/net/world.c": '#include "world_int.h"\n',
+             "daemon/net/world_ctrl.c": '#include "world_int.h"\n#include "world.h"\n',
              "gpu/cuda.c": "#include <cuda.h>\n"}
     failed = 0
     for name, tree in list(cases.items()) + [("a clean tree", clean)]:

@@ -817,41 +817,8 @@ Test(reduce, keeps_nan_as_nan_when_encoding_bf16)
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* Names, sizes and the backend table                                                         */
+/* The backend table                                                                          */
 /* ------------------------------------------------------------------------------------------ */
-
-Test(reduce, names_and_sizes_every_dtype)
-{
-    static const struct {
-        rd_dtype dt;
-        const char *name;
-        size_t size;
-        int is_float;
-    } t[] = {
-        {RD_DT_F32, "f32", 4, 1},   {RD_DT_F64, "f64", 8, 1}, {RD_DT_F16, "f16", 2, 1},
-        {RD_DT_BF16, "bf16", 2, 1}, {RD_DT_I32, "i32", 4, 0}, {RD_DT_I64, "i64", 8, 0},
-        {RD_DT_U8, "u8", 1, 0},
-    };
-    for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
-        cr_assert_str_eq(rd_dtype_name(t[i].dt), t[i].name);
-        cr_assert_eq(rd_dtype_size(t[i].dt), t[i].size);
-        cr_assert_eq(rd_dtype_is_float(t[i].dt), t[i].is_float);
-    }
-    cr_assert_str_eq(rd_dtype_name(RD_DT_COUNT), "invalid");
-    cr_assert_str_eq(rd_dtype_name((rd_dtype)-1), "invalid");
-    cr_assert_eq(rd_dtype_size(RD_DT_COUNT), 0);
-    cr_assert_eq(rd_dtype_is_float(RD_DT_COUNT), 0);
-}
-
-Test(reduce, names_every_op)
-{
-    cr_assert_str_eq(rd_redop_name(RD_OP_SUM), "sum");
-    cr_assert_str_eq(rd_redop_name(RD_OP_AVG), "avg");
-    cr_assert_str_eq(rd_redop_name(RD_OP_MIN), "min");
-    cr_assert_str_eq(rd_redop_name(RD_OP_MAX), "max");
-    cr_assert_str_eq(rd_redop_name(RD_OP_PROD), "prod");
-    cr_assert_str_eq(rd_redop_name(RD_OP_COUNT), "invalid");
-}
 
 Test(reduce, exposes_a_cpu_backend_table)
 {

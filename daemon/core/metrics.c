@@ -8,8 +8,6 @@
 
 const char *const rd_change_cause_names[RD_CHANGE_CAUSES] = {"start", "join", "leave", "shrink",
                                                              "reform"};
-const char *const rd_metrics_kind_names[RD_METRICS_KINDS] = {"allreduce", "broadcast",
-                                                             "allgather", "barrier"};
 /* By bytes per rank: latency-bound, small, middle (ring, pipelining), large, very large. */
 const char *const rd_metrics_size_names[RD_METRICS_SIZES] = {"0-4KiB", "4KiB-64KiB", "64KiB-1MiB",
                                                              "1MiB-16MiB", "16MiB+"};

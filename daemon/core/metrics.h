@@ -8,9 +8,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dtype.h"
 #include "ringd.h"
 
-#define RD_METRICS_KINDS 4  /* rd_coll: allreduce, broadcast, allgather, barrier */
+#define RD_METRICS_KINDS RD_COLL_COUNT /* by rd_coll, named by rd_coll_name */
 #define RD_METRICS_SIZES 5  /* size classes of an op's bytes per rank */
 #define RD_METRICS_LATENCY_BUCKETS 20
 #define RD_METRICS_PASS_BUCKETS 11
@@ -30,7 +31,6 @@ typedef enum {
 } rd_change_cause;
 
 extern const char *const rd_change_cause_names[RD_CHANGE_CAUSES];
-extern const char *const rd_metrics_kind_names[RD_METRICS_KINDS];
 extern const char *const rd_metrics_size_names[RD_METRICS_SIZES];
 /* Upper bounds of the buckets (+Inf follows): seconds, and ops per ring pass. */
 extern const double rd_metrics_latency_bounds[RD_METRICS_LATENCY_BUCKETS];

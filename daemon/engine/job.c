@@ -2541,14 +2541,14 @@ static void *on_ring_ready(void *arg, const char *name, size_t skip, rd_op_param
     return NULL;
 }
 
-static int on_awaits_order(void *arg)
+static rd_world_await on_awaits_order(void *arg)
 {
     rd_job *j = arg;
     if (j->ncrossing > 0)
-        return 3; /* on NCCL or the ring: their transport bounds them */
+        return RD_AWAIT_CROSSING; /* on NCCL or the ring: their transport bounds them */
     if (rd_sched_orders_waiting(j->sched) || j->ndev > 0 || j->cross_head != NULL)
-        return 2; /* device passes, and what waits behind them, cross before the ring seals */
-    return j->count[OP_RING_READY] > 0;
+        return RD_AWAIT_NEGOTIATION; /* device passes, and what waits behind them, cross first */
+    return j->count[OP_RING_READY] > 0 ? RD_AWAIT_ORDER : RD_AWAIT_NOTHING;
 }
 
 static void on_failed_elsewhere(void *arg, const char *name, const rd_op_params *p, uint32_t status,

@@ -17,12 +17,10 @@
 #define RD_NEG_BUCKETS 1024
 #define RD_NEG_PENDING_MAX (1u << 20) /* partly ready ops; beyond this a node is misbehaving */
 
-static const char *const coll_names[] = {"allreduce", "broadcast", "allgather", "barrier"};
-
 void rd_op_params_describe(char *buf, size_t len, const rd_op_params *p)
 {
     int n = snprintf(buf, len, "%s %s count %" PRIu64,
-                     p->coll >= 0 && p->coll <= 3 ? coll_names[p->coll] : "invalid-op",
+                     rd_coll_valid(p->coll) ? rd_coll_name((rd_coll)p->coll) : "invalid-op",
                      rd_dtype_name((rd_dtype)p->dtype), p->count);
     if (n < 0 || (size_t)n >= len)
         return;
@@ -39,8 +37,7 @@ void rd_op_params_describe(char *buf, size_t len, const rd_op_params *p)
 
 rd_op_params rd_op_params_announceable(rd_op_params p)
 {
-    if (p.coll < RD_COLL_ALLREDUCE || p.coll > RD_COLL_BARRIER || p.dtype < 0 ||
-        p.dtype >= RD_DT_COUNT || p.redop < 0 || p.redop >= RD_OP_COUNT)
+    if (!rd_coll_valid(p.coll) || !rd_dtype_valid(p.dtype) || !rd_redop_valid(p.redop))
         p = (rd_op_params){RD_COLL_BARRIER, RD_DT_U8, RD_OP_SUM, 0, 0, 1.0, 1.0, 0};
     return p;
 }

@@ -232,15 +232,15 @@ static void job_series(expo *x, rd_metrics *reg)
             for (unsigned r = 0; r < RINGD_RESULT_COUNT; r++)
                 if (r == RINGD_OK || jm->ops[k][r] > 0)
                     put(x, "ringd_ops_total{job=\"%s\",kind=\"%s\",result=\"%s\"} %" PRIu64 "\n",
-                        job, rd_metrics_kind_names[k], result_names[r], jm->ops[k][r]);
+                        job, rd_coll_name((rd_coll)k), result_names[r], jm->ops[k][r]);
     }
     family(x, "ringd_bytes_total", "counter",
            "Bytes collectives wrote into the clients' arenas on this node, by kind");
     for (const rd_job_metrics *jm = rd_metrics_jobs(reg); jm != NULL; jm = jm->next) {
         label_escape(job, sizeof(job), jm->name);
-        for (unsigned k = 0; k < RD_METRICS_KINDS - 1; k++) /* a barrier moves no bytes */
+        for (unsigned k = 0; k < RD_COLL_BARRIER; k++) /* a barrier (the last) moves no bytes */
             put(x, "ringd_bytes_total{job=\"%s\",kind=\"%s\"} %" PRIu64 "\n", job,
-                rd_metrics_kind_names[k], jm->bytes[k]);
+                rd_coll_name((rd_coll)k), jm->bytes[k]);
     }
     family(x, "ringd_op_duration_seconds", "histogram",
            "Collectives from their first submission on this node to their end, by kind and size "
@@ -252,7 +252,7 @@ static void job_series(expo *x, rd_metrics *reg)
                 if (jm->latency[k][c].count == 0)
                     continue;
                 snprintf(labels, sizeof(labels), "job=\"%s\",kind=\"%s\",size=\"%s\"", job,
-                         rd_metrics_kind_names[k], rd_metrics_size_names[c]);
+                         rd_coll_name((rd_coll)k), rd_metrics_size_names[c]);
                 histogram(x, "ringd_op_duration_seconds", labels, &jm->latency[k][c],
                           rd_metrics_latency_bounds, RD_METRICS_LATENCY_BUCKETS);
             }

@@ -1,7 +1,8 @@
 /* Jobs that span nodes: the daemon's rendezvous and peer listener, and for each such job its
  * registration, the ring's membership and links at each generation (data connections to the
  * next node, a control link with every other node, which carries the engine's scheduling
- * messages) and the data plane. Loop thread only. */
+ * messages to the channel's subscribers, rd_world_subscribe) and the data plane. Loop thread
+ * only. */
 #ifndef RD_WORLD_H
 #define RD_WORLD_H
 
@@ -14,6 +15,7 @@
 
 #include "config.h"
 #include "counters.h"
+#include "ringchan.h"
 #include "status.h"
 
 struct event_base;
@@ -21,11 +23,6 @@ struct rd_xfer_task;
 
 typedef struct rd_net rd_net;
 
-/* A node of a ring, for the engine's table and messages. */
-typedef struct {
-    const char *node;
-    uint32_t first_rank, local_size;
-} rd_ring_node;
 typedef struct rd_world rd_world;
 
 /* The daemon-wide network context (--redis): loads the ring key, starts the peer listener and
@@ -48,6 +45,17 @@ int64_t rd_net_redis_rtt_us(const rd_net *net);
  * returns 0, or -1 when it is a host name or no interface here holds it. */
 int rd_net_interface(const rd_net *net, char *buf, size_t len);
 
+/* What a job's ring must wait for before it seals for a graceful change (or, sealed, before it
+ * gives up on --peer-timeout), as the job says (awaits_order). */
+typedef enum {
+    RD_AWAIT_NOTHING,     /* nothing: the ring may seal and re-form */
+    RD_AWAIT_ORDER,       /* negotiated ring-bound ops wait for an order */
+    RD_AWAIT_NEGOTIATION, /* orders wait for ops to be negotiated here, or ordered work is still
+                             to cross (device passes gathering, passes queued behind them) */
+    RD_AWAIT_CROSSING,    /* ordered work crosses nodes outside rd_world_submit (device passes on
+                             NCCL or staged: their transport bounds them) */
+} rd_world_await;
+
 /* News of a world for its job, on the loop. arg is the one given to rd_world_new. */
 typedef struct {
     /* The ring is up at generation with size ranks, this node's first being first_rank. sync: the
@@ -65,24 +73,16 @@ typedef struct {
     void (*ring_lost)(void *arg, const char *why);
     /* The ring broke under running ops: their failures wait for the next ring. */
     void (*disrupted)(void *arg);
-    /* The ring of generation forms with nodes[0..nnodes) (valid during the call), this node at
-     * position: scheduling messages of that generation may come from now on. Returns RINGD_OK,
-     * or RINGD_E_NOMEM (the ring waits for the next view). */
+    /* The job's relays of the ring's control channel, the old way of hearing it (the same calls
+     * as rd_ring_channel's, with every kind of message; each may be NULL): while any is set,
+     * they are the channel's first subscriber. Going once the engine subscribes for itself. */
     rd_status (*ring_forming)(void *arg, uint64_t generation, int nnodes, int position,
-                        const rd_ring_node *nodes);
-    /* The ring of the current generation ended, up or not (before ring_down when it was up). */
+                              const rd_ring_node *nodes);
     void (*ring_ended)(void *arg);
-    /* A scheduling message (Ready, Go; decoded and checked, valid during the call) of the
-     * current generation from the node at position from, while the ring forms or is up. */
     void (*message)(void *arg, int from, const rd_schedmsg *m);
-    /* The ring seals for a graceful change: what the coordinator has queued goes out now,
-     * before this node's Bye. */
     void (*flush)(void *arg);
-    /* 3 while ordered work crosses nodes outside rd_world_submit (device passes on NCCL or
-     * staged: their transport bounds them), 2 while orders wait for ops to be negotiated here
-     * or ordered work is still to cross (device passes gathering, passes queued behind them),
-     * 1 while negotiated ring-bound ops wait for an order, else 0. */
-    int (*awaits_order)(void *arg);
+    /* What the ring must wait for before it may seal for a graceful change. */
+    rd_world_await (*awaits_order)(void *arg);
     /* A ring task submitted with rd_world_submit ended: on the loop, possibly after ring_down
      * and ring_lost, even after the next ring_up (a broken ring's data plane retires off the
      * loop, its running task cut). */
@@ -143,6 +143,17 @@ void rd_world_set_aside(rd_world *w, int position, const char *why);
 /* A node sent something impossible, or this node cannot go on with the ring (why, logged): it
  * breaks and re-forms, while it is connecting or up (else nothing is left to break). */
 void rd_world_drop(rd_world *w, const char *why);
+
+/* Subscribes ch (copied) with arg to the control channel of the job's ring (see rd_ring_channel
+ * for what it hears and when): subscribers hear in the order they subscribed, ended in reverse.
+ * A scheduling message of a kind no subscriber takes drops the ring (rd_world_drop). Returns a
+ * handle for rd_world_unsubscribe, or -1 when RD_RINGCHAN_MAX subscribe already. Not from within
+ * one of the channel's calls. */
+int rd_world_subscribe(rd_world *w, const rd_ring_channel *ch, void *arg);
+
+/* Ends the subscription of handle (before its arg goes); w NULL or handle -1 is a no-op. Not
+ * from within one of the channel's calls. */
+void rd_world_unsubscribe(rd_world *w, int handle);
 
 /* 1 when the job's ring is this node alone: ops bound for it run here without a data plane. */
 int rd_world_solo(const rd_world *w);
