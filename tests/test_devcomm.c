@@ -16,7 +16,21 @@ struct rd_world {
     int plans, transport; /* DevPlans sent, and the last one's transport */
     char plan_why[1100];
     int reforms, drops;
+    int subscribed; /* devcomm subscribed to the ring's control channel (the tests drive it) */
 };
+
+int rd_world_subscribe(rd_world *w, const rd_ring_channel *ch, void *arg)
+{
+    (void)arg;
+    cr_assert(ch->kinds & (1u << RD_SCHEDMSG_DEV_OFFER), "devcomm takes DevOffer");
+    return w->subscribed++;
+}
+
+void rd_world_unsubscribe(rd_world *w, int handle)
+{
+    cr_assert(handle >= 0 && w->subscribed > 0);
+    w->subscribed--;
+}
 
 void rd_world_send(rd_world *w, const int *to, int nto, const rd_schedmsg *m)
 {

@@ -27,6 +27,7 @@ struct rd_devcomm {
     rd_world *w;
     char job[RD_NAME_MAX + 1];
     rd_devring *dr;
+    int chan;                    /* its subscription to the ring's control channel */
     struct event *ev_tick;
     rd_devcomm_local local;      /* what this node brought to the ring that is up */
     rd_transport *t;             /* this generation's communicator, once joined */
@@ -173,6 +174,23 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
         arm(c);
 }
 
+/* The ring's control channel, heard by the agreement itself (rd_world_subscribe). */
+static rd_status chan_forming(void *arg, uint64_t generation, int nnodes, int position,
+                              const rd_ring_node *nodes)
+{
+    return rd_devcomm_ring_forming(arg, generation, nnodes, position, nodes);
+}
+
+static void chan_ended(void *arg)
+{
+    rd_devcomm_ring_ended(arg);
+}
+
+static void chan_message(void *arg, int from, const rd_schedmsg *m)
+{
+    rd_devcomm_message(arg, from, m);
+}
+
 rd_devcomm *rd_devcomm_new(struct event_base *base, const rd_config *cfg, rd_devcomm_gpus *gpus,
                            rd_world *w, const char *job, const rd_devcomm_events *ev, void *arg)
 {
@@ -186,8 +204,18 @@ rd_devcomm *rd_devcomm_new(struct event_base *base, const rd_config *cfg, rd_dev
     c->claimed = -1;
     c->w = w;
     snprintf(c->job, sizeof(c->job), "%s", job);
+    static const rd_ring_channel chan = {
+        .kinds = 1u << RD_SCHEDMSG_DEV_OFFER | 1u << RD_SCHEDMSG_DEV_PLAN |
+                 1u << RD_SCHEDMSG_DEV_CONFIRM,
+        .forming = chan_forming,
+        .ended = chan_ended,
+        .message = chan_message,
+    };
     if ((c->dr = rd_devring_new(&devring_events, c)) == NULL ||
-        (c->ev_tick = evtimer_new(base, on_tick, c)) == NULL) {
+        (c->ev_tick = evtimer_new(base, on_tick, c)) == NULL ||
+        (c->chan = rd_world_subscribe(w, &chan, c)) < 0) {
+        if (c->ev_tick != NULL)
+            event_free(c->ev_tick);
         rd_devring_free(c->dr);
         free(c);
         return NULL;
@@ -199,6 +227,7 @@ void rd_devcomm_free(rd_devcomm *c)
 {
     if (c == NULL)
         return;
+    rd_world_unsubscribe(c->w, c->chan);
     if (c->t != NULL) /* the job goes with its ops: nothing may call back into them */
         c->local.ops->forget(c->t);
     c->t = NULL;

@@ -29,7 +29,7 @@ typedef struct {
     const rd_devcomm *holder[RD_DEVCOMM_GPUS];
 } rd_devcomm_gpus;
 
-/* News for the job. */
+/* News for whoever orders device ops (the job's scheduler: rd_sched_settled). */
 typedef struct {
     /* The generation's device transport is settled: nccl 1 (device ops cross on NCCL) or 0
      * (the TCP ring, through the host). Ops may be ordered from now on. */
@@ -37,7 +37,9 @@ typedef struct {
 } rd_devcomm_events;
 
 /* The communicator of job (its world w, borrowed), among the daemon's others on gpus
- * (borrowed), reporting to ev with arg (copied). Returns NULL when out of memory. */
+ * (borrowed), reporting to ev with arg (copied). It hears the ring's control channel itself
+ * (DevOffer, DevPlan, DevConfirm, the ring forming and ending) through rd_world_subscribe; the
+ * functions below for those are what it calls. Returns NULL when out of memory. */
 rd_devcomm *rd_devcomm_new(struct event_base *base, const rd_config *cfg, rd_devcomm_gpus *gpus,
                            rd_world *w, const char *job, const rd_devcomm_events *ev, void *arg);
 

@@ -23,6 +23,14 @@ typedef struct batch {
     struct batch *next;
 } batch;
 
+/* An op negotiated here for the ring, waiting for the coordinator's order (oldest first). */
+typedef struct ready {
+    void *own;
+    char *name;
+    rd_op_params p;
+    struct ready *next;
+} ready;
+
 struct rd_sched {
     const rd_config *cfg;
     rd_world *w;
@@ -36,6 +44,8 @@ struct rd_sched {
     size_t norder, caporder;
     struct event *ev_order;
     batch *orders, *orders_tail; /* orders received, not yet started */
+    ready *ready, *ready_tail;   /* this node's ops negotiated for the ring, not yet started */
+    int chan;                    /* its subscription to the ring's control channel */
     int held; /* coordinator: orders wait (the ring's device transport is not settled) */
     /* The tuning orders carry: the coordinator's (its flags, or its tuner's), or on another node
      * the last one received; has_tuning 0 before this ring's first order. */
@@ -53,6 +63,34 @@ struct rd_sched {
 #define RD_GO_ENTRY_OVERHEAD 16 /* an entry's tags and lengths around its name */
 static void on_order(evutil_socket_t fd, short what, void *arg);
 
+static rd_status ring_forming(rd_sched *s, int nnodes, int position, const rd_ring_node *nodes);
+static void ring_ended(rd_sched *s);
+static void message_received(rd_sched *s, int from, const rd_schedmsg *m);
+static void flush_orders(rd_sched *s);
+
+/* The ring's control channel, heard by the scheduler itself (rd_world_subscribe). */
+static rd_status chan_forming(void *arg, uint64_t generation, int nnodes, int position,
+                              const rd_ring_node *nodes)
+{
+    (void)generation;
+    return ring_forming(arg, nnodes, position, nodes);
+}
+
+static void chan_ended(void *arg)
+{
+    ring_ended(arg);
+}
+
+static void chan_message(void *arg, int from, const rd_schedmsg *m)
+{
+    message_received(arg, from, m);
+}
+
+static void chan_flush(void *arg)
+{
+    flush_orders(arg);
+}
+
 rd_sched *rd_sched_new(struct event_base *base, const rd_config *cfg, rd_world *w,
                        const char *job, const rd_sched_events *ev, void *arg)
 {
@@ -69,6 +107,18 @@ rd_sched *rd_sched_new(struct event_base *base, const rd_config *cfg, rd_world *
         free(s);
         return NULL;
     }
+    static const rd_ring_channel chan = {
+        .kinds = 1u << RD_SCHEDMSG_READY | 1u << RD_SCHEDMSG_GO,
+        .forming = chan_forming,
+        .ended = chan_ended,
+        .message = chan_message,
+        .flush = chan_flush,
+    };
+    if ((s->chan = rd_world_subscribe(w, &chan, s)) < 0) {
+        event_free(s->ev_order);
+        free(s);
+        return NULL;
+    }
     return s;
 }
 
@@ -79,6 +129,31 @@ static void order_clear(rd_sched *s)
     s->norder = 0;
 }
 
+/* Removes r (after prev, NULL: the head) from the ready list and frees it. */
+static void ready_del(rd_sched *s, ready *prev, ready *r)
+{
+    if (prev != NULL)
+        prev->next = r->next;
+    else
+        s->ready = r->next;
+    if (s->ready_tail == r)
+        s->ready_tail = prev;
+    free(r->name);
+    free(r);
+}
+
+void rd_sched_forget(rd_sched *s, const void *own)
+{
+    if (s == NULL)
+        return;
+    for (ready *r = s->ready, *prev = NULL; r != NULL; prev = r, r = r->next) {
+        if (r->own == own) {
+            ready_del(s, prev, r);
+            return;
+        }
+    }
+}
+
 static void batch_free(batch *b)
 {
     for (size_t i = 0; i < b->n; i++)
@@ -87,7 +162,7 @@ static void batch_free(batch *b)
     free(b);
 }
 
-void rd_sched_ring_ended(rd_sched *s)
+static void ring_ended(rd_sched *s)
 {
     if (s == NULL) /* a job whose scheduler was never made: nothing of a ring to end */
         return;
@@ -101,6 +176,8 @@ void rd_sched_ring_ended(rd_sched *s)
         batch_free(b);
     }
     s->orders_tail = NULL;
+    while (s->ready != NULL)
+        ready_del(s, NULL, s->ready);
     rd_tuner_free(s->tuner);
     s->tuner = NULL;
     s->has_tuning = 0;
@@ -111,15 +188,16 @@ void rd_sched_free(rd_sched *s)
 {
     if (s == NULL)
         return;
-    rd_sched_ring_ended(s);
+    rd_world_unsubscribe(s->w, s->chan);
+    ring_ended(s);
     event_free(s->ev_order);
     free(s->order);
     free(s);
 }
 
-rd_status rd_sched_ring_forming(rd_sched *s, int nnodes, int position, const rd_ring_node *nodes)
+static rd_status ring_forming(rd_sched *s, int nnodes, int position, const rd_ring_node *nodes)
 {
-    rd_sched_ring_ended(s);
+    ring_ended(s);
     s->neg = rd_neg_new(nnodes, nodes, position, s->cfg->direct_bytes);
     if (s->neg == NULL)
         return RINGD_E_NOMEM;
@@ -271,14 +349,16 @@ int rd_sched_held(const rd_sched *s)
     return s != NULL && s->held;
 }
 
-void rd_sched_hold(rd_sched *s, int held)
+void rd_sched_settled(void *arg, int nccl)
 {
-    s->held = held;
-    if (!held && s->norder > 0)
+    rd_sched *s = arg;
+    (void)nccl;
+    s->held = 0;
+    if (s->norder > 0)
         order_soon(s);
 }
 
-void rd_sched_flush(rd_sched *s)
+static void flush_orders(rd_sched *s)
 {
     if (s->position == 0)
         on_order(-1, 0, s);
@@ -299,6 +379,25 @@ static void ready_send(rd_sched *s, const rd_op_spec *spec, int stalled, const i
     rd_world_send(s->w, to, nto, &r);
 }
 
+/* Keeps this node's op own, named name with params p, for the coordinator's order. Returns 1,
+ * or 0 when out of memory. */
+static int ready_add(rd_sched *s, void *own, const char *name, const rd_op_params *p)
+{
+    ready *r = calloc(1, sizeof(*r));
+    if (r == NULL || (r->name = strdup(name)) == NULL) {
+        free(r);
+        return 0;
+    }
+    r->own = own;
+    r->p = *p;
+    if (s->ready_tail != NULL)
+        s->ready_tail->next = r;
+    else
+        s->ready = r;
+    s->ready_tail = r;
+    return 1;
+}
+
 /* Hands every op now done negotiating to the job; the coordinator also orders those bound for
  * the ring, for every node, in the order they got done here. */
 static void negotiated(rd_sched *s)
@@ -308,7 +407,13 @@ static void negotiated(rd_sched *s)
     if (n == 0)
         return;
     for (size_t i = 0; i < n; i++) {
-        s->ev.negotiated(s->arg, done[i].own, &done[i].e);
+        rd_op_params p;
+        if (s->ev.negotiated(s->arg, done[i].own, &done[i].e, &p)) {
+            if (ready_add(s, done[i].own, done[i].e.name, &p))
+                rd_sched_run(s);
+            else
+                rd_world_drop(s->w, "out of memory keeping an op for the coordinator's order");
+        }
         /* A sealed coordinator orders nothing more: what it has not ordered carries over. */
         if (s->position == 0 && !rd_world_sealed(s->w) && done[i].e.status == RINGD_OK &&
             !done[i].e.direct)
@@ -426,7 +531,7 @@ static void go_received(rd_sched *s, const char *const *names, size_t n, const r
     rd_sched_run(s);
 }
 
-void rd_sched_message(rd_sched *s, int from, const rd_schedmsg *m)
+static void message_received(rd_sched *s, int from, const rd_schedmsg *m)
 {
     if (s->neg == NULL)
         return;
@@ -459,7 +564,7 @@ void rd_sched_stalled(rd_sched *s, const char *name, const void *own, const char
 
 int rd_sched_orders_waiting(const rd_sched *s)
 {
-    return s->orders != NULL;
+    return s != NULL && s->orders != NULL;
 }
 
 /* 1 when o (params q, ob bytes) may join a group that starts with first and holds bytes. */
@@ -547,11 +652,18 @@ static int batch_start(rd_sched *s, const batch *b)
         size_t skip = 0;
         for (size_t k = 0; k < i; k++)
             skip += strcmp(b->names[k], b->names[i]) == 0;
-        if ((owns[i] = s->ev.ring_ready(s->arg, b->names[i], skip, &p[i])) == NULL)
+        ready *r = s->ready;
+        while (r != NULL && (strcmp(r->name, b->names[i]) != 0 || skip-- > 0))
+            r = r->next;
+        if (r == NULL)
             goto out;
+        owns[i] = r->own;
+        p[i] = r->p;
     }
     if (rd_sched_group(p, n, b->tuning.fusion_threshold, group) == SIZE_MAX)
         goto out; /* every node must group alike: never fall back to running ops alone */
+    for (size_t i = 0; i < n; i++) /* they start now: the job has them from here on */
+        rd_sched_forget(s, owns[i]);
     if (s->tuner != NULL)
         tune(s, p, n);
     for (size_t i = 0; i < n; i++) {

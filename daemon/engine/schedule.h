@@ -25,52 +25,41 @@ typedef struct rd_sched rd_sched;
 /* News for the job, which owns the ops (own: the job's handle of one of its ops). */
 typedef struct {
     /* Every node has announced this node's op own: e says failed (status, message), direct (the
-     * result in e->data) or bound for the ring (status 0, not direct). */
-    void (*negotiated)(void *arg, void *own, const rd_neg_outcome *e);
+     * result in e->data) or bound for the ring (status 0, not direct). Returns 1 with *p set to
+     * its params when own now waits for the coordinator's order (the scheduler keeps it until
+     * it starts, the ring ends, or rd_sched_forget), else 0. */
+    int (*negotiated)(void *arg, void *own, const rd_neg_outcome *e, rd_op_params *p);
     /* Another node announced that the op named name (params p) failed there, or the
      * announcements disagree: the oldest op of that name this node has not announced fails with
      * status and message, and is announced failed (rd_sched_announce). */
     void (*failed_elsewhere)(void *arg, const char *name, const rd_op_params *p, uint32_t status,
                              const char *message);
-    /* The oldest op named name negotiated for the ring here and not yet started, skipping skip
-     * of them, with its params in *p; NULL when it is not negotiated here yet. */
-    void *(*ring_ready)(void *arg, const char *name, size_t skip, rd_op_params *p);
     /* Runs owns[0..n) on the ring as one pass: one op, or n allreduces that fuse, in segments
      * and over the connections that tuning u (the order's) says. */
     void (*start)(void *arg, void **owns, size_t n, const rd_tuning *u);
 } rd_sched_events;
 
-/* The scheduler of job (its world w, borrowed), reporting to ev with arg (copied). Returns NULL
- * when out of memory. */
+/* The scheduler of job (its world w, borrowed), reporting to ev with arg (copied). It hears the
+ * ring's control channel itself (Ready and Go, the ring forming, ending and sealing) through
+ * rd_world_subscribe. Returns NULL when out of memory. */
 rd_sched *rd_sched_new(struct event_base *base, const rd_config *cfg, rd_world *w,
                        const char *job, const rd_sched_events *ev, void *arg);
 
 /* NULL is a no-op. */
 void rd_sched_free(rd_sched *s);
 
-/* The ring of a generation forms with nodes[0..nnodes), this node at position: the negotiation
- * table starts empty (nodes up before this one announce their ops already). Returns RINGD_OK, or
- * RINGD_E_NOMEM. */
-rd_status rd_sched_ring_forming(rd_sched *s, int nnodes, int position, const rd_ring_node *nodes);
-
 /* The ring is up: failures other nodes announced while this node connected end its ops now. */
 void rd_sched_ring_up(rd_sched *s);
 
-/* The ring of this generation ended: the table, the coordinator's queue and the orders not
- * started are dropped (the job re-announces what it carries over). NULL is a no-op. */
-void rd_sched_ring_ended(rd_sched *s);
-
-/* A Ready or Go (decoded and checked) from the node at position from, of the current
- * generation. A node that sent something impossible gets the ring re-formed. */
-void rd_sched_message(rd_sched *s, int from, const rd_schedmsg *m);
-
-/* held 1: the coordinator's orders wait, queued, until held 0 (while the generation's device
- * transport is agreed: every node must know it before any op runs). A new ring starts held. */
-void rd_sched_hold(rd_sched *s, int held);
+/* A new ring starts held: the coordinator's orders wait, queued, while the generation's device
+ * transport is agreed (every node must know it before any op runs). rd_devcomm_events.settled
+ * with the scheduler as arg: the transport is settled (nccl: on NCCL), orders go. */
+void rd_sched_settled(void *arg, int nccl);
 int rd_sched_held(const rd_sched *s);
 
-/* The ring seals (a graceful change): the coordinator sends the order it has queued now. */
-void rd_sched_flush(rd_sched *s);
+/* own, an op the negotiated event kept for the coordinator's order, ends before it starts: the
+ * scheduler lets go of it. NULL s or an own it does not hold is a no-op. */
+void rd_sched_forget(rd_sched *s, const void *own);
 
 /* Returns 0 when the ring cannot take announcements now (forming, or sealed for a graceful
  * change: the op is held and nothing happened to it), else 1 once it announced to every node
@@ -95,8 +84,7 @@ void rd_sched_stalled(rd_sched *s, const char *name, const void *own, const char
 /* 1 while orders of the coordinator wait for their ops to be negotiated here. */
 int rd_sched_orders_waiting(const rd_sched *s);
 
-/* Starts the queued orders, in order, while every op of the next is negotiated here (after an
- * op became ready for the ring). */
+/* Starts the queued orders, in order, while every op of the next is negotiated here. */
 void rd_sched_run(rd_sched *s);
 
 /* The tuning the ring's orders carry (none before the first), and the coordinator's autotune

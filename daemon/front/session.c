@@ -16,6 +16,7 @@
 
 #include "arena.h"
 #include "job.h"
+#include "ops.h"
 #include "log.h"
 #include "trace.h"
 
@@ -349,7 +350,7 @@ static void dispatch(rd_session *s, const rd_msg *m)
         s->c.ops_in_flight++;
         rd_submit sub;
         rd_submit_of(m->submit, &sub);
-        rd_job_submit(&s->c, &sub);
+        rd_ops_submit(&s->c, &sub);
         return;
     case RINGD__MSG__BODY_POKE: return; /* the loop polls the rings after every turn */
     default: break;

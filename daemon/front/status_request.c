@@ -99,7 +99,7 @@ rd_daemon_status *rd_front_status_new(rd_front *d)
     if (st == NULL)
         return NULL;
     describe_daemon(d, st);
-    if (rd_job_describe(d->engine, st) != 0 || describe_clients(d, st) != 0 ||
+    if (rd_engine_describe(d->engine, st) != 0 || describe_clients(d, st) != 0 ||
         describe_devices(d, st) != 0) {
         rd_daemon_status_free(st);
         return NULL;

@@ -1,0 +1,259 @@
+/* The checks of what a client sends, on their own: a Hello, a Submit, and a Submit against the
+ * first one of its op (matching, and memory that moves alike). Pure functions: they read only
+ * what they are given and write only their outputs. */
+#include "check.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+
+#include "frame.h"
+#include "ring.h"
+
+rd_op_params rd_check_params(const rd_submit *m)
+{
+    rd_op_params p = {0};
+    p.coll = (int)m->op;
+    p.dtype = m->op == RD_COLL_BARRIER ? RD_DT_U8 : (int)m->dtype;
+    p.redop = m->op == RD_COLL_ALLREDUCE ? (int)m->redop : RD_OP_SUM;
+    p.root = m->op == RD_COLL_BROADCAST ? m->root : 0;
+    p.count = m->op == RD_COLL_BARRIER ? 0 : m->count;
+    p.prescale = m->op == RD_COLL_ALLREDUCE ? m->prescale : 1.0;
+    p.postscale = m->op == RD_COLL_ALLREDUCE ? m->postscale : 1.0;
+    return p;
+}
+
+int rd_check_on_device(const rd_submit *m)
+{
+    return m->op != RD_COLL_BARRIER && m->input.present && m->input.kind == RD_MEM_DEVICE;
+}
+
+rd_status rd_check_submit(const rd_check_session *s, const rd_submit *m, char *err,
+                          size_t errlen)
+{
+    if ((int)m->op < RD_COLL_ALLREDUCE || (int)m->op > RD_COLL_BARRIER) {
+        snprintf(err, errlen, "tensor '%s': unknown op %d", m->name, (int)m->op);
+        return RINGD_E_INVALID;
+    }
+    if (m->op == RD_COLL_BARRIER)
+        return RINGD_OK;
+    const rd_tensor_ref *refs[2] = {&m->input, &m->output};
+    const uint64_t offs[2] = {m->in_offset, m->out_offset};
+    for (int k = 0; k < 2; k++) {
+        const rd_tensor_ref *t = refs[k];
+        const char *which = k == 0 ? "input" : "output";
+        if (!t->present)
+            continue; /* a library that predates tensor descriptors: the arena offsets */
+        if (t->kind == RD_MEM_DEVICE) {
+            if (s->device_arena == NULL) {
+                snprintf(err, errlen,
+                         "tensor '%s': its %s is in device memory, and this session has no "
+                         "device arena on node %s: open it with device_arena_size "
+                         "(RINGD_DEVICE_ARENA) on a ringd that serves a GPU",
+                         m->name, which, s->node);
+                return RINGD_E_INVALID;
+            }
+            if (t->device != (uint32_t)s->device || t->handle != 1 || t->offset != offs[k]) {
+                snprintf(err, errlen,
+                         "tensor '%s': the %s's descriptor (device %u, handle %" PRIu64
+                         ", offset %" PRIu64 ") does not describe offset %" PRIu64
+                         " of the session's device arena (device %d, handle 1)",
+                         m->name, which, t->device, t->handle, t->offset, offs[k], s->device);
+                return RINGD_E_INVALID;
+            }
+            continue;
+        }
+        if (t->kind != RD_MEM_ARENA) {
+            snprintf(err, errlen, "tensor '%s': its %s is in unknown memory (kind %d)", m->name,
+                     which, (int)t->kind);
+            return RINGD_E_INVALID;
+        }
+        if (t->device != 0 || t->handle != 0 || t->offset != offs[k]) {
+            snprintf(err, errlen,
+                     "tensor '%s': the %s's descriptor (device %u, handle %" PRIu64
+                     ", offset %" PRIu64 ") does not describe arena offset %" PRIu64,
+                     m->name, which, t->device, t->handle, t->offset, offs[k]);
+            return RINGD_E_INVALID;
+        }
+    }
+    if (m->input.present != m->output.present ||
+        (m->input.present && m->input.kind != m->output.kind)) {
+        snprintf(err, errlen,
+                 "tensor '%s': input and output are in different kinds of memory: pass both on "
+                 "the device or both in host memory",
+                 m->name);
+        return RINGD_E_INVALID;
+    }
+    if ((int)m->dtype < 0 || (int)m->dtype >= RD_DT_COUNT) {
+        snprintf(err, errlen, "tensor '%s': unknown dtype %d", m->name, (int)m->dtype);
+        return RINGD_E_INVALID;
+    }
+    if (m->op == RD_COLL_ALLREDUCE) {
+        if ((int)m->redop < 0 || (int)m->redop >= RD_OP_COUNT) {
+            snprintf(err, errlen, "tensor '%s': unknown reduce op %d", m->name, (int)m->redop);
+            return RINGD_E_INVALID;
+        }
+        if (!isfinite(m->prescale) || !isfinite(m->postscale)) {
+            snprintf(err, errlen, "tensor '%s': prescale and postscale must be finite", m->name);
+            return RINGD_E_INVALID;
+        }
+        if (!rd_dtype_is_float((rd_dtype)m->dtype) && (m->prescale != 1.0 || m->postscale != 1.0)) {
+            snprintf(err, errlen, "tensor '%s': prescale/postscale need a floating dtype, not %s",
+                     m->name, rd_dtype_name((rd_dtype)m->dtype));
+            return RINGD_E_INVALID;
+        }
+    }
+    if (m->op == RD_COLL_BROADCAST && m->root >= s->size) {
+        snprintf(err, errlen, "tensor '%s': root %u is not a rank of a job of size %u", m->name,
+                 m->root, s->size);
+        return RINGD_E_INVALID;
+    }
+    uint64_t esz = rd_dtype_size((rd_dtype)m->dtype);
+    const rd_arena *ar = rd_check_on_device(m) ? s->device_arena : s->arena;
+    uint64_t size = ar->size, data = ar == s->arena ? RD_CTRL_BYTES : 0;
+    if (m->count == 0 || m->count > size / esz) {
+        snprintf(err, errlen,
+                 "tensor '%s': count %" PRIu64 " of %s does not fit an arena of %" PRIu64 " bytes",
+                 m->name, m->count, rd_dtype_name((rd_dtype)m->dtype), size);
+        return RINGD_E_INVALID;
+    }
+    uint64_t in_len = m->count * esz, out_len = in_len;
+    if (m->op == RD_COLL_ALLGATHER) {
+        if (m->count > size / esz / s->size) {
+            snprintf(err, errlen,
+                     "tensor '%s': gathering %u x %" PRIu64 " elements does not fit the arena",
+                     m->name, s->size, m->count);
+            return RINGD_E_INVALID;
+        }
+        out_len = in_len * s->size;
+    }
+    if (!rd_arena_contains(ar, m->in_offset, in_len) ||
+        !rd_arena_contains(ar, m->out_offset, out_len) || m->in_offset < data ||
+        m->out_offset < data) {
+        snprintf(err, errlen,
+                 "tensor '%s': input [%" PRIu64 ", +%" PRIu64 ") or output [%" PRIu64 ", +%" PRIu64
+                 ") lies outside the %sarena's data area [%" PRIu64 ", %" PRIu64 ")",
+                 m->name, m->in_offset, in_len, m->out_offset, out_len,
+                 ar == s->arena ? "" : "device ", data, size);
+        return RINGD_E_INVALID;
+    }
+    if (m->in_offset % esz != 0 || m->out_offset % esz != 0) {
+        snprintf(err, errlen,
+                 "tensor '%s': input offset %" PRIu64 " or output offset %" PRIu64
+                 " is not a multiple of the %s element size (%" PRIu64 " bytes)",
+                 m->name, m->in_offset, m->out_offset, rd_dtype_name((rd_dtype)m->dtype), esz);
+        return RINGD_E_INVALID;
+    }
+    /* Input and output are the same place (in place), or apart. An allgather's input may be
+     * any whole slot of its output: the start (sendbuf == recvbuf) or this rank's own slot (MPI's
+     * form). Which slot is its own is decided when data moves (op_resolve): ranks may shift in
+     * between, and a client may not have heard of it yet. */
+    uint64_t a = m->in_offset, b = m->out_offset;
+    int apart = a + in_len <= b || b + out_len <= a;
+    int in_place = a == b && m->op != RD_COLL_ALLGATHER;
+    int in_slot = m->op == RD_COLL_ALLGATHER && a >= b && (a - b) % in_len == 0;
+    if (!apart && !in_place && !in_slot) {
+        snprintf(err, errlen, "tensor '%s': input and output overlap without being in place",
+                 m->name);
+        return RINGD_E_INVALID;
+    }
+    return RINGD_OK;
+}
+
+int rd_check_match(const rd_check_first *f, const rd_submit *m, uint32_t rank, char *msg,
+                   size_t len)
+{
+    rd_op_params q = rd_check_params(m);
+    char a[160], b[160], fields[96];
+    if (rd_op_params_compare(f->p, &q, fields, sizeof(fields)))
+        return 1;
+    rd_op_params_describe(a, sizeof(a), f->p);
+    rd_op_params_describe(b, sizeof(b), &q);
+    if (!f->multinode)
+        snprintf(
+            msg, len,
+            "tensor '%s' mismatch (%s): local rank %u submitted %s; local rank %u submitted %s",
+            f->name, fields, f->rank, a, rank, b);
+    else
+        snprintf(
+            msg, len,
+            "tensor '%s' mismatch (%s): rank %u (node %.64s) submitted %s; rank %u (node %.64s) "
+            "submitted %s",
+            f->name, fields, f->base_rank + f->rank, f->node, a, f->base_rank + rank, f->node, b);
+    return 0;
+}
+
+int rd_check_memory(const char *name, const char *node, const rd_backend *const *backends,
+                    uint32_t nparts, uint32_t rank, char *msg, size_t len)
+{
+    const rd_backend *a = backends[rank];
+    if (a->max_sources > 0 && nparts > (uint32_t)a->max_sources) {
+        snprintf(msg, len,
+                 "tensor '%s': %u local ranks on node %s pass device memory; ringd reduces at "
+                 "most %d on one device: pass host memory, or run fewer ranks per node",
+                 name, nparts, node, a->max_sources);
+        return 0;
+    }
+    for (uint32_t k = 0; k < nparts; k++) {
+        const rd_backend *b = backends[k];
+        if (k == rank || b == NULL || b == a)
+            continue;
+        snprintf(msg, len,
+                 "tensor '%s' mismatch (memory): local rank %u on node %s passed it in %s, "
+                 "local rank %u in %s: every rank of a node passes device memory with a "
+                 "device arena (RINGD_DEVICE_ARENA), or every rank host memory",
+                 name, k, node, b->device_memory ? "its device arena" : "host memory", rank,
+                 a->device_memory ? "its device arena" : "host memory");
+        return 0;
+    }
+    return 1;
+}
+
+rd_status rd_check_hello(const rd_hello *h, const rd_check_daemon *d, uint32_t *min_size,
+                         uint64_t *arena_size, char *err, size_t errlen)
+{
+    if (h->protocol != RD_PROTOCOL_VERSION) {
+        snprintf(err, errlen, "protocol %u is not supported (this daemon speaks %d)", h->protocol,
+                 RD_PROTOCOL_VERSION);
+        return RINGD_E_PROTOCOL;
+    }
+    if (d->draining) {
+        snprintf(err, errlen, "node %s is draining: it takes no new clients", d->node);
+        return RINGD_E_REFUSED;
+    }
+    if (!rd_name_valid(h->job)) {
+        snprintf(err, errlen, "job names are 1..%d printable ASCII bytes", RD_NAME_MAX);
+        return RINGD_E_INVALID;
+    }
+    if (h->local_size < 1 || h->local_size > RD_LOCAL_SIZE_MAX) {
+        snprintf(err, errlen, "job '%s': local_size %u is outside 1..%d", h->job, h->local_size,
+                 RD_LOCAL_SIZE_MAX);
+        return RINGD_E_INVALID;
+    }
+    if (h->world_size < h->local_size || (h->world_size > h->local_size && !d->multinode)) {
+        snprintf(err, errlen,
+                 "job '%s': world_size %u differs from local_size %u, but this daemon runs "
+                 "without --redis and serves this node alone",
+                 h->job, h->world_size, h->local_size);
+        return RINGD_E_REFUSED;
+    }
+    *min_size = h->min_size ? h->min_size : 1;
+    if (*min_size > h->world_size) {
+        snprintf(err, errlen, "job '%s': min_size %u is larger than world_size %u", h->job,
+                 *min_size, h->world_size);
+        return RINGD_E_INVALID;
+    }
+    if (h->local_rank >= (int64_t)h->local_size) {
+        snprintf(err, errlen,
+                 "job '%s': local rank %" PRId64 " asked for is not below local_size %u", h->job,
+                 h->local_rank, h->local_size);
+        return RINGD_E_INVALID;
+    }
+    *arena_size = h->arena_size ? h->arena_size : d->arena_size;
+    if (*arena_size < RD_ARENA_MIN || *arena_size > d->arena_max) {
+        snprintf(err, errlen, "arena of %" PRIu64 " bytes is outside %u..%" PRIu64 " (--arena-max)",
+                 *arena_size, RD_ARENA_MIN, d->arena_max);
+        return RINGD_E_INVALID;
+    }
+    return RINGD_OK;
+}

@@ -1,0 +1,421 @@
+/* The path of an op from Submit to start: a Submit is checked (check.h) and matched by name
+ * with the other local ranks' into the op table; once all have submitted, a one-node op runs
+ * here (inline or on the executor), a multi-node one is announced to the other nodes and runs
+ * as the negotiation and the coordinator's order say (pass.c). */
+#include "ops.h"
+
+#include <assert.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "arena.h"
+#include "check.h"
+#include "counters.h"
+#include "frame.h"
+#include "log.h"
+#include "metrics.h"
+#include "optab.h"
+
+#define RD_GRAIN 4096 /* elements: worker ranges start on multiples of this */
+
+/* Runs a range of an op's data movement on a worker. */
+static void op_run(void *ctx, size_t begin, size_t end)
+{
+    rd_local_run(&((rd_op *)ctx)->plan, begin, end);
+}
+
+/* The op's local data movement has run: it succeeded, or its backend (a device) failed. */
+static void op_ran(rd_op *o)
+{
+    char msg[768];
+    if (!o->plan.failed) {
+        rd_optab_finish(o, RINGD_OK, NULL);
+        return;
+    }
+    snprintf(msg, sizeof(msg), "tensor '%s' on node %s: %s", o->name, o->job->e->cfg->node,
+             o->plan.why);
+    rd_log(RD_LOG_ERROR, "job", "job '%s': %s", o->job->name, msg);
+    rd_optab_finish(o, RINGD_E_SYSTEM, msg);
+}
+
+static void on_op_done(void *ctx)
+{
+    rd_op *o = ctx;
+    rd_job *j = o->job;
+    j->nrunning--;
+    op_ran(o);
+    rd_job_free_later(j);
+}
+
+/* Points the op's plan at its ranks' buffers, with the divisor of the job's current size. An
+ * allgather whose input lies in another slot of its output (in place: the first) is moved to the
+ * rank's own slot first, so that writing the result never overwrites an input not yet read. */
+void rd_ops_resolve(rd_op *o)
+{
+    rd_job *j = o->job;
+    o->plan.args.divisor = o->p.redop == RD_OP_AVG ? j->size : 1;
+    /* The backend that imported the ranks' memory moves it (one for all ranks of an op). */
+    o->plan.backend = o->parts[0].arena->backend;
+    o->plan.device = o->parts[0].arena->mem.device;
+    o->plan.failed = 0;
+    if (o->plan.backend->bind != NULL && o->plan.backend->bind(o->plan.device) != 0) {
+        o->plan.failed = 1;
+        snprintf(o->plan.why, sizeof(o->plan.why), "using the GPU: %s",
+                 o->plan.backend->error());
+    }
+    for (uint32_t k = 0; k < o->nparts; k++) {
+        part *pt = &o->parts[k];
+        if (o->p.coll == RD_COLL_ALLGATHER) {
+            uint64_t per = o->p.count * rd_dtype_size((rd_dtype)o->p.dtype);
+            uint64_t own = pt->out_off + per * (j->first_rank + k);
+            int overlaps = pt->in_off < pt->out_off + per * j->size && pt->in_off >= pt->out_off;
+            if (overlaps && pt->in_off != own && rd_arena_contains(pt->arena, own, per)) {
+                if (pt->arena->backend->copy(pt->arena->base + own, pt->arena->base + pt->in_off,
+                                             per) != 0 &&
+                    !o->plan.failed) {
+                    o->plan.failed = 1;
+                    snprintf(o->plan.why, sizeof(o->plan.why), "moving the input: %s",
+                             pt->arena->backend->error());
+                }
+                pt->in_off = own;
+            }
+        }
+        assert(pt->arena->backend == o->plan.backend);
+        o->plan.in[k] = pt->arena->base + pt->in_off;
+        o->plan.out[k] = pt->arena->base + pt->out_off;
+    }
+}
+
+/* Every rank has submitted: resolve arena pointers and move the data. */
+void rd_ops_run_here(rd_op *o)
+{
+    rd_job *j = o->job;
+    rd_engine *d = j->e;
+    rd_local_plan *p = &o->plan;
+
+    rd_ops_resolve(o);
+    o->started_us = rd_now_us();
+    size_t units = rd_local_units(p);
+    /* device ops always go to the executor: the loop never waits for a kernel */
+    if ((rd_local_bytes(p) < d->cfg->inline_bytes && !p->backend->device_memory) || units == 0 ||
+        p->failed) {
+        if (!p->failed)
+            rd_local_run(p, 0, units);
+        op_ran(o);
+        return;
+    }
+    if (rd_exec_submit(d->exec, op_run, on_op_done, o, units, RD_GRAIN) != 0) {
+        rd_optab_fail(o, RINGD_E_NOMEM, "tensor '%s': out of memory queueing the op", o->name);
+        return;
+    }
+    rd_optab_set_state(o, OP_RUNNING);
+    j->nrunning++;
+}
+
+/* Announces o to the other nodes (which may end it at once), or marks it held when the ring
+ * cannot take announcements now: it is announced when the next ring is up. */
+void rd_ops_tell(rd_op *o, ringd_result_t status, const char *message, int direct,
+                 const uint8_t *data, size_t len)
+{
+    op_state held = o->state; /* HELD, or UNTOLD for a failure */
+    rd_optab_set_state(o, held == OP_HELD ? OP_ANNOUNCED : OP_TOLD);
+    if (!rd_sched_announce(o->job->sched, o->name, &o->p, status, message, direct, data, len, o))
+        rd_optab_set_state(o, held); /* held: o is untouched */
+}
+
+/* Every local rank submitted an op of a multi-node job: tells the coordinator, with this node's
+ * contribution when the op is small enough to travel with the negotiation (--direct-bytes). */
+void rd_ops_announce(rd_op *o)
+{
+    rd_job *j = o->job;
+    uint32_t L = o->nparts;
+    if (o->p.coll == RD_COLL_BROADCAST && o->p.root >= j->size) {
+        rd_optab_fail(o, RINGD_E_MEMBERSHIP,
+                "tensor '%s': root %u left job '%s' (now %u ranks, generation %" PRIu64 ")",
+                o->name, o->p.root, j->name, j->size, j->generation);
+        return;
+    }
+    const rd_backend *b = o->parts[0].arena->backend;
+    /* every node must pass it in the same memory: it crosses on one transport */
+    o->p.device = b->device_memory && o->p.coll != RD_COLL_BARRIER;
+    if (o->p.coll == RD_COLL_BARRIER || rd_optab_result_bytes(o) > j->e->cfg->direct_bytes ||
+        b->device_memory) {
+        rd_ops_tell(o, RINGD_OK, NULL, 0, NULL, 0);
+        return;
+    }
+    rd_ops_resolve(o);
+    uint64_t per = o->p.count * rd_dtype_size((rd_dtype)o->p.dtype), len = 0;
+    uint8_t *buf = malloc(per * L > 0 ? per * L : 1);
+    if (buf == NULL) {
+        rd_ops_tell(o, RINGD_E_NOMEM, "out of memory", 0, NULL, 0);
+        return;
+    }
+    if (o->p.coll == RD_COLL_ALLREDUCE) {
+        rd_reduce_args a = RD_REDUCE_ARGS_INIT;
+        a.prescale = o->p.prescale;
+        o->plan.backend->reduce(o->plan.dtype, o->plan.redop, buf,
+                                (const void *const *)o->plan.in, (int)L, o->p.count, &a);
+        len = per;
+    } else if (o->p.coll == RD_COLL_BROADCAST) {
+        if (o->p.root >= j->first_rank && o->p.root < j->first_rank + L) {
+            o->plan.backend->copy(buf, o->plan.in[o->p.root - j->first_rank], per);
+            len = per;
+        }
+    } else {
+        for (uint32_t k = 0; k < L; k++)
+            o->plan.backend->copy(buf + k * per, o->plan.in[k], per);
+        len = per * L;
+    }
+    rd_ops_tell(o, RINGD_OK, NULL, 1, buf, len);
+    free(buf);
+}
+
+/* Local rank `rank` could not submit its part of the op named name (why: from this daemon or
+ * the client's library): the op fails with rc on every rank that submits it. Ranks here that
+ * already have hear it now, ranks yet to submit it when they do (a tombstone), and the other
+ * nodes as soon as the announcement reaches them. s, the refused session, is answered too. */
+static void op_refuse(rd_job *j, rd_client *s, uint32_t rank, uint64_t request_id,
+                      const char *name, const rd_op_params *params, ringd_result_t rc,
+                      const char *why)
+{
+    char msg[768];
+    int dup;
+    /* The refused submission is this rank's part of the next op of that name (an earlier one
+     * it is in goes on): that op fails for every rank, so none waits for this one. */
+    rd_op *o = rd_optab_find(j, name, rank, &dup);
+    rd_log(RD_LOG_INFO, "job", "job '%s' local rank %u: %s", j->name, rank, why);
+    if (o != NULL && rd_optab_failed(o->state)) { /* failed already: this rank hears its own why */
+        rd_optab_visit(o, s, rank, request_id, rc, why);
+        return;
+    }
+    if (o == NULL) {
+        rd_op_params p = rd_op_params_announceable(*params);
+        o = rd_optab_new(j, name, &p, rank);
+        if (o == NULL) {
+            rd_optab_answer(j, s, request_id, RINGD_E_NOMEM, "out of memory", NULL);
+            return;
+        }
+    }
+    part *pt = &o->parts[rank];
+    pt->s = s;
+    pt->submitted = 1;
+    pt->request_id = request_id;
+    o->nsubmitted++;
+    snprintf(msg, sizeof(msg), "rank %u (node %.64s) could not run it: %.600s",
+             j->first_rank + rank, j->e->cfg->node, why);
+    rd_optab_tombstone(o, rc, msg);
+    if (j->world != NULL && rd_world_up(j->world))
+        rd_ops_tell(o, rc, msg, 0, NULL, 0);
+}
+
+/* Checks local rank `rank`'s Submit m (its part already recorded) against o's first one, and
+ * its memory against the other ranks'. Returns 1, or 0 with msg saying what differs. */
+static int op_agrees(const rd_op *o, const rd_submit *m, uint32_t rank, char *msg, size_t len)
+{
+    const rd_job *j = o->job;
+    rd_check_first f = {o->name, &o->p, o->first_rank, j->world != NULL, j->first_rank,
+                        j->e->cfg->node};
+    if (!rd_check_match(&f, m, rank, msg, len))
+        return 0;
+    const rd_backend **backends = calloc(o->nparts, sizeof(*backends));
+    if (backends == NULL) {
+        snprintf(msg, len, "tensor '%s': out of memory checking its memory", o->name);
+        return 0;
+    }
+    for (uint32_t k = 0; k < o->nparts; k++)
+        if (k == rank || (o->parts[k].submitted && o->parts[k].arena != NULL))
+            backends[k] = o->parts[k].arena->backend;
+    int ok = rd_check_memory(o->name, j->e->cfg->node, backends, o->nparts, rank, msg, len);
+    free(backends);
+    return ok;
+}
+
+void rd_ops_submit(rd_client *s, const rd_submit *m)
+{
+    rd_job *j = s->job;
+    uint32_t rank = s->local_rank;
+    char err[768];
+
+    if (!rd_name_valid(m->name)) { /* nothing to match it with: only this rank can hear of it */
+        snprintf(err, sizeof(err), "tensor names are 1..%d printable ASCII bytes", RD_NAME_MAX);
+        rd_optab_answer(j, s, m->request_id, RINGD_E_INVALID, err, NULL);
+        return;
+    }
+    if (rd_job_draining(j)) {
+        /* Not told to the other nodes: they carry the op over to a ring without this node. */
+        snprintf(err, sizeof(err),
+                 "tensor '%s': node %s drained: job '%s' goes on without it; this session "
+                 "runs no more collectives (close it, and open a new one to join again)",
+                 m->name, j->e->cfg->node, j->name);
+        rd_optab_answer(j, s, m->request_id, RINGD_E_CLOSED, err, NULL);
+        return;
+    }
+    if (m->generation != 0 && m->generation < j->sync_generation) {
+        /* Before any check that depends on the job's size, the library's too: they judged by
+         * the wrong one. Only this rank hears it: every rank re-synchronises, and the op it
+         * belongs to is of an earlier generation (a tombstone would fail the next one). */
+        snprintf(err, sizeof(err),
+                 "tensor '%s': %s (this rank is now %u of %u, generation %" PRIu64
+                 "): restore the last committed state and broadcast it from rank 0",
+                 m->name, j->sync_why, j->first_rank + rank, j->size, j->generation);
+        rd_optab_answer(j, s, m->request_id, RINGD_E_MEMBERSHIP, err, NULL);
+        return;
+    }
+    ringd_result_t rc;
+    if (m->refused != 0) {
+        rc = m->refused < RINGD_RESULT_COUNT ? (ringd_result_t)m->refused : RINGD_E_INVALID;
+        snprintf(err, sizeof(err), "%.700s",
+                 m->refusal != NULL && m->refusal[0] ? m->refusal : "refused by the library");
+    } else {
+        rd_check_session cs = {j->e->cfg->node, j->size, s->arena, s->device_arena, s->device};
+        rc = rd_check_submit(&cs, m, err, sizeof(err));
+    }
+    if (rc == RINGD_OK && s->ops_in_flight > (uint64_t)j->e->cfg->max_pending) {
+        snprintf(err, sizeof(err),
+                 "tensor '%s': local rank %u already has %" PRIu64
+                 " collectives outstanding (--max-pending)",
+                 m->name, rank, s->ops_in_flight - 1);
+        rc = RINGD_E_INVALID;
+    }
+    if (rc != RINGD_OK) {
+        rd_op_params p = rd_check_params(m);
+        op_refuse(j, s, rank, m->request_id, m->name, &p, rc, err);
+        return;
+    }
+
+    int dup;
+    rd_op *o = rd_optab_find(j, m->name, rank, &dup);
+    if (dup) { /* refused here, and failed for the other ranks too (op_refuse) */
+        snprintf(err, sizeof(err),
+                 "tensor '%s' is already submitted by local rank %u and not yet complete: one "
+                 "collective of a name at a time per rank",
+                 m->name, rank);
+        rd_op_params p = rd_check_params(m);
+        op_refuse(j, s, rank, m->request_id, m->name, &p, RINGD_E_INVALID, err);
+        return;
+    }
+    if (o != NULL && rd_optab_failed(o->state)) {
+        rd_optab_visit(o, s, rank, m->request_id, o->status, o->message);
+        return;
+    }
+    if (o == NULL) {
+        rd_op_params p = rd_check_params(m);
+        o = rd_optab_new(j, m->name, &p, rank);
+        if (o == NULL) {
+            rd_optab_answer(j, s, m->request_id, RINGD_E_NOMEM, "out of memory", NULL);
+            return;
+        }
+    }
+
+    part *pt = &o->parts[rank];
+    pt->s = s;
+    pt->submitted = 1;
+    pt->request_id = m->request_id;
+    pt->in_off =
+        m->op == RD_COLL_BROADCAST && rank != o->p.root ? m->out_offset : m->in_offset;
+    pt->out_off = m->out_offset;
+    pt->arena = rd_check_on_device(m) ? s->device_arena : s->arena;
+    rd_arena_ref(pt->arena);
+    pt->submit_us = rd_now_us();
+    o->nsubmitted++;
+
+    if (!op_agrees(o, m, rank, err, sizeof(err))) {
+        /* A tombstone first; then the other nodes learn of it (which may end it at once). */
+        rd_optab_fail(o, RINGD_E_MISMATCH, "%s", err);
+        if (j->world != NULL && rd_world_up(j->world))
+            rd_ops_tell(o, RINGD_E_MISMATCH, err, 0, NULL, 0);
+        return;
+    }
+    if (o->nsubmitted < o->nparts || o->state == OP_DOOMED) /* doomed: answered later */
+        return;
+    o->ready_us = pt->submit_us;
+    if (j->world != NULL) {
+        rd_optab_set_state(o, OP_HELD);
+        if (rd_world_up(j->world))
+            rd_ops_announce(o);
+        return;
+    }
+    rd_ops_run_here(o);
+}
+
+void rd_ops_failed_elsewhere(void *arg, const char *name, const rd_op_params *p, uint32_t status,
+                             const char *message)
+{
+    rd_job *j = arg;
+    char msg[768];
+    ringd_result_t rc = status < RINGD_RESULT_COUNT ? (ringd_result_t)status : RINGD_E_PROTOCOL;
+    snprintf(msg, sizeof(msg), "%s", message); /* message may go with the negotiation's record */
+    /* The oldest op of that name this node has not announced is the one the failure is for. */
+    rd_op *o = NULL;
+    for (rd_op *x = j->buckets[rd_name_hash(name) & (j->nbuckets - 1)]; x != NULL; x = x->next) {
+        if (strcmp(x->name, name) != 0 ||
+            (x->state != OP_PENDING && x->state != OP_HELD && x->state != OP_UNTOLD))
+            continue;
+        o = x;
+        break;
+    }
+    if (o != NULL && o->state != OP_PENDING)
+        return; /* held (its announcement follows) or failed here already */
+    if (o == NULL) { /* none of this node's ranks has submitted it yet */
+        o = rd_optab_new(j, name, p, 0);
+        if (o == NULL)
+            return; /* this node's announcement of the failure waits for its ranks */
+    }
+    rd_log(RD_LOG_INFO, "job", "job '%s': %s", j->name, msg);
+    rd_optab_tombstone(o, rc, msg);
+    rd_ops_tell(o, rc, msg, 0, NULL, 0);
+}
+
+int rd_ops_negotiated(void *arg, void *own, const rd_neg_outcome *e, rd_op_params *p)
+{
+    rd_job *j = arg;
+    rd_op *o = own;
+    if (o->state == OP_TOLD) { /* failed here already; the others now know */
+        rd_optab_set_state(o, OP_TOMBSTONE);
+        rd_optab_bury(o);
+        return 0;
+    }
+    assert(o->state == OP_ANNOUNCED);
+    /* Once: an op a graceful ring change carried over is negotiated again on the next ring. */
+    if (o->negotiated_us == 0) {
+        o->negotiated_us = rd_now_us();
+        if (j->m != NULL && o->ready_us != 0)
+            rd_histogram_observe(&j->m->negotiation, rd_metrics_latency_bounds,
+                                 RD_METRICS_LATENCY_BUCKETS,
+                                 (double)(o->negotiated_us - o->ready_us) / 1e6);
+    }
+    if (e->status != RINGD_OK) {
+        rd_optab_fail(o, e->status <= RINGD_E_REFUSED ? (ringd_result_t)e->status : RINGD_E_PROTOCOL,
+                "%s", e->message);
+        return 0;
+    }
+    if (o->p.coll == RD_COLL_BARRIER) { /* every rank has arrived */
+        rd_optab_finish(o, RINGD_OK, NULL);
+        return 0;
+    }
+    if (e->direct) {
+        o->direct = 1;
+        if (e->len != rd_optab_result_bytes(o)) {
+            rd_optab_fail(o, RINGD_E_PROTOCOL,
+                    "tensor '%s': the negotiated result has %zu bytes, %" PRIu64 " expected",
+                    o->name, e->len, rd_optab_result_bytes(o));
+            return 0;
+        }
+        for (uint32_t k = 0; k < o->nparts; k++)
+            if (o->plan.failed || o->plan.backend->copy(o->plan.out[k], e->data, e->len) != 0) {
+                char msg[512];
+                snprintf(msg, sizeof(msg), "tensor '%s': writing the result: %s", o->name,
+                         o->plan.failed ? o->plan.why : o->plan.backend->error());
+                rd_optab_finish(o, RINGD_E_SYSTEM, msg);
+                return 0;
+            }
+        rd_optab_finish(o, RINGD_OK, NULL);
+        return 0;
+    }
+    rd_optab_set_state(o, OP_RING_READY);
+    *p = o->p;
+    return 1;
+}
+

@@ -1,0 +1,311 @@
+/* The engine's checks of what a client sends (daemon/engine/check.c), on their own: a Hello, a
+ * Submit, and a Submit against the first one of its op. */
+#include <criterion/criterion.h>
+#include <criterion/parameterized.h>
+#include <math.h>
+#include <string.h>
+
+#include "check.h"
+#include "frame.h"
+#include "ring.h"
+
+#define ARENA (1u << 20)
+#define DATA RD_CTRL_BYTES /* the host arena's data area starts here */
+
+static rd_arena host = {.size = ARENA};
+static rd_arena device = {.size = ARENA};
+
+static rd_check_session session(void)
+{
+    host.backend = rd_backend_cpu();
+    return (rd_check_session){.node = "n0", .size = 4, .arena = &host, .device = -1};
+}
+
+/* An allreduce of 16 floats, input and output apart in the data area. */
+static rd_submit allreduce(void)
+{
+    return (rd_submit){.request_id = 1,
+                       .op = RD_COLL_ALLREDUCE,
+                       .name = "grad",
+                       .dtype = RD_DT_F32,
+                       .count = 16,
+                       .in_offset = DATA,
+                       .out_offset = DATA + 4096,
+                       .redop = RD_OP_SUM,
+                       .prescale = 1.0,
+                       .postscale = 1.0};
+}
+
+static rd_status check(const rd_submit *m, char *err, size_t len)
+{
+    rd_check_session s = session();
+    err[0] = '\0';
+    return rd_check_submit(&s, m, err, len);
+}
+
+Test(check, a_valid_allreduce_passes)
+{
+    char err[512];
+    rd_submit m = allreduce();
+    cr_assert_eq(check(&m, err, sizeof(err)), RINGD_OK, "%s", err);
+    m.out_offset = m.in_offset; /* in place */
+    cr_assert_eq(check(&m, err, sizeof(err)), RINGD_OK, "%s", err);
+}
+
+/* One bad field of a Submit, and a word the refusal must contain. */
+/* (Strings inline: Criterion runs each parameter in a process of its own, where the pointers of
+ * another would not hold.) */
+typedef struct {
+    char what[48];
+    int field;
+    int64_t value;
+    char says[48];
+} bad_submit;
+
+enum { F_OP, F_DTYPE, F_REDOP, F_COUNT, F_IN, F_OUT, F_ROOT, F_BCAST_ROOT, F_KIND };
+
+static bad_submit bad[] = {
+    {"unknown op", F_OP, 99, "unknown op 99"},
+    {"negative op", F_OP, -1, "unknown op -1"},
+    {"unknown dtype", F_DTYPE, 77, "unknown dtype 77"},
+    {"unknown reduce op", F_REDOP, 55, "unknown reduce op 55"},
+    {"count 0", F_COUNT, 0, "does not fit"},
+    {"count past the arena", F_COUNT, ARENA, "does not fit"},
+    {"input in the control area", F_IN, 0, "outside the arena's data area"},
+    {"output past the end", F_OUT, ARENA - 8, "outside the arena's data area"},
+    {"misaligned input", F_IN, DATA + 2, "not a multiple"},
+    {"overlap", F_OUT, DATA + 4, "overlap without being in place"},
+    {"broadcast root beyond the job", F_BCAST_ROOT, 4, "root 4 is not a rank"},
+    {"unknown memory kind", F_KIND, 9, "unknown memory"},
+};
+
+ParameterizedTestParameters(check, a_bad_submit_is_refused_saying_why)
+{
+    return cr_make_param_array(bad_submit, bad, sizeof(bad) / sizeof(bad[0]));
+}
+
+ParameterizedTest(bad_submit *b, check, a_bad_submit_is_refused_saying_why)
+{
+    char err[512];
+    rd_submit m = allreduce();
+    switch (b->field) {
+    case F_OP: m.op = (int)b->value; break;
+    case F_DTYPE: m.dtype = (int)b->value; break;
+    case F_REDOP: m.redop = (int)b->value; break;
+    case F_COUNT: m.count = (uint64_t)b->value; break;
+    case F_IN: m.in_offset = (uint64_t)b->value; break;
+    case F_OUT: m.out_offset = (uint64_t)b->value; break;
+    case F_BCAST_ROOT:
+        m.op = RD_COLL_BROADCAST;
+        m.root = (uint32_t)b->value;
+        break;
+    case F_KIND:
+        m.input = m.output = (rd_tensor_ref){.present = 1, .kind = (int)b->value};
+        break;
+    }
+    cr_assert_eq(check(&m, err, sizeof(err)), RINGD_E_INVALID, "%s: accepted", b->what);
+    cr_assert(strstr(err, b->says) != NULL, "%s: '%s' does not say '%s'", b->what, err, b->says);
+    cr_assert(strstr(err, "grad") != NULL, "%s: '%s' does not name the tensor", b->what, err);
+}
+
+Test(check, scales_must_be_finite_and_need_a_floating_dtype)
+{
+    char err[512];
+    rd_submit m = allreduce();
+    m.prescale = NAN;
+    cr_assert_eq(check(&m, err, sizeof(err)), RINGD_E_INVALID);
+    cr_assert(strstr(err, "finite") != NULL, "%s", err);
+    m = allreduce();
+    m.dtype = RD_DT_I32;
+    m.postscale = 0.5;
+    cr_assert_eq(check(&m, err, sizeof(err)), RINGD_E_INVALID);
+    cr_assert(strstr(err, "floating dtype") != NULL, "%s", err);
+}
+
+Test(check, an_allgather_output_holds_every_rank_and_its_input_may_be_a_slot_of_it)
+{
+    char err[512];
+    rd_submit m = allreduce();
+    m.op = RD_COLL_ALLGATHER;
+    m.out_offset = DATA + 4096;
+    m.in_offset = m.out_offset + 2 * 64; /* rank 2's slot of 4 x 16 floats */
+    cr_assert_eq(check(&m, err, sizeof(err)), RINGD_OK, "%s", err);
+    m.in_offset = m.out_offset + 32; /* inside a slot */
+    cr_assert_eq(check(&m, err, sizeof(err)), RINGD_E_INVALID);
+    m.in_offset = DATA;
+    m.count = ARENA / 4 / 4 + 1; /* 4 of them do not fit the arena */
+    cr_assert_eq(check(&m, err, sizeof(err)), RINGD_E_INVALID);
+    cr_assert(strstr(err, "gathering 4 x") != NULL, "%s", err);
+}
+
+Test(check, device_memory_needs_a_device_arena_described_exactly)
+{
+    char err[512];
+    rd_submit m = allreduce();
+    m.in_offset = 0;
+    m.out_offset = 4096;
+    m.input = (rd_tensor_ref){.present = 1, .kind = RD_MEM_DEVICE, .device = 0, .handle = 1};
+    m.output = m.input;
+    m.output.offset = 4096;
+    cr_assert_eq(check(&m, err, sizeof(err)), RINGD_E_INVALID);
+    cr_assert(strstr(err, "no device arena on node n0") != NULL, "%s", err);
+    rd_check_session s = session();
+    s.device_arena = &device;
+    s.device = 0;
+    cr_assert_eq(rd_check_submit(&s, &m, err, sizeof(err)), RINGD_OK, "%s", err);
+    cr_assert(rd_check_on_device(&m));
+    m.output.handle = 2;
+    cr_assert_eq(rd_check_submit(&s, &m, err, sizeof(err)), RINGD_E_INVALID);
+    cr_assert(strstr(err, "does not describe offset") != NULL, "%s", err);
+    m.output = (rd_tensor_ref){.present = 1, .kind = RD_MEM_ARENA, .offset = 4096};
+    cr_assert_eq(rd_check_submit(&s, &m, err, sizeof(err)), RINGD_E_INVALID);
+    cr_assert(strstr(err, "different kinds of memory") != NULL, "%s", err);
+}
+
+Test(check, params_keep_only_what_the_op_uses)
+{
+    rd_submit m = allreduce();
+    m.op = RD_COLL_BARRIER;
+    rd_op_params p = rd_check_params(&m);
+    cr_assert_eq(p.count, 0);
+    cr_assert_eq(p.dtype, RD_DT_U8);
+    m = allreduce();
+    m.op = RD_COLL_BROADCAST;
+    m.root = 3;
+    m.redop = RD_OP_MAX;
+    m.prescale = 2.0;
+    p = rd_check_params(&m);
+    cr_assert_eq(p.root, 3);
+    cr_assert_eq(p.redop, RD_OP_SUM);
+    cr_assert_eq(p.prescale, 1.0);
+}
+
+Test(check, a_mismatch_names_both_ranks_and_the_fields)
+{
+    char msg[512];
+    rd_submit first = allreduce(), m = allreduce();
+    rd_op_params p = rd_check_params(&first);
+    rd_check_first f = {"grad", &p, 0, 0, 0, "n0"};
+    cr_assert(rd_check_match(&f, &m, 1, msg, sizeof(msg)));
+    m.count = 17;
+    m.redop = RD_OP_MAX;
+    cr_assert_not(rd_check_match(&f, &m, 1, msg, sizeof(msg)));
+    cr_assert(strstr(msg, "tensor 'grad' mismatch") != NULL, "%s", msg);
+    cr_assert(strstr(msg, "local rank 0") != NULL && strstr(msg, "local rank 1") != NULL, "%s",
+              msg);
+    f.multinode = 1;
+    f.base_rank = 8;
+    cr_assert_not(rd_check_match(&f, &m, 3, msg, sizeof(msg)));
+    cr_assert(strstr(msg, "rank 8 (node n0)") != NULL && strstr(msg, "rank 11 (node n0)") != NULL,
+              "%s", msg);
+}
+
+/* A backend standing for a GPU's: device memory, at most 2 sources per reduce. */
+static rd_backend gpu_like(void)
+{
+    rd_backend b = *rd_backend_cpu();
+    b.device_memory = 1;
+    b.max_sources = 2;
+    return b;
+}
+
+Test(check, every_local_rank_passes_the_same_kind_of_memory)
+{
+    char msg[512];
+    rd_backend gpu = gpu_like();
+    const rd_backend *backends[3] = {rd_backend_cpu(), NULL, rd_backend_cpu()};
+    cr_assert(rd_check_memory("grad", "n0", backends, 3, 2, msg, sizeof(msg)));
+    backends[2] = &gpu;
+    gpu.max_sources = 0;
+    cr_assert_not(rd_check_memory("grad", "n0", backends, 3, 2, msg, sizeof(msg)));
+    cr_assert(strstr(msg, "mismatch (memory): local rank 0 on node n0 passed it in host memory") !=
+                  NULL,
+              "%s", msg);
+}
+
+Test(check, no_more_ranks_than_a_device_reduces_at_once)
+{
+    char msg[512];
+    rd_backend gpu = gpu_like();
+    const rd_backend *backends[3] = {&gpu, &gpu, &gpu};
+    cr_assert_not(rd_check_memory("grad", "n0", backends, 3, 0, msg, sizeof(msg)));
+    cr_assert(strstr(msg, "at most 2 on one device") != NULL, "%s", msg);
+    cr_assert(rd_check_memory("grad", "n0", backends, 2, 0, msg, sizeof(msg)), "%s", msg);
+}
+
+static rd_hello hello(void)
+{
+    return (rd_hello){.protocol = RD_PROTOCOL_VERSION,
+                      .job = "train",
+                      .world_size = 4,
+                      .local_size = 2,
+                      .local_rank = -1,
+                      .device = -1};
+}
+
+static const rd_check_daemon daemon_here = {"n0", 0, 1, 1u << 20, 1u << 30};
+
+Test(check, a_hello_gets_the_defaults)
+{
+    char err[512];
+    uint32_t min_size;
+    uint64_t arena;
+    rd_hello h = hello();
+    cr_assert_eq(rd_check_hello(&h, &daemon_here, &min_size, &arena, err, sizeof(err)), RINGD_OK,
+                 "%s", err);
+    cr_assert_eq(min_size, 1);
+    cr_assert_eq(arena, 1u << 20);
+}
+
+/* One bad Hello, what it is refused with, and a word of the refusal. */
+typedef struct {
+    char what[48];
+    int field;
+    int64_t value;
+    rd_status rc;
+    char says[48];
+} bad_hello;
+
+enum { H_PROTOCOL, H_JOB, H_LOCAL, H_WORLD, H_MIN, H_ARENA, H_RANK, H_ONE_NODE, H_DRAINING };
+
+static bad_hello bad_hellos[] = {
+    {"old protocol", H_PROTOCOL, 0, RINGD_E_PROTOCOL, "protocol 0 is not supported"},
+    {"empty job name", H_JOB, 0, RINGD_E_INVALID, "job names"},
+    {"local_size 0", H_LOCAL, 0, RINGD_E_INVALID, "outside 1..1024"},
+    {"local_size past the cap", H_LOCAL, 1025, RINGD_E_INVALID, "outside 1..1024"},
+    {"world below local", H_WORLD, 1, RINGD_E_REFUSED, "differs from local_size"},
+    {"min above world", H_MIN, 5, RINGD_E_INVALID, "min_size 5 is larger"},
+    {"tiny arena", H_ARENA, 4096, RINGD_E_INVALID, "(--arena-max)"},
+    {"huge arena", H_ARENA, (int64_t)1 << 31, RINGD_E_INVALID, "(--arena-max)"},
+    {"local rank past local_size", H_RANK, 2, RINGD_E_INVALID, "not below local_size 2"},
+    {"many nodes without redis", H_ONE_NODE, 0, RINGD_E_REFUSED, "without --redis"},
+    {"draining", H_DRAINING, 0, RINGD_E_REFUSED, "node n0 is draining"},
+};
+
+ParameterizedTestParameters(check, a_bad_hello_is_refused_saying_why)
+{
+    return cr_make_param_array(bad_hello, bad_hellos, sizeof(bad_hellos) / sizeof(bad_hellos[0]));
+}
+
+ParameterizedTest(bad_hello *b, check, a_bad_hello_is_refused_saying_why)
+{
+    char err[512] = "";
+    uint32_t min_size;
+    uint64_t arena;
+    rd_hello h = hello();
+    rd_check_daemon d = daemon_here;
+    switch (b->field) {
+    case H_PROTOCOL: h.protocol = (uint32_t)b->value; break;
+    case H_JOB: h.job = ""; break;
+    case H_LOCAL: h.local_size = (uint32_t)b->value; break;
+    case H_WORLD: h.world_size = (uint32_t)b->value; break;
+    case H_MIN: h.min_size = (uint32_t)b->value; break;
+    case H_ARENA: h.arena_size = (uint64_t)b->value; break;
+    case H_RANK: h.local_rank = b->value; break;
+    case H_ONE_NODE: d.multinode = 0; break;
+    case H_DRAINING: d.draining = 1; break;
+    }
+    cr_assert_eq(rd_check_hello(&h, &d, &min_size, &arena, err, sizeof(err)), b->rc,
+                 "%s: '%s'", b->what, err);
+    cr_assert(strstr(err, b->says) != NULL, "%s: '%s' does not say '%s'", b->what, err, b->says);
+}
