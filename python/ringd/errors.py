@@ -7,6 +7,7 @@ ranks and the nodes) and what to do about it (`hint`: ringd_strerror). Each code
 subclass, so callers catch what they can handle (`MembershipChanged`, `Stalled`, ...).
 """
 import enum
+from typing import Union
 
 
 class Result(enum.IntEnum):
@@ -29,7 +30,11 @@ class Result(enum.IntEnum):
 class Error(Exception):
     """A libringd call failed: code (a Result), message (what happened), hint (what to do)."""
 
-    def __init__(self, code, message, hint=""):
+    code: Union[Result, int]  # an int for a code this binding does not know
+    message: str
+    hint: str
+
+    def __init__(self, code: int, message: str, hint: str = "") -> None:
         try:
             code = Result(code)
         except ValueError:
@@ -39,7 +44,7 @@ class Error(Exception):
         self.message = message
         self.hint = hint
 
-    def __str__(self):
+    def __str__(self) -> str:
         name = self.code.name if isinstance(self.code, Result) else str(self.code)
         tail = f" [{name}: {self.hint}]" if self.hint else f" [{name}]"
         return f"{self.message}{tail}"
@@ -104,7 +109,7 @@ _BY_CODE = {
 }
 
 
-def error_for(code, message, hint=""):
+def error_for(code: int, message: str, hint: str = "") -> Error:
     """The exception for a ringd_result_t (the base Error for a code this binding lacks)."""
     try:
         cls = _BY_CODE.get(Result(code), Error)

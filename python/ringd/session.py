@@ -17,9 +17,20 @@ import functools
 import sys
 import threading
 import weakref
+from typing import TYPE_CHECKING, Any, Optional, Sequence, Union
 
 from . import _lib
 from .errors import Closed, InvalidArgument, MembershipChanged, OutOfMemory, Result, error_for
+
+if TYPE_CHECKING:
+    import numpy
+    import torch
+
+# What a collective takes and returns: a numpy array, a torch tensor or a buffer-protocol
+# object (memoryview, bytearray, an alloc() buffer). Any: numpy and torch are optional.
+Buffer = Any
+# A collective's name: matched across ranks (None: libringd's per-session counter).
+Name = Optional[str]
 
 
 class DType(enum.IntEnum):
@@ -318,10 +329,10 @@ class Handle:
         weakref.finalize(self, request.st.orphan, request).atexit = False
 
     @property
-    def name(self):
+    def name(self) -> Name:
         return self._r.name
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         what = "finished" if self._r.finished else "pending"
         return f"<ringd.Handle {_describe_name(self._r.name)} {what}>"
 
@@ -330,7 +341,7 @@ class Handle:
             raise error_for(*self._r.failure)
         return self._r.result
 
-    def done(self):
+    def done(self) -> bool:
         """True once the collective finished (successfully or not); never blocks for long."""
         r = self._r
         if not r.finished:
@@ -340,7 +351,7 @@ class Handle:
                     r.test()
         return r.finished
 
-    def wait(self):
+    def wait(self) -> Buffer:
         """Blocks until the collective finished (at most the session's op_timeout_ms: then
         Timeout, and the Handle stays pending) and returns its output or raises its Error."""
         r = self._r
@@ -384,9 +395,12 @@ class Session:
                "op_timeout_ms", "arena_size", "poll_us", "min_size", "local_rank", "device",
                "device_arena_size")
 
-    def __init__(self, job=None, world_size=None, local_size=None, socket=None, min_size=None,
-                 open_timeout_ms=None, op_timeout_ms=None, arena_size=None, poll_us=None,
-                 local_rank=None, device=None, device_arena_size=None):
+    def __init__(self, job: Optional[str] = None, world_size: Optional[int] = None,
+                 local_size: Optional[int] = None, socket: Optional[str] = None,
+                 min_size: Optional[int] = None, open_timeout_ms: Optional[int] = None,
+                 op_timeout_ms: Optional[int] = None, arena_size: Optional[int] = None,
+                 poll_us: Optional[int] = None, local_rank: Optional[int] = None,
+                 device: Optional[int] = None, device_arena_size: Optional[int] = None) -> None:
         lib = _lib.lib()
         self._st = _State()
         self._finalizer = weakref.finalize(self, self._st.close)
@@ -427,22 +441,22 @@ class Session:
 
     # ---- lifetime ----
 
-    def close(self):
+    def close(self) -> None:
         """Leaves the job and unmaps the arena. Pending Handles then raise Closed; views of
         arena buffers read zeros from then on. Calls after close raise Closed. Idempotent."""
         self._finalizer()
 
     @property
-    def closed(self):
+    def closed(self) -> bool:
         return self._st.ptr is None
 
-    def __enter__(self):
+    def __enter__(self) -> "Session":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         if self._st.ptr is None:
             return "<ringd.Session closed>"
         return (f"<ringd.Session rank {self.rank} of {self.size} (local {self.local_rank} of "
@@ -453,42 +467,42 @@ class Session:
             return fn(self._st.require_open())
 
     @property
-    def rank(self):
+    def rank(self) -> int:
         """This rank in the job, as of the daemon's last answer (changes only with membership)."""
         return self._get(_lib.lib().ringd_rank)
 
     @property
-    def size(self):
+    def size(self) -> int:
         return self._get(_lib.lib().ringd_size)
 
     @property
-    def local_rank(self):
+    def local_rank(self) -> int:
         return self._get(_lib.lib().ringd_local_rank)
 
     @property
-    def local_size(self):
+    def local_size(self) -> int:
         return self._get(_lib.lib().ringd_local_size)
 
     @property
-    def device(self):
+    def device(self) -> Optional[int]:
         """The CUDA device index the daemon gave this session (fixed while it lives), or None:
         the daemon serves no GPU."""
         d = self._get(_lib.lib().ringd_device)
         return d if d >= 0 else None
 
     @property
-    def device_uuid(self):
+    def device_uuid(self) -> Optional[str]:
         """That device's UUID ("GPU-...", "MIG-..."): the same device in every container, where device is
         the daemon's index (a pod that sees one GPU calls it 0). None when there is none."""
         u = self._get(_lib.lib().ringd_device_uuid).decode()
         return u or None
 
     @property
-    def generation(self):
+    def generation(self) -> int:
         """The job's membership generation: it grows whenever ranks join or leave."""
         return self._get(_lib.lib().ringd_generation)
 
-    def expect_generation(self, generation):
+    def expect_generation(self, generation: Optional[int]) -> None:
         """From now on, a collective submitted while the session's generation is not
         generation raises MembershipChanged on this rank instead of reaching the daemon (None:
         no check, the default). Elastic training sets it to the generation its state was
@@ -505,13 +519,13 @@ class Session:
             self._st.expected = generation
 
     @property
-    def expected_generation(self):
+    def expected_generation(self) -> Optional[int]:
         """What expect_generation() set (None: collectives go out in any generation)."""
         return self._st.expected
 
     # ---- the arena ----
 
-    def alloc(self, nbytes):
+    def alloc(self, nbytes: int) -> "ctypes.Array[ctypes.c_uint8]":
         """A writable buffer of nbytes (64-byte aligned) in the shared arena, a ctypes array of
         uint8: collectives on it, or on memoryview(buf), numpy.frombuffer(buf, dtype) and
         torch.frombuffer(buf, dtype=...) views of it, copy nothing. Its memory goes back to
@@ -534,7 +548,7 @@ class Session:
             st.live[addr] = (nbytes, fin)
         return buf
 
-    def array(self, shape, dtype):
+    def array(self, shape: Union[int, Sequence[int]], dtype: Any) -> "numpy.ndarray":
         """A numpy array of shape and dtype in the arena (see alloc)."""
         import numpy
 
@@ -542,7 +556,7 @@ class Session:
         n = int(numpy.prod(shape, dtype=numpy.int64)) if shape != () else 1
         return numpy.frombuffer(self.alloc(max(n, 1) * dt.itemsize), dtype=dt)[:n].reshape(shape)
 
-    def tensor(self, shape, dtype):
+    def tensor(self, shape: Union[int, Sequence[int]], dtype: "torch.dtype") -> "torch.Tensor":
         """A CPU torch tensor of shape and dtype in the arena (see alloc)."""
         import torch
 
@@ -553,7 +567,7 @@ class Session:
         esize = torch.empty((), dtype=dtype).element_size()
         return torch.frombuffer(self.alloc(max(n, 1) * esize), dtype=dtype)[:n].view(shape)
 
-    def free(self, buf):
+    def free(self, buf: Buffer) -> None:
         """Gives an alloc() buffer back now. Any view of it still in use then aliases memory
         that later allocations reuse: only for callers that know no view remains."""
         addr = _address_of(buf)
@@ -567,7 +581,7 @@ class Session:
             entry[1].detach()
             _lib.lib().ringd_free(ptr, addr)
 
-    def in_arena(self, buf):
+    def in_arena(self, buf: Buffer) -> bool:
         """True when buf lies wholly in this session's arena (collectives on it copy nothing)."""
         b = _as_buf(buf, "in_arena's buffer", False)
         nbytes = b.count * _lib.DTYPE_SIZES[b.dtype]
@@ -647,15 +661,18 @@ class Session:
         return self._run(name, lib.ringd_allreduce_scaled, lib.ringd_allreduce_scaled_async,
                          args, sync, (sb.obj, ob.obj), out)
 
-    def allreduce(self, name, send, out=None, op=ReduceOp.SUM, prescale=1.0, postscale=1.0):
+    def allreduce(self, name: Name, send: Buffer, out: Optional[Buffer] = None,
+                  op: Union[ReduceOp, int] = ReduceOp.SUM, prescale: float = 1.0,
+                  postscale: float = 1.0) -> Buffer:
         """Reduces every rank's send with op into out (a new array when None; out=send works in
         place) and returns out. Each input is multiplied by prescale before, the result by
         postscale after (floating dtypes only). name matches the tensor across ranks (None:
         libringd's per-session counter, which matches only when every rank calls in order)."""
         return self._allreduce(name, send, out, op, prescale, postscale, True)
 
-    def allreduce_async(self, name, send, out=None, op=ReduceOp.SUM, prescale=1.0,
-                        postscale=1.0):
+    def allreduce_async(self, name: Name, send: Buffer, out: Optional[Buffer] = None,
+                        op: Union[ReduceOp, int] = ReduceOp.SUM, prescale: float = 1.0,
+                        postscale: float = 1.0) -> Handle:
         """allreduce without waiting: a Handle whose wait() returns out."""
         return self._allreduce(name, send, out, op, prescale, postscale, False)
 
@@ -666,11 +683,11 @@ class Session:
         return self._run(name, lib.ringd_broadcast, lib.ringd_broadcast_async, args, sync,
                          (b.obj,), buf)
 
-    def broadcast(self, name, buf, root):
+    def broadcast(self, name: Name, buf: Buffer, root: int) -> Buffer:
         """Copies root's buf into every rank's buf (in place) and returns buf."""
         return self._broadcast(name, buf, root, True)
 
-    def broadcast_async(self, name, buf, root):
+    def broadcast_async(self, name: Name, buf: Buffer, root: int) -> Handle:
         """broadcast without waiting: a Handle whose wait() returns buf."""
         return self._broadcast(name, buf, root, False)
 
@@ -686,23 +703,24 @@ class Session:
         return self._run(name, lib.ringd_allgather, lib.ringd_allgather_async, args, sync,
                          (sb.obj, ob.obj), out)
 
-    def allgather(self, name, send, out=None):
+    def allgather(self, name: Name, send: Buffer, out: Optional[Buffer] = None) -> Buffer:
         """Gathers every rank's send, in rank order, into out (size x send's elements; a new
         array stacked along the first dimension when None) and returns out. Every rank sends
         the same number of elements (ringd.torch.allgather handles differing first dims)."""
         return self._allgather(name, send, out, True)
 
-    def allgather_async(self, name, send, out=None):
+    def allgather_async(self, name: Name, send: Buffer,
+                        out: Optional[Buffer] = None) -> Handle:
         """allgather without waiting: a Handle whose wait() returns out."""
         return self._allgather(name, send, out, False)
 
-    def barrier(self, name=None):
+    def barrier(self, name: Name = None) -> None:
         """Returns once every rank entered the barrier of this name."""
         lib = _lib.lib()
         return self._run(name, lib.ringd_barrier, lib.ringd_barrier_async,
                          (_name_bytes(name),), True, (), None)
 
-    def barrier_async(self, name=None):
+    def barrier_async(self, name: Name = None) -> Handle:
         """barrier without waiting: a Handle whose wait() returns None."""
         lib = _lib.lib()
         return self._run(name, lib.ringd_barrier, lib.ringd_barrier_async,

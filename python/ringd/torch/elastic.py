@@ -48,6 +48,7 @@ import collections
 import copy
 import functools
 import time
+from typing import Any, Callable, Iterable, Optional, TypeVar
 
 import torch
 
@@ -81,24 +82,24 @@ class State:
     it aside, restore() puts the copy back, sync() makes every rank's equal; subclasses say
     what it is. Owned by the training process; one thread uses it."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._reset_callbacks = []
         self._commits = 0  # this state's commits, since the job began (the sync source's)
         self._local_commits = 0  # commit() calls in this process
 
-    def register_reset_callbacks(self, callbacks):
+    def register_reset_callbacks(self, callbacks: Iterable[Callable[[], Any]]) -> None:
         """Adds functions that run() calls, without arguments, after each membership change,
         once the state is restored and before it is synchronised (to rescale the learning rate
         to the new size(), for one)."""
         self._reset_callbacks.extend(callbacks)
 
-    def on_reset(self):
+    def on_reset(self) -> None:
         """Runs reset() and then the reset callbacks (run() calls it after a change)."""
         self.reset()
         for callback in self._reset_callbacks:
             callback()
 
-    def commit(self):
+    def commit(self) -> None:
         """Saves the state as the point a membership change returns to, then raises
         MembershipChanged if the job changed since the state was synchronised (the saved
         state is sound: every rank got the same results; run() re-synchronises from it).
@@ -109,7 +110,7 @@ class State:
         self._local_commits += 1
         self.check_host_updates()
 
-    def check_host_updates(self):
+    def check_host_updates(self) -> None:
         """Raises MembershipChanged when the job has moved to another generation than the one
         the state was synchronised in (inside run(); elsewhere there is nothing to check)."""
         s = mpi_ops.session()
@@ -117,15 +118,15 @@ class State:
         if expected is not None and s.generation != expected:
             raise _generation_changed(s, expected, "commit")
 
-    def save(self):
+    def save(self) -> None:
         """Copies the state aside (what restore() goes back to)."""
         raise NotImplementedError
 
-    def restore(self):
+    def restore(self) -> None:
         """Puts back what save() copied, undoing whatever changed since."""
         raise NotImplementedError
 
-    def reset(self):
+    def reset(self) -> None:
         """Called after a membership change, before the callbacks: for subclasses holding
         objects that depend on the size (samplers)."""
 
@@ -133,7 +134,7 @@ class State:
         """Replaces every rank's state by root's, naming every op with prefix."""
         raise NotImplementedError
 
-    def sync(self):
+    def sync(self) -> None:
         """Makes every rank's state that of one rank, collectively (every rank of the job
         calls it): the lowest rank among those whose state has the most commits, so a rank
         that just joined receives the state and never gives it. Ops are named
@@ -172,7 +173,7 @@ class ObjectState(State):
     """State of plain Python objects, given as keyword arguments and kept as attributes of the
     same names (Horovod's ObjectState); they travel pickled."""
 
-    def __init__(self, **kwargs):
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__()
         self._saved_state = dict(kwargs)
         self._set_attrs()
@@ -181,11 +182,11 @@ class ObjectState(State):
         for name, value in self._saved_state.items():
             object.__setattr__(self, name, copy.deepcopy(value))
 
-    def save(self):
+    def save(self) -> None:
         self._saved_state = {name: copy.deepcopy(getattr(self, name))
                              for name in self._saved_state}
 
-    def restore(self):
+    def restore(self) -> None:
         self._set_attrs()
 
     def _sync_from(self, root, prefix):
@@ -240,10 +241,10 @@ def _save_into(saved, value):
 class _ModuleHandler(_Handler):
     """A torch.nn.Module: its state_dict (parameters and buffers)."""
 
-    def save(self):
+    def save(self) -> None:
         self.saved = _save_into(getattr(self, "saved", None), self.value.state_dict())
 
-    def restore(self):
+    def restore(self) -> None:
         self.value.load_state_dict(self.saved)
         _drop_grads(self.value.parameters())  # computed after the commit
 
@@ -260,10 +261,10 @@ class _ModuleHandler(_Handler):
 class _OptimizerHandler(_Handler):
     """A torch.optim.Optimizer (a DistributedOptimizer too): its state_dict."""
 
-    def save(self):
+    def save(self) -> None:
         self.saved = _save_into(getattr(self, "saved", None), self.value.state_dict())
 
-    def restore(self):
+    def restore(self) -> None:
         # load_state_dict copies what it is given; a DistributedOptimizer's also drops the
         # gradients' handles of a step the change interrupted.
         self.value.load_state_dict(self.saved)
@@ -279,10 +280,10 @@ class _StateDictHandler(_Handler):
     """Anything else with state_dict() and load_state_dict() (learning-rate schedulers, a
     GradScaler): its state_dict, pickled."""
 
-    def save(self):
+    def save(self) -> None:
         self.saved = copy.deepcopy(self.value.state_dict())
 
-    def restore(self):
+    def restore(self) -> None:
         self.value.load_state_dict(copy.deepcopy(self.saved))
 
     def sync(self, root, prefix):
@@ -309,7 +310,8 @@ class TorchState(ObjectState):
     anything else, such as epoch and batch, pickled), each kept as an attribute of its name.
     Assigning a new model or optimizer to its attribute saves it."""
 
-    def __init__(self, model=None, optimizer=None, **kwargs):
+    def __init__(self, model: Optional[torch.nn.Module] = None,
+                 optimizer: Optional[torch.optim.Optimizer] = None, **kwargs: Any) -> None:
         kwargs.update(model=model, optimizer=optimizer)
         handlers, plain = {}, {}
         for name, value in kwargs.items():
@@ -329,12 +331,12 @@ class TorchState(ObjectState):
             handlers[name].set_value(value)
         object.__setattr__(self, name, value)
 
-    def save(self):
+    def save(self) -> None:
         for h in self._handlers.values():
             h.save()
         super().save()
 
-    def restore(self):
+    def restore(self) -> None:
         for h in self._handlers.values():
             h.restore()
         super().restore()
@@ -345,7 +347,10 @@ class TorchState(ObjectState):
         super()._sync_from(root, prefix)
 
 
-def run(func=None, *, reset_limit=None):
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def run(func: Optional[_F] = None, *, reset_limit: Optional[int] = None) -> Any:
     """Decorator of the training function, whose first argument is a State: `@run` or
     `@run(reset_limit=N)`. Calling it synchronises the state (so a rank that joins starts from
     the others'), then calls the function and returns what it returns. On MembershipChanged it

@@ -5,6 +5,7 @@ Objects travel pickled (the standard library's pickle: what it cannot pickle, su
 cannot be sent); only pickles from the job's own ranks are ever loaded.
 """
 import pickle
+from typing import Any, Iterable, List, Mapping, Optional, Tuple, Union
 
 import torch
 
@@ -24,7 +25,9 @@ def _object_name(kind, name):
     return f"{kind}.noname.{k}"
 
 
-def broadcast_parameters(params, root_rank):
+def broadcast_parameters(params: Union[Mapping[str, torch.Tensor], Iterable[torch.Tensor],
+                                       Iterable[Tuple[str, torch.Tensor]]],
+                         root_rank: int) -> None:
     """Copies root_rank's parameters into every rank's, in place: params is a dict such as
     model.state_dict() (broadcast by key, in sorted order), or a list or iterable of tensors
     or of (name, tensor) pairs such as model.named_parameters()."""
@@ -46,7 +49,8 @@ def broadcast_parameters(params, root_rank):
         mpi_ops._sync_all(handles)
 
 
-def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
+def broadcast_object(obj: Any, root_rank: int = 0, name: Optional[str] = None,
+                     process_set: mpi_ops.ProcessSet = global_process_set) -> Any:
     """Returns root_rank's obj on every rank (pickled, its size then its bytes broadcast)."""
     _check_process_set(process_set)
     base = _object_name("broadcast_object", name)
@@ -73,7 +77,7 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
     return pickle.loads(payload.numpy().tobytes())
 
 
-def allgather_object(obj, name=None):
+def allgather_object(obj: Any, name: Optional[str] = None) -> List[Any]:
     """Returns the list of every rank's obj, in rank order (pickled and allgathered)."""
     base = _object_name("allgather_object", name)
     payload = torch.frombuffer(bytearray(pickle.dumps(obj)), dtype=torch.uint8)
@@ -108,7 +112,8 @@ def _initialize_state(optimizer):
                 p.grad = grad
 
 
-def broadcast_optimizer_state(optimizer, root_rank, model=None):
+def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int,
+                              model: Optional[torch.nn.Module] = None) -> None:
     """Copies root_rank's optimizer state into every rank's optimizer: state tensors (momentum
     buffers, Adam's moments and step) in place by broadcast, everything else (param group
     options such as lr, non-tensor state) as one pickled object. An optimizer without state yet

@@ -16,14 +16,15 @@ import os
 import time
 import warnings
 import weakref
+from typing import Any, List, Optional, Sequence, Type
 
 import torch
 
 import ringd
 from ringd.errors import Closed, Mismatch, Result
-from ringd.session import _as_buf
+from ringd.session import Session, _as_buf
 
-from .compression import Compression
+from .compression import Compression, Compressor
 
 # Reduction ops, as Horovod numbers them.
 Average = 0
@@ -50,16 +51,16 @@ class ProcessSet:
     """Horovod's process sets: ringd runs every op over the whole job, so only the global set
     exists (ops given another set raise NotImplementedError)."""
 
-    def __init__(self, ranks=None):
+    def __init__(self, ranks: Optional[Sequence[int]] = None) -> None:
         self.ranks = ranks
 
-    def size(self):
+    def size(self) -> int:
         return size()
 
-    def rank(self):
+    def rank(self) -> int:
         return rank()
 
-    def included(self):
+    def included(self) -> bool:
         return True
 
 
@@ -75,7 +76,7 @@ _arena_users = weakref.WeakSet()  # DistributedOptimizers holding gradients in t
 _detached = []  # (work, name) of synchronous calls that timed out: reaped once finished
 
 
-def init(comm=None, process_sets=None, **session_options):
+def init(comm: Any = None, process_sets: Any = None, **session_options: Any) -> Session:
     """Opens this process's session with the node's ringd (RINGD_SOCKET, RINGD_JOB,
     RINGD_WORLD_SIZE, RINGD_LOCAL_SIZE, ..., or ringd.Session's keyword arguments). Returns
     once the job's ranks have joined. A second init() while initialized does nothing.
@@ -99,7 +100,7 @@ def init(comm=None, process_sets=None, **session_options):
     _session = ringd.Session(**session_options)
 
 
-def shutdown():
+def shutdown() -> None:
     """Closes the session: outstanding handles are dropped, later calls raise NotInitialized."""
     global _session
     for user in list(_arena_users):
@@ -121,7 +122,7 @@ def _reset():
     _next_handle = 0
 
 
-def is_initialized():
+def is_initialized() -> bool:
     return _session is not None
 
 
@@ -133,33 +134,33 @@ def _require():
     return _session
 
 
-def session():
+def session() -> Session:
     """The ringd.Session under this module (for ringd's own API next to Horovod's)."""
     return _require()
 
 
-def rank():
+def rank() -> int:
     return _require().rank
 
 
-def size():
+def size() -> int:
     return _require().size
 
 
-def local_rank():
+def local_rank() -> int:
     return _require().local_rank
 
 
-def local_size():
+def local_size() -> int:
     return _require().local_size
 
 
-def generation():
+def generation() -> int:
     """The job's membership generation (ringd's; Horovod has none)."""
     return _require().generation
 
 
-def _false():
+def _false() -> bool:
     return False
 
 
@@ -450,7 +451,7 @@ def _claim(name):
                          "it first, or give this one another name")
 
 
-def poll(handle):
+def poll(handle: int) -> bool:
     """True once the op behind handle finished; synchronize() then returns at once."""
     if handle not in _handles:
         raise ValueError(f"poll({handle!r}): no such outstanding handle")
@@ -458,7 +459,7 @@ def poll(handle):
     return _handles[handle][0].poll()
 
 
-def synchronize(handle):
+def synchronize(handle: int) -> Any:
     """Waits for the op behind handle and returns its output (a list for grouped ops), or
     raises its ringd.Error. The handle is released either way, except on ringd.Timeout (the
     session's op_timeout_ms passed): the op is still pending, synchronize it again."""
@@ -521,8 +522,10 @@ def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor
     return _register(_Single(h, output), full)
 
 
-def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
-                    postscale_factor=1.0, process_set=global_process_set):
+def allreduce_async(tensor: torch.Tensor, average: Optional[bool] = None,
+                    name: Optional[str] = None, op: Optional[int] = None,
+                    prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                    process_set: ProcessSet = global_process_set) -> int:
     """Starts reducing tensor over all ranks (op: Average by default, Sum, Min, Max, Product;
     inputs scaled by prescale_factor, the result by postscale_factor); the input is not
     modified. Returns a handle for poll() and synchronize()."""
@@ -533,16 +536,20 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
                             postscale_factor)
 
 
-def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
-                     postscale_factor=1.0, process_set=global_process_set):
+def allreduce_async_(tensor: torch.Tensor, average: Optional[bool] = None,
+                     name: Optional[str] = None, op: Optional[int] = None,
+                     prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                     process_set: ProcessSet = global_process_set) -> int:
     """allreduce_async in place: the result lands in tensor."""
     op = _handle_average_backwards_compatibility(op, average)
     _check_process_set(process_set)
     return _allreduce_async(tensor, tensor, name, op, prescale_factor, postscale_factor)
 
 
-def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
-               postscale_factor=1.0, process_set=global_process_set):
+def allreduce_(tensor: torch.Tensor, average: Optional[bool] = None,
+               name: Optional[str] = None, op: Optional[int] = None,
+               prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+               process_set: ProcessSet = global_process_set) -> torch.Tensor:
     """allreduce in place; returns tensor."""
     return _sync(allreduce_async_(tensor, average, name, op, prescale_factor,
                                   postscale_factor, process_set))
@@ -565,8 +572,10 @@ class HorovodAllreduce(torch.autograd.Function):
         return grad, None, None, None, None, None, None
 
 
-def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None,
-              prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
+def allreduce(tensor: torch.Tensor, average: Optional[bool] = None, name: Optional[str] = None,
+              compression: Type[Compressor] = Compression.none, op: Optional[int] = None,
+              prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+              process_set: ProcessSet = global_process_set) -> torch.Tensor:
     """Returns tensor reduced over all ranks (see allreduce_async), differentiably; the input
     is not modified. compression (Compression.fp16) shrinks what travels."""
     compressed, cctx = compression.compress(tensor)
@@ -597,8 +606,10 @@ def _grouped_allreduce_async(tensors, outputs, name, op, prescale_factor, postsc
     return _register(_Group(works), base)
 
 
-def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
-                            postscale_factor=1.0, process_set=global_process_set):
+def grouped_allreduce_async(tensors: Sequence[torch.Tensor], average: Optional[bool] = None,
+                            name: Optional[str] = None, op: Optional[int] = None,
+                            prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                            process_set: ProcessSet = global_process_set) -> int:
     """Starts allreduces of a list of tensors as one group (ringd fuses the small ones);
     synchronize() returns the list of results."""
     op = _handle_average_backwards_compatibility(op, average)
@@ -607,8 +618,10 @@ def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_
                                     prescale_factor, postscale_factor)
 
 
-def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
-                             postscale_factor=1.0, process_set=global_process_set):
+def grouped_allreduce_async_(tensors: Sequence[torch.Tensor], average: Optional[bool] = None,
+                             name: Optional[str] = None, op: Optional[int] = None,
+                             prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                             process_set: ProcessSet = global_process_set) -> int:
     """grouped_allreduce_async in place."""
     op = _handle_average_backwards_compatibility(op, average)
     _check_process_set(process_set)
@@ -616,8 +629,10 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale
                                     postscale_factor)
 
 
-def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
-                       postscale_factor=1.0, process_set=global_process_set):
+def grouped_allreduce_(tensors: Sequence[torch.Tensor], average: Optional[bool] = None,
+                       name: Optional[str] = None, op: Optional[int] = None,
+                       prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                       process_set: ProcessSet = global_process_set) -> List[torch.Tensor]:
     """grouped allreduce in place; returns the tensors."""
     return _sync(grouped_allreduce_async_(tensors, average, name, op, prescale_factor,
                                           postscale_factor, process_set))
@@ -643,8 +658,11 @@ class HorovodGroupedAllreduce(torch.autograd.Function):
         return (None, None, None, None, None, None) + tuple(grads)
 
 
-def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None,
-                      prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
+def grouped_allreduce(tensors: Sequence[torch.Tensor], average: Optional[bool] = None,
+                      name: Optional[str] = None,
+                      compression: Type[Compressor] = Compression.none, op: Optional[int] = None,
+                      prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                      process_set: ProcessSet = global_process_set) -> List[torch.Tensor]:
     """Returns the list of tensors reduced over all ranks, as one group, differentiably."""
     compressed = [compression.compress(t) for t in tensors]
     reduced = HorovodGroupedAllreduce.apply(average, name, op, prescale_factor,
@@ -663,7 +681,8 @@ def _allgather_work(tensor, name):
     return _Allgather(s, tensor, full), full
 
 
-def allgather_async(tensor, name=None, process_set=global_process_set):
+def allgather_async(tensor: torch.Tensor, name: Optional[str] = None,
+                    process_set: ProcessSet = global_process_set) -> int:
     """Starts concatenating every rank's tensor along the first dimension (which may differ
     across ranks; the others must match). Returns a handle."""
     _check_process_set(process_set)
@@ -690,7 +709,8 @@ class HorovodAllgather(torch.autograd.Function):
         return grad.narrow(0, ctx.offset, ctx.rows), None, None
 
 
-def allgather(tensor, name=None, process_set=global_process_set):
+def allgather(tensor: torch.Tensor, name: Optional[str] = None,
+              process_set: ProcessSet = global_process_set) -> torch.Tensor:
     """Returns every rank's tensor concatenated along the first dimension, differentiably."""
     return HorovodAllgather.apply(tensor, name, process_set)
 
@@ -715,7 +735,8 @@ def _broadcast_async(tensor, root_rank, name):
     return _register(_Single(s.broadcast_async(full, tensor, int(root_rank)), tensor), full)
 
 
-def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
+def broadcast_async(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
+                    process_set: ProcessSet = global_process_set) -> int:
     """Starts copying root_rank's tensor to every rank into a new tensor (the input is not
     modified). Returns a handle."""
     _check_process_set(process_set)
@@ -723,13 +744,15 @@ def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set
     return _broadcast_async(tensor.clone(), root_rank, name)
 
 
-def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
+def broadcast_async_(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
+                     process_set: ProcessSet = global_process_set) -> int:
     """Starts copying root_rank's tensor into every rank's tensor, in place. Returns a handle."""
     _check_process_set(process_set)
     return _broadcast_async(tensor, root_rank, name)
 
 
-def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
+def broadcast_(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
+               process_set: ProcessSet = global_process_set) -> torch.Tensor:
     """broadcast in place; returns tensor."""
     return _sync(broadcast_async_(tensor, root_rank, name, process_set))
 
@@ -750,21 +773,22 @@ class HorovodBroadcast(torch.autograd.Function):
         return grad, None, None, None
 
 
-def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
+def broadcast(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
+              process_set: ProcessSet = global_process_set) -> torch.Tensor:
     """Returns root_rank's tensor on every rank (a new tensor), differentiably."""
     return HorovodBroadcast.apply(tensor, root_rank, name, process_set)
 
 
 # ---- synchronisation ----
 
-def barrier(process_set=global_process_set):
+def barrier(process_set: ProcessSet = global_process_set) -> None:
     """Returns once every rank called barrier()."""
     _check_process_set(process_set)
     s = _require()
     _wait(s.barrier_async(_op_name("barrier", None)))
 
 
-def join(device=-1):
+def join(device: int = -1) -> int:
     """Waits for every rank to call join() and returns the rank that called it last (by each
     rank's clock at entry). Unlike Horovod's join, ranks that joined early do not stand in
     with zeros for collectives the others still run (that needs the daemon's support): every

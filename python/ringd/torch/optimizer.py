@@ -10,13 +10,14 @@ of one step; the gradients stay the parameters'.
 """
 import contextlib
 import warnings
+from typing import Any, Iterable, Optional, Tuple, Type
 
 import torch
 
 import ringd
 
 from . import mpi_ops
-from .compression import Compression
+from .compression import Compression, Compressor
 from .mpi_ops import Adasum, Average, allreduce_async_, global_process_set, synchronize
 
 
@@ -258,10 +259,14 @@ class _DistributedOptimizer:
         super().load_state_dict(*args, **kwargs)
 
 
-def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
-                         backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0,
-                         num_groups=0, groups=None, sparse_as_dense=False,
-                         process_set=global_process_set):
+def DistributedOptimizer(optimizer: torch.optim.Optimizer,
+                         named_parameters: Optional[Iterable[Tuple[str, torch.Tensor]]] = None,
+                         compression: Type[Compressor] = Compression.none,
+                         backward_passes_per_step: int = 1, op: int = Average,
+                         gradient_predivide_factor: float = 1.0, num_groups: int = 0,
+                         groups: Any = None, sparse_as_dense: bool = False,
+                         process_set: mpi_ops.ProcessSet = global_process_set
+                         ) -> torch.optim.Optimizer:
     """An optimizer of optimizer's class and settings (its state carried over) whose step()
     first averages (op) every gradient over all ranks; see the module docstring.
 
