@@ -159,6 +159,8 @@ void world_teardown(rd_world *w, const char *why, teardown_how how, world_state 
     world_set_state(w, next);
     world_links_close(w);
     rd_ringchan_ended(&w->chan);
+    if (w->ev.ring_ended != NULL)
+        w->ev.ring_ended(w->arg);
     memset(w->members, 0, sizeof(w->members)); /* M_ACTIVE */
     event_del(w->ev_reform);
     event_del(w->ev_connect);
@@ -473,13 +475,11 @@ rd_world *rd_world_new(rd_net *net, const char *job, uint32_t world_size, uint32
     w->state = W_IDLE;
     w->next = net->worlds;
     net->worlds = w;
-    /* The job's relays of the control channel (ring_forming, ring_ended, message, flush) are
-     * the channel's first subscriber, taking every kind, while the job has them. */
-    if (ev->ring_forming != NULL || ev->ring_ended != NULL || ev->message != NULL ||
-        ev->flush != NULL) {
+    /* The job's relays of the control channel (ring_forming, message, flush) are the channel's
+     * first subscriber, taking every kind, while the job has them. */
+    if (ev->ring_forming != NULL || ev->message != NULL || ev->flush != NULL) {
         rd_ring_channel relay = {.kinds = ev->message != NULL ? UINT32_MAX : 0,
                                  .forming = ev->ring_forming,
-                                 .ended = ev->ring_ended,
                                  .message = ev->message,
                                  .flush = ev->flush};
         rd_ringchan_subscribe(&w->chan, &relay, arg);
