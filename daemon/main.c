@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "ringd_build.h"
+#include "admin.h"
 #include "backend.h"
 #include "config.h"
 #include "counters.h"
@@ -24,7 +25,6 @@
 #include "metrics.h"
 #include "prometheus.h"
 #include "session.h"
-#include "status_request.h"
 #include "timeline_request.h"
 #include "world.h"
 
@@ -98,21 +98,6 @@ typedef struct {
     rd_front front;
 } rd_daemon;
 
-/* The admin requests a connection may send instead of a Hello. */
-static const rd_admin_handler admin_handlers[] = {
-    {RINGD__MSG__BODY_STATUS_REQUEST, rd_status_request},
-    {RINGD__MSG__BODY_DRAIN_REQUEST, rd_drain_request},
-    {RINGD__MSG__BODY_METRICS_REQUEST, rd_metrics_request},
-    {RINGD__MSG__BODY_TIMELINE_REQUEST, rd_timeline_request},
-};
-
-/* A connection goes away: the drain and the timeline recordings drop what they hold of it. */
-static void forget_session(rd_front *f, rd_session *s)
-{
-    rd_drain_forget(f, s);
-    rd_timeline_forget(f, s);
-}
-
 static void on_accept(int fd, void *arg)
 {
     rd_session_accept(&((rd_daemon *)arg)->front, fd);
@@ -169,7 +154,7 @@ int main(int argc, char **argv)
     char err[512];
     int rc = rd_backend_helper_main(argc, argv); /* ringd started as a backend's helper */
     rd_listener *l = NULL;
-    rd_metrics_http *http = NULL;
+    rd_prom_http *http = NULL;
     struct event *ev_term = NULL, *ev_int = NULL;
 
     if (rc >= 0)
@@ -229,9 +214,9 @@ int main(int argc, char **argv)
         .metrics = d.metrics,
         .engine = d.engine,
         .net = d.net,
-        .admin = admin_handlers,
-        .nadmin = sizeof(admin_handlers) / sizeof(admin_handlers[0]),
-        .forget = forget_session,
+        .admin = rd_admin_handlers,
+        .nadmin = rd_admin_nhandlers,
+        .forget = rd_admin_forget,
     };
     clock_gettime(CLOCK_MONOTONIC, &d.front.started);
     l = rd_listener_new(d.base, d.cfg.socket_path, on_accept, &d, err, sizeof(err));
@@ -240,7 +225,7 @@ int main(int argc, char **argv)
         goto out;
     }
     if (d.cfg.metrics_listen[0] != '\0' &&
-        (http = rd_metrics_http_new(&d.front, d.cfg.metrics_listen, err, sizeof(err))) == NULL) {
+        (http = rd_prom_http_new(&d.front, d.cfg.metrics_listen, err, sizeof(err))) == NULL) {
         rd_log(RD_LOG_ERROR, "main", "%s", err);
         goto out;
     }
@@ -262,12 +247,12 @@ int main(int argc, char **argv)
         rc = 0;
 
 out:
-    rd_metrics_http_free(http);
+    rd_prom_http_free(http);
     rd_listener_free(l);
     rd_exec_free(d.exec);
     rd_session_free_all(&d.front);
     rd_drain_free(&d.front);
-    rd_timeline_free_all(&d.front);
+    rd_tlreq_free_all(&d.front);
     rd_engine_free(d.engine);
     rd_metrics_free(d.metrics);
     rd_net_free(d.net);

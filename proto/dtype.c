@@ -45,7 +45,7 @@ static const uint8_t dtype_sizes[RD_DT_COUNT] = {
     [RD_DT_I32] = 4, [RD_DT_I64] = 8, [RD_DT_U8] = 1,
 };
 static const char *const redop_names[RD_OP_COUNT] = {
-    [RD_OP_SUM] = "sum", [RD_OP_AVG] = "avg", [RD_OP_MIN] = "min",
+    [RD_OP_SUM] = "sum", [RD_OP_AVG] = "avg",   [RD_OP_MIN] = "min",
     [RD_OP_MAX] = "max", [RD_OP_PROD] = "prod",
 };
 static const char *const coll_names[RD_COLL_COUNT] = {

@@ -24,19 +24,19 @@
 #include "session.h"
 #include "status_request.h"
 
-#define RD_METRICS_HTTP_TIMEOUT_S 10 /* a connection idle this long mid-request is dropped */
-#define RD_METRICS_HEADERS_MAX 8192
+#define RD_PROM_HTTP_TIMEOUT_S 10 /* a connection idle this long mid-request is dropped */
+#define RD_PROM_HEADERS_MAX 8192
 
-struct rd_metrics_http {
+struct rd_prom_http {
     rd_front *f;
     struct evhttp *http;
     struct evconnlistener *listener; /* evhttp's */
     struct event *ev_resume;         /* accepting again after a failed accept */
-    struct rd_metrics_http *next;    /* in servers */
+    struct rd_prom_http *next;       /* in servers */
 };
 
 /* Every server, to find one by its listener: the listener's callback argument is evhttp's. */
-static rd_metrics_http *servers;
+static rd_prom_http *servers;
 
 /* The short names of ringd_result_t, as the result label says them. */
 static const char *const result_names[RINGD_RESULT_COUNT] = {
@@ -225,7 +225,8 @@ static void job_gauges(expo *x, const rd_daemon_status *st)
 static void job_series(expo *x, rd_metrics *reg)
 {
     char job[600], labels[800];
-    family(x, "ringd_ops_total", "counter", "Collectives that ended on this node, by kind and result");
+    family(x, "ringd_ops_total", "counter",
+           "Collectives that ended on this node, by kind and result");
     for (const rd_job_metrics *jm = rd_metrics_jobs(reg); jm != NULL; jm = jm->next) {
         label_escape(job, sizeof(job), jm->name);
         for (unsigned k = 0; k < RD_METRICS_KINDS; k++)
@@ -303,7 +304,7 @@ static void job_series(expo *x, rd_metrics *reg)
     }
 }
 
-int rd_metrics_text(rd_front *f, struct evbuffer *out)
+int rd_prom_text(rd_front *f, struct evbuffer *out)
 {
     expo x = {.out = out};
     rd_daemon_status *st = rd_front_status_new(f);
@@ -322,7 +323,7 @@ int rd_metrics_text(rd_front *f, struct evbuffer *out)
 /* GET (or HEAD) /metrics: the exposition; anything else a 404 or 405 with a line saying why. */
 static void on_request(struct evhttp_request *req, void *arg)
 {
-    rd_metrics_http *h = arg;
+    rd_prom_http *h = arg;
     const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
     const char *path = uri != NULL ? evhttp_uri_get_path(uri) : NULL;
     struct evbuffer *body = evbuffer_new();
@@ -340,7 +341,7 @@ static void on_request(struct evhttp_request *req, void *arg)
         evbuffer_add_printf(body, "<html><body><a href=\"/metrics\">ringd metrics</a></body>"
                                   "</html>\n");
         evhttp_send_reply(req, HTTP_OK, "OK", body);
-    } else if (rd_metrics_text(h->f, body) != 0) {
+    } else if (rd_prom_text(h->f, body) != 0) {
         evhttp_send_error(req, HTTP_INTERNAL, "out of memory building the metrics");
     } else {
         evhttp_add_header(headers, "Content-Type", "text/plain; version=0.0.4; charset=utf-8");
@@ -351,7 +352,7 @@ static void on_request(struct evhttp_request *req, void *arg)
 
 static void on_resume(evutil_socket_t fd, short what, void *arg)
 {
-    rd_metrics_http *h = arg;
+    rd_prom_http *h = arg;
     (void)fd;
     (void)what;
     evconnlistener_enable(h->listener);
@@ -361,7 +362,7 @@ static void on_resume(evutil_socket_t fd, short what, void *arg)
  * accepting again at once would spin the loop every job runs on. Pause, then retry. */
 static void on_accept_error(struct evconnlistener *l, void *arg)
 {
-    rd_metrics_http *h = servers;
+    rd_prom_http *h = servers;
     (void)arg;
     while (h != NULL && h->listener != l)
         h = h->next;
@@ -400,7 +401,7 @@ static int split_address(const char *a, char *host, size_t hlen, int *port)
     return 0;
 }
 
-rd_metrics_http *rd_metrics_http_new(rd_front *f, const char *listen, char *err, size_t errlen)
+rd_prom_http *rd_prom_http_new(rd_front *f, const char *listen, char *err, size_t errlen)
 {
     char host[128];
     int port;
@@ -408,15 +409,15 @@ rd_metrics_http *rd_metrics_http_new(rd_front *f, const char *listen, char *err,
         snprintf(err, errlen, "--metrics-listen %s: not HOST:PORT", listen);
         return NULL;
     }
-    rd_metrics_http *h = calloc(1, sizeof(*h));
+    rd_prom_http *h = calloc(1, sizeof(*h));
     if (h == NULL || (h->http = evhttp_new(f->base)) == NULL) {
         free(h);
         snprintf(err, errlen, "--metrics-listen %s: out of memory", listen);
         return NULL;
     }
     h->f = f;
-    evhttp_set_timeout(h->http, RD_METRICS_HTTP_TIMEOUT_S);
-    evhttp_set_max_headers_size(h->http, RD_METRICS_HEADERS_MAX);
+    evhttp_set_timeout(h->http, RD_PROM_HTTP_TIMEOUT_S);
+    evhttp_set_max_headers_size(h->http, RD_PROM_HEADERS_MAX);
     evhttp_set_max_body_size(h->http, 0);
     evhttp_set_allowed_methods(h->http, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD);
     evhttp_set_gencb(h->http, on_request, h);
@@ -425,13 +426,13 @@ rd_metrics_http *rd_metrics_http_new(rd_front *f, const char *listen, char *err,
     if (bs == NULL) {
         snprintf(err, errlen, "--metrics-listen %s: %s", listen,
                  errno != 0 ? strerror(errno) : "cannot bind");
-        rd_metrics_http_free(h);
+        rd_prom_http_free(h);
         return NULL;
     }
     h->listener = evhttp_bound_socket_get_listener(bs);
     if ((h->ev_resume = evtimer_new(f->base, on_resume, h)) == NULL) {
         snprintf(err, errlen, "--metrics-listen %s: out of memory", listen);
-        rd_metrics_http_free(h);
+        rd_prom_http_free(h);
         return NULL;
     }
     evconnlistener_set_error_cb(h->listener, on_accept_error);
@@ -459,11 +460,11 @@ rd_metrics_http *rd_metrics_http_new(rd_front *f, const char *listen, char *err,
     return h;
 }
 
-void rd_metrics_http_free(rd_metrics_http *h)
+void rd_prom_http_free(rd_prom_http *h)
 {
     if (h == NULL)
         return;
-    for (rd_metrics_http **pp = &servers; *pp != NULL; pp = &(*pp)->next) {
+    for (rd_prom_http **pp = &servers; *pp != NULL; pp = &(*pp)->next) {
         if (*pp == h) {
             *pp = h->next;
             break;
@@ -478,11 +479,11 @@ void rd_metrics_http_free(rd_metrics_http *h)
 
 /* ---- ringctl metrics ---- */
 
-void rd_metrics_request(rd_session *s, const rd_msg *req)
+void rd_prom_request(rd_session *s, const rd_msg *req)
 {
     (void)req;
     struct evbuffer *b = evbuffer_new();
-    if (b == NULL || rd_metrics_text(s->f, b) != 0 || evbuffer_add(b, "", 1) != 0) {
+    if (b == NULL || rd_prom_text(s->f, b) != 0 || evbuffer_add(b, "", 1) != 0) {
         if (b != NULL)
             evbuffer_free(b);
         rd_session_close(s, RINGD_E_NOMEM, "cannot build the metrics");

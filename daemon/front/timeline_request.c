@@ -62,7 +62,7 @@ static size_t op_bytes(const rd_trace_op *o)
     return strlen(o->name) + 16 * 20 + (size_t)o->nranks * 11;
 }
 
-/* The time is over: the recording, its newest ops within RD_TIMELINE_REPLY_MAX, to the asker. */
+/* The time is over: the recording, its newest ops within RD_TLREQ_REPLY_MAX, to the asker. */
 static void on_over(evutil_socket_t fd, short what, void *arg)
 {
     rd_recording *rec = arg;
@@ -71,7 +71,7 @@ static void on_over(evutil_socket_t fd, short what, void *arg)
     (void)what;
     rd_engine_record(f->engine, rec->job, NULL);
     size_t n = rd_timeline_nops(rec->tl), nm = rd_timeline_nmarks(rec->tl), first = n, bytes = 0;
-    while (first > 0 && bytes + op_bytes(rd_timeline_ops(rec->tl, first - 1)) < RD_TIMELINE_REPLY_MAX)
+    while (first > 0 && bytes + op_bytes(rd_timeline_ops(rec->tl, first - 1)) < RD_TLREQ_REPLY_MAX)
         bytes += op_bytes(rd_timeline_ops(rec->tl, --first));
     const rd_trace_op **ops = calloc(n - first + 1, sizeof(*ops));
     const rd_trace_mark **marks = calloc(nm + 1, sizeof(*marks));
@@ -113,7 +113,7 @@ static void on_over(evutil_socket_t fd, short what, void *arg)
     recording_end(rec);
 }
 
-void rd_timeline_request(rd_session *s, const rd_msg *req)
+void rd_tlreq_request(rd_session *s, const rd_msg *req)
 {
     rd_front *f = s->f;
     const Ringd__TimelineRequest *q = req->timeline_request;
@@ -123,9 +123,9 @@ void rd_timeline_request(rd_session *s, const rd_msg *req)
         refuse(s, RINGD_E_INVALID, "a timeline needs a job name: 1..256 printable ASCII bytes");
         return;
     }
-    if (q->seconds < 1 || q->seconds > RD_TIMELINE_SECONDS_MAX) {
-        snprintf(msg, sizeof(msg), "a timeline records 1..%d seconds, not %u",
-                 RD_TIMELINE_SECONDS_MAX, q->seconds);
+    if (q->seconds < 1 || q->seconds > RD_TLREQ_SECONDS_MAX) {
+        snprintf(msg, sizeof(msg), "a timeline records 1..%d seconds, not %u", RD_TLREQ_SECONDS_MAX,
+                 q->seconds);
         refuse(s, RINGD_E_INVALID, msg);
         return;
     }
@@ -172,7 +172,7 @@ void rd_timeline_request(rd_session *s, const rd_msg *req)
            q->seconds, f->cfg->timeline_max_ops);
 }
 
-void rd_timeline_forget(rd_front *f, rd_session *s)
+void rd_tlreq_forget(rd_front *f, rd_session *s)
 {
     for (rd_recording *r = f->recordings; r != NULL; r = r->next) {
         if (r->s == s) {
@@ -182,7 +182,7 @@ void rd_timeline_forget(rd_front *f, rd_session *s)
     }
 }
 
-void rd_timeline_free_all(rd_front *f)
+void rd_tlreq_free_all(rd_front *f)
 {
     while (f->recordings != NULL)
         recording_end(f->recordings);

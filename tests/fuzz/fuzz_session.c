@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "admin.h"
 #include "arena.h"
 #include "counters.h"
 #include "drain.h"
@@ -24,9 +25,6 @@
 #include "log.h"
 #include "ring.h"
 #include "session.h"
-#include "prometheus.h"
-#include "status_request.h"
-#include "timeline_request.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -44,20 +42,6 @@ typedef struct {
 } daemon_state;
 
 static daemon_state state;
-
-static const rd_admin_handler admin_handlers[] = {
-    {RINGD__MSG__BODY_STATUS_REQUEST, rd_status_request},
-    {RINGD__MSG__BODY_DRAIN_REQUEST, rd_drain_request},
-    {RINGD__MSG__BODY_METRICS_REQUEST, rd_metrics_request},
-    {RINGD__MSG__BODY_TIMELINE_REQUEST, rd_timeline_request},
-};
-
-/* A connection goes away: the drain and the timeline recordings drop what they hold of it. */
-static void forget_session(rd_front *f, rd_session *s)
-{
-    rd_drain_forget(f, s);
-    rd_timeline_forget(f, s);
-}
 
 /* A fresh engine under the front (after a drain, which lasts for the engine's life). */
 static void engine_start(daemon_state *d)
@@ -105,9 +89,9 @@ static daemon_state *daemon_get(void)
         .cfg = &d->cfg,
         .devices = &d->devices,
         .counters = &d->counters,
-        .admin = admin_handlers,
-        .nadmin = sizeof(admin_handlers) / sizeof(admin_handlers[0]),
-        .forget = forget_session,
+        .admin = rd_admin_handlers,
+        .nadmin = rd_admin_nhandlers,
+        .forget = rd_admin_forget,
     };
     clock_gettime(CLOCK_MONOTONIC, &d->front.started);
     engine_start(d);
