@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "config.h"
+#include "units.h"
 
 const char rb_sweep_usage[] =
     "  -b MIN     smallest size in bytes, suffix K/M/G = 2^10/2^20/2^30 (default 4)\n"
@@ -40,9 +40,9 @@ static int parse_int(const char *text, int lo, int hi, int *out)
 int rb_sweep_option(rb_sweep *s, int c, const char *arg)
 {
     switch (c) {
-    case 'b': return rd_parse_size(arg, &s->min_bytes) || s->min_bytes == 0 ? -1 : 0;
-    case 'e': return rd_parse_size(arg, &s->max_bytes) || s->max_bytes == 0 ? -1 : 0;
-    case 'f': return rd_parse_size(arg, &s->factor) || s->factor < 2 ? -1 : 0;
+    case 'b': return rd_units_parse_size(arg, &s->min_bytes) || s->min_bytes == 0 ? -1 : 0;
+    case 'e': return rd_units_parse_size(arg, &s->max_bytes) || s->max_bytes == 0 ? -1 : 0;
+    case 'f': return rd_units_parse_size(arg, &s->factor) || s->factor < 2 ? -1 : 0;
     case 'n': return parse_int(arg, 1, 1000000, &s->iters);
     case 'w': return parse_int(arg, 0, 1000000, &s->warmup);
     case 'c': return parse_int(arg, 0, 1, &s->check);

@@ -5,7 +5,7 @@
 #include <time.h>
 
 #include "common.h"
-#include "config.h"
+#include "units.h"
 
 /* Ranks take the low bits of the value rb_agree_step reduces, the step the rest. */
 #define RANK_BITS 20
@@ -26,7 +26,7 @@ uint64_t rb_mix64(uint64_t a, uint64_t b, uint64_t c)
 int rb_parse_u64(const char *arg, uint64_t lo, uint64_t hi, uint64_t *out)
 {
     uint64_t v;
-    if (rd_parse_size(arg, &v) != 0 || v < lo || v > hi)
+    if (rd_units_parse_size(arg, &v) != 0 || v < lo || v > hi)
         return -1;
     *out = v;
     return 0;

@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "common.h"
-#include "config.h"
+#include "units.h"
 #include "model.h"
 
 typedef struct {
@@ -186,7 +186,7 @@ int main(int argc, char **argv)
         char *end = NULL;
         switch (opt) {
         case 'm': spec = optarg; break;
-        case 'F': bad = rd_parse_size(optarg, &fusion) != 0 || fusion > (1u << 30); break;
+        case 'F': bad = rd_units_parse_size(optarg, &fusion) != 0 || fusion > (1u << 30); break;
         case 'g':
             errno = 0;
             c.gap_us = strtol(optarg, &end, 10);

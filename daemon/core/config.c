@@ -10,6 +10,7 @@
 
 #include "log.h"
 #include "ringd_build.h"
+#include "units.h"
 
 typedef enum { OPT_STRING, OPT_SIZE, OPT_INT, OPT_CHOICE, OPT_FLAG } opt_type;
 
@@ -127,45 +128,6 @@ static const opt_spec options[] = {
 
 #define NOPTIONS (sizeof(options) / sizeof(options[0]))
 
-rd_status rd_parse_size(const char *s, uint64_t *out)
-{
-    char *end;
-    errno = 0;
-    if (s == NULL || *s < '0' || *s > '9') /* strtoull would take spaces and signs */
-        return RINGD_E_INVALID;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno != 0 || end == s)
-        return RINGD_E_INVALID;
-    unsigned shift = 0;
-    switch (*end) {
-    case '\0': break;
-    case 'k':
-    case 'K':
-        shift = 10;
-        end++;
-        break;
-    case 'm':
-    case 'M':
-        shift = 20;
-        end++;
-        break;
-    case 'g':
-    case 'G':
-        shift = 30;
-        end++;
-        break;
-    default: return RINGD_E_INVALID;
-    }
-    if (shift && end[0] == 'i' && end[1] == 'B')
-        end += 2;
-    else if (shift && end[0] == 'B')
-        end++;
-    if (*end != '\0' || (shift && v > (UINT64_MAX >> shift)))
-        return RINGD_E_INVALID;
-    *out = (uint64_t)v << shift;
-    return RINGD_OK;
-}
-
 /* Stores text as the value of spec in cfg. Returns 0, or -1 with err set. */
 static int opt_set(rd_config *cfg, const opt_spec *o, const char *text, const char *origin,
                    char *err, size_t errlen)
@@ -184,7 +146,7 @@ static int opt_set(rd_config *cfg, const opt_spec *o, const char *text, const ch
     }
     case OPT_SIZE: {
         uint64_t v;
-        if (rd_parse_size(text, &v) != 0 || v < (uint64_t)o->min || v > (uint64_t)o->max) {
+        if (rd_units_parse_size(text, &v) != 0 || v < (uint64_t)o->min || v > (uint64_t)o->max) {
             snprintf(err, errlen,
                      "%s --%s: '%s' is not a size in %" PRId64 "..%" PRId64
                      " bytes (suffixes K, M, G)",

@@ -75,7 +75,4 @@ rd_config_result rd_config_parse(rd_config *cfg, int argc, char **argv, char **e
 /* Logs every option and its value at info level. */
 void rd_config_dump(const rd_config *cfg);
 
-/* Parses "123", "64K", "1M", "2G" (powers of 1024). Returns RINGD_OK, or RINGD_E_INVALID. */
-rd_status rd_parse_size(const char *s, uint64_t *out);
-
 #endif

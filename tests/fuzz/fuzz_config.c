@@ -7,6 +7,7 @@
 
 #include "config.h"
 #include "log.h"
+#include "units.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -45,7 +46,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         else
             argv[argc++] = words[i];
         uint64_t v;
-        (void)rd_parse_size(words[i], &v);
+        (void)rd_units_parse_size(words[i], &v);
     }
     envp[ne] = NULL;
     argv[argc] = NULL;
