@@ -575,6 +575,8 @@ static void on_ring_up(void *arg, uint32_t first_rank, uint64_t generation, uint
     j->size = size;
     set_ring(j, RING_SOUND);
     j->lost[0] = '\0';
+    if (j->phase == JOB_RESHAPING) /* clients learn their new ranks from here on */
+        set_phase(j, JOB_RUNNING);
     if (sync || !rd_job_started(j)) {
         j->sync_generation = generation;
         snprintf(j->sync_why, sizeof(j->sync_why), "%s", why);
@@ -586,7 +588,7 @@ static void on_ring_up(void *arg, uint32_t first_rank, uint64_t generation, uint
         rd_optab_fail(o, RINGD_E_MEMBERSHIP, "%s", o->message ? o->message : why);
     }
     job_welcome(j);
-    if (j->phase == JOB_FORMING || j->phase == JOB_RESHAPING)
+    if (j->phase == JOB_FORMING)
         set_phase(j, JOB_RUNNING);
     /* Ops held while the ring was down, or carried over from the last one, and failures the
      * other nodes have yet to hear of, in creation order (ops of one name are matched across
