@@ -28,15 +28,12 @@ int rd_check_on_device(const rd_submit *m)
     return m->op != RD_COLL_BARRIER && m->input.present && m->input.kind == RD_MEM_DEVICE;
 }
 
-rd_status rd_check_submit(const rd_check_session *s, const rd_submit *m, char *err,
-                          size_t errlen)
+/* The Submit's tensor descriptors (where present) against the session's arenas: host memory
+ * at the arena offsets, or the session's device arena (handle 1). Returns RINGD_OK, or
+ * RINGD_E_INVALID with err set. */
+static rd_status check_refs(const rd_check_session *s, const rd_submit *m, char *err,
+                            size_t errlen)
 {
-    if ((int)m->op < RD_COLL_ALLREDUCE || (int)m->op > RD_COLL_BARRIER) {
-        snprintf(err, errlen, "tensor '%s': unknown op %d", m->name, (int)m->op);
-        return RINGD_E_INVALID;
-    }
-    if (m->op == RD_COLL_BARRIER)
-        return RINGD_OK;
     const rd_tensor_ref *refs[2] = {&m->input, &m->output};
     const uint64_t offs[2] = {m->in_offset, m->out_offset};
     for (int k = 0; k < 2; k++) {
@@ -76,38 +73,15 @@ rd_status rd_check_submit(const rd_check_session *s, const rd_submit *m, char *e
             return RINGD_E_INVALID;
         }
     }
-    if (m->input.present != m->output.present ||
-        (m->input.present && m->input.kind != m->output.kind)) {
-        snprintf(err, errlen,
-                 "tensor '%s': input and output are in different kinds of memory: pass both on "
-                 "the device or both in host memory",
-                 m->name);
-        return RINGD_E_INVALID;
-    }
-    if ((int)m->dtype < 0 || (int)m->dtype >= RD_DT_COUNT) {
-        snprintf(err, errlen, "tensor '%s': unknown dtype %d", m->name, (int)m->dtype);
-        return RINGD_E_INVALID;
-    }
-    if (m->op == RD_COLL_ALLREDUCE) {
-        if ((int)m->redop < 0 || (int)m->redop >= RD_OP_COUNT) {
-            snprintf(err, errlen, "tensor '%s': unknown reduce op %d", m->name, (int)m->redop);
-            return RINGD_E_INVALID;
-        }
-        if (!isfinite(m->prescale) || !isfinite(m->postscale)) {
-            snprintf(err, errlen, "tensor '%s': prescale and postscale must be finite", m->name);
-            return RINGD_E_INVALID;
-        }
-        if (!rd_dtype_is_float((rd_dtype)m->dtype) && (m->prescale != 1.0 || m->postscale != 1.0)) {
-            snprintf(err, errlen, "tensor '%s': prescale/postscale need a floating dtype, not %s",
-                     m->name, rd_dtype_name((rd_dtype)m->dtype));
-            return RINGD_E_INVALID;
-        }
-    }
-    if (m->op == RD_COLL_BROADCAST && m->root >= s->size) {
-        snprintf(err, errlen, "tensor '%s': root %u is not a rank of a job of size %u", m->name,
-                 m->root, s->size);
-        return RINGD_E_INVALID;
-    }
+    return RINGD_OK;
+}
+
+/* Where a checked Submit's buffers lie: inside the arena's data area, aligned, and in place or
+ * apart (an allgather's input may be a whole slot of its output). Returns RINGD_OK, or
+ * RINGD_E_INVALID with err set. */
+static rd_status check_layout(const rd_check_session *s, const rd_submit *m, char *err,
+                              size_t errlen)
+{
     uint64_t esz = rd_dtype_size((rd_dtype)m->dtype);
     const rd_arena *ar = rd_check_on_device(m) ? s->device_arena : s->arena;
     uint64_t size = ar->size, data = ar == s->arena ? RD_CTRL_BYTES : 0;
@@ -158,6 +132,53 @@ rd_status rd_check_submit(const rd_check_session *s, const rd_submit *m, char *e
         return RINGD_E_INVALID;
     }
     return RINGD_OK;
+}
+
+rd_status rd_check_submit(const rd_check_session *s, const rd_submit *m, char *err,
+                          size_t errlen)
+{
+    if ((int)m->op < RD_COLL_ALLREDUCE || (int)m->op > RD_COLL_BARRIER) {
+        snprintf(err, errlen, "tensor '%s': unknown op %d", m->name, (int)m->op);
+        return RINGD_E_INVALID;
+    }
+    if (m->op == RD_COLL_BARRIER)
+        return RINGD_OK;
+    rd_status rc = check_refs(s, m, err, errlen);
+    if (rc != RINGD_OK)
+        return rc;
+    if (m->input.present != m->output.present ||
+        (m->input.present && m->input.kind != m->output.kind)) {
+        snprintf(err, errlen,
+                 "tensor '%s': input and output are in different kinds of memory: pass both on "
+                 "the device or both in host memory",
+                 m->name);
+        return RINGD_E_INVALID;
+    }
+    if ((int)m->dtype < 0 || (int)m->dtype >= RD_DT_COUNT) {
+        snprintf(err, errlen, "tensor '%s': unknown dtype %d", m->name, (int)m->dtype);
+        return RINGD_E_INVALID;
+    }
+    if (m->op == RD_COLL_ALLREDUCE) {
+        if ((int)m->redop < 0 || (int)m->redop >= RD_OP_COUNT) {
+            snprintf(err, errlen, "tensor '%s': unknown reduce op %d", m->name, (int)m->redop);
+            return RINGD_E_INVALID;
+        }
+        if (!isfinite(m->prescale) || !isfinite(m->postscale)) {
+            snprintf(err, errlen, "tensor '%s': prescale and postscale must be finite", m->name);
+            return RINGD_E_INVALID;
+        }
+        if (!rd_dtype_is_float((rd_dtype)m->dtype) && (m->prescale != 1.0 || m->postscale != 1.0)) {
+            snprintf(err, errlen, "tensor '%s': prescale/postscale need a floating dtype, not %s",
+                     m->name, rd_dtype_name((rd_dtype)m->dtype));
+            return RINGD_E_INVALID;
+        }
+    }
+    if (m->op == RD_COLL_BROADCAST && m->root >= s->size) {
+        snprintf(err, errlen, "tensor '%s': root %u is not a rank of a job of size %u", m->name,
+                 m->root, s->size);
+        return RINGD_E_INVALID;
+    }
+    return check_layout(s, m, err, errlen);
 }
 
 int rd_check_match(const rd_check_first *f, const rd_submit *m, uint32_t rank, char *msg,

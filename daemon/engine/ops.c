@@ -232,37 +232,48 @@ static int op_agrees(const rd_op *o, const rd_submit *m, uint32_t rank, char *ms
     return ok;
 }
 
+/* Submits only rank s hears refused, as they belong to no op this node matches: a bad name, a
+ * drained node, a generation the job has left. Returns 1 when s was answered, else 0. */
+static int submit_answered_alone(rd_client *s, const rd_submit *m, char *err, size_t errlen)
+{
+    rd_job *j = s->job;
+    uint32_t rank = s->local_rank;
+    if (!rd_name_valid(m->name)) { /* nothing to match it with: only this rank can hear of it */
+        snprintf(err, errlen, "tensor names are 1..%d printable ASCII bytes", RD_NAME_MAX);
+        rd_optab_answer(j, s, m->request_id, RINGD_E_INVALID, err, NULL);
+        return 1;
+    }
+    if (rd_job_draining(j)) {
+        /* Not told to the other nodes: they carry the op over to a ring without this node. */
+        snprintf(err, errlen,
+                 "tensor '%s': node %s drained: job '%s' goes on without it; this session "
+                 "runs no more collectives (close it, and open a new one to join again)",
+                 m->name, j->e->cfg->node, j->name);
+        rd_optab_answer(j, s, m->request_id, RINGD_E_CLOSED, err, NULL);
+        return 1;
+    }
+    if (m->generation != 0 && m->generation < j->sync_generation) {
+        /* Before any check that depends on the job's size, the library's too: they judged by
+         * the wrong one. Only this rank hears it: every rank re-synchronises, and the op it
+         * belongs to is of an earlier generation (a tombstone would fail the next one). */
+        snprintf(err, errlen,
+                 "tensor '%s': %s (this rank is now %u of %u, generation %" PRIu64
+                 "): restore the last committed state and broadcast it from rank 0",
+                 m->name, j->sync_why, j->first_rank + rank, j->size, j->generation);
+        rd_optab_answer(j, s, m->request_id, RINGD_E_MEMBERSHIP, err, NULL);
+        return 1;
+    }
+    return 0;
+}
+
 void rd_ops_submit(rd_client *s, const rd_submit *m)
 {
     rd_job *j = s->job;
     uint32_t rank = s->local_rank;
     char err[768];
 
-    if (!rd_name_valid(m->name)) { /* nothing to match it with: only this rank can hear of it */
-        snprintf(err, sizeof(err), "tensor names are 1..%d printable ASCII bytes", RD_NAME_MAX);
-        rd_optab_answer(j, s, m->request_id, RINGD_E_INVALID, err, NULL);
+    if (submit_answered_alone(s, m, err, sizeof(err)))
         return;
-    }
-    if (rd_job_draining(j)) {
-        /* Not told to the other nodes: they carry the op over to a ring without this node. */
-        snprintf(err, sizeof(err),
-                 "tensor '%s': node %s drained: job '%s' goes on without it; this session "
-                 "runs no more collectives (close it, and open a new one to join again)",
-                 m->name, j->e->cfg->node, j->name);
-        rd_optab_answer(j, s, m->request_id, RINGD_E_CLOSED, err, NULL);
-        return;
-    }
-    if (m->generation != 0 && m->generation < j->sync_generation) {
-        /* Before any check that depends on the job's size, the library's too: they judged by
-         * the wrong one. Only this rank hears it: every rank re-synchronises, and the op it
-         * belongs to is of an earlier generation (a tombstone would fail the next one). */
-        snprintf(err, sizeof(err),
-                 "tensor '%s': %s (this rank is now %u of %u, generation %" PRIu64
-                 "): restore the last committed state and broadcast it from rank 0",
-                 m->name, j->sync_why, j->first_rank + rank, j->size, j->generation);
-        rd_optab_answer(j, s, m->request_id, RINGD_E_MEMBERSHIP, err, NULL);
-        return;
-    }
     ringd_result_t rc;
     if (m->refused != 0) {
         rc = m->refused < RINGD_RESULT_COUNT ? (ringd_result_t)m->refused : RINGD_E_INVALID;
