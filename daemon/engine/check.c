@@ -137,7 +137,7 @@ static rd_status check_layout(const rd_check_session *s, const rd_submit *m, cha
 rd_status rd_check_submit(const rd_check_session *s, const rd_submit *m, char *err,
                           size_t errlen)
 {
-    if ((int)m->op < RD_COLL_ALLREDUCE || (int)m->op > RD_COLL_BARRIER) {
+    if (!rd_coll_valid((int)m->op)) {
         snprintf(err, errlen, "tensor '%s': unknown op %d", m->name, (int)m->op);
         return RINGD_E_INVALID;
     }
@@ -154,12 +154,12 @@ rd_status rd_check_submit(const rd_check_session *s, const rd_submit *m, char *e
                  m->name);
         return RINGD_E_INVALID;
     }
-    if ((int)m->dtype < 0 || (int)m->dtype >= RD_DT_COUNT) {
+    if (!rd_dtype_valid((int)m->dtype)) {
         snprintf(err, errlen, "tensor '%s': unknown dtype %d", m->name, (int)m->dtype);
         return RINGD_E_INVALID;
     }
     if (m->op == RD_COLL_ALLREDUCE) {
-        if ((int)m->redop < 0 || (int)m->redop >= RD_OP_COUNT) {
+        if (!rd_redop_valid((int)m->redop)) {
             snprintf(err, errlen, "tensor '%s': unknown reduce op %d", m->name, (int)m->redop);
             return RINGD_E_INVALID;
         }

@@ -158,9 +158,11 @@ void world_teardown(rd_world *w, const char *why, teardown_how how, world_state 
     }
     world_set_state(w, next);
     world_links_close(w);
-    rd_ringchan_ended(&w->chan);
+    /* The job first: what it had in flight on this ring belongs to an old one before the
+     * subscribers' ends (a device transport's abort) report on it. */
     if (w->ev.ring_ended != NULL)
         w->ev.ring_ended(w->arg);
+    rd_ringchan_ended(&w->chan);
     memset(w->members, 0, sizeof(w->members)); /* M_ACTIVE */
     event_del(w->ev_reform);
     event_del(w->ev_connect);
@@ -475,15 +477,6 @@ rd_world *rd_world_new(rd_net *net, const char *job, uint32_t world_size, uint32
     w->state = W_IDLE;
     w->next = net->worlds;
     net->worlds = w;
-    /* The job's relays of the control channel (ring_forming, message, flush) are the channel's
-     * first subscriber, taking every kind, while the job has them. */
-    if (ev->ring_forming != NULL || ev->message != NULL || ev->flush != NULL) {
-        rd_ring_channel relay = {.kinds = ev->message != NULL ? UINT32_MAX : 0,
-                                 .forming = ev->ring_forming,
-                                 .message = ev->message,
-                                 .flush = ev->flush};
-        rd_ringchan_subscribe(&w->chan, &relay, arg);
-    }
     int ok = world_links_init(w) == 0;
     w->ev_reform = event_new(base, -1, 0, on_reform, w);
     w->ev_grace = evtimer_new(base, on_grace, w);

@@ -73,18 +73,10 @@ typedef struct {
     void (*ring_lost)(void *arg, const char *why);
     /* The ring broke under running ops: their failures wait for the next ring. */
     void (*disrupted)(void *arg);
-    /* The ring of the current generation ended, up or not: after every subscriber of its
-     * control channel heard so (rd_world_subscribe), before ring_down when it was up. May be
+    /* The ring of the current generation ended, up or not: before the subscribers of its
+     * control channel hear so (rd_world_subscribe), and before ring_down when it was up. May be
      * NULL. */
     void (*ring_ended)(void *arg);
-    /* The job's relays of the ring's control channel, the old way of hearing it (as
-     * rd_ring_channel's forming, message taking every kind, and flush; each may be NULL): while
-     * any is set, they are the channel's first subscriber. They go once the engine subscribes
-     * for itself. */
-    rd_status (*ring_forming)(void *arg, uint64_t generation, int nnodes, int position,
-                              const rd_ring_node *nodes);
-    void (*message)(void *arg, int from, const rd_schedmsg *m);
-    void (*flush)(void *arg);
     /* What the ring must wait for before it may seal for a graceful change. */
     rd_world_await (*awaits_order)(void *arg);
     /* A ring task submitted with rd_world_submit ended: on the loop, possibly after ring_down
