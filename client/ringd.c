@@ -21,7 +21,7 @@
 #include "conn.h"
 #include "cuda_ptr.h"
 #include "dtype.h"
-#include "ring.h"
+#include "ctlq.h"
 #include "ringd_build.h"
 #if RINGD_HAVE_CUDA
 #include "cuda_dev.h"
@@ -104,8 +104,8 @@ struct ringd {
     uint64_t generation;
     int op_timeout_ms;
     int poll_us;
-    rd_ring sq;            /* submissions to the daemon, in the arena's control area */
-    rd_ring cq;            /* completions from it */
+    rd_ctlq sq;            /* submissions to the daemon, in the arena's control area */
+    rd_ctlq cq;            /* completions from it */
     ringd_result_t broken; /* RINGD_OK while the session works */
     uint64_t next_id;
     uint64_t auto_seq;
@@ -355,8 +355,8 @@ static ringd_result_t await_welcome(ringd_t *r, const char *job, int local_size,
     }
     r->arena = p;
     r->arena_size = w->arena_size;
-    rd_ring_attach_producer(&r->sq, &((rd_ctrl *)p)->sq);
-    rd_ring_attach_consumer(&r->cq, &((rd_ctrl *)p)->cq);
+    rd_ctlq_attach_producer(&r->sq, &((rd_ctrl *)p)->sq);
+    rd_ctlq_attach_consumer(&r->cq, &((rd_ctrl *)p)->cq);
     r->rank = (int)w->rank;
     r->size = (int)w->size;
     r->local_rank = (int)w->local_rank;
@@ -631,7 +631,7 @@ static void break_session(ringd_t *r, ringd_result_t rc, const char *why)
 }
 
 /* Takes the job as of a Complete (generation 0: unchanged) as the session's, before the
- * request's result reaches the caller. Completes come through the shared ring and, when it is
+ * request's result reaches the caller. Completes come through the control queue and, when it is
  * full, the socket, which are read in turns: one may overtake another, so an older generation
  * never replaces a newer one. Returns 0, or -1 after breaking the session on numbers that do not
  * fit together. */
@@ -685,7 +685,7 @@ static void handle(ringd_t *r, const rd_msg *m)
             }
         }
         return;                         /* a request the caller gave up on */
-    case RINGD__MSG__BODY_POKE: return; /* the completion ring is read on every turn */
+    case RINGD__MSG__BODY_POKE: return; /* the completion queue is read on every turn */
     case RINGD__MSG__BODY_ERROR:
         snprintf(why, sizeof(why), "ringd closed the session: %s", m->error->message);
         break_session(r,
@@ -701,17 +701,17 @@ static void handle(ringd_t *r, const rd_msg *m)
     }
 }
 
-/* Handles every message waiting in the completion ring and on the socket, without blocking.
+/* Handles every message waiting in the completion queue and on the socket, without blocking.
  * Returns RINGD_OK, or the error that broke the session. */
 static ringd_result_t drain(ringd_t *r, int socket_too)
 {
     char err[512];
     rd_msg *m = NULL;
     for (;;) {
-        rd_ring_status st = rd_ring_get(&r->cq, RD_FRAME_MAX_DEFAULT, &m, err, sizeof(err));
-        if (st == RD_RING_EMPTY)
+        rd_ctlq_status st = rd_ctlq_get(&r->cq, RD_FRAME_MAX_DEFAULT, &m, err, sizeof(err));
+        if (st == RD_CTLQ_EMPTY)
             break;
-        if (st != RD_RING_OK) {
+        if (st != RD_CTLQ_OK) {
             break_session(r, RINGD_E_PROTOCOL, err);
             return r->broken;
         }
@@ -733,7 +733,7 @@ static ringd_result_t drain(ringd_t *r, int socket_too)
 }
 
 /* Handles messages until q is done (q NULL: only what is already there), waiting at most
- * timeout_ms (-1 forever, 0 not at all). Polls the completion ring for poll_us, yielding the
+ * timeout_ms (-1 forever, 0 not at all). Polls the completion queue for poll_us, yielding the
  * CPU to the daemon and the other ranks, then sleeps on the socket, where the daemon Pokes. */
 static ringd_result_t pump(ringd_t *r, ringd_request_t *q, int timeout_ms)
 {
@@ -754,12 +754,12 @@ static ringd_result_t pump(ringd_t *r, ringd_request_t *q, int timeout_ms)
             sched_yield();
             continue;
         }
-        if (!rd_ring_prepare_sleep(&r->cq))
+        if (!rd_ctlq_prepare_sleep(&r->cq))
             continue;
         struct pollfd p = {.fd = r->conn.fd, .events = POLLIN};
         int wait = deadline ? (int)((deadline - now + 999) / 1000) : -1;
         int n = poll(&p, 1, wait);
-        rd_ring_wake(&r->cq);
+        rd_ctlq_wake(&r->cq);
         if (n < 0 && errno != EINTR) {
             break_session(r, RINGD_E_SYSTEM, "poll on the ringd socket failed");
             return r->broken;
@@ -768,18 +768,18 @@ static ringd_result_t pump(ringd_t *r, ringd_request_t *q, int timeout_ms)
     }
 }
 
-/* Sends one message to the daemon: through the shared ring when it has room (Poking a sleeping
+/* Sends one message to the daemon: through the control queue when it has room (Poking a sleeping
  * daemon), else on the socket. */
 static ringd_result_t send_to_daemon(ringd_t *r, const rd_msg *m, char *err, size_t errlen)
 {
-    rd_ring_status st = rd_ring_put(&r->sq, m);
-    if (st == RD_RING_FULL)
+    rd_ctlq_status st = rd_ctlq_put(&r->sq, m);
+    if (st == RD_CTLQ_FULL)
         return rd_conn_send(&r->conn, m, err, errlen);
-    if (st != RD_RING_OK) {
-        snprintf(err, errlen, "the submission ring's shared indices are corrupt");
+    if (st != RD_CTLQ_OK) {
+        snprintf(err, errlen, "the submission queue's shared indices are corrupt");
         return RINGD_E_PROTOCOL;
     }
-    if (!rd_ring_consumer_asleep(&r->sq))
+    if (!rd_ctlq_consumer_asleep(&r->sq))
         return RINGD_OK;
     Ringd__Poke p = RINGD__POKE__INIT;
     rd_msg poke = RINGD__MSG__INIT;

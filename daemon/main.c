@@ -103,7 +103,7 @@ static void on_accept(int fd, void *arg)
     rd_session_accept(&((rd_daemon *)arg)->front, fd);
 }
 
-/* The event loop, with the clients' shared rings polled between turns: while messages keep
+/* The event loop, with the clients' control queues polled between turns: while messages keep
  * coming (within --poll-us of the last one) it neither sleeps nor holds the CPU from the
  * clients it waits for (sched_yield); once idle it tells the clients to Poke the socket and
  * sleeps in the event loop. Returns -1 if the event loop failed. */
@@ -113,7 +113,7 @@ static int run_loop(rd_daemon *d)
     uint64_t seen = d->counters.activity;
     while (!event_base_got_break(d->base)) {
         int rc;
-        if (rd_session_poll_rings(&d->front) > 0 || d->counters.activity != seen) {
+        if (rd_session_poll_queues(&d->front) > 0 || d->counters.activity != seen) {
             seen = d->counters.activity;
             last = rd_now_us();
         }

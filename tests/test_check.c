@@ -7,7 +7,7 @@
 
 #include "check.h"
 #include "frame.h"
-#include "ring.h"
+#include "ctlq.h"
 
 #define ARENA (1u << 20)
 #define DATA RD_CTRL_BYTES /* the host arena's data area starts here */

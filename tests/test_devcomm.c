@@ -1,5 +1,5 @@
 /* Unit tests for daemon/engine/devcomm.c on the CPU: a job's device communicator between the
- * agreement (devring.c, real) and a fake world and transport (linked in place of world.c and
+ * agreement (devplan.c, real) and a fake world and transport (linked in place of world.c and
  * NCCL) that record what is sent and called. Two jobs of one daemon on one GPU: one holds it
  * with its NCCL communicator, the other crosses on TCP, saying why, until the GPU is free. */
 #include <criterion/criterion.h>

@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #include "harness.h"
-#include "ring.h"
+#include "ctlq.h"
 #include "ringd.h"
 
 static th_daemon daemon_;
@@ -98,12 +98,12 @@ static int hello(int local_size, int world_size)
     return fd;
 }
 
-/* A raw client past Welcome: its socket, its mapped arena and the shared rings in it. */
+/* A raw client past Welcome: its socket, its mapped arena and the control queues in it. */
 typedef struct {
     int fd;
     uint8_t *arena;
     uint64_t size, data_offset;
-    rd_ring sq, cq;
+    rd_ctlq sq, cq;
 } raw;
 
 /* Reads Welcome on fd (after hello), maps the arena and attaches the rings. */
@@ -123,19 +123,19 @@ static void raw_join(raw *x, int fd)
     close(afd);
     rd_frame_free(m);
     cr_assert(rd_ctrl_valid(x->arena));
-    rd_ring_attach_producer(&x->sq, &((rd_ctrl *)x->arena)->sq);
-    rd_ring_attach_consumer(&x->cq, &((rd_ctrl *)x->arena)->cq);
+    rd_ctlq_attach_producer(&x->sq, &((rd_ctrl *)x->arena)->sq);
+    rd_ctlq_attach_consumer(&x->cq, &((rd_ctrl *)x->arena)->cq);
 }
 
-/* The next message from the daemon, from the completion ring or the socket (5 s at most). */
+/* The next message from the daemon, from the completion queue or the socket (5 s at most). */
 static rd_msg *raw_next(raw *x)
 {
     char err[256];
     for (int i = 0; i < 5000; i++) {
         rd_msg *m = NULL;
-        rd_ring_status st = rd_ring_get(&x->cq, 1 << 20, &m, err, sizeof(err));
-        cr_assert_neq(st, RD_RING_BROKEN, "%s", err);
-        if (st == RD_RING_OK)
+        rd_ctlq_status st = rd_ctlq_get(&x->cq, 1 << 20, &m, err, sizeof(err));
+        cr_assert_neq(st, RD_CTLQ_BROKEN, "%s", err);
+        if (st == RD_CTLQ_OK)
             return m;
         m = th_recv(x->fd, 1, NULL);
         if (m != NULL && m->body_case != RINGD__MSG__BODY_POKE)

@@ -10,7 +10,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "ring.h"
+#include "ctlq.h"
 
 rd_arena *rd_arena_new(uint64_t size, char *err, size_t errlen)
 {

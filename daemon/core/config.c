@@ -50,7 +50,7 @@ static const opt_spec options[] = {
     {"max-clients", "RINGD_MAX_CLIENTS", OPT_INT, "1024", 1, 65536, OFF(max_clients),
      "connections served at once; more are refused", NULL},
     {"poll-us", "RINGD_POLL_US", OPT_INT, "100", 0, 1000000, OFF(poll_us),
-     "microseconds to keep polling clients' shared rings after the last message before sleeping "
+     "microseconds to keep polling clients' control queues after the last message before sleeping "
      "(0: sleep at once; each wake-up then costs a system call)",
      NULL},
     {"max-pending", "RINGD_MAX_PENDING", OPT_INT, "4096", 1, 1 << 24, OFF(max_pending),

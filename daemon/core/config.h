@@ -21,7 +21,7 @@ typedef struct {
     int64_t threads;       /* data-path worker threads */
     int64_t log_level;
     int64_t max_clients;
-    int64_t poll_us;      /* keep polling the shared rings this long after activity */
+    int64_t poll_us;      /* keep polling the control queues this long after activity */
     int64_t max_pending;  /* collectives one client may have outstanding */
     int64_t handshake_ms; /* a connection must say what it is within this */
 

@@ -8,7 +8,7 @@
 #include <stdio.h>
 
 #include "frame.h"
-#include "ring.h"
+#include "ctlq.h"
 
 rd_op_params rd_check_params(const rd_submit *m)
 {

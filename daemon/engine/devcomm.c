@@ -1,4 +1,4 @@
-/* A job's device communicator across nodes: the devring agreement wired to the transport, the
+/* A job's device communicator across nodes: the devplan agreement wired to the transport, the
  * world and a timer. */
 #include "devcomm.h"
 
@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "counters.h"
-#include "devring.h"
+#include "devplan.h"
 #include "frame.h"
 #include "log.h"
 
@@ -26,7 +26,7 @@ struct rd_devcomm {
     int claimed; /* the GPU this job's communicator holds in gpus, or -1 */
     rd_world *w;
     char job[RD_NAME_MAX + 1];
-    rd_devring *dr;
+    rd_devplan *dr;
     int chan;                    /* its subscription to the ring's control channel */
     struct event *ev_tick;
     rd_devcomm_local local;      /* what this node brought to the ring that is up */
@@ -121,17 +121,17 @@ static int on_join(void *arg, const uint8_t *id, size_t len, int nranks, int ran
     return 0;
 }
 
-static void on_settled(void *arg, rd_devring_state st, const char *why)
+static void on_settled(void *arg, rd_devplan_state st, const char *why)
 {
     rd_devcomm *c = arg;
-    if (rd_devring_required(c->dr))
+    if (rd_devplan_required(c->dr))
         snprintf(c->why, sizeof(c->why), "--gpu-transport nccl, and NCCL cannot run: %.900s", why);
     rd_log(RD_LOG_INFO, "devcomm", "job '%s': generation %" PRIu64 " crosses nodes on %s%s%s",
-           c->job, rd_devring_generation(c->dr), st == RD_DEVRING_NCCL ? "NCCL" : "the TCP ring",
+           c->job, rd_devplan_generation(c->dr), st == RD_DEVPLAN_NCCL ? "NCCL" : "the TCP ring",
            why[0] ? ": " : "", why);
-    if (st != RD_DEVRING_NCCL)
+    if (st != RD_DEVPLAN_NCCL)
         gpu_release(c);
-    c->ev.settled(c->ev_arg, st == RD_DEVRING_NCCL);
+    c->ev.settled(c->ev_arg, st == RD_DEVPLAN_NCCL);
 }
 
 static void on_failed(void *arg, const char *why, const int *aside, int naside, int nccl)
@@ -143,13 +143,13 @@ static void on_failed(void *arg, const char *why, const int *aside, int naside, 
      * nccl tries again at every generation. */
     if (nccl && c->cfg->gpu_transport == RD_GPU_TRANSPORT_AUTO)
         snprintf(c->fallback, sizeof(c->fallback), "NCCL failed at generation %" PRIu64 ": %.400s",
-                 rd_devring_generation(c->dr), why);
+                 rd_devplan_generation(c->dr), why);
     for (int k = 0; k < naside; k++)
         rd_world_set_aside(c->w, aside[k], why);
     rd_world_reform(c->w, why);
 }
 
-static const rd_devring_events devring_events = {
+static const rd_devplan_events devplan_events = {
     .send = on_send,
     .make_id = on_make_id,
     .join = on_join,
@@ -164,13 +164,13 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     char err[512] = "";
     (void)fd;
     (void)what;
-    if (c->t != NULL && rd_devring_state_of(c->dr) == RD_DEVRING_JOINING) {
+    if (c->t != NULL && rd_devplan_state_of(c->dr) == RD_DEVPLAN_JOINING) {
         int st = c->local.ops->poll(c->t, err, sizeof(err));
         if (st <= 0)
-            rd_devring_formed(c->dr, st == 0, err);
+            rd_devplan_formed(c->dr, st == 0, err);
     }
-    rd_devring_tick(c->dr, rd_now_ms());
-    if (rd_devring_deadline(c->dr) != 0)
+    rd_devplan_tick(c->dr, rd_now_ms());
+    if (rd_devplan_deadline(c->dr) != 0)
         arm(c);
 }
 
@@ -211,12 +211,12 @@ rd_devcomm *rd_devcomm_new(struct event_base *base, const rd_config *cfg, rd_dev
         .ended = chan_ended,
         .message = chan_message,
     };
-    if ((c->dr = rd_devring_new(&devring_events, c)) == NULL ||
+    if ((c->dr = rd_devplan_new(&devplan_events, c)) == NULL ||
         (c->ev_tick = evtimer_new(base, on_tick, c)) == NULL ||
         (c->chan = rd_world_subscribe(w, &chan, c)) < 0) {
         if (c->ev_tick != NULL)
             event_free(c->ev_tick);
-        rd_devring_free(c->dr);
+        rd_devplan_free(c->dr);
         free(c);
         return NULL;
     }
@@ -233,7 +233,7 @@ void rd_devcomm_free(rd_devcomm *c)
     c->t = NULL;
     comm_end(c);
     event_free(c->ev_tick);
-    rd_devring_free(c->dr);
+    rd_devplan_free(c->dr);
     free(c->first_ranks);
     free(c->local_sizes);
     free(c);
@@ -259,7 +259,7 @@ rd_status rd_devcomm_ring_forming(rd_devcomm *c, uint64_t generation, int nnodes
         c->first_ranks[i] = nodes[i].first_rank;
         c->local_sizes[i] = nodes[i].local_size;
     }
-    int rc = rd_devring_start(c->dr, generation, nnodes, position, names, c->cfg->peer_timeout);
+    int rc = rd_devplan_start(c->dr, generation, nnodes, position, names, c->cfg->peer_timeout);
     free(names);
     return rc == 0 ? RINGD_OK : RINGD_E_NOMEM;
 }
@@ -278,13 +278,13 @@ void rd_devcomm_ring_up(rd_devcomm *c, const rd_devcomm_local *local)
         snprintf(why, sizeof(why), "no device transport in this build");
     if (can && gpu_claim(c, local->gpu, why, sizeof(why)) != 0)
         can = 0;
-    rd_devring_offer own = {(int)c->cfg->gpu_transport, local->device, can, why,
+    rd_devplan_offer own = {(int)c->cfg->gpu_transport, local->device, can, why,
                             local->device ? local->gpu_uuid : NULL};
-    if (rd_devring_up(c->dr, &own, rd_now_ms()) != 0) {
+    if (rd_devplan_up(c->dr, &own, rd_now_ms()) != 0) {
         rd_world_drop(c->w, "out of memory offering a device transport");
         return;
     }
-    if (rd_devring_deadline(c->dr) != 0)
+    if (rd_devplan_deadline(c->dr) != 0)
         arm(c);
 }
 
@@ -294,15 +294,15 @@ void rd_devcomm_ring_ended(rd_devcomm *c)
         return;
     comm_end(c);
     c->why[0] = '\0';
-    rd_devring_end(c->dr);
+    rd_devplan_end(c->dr);
     evtimer_del(c->ev_tick);
 }
 
 void rd_devcomm_message(rd_devcomm *c, int from, const rd_schedmsg *m)
 {
     char err[256] = "", why[512];
-    if (rd_devring_message(c->dr, from, m, rd_now_ms(), err, sizeof(err)) == 0) {
-        if (rd_devring_deadline(c->dr) != 0)
+    if (rd_devplan_message(c->dr, from, m, rd_now_ms(), err, sizeof(err)) == 0) {
+        if (rd_devplan_deadline(c->dr) != 0)
             arm(c);
         return;
     }
@@ -313,7 +313,7 @@ void rd_devcomm_message(rd_devcomm *c, int from, const rd_schedmsg *m)
 
 void rd_devcomm_outcome(rd_devcomm *c, int ok, const char *why)
 {
-    uint64_t g = rd_devring_generation(c->dr);
+    uint64_t g = rd_devplan_generation(c->dr);
     if (ok) {
         c->faults = 0;
         return;
@@ -330,12 +330,12 @@ void rd_devcomm_outcome(rd_devcomm *c, int ok, const char *why)
 
 int rd_devcomm_nccl(const rd_devcomm *c)
 {
-    return rd_devring_state_of(c->dr) == RD_DEVRING_NCCL && c->t != NULL;
+    return rd_devplan_state_of(c->dr) == RD_DEVPLAN_NCCL && c->t != NULL;
 }
 
 const char *rd_devcomm_refusal(const rd_devcomm *c)
 {
-    return rd_devring_required(c->dr) ? c->why : NULL;
+    return rd_devplan_required(c->dr) ? c->why : NULL;
 }
 
 int rd_devcomm_position_of(const rd_devcomm *c, uint32_t rank)
@@ -368,6 +368,6 @@ int rd_devcomm_run(rd_devcomm *c, struct event_base *base, int coll, rd_dtype dt
 
 void rd_devcomm_describe(const rd_devcomm *c, const char **transport, const char **why)
 {
-    *transport = rd_devring_state_name(rd_devring_state_of(c->dr));
-    *why = c->why[0] != '\0' ? c->why : rd_devring_why(c->dr);
+    *transport = rd_devplan_state_name(rd_devplan_state_of(c->dr));
+    *why = c->why[0] != '\0' ? c->why : rd_devplan_why(c->dr);
 }

@@ -1,4 +1,4 @@
-/* A multi-node job's device communicator: runs the device transport's agreement (devring.h) at
+/* A multi-node job's device communicator: runs the device transport's agreement (devplan.h) at
  * every ring generation with the device backend's transport (NCCL), the world's control links
  * and a timer of its own; aborts the communicator when the ring ends; sets aside the nodes that
  * never joined and re-forms the ring when NCCL fails. One per job spanning nodes, for its life.

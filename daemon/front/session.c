@@ -149,13 +149,13 @@ rd_status rd_session_send_fds(rd_session *s, const rd_msg *msg, const int *fds, 
     return s->state == RD_SESSION_CLOSING ? RINGD_E_CLOSED : RINGD_OK; /* a write failed */
 }
 
-/* Sends msg to an active client through its shared ring, Poking it when it sleeps; falls back
- * to the socket when the ring is full. */
+/* Sends msg to an active client through its control queue, Poking it when it sleeps; falls back
+ * to the socket when the queue is full. */
 static void send_shared(rd_session *s, const rd_msg *msg)
 {
-    switch (rd_ring_put(&s->cq, msg)) {
-    case RD_RING_OK:
-        if (rd_ring_consumer_asleep(&s->cq)) {
+    switch (rd_ctlq_put(&s->cq, msg)) {
+    case RD_CTLQ_OK:
+        if (rd_ctlq_consumer_asleep(&s->cq)) {
             Ringd__Poke p = RINGD__POKE__INIT;
             rd_msg m = RINGD__MSG__INIT;
             m.body_case = RINGD__MSG__BODY_POKE;
@@ -163,9 +163,9 @@ static void send_shared(rd_session *s, const rd_msg *msg)
             rd_session_send(s, &m);
         }
         return;
-    case RD_RING_FULL: rd_session_send(s, msg); return;
+    case RD_CTLQ_FULL: rd_session_send(s, msg); return;
     default:
-        rd_session_close(s, RINGD_E_PROTOCOL, "the completion ring's shared indices are corrupt");
+        rd_session_close(s, RINGD_E_PROTOCOL, "the completion queue's shared indices are corrupt");
         return;
     }
 }
@@ -352,7 +352,7 @@ static void dispatch(rd_session *s, const rd_msg *m)
         rd_submit_of(m->submit, &sub);
         rd_ops_submit(&s->c, &sub);
         return;
-    case RINGD__MSG__BODY_POKE: return; /* the loop polls the rings after every turn */
+    case RINGD__MSG__BODY_POKE: return; /* the loop polls the queues after every turn */
     default: break;
     }
     for (size_t i = 0; i < s->f->nadmin; i++) {
@@ -499,7 +499,7 @@ void rd_session_free_all(rd_front *f)
         session_free(f->sessions);
 }
 
-/* Sends Welcome with the arena's fd and, once sent, attaches the shared rings in the arena:
+/* Sends Welcome with the arena's fd and, once sent, attaches the control queues in the arena:
  * the session is ACTIVE. */
 static rd_status client_welcome(rd_client *cl, const rd_client_view *v, int arena_fd)
 {
@@ -548,8 +548,8 @@ static rd_status client_welcome(rd_client *cl, const rd_client_view *v, int aren
     if (rc != RINGD_OK)
         return rc;
     rd_ctrl *c = (rd_ctrl *)s->c.arena->base;
-    rd_ring_attach_consumer(&s->sq, &c->sq);
-    rd_ring_attach_producer(&s->cq, &c->cq);
+    rd_ctlq_attach_consumer(&s->sq, &c->sq);
+    rd_ctlq_attach_producer(&s->cq, &c->cq);
     set_state(s, RD_SESSION_ACTIVE);
     return RINGD_OK;
 }
@@ -579,21 +579,21 @@ const rd_client_events rd_session_client_events = {
     .complete = client_complete,
 };
 
-/* Frames taken from one ring per poll, so one busy client cannot starve the others. */
+/* Frames taken from one queue per poll, so one busy client cannot starve the others. */
 #define RD_POLL_BATCH 64
 
-int rd_session_poll_rings(rd_front *f)
+int rd_session_poll_queues(rd_front *f)
 {
     int taken = 0;
     char err[256];
     for (rd_session *s = f->sessions; s != NULL; s = s->next) {
         for (int i = 0; i < RD_POLL_BATCH && s->state == RD_SESSION_ACTIVE; i++) {
             rd_msg *m = NULL;
-            rd_ring_status st =
-                rd_ring_get(&s->sq, (uint32_t)f->cfg->max_frame, &m, err, sizeof(err));
-            if (st == RD_RING_EMPTY)
+            rd_ctlq_status st =
+                rd_ctlq_get(&s->sq, (uint32_t)f->cfg->max_frame, &m, err, sizeof(err));
+            if (st == RD_CTLQ_EMPTY)
                 break;
-            if (st != RD_RING_OK) {
+            if (st != RD_CTLQ_OK) {
                 rd_session_close(s, RINGD_E_PROTOCOL, "%s", err);
                 break;
             }
@@ -608,7 +608,7 @@ int rd_session_poll_rings(rd_front *f)
 int rd_session_prepare_sleep(rd_front *f)
 {
     for (rd_session *s = f->sessions; s != NULL; s = s->next) {
-        if (s->state == RD_SESSION_ACTIVE && !rd_ring_prepare_sleep(&s->sq)) {
+        if (s->state == RD_SESSION_ACTIVE && !rd_ctlq_prepare_sleep(&s->sq)) {
             rd_session_wake(f);
             return 0;
         }
@@ -620,5 +620,5 @@ void rd_session_wake(rd_front *f)
 {
     for (rd_session *s = f->sessions; s != NULL; s = s->next)
         if (s->state == RD_SESSION_ACTIVE)
-            rd_ring_wake(&s->sq);
+            rd_ctlq_wake(&s->sq);
 }

@@ -9,7 +9,7 @@
 #include "frame.h"
 #include "front.h"
 #include "job.h"
-#include "ring.h"
+#include "ctlq.h"
 #include "ringd.h"
 #include "status.h"
 
@@ -39,8 +39,8 @@ typedef struct rd_session {
     rd_client c; /* the engine's view of the client: job, local rank, arena */
     int asked_device; /* the CUDA device its Hello asked for; -1: the daemon's pick */
     uint64_t device_arena_size; /* device arena bytes its Hello asked for; 0: none */
-    rd_ring sq;  /* client -> daemon, consumed here; attached from ACTIVE on */
-    rd_ring cq;  /* daemon -> client, produced here */
+    rd_ctlq sq;  /* client -> daemon, consumed here; attached from ACTIVE on */
+    rd_ctlq cq;  /* daemon -> client, produced here */
     struct rd_session *prev, *next;
 } rd_session;
 
@@ -61,9 +61,9 @@ extern const rd_client_events rd_session_client_events;
 void rd_session_close(rd_session *s, ringd_result_t status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* Takes the frames waiting in every active session's shared ring (a bounded number each) and
+/* Takes the frames waiting in every active session's control queue (a bounded number each) and
  * dispatches them. Returns how many were taken. */
-int rd_session_poll_rings(rd_front *f);
+int rd_session_poll_queues(rd_front *f);
 
 /* The loop is about to sleep: tells every active client to Poke the socket for its next
  * message. Returns 0 when a frame arrived meanwhile (then nothing is announced). */

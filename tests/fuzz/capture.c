@@ -1,5 +1,5 @@
 /* Writes the fuzz harnesses' seed corpora: real frames packed from the protobuf structs the
- * client and the daemons send, real shared-ring contents, member records and Redis replies in
+ * client and the daemons send, real control queue contents, member records and Redis replies in
  * the rendezvous's format, and the bytes a real ring node sends on a data link.
  * usage: fuzz_capture DIR   (DIR/<target>/<seed>; tests/fuzz/corpus is made with DIR =
  * tests/fuzz/corpus, from build-test: build-test/tests/fuzz/fuzz_capture tests/fuzz/corpus) */
@@ -19,7 +19,7 @@
 #include "counters.h"
 #include "frame.h"
 #include "log.h"
-#include "ring.h"
+#include "ctlq.h"
 #include "schedmsg.h"
 #include "xfer.h"
 
@@ -227,7 +227,7 @@ static void capture_frame(void)
     seed_write("frame", "peer_hello", &s);
 }
 
-/* The session harness's input: socket bytes (2-byte length first), then shared-ring bytes. */
+/* The session harness's input: socket bytes (2-byte length first), then control queue bytes. */
 static void session_seed(const char *name, const seed *sock, const seed *ring)
 {
     seed s = {.n = 0};
@@ -277,7 +277,7 @@ static void capture_session(void)
     session_seed("timeline", &sock, &ring);
 }
 
-/* The ring harness's script: frames written into the submission ring and taken, replies put. */
+/* The control queue harness's script: frames written into the submission queue and taken, replies put. */
 static void capture_ring(void)
 {
     seed s = {.n = 0};
@@ -302,7 +302,7 @@ static void capture_ring(void)
         seed_byte(&s, 5); /* put a reply */
         seed_byte(&s, 6); /* sleep and wake */
     }
-    seed_write("ring", "three_submits", &s);
+    seed_write("ctlq", "three_submits", &s);
     /* A client that publishes a head far ahead of what it wrote. */
     s.n = 0;
     seed_byte(&s, 0);
@@ -313,7 +313,7 @@ static void capture_ring(void)
     for (int k = 0; k < 8; k++)
         seed_byte(&s, 0xff);
     seed_byte(&s, 5);
-    seed_write("ring", "hostile_indices", &s);
+    seed_write("ctlq", "hostile_indices", &s);
 }
 
 static void capture_config(void)

@@ -1,5 +1,5 @@
 /* Fuzzes a client session end to end: a real daemon state (event loop, executor, jobs, arenas)
- * reads the input as a client's bytes on its Unix socket and in its shared submission ring, and
+ * reads the input as a client's bytes on its Unix socket and in its shared submission queue, and
  * every message handler a client reaches (Hello, Submit, StatusRequest, DrainRequest, Poke, the
  * rest refused) runs as in ringd. */
 #define _GNU_SOURCE
@@ -23,7 +23,7 @@
 #include "exec.h"
 #include "job.h"
 #include "log.h"
-#include "ring.h"
+#include "ctlq.h"
 #include "session.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -129,11 +129,11 @@ static void drain_replies(int fd)
     }
 }
 
-/* One turn of ringd's loop: events, then the shared rings. */
+/* One turn of ringd's loop: events, then the control queues. */
 static void turn(daemon_state *d, int client)
 {
     event_base_loop(d->base, EVLOOP_NONBLOCK);
-    rd_session_poll_rings(&d->front);
+    rd_session_poll_queues(&d->front);
     if (client >= 0)
         drain_replies(client);
 }
@@ -153,23 +153,23 @@ static void send_all(daemon_state *d, int client, const uint8_t *p, size_t len)
     }
 }
 
-/* Appends bytes to the session's submission ring as a client would (up to the ring's room). */
+/* Appends bytes to the session's submission queue as a client would (up to the queue's room). */
 static void ring_write(rd_session *s, const uint8_t *p, size_t len)
 {
     rd_ctrl *c = (rd_ctrl *)s->c.arena->base;
     uint64_t head = atomic_load(&c->sq.head), tail = atomic_load(&c->sq.tail);
-    uint64_t room = RD_RING_BYTES - (head - tail);
-    if (head - tail > RD_RING_BYTES)
+    uint64_t room = RD_CTLQ_BYTES - (head - tail);
+    if (head - tail > RD_CTLQ_BYTES)
         return;
     if (len > room)
         len = (size_t)room;
     for (size_t i = 0; i < len; i++)
-        c->sq.data[(head + i) & (RD_RING_BYTES - 1)] = p[i];
+        c->sq.data[(head + i) & (RD_CTLQ_BYTES - 1)] = p[i];
     atomic_store(&c->sq.head, head + len);
 }
 
 /* The input: a 2-byte little-endian count of socket bytes, those bytes (Hello, Submit, ...),
- * then bytes appended to the shared submission ring once the session is active. */
+ * then bytes appended to the shared submission queue once the session is active. */
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     daemon_state *d = daemon_get();

@@ -1,6 +1,6 @@
 /* The device transport of a ring generation: offers, the coordinator's plan, communicators
  * confirmed, and the deadlines that keep every step bounded. */
-#include "devring.h"
+#include "devplan.h"
 
 #include <inttypes.h>
 #include <stdarg.h>
@@ -10,62 +10,62 @@
 
 #include "log.h"
 
-static const char *const state_names[RD_DEVRING_NSTATES] = {
+static const char *const state_names[RD_DEVPLAN_NSTATES] = {
     "idle", "linking", "offering", "joining", "formed", "nccl", "tcp", "failed"};
 
 /* Which state may follow which (bit per state); every state may go back to idle. */
 #define B(st) (1u << (st))
-static const unsigned moves[RD_DEVRING_NSTATES] = {
-    [RD_DEVRING_IDLE] = B(RD_DEVRING_LINKING),
-    [RD_DEVRING_LINKING] = B(RD_DEVRING_OFFERING),
-    [RD_DEVRING_OFFERING] = B(RD_DEVRING_JOINING) | B(RD_DEVRING_TCP) | B(RD_DEVRING_FAILED),
-    [RD_DEVRING_JOINING] = B(RD_DEVRING_FORMED) | B(RD_DEVRING_NCCL) | B(RD_DEVRING_FAILED),
-    [RD_DEVRING_FORMED] = B(RD_DEVRING_NCCL) | B(RD_DEVRING_FAILED),
-    [RD_DEVRING_NCCL] = 0,
-    [RD_DEVRING_TCP] = 0,
-    [RD_DEVRING_FAILED] = 0,
+static const unsigned moves[RD_DEVPLAN_NSTATES] = {
+    [RD_DEVPLAN_IDLE] = B(RD_DEVPLAN_LINKING),
+    [RD_DEVPLAN_LINKING] = B(RD_DEVPLAN_OFFERING),
+    [RD_DEVPLAN_OFFERING] = B(RD_DEVPLAN_JOINING) | B(RD_DEVPLAN_TCP) | B(RD_DEVPLAN_FAILED),
+    [RD_DEVPLAN_JOINING] = B(RD_DEVPLAN_FORMED) | B(RD_DEVPLAN_NCCL) | B(RD_DEVPLAN_FAILED),
+    [RD_DEVPLAN_FORMED] = B(RD_DEVPLAN_NCCL) | B(RD_DEVPLAN_FAILED),
+    [RD_DEVPLAN_NCCL] = 0,
+    [RD_DEVPLAN_TCP] = 0,
+    [RD_DEVPLAN_FAILED] = 0,
 };
 #undef B
 
-struct rd_devring {
-    rd_devring_events ev;
+struct rd_devplan {
+    rd_devplan_events ev;
     void *arg;
-    rd_devring_state state;
+    rd_devplan_state state;
     uint64_t generation;
     int nnodes, position;
     char **names;
     int64_t timeout_ms, deadline_ms;
     /* coordinator: each node's offer (its why owned) and how far its communicator came (0, or
      * RD_DEV_JOINED / RD_DEV_FORMED) */
-    rd_devring_offer *offers;
+    rd_devplan_offer *offers;
     unsigned char *offered, *progress;
     int required;
     char why[RD_SCHEDMSG_MESSAGE_MAX + 1];
 };
 
-const char *rd_devring_state_name(rd_devring_state st)
+const char *rd_devplan_state_name(rd_devplan_state st)
 {
-    return st < RD_DEVRING_NSTATES ? state_names[st] : "?";
+    return st < RD_DEVPLAN_NSTATES ? state_names[st] : "?";
 }
 
-static void set_state(rd_devring *d, rd_devring_state st)
+static void set_state(rd_devplan *d, rd_devplan_state st)
 {
-    if (st != RD_DEVRING_IDLE && !(moves[d->state] & (1u << st))) {
-        rd_log(RD_LOG_ERROR, "devring", "illegal move %s -> %s at generation %" PRIu64,
+    if (st != RD_DEVPLAN_IDLE && !(moves[d->state] & (1u << st))) {
+        rd_log(RD_LOG_ERROR, "devplan", "illegal move %s -> %s at generation %" PRIu64,
                state_names[d->state], state_names[st], d->generation);
         abort(); /* a programmer error: every caller checks the state first */
     }
-    rd_log(RD_LOG_DEBUG, "devring", "generation %" PRIu64 ": %s -> %s", d->generation,
+    rd_log(RD_LOG_DEBUG, "devplan", "generation %" PRIu64 ": %s -> %s", d->generation,
            state_names[d->state], state_names[st]);
     d->state = st;
 }
 
-int rd_devring_decide(const rd_devring_offer *offers, const char *const *names, int n, char *why,
+int rd_devplan_decide(const rd_devplan_offer *offers, const char *const *names, int n, char *why,
                       size_t len)
 {
     static const char *const wants[] = {"auto", "nccl", "tcp"};
     for (int i = 0; i < n; i++) {
-        const rd_devring_offer *o = &offers[i];
+        const rd_devplan_offer *o = &offers[i];
         if (o->want == RD_DEV_WANT_TCP)
             snprintf(why, len, "node %s: --gpu-transport %s", names[i], wants[o->want]);
         else if (!o->device)
@@ -88,9 +88,9 @@ int rd_devring_decide(const rd_devring_offer *offers, const char *const *names, 
     return RD_DEV_NCCL;
 }
 
-rd_devring *rd_devring_new(const rd_devring_events *ev, void *arg)
+rd_devplan *rd_devplan_new(const rd_devplan_events *ev, void *arg)
 {
-    rd_devring *d = calloc(1, sizeof(*d));
+    rd_devplan *d = calloc(1, sizeof(*d));
     if (d == NULL)
         return NULL;
     d->ev = *ev;
@@ -99,7 +99,7 @@ rd_devring *rd_devring_new(const rd_devring_events *ev, void *arg)
 }
 
 /* Forgets the generation's nodes. */
-static void nodes_free(rd_devring *d)
+static void nodes_free(rd_devplan *d)
 {
     for (int i = 0; i < d->nnodes; i++) {
         free(d->names[i]);
@@ -118,7 +118,7 @@ static void nodes_free(rd_devring *d)
     d->nnodes = 0;
 }
 
-void rd_devring_free(rd_devring *d)
+void rd_devplan_free(rd_devplan *d)
 {
     if (d == NULL)
         return;
@@ -126,10 +126,10 @@ void rd_devring_free(rd_devring *d)
     free(d);
 }
 
-void rd_devring_end(rd_devring *d)
+void rd_devplan_end(rd_devplan *d)
 {
-    if (d->state != RD_DEVRING_IDLE)
-        set_state(d, RD_DEVRING_IDLE);
+    if (d->state != RD_DEVPLAN_IDLE)
+        set_state(d, RD_DEVPLAN_IDLE);
     nodes_free(d);
     d->deadline_ms = 0;
     d->why[0] = '\0';
@@ -137,37 +137,37 @@ void rd_devring_end(rd_devring *d)
 }
 
 /* Settles the generation on st (NCCL or TCP; why for TCP). */
-static void settle(rd_devring *d, rd_devring_state st, const char *why)
+static void settle(rd_devplan *d, rd_devplan_state st, const char *why)
 {
     set_state(d, st);
     d->deadline_ms = 0;
     snprintf(d->why, sizeof(d->why), "%s", why);
-    rd_log(RD_LOG_INFO, "devring", "generation %" PRIu64 ": device ops cross nodes on %s%s%s",
-           d->generation, st == RD_DEVRING_NCCL ? "NCCL" : "the TCP ring",
+    rd_log(RD_LOG_INFO, "devplan", "generation %" PRIu64 ": device ops cross nodes on %s%s%s",
+           d->generation, st == RD_DEVPLAN_NCCL ? "NCCL" : "the TCP ring",
            why[0] ? ": " : "", why);
     d->ev.settled(d->arg, st, d->why);
 }
 
-static void fail(rd_devring *d, const int *aside, int naside, int nccl, const char *fmt, ...)
+static void fail(rd_devplan *d, const int *aside, int naside, int nccl, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
 
 /* Fails the generation (why from fmt), naming aside[0..naside) for setting aside; nccl: NCCL
  * itself failed. */
-static void fail(rd_devring *d, const int *aside, int naside, int nccl, const char *fmt, ...)
+static void fail(rd_devplan *d, const int *aside, int naside, int nccl, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(d->why, sizeof(d->why), fmt, ap);
     va_end(ap);
-    set_state(d, RD_DEVRING_FAILED);
+    set_state(d, RD_DEVPLAN_FAILED);
     d->deadline_ms = 0;
-    rd_log(RD_LOG_WARN, "devring", "generation %" PRIu64 ": NCCL failed: %s", d->generation,
+    rd_log(RD_LOG_WARN, "devplan", "generation %" PRIu64 ": NCCL failed: %s", d->generation,
            d->why);
     d->ev.failed(d->arg, d->why, aside, naside, nccl);
 }
 
 /* Sends a DevConfirm of state (why for a failure) to the coordinator. */
-static void confirm(rd_devring *d, int state, const char *why)
+static void confirm(rd_devplan *d, int state, const char *why)
 {
     rd_schedmsg m = {.kind = RD_SCHEDMSG_DEV_CONFIRM,
                      .generation = d->generation,
@@ -176,10 +176,10 @@ static void confirm(rd_devring *d, int state, const char *why)
 }
 
 /* Starts this node's communicator from the plan's id; confirms it joined, or fails. */
-static void join(rd_devring *d, const uint8_t *id, size_t len, int64_t now_ms)
+static void join(rd_devplan *d, const uint8_t *id, size_t len, int64_t now_ms)
 {
     char err[512] = "";
-    set_state(d, RD_DEVRING_JOINING);
+    set_state(d, RD_DEVPLAN_JOINING);
     d->deadline_ms = now_ms + (d->position == 0 ? 1 : 2) * d->timeout_ms;
     if (d->ev.join(d->arg, id, len, d->nnodes, d->position, err, sizeof(err)) != 0) {
         if (d->position != 0)
@@ -195,16 +195,16 @@ static void join(rd_devring *d, const uint8_t *id, size_t len, int64_t now_ms)
 }
 
 /* Coordinator: settles on NCCL once every node's communicator formed. */
-static void all_formed(rd_devring *d)
+static void all_formed(rd_devplan *d)
 {
     for (int i = 0; i < d->nnodes; i++)
         if (d->progress[i] != RD_DEV_FORMED)
             return;
-    settle(d, RD_DEVRING_NCCL, "");
+    settle(d, RD_DEVPLAN_NCCL, "");
 }
 
 /* Coordinator: once every node has offered, plans the generation and tells every node. */
-static void plan(rd_devring *d, int64_t now_ms)
+static void plan(rd_devplan *d, int64_t now_ms)
 {
     char why[RD_SCHEDMSG_MESSAGE_MAX + 1], err[512] = "";
     uint8_t id[RD_SCHEDMSG_ID_MAX];
@@ -212,7 +212,7 @@ static void plan(rd_devring *d, int64_t now_ms)
     for (int i = 0; i < d->nnodes; i++)
         if (!d->offered[i])
             return;
-    int transport = rd_devring_decide(d->offers, (const char *const *)d->names, d->nnodes, why,
+    int transport = rd_devplan_decide(d->offers, (const char *const *)d->names, d->nnodes, why,
                                       sizeof(why));
     if (transport == RD_DEV_NCCL &&
         (d->ev.make_id(d->arg, id, &len, err, sizeof(err)) != 0 || len == 0 ||
@@ -234,14 +234,14 @@ static void plan(rd_devring *d, int64_t now_ms)
     }
     d->ev.send(d->arg, -1, &m);
     if (transport == RD_DEV_TCP)
-        settle(d, RD_DEVRING_TCP, why);
+        settle(d, RD_DEVPLAN_TCP, why);
     else
         join(d, id, len, now_ms);
 }
 
 /* Records offer o of the node at position i (its strings copied). Returns 0, or -1 out of
  * memory. */
-static int offer_keep(rd_devring *d, int i, const rd_devring_offer *o)
+static int offer_keep(rd_devplan *d, int i, const rd_devplan_offer *o)
 {
     char *why = strdup(o->why != NULL ? o->why : ""), *gpu = strdup(o->gpu != NULL ? o->gpu : "");
     if (why == NULL || gpu == NULL) {
@@ -256,10 +256,10 @@ static int offer_keep(rd_devring *d, int i, const rd_devring_offer *o)
     return 0;
 }
 
-int rd_devring_start(rd_devring *d, uint64_t generation, int nnodes, int position,
+int rd_devplan_start(rd_devplan *d, uint64_t generation, int nnodes, int position,
                      const char *const *names, int64_t timeout_ms)
 {
-    rd_devring_end(d);
+    rd_devplan_end(d);
     d->generation = generation;
     if ((d->names = calloc((size_t)nnodes, sizeof(*d->names))) == NULL)
         return -1;
@@ -277,20 +277,20 @@ int rd_devring_start(rd_devring *d, uint64_t generation, int nnodes, int positio
         nodes_free(d);
         return -1;
     }
-    set_state(d, RD_DEVRING_LINKING);
+    set_state(d, RD_DEVPLAN_LINKING);
     return 0;
 }
 
-int rd_devring_up(rd_devring *d, const rd_devring_offer *own, int64_t now_ms)
+int rd_devplan_up(rd_devplan *d, const rd_devplan_offer *own, int64_t now_ms)
 {
-    if (d->state != RD_DEVRING_LINKING)
+    if (d->state != RD_DEVPLAN_LINKING)
         return 0;
     if (d->position == 0 && offer_keep(d, 0, own) != 0)
         return -1;
-    set_state(d, RD_DEVRING_OFFERING);
+    set_state(d, RD_DEVPLAN_OFFERING);
     d->deadline_ms = now_ms + (d->position == 0 ? 1 : 2) * d->timeout_ms;
     if (d->nnodes == 1) {
-        settle(d, RD_DEVRING_TCP, "the ring is one node");
+        settle(d, RD_DEVPLAN_TCP, "the ring is one node");
         return 0;
     }
     if (d->position == 0) {
@@ -309,9 +309,9 @@ int rd_devring_up(rd_devring *d, const rd_devring_offer *own, int64_t now_ms)
 }
 
 /* Coordinator: a node's DevConfirm. Returns 0, or -1 with err set. */
-static int confirmed(rd_devring *d, int from, const rd_devmsg *c, char *err, size_t errlen)
+static int confirmed(rd_devplan *d, int from, const rd_devmsg *c, char *err, size_t errlen)
 {
-    if (d->state != RD_DEVRING_JOINING && d->state != RD_DEVRING_FORMED) {
+    if (d->state != RD_DEVPLAN_JOINING && d->state != RD_DEVPLAN_FORMED) {
         snprintf(err, errlen, "a DevConfirm with no NCCL plan (%s)", state_names[d->state]);
         return -1;
     }
@@ -325,17 +325,17 @@ static int confirmed(rd_devring *d, int from, const rd_devmsg *c, char *err, siz
         return -1;
     }
     d->progress[from] = (unsigned char)c->confirm;
-    if (c->confirm == RD_DEV_FORMED && d->state == RD_DEVRING_FORMED)
+    if (c->confirm == RD_DEV_FORMED && d->state == RD_DEVPLAN_FORMED)
         all_formed(d);
     return 0;
 }
 
-int rd_devring_message(rd_devring *d, int from, const rd_schedmsg *m, int64_t now_ms, char *err,
+int rd_devplan_message(rd_devplan *d, int from, const rd_schedmsg *m, int64_t now_ms, char *err,
                        size_t errlen)
 {
-    if (d->state == RD_DEVRING_IDLE || d->state == RD_DEVRING_FAILED ||
+    if (d->state == RD_DEVPLAN_IDLE || d->state == RD_DEVPLAN_FAILED ||
         m->generation != d->generation) {
-        rd_log(RD_LOG_DEBUG, "devring",
+        rd_log(RD_LOG_DEBUG, "devplan",
                "ignoring a device transport message of generation %" PRIu64
                " at generation %" PRIu64 " (%s)",
                m->generation, d->generation, state_names[d->state]);
@@ -353,9 +353,9 @@ int rd_devring_message(rd_devring *d, int from, const rd_schedmsg *m, int64_t no
     }
     switch (m->kind) {
     case RD_SCHEDMSG_DEV_OFFER: {
-        rd_devring_offer o = {m->dev.want, m->dev.device, m->dev.can, m->dev.why, m->dev.gpu};
+        rd_devplan_offer o = {m->dev.want, m->dev.device, m->dev.can, m->dev.why, m->dev.gpu};
         if (d->position != 0 || d->offered[from] ||
-            (d->state != RD_DEVRING_LINKING && d->state != RD_DEVRING_OFFERING)) {
+            (d->state != RD_DEVPLAN_LINKING && d->state != RD_DEVPLAN_OFFERING)) {
             snprintf(err, errlen, "a DevOffer %s", d->position != 0 ? "to a node that does "
                      "not coordinate" : "from a node that offered already");
             return -1;
@@ -364,19 +364,19 @@ int rd_devring_message(rd_devring *d, int from, const rd_schedmsg *m, int64_t no
             snprintf(err, errlen, "out of memory keeping a DevOffer");
             return -1;
         }
-        if (d->state == RD_DEVRING_OFFERING) /* else: once this node offers */
+        if (d->state == RD_DEVPLAN_OFFERING) /* else: once this node offers */
             plan(d, now_ms);
         return 0;
     }
     case RD_SCHEDMSG_DEV_PLAN:
-        if (from != 0 || d->state != RD_DEVRING_OFFERING) {
+        if (from != 0 || d->state != RD_DEVPLAN_OFFERING) {
             snprintf(err, errlen, "a DevPlan %s", from != 0 ? "from a node that does not "
                      "coordinate" : "after the plan of this generation");
             return -1;
         }
         d->required = m->dev.required;
         if (m->dev.transport == RD_DEV_TCP)
-            settle(d, RD_DEVRING_TCP, m->dev.why);
+            settle(d, RD_DEVPLAN_TCP, m->dev.why);
         else
             join(d, m->dev.id, m->dev.id_len, now_ms);
         return 0;
@@ -393,9 +393,9 @@ int rd_devring_message(rd_devring *d, int from, const rd_schedmsg *m, int64_t no
     }
 }
 
-void rd_devring_formed(rd_devring *d, int ok, const char *why)
+void rd_devplan_formed(rd_devplan *d, int ok, const char *why)
 {
-    if (d->state != RD_DEVRING_JOINING)
+    if (d->state != RD_DEVPLAN_JOINING)
         return;
     if (!ok) {
         if (d->position != 0)
@@ -406,25 +406,25 @@ void rd_devring_formed(rd_devring *d, int ok, const char *why)
     }
     if (d->position != 0) {
         confirm(d, RD_DEV_FORMED, "");
-        settle(d, RD_DEVRING_NCCL, "");
+        settle(d, RD_DEVPLAN_NCCL, "");
         return;
     }
     d->progress[0] = RD_DEV_FORMED;
-    set_state(d, RD_DEVRING_FORMED);
+    set_state(d, RD_DEVPLAN_FORMED);
     all_formed(d);
 }
 
-int64_t rd_devring_deadline(const rd_devring *d)
+int64_t rd_devplan_deadline(const rd_devplan *d)
 {
     return d->deadline_ms;
 }
 
-void rd_devring_tick(rd_devring *d, int64_t now_ms)
+void rd_devplan_tick(rd_devplan *d, int64_t now_ms)
 {
     if (d->deadline_ms == 0 || now_ms < d->deadline_ms)
         return;
     if (d->position != 0) {
-        if (d->state == RD_DEVRING_OFFERING)
+        if (d->state == RD_DEVPLAN_OFFERING)
             fail(d, NULL, 0, 0, "node %s had no plan from the coordinator %s within %" PRId64
                  " ms", d->names[d->position], d->names[0], 2 * d->timeout_ms);
         else
@@ -438,7 +438,7 @@ void rd_devring_tick(rd_devring *d, int64_t now_ms)
     char names[RD_SCHEDMSG_MESSAGE_MAX / 2] = "";
     size_t used = 0;
     for (int i = 1; i < d->nnodes && aside != NULL; i++) {
-        int missing = d->state == RD_DEVRING_OFFERING ? !d->offered[i] : d->progress[i] == 0;
+        int missing = d->state == RD_DEVPLAN_OFFERING ? !d->offered[i] : d->progress[i] == 0;
         if (!missing)
             continue;
         aside[naside++] = i;
@@ -449,7 +449,7 @@ void rd_devring_tick(rd_devring *d, int64_t now_ms)
     }
     if (naside > 0)
         fail(d, aside, naside, 0, "node%s %s did not %s within %" PRId64 " ms", naside > 1 ? "s" : "",
-             names, d->state == RD_DEVRING_OFFERING ? "offer a device transport"
+             names, d->state == RD_DEVPLAN_OFFERING ? "offer a device transport"
                                                      : "join the NCCL communicator",
              d->timeout_ms);
     else
@@ -458,22 +458,22 @@ void rd_devring_tick(rd_devring *d, int64_t now_ms)
     free(aside);
 }
 
-rd_devring_state rd_devring_state_of(const rd_devring *d)
+rd_devplan_state rd_devplan_state_of(const rd_devplan *d)
 {
     return d->state;
 }
 
-uint64_t rd_devring_generation(const rd_devring *d)
+uint64_t rd_devplan_generation(const rd_devplan *d)
 {
     return d->generation;
 }
 
-const char *rd_devring_why(const rd_devring *d)
+const char *rd_devplan_why(const rd_devplan *d)
 {
     return d->why;
 }
 
-int rd_devring_required(const rd_devring *d)
+int rd_devplan_required(const rd_devplan *d)
 {
-    return d->state == RD_DEVRING_TCP && d->required;
+    return d->state == RD_DEVPLAN_TCP && d->required;
 }

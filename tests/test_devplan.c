@@ -1,4 +1,4 @@
-/* Unit tests for the device transport's agreement in daemon/engine/devring.c, on the CPU: the
+/* Unit tests for the device transport's agreement in daemon/engine/devplan.c, on the CPU: the
  * nodes of a ring run the protocol against each other through an in-memory network that can
  * lose, delay and replay messages. Every member of every generation receives the same NCCL id
  * (a new one per generation), nothing from an older generation is accepted, a node that never
@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "devring.h"
+#include "devplan.h"
 
 #define NODES_MAX 8
 #define QUEUE_MAX 256
@@ -28,9 +28,9 @@ typedef struct {
 
 /* One node as its owner sees it. */
 typedef struct {
-    rd_devring *d;
+    rd_devplan *d;
     int position;
-    int settled;             /* 0, RD_DEVRING_NCCL or RD_DEVRING_TCP */
+    int settled;             /* 0, RD_DEVPLAN_NCCL or RD_DEVPLAN_TCP */
     char settled_why[1100];
     int failed;
     char failed_why[1100];
@@ -100,7 +100,7 @@ static int on_join(void *arg, const uint8_t *id, size_t len, int nranks, int ran
     return 0;
 }
 
-static void on_settled(void *arg, rd_devring_state st, const char *why)
+static void on_settled(void *arg, rd_devplan_state st, const char *why)
 {
     node *n = arg;
     n->settled = (int)st;
@@ -120,7 +120,7 @@ static void on_failed(void *arg, const char *why, const int *aside, int naside, 
         memcpy(n->aside, aside, (size_t)naside * sizeof(*aside));
 }
 
-static const rd_devring_events events = {
+static const rd_devplan_events events = {
     .send = on_send,
     .make_id = on_make_id,
     .join = on_join,
@@ -137,7 +137,7 @@ static void setup_nodes(int n)
     for (int i = 0; i < n; i++) {
         memset(&nodes[i], 0, sizeof(nodes[i]));
         nodes[i].position = i;
-        nodes[i].d = rd_devring_new(&events, &nodes[i]);
+        nodes[i].d = rd_devplan_new(&events, &nodes[i]);
         cr_assert_not_null(nodes[i].d);
     }
 }
@@ -145,7 +145,7 @@ static void setup_nodes(int n)
 static void teardown_nodes(void)
 {
     for (int i = 0; i < nnodes; i++)
-        rd_devring_free(nodes[i].d);
+        rd_devplan_free(nodes[i].d);
     nnodes = 0;
 }
 
@@ -157,15 +157,15 @@ static void form(uint64_t generation)
         node *n = &nodes[i];
         n->settled = n->failed = n->joins = n->naside = 0;
         n->id_len = 0;
-        cr_assert_eq(rd_devring_start(n->d, generation, nnodes, i, names, TIMEOUT_MS), 0);
+        cr_assert_eq(rd_devplan_start(n->d, generation, nnodes, i, names, TIMEOUT_MS), 0);
     }
 }
 
-static const rd_devring_offer ready_offer = {RD_DEV_WANT_AUTO, 1, 1, "", NULL};
+static const rd_devplan_offer ready_offer = {RD_DEV_WANT_AUTO, 1, 1, "", NULL};
 
-static void offer(int i, const rd_devring_offer *o, int64_t now)
+static void offer(int i, const rd_devplan_offer *o, int64_t now)
 {
-    cr_assert_eq(rd_devring_up(nodes[i].d, o, now), 0);
+    cr_assert_eq(rd_devplan_up(nodes[i].d, o, now), 0);
 }
 
 /* Delivers what is on the wire now, in order, dropping messages for which drop returns 1;
@@ -184,7 +184,7 @@ static void deliver(int64_t now, int (*drop)(const wire *))
         if (drop != NULL && drop(&w))
             continue;
         char err[256] = "";
-        cr_assert_eq(rd_devring_message(nodes[w.to].d, w.from, &w.m, now, err, sizeof(err)), 0,
+        cr_assert_eq(rd_devplan_message(nodes[w.to].d, w.from, &w.m, now, err, sizeof(err)), 0,
                      "message %d from %d to %d refused: %s", (int)w.m.kind, w.from, w.to, err);
     }
 }
@@ -193,14 +193,14 @@ static void deliver(int64_t now, int (*drop)(const wire *))
 static void all_form(int64_t now)
 {
     for (int i = 0; i < nnodes; i++)
-        if (rd_devring_state_of(nodes[i].d) == RD_DEVRING_JOINING)
-            rd_devring_formed(nodes[i].d, 1, "");
+        if (rd_devplan_state_of(nodes[i].d) == RD_DEVPLAN_JOINING)
+            rd_devplan_formed(nodes[i].d, 1, "");
     deliver(now, NULL);
 }
 
-TestSuite(devring, .init = NULL, .fini = teardown_nodes);
+TestSuite(devplan, .init = NULL, .fini = teardown_nodes);
 
-Test(devring, every_member_of_every_generation_receives_the_same_id)
+Test(devplan, every_member_of_every_generation_receives_the_same_id)
 {
     setup_nodes(4);
     uint8_t last[RD_SCHEDMSG_ID_MAX] = {0};
@@ -224,15 +224,15 @@ Test(devring, every_member_of_every_generation_receives_the_same_id)
         memcpy(last, nodes[0].id, sizeof(last));
         all_form(0);
         for (int i = 0; i < nnodes; i++) {
-            cr_assert_eq(nodes[i].settled, RD_DEVRING_NCCL, "node %d", i);
+            cr_assert_eq(nodes[i].settled, RD_DEVPLAN_NCCL, "node %d", i);
             cr_assert_eq(nodes[i].failed, 0);
-            cr_assert_eq(rd_devring_generation(nodes[i].d), g);
+            cr_assert_eq(rd_devplan_generation(nodes[i].d), g);
         }
     }
     cr_assert_eq(ids_made >= 5, 1);
 }
 
-Test(devring, the_coordinator_settles_only_once_every_node_formed)
+Test(devplan, the_coordinator_settles_only_once_every_node_formed)
 {
     setup_nodes(3);
     form(1);
@@ -240,15 +240,15 @@ Test(devring, the_coordinator_settles_only_once_every_node_formed)
         offer(i, &ready_offer, 0);
     deliver(0, NULL);
     deliver(0, NULL);
-    rd_devring_formed(nodes[0].d, 1, "");
-    rd_devring_formed(nodes[1].d, 1, "");
+    rd_devplan_formed(nodes[0].d, 1, "");
+    rd_devplan_formed(nodes[1].d, 1, "");
     deliver(0, NULL);
-    cr_assert_eq(nodes[1].settled, RD_DEVRING_NCCL, "a node settles with its own communicator");
+    cr_assert_eq(nodes[1].settled, RD_DEVPLAN_NCCL, "a node settles with its own communicator");
     cr_assert_eq(nodes[0].settled, 0, "node c has not formed yet");
-    cr_assert_eq(rd_devring_state_of(nodes[0].d), RD_DEVRING_FORMED);
-    rd_devring_formed(nodes[2].d, 1, "");
+    cr_assert_eq(rd_devplan_state_of(nodes[0].d), RD_DEVPLAN_FORMED);
+    rd_devplan_formed(nodes[2].d, 1, "");
     deliver(0, NULL);
-    cr_assert_eq(nodes[0].settled, RD_DEVRING_NCCL);
+    cr_assert_eq(nodes[0].settled, RD_DEVPLAN_NCCL);
 }
 
 /* Messages of generation 1, recorded to be replayed later. */
@@ -261,7 +261,7 @@ static int keep_old(const wire *w)
     return 1; /* lost now: they come back, late */
 }
 
-Test(devring, nothing_from_an_older_generation_is_accepted)
+Test(devplan, nothing_from_an_older_generation_is_accepted)
 {
     setup_nodes(3);
     form(1);
@@ -278,7 +278,7 @@ Test(devring, nothing_from_an_older_generation_is_accepted)
         char err[128] = "";
         old[k].m.dev.id = old[k].id;
         old[k].m.dev.why = old[k].why;
-        cr_assert_eq(rd_devring_message(nodes[old[k].to].d, old[k].from, &old[k].m, 0, err,
+        cr_assert_eq(rd_devplan_message(nodes[old[k].to].d, old[k].from, &old[k].m, 0, err,
                                         sizeof(err)),
                      0, "%s", err);
     }
@@ -294,7 +294,7 @@ Test(devring, nothing_from_an_older_generation_is_accepted)
     stale.m.dev.id = stale.id;
     stale.m.dev.why = stale.why;
     char err[128] = "";
-    cr_assert_eq(rd_devring_message(nodes[1].d, 0, &stale.m, 0, err, sizeof(err)), 0);
+    cr_assert_eq(rd_devplan_message(nodes[1].d, 0, &stale.m, 0, err, sizeof(err)), 0);
     cr_assert_eq(nodes[1].joins, 0, "a plan of generation 1 starts nothing at generation 2");
     deliver(0, NULL);
     deliver(0, NULL);
@@ -302,27 +302,27 @@ Test(devring, nothing_from_an_older_generation_is_accepted)
         cr_assert_eq(memcmp(nodes[i].id, nodes[0].id, RD_SCHEDMSG_ID_MAX), 0);
     /* a confirmation of generation 1 does not stand for generation 2's: node b's "formed"
      * comes only as generation 1's, node c's as its own */
-    rd_devring_formed(nodes[0].d, 1, "");
-    rd_devring_formed(nodes[1].d, 1, "");
-    rd_devring_formed(nodes[2].d, 1, "");
+    rd_devplan_formed(nodes[0].d, 1, "");
+    rd_devplan_formed(nodes[1].d, 1, "");
+    rd_devplan_formed(nodes[2].d, 1, "");
     cr_assert_eq(nqueue, 2);
     wire from_b = queue[0].from == 1 ? queue[0] : queue[1];
     wire from_c = queue[0].from == 2 ? queue[0] : queue[1];
     cr_assert_eq(from_b.m.kind, RD_SCHEDMSG_DEV_CONFIRM);
     nqueue = 0;
     from_c.m.dev.why = from_c.why;
-    cr_assert_eq(rd_devring_message(nodes[0].d, 2, &from_c.m, 0, err, sizeof(err)), 0, "%s", err);
+    cr_assert_eq(rd_devplan_message(nodes[0].d, 2, &from_c.m, 0, err, sizeof(err)), 0, "%s", err);
     from_b.m.generation = 1;
     from_b.m.dev.why = from_b.why;
-    cr_assert_eq(rd_devring_message(nodes[0].d, 1, &from_b.m, 0, err, sizeof(err)), 0);
+    cr_assert_eq(rd_devplan_message(nodes[0].d, 1, &from_b.m, 0, err, sizeof(err)), 0);
     cr_assert_eq(nodes[0].settled, 0, "node b's formed of generation 1 did not count");
-    rd_devring_tick(nodes[0].d, TIMEOUT_MS + 1);
+    rd_devplan_tick(nodes[0].d, TIMEOUT_MS + 1);
     cr_assert_eq(nodes[0].failed, 1, "node b's communicator never confirmed at generation 2");
     from_b.m.generation = 2; /* the same message of the right generation would have settled it */
-    cr_assert_eq(rd_devring_state_of(nodes[0].d), RD_DEVRING_FAILED);
+    cr_assert_eq(rd_devplan_state_of(nodes[0].d), RD_DEVPLAN_FAILED);
 }
 
-Test(devring, a_node_that_never_joins_is_named_for_setting_aside)
+Test(devplan, a_node_that_never_joins_is_named_for_setting_aside)
 {
     setup_nodes(4);
     form(7);
@@ -334,39 +334,39 @@ Test(devring, a_node_that_never_joins_is_named_for_setting_aside)
     deliver(100, NULL);
     all_form(100);
     cr_assert_eq(nodes[0].settled, 0);
-    rd_devring_tick(nodes[0].d, 100 + TIMEOUT_MS - 1);
+    rd_devplan_tick(nodes[0].d, 100 + TIMEOUT_MS - 1);
     cr_assert_eq(nodes[0].failed, 0, "not before the deadline");
-    cr_assert_eq(rd_devring_deadline(nodes[0].d), 100 + TIMEOUT_MS);
-    rd_devring_tick(nodes[0].d, 100 + TIMEOUT_MS);
+    cr_assert_eq(rd_devplan_deadline(nodes[0].d), 100 + TIMEOUT_MS);
+    rd_devplan_tick(nodes[0].d, 100 + TIMEOUT_MS);
     cr_assert_eq(nodes[0].failed, 1);
     cr_assert_eq(nodes[0].naside, 1);
     cr_assert_eq(nodes[0].aside[0], 2);
     cr_assert(strstr(nodes[0].failed_why, "node c did not join") != NULL, "%s",
               nodes[0].failed_why);
     cr_assert_eq(last_nccl_fault, 0, "a node that went quiet is not NCCL's fault");
-    cr_assert_eq(rd_devring_state_of(nodes[0].d), RD_DEVRING_FAILED);
-    cr_assert_eq(rd_devring_deadline(nodes[0].d), 0);
+    cr_assert_eq(rd_devplan_state_of(nodes[0].d), RD_DEVPLAN_FAILED);
+    cr_assert_eq(rd_devplan_deadline(nodes[0].d), 0);
 }
 
-Test(devring, a_node_that_never_offers_is_named_for_setting_aside)
+Test(devplan, a_node_that_never_offers_is_named_for_setting_aside)
 {
     setup_nodes(3);
     form(2);
     offer(0, &ready_offer, 0);
     offer(1, &ready_offer, 0);
     deliver(0, NULL); /* node c's ring never came up */
-    rd_devring_tick(nodes[0].d, TIMEOUT_MS);
+    rd_devplan_tick(nodes[0].d, TIMEOUT_MS);
     cr_assert_eq(nodes[0].failed, 1);
     cr_assert_eq(nodes[0].naside, 1);
     cr_assert_eq(nodes[0].aside[0], 2);
     cr_assert(strstr(nodes[0].failed_why, "node c did not offer") != NULL, "%s",
               nodes[0].failed_why);
-    rd_devring_tick(nodes[1].d, 2 * TIMEOUT_MS);
+    rd_devplan_tick(nodes[1].d, 2 * TIMEOUT_MS);
     cr_assert_eq(nodes[1].failed, 1, "node b had no plan in time either");
     cr_assert(strstr(nodes[1].failed_why, "no plan from the coordinator a") != NULL);
 }
 
-Test(devring, every_node_joined_but_nccl_never_formed)
+Test(devplan, every_node_joined_but_nccl_never_formed)
 {
     setup_nodes(2);
     form(3);
@@ -375,19 +375,19 @@ Test(devring, every_node_joined_but_nccl_never_formed)
     deliver(0, NULL);
     deliver(0, NULL);
     deliver(0, NULL);
-    rd_devring_tick(nodes[0].d, TIMEOUT_MS);
+    rd_devplan_tick(nodes[0].d, TIMEOUT_MS);
     cr_assert_eq(nodes[0].failed, 1);
     cr_assert_eq(nodes[0].naside, 0, "no node to blame");
     cr_assert_eq(last_nccl_fault, 1);
     cr_assert(strstr(nodes[0].failed_why, "did not form within") != NULL);
-    rd_devring_tick(nodes[1].d, TIMEOUT_MS);
+    rd_devplan_tick(nodes[1].d, TIMEOUT_MS);
     cr_assert_eq(nodes[1].failed, 0, "a node waits twice as long: the coordinator acts first");
-    rd_devring_tick(nodes[1].d, 2 * TIMEOUT_MS);
+    rd_devplan_tick(nodes[1].d, 2 * TIMEOUT_MS);
     cr_assert_eq(nodes[1].failed, 1);
     cr_assert(strstr(nodes[1].failed_why, "node b: its NCCL communicator did not form") != NULL);
 }
 
-Test(devring, a_communicator_that_fails_fails_the_generation_everywhere_it_is_heard)
+Test(devplan, a_communicator_that_fails_fails_the_generation_everywhere_it_is_heard)
 {
     setup_nodes(3);
     form(4);
@@ -395,19 +395,19 @@ Test(devring, a_communicator_that_fails_fails_the_generation_everywhere_it_is_he
         offer(i, &ready_offer, 0);
     deliver(0, NULL);
     deliver(0, NULL);
-    rd_devring_formed(nodes[2].d, 0, "ncclCommInitRankConfig: remote process exited");
+    rd_devplan_formed(nodes[2].d, 0, "ncclCommInitRankConfig: remote process exited");
     cr_assert_eq(nodes[2].failed, 1);
     deliver(0, NULL);
     cr_assert_eq(nodes[0].failed, 1, "the coordinator hears it");
     cr_assert(strstr(nodes[0].failed_why, "node c: ") != NULL, "%s", nodes[0].failed_why);
     cr_assert(strstr(nodes[0].failed_why, "remote process exited") != NULL);
     /* what comes after the failure is ignored */
-    rd_devring_formed(nodes[1].d, 1, "");
+    rd_devplan_formed(nodes[1].d, 1, "");
     deliver(0, NULL);
     cr_assert_eq(nodes[0].settled, 0);
 }
 
-Test(devring, a_join_that_cannot_start_fails_at_once)
+Test(devplan, a_join_that_cannot_start_fails_at_once)
 {
     setup_nodes(2);
     form(5);
@@ -422,10 +422,10 @@ Test(devring, a_join_that_cannot_start_fails_at_once)
     cr_assert_eq(nodes[0].failed, 1);
 }
 
-Test(devring, tcp_when_a_node_cannot_and_nobody_waits)
+Test(devplan, tcp_when_a_node_cannot_and_nobody_waits)
 {
     static const struct {
-        rd_devring_offer b;
+        rd_devplan_offer b;
         const char *says;
     } cases[] = {
         {{RD_DEV_WANT_AUTO, 1, 0, "no NCCL library: libnccl.so.2: cannot open", NULL},
@@ -442,40 +442,40 @@ Test(devring, tcp_when_a_node_cannot_and_nobody_waits)
         deliver(0, NULL);
         deliver(0, NULL);
         for (int i = 0; i < 3; i++) {
-            cr_assert_eq(nodes[i].settled, RD_DEVRING_TCP, "case %zu node %d", k, i);
+            cr_assert_eq(nodes[i].settled, RD_DEVPLAN_TCP, "case %zu node %d", k, i);
             cr_assert_eq(nodes[i].joins, 0);
             cr_assert(strstr(nodes[i].settled_why, cases[k].says) != NULL, "case %zu: %s", k,
                       nodes[i].settled_why);
-            cr_assert_eq(rd_devring_required(nodes[i].d), 0);
-            cr_assert_eq(rd_devring_deadline(nodes[i].d), 0);
+            cr_assert_eq(rd_devplan_required(nodes[i].d), 0);
+            cr_assert_eq(rd_devplan_deadline(nodes[i].d), 0);
         }
         teardown_nodes();
     }
 }
 
-Test(devring, nccl_wanted_but_impossible_is_required_everywhere)
+Test(devplan, nccl_wanted_but_impossible_is_required_everywhere)
 {
     setup_nodes(2);
     form(1);
-    rd_devring_offer want = {RD_DEV_WANT_NCCL, 1, 1, "", NULL};
-    rd_devring_offer cannot = {RD_DEV_WANT_AUTO, 1, 0, "no GPU", NULL};
+    rd_devplan_offer want = {RD_DEV_WANT_NCCL, 1, 1, "", NULL};
+    rd_devplan_offer cannot = {RD_DEV_WANT_AUTO, 1, 0, "no GPU", NULL};
     offer(0, &want, 0);
     offer(1, &cannot, 0);
     deliver(0, NULL);
     deliver(0, NULL);
     for (int i = 0; i < 2; i++) {
-        cr_assert_eq(nodes[i].settled, RD_DEVRING_TCP);
-        cr_assert_eq(rd_devring_required(nodes[i].d), 1, "node %d", i);
-        cr_assert(strstr(rd_devring_why(nodes[i].d), "node b: no GPU") != NULL);
+        cr_assert_eq(nodes[i].settled, RD_DEVPLAN_TCP);
+        cr_assert_eq(rd_devplan_required(nodes[i].d), 1, "node %d", i);
+        cr_assert(strstr(rd_devplan_why(nodes[i].d), "node b: no GPU") != NULL);
     }
 }
 
-Test(devring, a_ring_of_one_node_is_tcp_at_once)
+Test(devplan, a_ring_of_one_node_is_tcp_at_once)
 {
     setup_nodes(1);
     form(1);
     offer(0, &ready_offer, 0);
-    cr_assert_eq(nodes[0].settled, RD_DEVRING_TCP);
+    cr_assert_eq(nodes[0].settled, RD_DEVPLAN_TCP);
     cr_assert_eq(nodes[0].joins, 0);
     cr_assert_eq(ids_made, 0);
 }
@@ -485,10 +485,10 @@ static const char *refusal(int to, int from, const rd_schedmsg *m)
 {
     static char err[256];
     err[0] = '\0';
-    return rd_devring_message(nodes[to].d, from, m, 0, err, sizeof(err)) != 0 ? err : NULL;
+    return rd_devplan_message(nodes[to].d, from, m, 0, err, sizeof(err)) != 0 ? err : NULL;
 }
 
-Test(devring, what_no_node_could_send_is_refused)
+Test(devplan, what_no_node_could_send_is_refused)
 {
     uint8_t id[8] = {1};
     rd_schedmsg offer_m = {.kind = RD_SCHEDMSG_DEV_OFFER, .generation = 1, .dev = {.why = ""}};
@@ -528,15 +528,15 @@ Test(devring, what_no_node_could_send_is_refused)
     /* under a TCP plan, nothing confirms */
     setup_nodes(2);
     form(1);
-    rd_devring_offer cannot = {RD_DEV_WANT_AUTO, 1, 0, "no NCCL", NULL};
+    rd_devplan_offer cannot = {RD_DEV_WANT_AUTO, 1, 0, "no NCCL", NULL};
     offer(0, &ready_offer, 0);
     offer(1, &cannot, 0);
     deliver(0, NULL);
-    cr_assert_eq(nodes[0].settled, RD_DEVRING_TCP);
+    cr_assert_eq(nodes[0].settled, RD_DEVPLAN_TCP);
     cr_assert_not_null(refusal(0, 1, &joined));
 }
 
-Test(devring, messages_while_idle_or_after_the_end_are_ignored)
+Test(devplan, messages_while_idle_or_after_the_end_are_ignored)
 {
     rd_schedmsg plan_m = {.kind = RD_SCHEDMSG_DEV_PLAN,
                           .generation = 1,
@@ -546,33 +546,33 @@ Test(devring, messages_while_idle_or_after_the_end_are_ignored)
     cr_assert_eq(nodes[1].settled, 0);
     form(1);
     offer(1, &ready_offer, 0);
-    rd_devring_end(nodes[1].d);
+    rd_devplan_end(nodes[1].d);
     cr_assert_null(refusal(1, 0, &plan_m));
     cr_assert_eq(nodes[1].settled, 0);
-    cr_assert_eq(rd_devring_state_of(nodes[1].d), RD_DEVRING_IDLE);
-    rd_devring_formed(nodes[1].d, 1, ""); /* a late communicator of an ended ring */
+    cr_assert_eq(rd_devplan_state_of(nodes[1].d), RD_DEVPLAN_IDLE);
+    rd_devplan_formed(nodes[1].d, 1, ""); /* a late communicator of an ended ring */
     cr_assert_eq(nodes[1].settled, 0);
 }
 
-Test(devring, the_decision_names_the_first_node_in_the_way)
+Test(devplan, the_decision_names_the_first_node_in_the_way)
 {
-    rd_devring_offer o[3] = {{RD_DEV_WANT_AUTO, 1, 1, "", NULL},
+    rd_devplan_offer o[3] = {{RD_DEV_WANT_AUTO, 1, 1, "", NULL},
                              {RD_DEV_WANT_AUTO, 1, 0, "no GPU", NULL},
                              {RD_DEV_WANT_TCP, 1, 1, "", NULL}};
     char why[128];
-    cr_assert_eq(rd_devring_decide(o, names, 3, why, sizeof(why)), RD_DEV_TCP);
+    cr_assert_eq(rd_devplan_decide(o, names, 3, why, sizeof(why)), RD_DEV_TCP);
     cr_assert_str_eq(why, "node b: no GPU");
     o[1].can = 1;
     o[2].want = RD_DEV_WANT_NCCL;
-    cr_assert_eq(rd_devring_decide(o, names, 3, why, sizeof(why)), RD_DEV_NCCL);
+    cr_assert_eq(rd_devplan_decide(o, names, 3, why, sizeof(why)), RD_DEV_NCCL);
     cr_assert_str_eq(why, "");
 }
 
 /* Daemons of one machine (a test, a demo) share its GPUs: NCCL refuses two ranks on one GPU, so
  * the ring crosses on TCP, naming both nodes and the GPU, instead of failing to form. */
-Test(devring, nodes_sharing_a_gpu_cross_on_tcp)
+Test(devplan, nodes_sharing_a_gpu_cross_on_tcp)
 {
-    static const rd_devring_offer gpu[3] = {
+    static const rd_devplan_offer gpu[3] = {
         {RD_DEV_WANT_AUTO, 1, 1, "", "GPU-0000aaaa"},
         {RD_DEV_WANT_AUTO, 1, 1, "", "GPU-0000bbbb"},
         {RD_DEV_WANT_AUTO, 1, 1, "", "GPU-0000aaaa"},
@@ -584,17 +584,17 @@ Test(devring, nodes_sharing_a_gpu_cross_on_tcp)
     deliver(0, NULL);
     deliver(0, NULL);
     for (int i = 0; i < 3; i++) {
-        cr_assert_eq(nodes[i].settled, RD_DEVRING_TCP, "node %d", i);
+        cr_assert_eq(nodes[i].settled, RD_DEVPLAN_TCP, "node %d", i);
         cr_assert_eq(nodes[i].joins, 0);
         cr_assert_str_eq(nodes[i].settled_why,
                          "nodes a and c share GPU GPU-0000aaaa (NCCL takes one rank per GPU)");
     }
     cr_assert_eq(ids_made, 0, "no NCCL id is made for a ring that cannot use it");
     /* each on a GPU of its own: NCCL */
-    rd_devring_offer own[3] = {gpu[0], gpu[1], gpu[2]};
+    rd_devplan_offer own[3] = {gpu[0], gpu[1], gpu[2]};
     own[2].gpu = "GPU-0000cccc";
     char why[128];
-    cr_assert_eq(rd_devring_decide(own, names, 3, why, sizeof(why)), RD_DEV_NCCL, "%s", why);
+    cr_assert_eq(rd_devplan_decide(own, names, 3, why, sizeof(why)), RD_DEV_NCCL, "%s", why);
     own[1].gpu = NULL; /* a node that names none (an older ringd) */
-    cr_assert_eq(rd_devring_decide(own, names, 3, why, sizeof(why)), RD_DEV_NCCL, "%s", why);
+    cr_assert_eq(rd_devplan_decide(own, names, 3, why, sizeof(why)), RD_DEV_NCCL, "%s", why);
 }

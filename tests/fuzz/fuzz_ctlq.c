@@ -1,10 +1,10 @@
-/* Fuzzes the shared-memory control rings as a hostile client drives them: the input writes the
+/* Fuzzes the shared-memory control queues as a hostile client drives them: the input writes the
  * shared indices, the sleep flag and the ring's bytes between the daemon's reads and writes. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "ring.h"
+#include "ctlq.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -29,9 +29,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     rd_ctrl_init(ctrl);
     if (!rd_ctrl_valid(ctrl))
         abort();
-    rd_ring sq, cq;
-    rd_ring_attach_consumer(&sq, &ctrl->sq);
-    rd_ring_attach_producer(&cq, &ctrl->cq);
+    rd_ctlq sq, cq;
+    rd_ctlq_attach_consumer(&sq, &ctrl->sq);
+    rd_ctlq_attach_producer(&cq, &ctrl->cq);
 
     Ringd__Complete c = RINGD__COMPLETE__INIT;
     rd_msg reply = RINGD__MSG__INIT;
@@ -50,12 +50,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         case 1: atomic_store(&ctrl->cq.tail, take(&p, &left, 8)); break;
         case 2: atomic_fetch_add(&ctrl->sq.head, take(&p, &left, 2)); break;
         case 3: {
-            size_t off = (size_t)take(&p, &left, 2) % RD_RING_BYTES;
+            size_t off = (size_t)take(&p, &left, 2) % RD_CTLQ_BYTES;
             size_t len = (size_t)take(&p, &left, 1);
             if (len > left)
                 len = left;
             for (size_t i = 0; i < len; i++)
-                ctrl->sq.data[(off + i) % RD_RING_BYTES] = p[i];
+                ctrl->sq.data[(off + i) % RD_CTLQ_BYTES] = p[i];
             p += len;
             left -= len;
             break;
@@ -63,24 +63,24 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         case 4: {
             rd_msg *m = NULL;
             char err[256];
-            rd_ring_status st = rd_ring_get(&sq, RD_FRAME_MAX_DEFAULT, &m, err, sizeof(err));
-            if ((st == RD_RING_OK) != (m != NULL))
+            rd_ctlq_status st = rd_ctlq_get(&sq, RD_FRAME_MAX_DEFAULT, &m, err, sizeof(err));
+            if ((st == RD_CTLQ_OK) != (m != NULL))
                 abort();
             rd_frame_free(m);
             break;
         }
         case 5:
             c.request_id++;
-            if (rd_ring_put(&cq, &reply) == RD_RING_OK)
-                (void)rd_ring_consumer_asleep(&cq);
+            if (rd_ctlq_put(&cq, &reply) == RD_CTLQ_OK)
+                (void)rd_ctlq_consumer_asleep(&cq);
             break;
         case 6:
-            if (rd_ring_prepare_sleep(&sq))
-                rd_ring_wake(&sq);
+            if (rd_ctlq_prepare_sleep(&sq))
+                rd_ctlq_wake(&sq);
             break;
         case 7:
-            rd_ring_attach_consumer(&sq, &ctrl->sq);
-            rd_ring_attach_producer(&cq, &ctrl->cq);
+            rd_ctlq_attach_consumer(&sq, &ctrl->sq);
+            rd_ctlq_attach_producer(&cq, &ctrl->cq);
             break;
         }
     }
