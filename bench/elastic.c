@@ -32,7 +32,7 @@ int rb_parse_u64(const char *arg, uint64_t lo, uint64_t hi, uint64_t *out)
     return 0;
 }
 
-int64_t rb_now_ms(void)
+int64_t rb_elastic_now_ms(void)
 {
     return (int64_t)(rb_now_s() * 1000.0);
 }

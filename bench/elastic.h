@@ -16,7 +16,7 @@ uint64_t rb_mix64(uint64_t a, uint64_t b, uint64_t c);
 int rb_parse_u64(const char *arg, uint64_t lo, uint64_t hi, uint64_t *out);
 
 /* Monotonic milliseconds (comparable between processes of this machine). */
-int64_t rb_now_ms(void);
+int64_t rb_elastic_now_ms(void);
 
 /* One collective of the re-synchronisation after a membership change: an allreduce (i64 MAX)
  * named name that gives every rank the largest step any rank holds in *max_step and the lowest

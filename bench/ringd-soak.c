@@ -88,7 +88,7 @@ typedef enum {
 typedef struct {
     int32_t kind, node, slot, incarnation, pid, rank, size, rc;
     uint64_t gen, gen_after, step, count;
-    int64_t t_start, t_end; /* rb_now_ms */
+    int64_t t_start, t_end; /* rb_elastic_now_ms */
     char msg[224];
 } soak_event;
 
@@ -171,7 +171,7 @@ static void emit(int fd, soak_event *ev, ev_kind kind, ringd_t *r, ringd_result_
     va_list ap;
     ev->kind = kind;
     ev->rc = rc;
-    ev->t_end = rb_now_ms();
+    ev->t_end = rb_elastic_now_ms();
     ev->gen_after = r != NULL ? ringd_generation(r) : 0;
     va_start(ap, fmt);
     vsnprintf(ev->msg, sizeof(ev->msg), fmt, ap);
@@ -197,7 +197,7 @@ static int client_main(const soak_opts *o, const char *sock, int node, int slot,
     ro.arena_size = (2 * bytes + (1u << 20) + 4095) & ~(size_t)4095;
     int32_t *send = malloc(bytes), *recv = malloc(bytes);
     ringd_t *r = NULL;
-    ev.t_start = rb_now_ms();
+    ev.t_start = rb_elastic_now_ms();
     ringd_result_t rc = send == NULL || recv == NULL ? RINGD_E_NOMEM : ringd_open(&ro, &r);
     ev.rank = r != NULL ? ringd_rank(r) : -1;
     ev.size = r != NULL ? ringd_size(r) : 0;
@@ -211,7 +211,7 @@ static int client_main(const soak_opts *o, const char *sock, int node, int slot,
         char name[64];
         uint64_t gen = ringd_generation(r);
         int n = ringd_size(r), me = ringd_rank(r);
-        ev.t_start = rb_now_ms();
+        ev.t_start = rb_elastic_now_ms();
         ev.gen = gen;
         ev.rank = me;
         ev.size = n;
@@ -350,7 +350,7 @@ static void say(const soak *s, const char *fmt, ...) __attribute__((format(print
 static void say(const soak *s, const char *fmt, ...)
 {
     va_list ap;
-    printf("soak: +%.3fs ", (double)(rb_now_ms() - s->t0) / 1000.0);
+    printf("soak: +%.3fs ", (double)(rb_elastic_now_ms() - s->t0) / 1000.0);
     va_start(ap, fmt);
     vprintf(fmt, ap);
     va_end(ap);
@@ -437,7 +437,7 @@ static int redis_start(soak *s)
         s->redis_pid = p > 0 ? spawn(log, argv) : -1;
         if (s->redis_pid < 0)
             continue;
-        for (int64_t end = rb_now_ms() + 5000; rb_now_ms() < end; rb_sleep_us(20000)) {
+        for (int64_t end = rb_elastic_now_ms() + 5000; rb_elastic_now_ms() < end; rb_sleep_us(20000)) {
             if (waitpid(s->redis_pid, NULL, WNOHANG) == s->redis_pid)
                 break;
             if (redis_pong(p)) {
@@ -492,8 +492,8 @@ static void node_start(soak *s, int i)
     n->killed = 0;
     n->pid = spawn(n->log, argv);
     n->state = NODE_STARTING;
-    n->until = rb_now_ms() + START_LIMIT_MS;
-    node_back(s, i, rb_now_ms());
+    n->until = rb_elastic_now_ms() + START_LIMIT_MS;
+    node_back(s, i, rb_elastic_now_ms());
 }
 
 static void client_start(soak *s, int i, int k)
@@ -512,7 +512,7 @@ static void client_start(soak *s, int i, int k)
     }
     memset(c, 0, sizeof(*c));
     c->pid = pid > 0 ? pid : 0;
-    c->last_progress = rb_now_ms();
+    c->last_progress = rb_elastic_now_ms();
     c->respawn_at = pid > 0 ? 0 : c->last_progress + RESPAWN_DELAY_MS;
     node_back(s, i, c->last_progress);
 }
@@ -526,7 +526,7 @@ static void clients_kill(soak *s, int i, int64_t respawn_ms)
         if (c->pid > 0)
             kill(c->pid, SIGKILL);
         c->pid = 0;
-        c->respawn_at = respawn_ms >= 0 ? rb_now_ms() + respawn_ms : 0;
+        c->respawn_at = respawn_ms >= 0 ? rb_elastic_now_ms() + respawn_ms : 0;
     }
 }
 
@@ -926,7 +926,7 @@ static int run(soak *s)
     for (int i = 0; i < s->o.nodes; i++)
         node_start(s, i);
     while (!interrupted) {
-        int64_t now = rb_now_ms();
+        int64_t now = rb_elastic_now_ms();
         if (now >= end) {
             if (s->sampled_ms != 0)
                 sample_daemons(s, 0);
@@ -990,12 +990,12 @@ static void stop_all(soak *s)
     }
     if (s->redis_pid > 0)
         kill(s->redis_pid, SIGTERM);
-    int64_t deadline = rb_now_ms() + SHUTDOWN_LIMIT_MS;
+    int64_t deadline = rb_elastic_now_ms() + SHUTDOWN_LIMIT_MS;
     int ws;
     for (pid_t pid; (pid = waitpid(-1, &ws, WNOHANG)) >= 0;) {
         if (pid > 0)
             continue;
-        if (rb_now_ms() > deadline) {
+        if (rb_elastic_now_ms() > deadline) {
             for (int i = 0; i < s->o.nodes; i++)
                 if (s->n[i].pid > 0)
                     kill(s->n[i].pid, SIGKILL);
@@ -1281,7 +1281,7 @@ int main(int argc, char **argv)
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
-    s.t0 = rb_now_ms();
+    s.t0 = rb_elastic_now_ms();
     snprintf(s.dir, sizeof(s.dir), "%s/ringd-soak.XXXXXX",
              getenv("TMPDIR") != NULL ? getenv("TMPDIR") : "/tmp");
     if (mkdtemp(s.dir) == NULL) {

@@ -96,7 +96,7 @@ static uint64_t checksum(const train_state *st, size_t dim)
  * the agreed state. Returns RINGD_OK or the error that stopped it, detail in ringd_errmsg(r). */
 static ringd_result_t resync(ringd_t *r, train_state *st, train_state *committed, size_t bytes)
 {
-    int64_t deadline = rb_now_ms() + RESYNC_LIMIT_MS;
+    int64_t deadline = rb_elastic_now_ms() + RESYNC_LIMIT_MS;
     for (;;) {
         char name[64];
         uint64_t gen = ringd_generation(r), step = 0;
@@ -118,7 +118,7 @@ static ringd_result_t resync(ringd_t *r, train_state *st, train_state *committed
         }
         if (rc != RINGD_OK && rc != RINGD_E_MEMBERSHIP)
             return rc;
-        if (rb_now_ms() > deadline)
+        if (rb_elastic_now_ms() > deadline)
             return RINGD_E_MEMBERSHIP;
         /* Until the daemon names a new generation, a retry would fail the same way at once. */
         if (ringd_generation(r) == gen)

@@ -933,8 +933,8 @@ static ringd_result_t place(ringd_t *r, const submit_args *a, const char *name,
     if (sh < 0 || rh < 0 || sd < 0 || rdv < 0)
         return fail(r, RINGD_E_INVALID, "tensor '%s': a buffer straddles the %sarena's edge", name,
                     sh < 0 || rh < 0 ? "" : "device ");
-    int send_gpu = sd || (!sh && rd_cuda_is_device_pointer(a->send));
-    int recv_gpu = rdv || (!rh && rd_cuda_is_device_pointer(a->recv));
+    int send_gpu = sd || (!sh && rd_cuda_ptr_is_device(a->send));
+    int recv_gpu = rdv || (!rh && rd_cuda_ptr_is_device(a->recv));
 #if !RINGD_HAVE_CUDA
     if (send_gpu || recv_gpu)
         return fail(r, RINGD_E_INVALID,

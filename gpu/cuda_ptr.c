@@ -1,4 +1,4 @@
-/* rd_cuda_is_device_pointer: see cuda_ptr.h. Needs no CUDA at build time: the driver is looked
+/* rd_cuda_ptr_is_device: see cuda_ptr.h. Needs no CUDA at build time: the driver is looked
  * up in the process (dlopen RTLD_NOLOAD) and the few values below are cuda.h's, stable since
  * unified addressing (CUDA 4). */
 #ifndef _GNU_SOURCE
@@ -35,7 +35,7 @@ static int loads(struct dl_phdr_info *info, size_t size, void *data)
     return 1;
 }
 
-int rd_cuda_is_device_pointer(const void *p)
+int rd_cuda_ptr_is_device(const void *p)
 {
     get_attribute_fn fn = atomic_load_explicit(&get_attribute, memory_order_acquire);
     unsigned int type = 0, managed = 0;

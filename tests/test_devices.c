@@ -118,9 +118,9 @@ Test(devices, host_memory_is_never_device_memory_and_the_check_loads_no_driver)
     int on_stack = 0;
     void *heap = malloc(64);
     int loaded = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD) != NULL;
-    cr_assert_eq(rd_cuda_is_device_pointer(&on_stack), 0);
-    cr_assert_eq(rd_cuda_is_device_pointer(heap), 0);
-    cr_assert_eq(rd_cuda_is_device_pointer(NULL), 0);
+    cr_assert_eq(rd_cuda_ptr_is_device(&on_stack), 0);
+    cr_assert_eq(rd_cuda_ptr_is_device(heap), 0);
+    cr_assert_eq(rd_cuda_ptr_is_device(NULL), 0);
     /* a process that had not loaded the driver still has not */
     cr_assert_eq(dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD) != NULL, loaded);
     free(heap);

@@ -128,7 +128,7 @@ unsigned rd_metrics_size_class(uint64_t bytes)
     return c;
 }
 
-void rd_metrics_op(rd_job_metrics *jm, unsigned kind, ringd_result_t result, uint64_t size,
+void rd_metrics_op(rd_job_metrics *jm, unsigned kind, rd_status result, uint64_t size,
                    uint64_t written, int64_t us)
 {
     if (jm == NULL || kind >= RD_METRICS_KINDS)

@@ -10,6 +10,7 @@
 
 #include "dtype.h"
 #include "ringd.h"
+#include "status.h"
 
 #define RD_METRICS_KINDS RD_COLL_COUNT /* by rd_coll, named by rd_coll_name */
 #define RD_METRICS_SIZES 5  /* size classes of an op's bytes per rank */
@@ -76,7 +77,7 @@ rd_job_metrics *rd_metrics_jobs(rd_metrics *m);
 
 /* Counts one op of kind (rd_coll) that ended with result; bytes per rank classify its latency
  * (us, from its first submission here), written bytes count when it succeeded. jm NULL: no-op. */
-void rd_metrics_op(rd_job_metrics *jm, unsigned kind, ringd_result_t result, uint64_t size,
+void rd_metrics_op(rd_job_metrics *jm, unsigned kind, rd_status result, uint64_t size,
                    uint64_t written, int64_t us);
 
 /* Adds one observation v to h, whose n bounds are bounds. */

@@ -51,7 +51,7 @@ typedef struct {
                     uint64_t generation, const char *detail);
     /* c's request ended with status (message: why, "" on success); trace: the op's path, when
      * c asked for traces and the request became an op (valid during the call), else NULL. */
-    void (*complete)(rd_client *c, uint64_t request_id, ringd_result_t status,
+    void (*complete)(rd_client *c, uint64_t request_id, rd_status status,
                      const char *message, const rd_trace_op *trace);
 } rd_client_events;
 

@@ -85,7 +85,7 @@ typedef struct rd_op {
     rd_op_params p;
     uint32_t nsubmitted;
     part *parts; /* local_size entries */
-    ringd_result_t status;
+    rd_status status;
     char *message;
     int warned;       /* the stall inspector has logged it (--stall-warn) */
     int64_t asked_ms; /* when the other nodes were last asked to end it (0: never) */

@@ -14,7 +14,7 @@
 /* Adds client c (its engine, pid and uid set) to the job its Hello names, creating the job and
  * the client's arena; once the job has all its local clients each waiting one is welcomed.
  * Returns RINGD_OK, or a refusal with err set (the caller closes the connection). */
-ringd_result_t rd_job_join(rd_client *c, const rd_hello *h, char *err, size_t errlen);
+rd_status rd_job_join(rd_client *c, const rd_hello *h, char *err, size_t errlen);
 
 /* Removes a departing client from its job. A running job goes on without it at a new
  * generation (every op not moving data fails with RINGD_E_MEMBERSHIP naming it); running ops

@@ -116,7 +116,7 @@ void rd_ops_run_here(rd_op *o)
 
 /* Announces o to the other nodes (which may end it at once), or marks it held when the ring
  * cannot take announcements now: it is announced when the next ring is up. */
-void rd_ops_tell(rd_op *o, ringd_result_t status, const char *message, int direct,
+void rd_ops_tell(rd_op *o, rd_status status, const char *message, int direct,
                  const uint8_t *data, size_t len)
 {
     op_state held = o->state; /* HELD, or UNTOLD for a failure */
@@ -177,7 +177,7 @@ void rd_ops_announce(rd_op *o)
  * already have hear it now, ranks yet to submit it when they do (a tombstone), and the other
  * nodes as soon as the announcement reaches them. s, the refused session, is answered too. */
 static void op_refuse(rd_job *j, rd_client *s, uint32_t rank, uint64_t request_id,
-                      const char *name, const rd_op_params *params, ringd_result_t rc,
+                      const char *name, const rd_op_params *params, rd_status rc,
                       const char *why)
 {
     char msg[768];
@@ -274,9 +274,9 @@ void rd_ops_submit(rd_client *s, const rd_submit *m)
 
     if (submit_answered_alone(s, m, err, sizeof(err)))
         return;
-    ringd_result_t rc;
+    rd_status rc;
     if (m->refused != 0) {
-        rc = m->refused < RINGD_RESULT_COUNT ? (ringd_result_t)m->refused : RINGD_E_INVALID;
+        rc = m->refused < RINGD_RESULT_COUNT ? (rd_status)m->refused : RINGD_E_INVALID;
         snprintf(err, sizeof(err), "%.700s",
                  m->refusal != NULL && m->refusal[0] ? m->refusal : "refused by the library");
     } else {
@@ -356,7 +356,7 @@ void rd_ops_failed_elsewhere(void *arg, const char *name, const rd_op_params *p,
 {
     rd_job *j = arg;
     char msg[768];
-    ringd_result_t rc = status < RINGD_RESULT_COUNT ? (ringd_result_t)status : RINGD_E_PROTOCOL;
+    rd_status rc = status < RINGD_RESULT_COUNT ? (rd_status)status : RINGD_E_PROTOCOL;
     snprintf(msg, sizeof(msg), "%s", message); /* message may go with the negotiation's record */
     /* The oldest op of that name this node has not announced is the one the failure is for. */
     rd_op *o = NULL;
@@ -398,7 +398,7 @@ int rd_ops_negotiated(void *arg, void *own, const rd_neg_outcome *e, rd_op_param
                                  (double)(o->negotiated_us - o->ready_us) / 1e6);
     }
     if (e->status != RINGD_OK) {
-        rd_optab_fail(o, e->status <= RINGD_E_REFUSED ? (ringd_result_t)e->status : RINGD_E_PROTOCOL,
+        rd_optab_fail(o, e->status <= RINGD_E_REFUSED ? (rd_status)e->status : RINGD_E_PROTOCOL,
                 "%s", e->message);
         return 0;
     }

@@ -90,7 +90,7 @@ void rd_optab_set_state(rd_op *o, op_state st)
 
 /* Tells client c how its request ended (with the op's trace when c asked for traces and there
  * is one). */
-void rd_optab_answer(const rd_job *j, rd_client *c, uint64_t request_id, ringd_result_t status,
+void rd_optab_answer(const rd_job *j, rd_client *c, uint64_t request_id, rd_status status,
                    const char *message, const rd_trace_op *trace)
 {
     j->e->ev.complete(c, request_id, status, message, c->timeline ? trace : NULL);
@@ -210,7 +210,7 @@ void rd_optab_clear(rd_job *j)
 
 /* Sends the op's outcome to every rank still there that submitted (with trace, to those that
  * asked for it). */
-static void op_answer(rd_op *o, ringd_result_t status, const char *message,
+static void op_answer(rd_op *o, rd_status status, const char *message,
                       const rd_trace_op *trace)
 {
     for (uint32_t k = 0; k < o->nparts; k++) {
@@ -225,7 +225,7 @@ static void op_answer(rd_op *o, ringd_result_t status, const char *message,
 /* The op's end, seen once (op_finish, op_tombstone): counted in its job's metrics, recorded in
  * its timeline, and its trace into *tr (tr->submit_us malloc'd: free it) when a recording or a
  * client wants it. Returns tr then, else NULL. */
-static const rd_trace_op *op_ended(rd_op *o, ringd_result_t status, rd_trace_op *tr)
+static const rd_trace_op *op_ended(rd_op *o, rd_status status, rd_trace_op *tr)
 {
     rd_job *j = o->job;
     int64_t now = rd_now_us();
@@ -265,7 +265,7 @@ static const rd_trace_op *op_ended(rd_op *o, ringd_result_t status, rd_trace_op 
 }
 
 /* Ends an op: answers its ranks, updates counters, removes and frees it. */
-void rd_optab_finish(rd_op *o, ringd_result_t status, const char *message)
+void rd_optab_finish(rd_op *o, rd_status status, const char *message)
 {
     rd_job *j = o->job;
     rd_engine *d = j->e;
@@ -305,7 +305,7 @@ int rd_optab_bury(rd_op *o)
 
 /* Rank `rank` (client c, request_id) came to a failed op: it hears status and message. */
 void rd_optab_visit(rd_op *o, rd_client *c, uint32_t rank, uint64_t request_id,
-                            ringd_result_t status, const char *message)
+                            rd_status status, const char *message)
 {
     o->parts[rank].submitted = 1;
     o->nsubmitted++;
@@ -316,7 +316,7 @@ void rd_optab_visit(rd_op *o, rd_client *c, uint32_t rank, uint64_t request_id,
 /* Ends a pending op for good: the ranks that submitted it hear status and msg now, and the op
  * stays as a tombstone that gives the ranks yet to submit it the same answer, until all have
  * come and the other nodes know (UNTOLD, TOLD), or --stall-abort passes. */
-void rd_optab_tombstone(rd_op *o, ringd_result_t status, const char *msg)
+void rd_optab_tombstone(rd_op *o, rd_status status, const char *msg)
 {
     rd_trace_op tr;
     const rd_trace_op *trace = op_ended(o, status, &tr);
@@ -345,7 +345,7 @@ void rd_optab_tombstone(rd_op *o, ringd_result_t status, const char *msg)
 
 /* Fails a pending op. A mismatch leaves a tombstone (op_tombstone); any other failure removes
  * the op at once. */
-void rd_optab_fail(rd_op *o, ringd_result_t status, const char *fmt, ...)
+void rd_optab_fail(rd_op *o, rd_status status, const char *fmt, ...)
 {
     char msg[768];
     va_list ap;

@@ -131,7 +131,7 @@ static void dev_free(devpass *dp)
 /* The pass of o ends (status, message): its ranks hear it. One cut short by the ring's end
  * (cut: 1) waits for the next ring, as ring ops do. Called from the transports' callbacks too:
  * the job is freed on a later turn, never here. */
-static void dev_end(devpass *dp, ringd_result_t status, const char *message, int cut)
+static void dev_end(devpass *dp, rd_status status, const char *message, int cut)
 {
     rd_op *o = dp->o;
     rd_job *j = o->job;
@@ -182,7 +182,7 @@ static int dev_step_next(devpass *dp, dev_step step)
 }
 
 /* The crossing ended (status 0, or why it failed). */
-static void dev_crossed(devpass *dp, ringd_result_t status, const char *why)
+static void dev_crossed(devpass *dp, rd_status status, const char *why)
 {
     rd_job *j = dp->o->job;
     j->ncrossing--;

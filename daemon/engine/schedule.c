@@ -424,7 +424,7 @@ static void negotiated(rd_sched *s)
     rd_neg_done_free(done, n);
 }
 
-int rd_sched_announce(rd_sched *s, const char *name, const rd_op_params *p, ringd_result_t status,
+int rd_sched_announce(rd_sched *s, const char *name, const rd_op_params *p, rd_status status,
                       const char *message, int direct, const uint8_t *data, size_t len,
                       void *own)
 {

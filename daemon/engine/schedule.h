@@ -67,7 +67,7 @@ void rd_sched_forget(rd_sched *s, const void *own);
  * message). A direct op carries this node's contribution in data[0..len). Once every node has
  * announced it, the negotiated event follows, and for an op bound for the ring its start in
  * the coordinator's order. */
-int rd_sched_announce(rd_sched *s, const char *name, const rd_op_params *p, ringd_result_t status,
+int rd_sched_announce(rd_sched *s, const char *name, const rd_op_params *p, rd_status status,
                       const char *message, int direct, const uint8_t *data, size_t len,
                       void *own);
 

@@ -38,7 +38,7 @@ struct rd_prom_http {
 /* Every server, to find one by its listener: the listener's callback argument is evhttp's. */
 static rd_prom_http *servers;
 
-/* The short names of ringd_result_t, as the result label says them. */
+/* The short names of rd_status, as the result label says them. */
 static const char *const result_names[RINGD_RESULT_COUNT] = {
     "ok",         "invalid", "connect", "protocol", "timeout", "mismatch",
     "membership", "nomem",   "stalled", "closed",   "system",  "refused"};

@@ -177,7 +177,7 @@ static rd_session *session_of(rd_client *c)
 }
 
 /* Sends Complete{request_id, status, message, trace} with the job as the client sees it now. */
-static void client_complete(rd_client *cl, uint64_t request_id, ringd_result_t status,
+static void client_complete(rd_client *cl, uint64_t request_id, rd_status status,
                             const char *message, const rd_trace_op *trace)
 {
     rd_session *s = session_of(cl);
@@ -210,7 +210,7 @@ static void client_complete(rd_client *cl, uint64_t request_id, ringd_result_t s
         rd_session_send(s, &m);
 }
 
-void rd_session_close(rd_session *s, ringd_result_t status, const char *fmt, ...)
+void rd_session_close(rd_session *s, rd_status status, const char *fmt, ...)
 {
     char why[512];
     va_list ap;
@@ -337,7 +337,7 @@ static void dispatch(rd_session *s, const rd_msg *m)
         }
         s->device_arena_size = h.device_arena_size;
         s->c.timeline = h.timeline;
-        ringd_result_t rc = rd_job_join(&s->c, &h, err, sizeof(err));
+        rd_status rc = rd_job_join(&s->c, &h, err, sizeof(err));
         if (rc != RINGD_OK)
             rd_session_close(s, rc, "%s", err);
         return;

@@ -58,7 +58,7 @@ rd_status rd_session_send_fds(rd_session *s, const rd_msg *msg, const int *fds, 
 extern const rd_client_events rd_session_client_events;
 
 /* Logs why, sends Error{status, why} best-effort and closes the session on the next loop turn. */
-void rd_session_close(rd_session *s, ringd_result_t status, const char *fmt, ...)
+void rd_session_close(rd_session *s, rd_status status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 /* Takes the frames waiting in every active session's control queue (a bounded number each) and

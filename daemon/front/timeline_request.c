@@ -27,7 +27,7 @@ typedef struct rd_recording {
 } rd_recording;
 
 /* Answers s at once with status and msg (no recording). */
-static void refuse(rd_session *s, ringd_result_t status, const char *msg)
+static void refuse(rd_session *s, rd_status status, const char *msg)
 {
     Ringd__TimelineReply r = RINGD__TIMELINE_REPLY__INIT;
     r.status = (uint32_t)status;

@@ -352,7 +352,7 @@ static void server_hello(setup *s)
     }
     uint64_t gen = 0;
     int fd = s->fd;
-    ringd_result_t rc = n->accept_fn(n->arg, m->peer_hello, fd, s->remote, &gen, err, sizeof(err));
+    rd_status rc = n->accept_fn(n->arg, m->peer_hello, fd, s->remote, &gen, err, sizeof(err));
     rd_msg r = RINGD__MSG__INIT;
     Ringd__PeerAccept pa = RINGD__PEER_ACCEPT__INIT;
     Ringd__Error e = RINGD__ERROR__INIT;

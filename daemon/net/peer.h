@@ -24,7 +24,7 @@ typedef struct rd_peer_chan rd_peer_chan;
 /* Decides on an authenticated inbound connection from its PeerHello. Returning RINGD_OK takes
  * ownership of fd (PeerAccept{generation} is sent first); anything else refuses it with err,
  * which the function logs as it sees fit and which is sent back as Error before fd is closed. */
-typedef ringd_result_t (*rd_peer_accept_fn)(void *arg, const Ringd__PeerHello *h, int fd,
+typedef rd_status (*rd_peer_accept_fn)(void *arg, const Ringd__PeerHello *h, int fd,
                                             const char *remote, uint64_t *generation, char *err,
                                             size_t errlen);
 

@@ -227,7 +227,7 @@ void world_aside_prune(rd_world *w, const rd_rdv_view *v);
 /* The job's world of that name on net, or NULL. */
 rd_world *world_of(rd_net *net, const char *job);
 /* The peer listener's decision on a PeerHello (rd_peer_net_new's callback; arg: the net). */
-ringd_result_t world_on_peer(void *arg, const Ringd__PeerHello *h, int fd, const char *remote,
+rd_status world_on_peer(void *arg, const Ringd__PeerHello *h, int fd, const char *remote,
                              uint64_t *generation, char *err, size_t errlen);
 
 /* world_ctrl.c: the control channel. */

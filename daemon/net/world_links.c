@@ -401,7 +401,7 @@ rd_world *world_of(rd_net *net, const char *job)
 /* Takes an authenticated peer's connection into the ring it names, or says why not: unknown job,
  * another generation, settings that differ, a node that is not the expected neighbour. *quiet
  * marks refusals the peer is expected to retry. */
-static ringd_result_t peer_check(rd_net *net, const Ringd__PeerHello *h, int fd,
+static rd_status peer_check(rd_net *net, const Ringd__PeerHello *h, int fd,
                                  uint64_t *generation, int *quiet, char *err, size_t errlen)
 {
     if (h->protocol != RD_PEER_PROTOCOL_VERSION) {
@@ -472,11 +472,11 @@ static ringd_result_t peer_check(rd_net *net, const Ringd__PeerHello *h, int fd,
 
 /* Decides on a peer's PeerHello and logs a refusal: a peer ahead of this node's view retries
  * (debug); anything else is worth a warning. */
-ringd_result_t world_on_peer(void *arg, const Ringd__PeerHello *h, int fd, const char *remote,
+rd_status world_on_peer(void *arg, const Ringd__PeerHello *h, int fd, const char *remote,
                              uint64_t *generation, char *err, size_t errlen)
 {
     int quiet = 0;
-    ringd_result_t rc = peer_check(arg, h, fd, generation, &quiet, err, errlen);
+    rd_status rc = peer_check(arg, h, fd, generation, &quiet, err, errlen);
     if (rc != RINGD_OK)
         rd_log(quiet ? RD_LOG_DEBUG : RD_LOG_WARN, "peer",
                "connection from %s (node '%s', job '%s'): refused: %s", remote, h->node, h->job,

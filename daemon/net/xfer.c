@@ -81,7 +81,7 @@ struct rd_xfer {
     atomic_int retiring; /* finish the running task, fail the queue, stop */
     int exited;          /* guarded by lock: the thread has posted its last task and touches
                             nothing of x any more */
-    ringd_result_t retire_status;
+    rd_status retire_status;
     char retire_why[320];
     void (*retired)(void *arg, rd_xfer *x);
     void *retired_arg;
@@ -144,9 +144,9 @@ static void recv_counted(run *r, const recv_step *st)
         r->t->phase_us[RD_PHASE_SCATTERED] = rd_now_us();
 }
 
-static void fail(run *r, ringd_result_t st, const char *fmt, ...)
+static void fail(run *r, rd_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-static void fail(run *r, ringd_result_t st, const char *fmt, ...)
+static void fail(run *r, rd_status st, const char *fmt, ...)
 {
     va_list ap;
     if (r->t->status != RINGD_OK)
@@ -801,7 +801,7 @@ void rd_xfer_cut(rd_xfer *x)
     }
 }
 
-void rd_xfer_free(rd_xfer *x, ringd_result_t status, const char *why)
+void rd_xfer_free(rd_xfer *x, rd_status status, const char *why)
 {
     if (x == NULL)
         return;
@@ -845,7 +845,7 @@ void rd_xfer_free(rd_xfer *x, ringd_result_t status, const char *why)
     free(x);
 }
 
-void rd_xfer_retire(rd_xfer *x, ringd_result_t status, const char *why,
+void rd_xfer_retire(rd_xfer *x, rd_status status, const char *why,
                     void (*retired)(void *arg, rd_xfer *x), void *arg)
 {
     x->retire_status = status;

@@ -8,6 +8,7 @@
 
 #include "backend.h"
 #include "ringd.h"
+#include "status.h"
 #include "timeline.h"
 
 struct event_base;
@@ -36,7 +37,7 @@ typedef struct rd_xfer_task {
     rd_xfer_member *members;
     void *ctx;             /* the caller's */
     struct rd_xfer *ring;  /* the caller's: which data plane it went to */
-    ringd_result_t status; /* set by the thread */
+    rd_status status; /* set by the thread */
     char message[320];
     int64_t phase_us[RD_PHASES]; /* set by the thread: when it passed each rd_ring_phase (us) */
     uint64_t seq;
@@ -72,7 +73,7 @@ void rd_xfer_submit(rd_xfer *x, rd_xfer_task *t);
  * (done is called for each, in order, before this returns). A retired data plane's thread has
  * ended already and is not waited for; any other is joined, which takes at most the segment it
  * works on, as its links are shut first. NULL is a no-op. Loop thread only. */
-void rd_xfer_free(rd_xfer *x, ringd_result_t status, const char *why);
+void rd_xfer_free(rd_xfer *x, rd_status status, const char *why);
 
 /* Shuts the links down: the task running now fails at once instead of ending by itself (use
  * with rd_xfer_retire when the ring broke). Loop thread only. */
@@ -82,7 +83,7 @@ void rd_xfer_cut(rd_xfer *x);
  * link breaks or stalls), fails the queued ones with status and why, and stops the thread; then
  * retired(arg, x) is called on the loop after the last done callback, and must free x with
  * rd_xfer_free. Loop thread only. */
-void rd_xfer_retire(rd_xfer *x, ringd_result_t status, const char *why,
+void rd_xfer_retire(rd_xfer *x, rd_status status, const char *why,
                     void (*retired)(void *arg, rd_xfer *x), void *arg);
 
 /* 1 once a link has failed: every later task fails at once; the ring must be re-formed. */

@@ -67,7 +67,7 @@ static int child(int fd, size_t size)
         printf("FAIL: child: %s\n", why);
         return 1;
     }
-    if (rd_cuda_is_device_pointer(rd_cuda_shared_ptr(m)) != 1) {
+    if (rd_cuda_ptr_is_device(rd_cuda_shared_ptr(m)) != 1) {
         printf("FAIL: child: the mapped device memory is not told from host memory\n");
         return 1;
     }
@@ -179,11 +179,11 @@ int main(int argc, char **argv)
     { /* libringd's guard: device memory is told from host memory */
         void *dp = rd_cuda_alloc(0, 4096, why, sizeof(why)), *hp = malloc(4096);
         int ok =
-            dp != NULL && rd_cuda_is_device_pointer(dp) == 1 && rd_cuda_is_device_pointer(hp) == 0;
+            dp != NULL && rd_cuda_ptr_is_device(dp) == 1 && rd_cuda_ptr_is_device(hp) == 0;
         rd_cuda_free(0, dp);
         free(hp);
         if (!ok) {
-            printf("FAIL: rd_cuda_is_device_pointer does not tell device from host memory\n");
+            printf("FAIL: rd_cuda_ptr_is_device does not tell device from host memory\n");
             return 1;
         }
     }
