@@ -148,26 +148,19 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
     event_base_loopbreak(d->base);
 }
 
-int main(int argc, char **argv)
+/* Reads the options into d->cfg, opens the devices it names and sets up the process (signals,
+ * libevent's log, file limits, malloc). Returns -1 to run, else the exit code (--help: 0, a bad
+ * option or device: 2, said on stderr). */
+static int configure(rd_daemon *d, int argc, char **argv)
 {
-    rd_daemon d;
     char err[512];
-    int rc = rd_backend_helper_main(argc, argv); /* ringd started as a backend's helper */
-    rd_listener *l = NULL;
-    rd_prom_http *http = NULL;
-    struct event *ev_term = NULL, *ev_int = NULL;
-
-    if (rc >= 0)
-        return rc;
-    rc = 1;
-    memset(&d, 0, sizeof(d));
-    switch (rd_config_parse(&d.cfg, argc, argv, environ, stdout, err, sizeof(err))) {
+    switch (rd_config_parse(&d->cfg, argc, argv, environ, stdout, err, sizeof(err))) {
     case RD_CONFIG_EXIT: return 0;
     case RD_CONFIG_ERROR: fprintf(stderr, "ringd: %s\n", err); return 2;
     case RD_CONFIG_RUN: break;
     }
-    rd_log_set_level((rd_log_level)d.cfg.log_level);
-    if (rd_devices_open(&d.devices, d.cfg.devices, err, sizeof(err)) != 0) {
+    rd_log_set_level((rd_log_level)d->cfg.log_level);
+    if (rd_devices_open(&d->devices, d->cfg.devices, err, sizeof(err)) != 0) {
         fprintf(stderr, "ringd: %s\n", err);
         return 2;
     }
@@ -180,6 +173,24 @@ int main(int argc, char **argv)
      * reuse, up to malloc's largest threshold (32 MiB), and give memory back above 256 MiB. */
     mallopt(M_MMAP_THRESHOLD, 32 << 20);
     mallopt(M_TRIM_THRESHOLD, 256 << 20);
+    return -1;
+}
+
+int main(int argc, char **argv)
+{
+    rd_daemon d;
+    char err[512];
+    int rc = rd_backend_helper_main(argc, argv); /* ringd started as a backend's helper */
+    rd_listener *l = NULL;
+    rd_prom_http *http = NULL;
+    struct event *ev_term = NULL, *ev_int = NULL;
+
+    if (rc >= 0)
+        return rc;
+    memset(&d, 0, sizeof(d));
+    if ((rc = configure(&d, argc, argv)) >= 0)
+        return rc;
+    rc = 1;
 
     d.base = event_base_new();
     if (d.base == NULL) {
