@@ -8,11 +8,11 @@
 #include <stdint.h>
 
 typedef struct {
-    char name[64];   /* "resnet50", "bert-base", or the file's base name */
-    size_t n;        /* tensors */
-    char **names;    /* names[0..n), each unique */
-    size_t *counts;  /* elements of each, > 0 */
-    uint64_t elems;  /* their sum */
+    char name[64];  /* "resnet50", "bert-base", or the file's base name */
+    size_t n;       /* tensors */
+    char **names;   /* names[0..n), each unique */
+    size_t *counts; /* elements of each, > 0 */
+    uint64_t elems; /* their sum */
 } rb_model;
 
 /* Most tensors a model file may list, and the longest tensor name. */

@@ -17,11 +17,11 @@
 
 typedef struct {
     const rb_model *m;
-    float **tensors;    /* each gradient, in the model's order */
-    float *fused;       /* staging for fused groups: room for every tensor */
-    size_t fusion;      /* fusion buffer bytes; 0: one allreduce per tensor */
-    long gap_us;        /* between two gradients, standing in for backward compute */
-    MPI_Request *reqs;  /* without fusion: one per tensor */
+    float **tensors;   /* each gradient, in the model's order */
+    float *fused;      /* staging for fused groups: room for every tensor */
+    size_t fusion;     /* fusion buffer bytes; 0: one allreduce per tensor */
+    long gap_us;       /* between two gradients, standing in for backward compute */
+    MPI_Request *reqs; /* without fusion: one per tensor */
 } step_ctx;
 
 /* The gap between two gradients: OpenMPI moves a nonblocking collective on only inside MPI
@@ -67,7 +67,7 @@ static long step(step_ctx *c)
 {
     const rb_model *m = c->m;
     size_t nreq = 0, order = 0, group_order = 0, staged = 0; /* staged: elements packed */
-    size_t *tensor_at = malloc(m->n * sizeof(*tensor_at)); /* submit order -> tensor */
+    size_t *tensor_at = malloc(m->n * sizeof(*tensor_at));   /* submit order -> tensor */
     if (tensor_at == NULL)
         return -1;
     int rc = MPI_SUCCESS;
@@ -190,7 +190,8 @@ int main(int argc, char **argv)
         case 'g':
             errno = 0;
             c.gap_us = strtol(optarg, &end, 10);
-            bad = errno != 0 || end == optarg || *end != '\0' || c.gap_us < 0 || c.gap_us > 10000000;
+            bad =
+                errno != 0 || end == optarg || *end != '\0' || c.gap_us < 0 || c.gap_us > 10000000;
             break;
         case 'h': bad = 1; break;
         default: bad = rb_sweep_option(&s, opt, optarg) != 0;
@@ -199,7 +200,8 @@ int main(int argc, char **argv)
             break;
     }
     /* Packing waits for each fused group's allreduce here, where Horovod goes on producing
-     * gradients while its background thread reduces: with gaps, this peer would be unfairly slow. */
+     * gradients while its background thread reduces: with gaps, this peer would be unfairly slow.
+     */
     if (bad || optind < argc || (fusion && c.gap_us)) {
         if (rank == 0)
             fprintf(stderr,
@@ -223,8 +225,7 @@ int main(int argc, char **argv)
     float *all = calloc(m.elems, sizeof(float));
     c.fused = fusion ? calloc(m.elems, sizeof(float)) : NULL;
     int status = 2;
-    if (c.tensors == NULL || c.reqs == NULL || all == NULL ||
-        (fusion && c.fused == NULL)) {
+    if (c.tensors == NULL || c.reqs == NULL || all == NULL || (fusion && c.fused == NULL)) {
         fprintf(stderr, "mpi-model-bench: rank %d: out of memory\n", rank);
     } else {
         for (size_t k = 0, off = 0; k < m.n; off += m.counts[k++])

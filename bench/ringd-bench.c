@@ -31,7 +31,7 @@ typedef struct {
     ringd_redop_t redop;
     int op; /* rd_coll: 0 allreduce, 1 broadcast, 2 allgather */
     int root;
-    int cuda; /* --device cuda: tensors in the session's device arena */
+    int cuda;              /* --device cuda: tensors in the session's device arena */
     const rb_model *model; /* --model: one step of the model's gradients per iteration */
     long gap_us;           /* --gap-us: between two gradients of a step, standing in for compute */
 } bench_opts;
@@ -193,8 +193,7 @@ static int client_main(const bench_opts *o, const char *job)
     int status = 0, dev = o->cuda && send != NULL ? device_here(send) : -1;
     if (send == NULL || recv == NULL || times == NULL || zeros == NULL ||
         (o->sweep.check && scratch == NULL)) {
-        fprintf(stderr, "ringd-bench: rank %d: out of arena or memory: %s\n", me,
-                ringd_errmsg(h));
+        fprintf(stderr, "ringd-bench: rank %d: out of arena or memory: %s\n", me, ringd_errmsg(h));
         status = 2;
         goto out;
     }
@@ -353,8 +352,8 @@ static int model_main(const bench_opts *o, const char *job)
     if (rc == RINGD_OK && counted)
         counted = daemon_passes(o->socket, &p1, &ops1) == 0;
     if (rc == RINGD_OK)
-        rc = ringd_allreduce(h, "bench.times", times, times, (size_t)s->iters, RINGD_F64,
-                             RINGD_MAX);
+        rc =
+            ringd_allreduce(h, "bench.times", times, times, (size_t)s->iters, RINGD_F64, RINGD_MAX);
 
     /* Tensor i's inputs start at pattern element 7 i, so results that land in another tensor
      * of the same size show. */
@@ -380,8 +379,8 @@ static int model_main(const bench_opts *o, const char *job)
     if (rc == RINGD_OK)
         rc = ringd_allreduce(h, "bench.wrong", &wrong, &wrong, 1, RINGD_I64, RINGD_SUM);
     if (rc != RINGD_OK) {
-        fprintf(stderr, "ringd-bench: rank %d, model %s: %s: %s\n", me, m->name,
-                ringd_strerror(rc), ringd_errmsg(h));
+        fprintf(stderr, "ringd-bench: rank %d, model %s: %s: %s\n", me, m->name, ringd_strerror(rc),
+                ringd_errmsg(h));
         status = 2;
         goto out;
     }
@@ -431,7 +430,8 @@ static void usage(FILE *f)
         "  --model M      one training step per iteration instead of a sweep: the model's\n"
         "                 gradients (FILE: one \"name count\" per line, in declaration order) as\n"
         "                 async allreduces in place, in reverse order, then a wait for all; ends\n"
-        "                 with a \"# model\" line (median step, ring passes per step on this node)\n"
+        "                 with a \"# model\" line (median step, ring passes per step on this "
+        "node)\n"
         "  --gap-us US    sleep between two gradients of a step, standing in for backward\n"
         "                 compute (default 0)\n"
         "  --list         print the model's tensors as \"name count\" lines and exit\n"

@@ -235,7 +235,7 @@ static int client_main(const soak_opts *o, const char *sock, int node, int slot,
                 rb_sleep_us(10000);
             continue;
         }
-        size_t count = o->mixed == 0 ? op_count(o->seed, step, o->max_count)
+        size_t count = o->mixed == 0   ? op_count(o->seed, step, o->max_count)
                        : step % 2 == 0 ? (size_t)o->max_count
                                        : (size_t)o->mixed;
         for (size_t k = 0; k < count; k++)
@@ -437,7 +437,8 @@ static int redis_start(soak *s)
         s->redis_pid = p > 0 ? spawn(log, argv) : -1;
         if (s->redis_pid < 0)
             continue;
-        for (int64_t end = rb_elastic_now_ms() + 5000; rb_elastic_now_ms() < end; rb_sleep_us(20000)) {
+        for (int64_t end = rb_elastic_now_ms() + 5000; rb_elastic_now_ms() < end;
+             rb_sleep_us(20000)) {
             if (waitpid(s->redis_pid, NULL, WNOHANG) == s->redis_pid)
                 break;
             if (redis_pong(p)) {

@@ -57,8 +57,8 @@ static uint32_t row_of(rd_ctrace *t, const char *name)
         if (*slot == 0) {
             *slot = pid;
             event(t);
-            out(t, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%" PRIu32
-                   ",\"args\":{\"name\":\"",
+            out(t,
+                "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%" PRIu32 ",\"args\":{\"name\":\"",
                 pid);
             out_str(t, name);
             out(t, "\"}}");
@@ -68,8 +68,9 @@ static uint32_t row_of(rd_ctrace *t, const char *name)
     if (!t->other_named) { /* the table is full */
         t->other_named = 1;
         event(t);
-        out(t, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"name\":"
-               "\"other tensors\"}}",
+        out(t,
+            "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"name\":"
+            "\"other tensors\"}}",
             OTHER_PID);
     }
     return OTHER_PID;
@@ -81,7 +82,8 @@ int rd_ctrace_open(rd_ctrace *t, FILE *f, const char *node)
     t->f = f;
     out(t, "[");
     event(t);
-    out(t, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"name\":\"node ", NODE_PID);
+    out(t, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"name\":\"node ",
+        NODE_PID);
     out_str(t, node);
     out(t, "\"}}");
     event(t);
@@ -96,8 +98,9 @@ static void span(rd_ctrace *t, uint32_t pid, const char *name, int64_t a, int64_
     if (a <= 0 || b < a)
         return;
     event(t);
-    out(t, "{\"name\":\"%s\",\"ph\":\"X\",\"pid\":%" PRIu32 ",\"tid\":0,\"ts\":%" PRId64
-           ",\"dur\":%" PRId64 "}",
+    out(t,
+        "{\"name\":\"%s\",\"ph\":\"X\",\"pid\":%" PRIu32 ",\"tid\":0,\"ts\":%" PRId64
+        ",\"dur\":%" PRId64 "}",
         name, pid, a, b - a);
 }
 
@@ -111,15 +114,16 @@ void rd_ctrace_op(rd_ctrace *t, const Ringd__OpTrace *op)
             first = op->submit_us[k];
     if (first == 0)
         first = op->ready_us > 0 ? op->ready_us : op->end_us;
-    const char *kind = op->kind < sizeof(kind_names) / sizeof(kind_names[0]) ? kind_names[op->kind]
-                                                                              : "OP";
+    const char *kind =
+        op->kind < sizeof(kind_names) / sizeof(kind_names[0]) ? kind_names[op->kind] : "OP";
     /* The whole op, its phases nested under it. */
     if (first > 0 && op->end_us >= first) {
         event(t);
-        out(t, "{\"name\":\"%s\",\"ph\":\"X\",\"pid\":%" PRIu32 ",\"tid\":0,\"ts\":%" PRId64
-               ",\"dur\":%" PRId64 ",\"args\":{\"seq\":%" PRIu64 ",\"status\":%" PRIu32
-               ",\"bytes\":%" PRIu64 ",\"generation\":%" PRIu64 ",\"pass\":%" PRIu64
-               ",\"fused_ops\":%" PRIu32 ",\"direct\":%s}}",
+        out(t,
+            "{\"name\":\"%s\",\"ph\":\"X\",\"pid\":%" PRIu32 ",\"tid\":0,\"ts\":%" PRId64
+            ",\"dur\":%" PRId64 ",\"args\":{\"seq\":%" PRIu64 ",\"status\":%" PRIu32
+            ",\"bytes\":%" PRIu64 ",\"generation\":%" PRIu64 ",\"pass\":%" PRIu64
+            ",\"fused_ops\":%" PRIu32 ",\"direct\":%s}}",
             kind, pid, first, op->end_us - first, op->seq, op->status, op->bytes, op->generation,
             op->pass, op->pass_ops, op->direct ? "true" : "false");
     }
@@ -127,8 +131,9 @@ void rd_ctrace_op(rd_ctrace *t, const Ringd__OpTrace *op)
         if (op->submit_us[k] <= 0)
             continue;
         event(t);
-        out(t, "{\"name\":\"SUBMIT rank %" PRIu64 "\",\"ph\":\"i\",\"s\":\"t\",\"pid\":%" PRIu32
-               ",\"tid\":0,\"ts\":%" PRId64 ",\"args\":{\"local_rank\":%zu}}",
+        out(t,
+            "{\"name\":\"SUBMIT rank %" PRIu64 "\",\"ph\":\"i\",\"s\":\"t\",\"pid\":%" PRIu32
+            ",\"tid\":0,\"ts\":%" PRId64 ",\"args\":{\"local_rank\":%zu}}",
             (uint64_t)op->first_rank + k, pid, op->submit_us[k], k);
     }
     span(t, pid, "WAIT_FOR_RANKS", first, op->ready_us);
@@ -150,8 +155,9 @@ void rd_ctrace_op(rd_ctrace *t, const Ringd__OpTrace *op)
         if (op->pass != 0 && op->pass != t->last_pass && r[0] > 0 && r[4] >= r[0]) {
             t->last_pass = op->pass;
             event(t);
-            out(t, "{\"name\":\"PASS %" PRIu64 "\",\"ph\":\"X\",\"pid\":%d,\"tid\":1,\"ts\":%" PRId64
-                   ",\"dur\":%" PRId64 ",\"args\":{\"ops\":%" PRIu32 "}}",
+            out(t,
+                "{\"name\":\"PASS %" PRIu64 "\",\"ph\":\"X\",\"pid\":%d,\"tid\":1,\"ts\":%" PRId64
+                ",\"dur\":%" PRId64 ",\"args\":{\"ops\":%" PRIu32 "}}",
                 op->pass, NODE_PID, r[0], r[4] - r[0], op->pass_ops);
         }
     } else if (op->direct) { /* the result came with the negotiation */
@@ -164,8 +170,9 @@ void rd_ctrace_op(rd_ctrace *t, const Ringd__OpTrace *op)
 void rd_ctrace_mark(rd_ctrace *t, int64_t t_us, uint64_t generation, const char *what)
 {
     event(t);
-    out(t, "{\"name\":\"MEMBERSHIP\",\"ph\":\"i\",\"s\":\"g\",\"pid\":%d,\"tid\":0,\"ts\":%" PRId64
-           ",\"args\":{\"generation\":%" PRIu64 ",\"what\":\"",
+    out(t,
+        "{\"name\":\"MEMBERSHIP\",\"ph\":\"i\",\"s\":\"g\",\"pid\":%d,\"tid\":0,\"ts\":%" PRId64
+        ",\"args\":{\"generation\":%" PRIu64 ",\"what\":\"",
         NODE_PID, t_us, generation);
     out_str(t, what);
     out(t, "\"}}");

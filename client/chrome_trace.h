@@ -15,11 +15,11 @@ struct Ringd__OpTrace;
 
 typedef struct {
     FILE *f;
-    int any;              /* an event is written: the next one needs a comma */
-    uint64_t last_pass;   /* the last ring pass drawn on the node's row */
+    int any;                       /* an event is written: the next one needs a comma */
+    uint64_t last_pass;            /* the last ring pass drawn on the node's row */
     uint32_t rows[RD_CTRACE_ROWS]; /* pids named so far (0: free), open addressing */
-    int other_named;      /* the shared row is titled */
-    int failed;           /* a write failed */
+    int other_named;               /* the shared row is titled */
+    int failed;                    /* a write failed */
 } rd_ctrace;
 
 /* Starts a trace on f (borrowed, left open) for node, whose row is titled so. Returns 0, or -1

@@ -74,13 +74,13 @@ struct ringd_request {
     int done;
     int abandoned; /* its caller stopped waiting: freed when its Complete comes */
     ringd_result_t status;
-    char *message;     /* the daemon's detail on failure */
-    uint64_t stage;        /* offset of the library's staging copy, or RD_NO_STAGE... */
-    rd_alloc *stage_alloc; /* ...in this allocator's range (the arena's or the device arena's) */
+    char *message;            /* the daemon's detail on failure */
+    uint64_t stage;           /* offset of the library's staging copy, or RD_NO_STAGE... */
+    rd_alloc *stage_alloc;    /* ...in this allocator's range (the arena's or the device arena's) */
     const uint8_t *copy_from; /* where the result is read back from... */
     void *copy_to;            /* ...into this user buffer, copy_len bytes; NULL when none */
     size_t copy_len;
-    int copy_device;          /* 1: either side is device memory (a CUDA copy) */
+    int copy_device; /* 1: either side is device memory (a CUDA copy) */
     ringd_request_t *prev, *next;
 };
 
@@ -98,9 +98,9 @@ struct ringd {
     uint8_t *dev_arena;   /* the device arena where this process maps it; NULL: none */
     uint64_t dev_arena_size;
     rd_alloc dev_alloc;
-    void *dev_shared;     /* the mapping (rd_cuda_shared) */
-    uint64_t dev_asked;   /* device arena bytes its Hello asked for */
-    void *stream;         /* the CUstream ordering device tensors; NULL: legacy default */
+    void *dev_shared;   /* the mapping (rd_cuda_shared) */
+    uint64_t dev_asked; /* device arena bytes its Hello asked for */
+    void *stream;       /* the CUstream ordering device tensors; NULL: legacy default */
     uint64_t generation;
     int op_timeout_ms;
     int poll_us;
@@ -167,7 +167,8 @@ static ringd_result_t fail(ringd_t *r, ringd_result_t rc, const char *fmt, ...)
 }
 
 /* A byte count from the environment: digits, optionally followed by K, M or G, or KiB, MiB or
- * GiB (powers of 1024). Unset or empty leaves *out. Returns 0, or -1 when set but not such a count. */
+ * GiB (powers of 1024). Unset or empty leaves *out. Returns 0, or -1 when set but not such a count.
+ */
 static int env_bytes(const char *name, uint64_t *out)
 {
     const char *v = getenv(name);
@@ -250,8 +251,10 @@ static ringd_result_t map_device_arena(ringd_t *r, uint64_t size)
     if (size == 0 || fd < 0 || r->device < 0) {
         if (fd >= 0)
             close(fd);
-        return fail(r, RINGD_E_PROTOCOL, "Welcome's device arena (%" PRIu64 " bytes) came "
-                    "without its descriptor or device", size);
+        return fail(r, RINGD_E_PROTOCOL,
+                    "Welcome's device arena (%" PRIu64 " bytes) came "
+                    "without its descriptor or device",
+                    size);
     }
 #if RINGD_HAVE_CUDA
     char why[256], why_local[256];
@@ -265,8 +268,7 @@ static ringd_result_t map_device_arena(ringd_t *r, uint64_t size)
                     r->device_uuid, r->device, why_local);
     }
     void *ctx = rd_cuda_context();
-    rd_cuda_shared *sh =
-        rd_cuda_shared_import(r->local_device, fd, (size_t)size, why, sizeof(why));
+    rd_cuda_shared *sh = rd_cuda_shared_import(r->local_device, fd, (size_t)size, why, sizeof(why));
     rd_cuda_set_context(ctx);
     close(fd);
     if (sh == NULL)
@@ -405,8 +407,8 @@ static ringd_result_t trace_open(ringd_t *r)
     if (pct == NULL && r->rank != 0)
         return RINGD_OK;
     if (pct != NULL)
-        snprintf(path, sizeof(path), "%.*s%d%s", (int)(pct - r->trace_path), r->trace_path,
-                 r->rank, pct + 2);
+        snprintf(path, sizeof(path), "%.*s%d%s", (int)(pct - r->trace_path), r->trace_path, r->rank,
+                 pct + 2);
     else
         snprintf(path, sizeof(path), "%s", r->trace_path);
     if ((r->trace_file = fopen(path, "w")) == NULL)
@@ -577,8 +579,7 @@ static void req_free(ringd_request_t *q)
 
 /* bytes from src to dst, either or both device memory (a CUDA copy, done when it returns).
  * Returns 0, or -1 with err set. */
-static int copy_any(ringd_t *r, void *dst, const void *src, size_t bytes, char *err,
-                    size_t errlen)
+static int copy_any(ringd_t *r, void *dst, const void *src, size_t bytes, char *err, size_t errlen)
 {
 #if RINGD_HAVE_CUDA
     int dev = rd_cuda_pointer_device(dst);
@@ -610,8 +611,8 @@ static void req_complete(ringd_request_t *q, ringd_result_t status, const char *
     if (status == RINGD_OK && q->copy_to != NULL && !q->copy_device)
         memcpy(q->copy_to, q->copy_from, q->copy_len);
     if (status == RINGD_OK && q->copy_to != NULL && q->copy_device &&
-        copy_any(q->r, q->copy_to, q->copy_from, q->copy_len, q->r->errmsg,
-                 sizeof(q->r->errmsg)) != 0) {
+        copy_any(q->r, q->copy_to, q->copy_from, q->copy_len, q->r->errmsg, sizeof(q->r->errmsg)) !=
+            0) {
         status = q->status = RINGD_E_SYSTEM;
         message = q->r->errmsg;
     }
@@ -924,9 +925,9 @@ static ringd_result_t refuse(ringd_t *r, const submit_args *a, const char *name,
  * elsewhere is staged in q (a copy in now, the result copied back at completion; a CUDA copy
  * where device memory is involved, after the session's stream has run). Returns RINGD_OK, or
  * the failure with errmsg set (q's staging released). */
-static ringd_result_t place(ringd_t *r, const submit_args *a, const char *name,
-                            ringd_request_t *q, uint64_t in_len, uint64_t out_len,
-                            uint64_t gather, int *on_device, uint64_t *in_off, uint64_t *out_off)
+static ringd_result_t place(ringd_t *r, const submit_args *a, const char *name, ringd_request_t *q,
+                            uint64_t in_len, uint64_t out_len, uint64_t gather, int *on_device,
+                            uint64_t *in_off, uint64_t *out_off)
 {
     int sh = in_arena(r, a->send, in_len), rh = in_arena(r, a->recv, out_len);
     int sd = in_dev_arena(r, a->send, in_len), rdv = in_dev_arena(r, a->recv, out_len);
@@ -1057,8 +1058,8 @@ static ringd_result_t submit(ringd_t *r, const submit_args *a, ringd_request_t *
     uint64_t in_off = 0, out_off = 0;
     int on_device = 0;
     if (count > 0) {
-        ringd_result_t rc = place(r, a, name, q, in_len, out_len, gather, &on_device, &in_off,
-                                  &out_off);
+        ringd_result_t rc =
+            place(r, a, name, q, in_len, out_len, gather, &on_device, &in_off, &out_off);
         if (rc != RINGD_OK) {
             free(q);
             return refuse(r, a, name, rc);
@@ -1080,7 +1081,8 @@ static ringd_result_t submit(ringd_t *r, const submit_args *a, ringd_request_t *
     s.postscale = a->postscale;
     s.generation = r->generation;
     Ringd__TensorRef tin = RINGD__TENSOR_REF__INIT, tout = RINGD__TENSOR_REF__INIT;
-    tin.kind = tout.kind = on_device ? RINGD__MEMORY_KIND__MEM_DEVICE : RINGD__MEMORY_KIND__MEM_ARENA;
+    tin.kind = tout.kind =
+        on_device ? RINGD__MEMORY_KIND__MEM_DEVICE : RINGD__MEMORY_KIND__MEM_ARENA;
     tin.device = tout.device = on_device ? (uint32_t)r->device : 0;
     tin.handle = tout.handle = on_device ? 1 : 0;
     tin.offset = in_off;
@@ -1230,7 +1232,8 @@ void *ringd_alloc_device(ringd_t *r, size_t bytes)
     if (r == NULL)
         return NULL;
     if (r->dev_arena == NULL) {
-        fail(r, RINGD_E_INVALID, "the session has no device arena: open it with "
+        fail(r, RINGD_E_INVALID,
+             "the session has no device arena: open it with "
              "device_arena_size (RINGD_DEVICE_ARENA) on a ringd that serves a GPU");
         return NULL;
     }

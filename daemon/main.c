@@ -48,7 +48,7 @@ static void log_devices(const rd_devices *dv)
 /* libevent's own warnings (a failed accept, a bad HTTP request) go to ringd's log. */
 static void on_libevent_log(int severity, const char *msg)
 {
-    rd_log(severity >= EVENT_LOG_ERR ? RD_LOG_ERROR
+    rd_log(severity >= EVENT_LOG_ERR    ? RD_LOG_ERROR
            : severity == EVENT_LOG_WARN ? RD_LOG_WARN
                                         : RD_LOG_DEBUG,
            "libevent", "%s", msg);

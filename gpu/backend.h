@@ -159,8 +159,8 @@ typedef struct rd_backend {
 
 /* Calls done(arg, status, why) on base's next loop turn: how a backend whose work ran during the
  * call reports it (why is copied). Returns 0, or -1 when it cannot be queued. Loop thread. */
-int rd_backend_report(struct event_base *base, int status, const char *why,
-                      rd_backend_done_fn done, void *arg);
+int rd_backend_report(struct event_base *base, int status, const char *why, rd_backend_done_fn done,
+                      void *arg);
 
 /* The CPU backend: static storage, never freed. It imports RD_MEM_ARENA (a shared mapping of
  * the memfd) and runs its asynchronous operations at once, reporting on the next loop turn. */

@@ -470,8 +470,8 @@ static void on_done_later(evutil_socket_t fd, short what, void *ctx)
     free(d);
 }
 
-int rd_backend_report(struct event_base *base, int status, const char *why,
-                      rd_backend_done_fn done, void *arg)
+int rd_backend_report(struct event_base *base, int status, const char *why, rd_backend_done_fn done,
+                      void *arg)
 {
     done_later *d = malloc(sizeof(*d));
     struct timeval now = {0, 0};

@@ -66,15 +66,13 @@ static int cuda_reduce(rd_dtype dt, rd_redop op, void *dst, const void *const *s
     if (dev < 0)
         return -1;
     if (nsrc < 1 || nsrc > RD_CUDA_MAX_SRC || esz == 0) /* rd_cuda_reduce says why */
-        return rd_cuda_reduce(dev, dt, op, dst, src, nsrc, count, args, cuda_why,
-                              sizeof(cuda_why));
+        return rd_cuda_reduce(dev, dt, op, dst, src, nsrc, count, args, cuda_why, sizeof(cuda_why));
     for (int k = 0; k < nsrc; k++) {
         where[k] = rd_cuda_pointer_device(src[k]);
         remote += where[k] != dev;
     }
     if (remote == 0)
-        return rd_cuda_reduce(dev, dt, op, dst, src, nsrc, count, args, cuda_why,
-                              sizeof(cuda_why));
+        return rd_cuda_reduce(dev, dt, op, dst, src, nsrc, count, args, cuda_why, sizeof(cuda_why));
     if (dev >= RD_GATHER_DEVICES) {
         snprintf(cuda_why, sizeof(cuda_why), "device %d: beyond the %d ringd gathers on", dev,
                  RD_GATHER_DEVICES);

@@ -253,8 +253,8 @@ static int kernels(cuda_device *d, char *why, size_t whylen)
                    d->kernels_failure, sizeof(d->kernels_failure)))
             d->kernels_ready = -1;
         for (i = 0; d->kernels_ready > 0 && i < RD_DT_COUNT; i++)
-            if (failed(drv.module_function(&d->reduce[i], module, kernel_names[i]),
-                       kernel_names[i], d->kernels_failure, sizeof(d->kernels_failure)))
+            if (failed(drv.module_function(&d->reduce[i], module, kernel_names[i]), kernel_names[i],
+                       d->kernels_failure, sizeof(d->kernels_failure)))
                 d->kernels_ready = -1;
         if (d->kernels_ready < 0 && module != NULL)
             drv.module_unload(module);
@@ -481,8 +481,8 @@ int rd_cuda_pointer_device(const void *p)
     int ordinal = -1;
     unsigned int type = 0;
     if (rd_cuda_load(NULL, 0) <= 0 ||
-        drv.pointer_attribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
-                              (CUdeviceptr)(uintptr_t)p) != CUDA_SUCCESS ||
+        drv.pointer_attribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, (CUdeviceptr)(uintptr_t)p) !=
+            CUDA_SUCCESS ||
         type != CU_MEMORYTYPE_DEVICE ||
         drv.pointer_attribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
                               (CUdeviceptr)(uintptr_t)p) != CUDA_SUCCESS)
@@ -593,8 +593,7 @@ static int shared_map(rd_cuda_shared *m, int peers, char *why, size_t whylen)
     access[0].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
     /* the GPUs that can reach it peer to peer may (local ranks on several GPUs: the reducing
      * GPU gathers the others' inputs); the rest go through the host in the driver's copies */
-    for (int i = 0; peers && i < ndevices && drv.device_get(&owner, m->dev) == CUDA_SUCCESS;
-         i++) {
+    for (int i = 0; peers && i < ndevices && drv.device_get(&owner, m->dev) == CUDA_SUCCESS; i++) {
         if (i == m->dev || drv.device_get(&other, i) != CUDA_SUCCESS ||
             drv.can_access_peer(&can, other, owner) != CUDA_SUCCESS || !can)
             continue;

@@ -90,8 +90,8 @@ void rd_cuda_event_free(int dev, void *event);
 typedef struct rd_cuda_shared rd_cuda_shared;
 
 /* At least bytes of dev's memory (rounded up to the allocation granularity), mapped here,
- * cleared to zero, and exported as *fd (close-on-exec; the caller's, to pass on and close). NULL with why set. Free
- * with rd_cuda_shared_free. */
+ * cleared to zero, and exported as *fd (close-on-exec; the caller's, to pass on and close). NULL
+ * with why set. Free with rd_cuda_shared_free. */
 rd_cuda_shared *rd_cuda_shared_new(int dev, size_t bytes, int *fd, char *why, size_t whylen);
 
 /* Maps the device memory behind fd (from rd_cuda_shared_new in another process, of at least

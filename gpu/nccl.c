@@ -73,9 +73,9 @@ static void load(void)
     int version = 0;
     const char *missing;
     char why[256];
-    void *lib = rd_dl_open("libnccl.so.2", nccl_symbols,
-                           sizeof(nccl_symbols) / sizeof(nccl_symbols[0]), &nccl, sizeof(nccl),
-                           &missing, why, sizeof(why));
+    void *lib =
+        rd_dl_open("libnccl.so.2", nccl_symbols, sizeof(nccl_symbols) / sizeof(nccl_symbols[0]),
+                   &nccl, sizeof(nccl), &missing, why, sizeof(why));
     if (lib == NULL) {
         if (missing == NULL)
             rd_gpu_say(load_why, sizeof(load_why), "no NCCL library: %s", why);
@@ -380,11 +380,13 @@ static int nccl_comm_issue(void *comm, void *stream, const rd_commq_coll *c, cha
                            size_t errlen)
 {
     static const ncclDataType_t types[RD_DT_COUNT] = {
-        [RD_DT_F32] = ncclFloat32, [RD_DT_F64] = ncclFloat64, [RD_DT_F16] = ncclFloat16,
-        [RD_DT_BF16] = ncclBfloat16, [RD_DT_I32] = ncclInt32, [RD_DT_I64] = ncclInt64,
+        [RD_DT_F32] = ncclFloat32,   [RD_DT_F64] = ncclFloat64, [RD_DT_F16] = ncclFloat16,
+        [RD_DT_BF16] = ncclBfloat16, [RD_DT_I32] = ncclInt32,   [RD_DT_I64] = ncclInt64,
         [RD_DT_U8] = ncclUint8};
-    static const ncclRedOp_t ops[RD_OP_COUNT] = {[RD_OP_SUM] = ncclSum, [RD_OP_MIN] = ncclMin,
-                                                 [RD_OP_MAX] = ncclMax, [RD_OP_PROD] = ncclProd};
+    static const ncclRedOp_t ops[RD_OP_COUNT] = {[RD_OP_SUM] = ncclSum,
+                                                 [RD_OP_MIN] = ncclMin,
+                                                 [RD_OP_MAX] = ncclMax,
+                                                 [RD_OP_PROD] = ncclProd};
     ncclResult_t rc;
     switch (c->coll) {
     case RD_COLL_ALLREDUCE:

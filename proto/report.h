@@ -38,16 +38,16 @@ typedef struct {
 typedef struct {
     uint64_t generation;
     const char *state;
-    uint32_t position;         /* this node's, in ring order */
-    const char *coordinator;   /* NULL before the first view */
-    const char *gpu_transport; /* how device ops cross nodes at this generation ("nccl", "tcp",
-                                  or how far the nodes' agreement came); NULL: not known */
+    uint32_t position;             /* this node's, in ring order */
+    const char *coordinator;       /* NULL before the first view */
+    const char *gpu_transport;     /* how device ops cross nodes at this generation ("nccl", "tcp",
+                                      or how far the nodes' agreement came); NULL: not known */
     const char *gpu_transport_why; /* why not NCCL, or why it failed ("" otherwise) */
-    int has_tuning;    /* 0 before the coordinator's first order */
-    rd_tuning tuning;  /* the coordinator's, as its last order carried */
-    uint32_t autotune_trials;  /* coordinator with --autotune: settings tried */
-    double autotune_best_bps;  /* the best one's bytes ordered per second */
-    rd_member_status *members; /* nmembers, malloc'd: released with the status */
+    int has_tuning;                /* 0 before the coordinator's first order */
+    rd_tuning tuning;              /* the coordinator's, as its last order carried */
+    uint32_t autotune_trials;      /* coordinator with --autotune: settings tried */
+    double autotune_best_bps;      /* the best one's bytes ordered per second */
+    rd_member_status *members;     /* nmembers, malloc'd: released with the status */
     size_t nmembers;
     rd_link_status links[2]; /* the first nlinks: to the next node, from the previous one */
     size_t nlinks;
@@ -89,9 +89,9 @@ typedef struct {
 typedef struct {
     uint32_t index; /* the CUDA device index */
     const char *name;
-    const char *uuid; /* "GPU-..." */
-    uint64_t memory;  /* total bytes */
-    uint32_t clients; /* sessions given this device */
+    const char *uuid;       /* "GPU-..." */
+    uint64_t memory;        /* total bytes */
+    uint32_t clients;       /* sessions given this device */
     uint64_t bytes_reduced; /* bytes collectives wrote into device arenas on it */
     uint64_t arena_bytes;   /* device arena bytes its sessions hold */
 } rd_device_status;
@@ -107,11 +107,11 @@ typedef struct {
     const char *listen; /* the address peers connect to */
     const char *redis;  /* NULL or "" without --redis */
     int redis_connected;
-    int64_t redis_rtt_us; /* the last rendezvous command's round trip; -1: none */
-    const char *metrics;  /* the address serving /metrics ("": none) */
+    int64_t redis_rtt_us;      /* the last rendezvous command's round trip; -1: none */
+    const char *metrics;       /* the address serving /metrics ("": none) */
     int draining;              /* ringctl drain or SIGTERM: leaving every job */
     uint32_t drain_timeout_ms; /* --drain-timeout */
-    rd_job_status *jobs; /* njobs, malloc'd */
+    rd_job_status *jobs;       /* njobs, malloc'd */
     size_t njobs;
     rd_client_status *clients; /* nclients, malloc'd */
     size_t nclients;

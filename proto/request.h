@@ -17,9 +17,9 @@ typedef struct {
     uint64_t arena_size;                       /* 0: the daemon's default */
     uint32_t open_timeout_ms;                  /* 0: the daemon's default */
     int64_t local_rank;                        /* the local rank asked for; -1: any */
-    int64_t device;                            /* the CUDA device asked for; -1: the daemon's pick */
-    uint64_t device_arena_size;                /* device arena bytes asked for; 0: none */
-    int timeline;                              /* Completes carry the op's trace */
+    int64_t device;             /* the CUDA device asked for; -1: the daemon's pick */
+    uint64_t device_arena_size; /* device arena bytes asked for; 0: none */
+    int timeline;               /* Completes carry the op's trace */
 } rd_hello;
 
 /* Where a tensor is (MemoryKind values match rd_mem_kind in gpu/backend.h). */

@@ -91,9 +91,9 @@ static int specs_decode(Ringd__OpSpec *const *o, size_t n, rd_op_spec **out, cha
     }
     for (size_t i = 0; i < n; i++) {
         s[i].name = o[i]->name;
-        s[i].p = (rd_op_params){(int)o[i]->op, (int)o[i]->dtype, (int)o[i]->redop, o[i]->root,
-                                o[i]->count,   o[i]->prescale,   o[i]->postscale,
-                                o[i]->device != 0};
+        s[i].p =
+            (rd_op_params){(int)o[i]->op, (int)o[i]->dtype, (int)o[i]->redop, o[i]->root,
+                           o[i]->count,   o[i]->prescale,   o[i]->postscale,  o[i]->device != 0};
         s[i].status = o[i]->status;
         s[i].message = o[i]->message != NULL ? o[i]->message : "";
         s[i].direct = o[i]->direct != 0;
@@ -181,8 +181,7 @@ static rd_schedmsg_status go_decode(const Ringd__Go *g, rd_schedmsg *out, char *
 }
 
 /* why as decoded: "" for none; -1 with err set when over RD_SCHEDMSG_MESSAGE_MAX bytes. */
-static int why_decode(const char *why, const char *what, const char **out, char *err,
-                      size_t errlen)
+static int why_decode(const char *why, const char *what, const char **out, char *err, size_t errlen)
 {
     *out = why != NULL ? why : "";
     if (strnlen(*out, RD_SCHEDMSG_MESSAGE_MAX + 1) > RD_SCHEDMSG_MESSAGE_MAX) {
@@ -299,7 +298,7 @@ static rd_msg *dev_encode(const rd_schedmsg *v)
         Ringd__DevOffer offer;
         Ringd__DevPlan plan;
         Ringd__DevConfirm confirm;
-    } *b;
+    } * b;
     rd_msg *m = malloc(sizeof(*m) + sizeof(*b));
     if (m == NULL)
         return NULL;

@@ -68,14 +68,14 @@ enum { RD_DEV_JOINED = 1, RD_DEV_FORMED = 2, RD_DEV_FAILED = 3 };
 
 /* The fields of the device-transport messages; strings and id borrowed. */
 typedef struct {
-    int want, device, can;  /* DevOffer */
-    const char *gpu;        /* DevOffer: its GPU's UUID, "" for none (never NULL once decoded;
-                               at most RD_SCHEDMSG_GPU_MAX bytes) */
+    int want, device, can;   /* DevOffer */
+    const char *gpu;         /* DevOffer: its GPU's UUID, "" for none (never NULL once decoded;
+                                at most RD_SCHEDMSG_GPU_MAX bytes) */
     int transport, required; /* DevPlan (required: TCP, though some node wants NCCL) */
-    const uint8_t *id;      /* DevPlan of NCCL: 1..RD_SCHEDMSG_ID_MAX bytes; else none */
+    const uint8_t *id;       /* DevPlan of NCCL: 1..RD_SCHEDMSG_ID_MAX bytes; else none */
     size_t id_len;
-    int confirm;            /* DevConfirm */
-    const char *why;        /* never NULL once decoded; at most RD_SCHEDMSG_MESSAGE_MAX bytes */
+    int confirm;     /* DevConfirm */
+    const char *why; /* never NULL once decoded; at most RD_SCHEDMSG_MESSAGE_MAX bytes */
 } rd_devmsg;
 
 /* Go.tuning's autotune. */
@@ -87,7 +87,7 @@ typedef struct {
     uint64_t segment_size;     /* RD_SCHEDMSG_SEGMENT_MIN up to RD_SCHEDMSG_SEGMENT_MAX */
     uint32_t conns;            /* 1 up to RD_SCHEDMSG_CONNS_MAX */
     uint32_t cycle_us;         /* at most RD_SCHEDMSG_CYCLE_MAX */
-    int autotune; /* RD_AUTOTUNE_* */
+    int autotune;              /* RD_AUTOTUNE_* */
 } rd_tuning;
 
 /* The ranges of the matching flags (--fusion-threshold, --segment-size, --conns-per-link). */
@@ -107,7 +107,7 @@ typedef struct {
     const char *const *names; /* Go */
     size_t nnames;
     rd_tuning tuning; /* Go */
-    rd_devmsg dev; /* DevOffer, DevPlan, DevConfirm */
+    rd_devmsg dev;    /* DevOffer, DevPlan, DevConfirm */
 } rd_schedmsg;
 
 typedef enum {
@@ -123,8 +123,8 @@ typedef enum {
  * RD_SCHEDMSG_DATA_MAX, and only a direct op has any: of an allreduce exactly count elements, of
  * a broadcast those or none, of an allgather a whole number of times those. The entries of a Go
  * carry only their names (no node sets the rest); its tuning is there, within the ranges above
- * (the engine checks it against its own links and flags). The device messages' enums are in range, a
- * plan of NCCL carries an id and one of TCP none. Any thread. */
+ * (the engine checks it against its own links and flags). The device messages' enums are in range,
+ * a plan of NCCL carries an id and one of TCP none. Any thread. */
 rd_schedmsg_status rd_schedmsg_decode(const struct Ringd__Msg *m, rd_schedmsg *out, char *err,
                                       size_t errlen);
 

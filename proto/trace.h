@@ -20,18 +20,18 @@ typedef enum {
 /* One op at its end. Times are CLOCK_MONOTONIC microseconds (the clients' clock too: one
  * kernel); 0 where the op did not pass that point. */
 typedef struct {
-    uint64_t seq;      /* the op's number on this node */
-    const char *name;  /* borrowed while recording; owned once recorded */
-    uint32_t kind;     /* rd_coll */
-    uint32_t status;   /* ringd_result_t */
-    uint64_t bytes;    /* per rank */
+    uint64_t seq;     /* the op's number on this node */
+    const char *name; /* borrowed while recording; owned once recorded */
+    uint32_t kind;    /* rd_coll */
+    uint32_t status;  /* ringd_result_t */
+    uint64_t bytes;   /* per rank */
     uint64_t generation;
-    uint32_t first_rank;  /* global rank of local rank 0 */
-    uint32_t nranks;      /* local ranks */
-    int64_t *submit_us;   /* nranks: when each submitted (0: never); borrowed, then owned */
-    int64_t ready_us;     /* every local rank had submitted */
-    int64_t negotiated_us; /* the nodes agreed on it (multi-node) */
-    int64_t started_us;   /* its data began to move (ordered, or run here) */
+    uint32_t first_rank;        /* global rank of local rank 0 */
+    uint32_t nranks;            /* local ranks */
+    int64_t *submit_us;         /* nranks: when each submitted (0: never); borrowed, then owned */
+    int64_t ready_us;           /* every local rank had submitted */
+    int64_t negotiated_us;      /* the nodes agreed on it (multi-node) */
+    int64_t started_us;         /* its data began to move (ordered, or run here) */
     int64_t ring_us[RD_PHASES]; /* on the TCP ring */
     int64_t end_us;
     uint64_t pass;     /* the ring pass it rode in (0: none) */

@@ -456,8 +456,7 @@ static int devices_given(int i, void *arg)
         return 11;
     }
     const char *uuid = ringd_device_uuid(r);
-    if (want < 0 ? uuid[0] != '\0'
-                 : strcmp(uuid, all.dev[0].uuid) != 0 || strlen(uuid) != 40) {
+    if (want < 0 ? uuid[0] != '\0' : strcmp(uuid, all.dev[0].uuid) != 0 || strlen(uuid) != 40) {
         fprintf(stderr, "device %d has UUID '%s'\n", want, uuid);
         return 17;
     }
@@ -532,8 +531,9 @@ static int device_arena_asked(int i, void *arg)
         ringd_result_t rc = ringd_open(&o, &r);
         unsetenv("RINGD_DEVICE_ARENA");
         snprintf(msg, sizeof(msg), "%s", ringd_errmsg(r));
-        if (all.n == 0 && (rc != RINGD_E_INVALID || strstr(msg, "device arena of 4194304") == NULL ||
-                           strstr(msg, "serves no GPU") == NULL)) {
+        if (all.n == 0 &&
+            (rc != RINGD_E_INVALID || strstr(msg, "device arena of 4194304") == NULL ||
+             strstr(msg, "serves no GPU") == NULL)) {
             fprintf(stderr, "device arena without a GPU (%d): %s: %s\n", how, ringd_strerror(rc),
                     msg);
             return 11;

@@ -50,8 +50,8 @@ static int64_t run_job(rd_tuner *t, rate_fn rate, int64_t max_us, rate_fn spike)
     return -1;
 }
 
-static const rd_tuning start = {.fusion_threshold = 64 * MiB, .segment_size = 1 * MiB,
-                                 .conns = 2, .cycle_us = 0};
+static const rd_tuning start = {
+    .fusion_threshold = 64 * MiB, .segment_size = 1 * MiB, .conns = 2, .cycle_us = 0};
 
 Test(autotune, finds_the_best_setting_of_each_knob_and_settles_on_it)
 {
@@ -139,8 +139,8 @@ Test(autotune, tries_only_what_the_links_have)
 Test(autotune, describes_a_setting_in_units)
 {
     char buf[160];
-    rd_tuning u = {.fusion_threshold = 16 * MiB, .segment_size = 512 * KiB, .conns = 1,
-                   .cycle_us = 2500};
+    rd_tuning u = {
+        .fusion_threshold = 16 * MiB, .segment_size = 512 * KiB, .conns = 1, .cycle_us = 2500};
     rd_tuning_describe(buf, sizeof(buf), &u);
     cr_assert_str_eq(buf, "fusion threshold 16M, cycle 2500 us, segment 512K, 1 connection");
     u.fusion_threshold = 1000;

@@ -99,9 +99,7 @@ ParameterizedTest(bad_submit *b, check, a_bad_submit_is_refused_saying_why)
         m.op = RD_COLL_BROADCAST;
         m.root = (uint32_t)b->value;
         break;
-    case F_KIND:
-        m.input = m.output = (rd_tensor_ref){.present = 1, .kind = (int)b->value};
-        break;
+    case F_KIND: m.input = m.output = (rd_tensor_ref){.present = 1, .kind = (int)b->value}; break;
     }
     cr_assert_eq(check(&m, err, sizeof(err)), RINGD_E_INVALID, "%s: accepted", b->what);
     cr_assert(strstr(err, b->says) != NULL, "%s: '%s' does not say '%s'", b->what, err, b->says);
@@ -305,7 +303,7 @@ ParameterizedTest(bad_hello *b, check, a_bad_hello_is_refused_saying_why)
     case H_ONE_NODE: d.multinode = 0; break;
     case H_DRAINING: d.draining = 1; break;
     }
-    cr_assert_eq(rd_check_hello(&h, &d, &min_size, &arena, err, sizeof(err)), b->rc,
-                 "%s: '%s'", b->what, err);
+    cr_assert_eq(rd_check_hello(&h, &d, &min_size, &arena, err, sizeof(err)), b->rc, "%s: '%s'",
+                 b->what, err);
     cr_assert(strstr(err, b->says) != NULL, "%s: '%s' does not say '%s'", b->what, err, b->says);
 }

@@ -30,17 +30,17 @@ typedef struct {
 typedef struct {
     rd_devplan *d;
     int position;
-    int settled;             /* 0, RD_DEVPLAN_NCCL or RD_DEVPLAN_TCP */
+    int settled; /* 0, RD_DEVPLAN_NCCL or RD_DEVPLAN_TCP */
     char settled_why[1100];
     int failed;
     char failed_why[1100];
     int aside[NODES_MAX], naside;
-    int joins;               /* join calls */
+    int joins; /* join calls */
     uint8_t id[RD_SCHEDMSG_ID_MAX];
     size_t id_len;
     int nranks, rank;
-    int join_fails;          /* its next join fails */
-    int mute;                /* what it sends is lost */
+    int join_fails; /* its next join fails */
+    int mute;       /* what it sends is lost */
 } node;
 
 static node nodes[NODES_MAX];
@@ -278,9 +278,9 @@ Test(devplan, nothing_from_an_older_generation_is_accepted)
         char err[128] = "";
         old[k].m.dev.id = old[k].id;
         old[k].m.dev.why = old[k].why;
-        cr_assert_eq(rd_devplan_message(nodes[old[k].to].d, old[k].from, &old[k].m, 0, err,
-                                        sizeof(err)),
-                     0, "%s", err);
+        cr_assert_eq(
+            rd_devplan_message(nodes[old[k].to].d, old[k].from, &old[k].m, 0, err, sizeof(err)), 0,
+            "%s", err);
     }
     cr_assert_eq(nodes[0].joins, 0, "generation 1's offers did not complete generation 2's");
     deliver(0, NULL); /* generation 2's offers */
@@ -538,9 +538,8 @@ Test(devplan, what_no_node_could_send_is_refused)
 
 Test(devplan, messages_while_idle_or_after_the_end_are_ignored)
 {
-    rd_schedmsg plan_m = {.kind = RD_SCHEDMSG_DEV_PLAN,
-                          .generation = 1,
-                          .dev = {.transport = RD_DEV_TCP, .why = ""}};
+    rd_schedmsg plan_m = {
+        .kind = RD_SCHEDMSG_DEV_PLAN, .generation = 1, .dev = {.transport = RD_DEV_TCP, .why = ""}};
     setup_nodes(2);
     cr_assert_null(refusal(1, 0, &plan_m), "idle: no ring to refuse it for");
     cr_assert_eq(nodes[1].settled, 0);

@@ -337,8 +337,7 @@ Test(faults, tensor_descriptors_the_daemon_cannot_reach_are_refused_naming_why)
                          c->status, c->message);
             cr_expect(strstr(c->message, bad[i].what) != NULL, "case %zu/%d: '%s' not in '%s'", i,
                       side, bad[i].what, c->message);
-            cr_expect(strstr(c->message, side == 0 ? "input" : "output") != NULL, "%s",
-                      c->message);
+            cr_expect(strstr(c->message, side == 0 ? "input" : "output") != NULL, "%s", c->message);
             ringd__complete__free_unpacked(c, NULL);
         }
     }
@@ -516,7 +515,8 @@ Test(faults, the_same_name_twice_in_flight_from_one_client_is_refused)
     c = submit_raw(&b, &s);
     cr_expect_eq(c->request_id, 4);
     cr_expect_eq(c->status, (uint32_t)RINGD_E_INVALID, "%s", c->message);
-    cr_expect(strstr(c->message, "rank 0") != NULL && strstr(c->message, "already submitted") != NULL,
+    cr_expect(strstr(c->message, "rank 0") != NULL &&
+                  strstr(c->message, "already submitted") != NULL,
               "%s", c->message);
     ringd__complete__free_unpacked(c, NULL);
     raw_leave(&a);

@@ -502,7 +502,8 @@ Test(frame, a_segment_header_round_trips_in_a_fixed_little_endian_layout)
     cr_assert_eq(back.seq, s.seq);
     cr_assert_eq(back.g, s.g);
     b[1] ^= 0xff;
-    cr_assert_eq(rd_seg_decode(b, &back), RINGD_E_PROTOCOL, "a header without the magic is refused");
+    cr_assert_eq(rd_seg_decode(b, &back), RINGD_E_PROTOCOL,
+                 "a header without the magic is refused");
 }
 
 /* A decoded Submit into the plain values the engine takes: descriptors present or not. */

@@ -51,8 +51,7 @@ Test(membership, a_node_gone_while_its_link_stands_is_looked_at_again)
     view_make(&next, 6, ac, twos, 2);
     rd_member_news news[3] = {{0, 0, 0}, {0, 0, 1}, {0, 0, 1}};
     char why[256];
-    cr_assert_eq(rd_membership_assess(&cur.v, 3, news, &next.v, why, sizeof(why)),
-                 RD_CHANGE_DEFER);
+    cr_assert_eq(rd_membership_assess(&cur.v, 3, news, &next.v, why, sizeof(why)), RD_CHANGE_DEFER);
     cr_assert_str_eq(why, "node n2 is gone");
 }
 
@@ -63,8 +62,7 @@ Test(membership, a_node_gone_with_its_link_down_breaks_the_ring)
     view_make(&next, 6, ac, twos, 2);
     rd_member_news news[3] = {{0, 0, 0}, {0, 0, 0}, {0, 0, 1}};
     char why[256];
-    cr_assert_eq(rd_membership_assess(&cur.v, 3, news, &next.v, why, sizeof(why)),
-                 RD_CHANGE_BREAK);
+    cr_assert_eq(rd_membership_assess(&cur.v, 3, news, &next.v, why, sizeof(why)), RD_CHANGE_BREAK);
 }
 
 Test(membership, a_sealed_node_that_did_not_say_it_leaves_breaks_the_ring)
@@ -74,8 +72,7 @@ Test(membership, a_sealed_node_that_did_not_say_it_leaves_breaks_the_ring)
     view_make(&next, 6, ac, twos, 2);
     rd_member_news news[3] = {{0, 0, 0}, {0, 1, 1}, {0, 0, 1}};
     char why[256];
-    cr_assert_eq(rd_membership_assess(&cur.v, 3, news, &next.v, why, sizeof(why)),
-                 RD_CHANGE_BREAK);
+    cr_assert_eq(rd_membership_assess(&cur.v, 3, news, &next.v, why, sizeof(why)), RD_CHANGE_BREAK);
 }
 
 Test(membership, a_newcomer_breaks_the_ring_even_when_another_leaves_gracefully)
@@ -86,8 +83,7 @@ Test(membership, a_newcomer_breaks_the_ring_even_when_another_leaves_gracefully)
     view_make(&next, 6, bcd, twos, 3);
     rd_member_news news[3] = {{1, 1, 1}, {0, 0, 0}, {0, 0, 1}};
     char why[256];
-    cr_assert_eq(rd_membership_assess(&cur.v, 3, news, &next.v, why, sizeof(why)),
-                 RD_CHANGE_BREAK);
+    cr_assert_eq(rd_membership_assess(&cur.v, 3, news, &next.v, why, sizeof(why)), RD_CHANGE_BREAK);
     cr_assert_str_eq(why, "node n1 left, node n4 joined");
 }
 
@@ -99,8 +95,7 @@ Test(membership, a_node_with_another_local_size_breaks_the_ring)
     view_make(&next, 6, ab, other, 2);
     rd_member_news news[2] = {{0, 0, 0}, {0, 0, 1}};
     char why[256];
-    cr_assert_eq(rd_membership_assess(&cur.v, 2, news, &next.v, why, sizeof(why)),
-                 RD_CHANGE_BREAK);
+    cr_assert_eq(rd_membership_assess(&cur.v, 2, news, &next.v, why, sizeof(why)), RD_CHANGE_BREAK);
     cr_assert_str_eq(why, "node n2 now has other ranks");
 }
 
@@ -111,8 +106,7 @@ Test(membership, the_same_members_at_a_new_generation_is_a_broken_ring_re_formin
     view_make(&next, 6, ab, twos, 2);
     rd_member_news news[2] = {{0, 0, 0}, {0, 0, 1}};
     char why[256];
-    cr_assert_eq(rd_membership_assess(&cur.v, 2, news, &next.v, why, sizeof(why)),
-                 RD_CHANGE_BREAK);
+    cr_assert_eq(rd_membership_assess(&cur.v, 2, news, &next.v, why, sizeof(why)), RD_CHANGE_BREAK);
     cr_assert_str_eq(why, "the ring broke and re-forms");
 }
 
@@ -133,8 +127,7 @@ Test(membership, a_restarted_node_is_another_member)
     next.m[1].incarnation++;
     rd_member_news news[2] = {{0, 0, 0}, {0, 0, 0}};
     char why[256];
-    cr_assert_eq(rd_membership_assess(&cur.v, 2, news, &next.v, why, sizeof(why)),
-                 RD_CHANGE_BREAK);
+    cr_assert_eq(rd_membership_assess(&cur.v, 2, news, &next.v, why, sizeof(why)), RD_CHANGE_BREAK);
     cr_assert_str_eq(why, "node n2 is gone, node n2 joined");
     cr_assert_not(rd_membership_same(&cur.v, &next.v));
 }

@@ -41,8 +41,8 @@ Test(metrics, puts_an_observation_in_the_first_bucket_that_holds_it)
     rd_histogram_observe(&h, rd_metrics_latency_bounds, RD_METRICS_LATENCY_BUCKETS, 10e-6);
     rd_histogram_observe(&h, rd_metrics_latency_bounds, RD_METRICS_LATENCY_BUCKETS, 11e-6);
     rd_histogram_observe(&h, rd_metrics_latency_bounds, RD_METRICS_LATENCY_BUCKETS, 1e6);
-    cr_assert_eq(h.bucket[0], 2); /* le 10us: 0 and 10us */
-    cr_assert_eq(h.bucket[1], 1); /* le 25us */
+    cr_assert_eq(h.bucket[0], 2);                          /* le 10us: 0 and 10us */
+    cr_assert_eq(h.bucket[1], 1);                          /* le 25us */
     cr_assert_eq(h.bucket[RD_METRICS_LATENCY_BUCKETS], 1); /* +Inf */
     cr_assert_eq(h.count, 4);
     cr_assert_float_eq(h.sum, 1e6 + 21e-6, 1e-9);
@@ -56,7 +56,7 @@ Test(metrics, counts_ops_by_kind_and_result_and_bytes_only_of_successes)
     rd_metrics_op(jm, 0, RINGD_OK, 100, 400, 30);
     rd_metrics_op(jm, 0, RINGD_E_MEMBERSHIP, 100, 400, 30);
     rd_metrics_op(jm, 2, (ringd_result_t)99, 1 << 24, 5, 3000000); /* out of range: protocol */
-    rd_metrics_op(jm, 7, RINGD_OK, 1, 1, 1);                         /* no such kind: ignored */
+    rd_metrics_op(jm, 7, RINGD_OK, 1, 1, 1);                       /* no such kind: ignored */
     rd_metrics_op(NULL, 0, RINGD_OK, 1, 1, 1);
     cr_assert_eq(jm->ops[0][RINGD_OK], 1);
     cr_assert_eq(jm->ops[0][RINGD_E_MEMBERSHIP], 1);

@@ -274,7 +274,7 @@ static int all_reductions(int i, void *arg)
                 snprintf(name, sizeof(name), "r.%s.%s.%zu", rd_dtype_name((rd_dtype)dt),
                          rd_redop_name((rd_redop)op), counts[c]);
                 TH_CHECK_OK(r, ringd_allreduce(r, name, src, dst, counts[c], (ringd_dtype_t)dt,
-                                            (ringd_redop_t)op));
+                                               (ringd_redop_t)op));
                 int rc =
                     check(r, name, dst, (ringd_dtype_t)dt, (ringd_redop_t)op, counts[c], 1.0, 1.0);
                 if (rc != 0)
@@ -446,7 +446,7 @@ static int movement(int i, void *arg)
     for (size_t e = 0; e < gcount; e++)
         gather[(size_t)me * gcount + e] = (int32_t)(me * 11 - (int)e);
     TH_CHECK_OK(r, ringd_allgather(r, "g.inplace", gather + (size_t)me * gcount, gather, gcount,
-                                RINGD_I32));
+                                   RINGD_I32));
     double mine[3] = {me + 0.5, -me - 0.25, me * 1e300};
     TH_CHECK_OK(r, ringd_allgather(r, "g.tiny", mine, tiny, 3, RINGD_F64));
     for (int k = 0; k < n; k++) {
@@ -462,15 +462,15 @@ static int movement(int i, void *arg)
         for (size_t e = 0; e < c; e++)
             gather[e] = heap_gather[e] = (int32_t)(me * 13 - (int)e);
         TH_CHECK_OK(r, ringd_allgather(r, c > 3 ? "g.start" : "g.start.small", gather, gather, c,
-                                    RINGD_I32));
-        TH_CHECK_OK(r, ringd_allgather(r, c > 3 ? "g.start.heap" : "g.start.heap.small", heap_gather,
-                                    heap_gather, c, RINGD_I32));
+                                       RINGD_I32));
+        TH_CHECK_OK(r, ringd_allgather(r, c > 3 ? "g.start.heap" : "g.start.heap.small",
+                                       heap_gather, heap_gather, c, RINGD_I32));
         for (int k = 0; k < n; k++)
             for (size_t e = 0; e < c; e++)
                 if (gather[(size_t)k * c + e] != (int32_t)(k * 13 - (int)e) ||
                     heap_gather[(size_t)k * c + e] != (int32_t)(k * 13 - (int)e)) {
-                    fprintf(stderr, "rank %d: in-place allgather of %zu: slot %d element %zu\n",
-                            me, c, k, e);
+                    fprintf(stderr, "rank %d: in-place allgather of %zu: slot %d element %zu\n", me,
+                            c, k, e);
                     return 46;
                 }
     }
@@ -917,8 +917,7 @@ Test(multinode, ringctl_json_shows_both_members_of_the_ring_and_bytes_on_its_lin
     ringctl_json_shows(NULL, "tcp node n0: its ranks pass host memory");
 }
 
-Test(multinode, nccl_required_where_it_cannot_run_is_shown_with_why_on_every_node,
-     .timeout = 90)
+Test(multinode, nccl_required_where_it_cannot_run_is_shown_with_why_on_every_node, .timeout = 90)
 {
     static const char *const nccl[] = {"--gpu-transport", "nccl", NULL};
     ringctl_json_shows(nccl, "tcp --gpu-transport nccl, and NCCL cannot run: node n0: its ranks "

@@ -274,8 +274,8 @@ static int movement(int idx, void *arg)
             for (size_t i = 0; i < c; i++)
                 if (gather[(size_t)k * c + i] != (int32_t)(k * 13 - (int)i) ||
                     heap_gather[(size_t)k * c + i] != (int32_t)(k * 13 - (int)i)) {
-                    fprintf(stderr, "rank %d: in-place allgather of %zu: slot %d element %zu\n",
-                            me, c, k, i);
+                    fprintf(stderr, "rank %d: in-place allgather of %zu: slot %d element %zu\n", me,
+                            c, k, i);
                     return 45;
                 }
     }

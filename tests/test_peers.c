@@ -669,8 +669,8 @@ Test(peers, a_peer_of_another_protocol_version_is_refused_and_the_ring_keeps_wor
     Ringd__PeerHello h = hello(JOB, gen, "n0", RINGD__LINK_KIND__LINK_DATA, 0);
     h.protocol = RD_PEER_PROTOCOL_VERSION + 1;
     char why[128];
-    snprintf(why, sizeof(why), "node n0 speaks protocol %d, this node %d", RD_PEER_PROTOCOL_VERSION + 1,
-             RD_PEER_PROTOCOL_VERSION);
+    snprintf(why, sizeof(why), "node n0 speaks protocol %d, this node %d",
+             RD_PEER_PROTOCOL_VERSION + 1, RD_PEER_PROTOCOL_VERSION);
     expect_refused(&ring.d[1], &h, RINGD_E_PROTOCOL, why);
     allreduce_ok(s, "after-protocol");
     for (int i = 0; i < 2; i++) {

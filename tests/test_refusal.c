@@ -65,8 +65,8 @@ static int expect_refused(ringd_t *r, ringd_result_t rc, ringd_result_t want, co
 
 /* Another rank's call of the refused op: must fail with want, name the refusing rank and its
  * reason, and end within FAST_MS of the refusal (refused_ms; 0: only the outcome is checked). */
-static int expect_told(ringd_t *r, ringd_result_t rc, ringd_result_t want, int bad,
-                       const char *why, int64_t refused_ms, int line)
+static int expect_told(ringd_t *r, ringd_result_t rc, ringd_result_t want, int bad, const char *why,
+                       int64_t refused_ms, int line)
 {
     int64_t late = refused_ms > 0 ? th_now_ms() - refused_ms : 0;
     char who[32];
@@ -94,16 +94,15 @@ static ringd_request_t *pending_[2];
 
 /* The refusing rank's call of step k: it must fail itself, saying why. buf and b1 (two tensors)
  * are its arena buffers. */
-static int refusing_call(ringd_t *r, const rcase *c, const char *name, int k, float *buf,
-                         float *b1)
+static int refusing_call(ringd_t *r, const rcase *c, const char *name, int k, float *buf, float *b1)
 {
     int n = ringd_size(r);
     ringd_result_t rc;
     if (c->kind == R_PENDING) { /* two ops the others have not submitted yet, then one more */
         TH_CHECK_OK(r, ringd_allreduce_async(r, "pending.0", buf, buf, COUNT, RINGD_F32, RINGD_SUM,
-                                          &pending_[0]));
+                                             &pending_[0]));
         TH_CHECK_OK(r, ringd_allreduce_async(r, "pending.1", b1, b1, COUNT, RINGD_F32, RINGD_SUM,
-                                          &pending_[1]));
+                                             &pending_[1]));
     }
     refuse_now(k);
     switch (c->kind) {
@@ -304,8 +303,8 @@ CASES(R_CLOSED, a_closed_session)
 /* ---- stall-abort is one decision ---- */
 
 typedef struct {
-    int late_ms;     /* when the last rank submits, after the others began */
-    size_t count;    /* f32 elements: small ones go direct, large ones round the ring */
+    int late_ms;  /* when the last rank submits, after the others began */
+    size_t count; /* f32 elements: small ones go direct, large ones round the ring */
 } stall_case;
 
 /* 2 nodes: rank 0 (node n0, the coordinator) submits at once, rank 1 (node n1) 1000 ms later,
@@ -316,8 +315,8 @@ static int stall_client(int i, void *arg)
 {
     const stall_case *sc = arg;
     int node = i == 0 ? 0 : 1;
-    ringd_t *r = th_open_world(ring_.d[node].sock, job_, 3, node == 0 ? 1 : 2, 64u << 20,
-                               OP_TIMEOUT_MS);
+    ringd_t *r =
+        th_open_world(ring_.d[node].sock, job_, 3, node == 0 ? 1 : 2, 64u << 20, OP_TIMEOUT_MS);
     if (r == NULL)
         return 10;
     int me = ringd_rank(r);
@@ -362,12 +361,14 @@ static void run_stall(int late_ms, size_t count, int want)
     th_ring_finish(&ring_);
 }
 
-Test(refusal, a_stall_abort_on_the_first_node_fails_a_small_op_on_every_rank_even_if_its_last_rank_comes)
+Test(refusal,
+     a_stall_abort_on_the_first_node_fails_a_small_op_on_every_rank_even_if_its_last_rank_comes)
 {
     run_stall(2600, 4, RINGD_E_STALLED);
 }
 
-Test(refusal, a_stall_abort_on_the_first_node_fails_a_ring_op_on_every_rank_even_if_its_last_rank_comes)
+Test(refusal,
+     a_stall_abort_on_the_first_node_fails_a_ring_op_on_every_rank_even_if_its_last_rank_comes)
 {
     run_stall(2600, 1 << 20, RINGD_E_STALLED);
 }

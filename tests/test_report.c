@@ -125,12 +125,20 @@ static rd_daemon_status *status_filled(void)
                                UINT64_C(1) << (30 + i), (int)i - 1};
     s->devices = zeroed(2, sizeof(*s->devices));
     s->ndevices = 2;
-    s->devices[0] =
-        (rd_device_status){0, "NVIDIA H100 80GB HBM3", "GPU-00000000-1111-2222-3333-444444444444",
-                           UINT64_C(85) << 30, 1, UINT64_C(5) << 40, UINT64_C(3) << 30};
-    s->devices[1] =
-        (rd_device_status){3, "NVIDIA H100 80GB HBM3", "GPU-55555555-6666-7777-8888-999999999999",
-                           UINT64_C(80) << 30, 0, 0, 0};
+    s->devices[0] = (rd_device_status){0,
+                                       "NVIDIA H100 80GB HBM3",
+                                       "GPU-00000000-1111-2222-3333-444444444444",
+                                       UINT64_C(85) << 30,
+                                       1,
+                                       UINT64_C(5) << 40,
+                                       UINT64_C(3) << 30};
+    s->devices[1] = (rd_device_status){3,
+                                       "NVIDIA H100 80GB HBM3",
+                                       "GPU-55555555-6666-7777-8888-999999999999",
+                                       UINT64_C(80) << 30,
+                                       0,
+                                       0,
+                                       0};
     s->devices_why = "a reason, checked even beside devices";
     return s;
 }

@@ -101,7 +101,10 @@ Test(schedmsg, a_ready_survives_the_wire)
 }
 
 /* A tuning every node can run. */
-#define TUNING_OK {.fusion_threshold = 64u << 20, .segment_size = 1u << 20, .conns = 2}
+#define TUNING_OK                                                                                  \
+    {                                                                                              \
+        .fusion_threshold = 64u << 20, .segment_size = 1u << 20, .conns = 2                        \
+    }
 
 Test(schedmsg, a_go_survives_the_wire_in_order_with_its_tuning)
 {
@@ -163,8 +166,8 @@ Test(schedmsg, a_go_with_an_impossible_tuning_is_refused_naming_it)
 Test(schedmsg, a_go_without_a_tuning_is_refused)
 {
     const char *names[] = {"a"};
-    rd_schedmsg v = {.kind = RD_SCHEDMSG_GO, .generation = 1, .names = names, .nnames = 1,
-                     .tuning = TUNING_OK};
+    rd_schedmsg v = {
+        .kind = RD_SCHEDMSG_GO, .generation = 1, .names = names, .nnames = 1, .tuning = TUNING_OK};
     rd_msg *m = rd_schedmsg_encode(&v);
     cr_assert_not_null(m);
     m->go->tuning = NULL; /* as a daemon of protocol 3 sends it */
@@ -249,8 +252,8 @@ Test(schedmsg, counts_over_the_limit_are_refused)
 Test(schedmsg, a_go_with_a_bad_name_is_refused)
 {
     const char *names[] = {"ok", "tab\there"};
-    rd_schedmsg v = {.kind = RD_SCHEDMSG_GO, .generation = 1, .names = names, .nnames = 2,
-                     .tuning = TUNING_OK};
+    rd_schedmsg v = {
+        .kind = RD_SCHEDMSG_GO, .generation = 1, .names = names, .nnames = 2, .tuning = TUNING_OK};
     char err[256];
     cr_assert_eq(decode_after_wire(&v, err, sizeof(err)), RD_SCHEDMSG_BAD);
     cr_assert(strstr(err, "invalid name") != NULL, "%s", err);

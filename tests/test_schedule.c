@@ -62,7 +62,7 @@ Test(schedule, small_allreduces_that_agree_fuse_in_order_of_their_first_op)
         allreduce(RD_DT_F64, 10),  /* another dtype: its own group */
         allreduce(RD_DT_F32, 200), /* joins group 0 */
         {RD_COLL_BROADCAST, RD_DT_F32, RD_OP_SUM, 0, 4, 1.0, 1.0, 0}, /* never fuses */
-        allreduce(RD_DT_F64, 20),                                  /* joins group 1 */
+        allreduce(RD_DT_F64, 20),                                     /* joins group 1 */
     };
     size_t group[5];
     cr_assert_eq(rd_sched_group(p, 5, 4096, group), 2);
@@ -97,8 +97,7 @@ Test(schedule, an_allreduce_as_large_as_the_threshold_runs_alone)
 
 Test(schedule, ops_with_other_ops_or_scales_do_not_fuse)
 {
-    rd_op_params p[] = {allreduce(RD_DT_F32, 1), allreduce(RD_DT_F32, 1),
-                        allreduce(RD_DT_F32, 1)};
+    rd_op_params p[] = {allreduce(RD_DT_F32, 1), allreduce(RD_DT_F32, 1), allreduce(RD_DT_F32, 1)};
     p[1].redop = RD_OP_MAX;
     p[2].prescale = 0.5;
     size_t group[3];
@@ -110,8 +109,8 @@ Test(schedule, ops_with_other_ops_or_scales_do_not_fuse)
 
 Test(schedule, ops_in_device_memory_never_fuse)
 {
-    rd_op_params p[] = {allreduce(RD_DT_F32, 1), allreduce(RD_DT_F32, 1),
-                        allreduce(RD_DT_F32, 1), allreduce(RD_DT_F32, 1)};
+    rd_op_params p[] = {allreduce(RD_DT_F32, 1), allreduce(RD_DT_F32, 1), allreduce(RD_DT_F32, 1),
+                        allreduce(RD_DT_F32, 1)};
     p[1].device = p[2].device = 1;
     size_t group[4];
     cr_assert_eq(rd_sched_group(p, 4, 1 << 20, group), 1);

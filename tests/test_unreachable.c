@@ -31,10 +31,10 @@ typedef enum {
 
 /* What the clients tell the test, in memory they share with it. */
 typedef struct {
-    volatile int opened[3];  /* 1: ringd_open returned with the size checked; -1: failed */
-    volatile int grew;       /* the clients of n0 and n1 saw the job at 3 ranks */
-    volatile int stop;       /* the test is done with them */
-    char aside_msg[512];     /* what n2's client heard when its open failed */
+    volatile int opened[3]; /* 1: ringd_open returned with the size checked; -1: failed */
+    volatile int grew;      /* the clients of n0 and n1 saw the job at 3 ranks */
+    volatile int stop;      /* the test is done with them */
+    char aside_msg[512];    /* what n2's client heard when its open failed */
 } shared;
 
 static th_ring ring_;
@@ -205,8 +205,9 @@ static pid_t fork_client(int which, int grow)
 {
     pid_t pid = fork();
     if (pid == 0) {
-        int rc = which < 2 ? healthy_client(which, grow) : which == 2 ? aside_client()
-                                                                       : returning_client();
+        int rc = which < 2    ? healthy_client(which, grow)
+                 : which == 2 ? aside_client()
+                              : returning_client();
         _exit(rc);
     }
     return pid;
@@ -249,14 +250,14 @@ static void run(bad_address bad)
         snprintf(key, sizeof(key), "%s/other.key", ring_.dir);
         cr_assert_eq(th_sh("head -c 32 /dev/urandom | base64 > %s && chmod 600 %s", key, key), 0);
         const char *const args[] = {"--redis", ring_.redis.url, "--listen", listen, "--node",
-                                    "other", "--key-file", key, NULL};
+                                    "other",   "--key-file",    key,        NULL};
         cr_assert_eq(th_daemon_start(&other_, args), 0, "the ringd of another key did not start");
         snprintf(why, sizeof(why), "handshake rejected");
     }
     cr_assert_gt(port, 0);
     snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
-    const char *const unreachable[] = {"--peer-timeout", PEER_TIMEOUT, "--handshake-ms", "700",
-                                       "--advertise", addr, NULL};
+    const char *const unreachable[] = {
+        "--peer-timeout", PEER_TIMEOUT, "--handshake-ms", "700", "--advertise", addr, NULL};
     cr_assert_eq(th_ring_start_node(&ring_, 0, healthy), 0);
     cr_assert_eq(th_ring_start_node(&ring_, 1, healthy), 0);
     cr_assert_eq(th_ring_start_node(&ring_, 2, unreachable), 0);

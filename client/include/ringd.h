@@ -103,36 +103,36 @@ typedef enum {
  * caller's header had, and ringd_open refuses a size no ringd.h ever had (RINGD_E_INVALID). */
 typedef struct {
     size_t struct_size;
-    const char *socket_path; /* RINGD_SOCKET, else /run/ringd/ringd.sock */
-    const char *job;         /* RINGD_JOB, else "default" */
-    int world_size;          /* RINGD_WORLD_SIZE, else local_size */
-    int local_size;          /* RINGD_LOCAL_SIZE, else 1 */
-    int open_timeout_ms;     /* how long ringd_open waits for the job to assemble; 0: 30000 */
-    int op_timeout_ms;       /* how long ringd_wait waits for one collective; 0: forever, the
-                                daemon's own deadlines still apply */
-    size_t arena_size;       /* shared-memory arena bytes; 0: the daemon's default */
-    int poll_us;             /* RINGD_POLL_US: how long a wait polls shared memory (yielding the
-                                CPU) before it sleeps on the socket; 0: 100, -1: never poll */
-    int reserved;            /* unused: fields added after it lie beyond the first version's
-                                struct_size (its tail padding), so old callers never pass them */
-    int min_size;            /* RINGD_MIN_SIZE: once the job has started, it keeps running while
-                                it has at least this many ranks (at most world_size); 0: 1 */
-    int ask_local_rank;      /* 1: this process asks for local_rank (a launcher's LOCAL_RANK,
-                                so that pinning a GPU by local rank holds); 0: RINGD_LOCAL_RANK
-                                when set, else the lowest free local rank */
-    int local_rank;          /* the local rank asked for. ringd_open fails with RINGD_E_REFUSED
-                                when another process of the job on this node asked for it first,
-                                RINGD_E_INVALID when it is not below local_size. A process that did
-                                not ask gives its rank up to one that does. When the job's local
-                                ranks change while it runs (elastic), each process keeps the rank
-                                it asked for while that is below the new local size; the others
-                                are numbered in order in the ranks left (ringd_local_rank). */
-    int ask_device;          /* 1: this process asks for CUDA device `device`; 0: RINGD_DEVICE
-                                when set, else the daemon gives the local rank's share of the
-                                devices it serves (--devices): device[local_rank % count] */
-    int device;              /* the CUDA device index asked for. ringd_open fails with
-                                RINGD_E_INVALID when the daemon does not serve it (a daemon
-                                without GPUs serves none) */
+    const char *socket_path;  /* RINGD_SOCKET, else /run/ringd/ringd.sock */
+    const char *job;          /* RINGD_JOB, else "default" */
+    int world_size;           /* RINGD_WORLD_SIZE, else local_size */
+    int local_size;           /* RINGD_LOCAL_SIZE, else 1 */
+    int open_timeout_ms;      /* how long ringd_open waits for the job to assemble; 0: 30000 */
+    int op_timeout_ms;        /* how long ringd_wait waits for one collective; 0: forever, the
+                                 daemon's own deadlines still apply */
+    size_t arena_size;        /* shared-memory arena bytes; 0: the daemon's default */
+    int poll_us;              /* RINGD_POLL_US: how long a wait polls shared memory (yielding the
+                                 CPU) before it sleeps on the socket; 0: 100, -1: never poll */
+    int reserved;             /* unused: fields added after it lie beyond the first version's
+                                 struct_size (its tail padding), so old callers never pass them */
+    int min_size;             /* RINGD_MIN_SIZE: once the job has started, it keeps running while
+                                 it has at least this many ranks (at most world_size); 0: 1 */
+    int ask_local_rank;       /* 1: this process asks for local_rank (a launcher's LOCAL_RANK,
+                                 so that pinning a GPU by local rank holds); 0: RINGD_LOCAL_RANK
+                                 when set, else the lowest free local rank */
+    int local_rank;           /* the local rank asked for. ringd_open fails with RINGD_E_REFUSED
+                                 when another process of the job on this node asked for it first,
+                                 RINGD_E_INVALID when it is not below local_size. A process that did
+                                 not ask gives its rank up to one that does. When the job's local
+                                 ranks change while it runs (elastic), each process keeps the rank
+                                 it asked for while that is below the new local size; the others
+                                 are numbered in order in the ranks left (ringd_local_rank). */
+    int ask_device;           /* 1: this process asks for CUDA device `device`; 0: RINGD_DEVICE
+                                 when set, else the daemon gives the local rank's share of the
+                                 devices it serves (--devices): device[local_rank % count] */
+    int device;               /* the CUDA device index asked for. ringd_open fails with
+                                 RINGD_E_INVALID when the daemon does not serve it (a daemon
+                                 without GPUs serves none) */
     size_t device_arena_size; /* RINGD_DEVICE_ARENA: bytes of device memory on the session's
                                 GPU that the daemon allocates and both map (ringd_alloc_device);
                                 0: none. ringd_open fails with RINGD_E_INVALID when the daemon
@@ -141,8 +141,8 @@ typedef struct {
                                 by UUID); RINGD_E_NOMEM when the GPU has not that much;
                                 RINGD_E_SYSTEM when the driver fails to allocate or map it;
                                 RINGD_E_PROTOCOL with a ringd too old to give one */
-    void *cuda_stream;       /* the CUstream (cudaStream_t) that orders this session's device
-                                tensors; NULL: the legacy default stream. See "Device memory" */
+    void *cuda_stream;        /* the CUstream (cudaStream_t) that orders this session's device
+                                 tensors; NULL: the legacy default stream. See "Device memory" */
 } ringd_options_t;
 
 #define RINGD_OPTIONS_INIT                                                                         \

@@ -13,12 +13,12 @@
 
 typedef struct {
     char socket_path[RD_PATH_MAX];
-    uint64_t arena_size;   /* default arena bytes per client */
-    uint64_t arena_max;    /* largest arena a client may ask for */
+    uint64_t arena_size;       /* default arena bytes per client */
+    uint64_t arena_max;        /* largest arena a client may ask for */
     uint64_t device_arena_max; /* largest device arena a client may ask for; 0: none */
-    uint64_t max_frame;    /* largest control message accepted */
-    uint64_t inline_bytes; /* ops moving fewer bytes run on the event loop */
-    int64_t threads;       /* data-path worker threads */
+    uint64_t max_frame;        /* largest control message accepted */
+    uint64_t inline_bytes;     /* ops moving fewer bytes run on the event loop */
+    int64_t threads;           /* data-path worker threads */
     int64_t log_level;
     int64_t max_clients;
     int64_t poll_us;      /* keep polling the control queues this long after activity */
@@ -37,16 +37,16 @@ typedef struct {
     uint64_t direct_bytes;     /* results up to this go through the coordinator */
     uint64_t fusion_threshold; /* bytes */
     uint64_t segment_size;     /* bytes per ring frame */
-    int64_t fusion_cycle_us; /* the coordinator orders at most this often; 0: each loop turn */
+    int64_t fusion_cycle_us;   /* the coordinator orders at most this often; 0: each loop turn */
     int64_t conns_per_link;
     int64_t autotune;           /* the coordinator tunes the four above on the running job */
     int64_t autotune_window_ms; /* each setting is measured this long */
-    int64_t peer_timeout;  /* ms without progress on a link before it counts as failed */
-    int64_t stall_warn;    /* ms an op may wait for some ranks before a warning */
-    int64_t stall_abort;   /* ms before it fails with RINGD_E_STALLED; 0: never */
-    int64_t drain_timeout; /* ms a drain waits for ops under way */
+    int64_t peer_timeout;       /* ms without progress on a link before it counts as failed */
+    int64_t stall_warn;         /* ms an op may wait for some ranks before a warning */
+    int64_t stall_abort;        /* ms before it fails with RINGD_E_STALLED; 0: never */
+    int64_t drain_timeout;      /* ms a drain waits for ops under way */
 
-    char devices[256]; /* the GPUs served: all, none, or indices ("0,2"); see gpu/devices.h */
+    char devices[256];     /* the GPUs served: all, none, or indices ("0,2"); see gpu/devices.h */
     int64_t gpu_transport; /* device ops across nodes: RD_GPU_TRANSPORT_* */
 
     char metrics_listen[128]; /* HOST:PORT of the Prometheus endpoint; empty: none */

@@ -174,8 +174,8 @@ void rd_exec_free(rd_exec *x)
     free(x);
 }
 
-rd_status rd_exec_submit(rd_exec *x, rd_exec_fn fn, rd_exec_done_fn done, void *ctx,
-                         size_t units, size_t grain)
+rd_status rd_exec_submit(rd_exec *x, rd_exec_fn fn, rd_exec_done_fn done, void *ctx, size_t units,
+                         size_t grain)
 {
     if (grain == 0)
         grain = 1;

@@ -27,6 +27,6 @@ void rd_exec_free(rd_exec *x);
 /* Queues fn over [0, units), split into at most one range per worker, range edges multiples of
  * grain; done(ctx) follows on the loop. Returns RINGD_OK, or RINGD_E_NOMEM. Loop thread only. */
 rd_status rd_exec_submit(rd_exec *x, rd_exec_fn fn, rd_exec_done_fn done, void *ctx, size_t units,
-                   size_t grain);
+                         size_t grain);
 
 #endif

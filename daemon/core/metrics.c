@@ -15,8 +15,8 @@ static const uint64_t size_limits[RD_METRICS_SIZES - 1] = {4096, 65536, 1 << 20,
 
 /* From a one-node 4-byte op (about 10 us) to an op waiting for a slow rank. */
 const double rd_metrics_latency_bounds[RD_METRICS_LATENCY_BUCKETS] = {
-    10e-6, 25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3,
-    25e-3, 50e-3, 100e-3, 250e-3, 500e-3, 1,     2.5,   5,     10,   30};
+    10e-6, 25e-6, 50e-6,  100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3,
+    25e-3, 50e-3, 100e-3, 250e-3, 500e-3, 1,      2.5,  5,      10,   30};
 const double rd_metrics_pass_bounds[RD_METRICS_PASS_BUCKETS] = {1,  2,   4,   8,   16,  32,
                                                                 64, 128, 256, 512, 1024};
 
@@ -137,9 +137,8 @@ void rd_metrics_op(rd_job_metrics *jm, unsigned kind, rd_status result, uint64_t
     jm->ops[kind][r]++;
     if (result == RINGD_OK)
         jm->bytes[kind] += written;
-    rd_histogram_observe(&jm->latency[kind][rd_metrics_size_class(size)],
-                         rd_metrics_latency_bounds, RD_METRICS_LATENCY_BUCKETS,
-                         (double)(us > 0 ? us : 0) / 1e6);
+    rd_histogram_observe(&jm->latency[kind][rd_metrics_size_class(size)], rd_metrics_latency_bounds,
+                         RD_METRICS_LATENCY_BUCKETS, (double)(us > 0 ? us : 0) / 1e6);
 }
 
 rd_change_cause rd_change_cause_of(uint32_t prev_size, uint32_t size, int sync)

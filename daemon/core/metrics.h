@@ -13,7 +13,7 @@
 #include "status.h"
 
 #define RD_METRICS_KINDS RD_COLL_COUNT /* by rd_coll, named by rd_coll_name */
-#define RD_METRICS_SIZES 5  /* size classes of an op's bytes per rank */
+#define RD_METRICS_SIZES 5             /* size classes of an op's bytes per rank */
 #define RD_METRICS_LATENCY_BUCKETS 20
 #define RD_METRICS_PASS_BUCKETS 11
 #define RD_METRICS_RETAIN_MS (10 * 60 * 1000) /* an ended job's series stay this long */
@@ -21,13 +21,13 @@
 
 /* Why a job's ring changed, as ringd_membership_changes_total{cause} says it. */
 typedef enum {
-    RD_CHANGE_CAUSE_START,   /* the job's first ring on this node */
-    RD_CHANGE_CAUSE_JOIN,    /* more ranks than before */
-    RD_CHANGE_CAUSE_LEAVE,   /* fewer, gracefully: a node drained or its last client closed, and
-                                it said Bye; what was under way finished */
-    RD_CHANGE_CAUSE_SHRINK,  /* fewer, and clients re-synchronise: a process closed on a node
-                                that keeps others, a crash, a lost lease */
-    RD_CHANGE_CAUSE_REFORM,  /* the same number of ranks at a new generation (a broken link) */
+    RD_CHANGE_CAUSE_START,  /* the job's first ring on this node */
+    RD_CHANGE_CAUSE_JOIN,   /* more ranks than before */
+    RD_CHANGE_CAUSE_LEAVE,  /* fewer, gracefully: a node drained or its last client closed, and
+                               it said Bye; what was under way finished */
+    RD_CHANGE_CAUSE_SHRINK, /* fewer, and clients re-synchronise: a process closed on a node
+                               that keeps others, a crash, a lost lease */
+    RD_CHANGE_CAUSE_REFORM, /* the same number of ranks at a new generation (a broken link) */
     RD_CHANGE_CAUSES
 } rd_change_cause;
 

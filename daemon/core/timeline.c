@@ -10,7 +10,7 @@
 #define RD_TIMELINE_MARKS 1024
 
 struct rd_timeline {
-    rd_trace_op *ops;  /* max slots, a ring: the oldest at head */
+    rd_trace_op *ops; /* max slots, a ring: the oldest at head */
     rd_trace_mark *marks;
     size_t max, head, n;
     size_t mmax, mhead, mn; /* marks: membership changes are rare; RD_TIMELINE_MARKS at most */

@@ -17,8 +17,8 @@
 
 #include "schedmsg.h"
 
-#define RD_TUNER_GAIN 0.05   /* a setting must beat the best by this fraction to be kept */
-#define RD_TUNER_ROUNDS 2    /* rounds over the knobs at most */
+#define RD_TUNER_GAIN 0.05     /* a setting must beat the best by this fraction to be kept */
+#define RD_TUNER_ROUNDS 2      /* rounds over the knobs at most */
 #define RD_TUNER_GAP_US 250000 /* a pause between orders counts at most this long */
 
 typedef struct rd_tuner rd_tuner;

@@ -31,8 +31,7 @@ int rd_check_on_device(const rd_submit *m)
 /* The Submit's tensor descriptors (where present) against the session's arenas: host memory
  * at the arena offsets, or the session's device arena (handle 1). Returns RINGD_OK, or
  * RINGD_E_INVALID with err set. */
-static rd_status check_refs(const rd_check_session *s, const rd_submit *m, char *err,
-                            size_t errlen)
+static rd_status check_refs(const rd_check_session *s, const rd_submit *m, char *err, size_t errlen)
 {
     const rd_tensor_ref *refs[2] = {&m->input, &m->output};
     const uint64_t offs[2] = {m->in_offset, m->out_offset};
@@ -134,8 +133,7 @@ static rd_status check_layout(const rd_check_session *s, const rd_submit *m, cha
     return RINGD_OK;
 }
 
-rd_status rd_check_submit(const rd_check_session *s, const rd_submit *m, char *err,
-                          size_t errlen)
+rd_status rd_check_submit(const rd_check_session *s, const rd_submit *m, char *err, size_t errlen)
 {
     if (!rd_coll_valid((int)m->op)) {
         snprintf(err, errlen, "tensor '%s': unknown op %d", m->name, (int)m->op);

@@ -21,17 +21,17 @@ typedef struct rd_client {
     rd_engine *engine;
     pid_t pid; /* of the client process (SO_PEERCRED) */
     uid_t uid;
-    struct rd_job *job;       /* from rd_job_join until rd_job_leave */
-    uint32_t local_rank;      /* in the job's current generation */
-    int64_t asked_rank;       /* the local rank it asked for (Hello), -1: any */
-    struct rd_arena *arena;   /* one reference, from rd_job_join on; the front drops it */
+    struct rd_job *job;            /* from rd_job_join until rd_job_leave */
+    uint32_t local_rank;           /* in the job's current generation */
+    int64_t asked_rank;            /* the local rank it asked for (Hello), -1: any */
+    struct rd_arena *arena;        /* one reference, from rd_job_join on; the front drops it */
     struct rd_arena *device_arena; /* its device arena (MEM_DEVICE handle 1) on device, once
                                       welcomed with one: one reference the front holds */
     int device;                    /* the CUDA device the front gave it; -1: none */
     const char *device_uuid;       /* its UUID ("GPU-..."), static; NULL: none */
-    uint64_t ops_in_flight;   /* Submits not yet answered (the front counts them) */
+    uint64_t ops_in_flight;        /* Submits not yet answered (the front counts them) */
     uint64_t ops_completed;
-    int timeline;             /* its Completes carry their op's trace (Hello.timeline) */
+    int timeline; /* its Completes carry their op's trace (Hello.timeline) */
 } rd_client;
 
 /* The job as one client sees it. */
@@ -51,8 +51,8 @@ typedef struct {
                     uint64_t generation, const char *detail);
     /* c's request ended with status (message: why, "" on success); trace: the op's path, when
      * c asked for traces and the request became an op (valid during the call), else NULL. */
-    void (*complete)(rd_client *c, uint64_t request_id, rd_status status,
-                     const char *message, const rd_trace_op *trace);
+    void (*complete)(rd_client *c, uint64_t request_id, rd_status status, const char *message,
+                     const rd_trace_op *trace);
 } rd_client_events;
 
 #endif

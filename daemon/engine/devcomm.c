@@ -27,13 +27,13 @@ struct rd_devcomm {
     rd_world *w;
     char job[RD_NAME_MAX + 1];
     rd_devplan *dr;
-    int chan;                    /* its subscription to the ring's control channel */
+    int chan; /* its subscription to the ring's control channel */
     struct event *ev_tick;
-    rd_devcomm_local local;      /* what this node brought to the ring that is up */
-    rd_transport *t;             /* this generation's communicator, once joined */
-    char fallback[512];          /* "": NCCL may be tried; else why this job stays on TCP here */
-    int faults;                  /* generations in a row whose collectives failed */
-    uint64_t fault_generation;   /* the last of them */
+    rd_devcomm_local local;    /* what this node brought to the ring that is up */
+    rd_transport *t;           /* this generation's communicator, once joined */
+    char fallback[512];        /* "": NCCL may be tried; else why this job stays on TCP here */
+    int faults;                /* generations in a row whose collectives failed */
+    uint64_t fault_generation; /* the last of them */
     char why[RD_SCHEDMSG_MESSAGE_MAX + 1]; /* a TCP plan where NCCL is required: why */
 };
 
@@ -111,8 +111,8 @@ static int on_join(void *arg, const uint8_t *id, size_t len, int nranks, int ran
         snprintf(err, errlen, "no GPU serves the job here");
         return -1;
     }
-    c->t = c->local.ops->init(id, len, nranks, rank, c->local.gpu, c->cfg->peer_timeout, err,
-                              errlen);
+    c->t =
+        c->local.ops->init(id, len, nranks, rank, c->local.gpu, c->cfg->peer_timeout, err, errlen);
     if (c->t == NULL)
         return -1;
     rd_log(RD_LOG_INFO, "devcomm", "job '%s': NCCL communicator rank %d of %d on GPU %d forming",
@@ -325,7 +325,8 @@ void rd_devcomm_outcome(rd_devcomm *c, int ok, const char *why)
         c->fallback[0] == '\0')
         snprintf(c->fallback, sizeof(c->fallback),
                  "NCCL collectives failed at two generations in a row, the last %" PRIu64
-                 ": %.380s", g, why != NULL ? why : "");
+                 ": %.380s",
+                 g, why != NULL ? why : "");
 }
 
 int rd_devcomm_nccl(const rd_devcomm *c)

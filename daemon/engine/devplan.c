@@ -143,8 +143,7 @@ static void settle(rd_devplan *d, rd_devplan_state st, const char *why)
     d->deadline_ms = 0;
     snprintf(d->why, sizeof(d->why), "%s", why);
     rd_log(RD_LOG_INFO, "devplan", "generation %" PRIu64 ": device ops cross nodes on %s%s%s",
-           d->generation, st == RD_DEVPLAN_NCCL ? "NCCL" : "the TCP ring",
-           why[0] ? ": " : "", why);
+           d->generation, st == RD_DEVPLAN_NCCL ? "NCCL" : "the TCP ring", why[0] ? ": " : "", why);
     d->ev.settled(d->arg, st, d->why);
 }
 
@@ -212,11 +211,10 @@ static void plan(rd_devplan *d, int64_t now_ms)
     for (int i = 0; i < d->nnodes; i++)
         if (!d->offered[i])
             return;
-    int transport = rd_devplan_decide(d->offers, (const char *const *)d->names, d->nnodes, why,
-                                      sizeof(why));
-    if (transport == RD_DEV_NCCL &&
-        (d->ev.make_id(d->arg, id, &len, err, sizeof(err)) != 0 || len == 0 ||
-         len > RD_SCHEDMSG_ID_MAX)) {
+    int transport =
+        rd_devplan_decide(d->offers, (const char *const *)d->names, d->nnodes, why, sizeof(why));
+    if (transport == RD_DEV_NCCL && (d->ev.make_id(d->arg, id, &len, err, sizeof(err)) != 0 ||
+                                     len == 0 || len > RD_SCHEDMSG_ID_MAX)) {
         transport = RD_DEV_TCP;
         snprintf(why, sizeof(why), "node %s could not make an NCCL id: %.400s", d->names[0],
                  err[0] ? err : "an id of no length");
@@ -342,12 +340,12 @@ int rd_devplan_message(rd_devplan *d, int from, const rd_schedmsg *m, int64_t no
         return 0;
     }
     if (from < 0 || from >= d->nnodes || from == d->position) {
-        snprintf(err, errlen, "a device transport message from position %d of %d", from,
-                 d->nnodes);
+        snprintf(err, errlen, "a device transport message from position %d of %d", from, d->nnodes);
         return -1;
     }
     if (from == 0 && m->kind != RD_SCHEDMSG_DEV_PLAN) {
-        snprintf(err, errlen, "a device transport message from the coordinator that only "
+        snprintf(err, errlen,
+                 "a device transport message from the coordinator that only "
                  "nodes send");
         return -1;
     }
@@ -356,8 +354,10 @@ int rd_devplan_message(rd_devplan *d, int from, const rd_schedmsg *m, int64_t no
         rd_devplan_offer o = {m->dev.want, m->dev.device, m->dev.can, m->dev.why, m->dev.gpu};
         if (d->position != 0 || d->offered[from] ||
             (d->state != RD_DEVPLAN_LINKING && d->state != RD_DEVPLAN_OFFERING)) {
-            snprintf(err, errlen, "a DevOffer %s", d->position != 0 ? "to a node that does "
-                     "not coordinate" : "from a node that offered already");
+            snprintf(err, errlen, "a DevOffer %s",
+                     d->position != 0 ? "to a node that does "
+                                        "not coordinate"
+                                      : "from a node that offered already");
             return -1;
         }
         if (offer_keep(d, from, &o) != 0) {
@@ -370,8 +370,10 @@ int rd_devplan_message(rd_devplan *d, int from, const rd_schedmsg *m, int64_t no
     }
     case RD_SCHEDMSG_DEV_PLAN:
         if (from != 0 || d->state != RD_DEVPLAN_OFFERING) {
-            snprintf(err, errlen, "a DevPlan %s", from != 0 ? "from a node that does not "
-                     "coordinate" : "after the plan of this generation");
+            snprintf(err, errlen, "a DevPlan %s",
+                     from != 0 ? "from a node that does not "
+                                 "coordinate"
+                               : "after the plan of this generation");
             return -1;
         }
         d->required = m->dev.required;
@@ -425,11 +427,11 @@ void rd_devplan_tick(rd_devplan *d, int64_t now_ms)
         return;
     if (d->position != 0) {
         if (d->state == RD_DEVPLAN_OFFERING)
-            fail(d, NULL, 0, 0, "node %s had no plan from the coordinator %s within %" PRId64
-                 " ms", d->names[d->position], d->names[0], 2 * d->timeout_ms);
+            fail(d, NULL, 0, 0, "node %s had no plan from the coordinator %s within %" PRId64 " ms",
+                 d->names[d->position], d->names[0], 2 * d->timeout_ms);
         else
-            fail(d, NULL, 0, 0, "node %s: its NCCL communicator did not form within %" PRId64
-                 " ms", d->names[d->position], 2 * d->timeout_ms);
+            fail(d, NULL, 0, 0, "node %s: its NCCL communicator did not form within %" PRId64 " ms",
+                 d->names[d->position], 2 * d->timeout_ms);
         return;
     }
     /* Coordinator: the nodes that never offered or never joined are named, as a node the ring
@@ -442,19 +444,21 @@ void rd_devplan_tick(rd_devplan *d, int64_t now_ms)
         if (!missing)
             continue;
         aside[naside++] = i;
-        int w = snprintf(names + used, sizeof(names) - used, "%s%s", used ? ", " : "",
-                         d->names[i]);
+        int w = snprintf(names + used, sizeof(names) - used, "%s%s", used ? ", " : "", d->names[i]);
         if (w > 0 && (size_t)w < sizeof(names) - used)
             used += (size_t)w;
     }
     if (naside > 0)
-        fail(d, aside, naside, 0, "node%s %s did not %s within %" PRId64 " ms", naside > 1 ? "s" : "",
-             names, d->state == RD_DEVPLAN_OFFERING ? "offer a device transport"
-                                                     : "join the NCCL communicator",
+        fail(d, aside, naside, 0, "node%s %s did not %s within %" PRId64 " ms",
+             naside > 1 ? "s" : "", names,
+             d->state == RD_DEVPLAN_OFFERING ? "offer a device transport"
+                                             : "join the NCCL communicator",
              d->timeout_ms);
     else
-        fail(d, NULL, 0, 1, "the NCCL communicator did not form within %" PRId64 " ms (every "
-             "node joined)", d->timeout_ms);
+        fail(d, NULL, 0, 1,
+             "the NCCL communicator did not form within %" PRId64 " ms (every "
+             "node joined)",
+             d->timeout_ms);
     free(aside);
 }
 

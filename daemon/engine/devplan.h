@@ -102,10 +102,10 @@ int rd_devplan_up(rd_devplan *d, const rd_devplan_offer *own, int64_t now_ms);
 void rd_devplan_end(rd_devplan *d);
 
 /* A DevOffer, DevPlan or DevConfirm (decoded) from the node at position from, come at now_ms.
- * One of another generation, or come while idle or failed, is ignored (returns 0). Returns 0, or -1 with err set when no
- * node of this generation could have sent it (an offer to a node that is not the coordinator,
- * a plan from one, a second offer or plan, a confirm before the plan or out of order): the
- * caller drops the ring. */
+ * One of another generation, or come while idle or failed, is ignored (returns 0). Returns 0, or -1
+ * with err set when no node of this generation could have sent it (an offer to a node that is not
+ * the coordinator, a plan from one, a second offer or plan, a confirm before the plan or out of
+ * order): the caller drops the ring. */
 int rd_devplan_message(rd_devplan *d, int from, const rd_schedmsg *m, int64_t now_ms, char *err,
                        size_t errlen);
 

@@ -134,4 +134,3 @@ rd_job *rd_engine_jobs(const rd_engine *e)
 {
     return e->jobs;
 }
-

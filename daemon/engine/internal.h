@@ -30,14 +30,14 @@ struct rd_engine {
     struct event_base *base;
     const rd_config *cfg;
     rd_counters *counters;
-    rd_metrics *metrics;   /* NULL: none kept */
+    rd_metrics *metrics; /* NULL: none kept */
     rd_exec *exec;
-    rd_net *net;           /* NULL: one-node jobs only */
-    rd_devcomm_gpus gpus;  /* the jobs' NCCL communicators on this daemon's GPUs */
-    rd_client_events ev;   /* news for the clients */
+    rd_net *net;          /* NULL: one-node jobs only */
+    rd_devcomm_gpus gpus; /* the jobs' NCCL communicators on this daemon's GPUs */
+    rd_client_events ev;  /* news for the clients */
     rd_job *jobs;
     struct recording *recordings; /* timelines being recorded, by job name */
-    int draining;          /* leaving every job: new clients are refused */
+    int draining;                 /* leaving every job: new clients are refused */
 };
 
 /* A timeline recording of the job of that name (there or not yet). */
@@ -65,11 +65,10 @@ typedef enum {
     OP_NSTATES
 } op_state;
 
-
 /* One local rank's submission of an op. */
 typedef struct {
-    rd_client *s; /* NULL once the session has gone */
-    rd_arena *arena;      /* referenced while submitted */
+    rd_client *s;    /* NULL once the session has gone */
+    rd_arena *arena; /* referenced while submitted */
     uint64_t request_id;
     uint64_t in_off, out_off;
     int64_t submit_us; /* when it submitted (the timeline's) */
@@ -99,8 +98,8 @@ typedef struct rd_op {
     uint32_t pass_ops; /* ops in that pass */
     int direct;        /* its result came with the negotiation */
     rd_local_plan plan;
-    struct rd_op *next;              /* bucket chain */
-    struct rd_op *sprev, *snext;     /* the list of its state */
+    struct rd_op *next;          /* bucket chain */
+    struct rd_op *sprev, *snext; /* the list of its state */
 } rd_op;
 
 /* The life of a job on this node. Every change goes through rd_job_set_phase (job.c), which
@@ -149,20 +148,20 @@ struct rd_job {
     char sync_why[512];       /* what changed then */
     job_phase phase;
     ring_health ring;
-    char lost[512];           /* RING_LOST: why no ring will come soon */
-    int64_t wait_ms;          /* how long ops wait for a ring to come back */
-    struct event *ev_tick;    /* stall inspector and wait deadlines */
-    rd_world *world;          /* jobs spanning nodes */
-    struct event *ev_free;    /* frees the job on a later turn, out of any callback */
-    struct event *ev_settle;  /* tells the world, on a later turn, that device passes ended */
-    rd_sched *sched;          /* with world: announcements, orders, fusion */
-    rd_devcomm *devcomm;      /* with world: the device transport of each generation */
-    uint64_t epoch;           /* rings this job has seen end: a device pass crosses on its own */
-    uint32_t ndev;            /* device passes under way */
-    uint32_t ncrossing;       /* of those, the ones their transport has (it bounds them) */
+    char lost[512];          /* RING_LOST: why no ring will come soon */
+    int64_t wait_ms;         /* how long ops wait for a ring to come back */
+    struct event *ev_tick;   /* stall inspector and wait deadlines */
+    rd_world *world;         /* jobs spanning nodes */
+    struct event *ev_free;   /* frees the job on a later turn, out of any callback */
+    struct event *ev_settle; /* tells the world, on a later turn, that device passes ended */
+    rd_sched *sched;         /* with world: announcements, orders, fusion */
+    rd_devcomm *devcomm;     /* with world: the device transport of each generation */
+    uint64_t epoch;          /* rings this job has seen end: a device pass crosses on its own */
+    uint32_t ndev;           /* device passes under way */
+    uint32_t ncrossing;      /* of those, the ones their transport has (it bounds them) */
     struct crossing *cross_head, *cross_tail; /* to cross nodes, in the coordinator's order */
     cross_state cross;
-    uid_t uid;                 /* of the first client: only that user's processes may join */
+    uid_t uid;         /* of the first client: only that user's processes may join */
     rd_client **slots; /* by local rank */
     rd_client **order; /* slots_arrange's scratch, as many */
     rd_op **buckets;
@@ -179,7 +178,6 @@ struct rd_job {
     uint64_t passes;    /* ring passes started */
     rd_job *next;
 };
-
 
 /* 1 once the job has welcomed its clients (it ran, or runs). */
 static inline int rd_job_started(const rd_job *j)

@@ -24,7 +24,7 @@
 #define RD_OP_BUCKETS_MIN 64
 
 static const char *const phase_names[JOB_NPHASES] = {"forming",  "running", "reshaping",
-                                                      "draining", "left",    "freeing"};
+                                                     "draining", "left",    "freeing"};
 
 /* Which phase may follow which (bit per phase). */
 #define B(st) (1u << (st))
@@ -253,8 +253,8 @@ int rd_job_drain(rd_job *j, int force)
         for (size_t k = 0; k < sizeof(unannounced) / sizeof(unannounced[0]); k++)
             while (j->first[unannounced[k]] != NULL)
                 rd_optab_fail(j->first[unannounced[k]], RINGD_E_CLOSED,
-                        "tensor '%s': node %s is draining; job '%s' goes on without it",
-                        j->first[unannounced[k]]->name, j->e->cfg->node, j->name);
+                              "tensor '%s': node %s is draining; job '%s' goes on without it",
+                              j->first[unannounced[k]]->name, j->e->cfg->node, j->name);
     }
     if (force) {
         char why[512];
@@ -344,8 +344,8 @@ static int job_spans_nodes(rd_job *j)
         .start = rd_pass_start,
     };
     static const rd_devcomm_events devcomm_events = {.settled = rd_sched_settled};
-    j->world = rd_world_new(d->net, j->name, j->world_size, j->min_size, j->local_size,
-                            &world_events, j);
+    j->world =
+        rd_world_new(d->net, j->name, j->world_size, j->min_size, j->local_size, &world_events, j);
     if (j->world == NULL)
         return -1;
     j->sched = rd_sched_new(d->base, d->cfg, j->world, j->name, &sched_events, j);
@@ -505,7 +505,8 @@ void rd_job_leave(rd_client *s)
 
 int rd_job_client_view(const rd_job *j, uint32_t local_rank, rd_client_view *v)
 {
-    if (j->phase == JOB_FORMING || j->phase == JOB_RESHAPING) /* a new local rank with the old ranks would not add up */
+    if (j->phase == JOB_FORMING ||
+        j->phase == JOB_RESHAPING) /* a new local rank with the old ranks would not add up */
         return 0;
     v->generation = j->generation;
     v->rank = j->first_rank + local_rank;
@@ -516,7 +517,7 @@ int rd_job_client_view(const rd_job *j, uint32_t local_rank, rd_client_view *v)
 }
 
 static void on_ring_waiting(void *arg, uint32_t ranks, uint32_t nodes, uint64_t generation,
-                         const char *detail)
+                            const char *detail)
 {
     rd_job *j = arg;
     for (uint32_t k = 0; k < j->local_cap; k++) /* a forming job's slots may have gaps */
@@ -566,7 +567,7 @@ static void job_changed(rd_job *j, uint64_t generation, uint32_t size, int sync,
 }
 
 static void on_ring_up(void *arg, uint32_t first_rank, uint64_t generation, uint32_t size, int sync,
-                    const char *why)
+                       const char *why)
 {
     rd_job *j = arg;
     job_changed(j, generation, size, sync, why);

@@ -22,8 +22,8 @@ typedef struct {
     int n;
     const uint8_t **in;
     uint8_t **out;
-    int device;    /* a device backend's: the device of the memory (bound before it runs) */
-    int failed;    /* set by a run whose backend failed (a device's), why in why */
+    int device; /* a device backend's: the device of the memory (bound before it runs) */
+    int failed; /* set by a run whose backend failed (a device's), why in why */
     char why[256];
 } rd_local_plan;
 

@@ -408,8 +408,7 @@ void rd_neg_missing(const rd_neg *n, const char *name, const void *own, char *bu
     }
 }
 
-const char *rd_neg_failed(const rd_neg *n, const char *name, uint32_t *status,
-                          rd_op_params *p)
+const char *rd_neg_failed(const rd_neg *n, const char *name, uint32_t *status, rd_op_params *p)
 {
     const rec *r = rec_find(n, name, NULL);
     if (r == NULL || r->status == 0)

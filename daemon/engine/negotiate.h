@@ -37,7 +37,8 @@ void rd_neg_free(rd_neg *n);
  * with a message naming the ranks and fields. Returns RINGD_OK, or with err set RINGD_E_PROTOCOL
  * when node sent something impossible (data over --direct-bytes, too many pending ops) or
  * RINGD_E_NOMEM: the caller drops the ring. */
-rd_status rd_neg_ready(rd_neg *n, int node, const rd_op_spec *spec, void *own, char *err, size_t errlen);
+rd_status rd_neg_ready(rd_neg *n, int node, const rd_op_spec *spec, void *own, char *err,
+                       size_t errlen);
 
 /* How an op every node has announced ends: failed (status, message), direct (the result in
  * data[0..len)) or bound for the ring (status 0, direct 0). name, message and data are owned by
@@ -72,8 +73,7 @@ void rd_neg_missing(const rd_neg *n, const char *name, const void *own, char *bu
 /* When the oldest op named name that this node has not announced has already failed (a node
  * announced a failure, or two announcements disagree), returns the reason (owned by the table,
  * valid until its next change) with *status and the first announcement's *p set; else NULL. */
-const char *rd_neg_failed(const rd_neg *n, const char *name, uint32_t *status,
-                          rd_op_params *p);
+const char *rd_neg_failed(const rd_neg *n, const char *name, uint32_t *status, rd_op_params *p);
 
 /* The names of the failed ops this node has not announced (rd_neg_failed says more), into
  * *names (malloc'd, each name too). Returns how many. */

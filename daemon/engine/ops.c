@@ -62,8 +62,7 @@ void rd_ops_resolve(rd_op *o)
     o->plan.failed = 0;
     if (o->plan.backend->bind != NULL && o->plan.backend->bind(o->plan.device) != 0) {
         o->plan.failed = 1;
-        snprintf(o->plan.why, sizeof(o->plan.why), "using the GPU: %s",
-                 o->plan.backend->error());
+        snprintf(o->plan.why, sizeof(o->plan.why), "using the GPU: %s", o->plan.backend->error());
     }
     for (uint32_t k = 0; k < o->nparts; k++) {
         part *pt = &o->parts[k];
@@ -116,8 +115,8 @@ void rd_ops_run_here(rd_op *o)
 
 /* Announces o to the other nodes (which may end it at once), or marks it held when the ring
  * cannot take announcements now: it is announced when the next ring is up. */
-void rd_ops_tell(rd_op *o, rd_status status, const char *message, int direct,
-                 const uint8_t *data, size_t len)
+void rd_ops_tell(rd_op *o, rd_status status, const char *message, int direct, const uint8_t *data,
+                 size_t len)
 {
     op_state held = o->state; /* HELD, or UNTOLD for a failure */
     rd_optab_set_state(o, held == OP_HELD ? OP_ANNOUNCED : OP_TOLD);
@@ -133,8 +132,8 @@ void rd_ops_announce(rd_op *o)
     uint32_t L = o->nparts;
     if (o->p.coll == RD_COLL_BROADCAST && o->p.root >= j->size) {
         rd_optab_fail(o, RINGD_E_MEMBERSHIP,
-                "tensor '%s': root %u left job '%s' (now %u ranks, generation %" PRIu64 ")",
-                o->name, o->p.root, j->name, j->size, j->generation);
+                      "tensor '%s': root %u left job '%s' (now %u ranks, generation %" PRIu64 ")",
+                      o->name, o->p.root, j->name, j->size, j->generation);
         return;
     }
     const rd_backend *b = o->parts[0].arena->backend;
@@ -155,8 +154,8 @@ void rd_ops_announce(rd_op *o)
     if (o->p.coll == RD_COLL_ALLREDUCE) {
         rd_reduce_args a = RD_REDUCE_ARGS_INIT;
         a.prescale = o->p.prescale;
-        o->plan.backend->reduce(o->plan.dtype, o->plan.redop, buf,
-                                (const void *const *)o->plan.in, (int)L, o->p.count, &a);
+        o->plan.backend->reduce(o->plan.dtype, o->plan.redop, buf, (const void *const *)o->plan.in,
+                                (int)L, o->p.count, &a);
         len = per;
     } else if (o->p.coll == RD_COLL_BROADCAST) {
         if (o->p.root >= j->first_rank && o->p.root < j->first_rank + L) {
@@ -176,9 +175,8 @@ void rd_ops_announce(rd_op *o)
  * the client's library): the op fails with rc on every rank that submits it. Ranks here that
  * already have hear it now, ranks yet to submit it when they do (a tombstone), and the other
  * nodes as soon as the announcement reaches them. s, the refused session, is answered too. */
-static void op_refuse(rd_job *j, rd_client *s, uint32_t rank, uint64_t request_id,
-                      const char *name, const rd_op_params *params, rd_status rc,
-                      const char *why)
+static void op_refuse(rd_job *j, rd_client *s, uint32_t rank, uint64_t request_id, const char *name,
+                      const rd_op_params *params, rd_status rc, const char *why)
 {
     char msg[768];
     int dup;
@@ -215,8 +213,8 @@ static void op_refuse(rd_job *j, rd_client *s, uint32_t rank, uint64_t request_i
 static int op_agrees(const rd_op *o, const rd_submit *m, uint32_t rank, char *msg, size_t len)
 {
     const rd_job *j = o->job;
-    rd_check_first f = {o->name, &o->p, o->first_rank, j->world != NULL, j->first_rank,
-                        j->e->cfg->node};
+    rd_check_first f = {o->name,          &o->p,         o->first_rank,
+                        j->world != NULL, j->first_rank, j->e->cfg->node};
     if (!rd_check_match(&f, m, rank, msg, len))
         return 0;
     const rd_backend **backends = calloc(o->nparts, sizeof(*backends));
@@ -324,8 +322,7 @@ void rd_ops_submit(rd_client *s, const rd_submit *m)
     pt->s = s;
     pt->submitted = 1;
     pt->request_id = m->request_id;
-    pt->in_off =
-        m->op == RD_COLL_BROADCAST && rank != o->p.root ? m->out_offset : m->in_offset;
+    pt->in_off = m->op == RD_COLL_BROADCAST && rank != o->p.root ? m->out_offset : m->in_offset;
     pt->out_off = m->out_offset;
     pt->arena = rd_check_on_device(m) ? s->device_arena : s->arena;
     rd_arena_ref(pt->arena);
@@ -368,7 +365,7 @@ void rd_ops_failed_elsewhere(void *arg, const char *name, const rd_op_params *p,
         break;
     }
     if (o != NULL && o->state != OP_PENDING)
-        return; /* held (its announcement follows) or failed here already */
+        return;      /* held (its announcement follows) or failed here already */
     if (o == NULL) { /* none of this node's ranks has submitted it yet */
         o = rd_optab_new(j, name, p, 0);
         if (o == NULL)
@@ -399,7 +396,7 @@ int rd_ops_negotiated(void *arg, void *own, const rd_neg_outcome *e, rd_op_param
     }
     if (e->status != RINGD_OK) {
         rd_optab_fail(o, e->status <= RINGD_E_REFUSED ? (rd_status)e->status : RINGD_E_PROTOCOL,
-                "%s", e->message);
+                      "%s", e->message);
         return 0;
     }
     if (o->p.coll == RD_COLL_BARRIER) { /* every rank has arrived */
@@ -410,8 +407,8 @@ int rd_ops_negotiated(void *arg, void *own, const rd_neg_outcome *e, rd_op_param
         o->direct = 1;
         if (e->len != rd_optab_result_bytes(o)) {
             rd_optab_fail(o, RINGD_E_PROTOCOL,
-                    "tensor '%s': the negotiated result has %zu bytes, %" PRIu64 " expected",
-                    o->name, e->len, rd_optab_result_bytes(o));
+                          "tensor '%s': the negotiated result has %zu bytes, %" PRIu64 " expected",
+                          o->name, e->len, rd_optab_result_bytes(o));
             return 0;
         }
         for (uint32_t k = 0; k < o->nparts; k++)
@@ -429,4 +426,3 @@ int rd_ops_negotiated(void *arg, void *own, const rd_neg_outcome *e, rd_op_param
     *p = o->p;
     return 1;
 }
-

@@ -19,9 +19,9 @@
 #include "metrics.h"
 #include "timeline.h"
 
-static const char *const op_state_names[OP_NSTATES] = {
-    "pending", "held", "announced", "ring-ready", "running", "doomed", "untold", "told",
-    "tombstone"};
+static const char *const op_state_names[OP_NSTATES] = {"pending",    "held",    "announced",
+                                                       "ring-ready", "running", "doomed",
+                                                       "untold",     "told",    "tombstone"};
 
 /* Which state may follow which (bit per state). An op leaves every state by being freed. */
 #define B(st) (1u << (st))
@@ -91,7 +91,7 @@ void rd_optab_set_state(rd_op *o, op_state st)
 /* Tells client c how its request ended (with the op's trace when c asked for traces and there
  * is one). */
 void rd_optab_answer(const rd_job *j, rd_client *c, uint64_t request_id, rd_status status,
-                   const char *message, const rd_trace_op *trace)
+                     const char *message, const rd_trace_op *trace)
 {
     j->e->ev.complete(c, request_id, status, message, c->timeline ? trace : NULL);
 }
@@ -210,8 +210,7 @@ void rd_optab_clear(rd_job *j)
 
 /* Sends the op's outcome to every rank still there that submitted (with trace, to those that
  * asked for it). */
-static void op_answer(rd_op *o, rd_status status, const char *message,
-                      const rd_trace_op *trace)
+static void op_answer(rd_op *o, rd_status status, const char *message, const rd_trace_op *trace)
 {
     for (uint32_t k = 0; k < o->nparts; k++) {
         part *pt = &o->parts[k];
@@ -304,8 +303,8 @@ int rd_optab_bury(rd_op *o)
 }
 
 /* Rank `rank` (client c, request_id) came to a failed op: it hears status and message. */
-void rd_optab_visit(rd_op *o, rd_client *c, uint32_t rank, uint64_t request_id,
-                            rd_status status, const char *message)
+void rd_optab_visit(rd_op *o, rd_client *c, uint32_t rank, uint64_t request_id, rd_status status,
+                    const char *message)
 {
     o->parts[rank].submitted = 1;
     o->nsubmitted++;
@@ -444,4 +443,3 @@ void rd_optab_doom(rd_op *o, const char *why)
     rd_optab_set_state(o, OP_DOOMED);
     o->since_ms = rd_now_ms();
 }
-

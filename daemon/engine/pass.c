@@ -41,12 +41,12 @@ typedef struct devpass {
     rd_op *o;
     int nccl;
     dev_step step;
-    uint64_t epoch;       /* the job's ring epoch when it started */
-    int queued;           /* in the job's crossing queue */
-    int gathered;         /* its gather ran (failed or not): it may cross */
-    uint8_t *host;        /* TCP: the staging block, each rank's input then its output */
-    const uint8_t **hin;  /* TCP: rank k's input in host memory */
-    uint8_t **hout;       /* TCP: rank k's output in host memory */
+    uint64_t epoch;      /* the job's ring epoch when it started */
+    int queued;          /* in the job's crossing queue */
+    int gathered;        /* its gather ran (failed or not): it may cross */
+    uint8_t *host;       /* TCP: the staging block, each rank's input then its output */
+    const uint8_t **hin; /* TCP: rank k's input in host memory */
+    uint8_t **hout;      /* TCP: rank k's output in host memory */
     int failed;
     char why[256];
 } devpass;
@@ -90,8 +90,8 @@ static void dev_run(void *ctx, size_t begin, size_t end)
     } else if (dp->step == DP_GATHER && o->p.coll == RD_COLL_ALLREDUCE) {
         rd_reduce_args a = RD_REDUCE_ARGS_INIT;
         a.prescale = p->args.prescale;
-        if (b->reduce(p->dtype, p->redop, p->out[0], (const void *const *)p->in, (int)L,
-                      o->p.count, &a) != 0)
+        if (b->reduce(p->dtype, p->redop, p->out[0], (const void *const *)p->in, (int)L, o->p.count,
+                      &a) != 0)
             dev_fail(dp, "reducing the local ranks");
     } else if (dp->step == DP_GATHER && o->p.coll == RD_COLL_BROADCAST) {
         if (o->p.root >= first && o->p.root - first < L &&
@@ -106,8 +106,7 @@ static void dev_run(void *ctx, size_t begin, size_t end)
             if (b->copy(p->out[k], dp->hout[k], out_bytes) != 0)
                 dev_fail(dp, "copying the result from host memory");
     } else {
-        if (o->p.coll == RD_COLL_ALLREDUCE &&
-            (p->args.divisor > 1 || p->args.postscale != 1.0)) {
+        if (o->p.coll == RD_COLL_ALLREDUCE && (p->args.divisor > 1 || p->args.postscale != 1.0)) {
             rd_reduce_args a = p->args;
             a.prescale = 1.0; /* applied when the local ranks were reduced */
             const void *src = p->out[0];
@@ -177,8 +176,7 @@ static void on_dev_step(void *ctx);
 static int dev_step_next(devpass *dp, dev_step step)
 {
     dp->step = step;
-    return rd_exec_submit(dp->o->job->e->exec, dev_run, on_dev_step, dp, 1, 1) == RINGD_OK ? 0
-                                                                                          : -1;
+    return rd_exec_submit(dp->o->job->e->exec, dev_run, on_dev_step, dp, 1, 1) == RINGD_OK ? 0 : -1;
 }
 
 /* The crossing ended (status 0, or why it failed). */
@@ -191,8 +189,8 @@ static void dev_crossed(devpass *dp, rd_status status, const char *why)
             dev_end(dp, RINGD_E_NOMEM, "out of memory queueing the op", 0);
         return;
     }
-    dev_end(dp, status, why, j->ring != RING_SOUND || dp->epoch != j->epoch ||
-                                 !rd_world_up(j->world));
+    dev_end(dp, status, why,
+            j->ring != RING_SOUND || dp->epoch != j->epoch || !rd_world_up(j->world));
 }
 
 /* NCCL's done: the collective ran, or failed (a communicator that failed re-forms the ring,
@@ -407,8 +405,8 @@ static void dev_start(rd_op *o)
     }
     if (nccl && o->p.coll == RD_COLL_ALLGATHER && rd_devcomm_even(j->devcomm) != L) {
         rd_optab_finish(o, RINGD_E_INVALID,
-                  "an allgather of device memory across nodes on NCCL needs as many ranks on "
-                  "every node; this ring's nodes differ");
+                        "an allgather of device memory across nodes on NCCL needs as many ranks on "
+                        "every node; this ring's nodes differ");
         return;
     }
     rd_ops_resolve(o);
@@ -566,4 +564,3 @@ rd_world_await rd_pass_awaits(void *arg)
         return RD_AWAIT_NEGOTIATION; /* device passes, and what waits behind them, cross first */
     return j->count[OP_RING_READY] > 0 ? RD_AWAIT_ORDER : RD_AWAIT_NOTHING;
 }
-

@@ -91,8 +91,8 @@ static void chan_flush(void *arg)
     flush_orders(arg);
 }
 
-rd_sched *rd_sched_new(struct event_base *base, const rd_config *cfg, rd_world *w,
-                       const char *job, const rd_sched_events *ev, void *arg)
+rd_sched *rd_sched_new(struct event_base *base, const rd_config *cfg, rd_world *w, const char *job,
+                       const rd_sched_events *ev, void *arg)
 {
     rd_sched *s = calloc(1, sizeof(*s));
     if (s == NULL)
@@ -261,8 +261,7 @@ static int64_t mono_us(void)
  * once a cycle has passed since the last. */
 static void order_soon(rd_sched *s)
 {
-    int64_t wait = s->tuning.cycle_us == 0 ? 0
-                                           : s->last_order_us + s->tuning.cycle_us - mono_us();
+    int64_t wait = s->tuning.cycle_us == 0 ? 0 : s->last_order_us + s->tuning.cycle_us - mono_us();
     if (wait <= 0) {
         event_active(s->ev_order, 0, 0);
         return;
@@ -425,8 +424,7 @@ static void negotiated(rd_sched *s)
 }
 
 int rd_sched_announce(rd_sched *s, const char *name, const rd_op_params *p, rd_status status,
-                      const char *message, int direct, const uint8_t *data, size_t len,
-                      void *own)
+                      const char *message, int direct, const uint8_t *data, size_t len, void *own)
 {
     if (!rd_world_up(s->w) || rd_world_sealed(s->w) || s->neg == NULL)
         return 0; /* held for the next ring */
@@ -484,8 +482,8 @@ static void go_received(rd_sched *s, const char *const *names, size_t n, const r
 {
     if (s->refused) /* the ring re-forms: running later orders would pair passes wrongly */
         return;
-    if (s->position != 0 && (u->segment_size > s->cfg->segment_size ||
-                             u->conns > (uint32_t)s->cfg->conns_per_link)) {
+    if (s->position != 0 &&
+        (u->segment_size > s->cfg->segment_size || u->conns > (uint32_t)s->cfg->conns_per_link)) {
         char why[200];
         snprintf(why, sizeof(why),
                  "the coordinator ordered segments of %llu bytes over %u connections, beyond "
@@ -541,8 +539,7 @@ static void message_received(rd_sched *s, int from, const rd_schedmsg *m)
         go_received(s, m->names, m->nnames, &m->tuning);
 }
 
-void rd_sched_missing(const rd_sched *s, const char *name, const void *own, char *buf,
-                      size_t len)
+void rd_sched_missing(const rd_sched *s, const char *name, const void *own, char *buf, size_t len)
 {
     buf[0] = '\0';
     if (s->neg != NULL)
@@ -572,8 +569,7 @@ static int fuses(const rd_op_params *first, const rd_op_params *q, uint64_t ob, 
                  uint64_t threshold)
 {
     return first->coll == RD_COLL_ALLREDUCE && q->coll == RD_COLL_ALLREDUCE && !first->device &&
-           !q->device &&
-           first->dtype == q->dtype && first->redop == q->redop &&
+           !q->device && first->dtype == q->dtype && first->redop == q->redop &&
            first->prescale == q->prescale && first->postscale == q->postscale &&
            bytes + ob <= threshold;
 }

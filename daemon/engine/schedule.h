@@ -42,8 +42,8 @@ typedef struct {
 /* The scheduler of job (its world w, borrowed), reporting to ev with arg (copied). It hears the
  * ring's control channel itself (Ready and Go, the ring forming, ending and sealing) through
  * rd_world_subscribe. Returns NULL when out of memory. */
-rd_sched *rd_sched_new(struct event_base *base, const rd_config *cfg, rd_world *w,
-                       const char *job, const rd_sched_events *ev, void *arg);
+rd_sched *rd_sched_new(struct event_base *base, const rd_config *cfg, rd_world *w, const char *job,
+                       const rd_sched_events *ev, void *arg);
 
 /* NULL is a no-op. */
 void rd_sched_free(rd_sched *s);
@@ -68,13 +68,11 @@ void rd_sched_forget(rd_sched *s, const void *own);
  * announced it, the negotiated event follows, and for an op bound for the ring its start in
  * the coordinator's order. */
 int rd_sched_announce(rd_sched *s, const char *name, const rd_op_params *p, rd_status status,
-                      const char *message, int direct, const uint8_t *data, size_t len,
-                      void *own);
+                      const char *message, int direct, const uint8_t *data, size_t len, void *own);
 
 /* The nodes that have not announced the op named name (own: this node's announced op, or NULL
  * for one this node has not announced), as "ranks 2-3 (node n1)"; "" when not known. */
-void rd_sched_missing(const rd_sched *s, const char *name, const void *own, char *buf,
-                      size_t len);
+void rd_sched_missing(const rd_sched *s, const char *name, const void *own, char *buf, size_t len);
 
 /* This node's announced op own, named name, waited past --stall-abort (message says for whom):
  * asks the nodes that have not announced it to announce it failed (RINGD_E_STALLED), which

@@ -39,12 +39,10 @@ static void op_missing(const rd_op *o, char *buf, size_t len)
     if (n > 0)
         snprintf(local + n, sizeof(local) - n, " (node %s)", j->e->cfg->node);
     if (j->world != NULL)
-        rd_sched_missing(j->sched, o->name,
-                         o->state == OP_HELD || o->state == OP_ANNOUNCED ||
-                                 o->state == OP_RING_READY
-                             ? o
-                             : NULL,
-                         remote, sizeof(remote));
+        rd_sched_missing(
+            j->sched, o->name,
+            o->state == OP_HELD || o->state == OP_ANNOUNCED || o->state == OP_RING_READY ? o : NULL,
+            remote, sizeof(remote));
     snprintf(buf, len, "%s%s%s", local, local[0] && remote[0] ? "; " : "", remote);
     if (buf[0] == '\0')
         snprintf(buf, len, "ranks this node has not heard from");
@@ -68,9 +66,10 @@ static void op_inspect(rd_op *o, int64_t now)
     if (o->state == OP_RING_READY) {
         if (c->stall_abort > 0 && age >= c->stall_abort + c->peer_timeout &&
             !rd_sched_held(j->sched)) /* held: the device transport's agreement, bounded */
-            rd_optab_fail(o, RINGD_E_STALLED,
-                    "tensor '%s' stalled: the ring's coordinator never ordered it (--stall-abort)",
-                    o->name);
+            rd_optab_fail(
+                o, RINGD_E_STALLED,
+                "tensor '%s' stalled: the ring's coordinator never ordered it (--stall-abort)",
+                o->name);
         return;
     }
     char missing[512];
@@ -119,13 +118,14 @@ static void op_wait_over(rd_op *o)
     if (j->world != NULL)
         rd_world_detail(j->world, detail, sizeof(detail));
     if (o->state == OP_DOOMED) {
-        rd_optab_fail(o, RINGD_E_MEMBERSHIP, "%s (the ring has not re-formed within %" PRId64 " ms: %s)",
-                o->message, j->wait_ms, detail);
+        rd_optab_fail(o, RINGD_E_MEMBERSHIP,
+                      "%s (the ring has not re-formed within %" PRId64 " ms: %s)", o->message,
+                      j->wait_ms, detail);
         return;
     }
     rd_optab_fail(o, RINGD_E_TIMEOUT,
-            "tensor '%s': job '%s' has had no complete ring for %" PRId64 " ms: %s", o->name,
-            j->name, j->wait_ms, detail);
+                  "tensor '%s': job '%s' has had no complete ring for %" PRId64 " ms: %s", o->name,
+                  j->name, j->wait_ms, detail);
 }
 
 void rd_stall_tick(evutil_socket_t fd, short what, void *arg)
@@ -198,4 +198,3 @@ int rd_stall_describe(const rd_job *j, rd_job_status *js)
     }
     return 0;
 }
-

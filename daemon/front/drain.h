@@ -16,7 +16,8 @@ struct rd_session;
  * DrainReply when it ends; exit_after ends the event loop then (SIGTERM). timeout_ms bounds the
  * wait for ops under way; what is still under way then fails. Returns RINGD_OK, or
  * RINGD_E_NOMEM. */
-rd_status rd_drain_start(struct rd_front *f, struct rd_session *s, int64_t timeout_ms, int exit_after);
+rd_status rd_drain_start(struct rd_front *f, struct rd_session *s, int64_t timeout_ms,
+                         int exit_after);
 
 /* The DrainRequest handler: starts draining (or joins the drain under way) within the request's
  * timeout, the daemon's --drain-timeout when it gives none; s gets a DrainReply at the end. */

@@ -32,19 +32,19 @@ typedef struct rd_front {
     const rd_config *cfg;
     const rd_devices *devices; /* the GPUs served (none: host memory only) */
     rd_counters *counters;
-    rd_metrics *metrics;      /* the jobs' series; NULL: none */
+    rd_metrics *metrics; /* the jobs' series; NULL: none */
     rd_engine *engine;
-    rd_net *net;              /* NULL without --redis */
-    struct timespec started;  /* CLOCK_MONOTONIC */
+    rd_net *net;                 /* NULL without --redis */
+    struct timespec started;     /* CLOCK_MONOTONIC */
     struct rd_session *sessions; /* every open connection */
     unsigned nsessions;
     const rd_admin_handler *admin; /* admin requests a connection may send */
     size_t nadmin;
     /* A connection goes away: the admin handlers drop what they hold of it. */
     void (*forget)(struct rd_front *f, struct rd_session *s);
-    struct rd_drain *drain; /* the drain under way */
+    struct rd_drain *drain;          /* the drain under way */
     struct rd_recording *recordings; /* ringctl timeline recordings under way */
-    char metrics_address[128]; /* where /metrics is served ("": nowhere) */
+    char metrics_address[128];       /* where /metrics is served ("": nowhere) */
 } rd_front;
 
 #endif

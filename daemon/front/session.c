@@ -529,11 +529,10 @@ static rd_status client_welcome(rd_client *cl, const rd_client_view *v, int aren
         rd_arena *a = rd_arena_new_shared(rd_backend_cuda(), RD_MEM_DEVICE, s->c.device,
                                           s->device_arena_size, err, sizeof(err));
         if (a == NULL) {
-            rd_session_close(s, strstr(err, "OUT_OF_MEMORY") != NULL ? RINGD_E_NOMEM
-                                                                      : RINGD_E_SYSTEM,
+            rd_session_close(s,
+                             strstr(err, "OUT_OF_MEMORY") != NULL ? RINGD_E_NOMEM : RINGD_E_SYSTEM,
                              "a device arena of %llu bytes on GPU %d (%s): %s",
-                             (unsigned long long)s->device_arena_size, s->c.device, dev->uuid,
-                             err);
+                             (unsigned long long)s->device_arena_size, s->c.device, dev->uuid, err);
             return RINGD_E_CLOSED;
         }
         s->c.device_arena = a;

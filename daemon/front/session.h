@@ -35,12 +35,12 @@ typedef struct rd_session {
     struct event *ev_handshake; /* closes a connection whose first message is late */
     struct evbuffer *in;
     struct evbuffer *out;
-    gid_t gid;  /* SO_PEERCRED, with c.pid and c.uid */
-    rd_client c; /* the engine's view of the client: job, local rank, arena */
-    int asked_device; /* the CUDA device its Hello asked for; -1: the daemon's pick */
+    gid_t gid;                  /* SO_PEERCRED, with c.pid and c.uid */
+    rd_client c;                /* the engine's view of the client: job, local rank, arena */
+    int asked_device;           /* the CUDA device its Hello asked for; -1: the daemon's pick */
     uint64_t device_arena_size; /* device arena bytes its Hello asked for; 0: none */
-    rd_ctlq sq;  /* client -> daemon, consumed here; attached from ACTIVE on */
-    rd_ctlq cq;  /* daemon -> client, produced here */
+    rd_ctlq sq;                 /* client -> daemon, consumed here; attached from ACTIVE on */
+    rd_ctlq cq;                 /* daemon -> client, produced here */
     struct rd_session *prev, *next;
 } rd_session;
 

@@ -166,7 +166,7 @@ static void auth_mac(const rd_auth_key *k, char label, const uint8_t *a, size_t 
 /* Refuses anything without our magic and version; otherwise answers with a fresh nonce and the
  * client MAC over the challenge and that nonce. */
 rd_status rd_auth_answer(const rd_auth_key *k, const uint8_t challenge[RD_AUTH_CHALLENGE_LEN],
-                   uint8_t answer[RD_AUTH_ANSWER_LEN])
+                         uint8_t answer[RD_AUTH_ANSWER_LEN])
 {
     if (memcmp(challenge + AUTH_MAGIC_OFF, auth_magic, sizeof(auth_magic)) != 0 ||
         memcmp(challenge + AUTH_VERSION_OFF, auth_version, sizeof(auth_version)) != 0)
@@ -179,9 +179,10 @@ rd_status rd_auth_answer(const rd_auth_key *k, const uint8_t challenge[RD_AUTH_C
 
 /* Recomputes the client MAC and compares it in constant time; on success writes the server MAC
  * over the challenge and the whole answer into confirm, on failure zeroes confirm. */
-rd_status rd_auth_verify_answer(const rd_auth_key *k, const uint8_t challenge[RD_AUTH_CHALLENGE_LEN],
-                          const uint8_t answer[RD_AUTH_ANSWER_LEN],
-                          uint8_t confirm[RD_AUTH_CONFIRM_LEN])
+rd_status rd_auth_verify_answer(const rd_auth_key *k,
+                                const uint8_t challenge[RD_AUTH_CHALLENGE_LEN],
+                                const uint8_t answer[RD_AUTH_ANSWER_LEN],
+                                uint8_t confirm[RD_AUTH_CONFIRM_LEN])
 {
     uint8_t want[AUTH_MAC_LEN];
 
@@ -197,9 +198,10 @@ rd_status rd_auth_verify_answer(const rd_auth_key *k, const uint8_t challenge[RD
 }
 
 /* Recomputes the server MAC and compares it in constant time. */
-rd_status rd_auth_verify_confirm(const rd_auth_key *k, const uint8_t challenge[RD_AUTH_CHALLENGE_LEN],
-                           const uint8_t answer[RD_AUTH_ANSWER_LEN],
-                           const uint8_t confirm[RD_AUTH_CONFIRM_LEN])
+rd_status rd_auth_verify_confirm(const rd_auth_key *k,
+                                 const uint8_t challenge[RD_AUTH_CHALLENGE_LEN],
+                                 const uint8_t answer[RD_AUTH_ANSWER_LEN],
+                                 const uint8_t confirm[RD_AUTH_CONFIRM_LEN])
 {
     uint8_t want[AUTH_MAC_LEN];
 

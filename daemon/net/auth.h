@@ -43,18 +43,20 @@ void rd_auth_challenge(uint8_t challenge[RD_AUTH_CHALLENGE_LEN]);
 /* Client: checks the challenge's magic and version and computes the answer. Returns RINGD_OK, or
  * RINGD_E_PROTOCOL when the bytes are not a ringd challenge. */
 rd_status rd_auth_answer(const rd_auth_key *k, const uint8_t challenge[RD_AUTH_CHALLENGE_LEN],
-                   uint8_t answer[RD_AUTH_ANSWER_LEN]);
+                         uint8_t answer[RD_AUTH_ANSWER_LEN]);
 
 /* Server: verifies the answer in constant time and computes the confirmation. Returns RINGD_OK,
  * or RINGD_E_REFUSED when the client does not hold the key. */
-rd_status rd_auth_verify_answer(const rd_auth_key *k, const uint8_t challenge[RD_AUTH_CHALLENGE_LEN],
-                          const uint8_t answer[RD_AUTH_ANSWER_LEN],
-                          uint8_t confirm[RD_AUTH_CONFIRM_LEN]);
+rd_status rd_auth_verify_answer(const rd_auth_key *k,
+                                const uint8_t challenge[RD_AUTH_CHALLENGE_LEN],
+                                const uint8_t answer[RD_AUTH_ANSWER_LEN],
+                                uint8_t confirm[RD_AUTH_CONFIRM_LEN]);
 
 /* Client: verifies the server's confirmation. Returns RINGD_OK, or RINGD_E_REFUSED when the
  * server does not hold the key. */
-rd_status rd_auth_verify_confirm(const rd_auth_key *k, const uint8_t challenge[RD_AUTH_CHALLENGE_LEN],
-                           const uint8_t answer[RD_AUTH_ANSWER_LEN],
-                           const uint8_t confirm[RD_AUTH_CONFIRM_LEN]);
+rd_status rd_auth_verify_confirm(const rd_auth_key *k,
+                                 const uint8_t challenge[RD_AUTH_CHALLENGE_LEN],
+                                 const uint8_t answer[RD_AUTH_ANSWER_LEN],
+                                 const uint8_t confirm[RD_AUTH_CONFIRM_LEN]);
 
 #endif

@@ -73,10 +73,10 @@ typedef struct setup {
     int quiet; /* the failure is routine: log it below warning */
     /* client: the error connect failed with at once (SO_ERROR no longer holds it), or 0 */
     int connect_err;
-    rd_lookup *lookup;                        /* client: SETUP_RESOLVE's lookup, under way */
-    struct sockaddr_storage ss;               /* client: the address to connect to */
-    unsigned sslen;                           /* 0 while unknown */
-    char lookup_err[160];                     /* client: why the lookup failed */
+    rd_lookup *lookup;          /* client: SETUP_RESOLVE's lookup, under way */
+    struct sockaddr_storage ss; /* client: the address to connect to */
+    unsigned sslen;             /* 0 while unknown */
+    char lookup_err[160];       /* client: why the lookup failed */
     uint8_t chal[RD_AUTH_CHALLENGE_LEN];
     uint8_t ans[RD_AUTH_ANSWER_LEN];
     uint8_t buf[RD_FRAME_HEADER + RD_PEER_HELLO_MAX];
@@ -184,8 +184,8 @@ static int resolve_numeric(const char *addr, struct sockaddr_storage *ss, unsign
     return lookup(addr, host, port, AI_NUMERICHOST | AI_NUMERICSERV, ss, sslen, err, errlen);
 }
 
-rd_status rd_peer_resolve(const char *addr, struct sockaddr_storage *ss, unsigned *sslen,
-                          char *err, size_t errlen)
+rd_status rd_peer_resolve(const char *addr, struct sockaddr_storage *ss, unsigned *sslen, char *err,
+                          size_t errlen)
 {
     char host[RD_PEER_ADDR_MAX], port[8];
     int rc = resolve_numeric(addr, ss, sslen, host, sizeof(host), port, err, errlen);
@@ -1039,8 +1039,7 @@ rd_peer_probe *rd_peer_probe_new(struct event_base *base, const char *addr, int 
     /* Numeric addresses only: a probe is a shortcut, never worth a lookup (NULL: the caller
      * goes on as if the answer were unknown). */
     char host[RD_PEER_ADDR_MAX], port[8];
-    if (resolve_numeric(addr, &p->ss, &p->sslen, host, sizeof(host), port, err, sizeof(err)) !=
-        0) {
+    if (resolve_numeric(addr, &p->ss, &p->sslen, host, sizeof(host), port, err, sizeof(err)) != 0) {
         free(p);
         return NULL;
     }

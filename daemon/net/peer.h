@@ -25,8 +25,8 @@ typedef struct rd_peer_chan rd_peer_chan;
  * ownership of fd (PeerAccept{generation} is sent first); anything else refuses it with err,
  * which the function logs as it sees fit and which is sent back as Error before fd is closed. */
 typedef rd_status (*rd_peer_accept_fn)(void *arg, const Ringd__PeerHello *h, int fd,
-                                            const char *remote, uint64_t *generation, char *err,
-                                            size_t errlen);
+                                       const char *remote, uint64_t *generation, char *err,
+                                       size_t errlen);
 
 /* Binds listen ("HOST:PORT", port 0 for any) and serves handshakes; key must outlive the net.
  * timeout_ms bounds each handshake. Returns NULL with err set. */
@@ -82,7 +82,7 @@ const char *rd_peer_chan_name(const rd_peer_chan *c);
  * evdns. Returns RINGD_OK, or RINGD_E_INVALID with err set (a malformed address, or one that does
  * not resolve). */
 rd_status rd_peer_resolve(const char *addr, struct sockaddr_storage *ss, unsigned *sslen, char *err,
-                    size_t errlen);
+                          size_t errlen);
 
 /* A probe: does anything listen at addr ("host:port")? One non-blocking connect, closed at
  * once, bounded by a second. fn gets alive 1 (it accepted), 0 (refused: no process listens

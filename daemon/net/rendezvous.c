@@ -208,15 +208,15 @@ struct rdv_job {
     int superseded;      /* logged that another incarnation holds our record */
     int behind_logged;   /* logged that Redis answered a generation below ours */
     char lastid[RD_RDV_ID_MAX]; /* last stream id seen, "" until a script reply says where it is */
-    int reading;             /* an XREAD is in flight */
-    rd_rdv_view *view;       /* newest view taken (its generation the highest seen), NULL before */
-    uint64_t high_gen;       /* the highest generation seen: every bump goes above it */
-    int undelivered;         /* view has a generation on_view has not had yet */
-    uint64_t delivered_gen;  /* the last generation delivered, 0 before */
-    int64_t next_tick_ms;    /* when tick fires */
-    int64_t confirmed_ms;    /* when Redis last confirmed our registration (0: never) */
-    struct event *tick;      /* the next refresh: lease / 3, or sooner for a sweep */
-    rd_rdv_conn watch;       /* XREAD BLOCK on the job's event stream */
+    int reading;                /* an XREAD is in flight */
+    rd_rdv_view *view;      /* newest view taken (its generation the highest seen), NULL before */
+    uint64_t high_gen;      /* the highest generation seen: every bump goes above it */
+    int undelivered;        /* view has a generation on_view has not had yet */
+    uint64_t delivered_gen; /* the last generation delivered, 0 before */
+    int64_t next_tick_ms;   /* when tick fires */
+    int64_t confirmed_ms;   /* when Redis last confirmed our registration (0: never) */
+    struct event *tick;     /* the next refresh: lease / 3, or sooner for a sweep */
+    rd_rdv_conn watch;      /* XREAD BLOCK on the job's event stream */
 };
 
 /* One script call, kept whole so a NOSCRIPT answer can be retried with EVAL. */
@@ -225,7 +225,7 @@ typedef struct rdv_req {
     rd_rdv *r;
     int script;
     int retried;
-    uint64_t seq; /* job's join_seq when a JOIN was sent */
+    uint64_t seq;    /* job's join_seq when a JOIN was sent */
     int64_t sent_us; /* when it was last sent: its answer times the round trip */
     char job[RD_NAME_MAX + 1];
     int nargs;   /* RDV_NKEYS keys, then ARGV */

@@ -16,7 +16,7 @@
 struct event_base;
 struct redisReply;
 
-#define RD_ADDR_MAX 128 /* "host:port" */
+#define RD_ADDR_MAX 128       /* "host:port" */
 #define RD_RDV_RECORD_MAX 512 /* bytes of a member record, as read back */
 #define RD_RDV_ID_MAX 48      /* "ms-seq" stream ids: two 20-digit numbers and a dash */
 
@@ -89,7 +89,7 @@ rd_status rd_rdv_bump(rd_rdv *r, const char *job, uint64_t above, const char *re
  * works whether or not this node joined job. Returns RINGD_OK, RINGD_E_NOMEM, or RINGD_E_INVALID
  * for an invalid job or node name (logged). */
 rd_status rd_rdv_evict(rd_rdv *r, const char *job, const char *node, uint64_t incarnation,
-                 const char *reason);
+                       const char *reason);
 
 /* Refreshes this node's lease of job now, sweeping members whose leases expired (a caller that
  * suspects a peer); a refresh in flight is followed by another. No-op for a job not joined. */

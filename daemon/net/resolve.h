@@ -14,8 +14,7 @@ typedef struct rd_lookup rd_lookup;
 
 /* The answer to one lookup: sa (len bytes; an IPv4 address when there is one) or, with sa NULL,
  * why not. */
-typedef void (*rd_resolve_fn)(void *arg, const struct sockaddr *sa, socklen_t len,
-                              const char *why);
+typedef void (*rd_resolve_fn)(void *arg, const struct sockaddr *sa, socklen_t len, const char *why);
 
 /* A resolver with the system's configuration (resolv.conf, hosts). Returns NULL when evdns
  * cannot start. */

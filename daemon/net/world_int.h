@@ -228,7 +228,7 @@ void world_aside_prune(rd_world *w, const rd_rdv_view *v);
 rd_world *world_of(rd_net *net, const char *job);
 /* The peer listener's decision on a PeerHello (rd_peer_net_new's callback; arg: the net). */
 rd_status world_on_peer(void *arg, const Ringd__PeerHello *h, int fd, const char *remote,
-                             uint64_t *generation, char *err, size_t errlen);
+                        uint64_t *generation, char *err, size_t errlen);
 
 /* world_ctrl.c: the control channel. */
 

@@ -401,8 +401,8 @@ rd_world *world_of(rd_net *net, const char *job)
 /* Takes an authenticated peer's connection into the ring it names, or says why not: unknown job,
  * another generation, settings that differ, a node that is not the expected neighbour. *quiet
  * marks refusals the peer is expected to retry. */
-static rd_status peer_check(rd_net *net, const Ringd__PeerHello *h, int fd,
-                                 uint64_t *generation, int *quiet, char *err, size_t errlen)
+static rd_status peer_check(rd_net *net, const Ringd__PeerHello *h, int fd, uint64_t *generation,
+                            int *quiet, char *err, size_t errlen)
 {
     if (h->protocol != RD_PEER_PROTOCOL_VERSION) {
         snprintf(err, errlen,
@@ -473,7 +473,7 @@ static rd_status peer_check(rd_net *net, const Ringd__PeerHello *h, int fd,
 /* Decides on a peer's PeerHello and logs a refusal: a peer ahead of this node's view retries
  * (debug); anything else is worth a warning. */
 rd_status world_on_peer(void *arg, const Ringd__PeerHello *h, int fd, const char *remote,
-                             uint64_t *generation, char *err, size_t errlen)
+                        uint64_t *generation, char *err, size_t errlen)
 {
     int quiet = 0;
     rd_status rc = peer_check(arg, h, fd, generation, &quiet, err, errlen);

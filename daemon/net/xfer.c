@@ -31,7 +31,6 @@
 #define RD_XFER_SEGMENT_MIN (64u << 10)
 #define RD_XFER_SPIN_US 2000 /* spin this long for a link mid-collective before sleeping */
 
-
 typedef struct {
     const uint8_t *src;
     uint64_t len;
@@ -77,7 +76,7 @@ struct rd_xfer {
     atomic_int queued;
     int sleeping;
     atomic_int stopping;
-    atomic_int cut; /* the links are shut: the running task fails */
+    atomic_int cut;      /* the links are shut: the running task fails */
     atomic_int retiring; /* finish the running task, fail the queue, stop */
     int exited;          /* guarded by lock: the thread has posted its last task and touches
                             nothing of x any more */
@@ -144,8 +143,7 @@ static void recv_counted(run *r, const recv_step *st)
         r->t->phase_us[RD_PHASE_SCATTERED] = rd_now_us();
 }
 
-static void fail(run *r, rd_status st, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+static void fail(run *r, rd_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void fail(run *r, rd_status st, const char *fmt, ...)
 {
     va_list ap;
@@ -231,8 +229,7 @@ static int lane_recv(run *r, lane *l, int idx)
         if (l->pos < RD_SEG_HEADER)
             iov = (struct iovec){l->hdr + l->pos, RD_SEG_HEADER - l->pos};
         else
-            iov =
-                (struct iovec){dst + (l->pos - RD_SEG_HEADER), len - (l->pos - RD_SEG_HEADER)};
+            iov = (struct iovec){dst + (l->pos - RD_SEG_HEADER), len - (l->pos - RD_SEG_HEADER)};
         ssize_t got = readv(l->fd, &iov, 1);
         if (got < 0) {
             if (errno == EINTR)
@@ -259,9 +256,9 @@ static int lane_recv(run *r, lane *l, int idx)
                        "bytes); expected generation %llu (op %llu, segment %llu, %llu bytes): "
                        "link dropped",
                        x->prev_node, (unsigned long long)gen, (unsigned long long)h.seq,
-                       (unsigned long long)h.g, h.len,
-                       (unsigned long long)x->cfg.generation, (unsigned long long)r->t->seq,
-                       (unsigned long long)l->g, (unsigned long long)len);
+                       (unsigned long long)h.g, h.len, (unsigned long long)x->cfg.generation,
+                       (unsigned long long)r->t->seq, (unsigned long long)l->g,
+                       (unsigned long long)len);
                 fail(r, gen != x->cfg.generation ? RINGD_E_MEMBERSHIP : RINGD_E_PROTOCOL,
                      "node %s sent a frame of generation %llu where generation %llu was "
                      "expected (or of another op); the ring must re-form",
@@ -272,8 +269,8 @@ static int lane_recv(run *r, lane *l, int idx)
         if (l->pos == RD_SEG_HEADER + len) {
             if (st->reduce) {
                 const void *src[2] = {staging, st->local + off};
-                r->t->backend->reduce(r->t->dtype, r->t->redop, st->dst + off, src, 2,
-                                      len / r->esz, st->final ? &r->fin : &r->mid);
+                r->t->backend->reduce(r->t->dtype, r->t->redop, st->dst + off, src, 2, len / r->esz,
+                                      st->final ? &r->fin : &r->mid);
             }
             atomic_fetch_add_explicit(&x->received, len, memory_order_relaxed);
             r->recv_done[l->g] = 1;
@@ -417,8 +414,7 @@ static int do_allreduce(rd_xfer *x, rd_xfer_task *t)
         uint64_t off = 0;
         for (size_t m = 0; m < t->nmembers; m++) {
             t->backend->reduce(t->dtype, t->redop, W + off * esz,
-                               (const void *const *)t->members[m].in, L, t->members[m].count,
-                               &pre);
+                               (const void *const *)t->members[m].in, L, t->members[m].count, &pre);
             off += t->members[m].count;
         }
         local = W;
@@ -454,8 +450,7 @@ static int do_allreduce(rd_xfer *x, rd_xfer_task *t)
         uint64_t off = 0;
         for (size_t m = 0; m < t->nmembers; m++) {
             for (int l = 0; l < L; l++)
-                t->backend->copy(t->members[m].out[l], W + off * esz,
-                                 t->members[m].count * esz);
+                t->backend->copy(t->members[m].out[l], W + off * esz, t->members[m].count * esz);
             off += t->members[m].count;
         }
     }

@@ -30,14 +30,14 @@ typedef struct rd_xfer_task {
     rd_dtype dtype;
     rd_redop redop; /* SUM, MIN, MAX or PROD */
     rd_reduce_args args;
-    uint32_t root;   /* broadcast: the global rank */
+    uint32_t root;         /* broadcast: the global rank */
     uint64_t segment_size; /* bytes per frame, at most the ring's; 0: the ring's */
     int conns;             /* connections used, at most the ring's; 0: all of them */
-    size_t nmembers; /* more than one: a fused allreduce */
+    size_t nmembers;       /* more than one: a fused allreduce */
     rd_xfer_member *members;
-    void *ctx;             /* the caller's */
-    struct rd_xfer *ring;  /* the caller's: which data plane it went to */
-    rd_status status; /* set by the thread */
+    void *ctx;            /* the caller's */
+    struct rd_xfer *ring; /* the caller's: which data plane it went to */
+    rd_status status;     /* set by the thread */
     char message[320];
     int64_t phase_us[RD_PHASES]; /* set by the thread: when it passed each rd_ring_phase (us) */
     uint64_t seq;

@@ -171,13 +171,14 @@ static void seed_negotiation(seed *s)
     const rd_schedmsg ready = {.kind = RD_SCHEDMSG_READY, .generation = 3, .ops = ops, .nops = 2};
     const rd_schedmsg ask = {
         .kind = RD_SCHEDMSG_READY, .generation = 3, .stalled = &stalled, .nstalled = 1};
-    const rd_schedmsg go = {
-        .kind = RD_SCHEDMSG_GO,
-        .generation = 3,
-        .names = order,
-        .nnames = 1,
-        .tuning = {.fusion_threshold = 64u << 20, .segment_size = 1u << 20, .conns = 2,
-                   .autotune = RD_AUTOTUNE_TUNING}};
+    const rd_schedmsg go = {.kind = RD_SCHEDMSG_GO,
+                            .generation = 3,
+                            .names = order,
+                            .nnames = 1,
+                            .tuning = {.fusion_threshold = 64u << 20,
+                                       .segment_size = 1u << 20,
+                                       .conns = 2,
+                                       .autotune = RD_AUTOTUNE_TUNING}};
     static const uint8_t id[128] = {7, 7, 7};
     const rd_schedmsg offer = {.kind = RD_SCHEDMSG_DEV_OFFER,
                                .generation = 3,
@@ -277,7 +278,8 @@ static void capture_session(void)
     session_seed("timeline", &sock, &ring);
 }
 
-/* The control queue harness's script: frames written into the submission queue and taken, replies put. */
+/* The control queue harness's script: frames written into the submission queue and taken, replies
+ * put. */
 static void capture_ring(void)
 {
     seed s = {.n = 0};

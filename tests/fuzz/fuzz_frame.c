@@ -1,6 +1,7 @@
 /* Fuzzes the framing of control messages (rd_frame_decode) as a stream of frames off a socket;
  * every decoded message is packed again and decoded once more, and a scheduling message (Ready,
- * Go, DevOffer, DevPlan, DevConfirm) is decoded into its plain value (rd_schedmsg_decode), which must survive the wire again. */
+ * Go, DevOffer, DevPlan, DevConfirm) is decoded into its plain value (rd_schedmsg_decode), which
+ * must survive the wire again. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,10 +67,10 @@ static void check_schedmsg(const rd_msg *m)
         abort();
     int dev = v.kind != RD_SCHEDMSG_READY && v.kind != RD_SCHEDMSG_GO; /* why is set */
     if (dev && (again.dev.want != v.dev.want || again.dev.device != v.dev.device ||
-        again.dev.can != v.dev.can || again.dev.transport != v.dev.transport ||
-        again.dev.required != v.dev.required || again.dev.confirm != v.dev.confirm ||
-        again.dev.id_len != v.dev.id_len || strcmp(again.dev.why, v.dev.why) != 0 ||
-        (v.dev.id_len > 0 && memcmp(again.dev.id, v.dev.id, v.dev.id_len) != 0)))
+                again.dev.can != v.dev.can || again.dev.transport != v.dev.transport ||
+                again.dev.required != v.dev.required || again.dev.confirm != v.dev.confirm ||
+                again.dev.id_len != v.dev.id_len || strcmp(again.dev.why, v.dev.why) != 0 ||
+                (v.dev.id_len > 0 && memcmp(again.dev.id, v.dev.id, v.dev.id_len) != 0)))
         abort();
     for (size_t i = 0; i < v.nops; i++)
         if (!spec_same(&v.ops[i], &again.ops[i]))

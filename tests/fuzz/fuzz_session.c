@@ -47,9 +47,8 @@ static daemon_state state;
 static void engine_start(daemon_state *d)
 {
     rd_engine_free(d->engine);
-    d->engine =
-        rd_engine_new(d->base, &d->cfg, &d->counters, NULL, d->exec, NULL,
-                      &rd_session_client_events);
+    d->engine = rd_engine_new(d->base, &d->cfg, &d->counters, NULL, d->exec, NULL,
+                              &rd_session_client_events);
     if (d->engine == NULL) {
         fprintf(stderr, "fuzz_session: out of memory\n");
         abort();

@@ -178,8 +178,7 @@ int main(int argc, char **argv)
     }
     { /* libringd's guard: device memory is told from host memory */
         void *dp = rd_cuda_alloc(0, 4096, why, sizeof(why)), *hp = malloc(4096);
-        int ok =
-            dp != NULL && rd_cuda_ptr_is_device(dp) == 1 && rd_cuda_ptr_is_device(hp) == 0;
+        int ok = dp != NULL && rd_cuda_ptr_is_device(dp) == 1 && rd_cuda_ptr_is_device(hp) == 0;
         rd_cuda_free(0, dp);
         free(hp);
         if (!ok) {

@@ -192,8 +192,8 @@ static int stream_ordered(int i, void *arg)
         ringd_allreduce(r, "zero", t, t, N, RINGD_F32, RINGD_SUM) != RINGD_OK)
         return 61;
     for (int k = 0; k < 32; k++) /* keeps the stream busy for a while */
-        if (rd_cuda_fill_async(0, stream, t, k == 31 ? bits_mine : bits_one, N, why,
-                               sizeof(why)) != 0)
+        if (rd_cuda_fill_async(0, stream, t, k == 31 ? bits_mine : bits_one, N, why, sizeof(why)) !=
+            0)
             return 62;
     if (ringd_allreduce(r, "ordered", t, t, N, RINGD_F32, RINGD_SUM) != RINGD_OK ||
         rd_cuda_copy(0, host, t, (size_t)N * 4, why, sizeof(why)) != 0)

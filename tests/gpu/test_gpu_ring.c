@@ -108,8 +108,8 @@ static int allreduce_cases(ringd_t *r, const char *tag, const int *dts, int ndts
             a.postscale = fl ? 3.0 : 1.0;
             a.divisor = ops[o] == RINGD_AVG ? 2 : 1;
             const void *src[2] = {in[0], in[1]};
-            rd_reduce(dt, ops[o] == RINGD_AVG ? RD_OP_SUM : (rd_redop)ops[o], want, src, 2,
-                      COUNT, &a);
+            rd_reduce(dt, ops[o] == RINGD_AVG ? RD_OP_SUM : (rd_redop)ops[o], want, src, 2, COUNT,
+                      &a);
             char name[64];
             snprintf(name, sizeof(name), "%s.%d.%d", tag, (int)dt, (int)ops[o]);
             if (rd_cuda_copy(dev, d, in[me], COUNT * esz, why, sizeof(why)) != 0)
@@ -240,7 +240,8 @@ int main(void)
 
     if (n < 2) {
         printf("SKIP the NCCL part of tests/gpu/test_gpu_ring: it needs 2 GPUs (%d here); NCCL "
-               "takes one rank per GPU\n", n);
+               "takes one rank per GPU\n",
+               n);
         return failed;
     }
     if (th_ring_init(&ring_, 1) != 0) {

@@ -86,8 +86,7 @@ static int run_one(const rd_transport_ops *ops, rd_transport *t, struct event_ba
     for (int i = 0; o.calls == 0 && i < 600000; i++)
         event_base_loop(base, EVLOOP_ONCE);
     if (o.calls != 1 || o.status != 0) {
-        printf("FAIL: %s: done called %d times, status %d (%s)\n", what, o.calls, o.status,
-               o.why);
+        printf("FAIL: %s: done called %d times, status %d (%s)\n", what, o.calls, o.status, o.why);
         return -1;
     }
     return 0;
@@ -148,11 +147,10 @@ int main(int argc, char **argv)
         }
         /* two runs back to back go to NCCL one after the other, reported in order */
         outcome a = {0, 0, ""}, b = {0, 0, ""};
-        if (!failed &&
-            (ops->run(t, base, RD_COLL_ALLREDUCE, RD_DT_F32, RD_OP_SUM, in, out, N, 0, on_done,
-                      &a, why, sizeof(why)) != 0 ||
-             ops->run(t, base, RD_COLL_BROADCAST, RD_DT_F32, RD_OP_SUM, in, out, N, 0, on_done,
-                      &b, why, sizeof(why)) != 0)) {
+        if (!failed && (ops->run(t, base, RD_COLL_ALLREDUCE, RD_DT_F32, RD_OP_SUM, in, out, N, 0,
+                                 on_done, &a, why, sizeof(why)) != 0 ||
+                        ops->run(t, base, RD_COLL_BROADCAST, RD_DT_F32, RD_OP_SUM, in, out, N, 0,
+                                 on_done, &b, why, sizeof(why)) != 0)) {
             printf("FAIL: %s: two runs: %s\n", what, why);
             failed = 1;
         }
