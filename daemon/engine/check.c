@@ -119,7 +119,7 @@ static rd_status check_layout(const rd_check_session *s, const rd_submit *m, cha
     }
     /* Input and output are the same place (in place), or apart. An allgather's input may be
      * any whole slot of its output: the start (sendbuf == recvbuf) or this rank's own slot (MPI's
-     * form). Which slot is its own is decided when data moves (op_resolve): ranks may shift in
+     * form). Which slot is its own is decided when data moves (rd_ops_resolve): ranks may shift in
      * between, and a client may not have heard of it yet. */
     uint64_t a = m->in_offset, b = m->out_offset;
     int apart = a + in_len <= b || b + out_len <= a;
@@ -262,16 +262,16 @@ rd_status rd_check_hello(const rd_hello *h, const rd_check_daemon *d, uint32_t *
                  *min_size, h->world_size);
         return RINGD_E_INVALID;
     }
-    if (h->local_rank >= (int64_t)h->local_size) {
-        snprintf(err, errlen,
-                 "job '%s': local rank %" PRId64 " asked for is not below local_size %u", h->job,
-                 h->local_rank, h->local_size);
-        return RINGD_E_INVALID;
-    }
     *arena_size = h->arena_size ? h->arena_size : d->arena_size;
     if (*arena_size < RD_ARENA_MIN || *arena_size > d->arena_max) {
         snprintf(err, errlen, "arena of %" PRIu64 " bytes is outside %u..%" PRIu64 " (--arena-max)",
                  *arena_size, RD_ARENA_MIN, d->arena_max);
+        return RINGD_E_INVALID;
+    }
+    if (h->local_rank >= (int64_t)h->local_size) {
+        snprintf(err, errlen,
+                 "job '%s': local rank %" PRId64 " asked for is not below local_size %u", h->job,
+                 h->local_rank, h->local_size);
         return RINGD_E_INVALID;
     }
     return RINGD_OK;

@@ -24,8 +24,6 @@
 struct event;
 struct crossing;
 
-#define RD_OP_BUCKETS_MIN 64
-
 struct rd_engine {
     struct event_base *base;
     const rd_config *cfg;
@@ -47,7 +45,7 @@ struct recording {
     struct recording *next;
 };
 
-/* The life of an op. Every change goes through op_set_state, which checks it against
+/* The life of an op. Every change goes through rd_optab_set_state, which checks it against
  * op_moves and logs it; the job keeps the ops of each state on a list of their own. */
 typedef enum {
     OP_PENDING,    /* waiting for some local ranks to submit */
@@ -102,21 +100,19 @@ typedef struct rd_op {
     struct rd_op *sprev, *snext; /* the list of its state */
 } rd_op;
 
-/* The life of a job on this node. Every change goes through rd_job_set_phase (job.c), which
- * checks it against the job's table of moves and logs it. */
+/* The life of a job on this node. Every change goes through set_phase (job.c), which checks it
+ * against the job's table of moves and logs it. */
 typedef enum {
-    JOB_FORMING,   /* waiting for its local clients, then (across nodes) for its first ring */
-    JOB_RUNNING,   /* its clients were welcomed: ops run */
-    JOB_RESHAPING, /* its local ranks changed while a ring spans nodes: clients learn their new
-                      ranks, with the ring's size, once it is up again */
-    JOB_DRAINING,  /* leaving (ringctl drain): new Submits are refused, what was announced ends */
-    JOB_LEFT,      /* drained: has left its ring; goes once its last client has */
-    JOB_FREEING,   /* being freed: callbacks of what it frees find nothing to do */
+    JOB_FORMING,  /* waiting for its local clients, then (across nodes) for its first ring */
+    JOB_RUNNING,  /* its clients were welcomed: ops run */
+    JOB_DRAINING, /* leaving (ringctl drain): new Submits are refused, what was announced ends */
+    JOB_LEFT,     /* drained: has left its ring; goes once its last client has */
+    JOB_FREEING,  /* being freed: callbacks of what it frees find nothing to do */
     JOB_NPHASES
 } job_phase;
 
 /* What the job knows of its ring between two rings (a multi-node job). Every change goes through
- * rd_job_set_ring (job.c), checked and logged like the phase. */
+ * set_ring (job.c), checked and logged like the phase. */
 typedef enum {
     RING_SOUND,     /* up, forming, or left gracefully: nothing broke */
     RING_DISRUPTED, /* it broke under running ops: the ops it fails are answered once the next
@@ -144,6 +140,9 @@ struct rd_job {
     uint32_t size;       /* ranks of the current generation, every node's */
     uint32_t first_rank; /* global rank of local rank 0 */
     uint64_t generation;
+    uint64_t ranks_from;      /* the first generation whose ranks match the local ones: after local
+                                 ranks changed under a multi-node ring, clients learn their ranks only
+                                 from the next ring on */
     uint64_t sync_generation; /* Submits tagged with an older generation fail: the ring changed */
     char sync_why[512];       /* what changed then */
     job_phase phase;
@@ -179,10 +178,11 @@ struct rd_job {
     rd_job *next;
 };
 
-/* 1 once the job has welcomed its clients (it ran, or runs). */
+/* 1 once the job has welcomed its clients (it ran, or runs; one drained before that never
+ * started: no generation). */
 static inline int rd_job_started(const rd_job *j)
 {
-    return j->phase != JOB_FORMING;
+    return j->generation != 0;
 }
 
 /* 1 while the job is leaving or has left (ringctl drain). */

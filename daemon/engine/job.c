@@ -23,15 +23,14 @@
 
 #define RD_OP_BUCKETS_MIN 64
 
-static const char *const phase_names[JOB_NPHASES] = {"forming",  "running", "reshaping",
-                                                     "draining", "left",    "freeing"};
+static const char *const phase_names[JOB_NPHASES] = {"forming", "running", "draining", "left",
+                                                     "freeing"};
 
 /* Which phase may follow which (bit per phase). */
 #define B(st) (1u << (st))
 static const unsigned phase_moves[JOB_NPHASES] = {
     [JOB_FORMING] = B(JOB_RUNNING) | B(JOB_DRAINING) | B(JOB_FREEING),
-    [JOB_RUNNING] = B(JOB_RESHAPING) | B(JOB_DRAINING) | B(JOB_FREEING),
-    [JOB_RESHAPING] = B(JOB_RUNNING) | B(JOB_DRAINING) | B(JOB_FREEING),
+    [JOB_RUNNING] = B(JOB_DRAINING) | B(JOB_FREEING),
     [JOB_DRAINING] = B(JOB_LEFT) | B(JOB_FREEING),
     [JOB_LEFT] = B(JOB_FREEING),
     [JOB_FREEING] = 0,
@@ -226,7 +225,7 @@ static void job_reshape(rd_job *j, const char *why)
     slots_compact(j);
     j->local_size = j->nclients;
     if (j->world != NULL) {
-        set_phase(j, JOB_RESHAPING);
+        j->ranks_from = j->generation + 1;
         if (j->nclients > 0)
             rd_world_resize(j->world, j->local_size, why);
         return;
@@ -505,8 +504,8 @@ void rd_job_leave(rd_client *s)
 
 int rd_job_client_view(const rd_job *j, uint32_t local_rank, rd_client_view *v)
 {
-    if (j->phase == JOB_FORMING ||
-        j->phase == JOB_RESHAPING) /* a new local rank with the old ranks would not add up */
+    /* a new local rank with the old ranks would not add up */
+    if (!rd_job_started(j) || j->generation < j->ranks_from)
         return 0;
     v->generation = j->generation;
     v->rank = j->first_rank + local_rank;
@@ -570,15 +569,14 @@ static void on_ring_up(void *arg, uint32_t first_rank, uint64_t generation, uint
                        const char *why)
 {
     rd_job *j = arg;
+    int first = !rd_job_started(j);
     job_changed(j, generation, size, sync, why);
     j->first_rank = first_rank;
     j->generation = generation;
     j->size = size;
     set_ring(j, RING_SOUND);
     j->lost[0] = '\0';
-    if (j->phase == JOB_RESHAPING) /* clients learn their new ranks from here on */
-        set_phase(j, JOB_RUNNING);
-    if (sync || !rd_job_started(j)) {
+    if (sync || first) {
         j->sync_generation = generation;
         snprintf(j->sync_why, sizeof(j->sync_why), "%s", why);
         rd_optab_fail_unstarted(j, why);

@@ -217,17 +217,12 @@ static int op_agrees(const rd_op *o, const rd_submit *m, uint32_t rank, char *ms
                         j->world != NULL, j->first_rank, j->e->cfg->node};
     if (!rd_check_match(&f, m, rank, msg, len))
         return 0;
-    const rd_backend **backends = calloc(o->nparts, sizeof(*backends));
-    if (backends == NULL) {
-        snprintf(msg, len, "tensor '%s': out of memory checking its memory", o->name);
-        return 0;
-    }
+    const rd_backend *backends[RD_LOCAL_SIZE_MAX]; /* nparts <= local_size <= this */
     for (uint32_t k = 0; k < o->nparts; k++)
-        if (k == rank || (o->parts[k].submitted && o->parts[k].arena != NULL))
-            backends[k] = o->parts[k].arena->backend;
-    int ok = rd_check_memory(o->name, j->e->cfg->node, backends, o->nparts, rank, msg, len);
-    free(backends);
-    return ok;
+        backends[k] = k == rank || (o->parts[k].submitted && o->parts[k].arena != NULL)
+                          ? o->parts[k].arena->backend
+                          : NULL;
+    return rd_check_memory(o->name, j->e->cfg->node, backends, o->nparts, rank, msg, len);
 }
 
 /* Submits only rank s hears refused, as they belong to no op this node matches: a bad name, a

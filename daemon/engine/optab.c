@@ -221,9 +221,9 @@ static void op_answer(rd_op *o, rd_status status, const char *message, const rd_
     }
 }
 
-/* The op's end, seen once (op_finish, op_tombstone): counted in its job's metrics, recorded in
- * its timeline, and its trace into *tr (tr->submit_us malloc'd: free it) when a recording or a
- * client wants it. Returns tr then, else NULL. */
+/* The op's end, seen once (rd_optab_finish, rd_optab_tombstone): counted in its job's metrics,
+ * recorded in its timeline, and its trace into *tr (tr->submit_us malloc'd: free it) when a
+ * recording or a client wants it. Returns tr then, else NULL. */
 static const rd_trace_op *op_ended(rd_op *o, rd_status status, rd_trace_op *tr)
 {
     rd_job *j = o->job;
@@ -342,7 +342,7 @@ void rd_optab_tombstone(rd_op *o, rd_status status, const char *msg)
     rd_optab_bury(o); /* nobody left to tell */
 }
 
-/* Fails a pending op. A mismatch leaves a tombstone (op_tombstone); any other failure removes
+/* Fails a pending op. A mismatch leaves a tombstone (rd_optab_tombstone); any other failure removes
  * the op at once. */
 void rd_optab_fail(rd_op *o, rd_status status, const char *fmt, ...)
 {
