@@ -46,36 +46,37 @@ static const unsigned ring_moves[RING_NSTATES] = {
 };
 #undef B
 
-/* The one place a job changes phase: the move must be one phase_moves allows (a programmer
- * error otherwise), and is logged. */
-static void set_phase(rd_job *j, job_phase to)
+/* A checked move of one of the job's state machines (what: its name in the log) from *state to
+ * to: a move the table does not allow is a programmer error (an assertion, and an error in the
+ * log where assertions are compiled out); every move is logged. */
+static void move(const rd_job *j, const char *what, const char *const *names, const unsigned *moves,
+                 int *state, int to)
 {
-    if (j->phase == to)
+    if (*state == to)
         return;
-    if (!(phase_moves[j->phase] & (1u << to))) {
-        rd_log(RD_LOG_ERROR, "job", "job '%s': illegal move %s -> %s", j->name,
-               phase_names[j->phase], phase_names[to]);
-        assert(!"illegal job phase move");
+    if (!(moves[*state] & (1u << to))) {
+        rd_log(RD_LOG_ERROR, "job", "job '%s': illegal %s move %s -> %s", j->name, what,
+               names[*state], names[to]);
+        assert(!"illegal job state move");
     }
-    rd_log(RD_LOG_DEBUG, "job", "job '%s': %s -> %s", j->name, phase_names[j->phase],
-           phase_names[to]);
-    j->phase = to;
+    rd_log(RD_LOG_DEBUG, "job", "job '%s': %s %s -> %s", j->name, what, names[*state], names[to]);
+    *state = to;
 }
 
-/* The one place the job's knowledge of its ring changes, checked against ring_moves and logged
- * like the phase. */
+/* The one place a job changes phase. */
+static void set_phase(rd_job *j, job_phase to)
+{
+    int st = (int)j->phase;
+    move(j, "phase", phase_names, phase_moves, &st, (int)to);
+    j->phase = (job_phase)st;
+}
+
+/* The one place the job's knowledge of its ring changes. */
 static void set_ring(rd_job *j, ring_health to)
 {
-    if (j->ring == to)
-        return;
-    if (!(ring_moves[j->ring] & (1u << to))) {
-        rd_log(RD_LOG_ERROR, "job", "job '%s': illegal ring move %s -> %s", j->name,
-               ring_names[j->ring], ring_names[to]);
-        assert(!"illegal job ring move");
-    }
-    rd_log(RD_LOG_DEBUG, "job", "job '%s': ring %s -> %s", j->name, ring_names[j->ring],
-           ring_names[to]);
-    j->ring = to;
+    int st = (int)j->ring;
+    move(j, "ring", ring_names, ring_moves, &st, (int)to);
+    j->ring = (ring_health)st;
 }
 
 const char *rd_job_name(const rd_job *j)

@@ -137,6 +137,18 @@ static void aside_add(rd_world *w, const rd_rdv_member *m, const char *why)
     snprintf(w->aside[k].why, sizeof(w->aside[k].why), "%.255s", why);
 }
 
+/* Sets node m aside (why, logged): this node dials it no more, and the rendezvous evicts that
+ * incarnation (else it leaves when its lease expires). */
+static void set_aside(rd_world *w, const rd_rdv_member *m, const char *why)
+{
+    rd_log(RD_LOG_WARN, "world", "job '%s': setting node %s aside: %s", w->name, m->node, why);
+    aside_add(w, m, why);
+    if (rd_rdv_evict(w->net->rdv, w->name, m->node, m->incarnation, why) != 0)
+        rd_log(RD_LOG_WARN, "world",
+               "job '%s': node %s could not be set aside; it leaves when its lease expires",
+               w->name, m->node);
+}
+
 /* Forgets the members set aside that are in view v now. */
 void world_aside_prune(rd_world *w, const rd_rdv_view *v)
 {
@@ -211,12 +223,7 @@ static void on_connect_deadline(evutil_socket_t fd, short what, void *arg)
                    w->name, m->node, why);
             continue;
         }
-        rd_log(RD_LOG_WARN, "world", "job '%s': setting node %s aside: %s", w->name, m->node, why);
-        aside_add(w, m, why);
-        if (rd_rdv_evict(w->net->rdv, w->name, m->node, m->incarnation, why) != 0)
-            rd_log(RD_LOG_WARN, "world",
-                   "job '%s': node %s could not be set aside; it leaves when its lease expires",
-                   w->name, m->node);
+        set_aside(w, m, why);
     }
 }
 
@@ -380,13 +387,7 @@ void rd_world_set_aside(rd_world *w, int position, const char *why)
 {
     if (!world_ring_up(w) || position < 0 || position >= w->nnodes || position == w->position)
         return;
-    const rd_rdv_member *m = world_member(w, position);
-    rd_log(RD_LOG_WARN, "world", "job '%s': setting node %s aside: %s", w->name, m->node, why);
-    aside_add(w, m, why);
-    if (rd_rdv_evict(w->net->rdv, w->name, m->node, m->incarnation, why) != 0)
-        rd_log(RD_LOG_WARN, "world",
-               "job '%s': node %s could not be set aside; it leaves when its lease expires",
-               w->name, m->node);
+    set_aside(w, world_member(w, position), why);
 }
 
 /* The job's world named in a PeerHello, if this node has one. */
