@@ -216,6 +216,40 @@ Test(faults, a_truncated_frame_then_hang_up_is_logged_and_harmless)
     th_daemon_finish(&daemon_);
 }
 
+/* A client that asks and never reads: the daemon keeps at most 64 MiB of replies
+ * for it, then closes it (once: the Error it says goodbye with takes the place of what it left),
+ * and serves the others. */
+Test(faults, a_client_that_never_reads_its_replies_is_closed_and_the_daemon_goes_on, .timeout = 120)
+{
+    signal(SIGPIPE, SIG_IGN);
+    int fd = th_connect(daemon_.sock);
+    cr_assert_geq(fd, 0);
+    Ringd__StatusRequest sr = RINGD__STATUS_REQUEST__INIT;
+    rd_msg m = RINGD__MSG__INIT;
+    m.body_case = RINGD__MSG__BODY_STATUS_REQUEST;
+    m.status_request = &sr;
+    uint8_t one[64];
+    size_t n = rd_frame_pack(&m, one), batch = 4096;
+    uint8_t *buf = malloc(n * batch);
+    cr_assert_not_null(buf);
+    for (size_t i = 0; i < batch; i++)
+        memcpy(buf + i * n, one, n);
+    int64_t t0 = th_now_ms();
+    int closed = 0;
+    while (!closed && th_now_ms() - t0 < 90000) {
+        closed = write(fd, buf, n * batch) < 0;
+        if (!closed && daemon_logged("bytes of replies unread"))
+            closed = 1;
+    }
+    free(buf);
+    close(fd);
+    cr_assert(closed, "the daemon kept a client that reads nothing for 90 s");
+    cr_assert(TH_WAIT(daemon_logged("bytes of replies unread"), 10000),
+              "the daemon did not say why it closed the client");
+    expect_still_serving();
+    th_daemon_finish(&daemon_);
+}
+
 Test(faults, a_message_of_no_known_type_is_refused)
 {
     uint8_t empty[4] = {0, 0, 0, 0};

@@ -79,21 +79,31 @@ static void flush_out(rd_session *s)
         event_del(s->ev_write);
 }
 
+/* Queues msg's frame on s's output. Returns 0, or -1 when out of memory (nothing queued). */
+static int queue_frame(rd_session *s, const rd_msg *msg)
+{
+    size_t n = rd_frame_size(msg);
+    struct evbuffer_iovec v;
+    if (evbuffer_reserve_space(s->out, n, &v, 1) < 1)
+        return -1;
+    v.iov_len = rd_frame_pack(msg, v.iov_base);
+    evbuffer_commit_space(s->out, &v, 1);
+    return 0;
+}
+
 void rd_session_send(rd_session *s, const rd_msg *msg)
 {
     if (s->state == RD_SESSION_CLOSING)
         return;
-    size_t n = rd_frame_size(msg);
-    struct evbuffer_iovec v;
-    if (evbuffer_reserve_space(s->out, n, &v, 1) < 1) {
-        rd_session_close(s, RINGD_E_NOMEM, "out of memory queueing %zu bytes", n);
+    if (queue_frame(s, msg) != 0) {
+        rd_session_close(s, RINGD_E_NOMEM, "out of memory queueing %zu bytes", rd_frame_size(msg));
         return;
     }
-    v.iov_len = rd_frame_pack(msg, v.iov_base);
-    evbuffer_commit_space(s->out, &v, 1);
-    if (evbuffer_get_length(s->out) > RD_SESSION_OUT_MAX) {
-        rd_session_close(s, RINGD_E_PROTOCOL, "peer left %zu bytes of replies unread",
-                         evbuffer_get_length(s->out));
+    size_t queued = evbuffer_get_length(s->out);
+    if (queued > RD_SESSION_OUT_MAX) {
+        /* It reads nothing: what it left goes, so that the Error fits where the replies were. */
+        evbuffer_drain(s->out, queued);
+        rd_session_close(s, RINGD_E_PROTOCOL, "peer left %zu bytes of replies unread", queued);
         return;
     }
     flush_out(s);
@@ -229,7 +239,10 @@ void rd_session_close(rd_session *s, rd_status status, const char *fmt, ...)
         e.message = why;
         m.body_case = RINGD__MSG__BODY_ERROR;
         m.error = &e;
-        rd_session_send(s, &m);
+        /* Not rd_session_send: a session closed for its output must not close again for its
+         * Error (out of memory, it goes without one). */
+        if (queue_frame(s, &m) == 0)
+            flush_out(s);
     }
     set_state(s, RD_SESSION_CLOSING);
     event_del(s->ev_read);
