@@ -379,6 +379,8 @@ static int nccl_comm_state(void *comm, char *err, size_t errlen)
 static int nccl_comm_issue(void *comm, void *stream, const rd_commq_coll *c, char *err,
                            size_t errlen)
 {
+    /* A new dtype or reduce op needs its NCCL name here (0 would be ncclInt8, or ncclSum). */
+    _Static_assert(RD_DT_COUNT == 7 && RD_OP_COUNT == 5, "name the new dtype or op for NCCL");
     static const ncclDataType_t types[RD_DT_COUNT] = {
         [RD_DT_F32] = ncclFloat32,   [RD_DT_F64] = ncclFloat64, [RD_DT_F16] = ncclFloat16,
         [RD_DT_BF16] = ncclBfloat16, [RD_DT_I32] = ncclInt32,   [RD_DT_I64] = ncclInt64,

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""The daemon's layers call downward only: front -> engine -> net -> core (gpu/ and proto/ below
-them all). This check reads every quoted #include of daemon/, gpu/ and proto/ and fails when a
-file includes a header of a layer above its own, or when modules (a .c and its .h) include each
+"""The daemon's layers call downward only: front -> engine -> net -> core -> gpu -> proto. This
+check reads every quoted #include of daemon/, gpu/ and proto/ and fails when a file includes a
+header of a layer above its own, or when modules (a .c and its .h) include each
 other in a cycle, within a layer or across. It also keeps each library behind its one module:
 hiredis in daemon/net/rendezvous (and its parts, rendezvous_*) only, CUDA and NCCL in gpu/ only.
 A split module's private header (PRIVATE) stays within the module and its parts.
@@ -16,9 +16,9 @@ import tempfile
 
 # Rank of each folder: a file may include headers of its own rank or below.
 LAYERS = [
-    ("gpu", 0), ("proto", 0), ("client/include", 0),
-    ("daemon/core", 1), ("daemon/net", 2), ("daemon/engine", 3), ("daemon/front", 4),
-    ("daemon", 5),  # main.c: wires the layers
+    ("proto", 0), ("client/include", 0), ("gpu", 1),  # the backends speak the wire's dtypes
+    ("daemon/core", 2), ("daemon/net", 3), ("daemon/engine", 4), ("daemon/front", 5),
+    ("daemon", 6),  # main.c: wires the layers
 ]
 CHECKED = ("daemon", "gpu", "proto")
 GENERATED = {"ringd_build.h", "ringd.pb-c.h"}  # made by the build, in the lowest layer
@@ -167,6 +167,7 @@ def self_test():
                   "daemon/front/b.c": '#include "a.h"\n', "daemon/front/b.h": ""},
         "library outside its module": {"daemon/engine/a.c": "#include <hiredis/hiredis.h>\n"},
         "cuda outside gpu": {"daemon/core/a.c": "#include <cuda.h>\n"},
+        "proto above gpu": {"proto/a.c": '#include "b.h"\n', "gpu/b.h": ""},
         "private header outside its module": {"daemon/net/world_int.h": "",
                                               "daemon/net/peer.c": '#include "world_int.h"\n'},
     }

@@ -1,4 +1,5 @@
-/* Element conversions shared by the CPU kernels (cpu.c) and the CUDA kernels (cuda_kernels.cu):
+/* Element conversions of the wire's dtypes, shared by the CPU kernels (gpu/cpu.c), the CUDA
+ * kernels (gpu/cuda_kernels.cu) and rd_dtype_store (dtype.c):
  * both devices widen and round f16 and bf16 with the same bit operations, so a result is the
  * same bit for bit whichever device reduced it. Header-only; compiles as C and as CUDA C++,
  * where each function is a host and device function. */
