@@ -7,14 +7,18 @@ ringd/_install.py (install.py.in) into what it installs. When ringd/ holds a lib
 (build_wheel.py copies the build's there), the wheel carries it, records it as the library
 installed with the package and is tagged for this platform (py3-none-linux_x86_64: the library
 is loaded by ctypes, so any Python 3 of the platform can use it).
+
+setup.py imports no wheel module: bdist_wheel comes from whichever package provides it (the wheel
+package for setuptools before 70.1, Debian's 66 included; setuptools itself from 70.1), looked up
+when pip builds the wheel, so a missing one gets an error that says how to install it offline.
 """
 import glob
 import os
 import runpy
 
 import setuptools
+from setuptools.errors import ModuleError
 from setuptools.command.build_py import build_py
-from wheel.bdist_wheel import bdist_wheel
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 VERSION = runpy.run_path(os.path.join(HERE, "ringd", "_version.py"))["from_meson_build"](
@@ -46,19 +50,38 @@ class BuildPy(build_py):
 
 
 class Distribution(setuptools.Distribution):
-    """With libringd inside, the package installs into platlib and its wheel is not pure."""
+    """With libringd inside, the package installs into platlib and its wheel is for this
+    platform, tagged py3-none-<platform>; without it, the wheel is pure (py3-none-any)."""
 
     def has_ext_modules(self):
         return bool(LIBRARIES)
 
+    def get_command_class(self, command):
+        try:
+            cls = super().get_command_class(command)
+        except ModuleError:
+            if command != "bdist_wheel":
+                raise
+            raise SystemExit(
+                "setup.py: no bdist_wheel command: setuptools before 70.1 takes it from the "
+                "wheel package, which this Python lacks. Offline, install Debian's into the venv "
+                "first (pip install --no-index --find-links /usr/share/python-wheels wheel) or "
+                "make the venv with --system-site-packages (docs/python.md, Install)")
+        if command == "bdist_wheel" and LIBRARIES and not hasattr(cls, "ringd_tagged"):
+            cls = self.cmdclass[command] = _platform_tagged(cls)
+        return cls
 
-class BdistWheel(bdist_wheel):
-    """A wheel carrying libringd is for this platform, and for any Python 3 of it."""
 
-    def get_tag(self):
-        python, abi, plat = super().get_tag()
-        return ("py3", "none", plat) if LIBRARIES else (python, abi, plat)
+def _platform_tagged(bdist_wheel):
+    """bdist_wheel, tagging the wheel for any Python 3 of this platform."""
+
+    class BdistWheel(bdist_wheel):
+        ringd_tagged = True
+
+        def get_tag(self):
+            return ("py3", "none", super().get_tag()[2])
+
+    return BdistWheel
 
 
-setuptools.setup(version=VERSION, distclass=Distribution,
-                 cmdclass={"build_py": BuildPy, "bdist_wheel": BdistWheel})
+setuptools.setup(version=VERSION, distclass=Distribution, cmdclass={"build_py": BuildPy})
