@@ -216,9 +216,9 @@ Test(faults, a_truncated_frame_then_hang_up_is_logged_and_harmless)
     th_daemon_finish(&daemon_);
 }
 
-/* A client that asks and never reads: the daemon keeps at most 64 MiB of replies
- * for it, then closes it (once: the Error it says goodbye with takes the place of what it left),
- * and serves the others. */
+/* A client that asks and never reads: the daemon keeps at most 64 MiB of replies for it, then
+ * closes it (once, without an Error: the socket may hold part of a frame), and serves the
+ * others. */
 Test(faults, a_client_that_never_reads_its_replies_is_closed_and_the_daemon_goes_on, .timeout = 120)
 {
     signal(SIGPIPE, SIG_IGN);

@@ -491,6 +491,8 @@ void rd_job_leave(rd_client *s)
     }
     if (rd_job_draining(j)) { /* what it submitted still ends; the drain leaves the ring */
         slots_compact(j);
+        if (j->world != NULL) /* renumbered under a ring it leaves: no view adds up now */
+            j->ranks_from = j->generation + 1;
         job_maybe_free(j);
         return;
     }

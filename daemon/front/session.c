@@ -79,6 +79,8 @@ static void flush_out(rd_session *s)
         event_del(s->ev_write);
 }
 
+static void session_close(rd_session *s, rd_status status, int tell, const char *why);
+
 /* Queues msg's frame on s's output. Returns 0, or -1 when out of memory (nothing queued). */
 static int queue_frame(rd_session *s, const rd_msg *msg)
 {
@@ -101,9 +103,12 @@ void rd_session_send(rd_session *s, const rd_msg *msg)
     }
     size_t queued = evbuffer_get_length(s->out);
     if (queued > RD_SESSION_OUT_MAX) {
-        /* It reads nothing: what it left goes, so that the Error fits where the replies were. */
+        /* It reads nothing: what it left goes, and so does the goodbye (after a frame the socket
+         * may have taken only in part, no Error could be read whole). */
+        char why[128];
+        snprintf(why, sizeof(why), "peer left %zu bytes of replies unread", queued);
         evbuffer_drain(s->out, queued);
-        rd_session_close(s, RINGD_E_PROTOCOL, "peer left %zu bytes of replies unread", queued);
+        session_close(s, RINGD_E_PROTOCOL, 0, why);
         return;
     }
     flush_out(s);
@@ -220,6 +225,27 @@ static void client_complete(rd_client *cl, uint64_t request_id, rd_status status
         rd_session_send(s, &m);
 }
 
+/* Closes s for why (logged); tell: with an Error frame saying so when status is a failure. */
+static void session_close(rd_session *s, rd_status status, int tell, const char *why)
+{
+    rd_log(status == RINGD_OK ? RD_LOG_INFO : RD_LOG_WARN, "session", "#%llu pid %d: closing: %s",
+           (unsigned long long)s->id, (int)s->c.pid, why);
+    if (tell && status != RINGD_OK) {
+        Ringd__Error e = RINGD__ERROR__INIT;
+        rd_msg m = RINGD__MSG__INIT;
+        e.status = (uint32_t)status;
+        e.message = (char *)why;
+        m.body_case = RINGD__MSG__BODY_ERROR;
+        m.error = &e;
+        /* Not rd_session_send: out of memory, the session goes without its Error. */
+        if (queue_frame(s, &m) == 0)
+            flush_out(s);
+    }
+    set_state(s, RD_SESSION_CLOSING);
+    event_del(s->ev_read);
+    event_active(s->ev_close, 0, 0);
+}
+
 void rd_session_close(rd_session *s, rd_status status, const char *fmt, ...)
 {
     char why[512];
@@ -230,23 +256,7 @@ void rd_session_close(rd_session *s, rd_status status, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(why, sizeof(why), fmt, ap);
     va_end(ap);
-    rd_log(status == RINGD_OK ? RD_LOG_INFO : RD_LOG_WARN, "session", "#%llu pid %d: closing: %s",
-           (unsigned long long)s->id, (int)s->c.pid, why);
-    if (status != RINGD_OK) {
-        Ringd__Error e = RINGD__ERROR__INIT;
-        rd_msg m = RINGD__MSG__INIT;
-        e.status = (uint32_t)status;
-        e.message = why;
-        m.body_case = RINGD__MSG__BODY_ERROR;
-        m.error = &e;
-        /* Not rd_session_send: a session closed for its output must not close again for its
-         * Error (out of memory, it goes without one). */
-        if (queue_frame(s, &m) == 0)
-            flush_out(s);
-    }
-    set_state(s, RD_SESSION_CLOSING);
-    event_del(s->ev_read);
-    event_active(s->ev_close, 0, 0);
+    session_close(s, status, 1, why);
 }
 
 /* Unlinks and frees s; the job learns it left first, so no op points at it afterwards. */
