@@ -533,7 +533,8 @@ static int device_arena_asked(int i, void *arg)
         snprintf(msg, sizeof(msg), "%s", ringd_errmsg(r));
         if (all.n == 0 &&
             (rc != RINGD_E_INVALID || strstr(msg, "device arena of 4194304") == NULL ||
-             strstr(msg, "serves no GPU") == NULL)) {
+             /* the daemon's refusal, or a libringd built without CUDA refusing first */
+             (strstr(msg, "serves no GPU") == NULL && strstr(msg, "built without CUDA") == NULL))) {
             fprintf(stderr, "device arena without a GPU (%d): %s: %s\n", how, ringd_strerror(rc),
                     msg);
             return 11;
@@ -577,7 +578,8 @@ static int device_arena_asked(int i, void *arg)
         ringd_result_t rc = ringd_open(&o, &r);
         snprintf(msg, sizeof(msg), "%s", ringd_errmsg(r));
         ringd_close(r);
-        if (rc != RINGD_E_INVALID || strstr(msg, "--device-arena-max") == NULL) {
+        if (rc != RINGD_E_INVALID || (strstr(msg, "--device-arena-max") == NULL &&
+                                      strstr(msg, "built without CUDA") == NULL)) {
             fprintf(stderr, "a 9 GiB device arena: %s: %s\n", ringd_strerror(rc), msg);
             return 16;
         }
