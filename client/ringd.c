@@ -871,12 +871,21 @@ typedef struct {
     const char *name;
     const void *send;
     void *recv;
-    size_t count;
+    size_t count; /* this rank's: its input, or a reducescatter's output */
     ringd_dtype_t dtype;
     ringd_redop_t redop;
     int root;
     double prescale, postscale;
+    const size_t *counts; /* reducescatterv, allgatherv: every rank's (ringd_size of them) */
 } submit_args;
+
+/* Where an op's buffers are as the daemon takes them, in bytes. */
+typedef struct {
+    uint64_t in_len, out_len;
+    uint64_t in_at;  /* the input's place in a staged output that holds it (in place) */
+    uint64_t out_at; /* the output's place in a staged input that holds it */
+    int host_only;   /* the daemon runs it on host memory alone: device buffers are staged */
+} layout;
 
 /* Puts q on r's list of outstanding requests. */
 static void req_link(ringd_t *r, ringd_request_t *q)
@@ -918,24 +927,26 @@ static ringd_result_t refuse(ringd_t *r, const submit_args *a, const char *name,
     return rc;
 }
 
-/* Puts a's buffers (in_len and out_len bytes) where the daemon reaches them, into *in_off and
- * *out_off: in the device arena (*on_device = 1) when both are device memory and the session has
- * a device arena (the daemon moves it across nodes itself: NCCL, or host staging); otherwise in
- * the host arena. What lies
- * elsewhere is staged in q (a copy in now, the result copied back at completion; a CUDA copy
- * where device memory is involved, after the session's stream has run). Returns RINGD_OK, or
- * the failure with errmsg set (q's staging released). */
+/* Puts a's buffers (lay's bytes) where the daemon reaches them, into *in_off and *out_off: in
+ * the device arena (*on_device = 1) when both are device memory, the session has a device arena
+ * and the op runs on it (the daemon moves it across nodes itself: NCCL, or host staging);
+ * otherwise in the host arena. What lies elsewhere is staged in q (a copy in now, the result
+ * copied back at completion; a CUDA copy where device memory is involved, after the session's
+ * stream has run). A buffer of no bytes needs no place. Returns RINGD_OK, or the failure with
+ * errmsg set (q's staging released). */
 static ringd_result_t place(ringd_t *r, const submit_args *a, const char *name, ringd_request_t *q,
-                            uint64_t in_len, uint64_t out_len, uint64_t gather, int *on_device,
-                            uint64_t *in_off, uint64_t *out_off)
+                            const layout *lay, int *on_device, uint64_t *in_off, uint64_t *out_off)
 {
-    int sh = in_arena(r, a->send, in_len), rh = in_arena(r, a->recv, out_len);
-    int sd = in_dev_arena(r, a->send, in_len), rdv = in_dev_arena(r, a->recv, out_len);
+    uint64_t in_len = lay->in_len, out_len = lay->out_len;
+    int sh = in_len ? in_arena(r, a->send, in_len) : 0,
+        rh = out_len ? in_arena(r, a->recv, out_len) : 0;
+    int sd = in_len ? in_dev_arena(r, a->send, in_len) : 0;
+    int rdv = out_len ? in_dev_arena(r, a->recv, out_len) : 0;
     if (sh < 0 || rh < 0 || sd < 0 || rdv < 0)
         return fail(r, RINGD_E_INVALID, "tensor '%s': a buffer straddles the %sarena's edge", name,
                     sh < 0 || rh < 0 ? "" : "device ");
-    int send_gpu = sd || (!sh && rd_cuda_ptr_is_device(a->send));
-    int recv_gpu = rdv || (!rh && rd_cuda_ptr_is_device(a->recv));
+    int send_gpu = in_len && (sd || (!sh && rd_cuda_ptr_is_device(a->send)));
+    int recv_gpu = out_len && (rdv || (!rh && rd_cuda_ptr_is_device(a->recv)));
 #if !RINGD_HAVE_CUDA
     if (send_gpu || recv_gpu)
         return fail(r, RINGD_E_INVALID,
@@ -956,48 +967,112 @@ static ringd_result_t place(ringd_t *r, const submit_args *a, const char *name, 
                         why);
     }
 #endif
-    int dev = send_gpu && recv_gpu && r->dev_arena != NULL;
+    int dev =
+        (send_gpu || !in_len) && (recv_gpu || !out_len) && r->dev_arena != NULL && !lay->host_only;
     uint8_t *base = dev ? r->dev_arena : r->arena;
     rd_alloc *al = dev ? &r->dev_alloc : &r->alloc;
-    int si = dev ? sd : sh, ri = dev ? rdv : rh; /* already where the daemon reaches them */
+    /* already where the daemon reaches them, or nothing to place */
+    int si = !in_len || (dev ? sd : sh), ri = !out_len || (dev ? rdv : rh);
     *on_device = dev;
-    if (si && ri) {
-        *in_off = (uint64_t)((const uint8_t *)a->send - base);
-        *out_off = (uint64_t)((uint8_t *)a->recv - base);
+    *in_off = in_len ? (uint64_t)((const uint8_t *)a->send - base) : 0;
+    *out_off = out_len ? (uint64_t)((uint8_t *)a->recv - base) : 0;
+    if (si && ri)
         return RINGD_OK;
-    }
-    /* One staging area holds the output; the input is copied to where the daemon accepts it in
-     * place (allgather: this rank's slot). */
-    if (rd_alloc_get(al, out_len, &q->stage) != 0) {
+    /* One staging area: both buffers in the daemon's in-place layout, or the one that is not in
+     * the arena. */
+    uint64_t len = !si && !ri ? (in_len > out_len ? in_len : out_len) : !si ? in_len : out_len;
+    if (rd_alloc_get(al, len, &q->stage) != 0) {
         q->stage = RD_NO_STAGE;
         return fail(r, RINGD_E_NOMEM,
                     "tensor '%s': no room in the %sarena to stage %" PRIu64
                     " bytes (ringd_alloc%s buffers avoid the copy)",
-                    name, dev ? "device " : "", out_len, dev ? "_device" : "");
+                    name, dev ? "device " : "", len, dev ? "_device" : "");
     }
     q->stage_alloc = al;
-    *out_off = q->stage;
-    *in_off = *out_off + (gather > 1 ? in_len * (uint64_t)r->rank : 0);
-    if (si) {
-        *in_off = (uint64_t)((const uint8_t *)a->send - base);
-    } else if (send_gpu || dev) {
+    if (!si && !ri) {
+        *in_off = q->stage + (out_len >= in_len ? lay->in_at : 0);
+        *out_off = q->stage + (out_len >= in_len ? 0 : lay->out_at);
+    } else if (!si) {
+        *in_off = q->stage;
+    } else {
+        *out_off = q->stage;
+    }
+    if (!si && (send_gpu || dev)) {
         char why[512];
         if (copy_any(r, base + *in_off, a->send, in_len, why, sizeof(why)) != 0) {
             rd_alloc_put(al, q->stage);
             q->stage = RD_NO_STAGE;
             return fail(r, RINGD_E_SYSTEM, "tensor '%s': %s", name, why);
         }
-    } else {
+    } else if (!si) {
         memcpy(base + *in_off, a->send, in_len);
     }
-    if (ri) {
-        /* Output in place, input staged: the daemon writes the output directly. */
-        *out_off = (uint64_t)((uint8_t *)a->recv - base);
-    } else {
+    if (!ri) {
         q->copy_to = a->recv;
         q->copy_from = base + *out_off;
         q->copy_len = out_len;
         q->copy_device = recv_gpu || dev;
+    }
+    return RINGD_OK;
+}
+
+/* The bytes of a's buffers and their in-place layout, or a failure (errmsg set) when its counts
+ * do not describe this job. */
+static ringd_result_t lay_out(ringd_t *r, const submit_args *a, const char *name, layout *lay)
+{
+    uint64_t esz = a->op == RINGD__OP_TYPE__OP_BARRIER ? 1 : ringd_dtype_size(a->dtype);
+    uint64_t room = (r->arena_size > r->dev_arena_size ? r->arena_size : r->dev_arena_size) / esz;
+    uint64_t total = 0, own = 0, count = a->op == RINGD__OP_TYPE__OP_BARRIER ? 0 : a->count;
+    int counted =
+        a->op == RINGD__OP_TYPE__OP_REDUCESCATTER || a->op == RINGD__OP_TYPE__OP_ALLGATHERV;
+    memset(lay, 0, sizeof(*lay));
+    if (counted && a->counts != NULL) {
+        for (int i = 0; i < r->size; i++) {
+            if (a->counts[i] > room - total)
+                return fail(r, RINGD_E_INVALID,
+                            "tensor '%s': the counts add up to more elements than fit the arena "
+                            "of %" PRIu64 " bytes",
+                            name, room * esz);
+            own += i < r->rank ? a->counts[i] : 0;
+            total += a->counts[i];
+        }
+        count = a->counts[r->rank];
+        if (a->op == RINGD__OP_TYPE__OP_ALLGATHERV && a->count != count)
+            return fail(r, RINGD_E_INVALID,
+                        "tensor '%s': sendcount %zu differs from this rank's entry of recvcounts "
+                        "(%zu, rank %d)",
+                        name, a->count, a->counts[r->rank], r->rank);
+    } else if (counted) {
+        if (count > room / (uint64_t)r->size)
+            return fail(r, RINGD_E_INVALID,
+                        "tensor '%s': %u x %" PRIu64 " elements do not fit the arena of %" PRIu64
+                        " bytes",
+                        name, r->size, count, room * esz);
+        own = count * (uint64_t)r->rank;
+        total = count * (uint64_t)r->size;
+    }
+    uint64_t gather = a->op == RINGD__OP_TYPE__OP_ALLGATHER ? (uint64_t)r->size : 1;
+    if (count > room / gather)
+        return fail(r, RINGD_E_INVALID,
+                    "tensor '%s': %" PRIu64 " elements do not fit the arena of %" PRIu64 " bytes",
+                    name, count, room * esz);
+    lay->in_len = lay->out_len = count * esz;
+    switch (a->op) {
+    case RINGD__OP_TYPE__OP_ALLGATHER:
+        lay->out_len *= gather;
+        lay->in_at = lay->in_len * (uint64_t)r->rank;
+        break;
+    case RINGD__OP_TYPE__OP_REDUCESCATTER:
+        lay->in_len = total * esz;
+        lay->out_at = own * esz;
+        lay->host_only = 1;
+        break;
+    case RINGD__OP_TYPE__OP_ALLGATHERV:
+        lay->out_len = total * esz;
+        lay->in_at = own * esz;
+        lay->host_only = 1;
+        break;
+    default: break;
     }
     return RINGD_OK;
 }
@@ -1028,40 +1103,49 @@ static ringd_result_t submit(ringd_t *r, const submit_args *a, ringd_request_t *
         return fail(r, RINGD_E_INVALID, "tensor names are 1..%d printable ASCII bytes",
                     RD_NAME_MAX);
 
-    uint64_t esz = a->op == RINGD__OP_TYPE__OP_BARRIER ? 1 : ringd_dtype_size(a->dtype);
-    uint64_t count = a->op == RINGD__OP_TYPE__OP_BARRIER ? 0 : a->count;
-    if (esz == 0)
+    if (a->op != RINGD__OP_TYPE__OP_BARRIER && ringd_dtype_size(a->dtype) == 0)
         return refuse(
             r, a, name,
             fail(r, RINGD_E_INVALID, "tensor '%s': unknown dtype %d", name, (int)a->dtype));
-    if (a->op != RINGD__OP_TYPE__OP_BARRIER && count == 0)
+    int counted =
+        a->op == RINGD__OP_TYPE__OP_REDUCESCATTER || a->op == RINGD__OP_TYPE__OP_ALLGATHERV;
+    if (a->op == RINGD__OP_TYPE__OP_ALLGATHERV && a->counts == NULL)
         return refuse(r, a, name,
-                      fail(r, RINGD_E_INVALID, "tensor '%s': count must be at least 1", name));
-    uint64_t gather = a->op == RINGD__OP_TYPE__OP_ALLGATHER ? (uint64_t)r->size : 1;
-    uint64_t room = r->arena_size > r->dev_arena_size ? r->arena_size : r->dev_arena_size;
-    if (count > room / esz / gather)
-        return refuse(r, a, name,
-                      fail(r, RINGD_E_INVALID,
-                           "tensor '%s': %zu elements do not fit the arena of %" PRIu64 " bytes",
-                           name, a->count, room));
-    if (a->op != RINGD__OP_TYPE__OP_BARRIER && count > 0 && (a->send == NULL || a->recv == NULL))
+                      fail(r, RINGD_E_INVALID, "tensor '%s': recvcounts is NULL", name));
+    layout lay;
+    ringd_result_t lrc = lay_out(r, a, name, &lay);
+    if (lrc != RINGD_OK)
+        return refuse(r, a, name, lrc);
+    if ((lay.in_len > 0 && a->send == NULL) || (lay.out_len > 0 && a->recv == NULL))
         return refuse(r, a, name, fail(r, RINGD_E_INVALID, "tensor '%s': a NULL buffer", name));
-    uint64_t in_len = count * esz, out_len = in_len * gather;
+    uint64_t count = a->op == RINGD__OP_TYPE__OP_BARRIER ? 0 : a->count;
+    if (counted && a->counts != NULL)
+        count = a->counts[r->rank];
+    uint64_t *counts = NULL;
+    if (counted && a->counts != NULL) {
+        counts = malloc((size_t)r->size * sizeof(*counts));
+        if (counts == NULL)
+            return refuse(r, a, name, fail(r, RINGD_E_NOMEM, "out of memory"));
+        for (int i = 0; i < r->size; i++)
+            counts[i] = a->counts[i];
+    }
 
     ringd_request_t *q = calloc(1, sizeof(*q));
-    if (q == NULL)
+    if (q == NULL) {
+        free(counts);
         return refuse(r, a, name, fail(r, RINGD_E_NOMEM, "out of memory"));
+    }
     q->r = r;
     q->id = r->next_id++;
     q->stage = RD_NO_STAGE;
 
     uint64_t in_off = 0, out_off = 0;
     int on_device = 0;
-    if (count > 0) {
-        ringd_result_t rc =
-            place(r, a, name, q, in_len, out_len, gather, &on_device, &in_off, &out_off);
+    if (lay.in_len > 0 || lay.out_len > 0) {
+        ringd_result_t rc = place(r, a, name, q, &lay, &on_device, &in_off, &out_off);
         if (rc != RINGD_OK) {
             free(q);
+            free(counts);
             return refuse(r, a, name, rc);
         }
     }
@@ -1089,9 +1173,12 @@ static ringd_result_t submit(ringd_t *r, const submit_args *a, ringd_request_t *
     tout.offset = out_off;
     s.input = &tin;
     s.output = &tout;
+    s.counts = counts;
+    s.n_counts = counts != NULL ? (size_t)r->size : 0;
     m.body_case = RINGD__MSG__BODY_SUBMIT;
     m.submit = &s;
     ringd_result_t rc = send_to_daemon(r, &m, err, sizeof(err));
+    free(counts);
     if (rc != RINGD_OK) {
         req_free(q);
         break_session(r, rc, err);
@@ -1128,7 +1215,8 @@ static submit_args allreduce_args(const char *name, const void *sendbuf, void *r
                      op,
                      0,
                      prescale,
-                     postscale};
+                     postscale,
+                     NULL};
     return a;
 }
 
@@ -1168,8 +1256,17 @@ ringd_result_t ringd_allreduce_async(ringd_t *r, const char *name, const void *s
 ringd_result_t ringd_broadcast_async(ringd_t *r, const char *name, void *buf, size_t count,
                                      ringd_dtype_t dtype, int root, ringd_request_t **req)
 {
-    submit_args a = {
-        RINGD__OP_TYPE__OP_BROADCAST, name, buf, buf, count, dtype, RINGD_SUM, root, 1.0, 1.0};
+    submit_args a = {RINGD__OP_TYPE__OP_BROADCAST,
+                     name,
+                     buf,
+                     buf,
+                     count,
+                     dtype,
+                     RINGD_SUM,
+                     root,
+                     1.0,
+                     1.0,
+                     NULL};
     if (req == NULL)
         return RINGD_E_INVALID;
     return submit(r, &a, req);
@@ -1178,8 +1275,17 @@ ringd_result_t ringd_broadcast_async(ringd_t *r, const char *name, void *buf, si
 ringd_result_t ringd_broadcast(ringd_t *r, const char *name, void *buf, size_t count,
                                ringd_dtype_t dtype, int root)
 {
-    submit_args a = {
-        RINGD__OP_TYPE__OP_BROADCAST, name, buf, buf, count, dtype, RINGD_SUM, root, 1.0, 1.0};
+    submit_args a = {RINGD__OP_TYPE__OP_BROADCAST,
+                     name,
+                     buf,
+                     buf,
+                     count,
+                     dtype,
+                     RINGD_SUM,
+                     root,
+                     1.0,
+                     1.0,
+                     NULL};
     return submit_wait(r, &a);
 }
 
@@ -1187,8 +1293,17 @@ ringd_result_t ringd_allgather_async(ringd_t *r, const char *name, const void *s
                                      void *recvbuf, size_t count, ringd_dtype_t dtype,
                                      ringd_request_t **req)
 {
-    submit_args a = {
-        RINGD__OP_TYPE__OP_ALLGATHER, name, sendbuf, recvbuf, count, dtype, RINGD_SUM, 0, 1.0, 1.0};
+    submit_args a = {RINGD__OP_TYPE__OP_ALLGATHER,
+                     name,
+                     sendbuf,
+                     recvbuf,
+                     count,
+                     dtype,
+                     RINGD_SUM,
+                     0,
+                     1.0,
+                     1.0,
+                     NULL};
     if (req == NULL)
         return RINGD_E_INVALID;
     return submit(r, &a, req);
@@ -1197,15 +1312,122 @@ ringd_result_t ringd_allgather_async(ringd_t *r, const char *name, const void *s
 ringd_result_t ringd_allgather(ringd_t *r, const char *name, const void *sendbuf, void *recvbuf,
                                size_t count, ringd_dtype_t dtype)
 {
-    submit_args a = {
-        RINGD__OP_TYPE__OP_ALLGATHER, name, sendbuf, recvbuf, count, dtype, RINGD_SUM, 0, 1.0, 1.0};
+    submit_args a = {RINGD__OP_TYPE__OP_ALLGATHER,
+                     name,
+                     sendbuf,
+                     recvbuf,
+                     count,
+                     dtype,
+                     RINGD_SUM,
+                     0,
+                     1.0,
+                     1.0,
+                     NULL};
+    return submit_wait(r, &a);
+}
+
+/* The submission of a reducescatter: equal counts (counts NULL, count each) or per-rank. */
+static submit_args reducescatter_args(const char *name, const void *sendbuf, void *recvbuf,
+                                      size_t count, const size_t *counts, ringd_dtype_t dtype,
+                                      ringd_redop_t op, double prescale, double postscale)
+{
+    submit_args a = {RINGD__OP_TYPE__OP_REDUCESCATTER,
+                     name,
+                     sendbuf,
+                     recvbuf,
+                     count,
+                     dtype,
+                     op,
+                     0,
+                     prescale,
+                     postscale,
+                     counts};
+    return a;
+}
+
+ringd_result_t ringd_reducescatter_async(ringd_t *r, const char *name, const void *sendbuf,
+                                         void *recvbuf, size_t recvcount, ringd_dtype_t dtype,
+                                         ringd_redop_t op, ringd_request_t **req)
+{
+    submit_args a =
+        reducescatter_args(name, sendbuf, recvbuf, recvcount, NULL, dtype, op, 1.0, 1.0);
+    if (req == NULL)
+        return RINGD_E_INVALID;
+    return submit(r, &a, req);
+}
+
+ringd_result_t ringd_reducescatter(ringd_t *r, const char *name, const void *sendbuf, void *recvbuf,
+                                   size_t recvcount, ringd_dtype_t dtype, ringd_redop_t op)
+{
+    submit_args a =
+        reducescatter_args(name, sendbuf, recvbuf, recvcount, NULL, dtype, op, 1.0, 1.0);
+    return submit_wait(r, &a);
+}
+
+ringd_result_t ringd_reducescatterv_async(ringd_t *r, const char *name, const void *sendbuf,
+                                          void *recvbuf, const size_t *recvcounts,
+                                          ringd_dtype_t dtype, ringd_redop_t op, double prescale,
+                                          double postscale, ringd_request_t **req)
+{
+    submit_args a =
+        reducescatter_args(name, sendbuf, recvbuf, 0, recvcounts, dtype, op, prescale, postscale);
+    if (req == NULL || recvcounts == NULL)
+        return RINGD_E_INVALID;
+    return submit(r, &a, req);
+}
+
+ringd_result_t ringd_reducescatterv(ringd_t *r, const char *name, const void *sendbuf,
+                                    void *recvbuf, const size_t *recvcounts, ringd_dtype_t dtype,
+                                    ringd_redop_t op, double prescale, double postscale)
+{
+    submit_args a =
+        reducescatter_args(name, sendbuf, recvbuf, 0, recvcounts, dtype, op, prescale, postscale);
+    if (recvcounts == NULL)
+        return RINGD_E_INVALID;
+    return submit_wait(r, &a);
+}
+
+ringd_result_t ringd_allgatherv_async(ringd_t *r, const char *name, const void *sendbuf,
+                                      size_t sendcount, void *recvbuf, const size_t *recvcounts,
+                                      ringd_dtype_t dtype, ringd_request_t **req)
+{
+    submit_args a = {RINGD__OP_TYPE__OP_ALLGATHERV,
+                     name,
+                     sendbuf,
+                     recvbuf,
+                     sendcount,
+                     dtype,
+                     RINGD_SUM,
+                     0,
+                     1.0,
+                     1.0,
+                     recvcounts};
+    if (req == NULL)
+        return RINGD_E_INVALID;
+    return submit(r, &a, req);
+}
+
+ringd_result_t ringd_allgatherv(ringd_t *r, const char *name, const void *sendbuf, size_t sendcount,
+                                void *recvbuf, const size_t *recvcounts, ringd_dtype_t dtype)
+{
+    submit_args a = {RINGD__OP_TYPE__OP_ALLGATHERV,
+                     name,
+                     sendbuf,
+                     recvbuf,
+                     sendcount,
+                     dtype,
+                     RINGD_SUM,
+                     0,
+                     1.0,
+                     1.0,
+                     recvcounts};
     return submit_wait(r, &a);
 }
 
 ringd_result_t ringd_barrier_async(ringd_t *r, const char *name, ringd_request_t **req)
 {
     submit_args a = {
-        RINGD__OP_TYPE__OP_BARRIER, name, NULL, NULL, 0, RINGD_U8, RINGD_SUM, 0, 1.0, 1.0};
+        RINGD__OP_TYPE__OP_BARRIER, name, NULL, NULL, 0, RINGD_U8, RINGD_SUM, 0, 1.0, 1.0, NULL};
     if (req == NULL)
         return RINGD_E_INVALID;
     return submit(r, &a, req);
@@ -1214,7 +1436,7 @@ ringd_result_t ringd_barrier_async(ringd_t *r, const char *name, ringd_request_t
 ringd_result_t ringd_barrier(ringd_t *r, const char *name)
 {
     submit_args a = {
-        RINGD__OP_TYPE__OP_BARRIER, name, NULL, NULL, 0, RINGD_U8, RINGD_SUM, 0, 1.0, 1.0};
+        RINGD__OP_TYPE__OP_BARRIER, name, NULL, NULL, 0, RINGD_U8, RINGD_SUM, 0, 1.0, 1.0, NULL};
     return submit_wait(r, &a);
 }
 

@@ -45,4 +45,6 @@ void rd_submit_of(const Ringd__Submit *m, rd_submit *s)
     s->refusal = m->refusal != NULL ? m->refusal : "";
     tensor_ref_of(m->input, &s->input);
     tensor_ref_of(m->output, &s->output);
+    s->counts = m->counts;
+    s->ncounts = m->n_counts;
 }

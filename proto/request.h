@@ -4,6 +4,7 @@
 #ifndef RD_REQUEST_H
 #define RD_REQUEST_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 struct Ringd__Hello;
@@ -46,6 +47,8 @@ typedef struct {
     uint32_t refused; /* the library could not run it (a ringd_result_t), refusal says why */
     const char *refusal;
     rd_tensor_ref input, output;
+    const uint64_t *counts; /* reducescatter, allgatherv: every rank's count (borrowed) */
+    size_t ncounts;         /* 0: none */
 } rd_submit;
 
 /* The plain values of a decoded Hello or Submit (NULL strings become ""). */

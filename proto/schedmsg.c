@@ -22,10 +22,12 @@ _Static_assert(sizeof(rd_msg) % 8 == 0 && sizeof(Ringd__Ready) % 8 == 0 &&
 static int data_fits(const rd_op_params *p, size_t len)
 {
     if (p->count > RD_SCHEDMSG_DATA_MAX) /* no direct op is that large: nor is its product */
-        return len == 0 && p->coll != RINGD__OP_TYPE__OP_ALLREDUCE;
+        return len == 0 && p->coll != RINGD__OP_TYPE__OP_ALLREDUCE &&
+               p->coll != RINGD__OP_TYPE__OP_REDUCESCATTER;
     uint64_t per = p->count * rd_dtype_size((rd_dtype)p->dtype);
     switch (p->coll) {
-    case RINGD__OP_TYPE__OP_ALLREDUCE: return len == per;
+    case RINGD__OP_TYPE__OP_ALLREDUCE:
+    case RINGD__OP_TYPE__OP_REDUCESCATTER: return len == per;         /* the node's partial sum */
     case RINGD__OP_TYPE__OP_BROADCAST: return len == 0 || len == per; /* 0: the root is elsewhere */
     case RINGD__OP_TYPE__OP_ALLGATHER: return per > 0 ? len % per == 0 : len == 0;
     default: return len == 0;
@@ -91,9 +93,9 @@ static int specs_decode(Ringd__OpSpec *const *o, size_t n, rd_op_spec **out, cha
     }
     for (size_t i = 0; i < n; i++) {
         s[i].name = o[i]->name;
-        s[i].p =
-            (rd_op_params){(int)o[i]->op, (int)o[i]->dtype, (int)o[i]->redop, o[i]->root,
-                           o[i]->count,   o[i]->prescale,   o[i]->postscale,  o[i]->device != 0};
+        s[i].p = (rd_op_params){(int)o[i]->op,   (int)o[i]->dtype,  (int)o[i]->redop,
+                                o[i]->root,      o[i]->count,       o[i]->prescale,
+                                o[i]->postscale, o[i]->device != 0, o[i]->counts_digest};
         s[i].status = o[i]->status;
         s[i].message = o[i]->message != NULL ? o[i]->message : "";
         s[i].direct = o[i]->direct != 0;
@@ -284,6 +286,7 @@ static void spec_encode(const rd_op_spec *s, Ringd__OpSpec *o)
     o->prescale = s->p.prescale;
     o->postscale = s->p.postscale;
     o->device = s->p.device != 0;
+    o->counts_digest = s->p.counts_digest;
     o->status = s->status;
     o->message = (char *)(s->message != NULL ? s->message : "");
     o->direct = s->direct != 0;

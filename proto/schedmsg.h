@@ -25,13 +25,16 @@ struct Ringd__Msg;
 /* What every rank's submission of one op must agree on: the wire's op spec. coll, dtype and redop
  * are OpType, DataType and ReduceOp values (rd_coll, rd_dtype and rd_redop of dtype.h: the same
  * values, checked at compile time); fields an op does not use are fixed (count 0 for a barrier,
- * root 0 unless broadcast, scales 1 unless allreduce). */
+ * root 0 unless broadcast, scales 1 unless allreduce or reducescatter). count is a reducescatter's
+ * input and an allgatherv's output, in elements: the sum of every rank's count. */
 typedef struct {
     int coll, dtype, redop;
     uint32_t root;
     uint64_t count;
     double prescale, postscale;
     int device; /* 1: the node's ranks pass it in device memory (crosses on the device transport) */
+    uint64_t counts_digest; /* reducescatter, allgatherv: of every rank's count (rd_counts_digest);
+                               0: equal counts */
 } rd_op_params;
 
 /* One op a node announces: all its ranks submitted it (status 0), or it failed there (status, a
@@ -121,7 +124,8 @@ typedef enum {
  * every name is valid (rd_name_valid), every op's coll is known, and so are its dtype and reduce
  * op unless it failed; messages are at most RD_SCHEDMSG_MESSAGE_MAX bytes, data at most
  * RD_SCHEDMSG_DATA_MAX, and only a direct op has any: of an allreduce exactly count elements, of
- * a broadcast those or none, of an allgather a whole number of times those. The entries of a Go
+ * a broadcast those or none, of an allgather a whole number of times those, of a reducescatter
+ * exactly count elements (the node's partial sum), of any other op none. The entries of a Go
  * carry only their names (no node sets the rest); its tuning is there, within the ranges above
  * (the engine checks it against its own links and flags). The device messages' enums are in range,
  * a plan of NCCL carries an id and one of TCP none. Any thread. */

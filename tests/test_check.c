@@ -69,7 +69,6 @@ static bad_submit bad[] = {
     {"negative op", F_OP, -1, "unknown op -1"},
     {"unknown dtype", F_DTYPE, 77, "unknown dtype 77"},
     {"unknown reduce op", F_REDOP, 55, "unknown reduce op 55"},
-    {"count 0", F_COUNT, 0, "does not fit"},
     {"count past the arena", F_COUNT, ARENA, "does not fit"},
     {"input in the control area", F_IN, 0, "outside the arena's data area"},
     {"output past the end", F_OUT, ARENA - 8, "outside the arena's data area"},
@@ -104,6 +103,118 @@ ParameterizedTest(bad_submit *b, check, a_bad_submit_is_refused_saying_why)
     cr_assert_eq(check(&m, err, sizeof(err)), RINGD_E_INVALID, "%s: accepted", b->what);
     cr_assert(strstr(err, b->says) != NULL, "%s: '%s' does not say '%s'", b->what, err, b->says);
     cr_assert(strstr(err, "grad") != NULL, "%s: '%s' does not name the tensor", b->what, err);
+}
+
+Test(check, a_count_of_0_passes_with_its_offsets_unchecked)
+{
+    char err[512];
+    rd_submit m = allreduce();
+    m.count = 0;
+    m.in_offset = 0; /* the control area: no bytes lie there */
+    m.out_offset = ARENA + 3;
+    cr_assert_eq(check(&m, err, sizeof(err)), RINGD_OK, "%s", err);
+}
+
+/* Every rank's counts of a job of 4 ranks, as reducescatterv and allgatherv take them. */
+static const uint64_t counts4[4] = {3, 0, 5, 2};
+
+/* A reducescatter (counts: per rank; NULL: equal, 4 each) of rank `rank` of 4. */
+static rd_submit reducescatter(const uint64_t *counts, uint32_t rank)
+{
+    rd_submit m = allreduce();
+    m.op = RD_COLL_REDUCESCATTER;
+    m.count = counts != NULL ? counts[rank] : 4;
+    m.counts = counts;
+    m.ncounts = counts != NULL ? 4 : 0;
+    return m;
+}
+
+static rd_status check_as(const rd_submit *m, uint32_t rank, char *err, size_t len)
+{
+    rd_check_session s = session();
+    s.rank = rank;
+    err[0] = '\0';
+    return rd_check_submit(&s, m, err, len);
+}
+
+Test(check, a_reducescatter_takes_equal_or_per_rank_counts_and_both_in_place_forms)
+{
+    char err[512];
+    rd_submit m = reducescatter(NULL, 1);
+    cr_assert_eq(check_as(&m, 1, err, sizeof(err)), RINGD_OK, "%s", err);
+    m.out_offset = m.in_offset; /* MPI's in place: the block lands at the start */
+    cr_assert_eq(check_as(&m, 1, err, sizeof(err)), RINGD_OK, "%s", err);
+    m.out_offset = m.in_offset + 4 * 4; /* NCCL's: rank 1's block of 4 floats */
+    cr_assert_eq(check_as(&m, 1, err, sizeof(err)), RINGD_OK, "%s", err);
+    m.out_offset = m.in_offset + 4 * 4 + 4; /* inside the input, but not its block */
+    cr_assert_eq(check_as(&m, 1, err, sizeof(err)), RINGD_E_INVALID);
+    m = reducescatter(counts4, 2);
+    cr_assert_eq(check_as(&m, 2, err, sizeof(err)), RINGD_OK, "%s", err);
+    m.out_offset = m.in_offset + (3 + 0) * 4;
+    cr_assert_eq(check_as(&m, 2, err, sizeof(err)), RINGD_OK, "%s", err);
+    m = reducescatter(counts4, 1); /* a rank with nothing to receive */
+    cr_assert_eq(check_as(&m, 1, err, sizeof(err)), RINGD_OK, "%s", err);
+    rd_op_params p = rd_check_params(&m, 4);
+    cr_assert_eq(p.count, 10, "the params count the whole input");
+    cr_assert_neq(p.counts_digest, 0);
+    rd_submit e = reducescatter(NULL, 0);
+    cr_assert_eq(rd_check_params(&e, 4).count, 16);
+    cr_assert_eq(rd_check_params(&e, 4).counts_digest, 0);
+}
+
+Test(check, an_allgatherv_takes_every_count_and_mpis_in_place_form)
+{
+    char err[512];
+    rd_submit m = reducescatter(counts4, 3);
+    m.op = RD_COLL_ALLGATHERV;
+    cr_assert_eq(check_as(&m, 3, err, sizeof(err)), RINGD_OK, "%s", err);
+    m.in_offset = m.out_offset + (3 + 0 + 5) * 4; /* its own block of the output */
+    cr_assert_eq(check_as(&m, 3, err, sizeof(err)), RINGD_OK, "%s", err);
+    m.in_offset = m.out_offset; /* the start: not its block */
+    cr_assert_eq(check_as(&m, 3, err, sizeof(err)), RINGD_E_INVALID);
+    cr_assert(strstr(err, "overlap") != NULL, "%s", err);
+    m = reducescatter(NULL, 0);
+    m.op = RD_COLL_ALLGATHERV; /* no counts: an allgatherv needs them */
+    cr_assert_eq(check_as(&m, 0, err, sizeof(err)), RINGD_E_INVALID);
+    cr_assert(strstr(err, "0 entries") != NULL, "%s", err);
+}
+
+Test(check, counts_that_do_not_describe_the_job_are_refused_saying_why)
+{
+    char err[512];
+    uint64_t three[3] = {1, 2, 3}, huge[4] = {1, UINT64_MAX / 2, UINT64_MAX / 2, 4};
+    rd_submit m = reducescatter(counts4, 0);
+    m.count = 4; /* its entry says 3 */
+    cr_assert_eq(check_as(&m, 0, err, sizeof(err)), RINGD_E_INVALID);
+    cr_assert(strstr(err, "rank 0's entry of recvcounts is 3") != NULL, "%s", err);
+    m = reducescatter(counts4, 0);
+    m.counts = three;
+    m.ncounts = 3;
+    m.count = 1;
+    cr_assert_eq(check_as(&m, 0, err, sizeof(err)), RINGD_E_INVALID);
+    cr_assert(strstr(err, "3 entries; the job has 4 ranks") != NULL, "%s", err);
+    m = reducescatter(huge, 0);
+    cr_assert_eq(check_as(&m, 0, err, sizeof(err)), RINGD_E_INVALID);
+    cr_assert(strstr(err, "add up to more") != NULL, "%s", err);
+    m = allreduce();
+    m.counts = counts4;
+    m.ncounts = 4;
+    cr_assert_eq(check_as(&m, 0, err, sizeof(err)), RINGD_E_INVALID);
+    cr_assert(strstr(err, "takes no per-rank counts") != NULL, "%s", err);
+}
+
+Test(check, two_ranks_with_different_counts_do_not_match)
+{
+    char msg[512];
+    uint64_t other[4] = {3, 1, 4, 2};
+    rd_submit a = reducescatter(counts4, 0), b = reducescatter(other, 1);
+    b.count = 1;
+    rd_op_params p = rd_check_params(&a, 4);
+    rd_check_first f = {"grad", &p, 0, 0, 0, "n0", 4};
+    cr_assert_not(rd_check_match(&f, &b, 1, msg, sizeof(msg)));
+    cr_assert(strstr(msg, "mismatch (counts)") != NULL, "%s", msg);
+    b = reducescatter(counts4, 1);
+    cr_assert(rd_check_match(&f, &b, 1, msg, sizeof(msg)), "%s", msg);
 }
 
 Test(check, scales_must_be_finite_and_need_a_floating_dtype)
@@ -164,7 +275,7 @@ Test(check, params_keep_only_what_the_op_uses)
 {
     rd_submit m = allreduce();
     m.op = RD_COLL_BARRIER;
-    rd_op_params p = rd_check_params(&m);
+    rd_op_params p = rd_check_params(&m, 4);
     cr_assert_eq(p.count, 0);
     cr_assert_eq(p.dtype, RD_DT_U8);
     m = allreduce();
@@ -172,7 +283,7 @@ Test(check, params_keep_only_what_the_op_uses)
     m.root = 3;
     m.redop = RD_OP_MAX;
     m.prescale = 2.0;
-    p = rd_check_params(&m);
+    p = rd_check_params(&m, 4);
     cr_assert_eq(p.root, 3);
     cr_assert_eq(p.redop, RD_OP_SUM);
     cr_assert_eq(p.prescale, 1.0);
@@ -182,8 +293,8 @@ Test(check, a_mismatch_names_both_ranks_and_the_fields)
 {
     char msg[512];
     rd_submit first = allreduce(), m = allreduce();
-    rd_op_params p = rd_check_params(&first);
-    rd_check_first f = {"grad", &p, 0, 0, 0, "n0"};
+    rd_op_params p = rd_check_params(&first, 4);
+    rd_check_first f = {"grad", &p, 0, 0, 0, "n0", 4};
     cr_assert(rd_check_match(&f, &m, 1, msg, sizeof(msg)));
     m.count = 17;
     m.redop = RD_OP_MAX;

@@ -297,7 +297,7 @@ Test(faults, buffers_outside_the_arena_are_refused_and_the_session_continues)
         {4, 0, d, RINGD__OP_TYPE__OP_ALLREDUCE, "outside the arena's data area"},
         {4, d, 64, RINGD__OP_TYPE__OP_ALLREDUCE, "outside the arena's data area"},
         {UINT64_MAX / 2, d, d, RINGD__OP_TYPE__OP_ALLREDUCE, "does not fit"},
-        {0, d, d, RINGD__OP_TYPE__OP_ALLREDUCE, "does not fit"},
+        {(size - d) / 4 + 1, d, d, RINGD__OP_TYPE__OP_REDUCESCATTER, "outside the arena"},
         {(size - d) / 4, d, d + 4, RINGD__OP_TYPE__OP_ALLGATHER, "outside the arena"},
         {64, d, d + 100, RINGD__OP_TYPE__OP_ALLREDUCE, "overlap"},
         {4, d, d, 17, "unknown op"},

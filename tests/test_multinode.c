@@ -25,6 +25,7 @@
 #include "backend.h"
 #include "harness.h"
 #include "ringd.h"
+#include "th_ref.h"
 #include "th_ring.h"
 
 #define OP_TIMEOUT_MS 30000 /* ample: the slowest op here takes about 2 s under ASan */
@@ -108,134 +109,6 @@ static ringd_t *join(const topo *t, int i, size_t arena)
     return r;
 }
 
-/* ---- inputs and references ---- */
-
-static int is_float(ringd_dtype_t dt)
-{
-    return dt == RINGD_F32 || dt == RINGD_F64 || dt == RINGD_F16 || dt == RINGD_BF16;
-}
-
-/* Rank r's element i for an allreduce of dt with op. Small enough that every sum and product is
- * exact in every dtype whatever order the ring combines them in: quarters for floats, powers of
- * two for floating products, small integers (wrapping in u8 products) otherwise. */
-static double input(int r, size_t i, ringd_dtype_t dt, ringd_redop_t op)
-{
-    static const double pow2[] = {1, -2, 0.5, 2, -1, -0.5, 1, 0.25, -1};
-    int b = (int)((i * 7 + (size_t)r * 3) % 11) - 3;
-    if (is_float(dt))
-        return op == RINGD_PROD ? pow2[(i * 5 + (size_t)r * 3) % 9] : b / 4.0;
-    return dt == RINGD_U8 ? b + 3 : b;
-}
-
-static double load(const void *buf, ringd_dtype_t dt, size_t i)
-{
-    switch (dt) {
-    case RINGD_F32: return ((const float *)buf)[i];
-    case RINGD_F64: return ((const double *)buf)[i];
-    case RINGD_F16: return rd_f16_to_f32(((const uint16_t *)buf)[i]);
-    case RINGD_BF16: return rd_bf16_to_f32(((const uint16_t *)buf)[i]);
-    case RINGD_I32: return ((const int32_t *)buf)[i];
-    case RINGD_I64: return (double)((const int64_t *)buf)[i];
-    default: return ((const uint8_t *)buf)[i];
-    }
-}
-
-static double fcombine(ringd_redop_t op, double a, double b)
-{
-    switch (op) {
-    case RINGD_MIN: return b < a ? b : a;
-    case RINGD_MAX: return b > a ? b : a;
-    case RINGD_PROD: return a * b;
-    default: return a + b;
-    }
-}
-
-/* Integer op on values wrapped to bits, signed or not; the result wrapped again. */
-static uint64_t icombine(ringd_redop_t op, uint64_t a, uint64_t b, int sgn, int bits)
-{
-    uint64_t mask = bits == 64 ? ~0ull : (1ull << bits) - 1;
-    int64_t sa = sgn ? (int64_t)(a << (64 - bits)) >> (64 - bits) : (int64_t)a;
-    int64_t sb = sgn ? (int64_t)(b << (64 - bits)) >> (64 - bits) : (int64_t)b;
-    switch (op) {
-    case RINGD_MIN: return (uint64_t)(sb < sa ? sb : sa) & mask;
-    case RINGD_MAX: return (uint64_t)(sb > sa ? sb : sa) & mask;
-    case RINGD_PROD: return (a * b) & mask;
-    default: return (a + b) & mask;
-    }
-}
-
-/* Element i of the allreduce of n ranks' input(), stored into want[0] as dt. Floating types combine
- * in float (f64: double), divide, scale and round once, as the header promises; integers wrap
- * and avg truncates toward zero. */
-static void reference(void *want, size_t i, ringd_dtype_t dt, ringd_redop_t op, int n, double pre,
-                      double post)
-{
-    if (dt == RINGD_F64) {
-        double acc = pre * input(0, i, dt, op);
-        for (int k = 1; k < n; k++)
-            acc = fcombine(op, acc, pre * input(k, i, dt, op));
-        if (op == RINGD_AVG)
-            acc /= n;
-        *(double *)want = acc * post;
-        return;
-    }
-    if (is_float(dt)) {
-        float acc = (float)pre * (float)input(0, i, dt, op);
-        for (int k = 1; k < n; k++)
-            acc = (float)fcombine(op, acc, (float)pre * (float)input(k, i, dt, op));
-        if (op == RINGD_AVG)
-            acc /= (float)n;
-        acc *= (float)post;
-        if (dt == RINGD_F32)
-            *(float *)want = acc;
-        else if (dt == RINGD_F16)
-            *(uint16_t *)want = rd_f32_to_f16(acc);
-        else
-            *(uint16_t *)want = rd_f32_to_bf16(acc);
-        return;
-    }
-    int bits = dt == RINGD_U8 ? 8 : dt == RINGD_I32 ? 32 : 64, sgn = dt != RINGD_U8;
-    uint64_t mask = bits == 64 ? ~0ull : (1ull << bits) - 1;
-    uint64_t acc = (uint64_t)(int64_t)input(0, i, dt, op) & mask;
-    for (int k = 1; k < n; k++)
-        acc = icombine(op, acc, (uint64_t)(int64_t)input(k, i, dt, op) & mask, sgn, bits);
-    if (op == RINGD_AVG) {
-        if (sgn)
-            acc = (uint64_t)(((int64_t)(acc << (64 - bits)) >> (64 - bits)) / n) & mask;
-        else
-            acc /= (uint64_t)n;
-    }
-    if (dt == RINGD_U8)
-        *(uint8_t *)want = (uint8_t)acc;
-    else if (dt == RINGD_I32)
-        *(uint32_t *)want = (uint32_t)acc;
-    else
-        *(uint64_t *)want = acc;
-}
-
-/* Compares got with the reference; prints the first difference. Returns 0 or 40. */
-static int check(const ringd_t *r, const char *name, const void *got, ringd_dtype_t dt,
-                 ringd_redop_t op, size_t count, double pre, double post)
-{
-    size_t esz = ringd_dtype_size(dt);
-    uint64_t want;
-    for (size_t i = 0; i < count; i++) {
-        reference(&want, i, dt, op, ringd_size(r), pre, post);
-        if (memcmp((const uint8_t *)got + i * esz, &want, esz) != 0) {
-            fprintf(stderr, "rank %d: tensor '%s' element %zu of %zu is %g, want %g\n",
-                    ringd_rank(r), name, i, count, load(got, dt, i), load(&want, dt, 0));
-            return 40;
-        }
-    }
-    return 0;
-}
-
-static void fill(void *buf, int rank, ringd_dtype_t dt, ringd_redop_t op, size_t count)
-{
-    for (size_t i = 0; i < count; i++)
-        rd_dtype_store((rd_dtype)dt, buf, i, input(rank, i, dt, op));
-}
-
 /* ---- 1. every dtype and reduce op on several topologies ---- */
 
 /* Counts: one element, fewer elements than ranks, a prime, and one past a multiple of the world
@@ -269,14 +142,14 @@ static int all_reductions(int i, void *arg)
                 /* in place, out of place in the arena, and in place outside it, by turns */
                 int how = (dt + op + (int)c) % 3;
                 void *src = how == 2 ? heap : in, *dst = how == 1 ? out : src;
-                fill(src, me, (ringd_dtype_t)dt, (ringd_redop_t)op, counts[c]);
+                th_ref_fill(src, me, (ringd_dtype_t)dt, (ringd_redop_t)op, 0, counts[c]);
                 char name[64];
                 snprintf(name, sizeof(name), "r.%s.%s.%zu", rd_dtype_name((rd_dtype)dt),
                          rd_redop_name((rd_redop)op), counts[c]);
                 TH_CHECK_OK(r, ringd_allreduce(r, name, src, dst, counts[c], (ringd_dtype_t)dt,
                                                (ringd_redop_t)op));
-                int rc =
-                    check(r, name, dst, (ringd_dtype_t)dt, (ringd_redop_t)op, counts[c], 1.0, 1.0);
+                int rc = th_ref_check(r, name, dst, (ringd_dtype_t)dt, (ringd_redop_t)op, 0,
+                                      counts[c], 1.0, 1.0);
                 if (rc != 0)
                     return rc;
             }
@@ -286,14 +159,14 @@ static int all_reductions(int i, void *arg)
     for (int dt = RINGD_F32; dt <= RINGD_BF16; dt++) {
         for (int op = RINGD_SUM; op <= RINGD_AVG; op++) {
             for (size_t c = 0; c < nc; c += nc - 1) {
-                fill(in, me, (ringd_dtype_t)dt, (ringd_redop_t)op, counts[c]);
+                th_ref_fill(in, me, (ringd_dtype_t)dt, (ringd_redop_t)op, 0, counts[c]);
                 char name[64];
                 snprintf(name, sizeof(name), "s.%s.%s.%zu", rd_dtype_name((rd_dtype)dt),
                          rd_redop_name((rd_redop)op), counts[c]);
                 TH_CHECK_OK(r, ringd_allreduce_scaled(r, name, in, in, counts[c], (ringd_dtype_t)dt,
                                                       (ringd_redop_t)op, 0.5, 3.0));
-                int rc =
-                    check(r, name, in, (ringd_dtype_t)dt, (ringd_redop_t)op, counts[c], 0.5, 3.0);
+                int rc = th_ref_check(r, name, in, (ringd_dtype_t)dt, (ringd_redop_t)op, 0,
+                                      counts[c], 0.5, 3.0);
                 if (rc != 0)
                     return rc;
             }
@@ -515,7 +388,7 @@ static void shape(int k, int ntensors, size_t *count, ringd_dtype_t *dt, ringd_r
     static const ringd_redop_t ops[] = {RINGD_SUM, RINGD_MAX, RINGD_SUM, RINGD_AVG, RINGD_MIN};
     *dt = dts[k % 5];
     *op = ops[(k / 5) % 5];
-    *pre = is_float(*dt) && k % 3 == 0 ? 2.0 : 1.0;
+    *pre = th_ref_is_float(*dt) && k % 3 == 0 ? 2.0 : 1.0;
     *count = (size_t)(1 + (k * 37) % 300);
     if (ntensors <= 40 && k % 7 == 3)
         *count = 200003; /* large: goes round the ring on its own */
@@ -554,7 +427,7 @@ static int many_async(int i, void *arg)
         buf[k] = k % 2 ? malloc(count * 8) : ringd_alloc(r, count * 8);
         if (buf[k] == NULL)
             return 30;
-        fill(buf[k], me, dt, op, count);
+        th_ref_fill(buf[k], me, dt, op, 0, count);
         char name[32];
         snprintf(name, sizeof(name), "a.%d", k);
         if (pre != 1.0)
@@ -589,7 +462,7 @@ static int many_async(int i, void *arg)
         shape(k, T, &count, &dt, &op, &pre);
         char name[32];
         snprintf(name, sizeof(name), "a.%d", k);
-        int rc = check(r, name, buf[k], dt, op, count, pre, 1.0);
+        int rc = th_ref_check(r, name, buf[k], dt, op, 0, count, pre, 1.0);
         if (rc != 0)
             return rc;
         if (k % 2)

@@ -58,7 +58,7 @@ extern "C" {
 
 /* The version of this header; ringd_version() gives the library's. */
 #define RINGD_VERSION_MAJOR 0
-#define RINGD_VERSION_MINOR 3
+#define RINGD_VERSION_MINOR 4
 
 typedef struct ringd ringd_t;                 /* one session with the daemon */
 typedef struct ringd_request ringd_request_t; /* one asynchronous collective */
@@ -318,6 +318,48 @@ RINGD_API ringd_result_t ringd_allgather(ringd_t *r, const char *name, const voi
 RINGD_API ringd_result_t ringd_allgather_async(ringd_t *r, const char *name, const void *sendbuf,
                                                void *recvbuf, size_t count, ringd_dtype_t dtype,
                                                ringd_request_t **req);
+
+/* Reduces every rank's ringd_size() * recvcount elements of sendbuf with op; rank i receives
+ * block i of the result, elements [i * recvcount, (i + 1) * recvcount), in recvbuf (recvcount
+ * elements; MPI_Reduce_scatter_block, ncclReduceScatter). RINGD_AVG divides by the job's size.
+ * In place: recvbuf == sendbuf (MPI's form: the block lands at the start of the buffer) or
+ * recvbuf == sendbuf + ringd_rank() * recvcount (NCCL's: it lands where it lies). recvcount 0
+ * is legal: the op completes and moves nothing. */
+RINGD_API ringd_result_t ringd_reducescatter(ringd_t *r, const char *name, const void *sendbuf,
+                                             void *recvbuf, size_t recvcount, ringd_dtype_t dtype,
+                                             ringd_redop_t op);
+RINGD_API ringd_result_t ringd_reducescatter_async(ringd_t *r, const char *name,
+                                                   const void *sendbuf, void *recvbuf,
+                                                   size_t recvcount, ringd_dtype_t dtype,
+                                                   ringd_redop_t op, ringd_request_t **req);
+
+/* Reducescatter of per-rank counts (MPI_Reduce_scatter), with the scaling of
+ * ringd_allreduce_scaled: recvcounts[0..ringd_size()) is the same on every rank (the daemon
+ * checks it: RINGD_E_MISMATCH on every rank otherwise), sendbuf holds their sum, and rank i
+ * receives recvcounts[i] elements, from element recvcounts[0] + ... + recvcounts[i-1] of the
+ * result. Any entry may be 0. In place as ringd_reducescatter, with that offset. */
+RINGD_API ringd_result_t ringd_reducescatterv(ringd_t *r, const char *name, const void *sendbuf,
+                                              void *recvbuf, const size_t *recvcounts,
+                                              ringd_dtype_t dtype, ringd_redop_t op,
+                                              double prescale, double postscale);
+RINGD_API ringd_result_t ringd_reducescatterv_async(ringd_t *r, const char *name,
+                                                    const void *sendbuf, void *recvbuf,
+                                                    const size_t *recvcounts, ringd_dtype_t dtype,
+                                                    ringd_redop_t op, double prescale,
+                                                    double postscale, ringd_request_t **req);
+
+/* Allgather of per-rank counts (MPI_Allgatherv, the displacements the prefix sums): rank i
+ * contributes recvcounts[i] elements (sendcount, which must equal this rank's entry); recvbuf
+ * receives every rank's in rank order, their sum. recvcounts is the same on every rank (checked
+ * as above); any entry may be 0. In place: sendbuf == recvbuf + recvcounts[0] + ... +
+ * recvcounts[ringd_rank() - 1] (MPI's form). */
+RINGD_API ringd_result_t ringd_allgatherv(ringd_t *r, const char *name, const void *sendbuf,
+                                          size_t sendcount, void *recvbuf, const size_t *recvcounts,
+                                          ringd_dtype_t dtype);
+RINGD_API ringd_result_t ringd_allgatherv_async(ringd_t *r, const char *name, const void *sendbuf,
+                                                size_t sendcount, void *recvbuf,
+                                                const size_t *recvcounts, ringd_dtype_t dtype,
+                                                ringd_request_t **req);
 
 /* Returns once every rank has entered the barrier of the same name. */
 RINGD_API ringd_result_t ringd_barrier(ringd_t *r, const char *name);

@@ -10,17 +10,62 @@
 #include "frame.h"
 #include "ctlq.h"
 
-rd_op_params rd_check_params(const rd_submit *m)
+/* 1 for the collectives that take every rank's count. */
+static int takes_counts(int op)
+{
+    return op == RD_COLL_REDUCESCATTER || op == RD_COLL_ALLGATHERV;
+}
+
+/* The sum of a Submit's counts (wrapping: rd_check_submit bounds it before anyone relies on it). */
+static uint64_t counts_sum(const rd_submit *m)
+{
+    uint64_t t = 0;
+    for (size_t i = 0; i < m->ncounts; i++)
+        t += m->counts[i];
+    return t;
+}
+
+rd_op_params rd_check_params(const rd_submit *m, uint32_t size)
 {
     rd_op_params p = {0};
+    int reduces = m->op == RD_COLL_ALLREDUCE || m->op == RD_COLL_REDUCESCATTER;
     p.coll = (int)m->op;
     p.dtype = m->op == RD_COLL_BARRIER ? RD_DT_U8 : (int)m->dtype;
-    p.redop = m->op == RD_COLL_ALLREDUCE ? (int)m->redop : RD_OP_SUM;
+    p.redop = reduces ? (int)m->redop : RD_OP_SUM;
     p.root = m->op == RD_COLL_BROADCAST ? m->root : 0;
     p.count = m->op == RD_COLL_BARRIER ? 0 : m->count;
-    p.prescale = m->op == RD_COLL_ALLREDUCE ? m->prescale : 1.0;
-    p.postscale = m->op == RD_COLL_ALLREDUCE ? m->postscale : 1.0;
+    p.prescale = reduces ? m->prescale : 1.0;
+    p.postscale = reduces ? m->postscale : 1.0;
+    if (takes_counts(m->op)) {
+        p.count = m->ncounts > 0 ? counts_sum(m) : m->count * size;
+        p.counts_digest = m->ncounts > 0 ? rd_counts_digest(m->counts, m->ncounts) : 0;
+    }
     return p;
+}
+
+void rd_check_lengths(const rd_submit *m, uint32_t size, uint64_t *in_len, uint64_t *out_len)
+{
+    uint64_t esz = rd_dtype_size((rd_dtype)m->dtype), own = m->count * esz;
+    uint64_t total = rd_check_params(m, size).count * esz;
+    *in_len = *out_len = own;
+    if (m->op == RD_COLL_ALLGATHER)
+        *out_len = own * size;
+    else if (m->op == RD_COLL_REDUCESCATTER)
+        *in_len = total;
+    else if (m->op == RD_COLL_ALLGATHERV)
+        *out_len = total;
+    else if (m->op == RD_COLL_BARRIER)
+        *in_len = *out_len = 0;
+}
+
+uint64_t rd_check_own_offset(const rd_submit *m, uint32_t rank)
+{
+    uint64_t off = 0;
+    if (m->ncounts == 0)
+        return m->count * rank;
+    for (uint32_t i = 0; i < rank && i < m->ncounts; i++)
+        off += m->counts[i];
+    return off;
 }
 
 int rd_check_on_device(const rd_submit *m)
@@ -75,34 +120,80 @@ static rd_status check_refs(const rd_check_session *s, const rd_submit *m, char 
     return RINGD_OK;
 }
 
+/* Every rank's counts of a reducescatter or allgatherv: one per rank of the job (or none: a
+ * reducescatter of equal counts), this rank's being count, their sum within the arena. Returns
+ * RINGD_OK, or RINGD_E_INVALID with err set. */
+static rd_status check_counts(const rd_check_session *s, const rd_submit *m, char *err,
+                              size_t errlen)
+{
+    uint64_t esz = rd_dtype_size((rd_dtype)m->dtype), room = s->arena->size / esz, sum = 0;
+    const char *what = m->op == RD_COLL_REDUCESCATTER ? "recvcounts" : "counts";
+    if (m->ncounts == 0 && m->op == RD_COLL_REDUCESCATTER) {
+        if (m->count > room / s->size) {
+            snprintf(err, errlen,
+                     "tensor '%s': reducing %u x %" PRIu64 " elements does not fit the arena",
+                     m->name, s->size, m->count);
+            return RINGD_E_INVALID;
+        }
+        return RINGD_OK;
+    }
+    if (m->ncounts != s->size) {
+        snprintf(err, errlen,
+                 "tensor '%s': %s has %zu entries; the job has %u ranks (one count per rank, "
+                 "in rank order)",
+                 m->name, what, m->ncounts, s->size);
+        return RINGD_E_INVALID;
+    }
+    for (size_t i = 0; i < m->ncounts; i++) {
+        if (m->counts[i] > room - sum) {
+            snprintf(err, errlen,
+                     "tensor '%s': the %s add up to more elements than fit the arena of %" PRIu64
+                     " bytes",
+                     m->name, what, s->arena->size);
+            return RINGD_E_INVALID;
+        }
+        sum += m->counts[i];
+    }
+    if (m->counts[s->rank] != m->count) {
+        snprintf(err, errlen,
+                 "tensor '%s': rank %u's entry of %s is %" PRIu64 ", its own count %" PRIu64,
+                 m->name, s->rank, what, m->counts[s->rank], m->count);
+        return RINGD_E_INVALID;
+    }
+    return RINGD_OK;
+}
+
+/* 1 when the bytes [a, a+alen) and [b, b+blen) share none. */
+static int apart(uint64_t a, uint64_t alen, uint64_t b, uint64_t blen)
+{
+    return alen == 0 || blen == 0 || a + alen <= b || b + blen <= a;
+}
+
 /* Where a checked Submit's buffers lie: inside the arena's data area, aligned, and in place or
- * apart (an allgather's input may be a whole slot of its output). Returns RINGD_OK, or
- * RINGD_E_INVALID with err set. */
+ * apart (an allgather's input may be a whole slot of its output). A buffer of no bytes lies
+ * nowhere. Returns RINGD_OK, or RINGD_E_INVALID with err set. */
 static rd_status check_layout(const rd_check_session *s, const rd_submit *m, char *err,
                               size_t errlen)
 {
     uint64_t esz = rd_dtype_size((rd_dtype)m->dtype);
     const rd_arena *ar = rd_check_on_device(m) ? s->device_arena : s->arena;
     uint64_t size = ar->size, data = ar == s->arena ? RD_CTRL_BYTES : 0;
-    if (m->count == 0 || m->count > size / esz) {
+    if (m->count > size / esz) {
         snprintf(err, errlen,
                  "tensor '%s': count %" PRIu64 " of %s does not fit an arena of %" PRIu64 " bytes",
                  m->name, m->count, rd_dtype_name((rd_dtype)m->dtype), size);
         return RINGD_E_INVALID;
     }
-    uint64_t in_len = m->count * esz, out_len = in_len;
-    if (m->op == RD_COLL_ALLGATHER) {
-        if (m->count > size / esz / s->size) {
-            snprintf(err, errlen,
-                     "tensor '%s': gathering %u x %" PRIu64 " elements does not fit the arena",
-                     m->name, s->size, m->count);
-            return RINGD_E_INVALID;
-        }
-        out_len = in_len * s->size;
+    if (m->op == RD_COLL_ALLGATHER && m->count > size / esz / s->size) {
+        snprintf(err, errlen,
+                 "tensor '%s': gathering %u x %" PRIu64 " elements does not fit the arena", m->name,
+                 s->size, m->count);
+        return RINGD_E_INVALID;
     }
-    if (!rd_arena_contains(ar, m->in_offset, in_len) ||
-        !rd_arena_contains(ar, m->out_offset, out_len) || m->in_offset < data ||
-        m->out_offset < data) {
+    uint64_t in_len, out_len;
+    rd_check_lengths(m, s->size, &in_len, &out_len);
+    if ((in_len > 0 && (!rd_arena_contains(ar, m->in_offset, in_len) || m->in_offset < data)) ||
+        (out_len > 0 && (!rd_arena_contains(ar, m->out_offset, out_len) || m->out_offset < data))) {
         snprintf(err, errlen,
                  "tensor '%s': input [%" PRIu64 ", +%" PRIu64 ") or output [%" PRIu64 ", +%" PRIu64
                  ") lies outside the %sarena's data area [%" PRIu64 ", %" PRIu64 ")",
@@ -110,7 +201,7 @@ static rd_status check_layout(const rd_check_session *s, const rd_submit *m, cha
                  ar == s->arena ? "" : "device ", data, size);
         return RINGD_E_INVALID;
     }
-    if (m->in_offset % esz != 0 || m->out_offset % esz != 0) {
+    if ((in_len > 0 && m->in_offset % esz != 0) || (out_len > 0 && m->out_offset % esz != 0)) {
         snprintf(err, errlen,
                  "tensor '%s': input offset %" PRIu64 " or output offset %" PRIu64
                  " is not a multiple of the %s element size (%" PRIu64 " bytes)",
@@ -120,12 +211,19 @@ static rd_status check_layout(const rd_check_session *s, const rd_submit *m, cha
     /* Input and output are the same place (in place), or apart. An allgather's input may be
      * any whole slot of its output: the start (sendbuf == recvbuf) or this rank's own slot (MPI's
      * form). Which slot is its own is decided when data moves (rd_ops_resolve): ranks may shift in
-     * between, and a client may not have heard of it yet. */
+     * between, and a client may not have heard of it yet. A reducescatter's output may be the
+     * start of its input (MPI's in place) or the rank's own block of it (NCCL's); an
+     * allgatherv's input may be the rank's own block of its output (MPI's in place). */
     uint64_t a = m->in_offset, b = m->out_offset;
-    int apart = a + in_len <= b || b + out_len <= a;
-    int in_place = a == b && m->op != RD_COLL_ALLGATHER;
-    int in_slot = m->op == RD_COLL_ALLGATHER && a >= b && (a - b) % in_len == 0;
-    if (!apart && !in_place && !in_slot) {
+    uint64_t own = rd_check_own_offset(m, s->rank) * esz;
+    int ok = apart(a, in_len, b, out_len);
+    switch (m->op) {
+    case RD_COLL_ALLGATHER: ok |= a >= b && in_len > 0 && (a - b) % in_len == 0; break;
+    case RD_COLL_REDUCESCATTER: ok |= b == a || b == a + own; break;
+    case RD_COLL_ALLGATHERV: ok |= a == b + own; break;
+    default: ok |= a == b; break;
+    }
+    if (!ok) {
         snprintf(err, errlen, "tensor '%s': input and output overlap without being in place",
                  m->name);
         return RINGD_E_INVALID;
@@ -156,7 +254,7 @@ rd_status rd_check_submit(const rd_check_session *s, const rd_submit *m, char *e
         snprintf(err, errlen, "tensor '%s': unknown dtype %d", m->name, (int)m->dtype);
         return RINGD_E_INVALID;
     }
-    if (m->op == RD_COLL_ALLREDUCE) {
+    if (m->op == RD_COLL_ALLREDUCE || m->op == RD_COLL_REDUCESCATTER) {
         if (!rd_redop_valid((int)m->redop)) {
             snprintf(err, errlen, "tensor '%s': unknown reduce op %d", m->name, (int)m->redop);
             return RINGD_E_INVALID;
@@ -176,13 +274,29 @@ rd_status rd_check_submit(const rd_check_session *s, const rd_submit *m, char *e
                  m->root, s->size);
         return RINGD_E_INVALID;
     }
+    if (takes_counts(m->op)) {
+        if (rd_check_on_device(m)) {
+            snprintf(err, errlen,
+                     "tensor '%s': a %s in a device arena does not run in the daemon yet: the "
+                     "library stages it through host memory",
+                     m->name, rd_coll_name((rd_coll)m->op));
+            return RINGD_E_INVALID;
+        }
+        rc = check_counts(s, m, err, errlen);
+        if (rc != RINGD_OK)
+            return rc;
+    } else if (m->ncounts > 0) {
+        snprintf(err, errlen, "tensor '%s': a %s takes no per-rank counts", m->name,
+                 rd_coll_name((rd_coll)m->op));
+        return RINGD_E_INVALID;
+    }
     return check_layout(s, m, err, errlen);
 }
 
 int rd_check_match(const rd_check_first *f, const rd_submit *m, uint32_t rank, char *msg,
                    size_t len)
 {
-    rd_op_params q = rd_check_params(m);
+    rd_op_params q = rd_check_params(m, f->size);
     char a[160], b[160], fields[96];
     if (rd_op_params_compare(f->p, &q, fields, sizeof(fields)))
         return 1;

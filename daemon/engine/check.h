@@ -38,6 +38,7 @@ typedef struct {
     const rd_arena *arena;        /* the session's host arena (its data after RD_CTRL_BYTES) */
     const rd_arena *device_arena; /* its device arena, or NULL */
     int device;                   /* the CUDA device it was given; -1: none */
+    uint32_t rank;                /* its rank in the job now */
 } rd_check_session;
 
 /* Checks a Submit with a valid name on its own: op, dtype, reduce op and scales, the root, the
@@ -48,9 +49,18 @@ rd_status rd_check_submit(const rd_check_session *s, const rd_submit *m, char *e
 /* 1 when the Submit's buffers are in the session's device arena, 0 in its host arena. */
 int rd_check_on_device(const rd_submit *m);
 
-/* The parameters of a checked Submit that ranks must agree on (those an op does not use are
- * normalised: a barrier has no dtype or count, only an allreduce a reduce op and scales). */
-rd_op_params rd_check_params(const rd_submit *m);
+/* The parameters of a checked Submit that ranks must agree on, in a job of size ranks (those an
+ * op does not use are normalised: a barrier has no dtype or count, only an allreduce and a
+ * reducescatter a reduce op and scales; a reducescatter's count is its whole input, an
+ * allgatherv's its whole output, with the digest of their counts). */
+rd_op_params rd_check_params(const rd_submit *m, uint32_t size);
+
+/* Bytes of a Submit's input and output in a job of size ranks. */
+void rd_check_lengths(const rd_submit *m, uint32_t size, uint64_t *in_len, uint64_t *out_len);
+
+/* Elements before rank's block of a reducescatter's input or an allgatherv's output (counts
+ * checked: rank within them). */
+uint64_t rd_check_own_offset(const rd_submit *m, uint32_t rank);
 
 /* The first submission of an op, that the others are checked against. */
 typedef struct {
@@ -60,6 +70,7 @@ typedef struct {
     int multinode;      /* messages name global ranks and the node */
     uint32_t base_rank; /* global rank of local rank 0 */
     const char *node;
+    uint32_t size; /* ranks of the job now */
 } rd_check_first;
 
 /* Compares local rank `rank`'s Submit m with the op's first submission. Returns 1 when they

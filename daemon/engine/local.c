@@ -15,7 +15,9 @@ size_t rd_local_units(const rd_local_plan *p)
         return p->coll == RD_COLL_BARRIER ? 0 : 1;
     switch (p->coll) {
     case RD_COLL_ALLREDUCE:
-    case RD_COLL_BROADCAST: return p->count;
+    case RD_COLL_BROADCAST:
+    case RD_COLL_REDUCESCATTER:
+    case RD_COLL_ALLGATHERV: return p->count;
     case RD_COLL_ALLGATHER: return (size_t)p->n * p->count;
     case RD_COLL_BARRIER: return 0;
     }
@@ -28,7 +30,9 @@ uint64_t rd_local_bytes(const rd_local_plan *p)
     switch (p->coll) {
     case RD_COLL_ALLREDUCE:
     case RD_COLL_BROADCAST: return per * (uint64_t)p->n;
+    case RD_COLL_REDUCESCATTER: return per;
     case RD_COLL_ALLGATHER: return per * (uint64_t)p->n * (uint64_t)p->n;
+    case RD_COLL_ALLGATHERV: return per * (uint64_t)p->n;
     case RD_COLL_BARRIER: return 0;
     }
     return 0;
@@ -82,6 +86,46 @@ static void run_allgather(const rd_local_plan *p, size_t begin, size_t end)
     }
 }
 
+/* Each chunk of the whole input is reduced into scratch, as for an allreduce, and the parts of
+ * it in each rank's block are copied to that rank's output. */
+static void run_reducescatter(const rd_local_plan *p, size_t begin, size_t end)
+{
+    size_t esz = rd_dtype_size(p->dtype);
+    size_t step = RD_LOCAL_CHUNK / esz;
+    uint8_t scratch[RD_LOCAL_CHUNK] __attribute__((aligned(64)));
+    const void *src[p->n];
+
+    for (size_t i = begin; i < end; i += step) {
+        size_t len = end - i < step ? end - i : step;
+        for (int k = 0; k < p->n; k++)
+            src[k] = p->in[k] + i * esz;
+        p->backend->reduce(p->dtype, p->redop, scratch, src, p->n, len, &p->args);
+        uint64_t off = 0;
+        for (int k = 0; k < p->n && off < i + len; off += p->counts[k], k++) {
+            uint64_t a = off > i ? off : i, b = off + p->counts[k];
+            if (b > i + len)
+                b = i + len;
+            if (a < b)
+                p->backend->copy(p->out[k] + (a - off) * esz, scratch + (a - i) * esz,
+                                 (b - a) * esz);
+        }
+    }
+}
+
+/* Units are the elements of the gathered result; each rank's block comes from its input. */
+static void run_allgatherv(const rd_local_plan *p, size_t begin, size_t end)
+{
+    size_t esz = rd_dtype_size(p->dtype);
+    uint64_t off = 0;
+    for (int r = 0; r < p->n && off < end; off += p->counts[r], r++) {
+        uint64_t a = off > begin ? off : begin, b = off + p->counts[r];
+        if (b > end)
+            b = end;
+        for (int k = 0; a < b && k < p->n; k++)
+            copy_if_moved(p, p->out[k] + a * esz, p->in[r] + (a - off) * esz, (b - a) * esz);
+    }
+}
+
 /* Records the backend's failure of what (the first one only). */
 static int device_failed(rd_local_plan *p, const char *what)
 {
@@ -121,6 +165,14 @@ static int run_device(rd_local_plan *p)
                 if (p->backend->copy(p->out[k] + (size_t)r * per, p->in[r], per) != 0)
                     return device_failed(p, "gathering");
         return 0;
+    case RD_COLL_REDUCESCATTER:
+    case RD_COLL_ALLGATHERV: /* refused before: the library stages them through host memory */
+        if (!p->failed) {
+            p->failed = 1;
+            snprintf(p->why, sizeof(p->why), "%s does not run on device memory",
+                     rd_coll_name(p->coll));
+        }
+        return -1;
     case RD_COLL_BARRIER: return 0;
     }
     return 0;
@@ -139,6 +191,8 @@ void rd_local_run(void *plan, size_t begin, size_t end)
     case RD_COLL_ALLREDUCE: run_allreduce(p, begin, end); break;
     case RD_COLL_BROADCAST: run_broadcast(p, begin, end); break;
     case RD_COLL_ALLGATHER: run_allgather(p, begin, end); break;
+    case RD_COLL_REDUCESCATTER: run_reducescatter(p, begin, end); break;
+    case RD_COLL_ALLGATHERV: run_allgatherv(p, begin, end); break;
     case RD_COLL_BARRIER: break;
     }
 }

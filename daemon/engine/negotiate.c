@@ -17,6 +17,19 @@
 #define RD_NEG_BUCKETS 1024
 #define RD_NEG_PENDING_MAX (1u << 20) /* partly ready ops; beyond this a node is misbehaving */
 
+uint64_t rd_counts_digest(const uint64_t *counts, size_t n)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i <= n; i++) {
+        uint64_t v = i < n ? counts[i] : (uint64_t)n;
+        for (int b = 0; b < 8; b++) {
+            h ^= (v >> (8 * b)) & 0xff;
+            h *= 0x100000001b3ull;
+        }
+    }
+    return h != 0 ? h : 1;
+}
+
 void rd_op_params_describe(char *buf, size_t len, const rd_op_params *p)
 {
     int n = snprintf(buf, len, "%s %s count %" PRIu64,
@@ -24,11 +37,18 @@ void rd_op_params_describe(char *buf, size_t len, const rd_op_params *p)
                      rd_dtype_name((rd_dtype)p->dtype), p->count);
     if (n < 0 || (size_t)n >= len)
         return;
-    if (p->coll == RD_COLL_ALLREDUCE)
-        snprintf(buf + n, len - (size_t)n, " op %s prescale %g postscale %g",
-                 rd_redop_name((rd_redop)p->redop), p->prescale, p->postscale);
+    if (p->coll == RD_COLL_ALLREDUCE || p->coll == RD_COLL_REDUCESCATTER)
+        n += snprintf(buf + n, len - (size_t)n, " op %s prescale %g postscale %g",
+                      rd_redop_name((rd_redop)p->redop), p->prescale, p->postscale);
     else if (p->coll == RD_COLL_BROADCAST)
         snprintf(buf + n, len - (size_t)n, " root %u", p->root);
+    if ((p->coll == RD_COLL_REDUCESCATTER || p->coll == RD_COLL_ALLGATHERV) && n > 0 &&
+        (size_t)n < len) {
+        if (p->counts_digest != 0)
+            snprintf(buf + n, len - (size_t)n, " counts #%016" PRIx64, p->counts_digest);
+        else
+            snprintf(buf + n, len - (size_t)n, " equal counts");
+    }
     if (p->device) {
         size_t used = strlen(buf);
         snprintf(buf + used, len - used, " in device memory");
@@ -38,7 +58,7 @@ void rd_op_params_describe(char *buf, size_t len, const rd_op_params *p)
 rd_op_params rd_op_params_announceable(rd_op_params p)
 {
     if (!rd_coll_valid(p.coll) || !rd_dtype_valid(p.dtype) || !rd_redop_valid(p.redop))
-        p = (rd_op_params){RD_COLL_BARRIER, RD_DT_U8, RD_OP_SUM, 0, 0, 1.0, 1.0, 0};
+        p = (rd_op_params){RD_COLL_BARRIER, RD_DT_U8, RD_OP_SUM, 0, 0, 1.0, 1.0, 0, 0};
     return p;
 }
 
@@ -56,6 +76,7 @@ int rd_op_params_compare(const rd_op_params *a, const rd_op_params *b, char *fie
         {a->prescale != b->prescale, "prescale"},
         {a->postscale != b->postscale, "postscale"},
         {a->device != b->device, "memory"},
+        {a->counts_digest != b->counts_digest, "counts"},
     };
     int same = 1;
     if (len > 0)
@@ -191,6 +212,11 @@ static int direct_result(const rd_neg *n, rec *r, rd_neg_outcome *out)
     uint64_t per = p->count * esz, world = 0;
     for (int i = 0; i < n->nnodes; i++)
         world += n->nodes[i].local_size;
+    if (p->coll == RD_COLL_ALLGATHERV) { /* the table knows no node's counts: it never goes so */
+        rec_fail(r, RINGD_E_PROTOCOL, "tensor '%s': an allgatherv's data came with its negotiation",
+                 r->name);
+        return -1;
+    }
     for (int i = 0; i < n->nnodes; i++) {
         uint64_t want = per;
         if (p->coll == RD_COLL_ALLGATHER)
@@ -213,7 +239,7 @@ static int direct_result(const rd_neg *n, rec *r, rd_neg_outcome *out)
         rec_fail(r, RINGD_E_NOMEM, "out of memory");
         return -1;
     }
-    if (p->coll == RD_COLL_ALLREDUCE) {
+    if (p->coll == RD_COLL_ALLREDUCE || p->coll == RD_COLL_REDUCESCATTER) {
         const void *src[n->nnodes];
         for (int i = 0; i < n->nnodes; i++)
             src[i] = r->data[i].data;

@@ -12,6 +12,11 @@
 #include "schedmsg.h"
 #include "world.h"
 
+/* A digest of every rank's count of a reducescatter or allgatherv (FNV-1a over the values and
+ * their number): ranks that passed the same counts agree on it; never 0, which stands for equal
+ * counts. */
+uint64_t rd_counts_digest(const uint64_t *counts, size_t n);
+
 /* Describes p for messages: "allreduce f32 count 8 op sum prescale 1 postscale 1". */
 void rd_op_params_describe(char *buf, size_t len, const rd_op_params *p);
 

@@ -64,8 +64,16 @@ void rd_ops_resolve(rd_op *o)
         o->plan.failed = 1;
         snprintf(o->plan.why, sizeof(o->plan.why), "using the GPU: %s", o->plan.backend->error());
     }
+    /* the local ranks' counts: a one-node op's, or one of the last node's of a ring */
+    o->plan.counts =
+        o->counts != NULL && j->first_rank < o->ncounts ? o->counts + j->first_rank : o->counts;
+    o->plan.serial = 0;
     for (uint32_t k = 0; k < o->nparts; k++) {
         part *pt = &o->parts[k];
+        /* MPI's in-place reducescatter writes each block to the start of the buffer it reads:
+         * only one pass in order keeps its writes behind its reads */
+        if (o->p.coll == RD_COLL_REDUCESCATTER && pt->in_off == pt->out_off)
+            o->plan.serial = 1;
         if (o->p.coll == RD_COLL_ALLGATHER) {
             uint64_t per = o->p.count * rd_dtype_size((rd_dtype)o->p.dtype);
             uint64_t own = pt->out_off + per * (j->first_rank + k);
@@ -87,6 +95,26 @@ void rd_ops_resolve(rd_op *o)
     }
 }
 
+int rd_ops_counts_current(rd_op *o)
+{
+    rd_job *j = o->job;
+    if (o->counts == NULL || o->ncounts == j->size)
+        return 1;
+    char msg[512];
+    snprintf(msg, sizeof(msg),
+             "tensor '%s': its counts are for %u ranks; job '%s' now has %u (generation %" PRIu64
+             "): submit it again with counts for the new size",
+             o->name, o->ncounts, j->name, j->size, j->generation);
+    if (j->world == NULL) {
+        rd_optab_fail(o, RINGD_E_MEMBERSHIP, "%s", msg);
+        return 0;
+    }
+    /* the other nodes may have ranks that submitted it with counts for the new size */
+    rd_optab_tombstone(o, RINGD_E_MEMBERSHIP, msg);
+    rd_ops_tell(o, RINGD_E_MEMBERSHIP, msg, 0, NULL, 0);
+    return 0;
+}
+
 /* Every rank has submitted: resolve arena pointers and move the data. */
 void rd_ops_run_here(rd_op *o)
 {
@@ -94,6 +122,8 @@ void rd_ops_run_here(rd_op *o)
     rd_engine *d = j->e;
     rd_local_plan *p = &o->plan;
 
+    if (j->world == NULL && !rd_ops_counts_current(o)) /* across nodes: at its announcement */
+        return;
     rd_ops_resolve(o);
     o->started_us = rd_now_us();
     size_t units = rd_local_units(p);
@@ -105,7 +135,7 @@ void rd_ops_run_here(rd_op *o)
         op_ran(o);
         return;
     }
-    if (rd_exec_submit(d->exec, op_run, on_op_done, o, units, RD_GRAIN) != 0) {
+    if (rd_exec_submit(d->exec, op_run, on_op_done, o, units, p->serial ? units : RD_GRAIN) != 0) {
         rd_optab_fail(o, RINGD_E_NOMEM, "tensor '%s': out of memory queueing the op", o->name);
         return;
     }
@@ -136,11 +166,14 @@ void rd_ops_announce(rd_op *o)
                       o->name, o->p.root, j->name, j->size, j->generation);
         return;
     }
+    if (!rd_ops_counts_current(o))
+        return;
     const rd_backend *b = o->parts[0].arena->backend;
     /* every node must pass it in the same memory: it crosses on one transport */
     o->p.device = b->device_memory && o->p.coll != RD_COLL_BARRIER;
-    if (o->p.coll == RD_COLL_BARRIER || rd_optab_result_bytes(o) > j->e->cfg->direct_bytes ||
-        b->device_memory) {
+    /* an allgatherv's nodes contribute blocks of sizes the negotiation does not know */
+    if (o->p.coll == RD_COLL_BARRIER || o->p.coll == RD_COLL_ALLGATHERV ||
+        rd_optab_result_bytes(o) > j->e->cfg->direct_bytes || b->device_memory) {
         rd_ops_tell(o, RINGD_OK, NULL, 0, NULL, 0);
         return;
     }
@@ -151,7 +184,7 @@ void rd_ops_announce(rd_op *o)
         rd_ops_tell(o, RINGD_E_NOMEM, "out of memory", 0, NULL, 0);
         return;
     }
-    if (o->p.coll == RD_COLL_ALLREDUCE) {
+    if (o->p.coll == RD_COLL_ALLREDUCE || o->p.coll == RD_COLL_REDUCESCATTER) {
         rd_reduce_args a = RD_REDUCE_ARGS_INIT;
         a.prescale = o->p.prescale;
         o->plan.backend->reduce(o->plan.dtype, o->plan.redop, buf, (const void *const *)o->plan.in,
@@ -208,13 +241,29 @@ static void op_refuse(rd_job *j, rd_client *s, uint32_t rank, uint64_t request_i
         rd_ops_tell(o, rc, msg, 0, NULL, 0);
 }
 
+/* Gives a new op of a reducescatter or an allgatherv every rank's count, from its first Submit
+ * (checked): as passed, or equal. Returns 0, or -1 when out of memory. */
+static int op_take_counts(rd_op *o, const rd_submit *m)
+{
+    uint32_t n = o->job->size;
+    if (m->op != RD_COLL_REDUCESCATTER && m->op != RD_COLL_ALLGATHERV)
+        return 0;
+    o->counts = malloc((n ? n : 1) * sizeof(*o->counts));
+    if (o->counts == NULL)
+        return -1;
+    o->ncounts = n;
+    for (uint32_t i = 0; i < n; i++)
+        o->counts[i] = m->ncounts > 0 ? m->counts[i] : m->count;
+    return 0;
+}
+
 /* Checks local rank `rank`'s Submit m (its part already recorded) against o's first one, and
  * its memory against the other ranks'. Returns 1, or 0 with msg saying what differs. */
 static int op_agrees(const rd_op *o, const rd_submit *m, uint32_t rank, char *msg, size_t len)
 {
     const rd_job *j = o->job;
-    rd_check_first f = {o->name,          &o->p,         o->first_rank,
-                        j->world != NULL, j->first_rank, j->e->cfg->node};
+    rd_check_first f = {o->name,       &o->p,           o->first_rank, j->world != NULL,
+                        j->first_rank, j->e->cfg->node, j->size};
     if (!rd_check_match(&f, m, rank, msg, len))
         return 0;
     const rd_backend *backends[RD_LOCAL_SIZE_MAX]; /* nparts <= local_size <= this */
@@ -273,7 +322,8 @@ void rd_ops_submit(rd_client *s, const rd_submit *m)
         snprintf(err, sizeof(err), "%.700s",
                  m->refusal != NULL && m->refusal[0] ? m->refusal : "refused by the library");
     } else {
-        rd_check_session cs = {j->e->cfg->node, j->size, s->arena, s->device_arena, s->device};
+        rd_check_session cs = {j->e->cfg->node, j->size,   s->arena,
+                               s->device_arena, s->device, j->first_rank + rank};
         rc = rd_check_submit(&cs, m, err, sizeof(err));
     }
     if (rc == RINGD_OK && s->ops_in_flight > (uint64_t)j->e->cfg->max_pending) {
@@ -284,7 +334,7 @@ void rd_ops_submit(rd_client *s, const rd_submit *m)
         rc = RINGD_E_INVALID;
     }
     if (rc != RINGD_OK) {
-        rd_op_params p = rd_check_params(m);
+        rd_op_params p = rd_check_params(m, j->size);
         op_refuse(j, s, rank, m->request_id, m->name, &p, rc, err);
         return;
     }
@@ -296,7 +346,7 @@ void rd_ops_submit(rd_client *s, const rd_submit *m)
                  "tensor '%s' is already submitted by local rank %u and not yet complete: one "
                  "collective of a name at a time per rank",
                  m->name, rank);
-        rd_op_params p = rd_check_params(m);
+        rd_op_params p = rd_check_params(m, j->size);
         op_refuse(j, s, rank, m->request_id, m->name, &p, RINGD_E_INVALID, err);
         return;
     }
@@ -305,20 +355,30 @@ void rd_ops_submit(rd_client *s, const rd_submit *m)
         return;
     }
     if (o == NULL) {
-        rd_op_params p = rd_check_params(m);
+        rd_op_params p = rd_check_params(m, j->size);
         o = rd_optab_new(j, m->name, &p, rank);
         if (o == NULL) {
             rd_optab_answer(j, s, m->request_id, RINGD_E_NOMEM, "out of memory", NULL);
             return;
         }
+        if (op_take_counts(o, m) != 0) {
+            op_refuse(j, s, rank, m->request_id, m->name, &p, RINGD_E_NOMEM, "out of memory");
+            return;
+        }
     }
 
+    uint64_t in_len, out_len;
+    rd_check_lengths(m, j->size, &in_len, &out_len);
     part *pt = &o->parts[rank];
     pt->s = s;
     pt->submitted = 1;
     pt->request_id = m->request_id;
     pt->in_off = m->op == RD_COLL_BROADCAST && rank != o->p.root ? m->out_offset : m->in_offset;
     pt->out_off = m->out_offset;
+    if (in_len == 0) /* no bytes: its offset was never checked, and nothing reads there */
+        pt->in_off = 0;
+    if (out_len == 0)
+        pt->out_off = 0;
     pt->arena = rd_check_on_device(m) ? s->device_arena : s->arena;
     rd_arena_ref(pt->arena);
     pt->submit_us = rd_now_us();
@@ -406,14 +466,26 @@ int rd_ops_negotiated(void *arg, void *own, const rd_neg_outcome *e, rd_op_param
                           o->name, e->len, rd_optab_result_bytes(o));
             return 0;
         }
-        for (uint32_t k = 0; k < o->nparts; k++)
-            if (o->plan.failed || o->plan.backend->copy(o->plan.out[k], e->data, e->len) != 0) {
+        size_t esz = rd_dtype_size((rd_dtype)o->p.dtype);
+        for (uint32_t k = 0; k < o->nparts; k++) {
+            const uint8_t *src = e->data;
+            size_t len = e->len;
+            if (o->p.coll == RD_COLL_REDUCESCATTER) { /* the rank's block of the reduced input */
+                uint64_t off = 0;
+                for (uint32_t r = 0; r < j->first_rank + k && r < o->ncounts; r++)
+                    off += o->counts[r];
+                src += off * esz;
+                len = j->first_rank + k < o->ncounts ? o->counts[j->first_rank + k] * esz : 0;
+            }
+            if (len > 0 &&
+                (o->plan.failed || o->plan.backend->copy(o->plan.out[k], src, len) != 0)) {
                 char msg[512];
                 snprintf(msg, sizeof(msg), "tensor '%s': writing the result: %s", o->name,
                          o->plan.failed ? o->plan.why : o->plan.backend->error());
                 rd_optab_finish(o, RINGD_E_SYSTEM, msg);
                 return 0;
             }
+        }
         rd_optab_finish(o, RINGD_OK, NULL);
         return 0;
     }

@@ -25,6 +25,10 @@ void rd_ops_resolve(rd_op *o);
 /* Every rank has submitted o and it runs on this node alone: inline, or on the executor. */
 void rd_ops_run_here(rd_op *o);
 
+/* 1 when o's counts (a reducescatter's, an allgatherv's) are for the job's size now, or it has
+ * none; else 0 with o failed (RINGD_E_MEMBERSHIP): ranks left or joined since it was submitted. */
+int rd_ops_counts_current(rd_op *o);
+
 /* Every local rank submitted o, of a multi-node job: tells the other nodes (its contribution
  * with it when small, --direct-bytes), or holds it for the next ring. */
 void rd_ops_announce(rd_op *o);

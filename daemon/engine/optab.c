@@ -171,6 +171,7 @@ static void op_free(rd_op *o)
     free(o->parts);
     free(o->plan.in);
     free(o->plan.out);
+    free(o->counts);
     free(o->message);
     free(o->name);
     free(o);
@@ -412,7 +413,6 @@ rd_op *rd_optab_new(rd_job *j, const char *name, const rd_op_params *p, uint32_t
     return o;
 }
 
-/* Bytes of an op's result on each rank. */
 uint64_t rd_optab_result_bytes(const rd_op *o)
 {
     uint64_t per = o->p.count * rd_dtype_size((rd_dtype)o->p.dtype);

@@ -67,7 +67,8 @@ void rd_optab_doom(rd_op *o, const char *why);
  * a generation its clients must re-synchronise with. */
 void rd_optab_fail_unstarted(rd_job *j, const char *why);
 
-/* Bytes of o's result on each rank. */
+/* Bytes of o's whole result: what each rank receives, and of a reducescatter the whole reduced
+ * input (each rank receives its block of it), as a direct op's negotiation carries it. */
 uint64_t rd_optab_result_bytes(const rd_op *o);
 
 #endif

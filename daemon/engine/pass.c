@@ -493,6 +493,7 @@ void rd_pass_start(void *arg, void **owns, size_t n, const rd_tuning *u)
     rt->t.conns = (int)u->conns;
     rt->t.members = mem;
     rt->t.nmembers = n;
+    rt->t.counts = ops[0]->counts; /* a reducescatter or allgatherv runs alone */
     rt->t.ctx = rt;
     rt->nops = n;
     j->passes++;

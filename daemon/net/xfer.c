@@ -498,30 +498,108 @@ static int do_broadcast(rd_xfer *x, rd_xfer_task *t)
     return 0;
 }
 
-/* Allgather: each node's block is its local ranks' inputs in rank order; blocks go round the
- * ring into the gathered buffer, which is then copied to every local output. */
+/* Elements before each node's block (nnodes + 1 entries into off): its ranks' counts, or per
+ * elements each. */
+static void node_offsets(const rd_xfer *x, const uint64_t *counts, uint64_t per, uint64_t *off)
+{
+    uint32_t rank = 0;
+    off[0] = 0;
+    for (int i = 0; i < x->cfg.nnodes; i++) {
+        uint64_t n = 0;
+        for (uint32_t l = 0; l < x->local_sizes[i]; l++, rank++)
+            n += counts != NULL ? counts[rank] : per;
+        off[i + 1] = off[i] + n;
+    }
+}
+
+/* Reducescatter: the local ranks' inputs are reduced into one buffer, and the ring's
+ * reduce-scatter runs over blocks that are the nodes' ranks' blocks, shifted so that each node
+ * ends holding its own; each local rank's part of it is then copied to its output. */
+static int do_reducescatter(rd_xfer *x, rd_xfer_task *t)
+{
+    int N = x->cfg.nnodes, P = x->cfg.position, L = (int)x->local_sizes[P];
+    size_t esz = rd_dtype_size(t->dtype);
+    const rd_xfer_member *m = &t->members[0];
+    uint64_t off[N + 1];
+    node_offsets(x, t->counts, 0, off);
+    uint64_t total = off[N];
+    uint8_t *W = scratch(x, total > 0 ? total * esz : 1);
+    if (W == NULL)
+        return no_memory(t, total * esz);
+    const uint8_t *local = m->in[0];
+    if (L > 1 || t->args.prescale != 1.0 || N == 1) {
+        rd_reduce_args pre = RD_REDUCE_ARGS_INIT;
+        pre.prescale = t->args.prescale;
+        if (N == 1) { /* no ring step to finish the reduction */
+            pre.postscale = t->args.postscale;
+            pre.divisor = t->args.divisor;
+        }
+        t->backend->reduce(t->dtype, t->redop, W, (const void *const *)m->in, L, total, &pre);
+        local = W;
+    }
+    plan p;
+    memset(&p, 0, sizeof(p));
+    for (int s = 0; s < N - 1; s++) {
+        int sc = mod(P - s - 1, N), rc = mod(P - s - 2, N);
+        p.send[s] = (send_step){.src = (s == 0 ? local : W) + off[sc] * esz,
+                                .len = (off[sc + 1] - off[sc]) * esz,
+                                .dep = s - 1};
+        p.recv[s] = (recv_step){.dst = W + off[rc] * esz,
+                                .local = local + off[rc] * esz,
+                                .len = (off[rc + 1] - off[rc]) * esz,
+                                .reduce = 1,
+                                .final = s == N - 2};
+    }
+    p.nsend = p.nrecv = N - 1;
+    t->phase_us[RD_PHASE_STAGED] = rd_now_us();
+    if (run_plan(x, t, &p, esz) != 0)
+        return -1;
+    t->phase_us[RD_PHASE_MOVED] = rd_now_us();
+    uint64_t at = off[P];
+    uint32_t first = 0;
+    for (int i = 0; i < P; i++)
+        first += x->local_sizes[i];
+    for (int l = 0; l < L; l++) {
+        uint64_t n = t->counts[first + (uint32_t)l];
+        if (n > 0)
+            t->backend->copy(m->out[l], W + at * esz, n * esz);
+        at += n;
+    }
+    return 0;
+}
+
+/* Allgather (equal counts, or an allgatherv's): each node's block is its local ranks' inputs in
+ * rank order; blocks go round the ring into the gathered buffer, which is then copied to every
+ * local output. */
 static int do_allgather(rd_xfer *x, rd_xfer_task *t)
 {
     int N = x->cfg.nnodes, P = x->cfg.position, L = (int)x->local_sizes[P];
     size_t esz = rd_dtype_size(t->dtype);
     const rd_xfer_member *m = &t->members[0];
-    uint64_t per = m->count * esz;
+    const uint64_t *counts = t->coll == RD_COLL_ALLGATHERV ? t->counts : NULL;
     uint64_t off[N + 1];
-    off[0] = 0;
-    for (int i = 0; i < N; i++)
-        off[i + 1] = off[i] + x->local_sizes[i] * per;
-    uint8_t *W = L == 1 ? m->out[0] : scratch(x, off[N]);
+    node_offsets(x, counts, m->count, off);
+    uint64_t bytes = off[N] * esz;
+    uint8_t *W = L == 1 ? m->out[0] : scratch(x, bytes > 0 ? bytes : 1);
     if (W == NULL)
-        return no_memory(t, off[N]);
-    for (int l = 0; l < L; l++)
-        if (W + off[P] + (uint64_t)l * per != m->in[l])
-            t->backend->copy(W + off[P] + (uint64_t)l * per, m->in[l], per);
+        return no_memory(t, bytes);
+    uint64_t at = off[P];
+    uint32_t first = 0;
+    for (int i = 0; i < P; i++)
+        first += x->local_sizes[i];
+    for (int l = 0; l < L; l++) {
+        uint64_t n = counts != NULL ? counts[first + (uint32_t)l] : m->count;
+        if (n > 0 && W + at * esz != m->in[l])
+            t->backend->copy(W + at * esz, m->in[l], n * esz);
+        at += n;
+    }
     plan p;
     memset(&p, 0, sizeof(p));
     for (int u = 0; u < N - 1; u++) {
         int sb = mod(P - u, N), rb = mod(P - u - 1, N);
-        p.send[u] = (send_step){.src = W + off[sb], .len = off[sb + 1] - off[sb], .dep = u - 1};
-        p.recv[u] = (recv_step){.dst = W + off[rb], .len = off[rb + 1] - off[rb]};
+        p.send[u] = (send_step){
+            .src = W + off[sb] * esz, .len = (off[sb + 1] - off[sb]) * esz, .dep = u - 1};
+        p.recv[u] = (recv_step){.dst = W + off[rb] * esz, .len = (off[rb + 1] - off[rb]) * esz};
     }
     p.nsend = p.nrecv = N - 1;
     t->phase_us[RD_PHASE_STAGED] = rd_now_us();
@@ -529,8 +607,8 @@ static int do_allgather(rd_xfer *x, rd_xfer_task *t)
         return -1;
     t->phase_us[RD_PHASE_MOVED] = rd_now_us();
     for (int l = 0; l < L; l++)
-        if (m->out[l] != W)
-            t->backend->copy(m->out[l], W, off[N]);
+        if (m->out[l] != W && bytes > 0)
+            t->backend->copy(m->out[l], W, bytes);
     return 0;
 }
 
@@ -549,7 +627,9 @@ static void run_task(rd_xfer *x, rd_xfer_task *t)
     switch (t->coll) {
     case RD_COLL_ALLREDUCE: rc = do_allreduce(x, t); break;
     case RD_COLL_BROADCAST: rc = do_broadcast(x, t); break;
-    case RD_COLL_ALLGATHER: rc = do_allgather(x, t); break;
+    case RD_COLL_ALLGATHER:
+    case RD_COLL_ALLGATHERV: rc = do_allgather(x, t); break;
+    case RD_COLL_REDUCESCATTER: rc = do_reducescatter(x, t); break;
     default: rc = 0; break;
     }
     t->phase_us[RD_PHASE_END] = rd_now_us();

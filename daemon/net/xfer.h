@@ -17,7 +17,8 @@ struct event_base;
 #define RD_RING_CONNS_MAX 16 /* connections each way between neighbours */
 
 /* One tensor of a task: its L local inputs and outputs (pointers into the clients' arenas, checked
- * by the caller) and its elements per rank. */
+ * by the caller) and its elements per rank (of a reducescatter and an allgatherv: the sum of the
+ * task's counts). */
 typedef struct {
     const uint8_t **in;
     uint8_t **out;
@@ -26,14 +27,16 @@ typedef struct {
 
 typedef struct rd_xfer_task {
     const rd_backend *backend; /* reaches the members' memory: every reduction and copy */
-    rd_coll coll;              /* allreduce, broadcast or allgather */
+    rd_coll coll;              /* allreduce, broadcast, allgather, reducescatter, allgatherv */
     rd_dtype dtype;
     rd_redop redop; /* SUM, MIN, MAX or PROD */
     rd_reduce_args args;
-    uint32_t root;         /* broadcast: the global rank */
-    uint64_t segment_size; /* bytes per frame, at most the ring's; 0: the ring's */
-    int conns;             /* connections used, at most the ring's; 0: all of them */
-    size_t nmembers;       /* more than one: a fused allreduce */
+    uint32_t root;          /* broadcast: the global rank */
+    uint64_t segment_size;  /* bytes per frame, at most the ring's; 0: the ring's */
+    int conns;              /* connections used, at most the ring's; 0: all of them */
+    size_t nmembers;        /* more than one: a fused allreduce */
+    const uint64_t *counts; /* reducescatter, allgatherv: every rank's count, in rank order (the
+                               nodes' ranks in ring order, then local rank) */
     rd_xfer_member *members;
     void *ctx;            /* the caller's */
     struct rd_xfer *ring; /* the caller's: which data plane it went to */

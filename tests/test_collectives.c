@@ -1,0 +1,341 @@
+/* Reducescatter, allgatherv and counts of 0: one daemon and rings of 2 and 3 real daemons (a
+ * real redis-server), clients in forked processes. Every result is checked against a reference
+ * computed here from every rank's input: every dtype and reduce op, equal and per-rank counts
+ * (0, 1 and primes among them), scaling, both in-place forms, async in rank-specific orders, and
+ * counts that differ between ranks failing on every rank. */
+#define _GNU_SOURCE
+#include <criterion/criterion.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "dtype.h"
+#include "harness.h"
+#include "ringd.h"
+#include "th_ref.h"
+#include "th_ring.h"
+
+#define OP_TIMEOUT_MS 30000
+
+static th_ring ring_;
+static th_daemon solo_;
+static char job_[64];
+
+/* Where each client goes: nnodes daemons (0: one daemon without redis) with local[k] clients. */
+typedef struct {
+    int nnodes;
+    int local[TH_RING_MAX];
+    int world;
+} topo;
+
+static void stop(void)
+{
+    th_ring_teardown(&ring_);
+    th_daemon_teardown(&solo_);
+}
+
+TestSuite(collectives, .fini = stop);
+
+/* Starts what t needs (extra: ringd arguments, may be NULL). */
+static void start(topo *t, const char *const *extra)
+{
+    snprintf(job_, sizeof(job_), "coll.%d", (int)getpid());
+    t->world = 0;
+    for (int k = 0; k < (t->nnodes ? t->nnodes : 1); k++)
+        t->world += t->local[k];
+    if (t->nnodes == 0)
+        cr_assert_eq(th_daemon_start(&solo_, extra), 0, "ringd did not start");
+    else
+        cr_assert_eq(th_ring_start(&ring_, t->nnodes, extra), 0, "the ring did not start");
+}
+
+static void finish(const topo *t)
+{
+    if (t->nnodes == 0)
+        th_daemon_finish(&solo_);
+    else
+        th_ring_finish(&ring_);
+}
+
+/* Client i's session; NULL after printing why. */
+static ringd_t *join(const topo *t, int i)
+{
+    if (t->nnodes == 0)
+        return th_open(solo_.sock, job_, t->local[0], 0, OP_TIMEOUT_MS);
+    int k = 0, first = 0;
+    while (k < t->nnodes - 1 && i >= first + t->local[k])
+        first += t->local[k++];
+    return th_open_world(ring_.d[k].sock, job_, t->world, t->local[k], 0, OP_TIMEOUT_MS);
+}
+
+static int run(const topo *t, int (*fn)(int i, void *arg), int timeout_ms)
+{
+    topo copy = *t;
+    int failed = th_run(t->world, fn, &copy, timeout_ms);
+    if (failed && t->nnodes > 0)
+        th_ring_dump_logs(&ring_, 16384);
+    return failed;
+}
+
+/* Per-rank counts for a job of n ranks: 0 for rank 1, 1, primes. */
+static void counts_of(int n, int shape, size_t *c)
+{
+    static const size_t pool[] = {5, 0, 1, 13, 7, 0, 3011, 2};
+    for (int k = 0; k < n; k++)
+        c[k] = pool[(k + shape * 3) % 8];
+    if (n > 1)
+        c[1] = 0;
+}
+
+/* Rank me's reducescatter of counts c (or equal counts each when c is NULL) of dt with op:
+ * checks its block against the reference. how: 0 out of place in the arena, 1 MPI's in place,
+ * 2 NCCL's in place, 3 out of place outside the arena. */
+static int one_reducescatter(ringd_t *r, const char *name, const size_t *c, size_t each,
+                             ringd_dtype_t dt, ringd_redop_t op, double pre, double post, int how)
+{
+    int n = ringd_size(r), me = ringd_rank(r);
+    size_t esz = ringd_dtype_size(dt), total = 0, own = 0;
+    for (int k = 0; k < n; k++) {
+        size_t ck = c != NULL ? c[k] : each;
+        own += k < me ? ck : 0;
+        total += ck;
+    }
+    size_t mine = c != NULL ? c[me] : each;
+    uint8_t *in = how == 3 ? malloc(total * esz + 1) : ringd_alloc(r, total * esz + 1);
+    uint8_t *out = how == 3 ? malloc(mine * esz + 1) : ringd_alloc(r, mine * esz + 1);
+    if (in == NULL || out == NULL)
+        return 30;
+    uint8_t *dst = how == 1 ? in : how == 2 ? in + own * esz : out;
+    th_ref_fill(in, me, dt, op, 0, total);
+    if (c != NULL)
+        TH_CHECK_OK(r, ringd_reducescatterv(r, name, in, dst, c, dt, op, pre, post));
+    else
+        TH_CHECK_OK(r, ringd_reducescatter(r, name, in, dst, each, dt, op));
+    int rc = th_ref_check(r, name, dst, dt, op, own, mine, pre, post);
+    if (how == 3) {
+        free(in);
+        free(out);
+    } else {
+        ringd_free(r, in);
+        ringd_free(r, out);
+    }
+    return rc;
+}
+
+/* Rank me's allgatherv of counts c: every rank's block checked. in_place: MPI's form. */
+static int one_allgatherv(ringd_t *r, const char *name, const size_t *c, ringd_dtype_t dt,
+                          int in_place)
+{
+    int n = ringd_size(r), me = ringd_rank(r);
+    size_t esz = ringd_dtype_size(dt), total = 0, own = 0;
+    for (int k = 0; k < n; k++) {
+        own += k < me ? c[k] : 0;
+        total += c[k];
+    }
+    uint8_t *out = ringd_alloc(r, total * esz + 1), *in = malloc(c[me] * esz + 1);
+    uint8_t *want = malloc(total * esz + 1);
+    if (out == NULL || in == NULL || want == NULL)
+        return 30;
+    uint8_t *src = in_place ? out + own * esz : in;
+    th_ref_fill(src, me, dt, RINGD_SUM, 7 * (size_t)me, c[me]);
+    TH_CHECK_OK(r, ringd_allgatherv(r, name, src, c[me], out, c, dt));
+    size_t at = 0;
+    for (int k = 0; k < n; k++) {
+        th_ref_fill(want + at * esz, k, dt, RINGD_SUM, 7 * (size_t)k, c[k]);
+        at += c[k];
+    }
+    for (size_t i = 0; i < total; i++)
+        if (memcmp(out + i * esz, want + i * esz, esz) != 0) {
+            fprintf(stderr, "rank %d: tensor '%s' element %zu of %zu is %g, want %g\n", me, name, i,
+                    total, th_ref_load(out, dt, i), th_ref_load(want, dt, i));
+            return 40;
+        }
+    ringd_free(r, out);
+    free(in);
+    free(want);
+    return 0;
+}
+
+/* Every dtype and op of reducescatter (equal and per-rank counts, scaled for floats), every
+ * dtype of allgatherv, and collectives of no elements. */
+static int every_op(int i, void *arg)
+{
+    const topo *t = arg;
+    ringd_t *r = join(t, i);
+    if (r == NULL)
+        return 10;
+    int n = ringd_size(r), rc;
+    size_t c[TH_RING_MAX * 4];
+    char name[96];
+    for (int dt = RINGD_F32; dt <= RINGD_U8; dt++) {
+        for (int op = RINGD_SUM; op <= RINGD_PROD; op++) {
+            int how = (dt + op) % 4;
+            counts_of(n, dt + op, c);
+            snprintf(name, sizeof(name), "rsv.%s.%s", rd_dtype_name((rd_dtype)dt),
+                     rd_redop_name((rd_redop)op));
+            double pre = th_ref_is_float((ringd_dtype_t)dt) && op <= RINGD_AVG ? 0.5 : 1.0;
+            double post = pre == 0.5 ? 3.0 : 1.0;
+            rc = one_reducescatter(r, name, c, 0, (ringd_dtype_t)dt, (ringd_redop_t)op, pre, post,
+                                   how);
+            if (rc != 0)
+                return rc;
+            for (size_t each = 1; each < 3000; each = each * 31 + 6) { /* 1, 37, 1153 */
+                snprintf(name, sizeof(name), "rs.%s.%s.%zu", rd_dtype_name((rd_dtype)dt),
+                         rd_redop_name((rd_redop)op), each);
+                rc = one_reducescatter(r, name, NULL, each, (ringd_dtype_t)dt, (ringd_redop_t)op,
+                                       1.0, 1.0, (how + (int)each) % 4);
+                if (rc != 0)
+                    return rc;
+            }
+        }
+        counts_of(n, dt, c);
+        snprintf(name, sizeof(name), "agv.%s", rd_dtype_name((rd_dtype)dt));
+        if ((rc = one_allgatherv(r, name, c, (ringd_dtype_t)dt, dt % 2)) != 0)
+            return rc;
+    }
+    /* nothing at all: every rank passes 0 (NULL buffers are fine then) */
+    TH_CHECK_OK(r, ringd_allreduce(r, "zero.allreduce", NULL, NULL, 0, RINGD_F32, RINGD_SUM));
+    TH_CHECK_OK(r, ringd_broadcast(r, "zero.broadcast", NULL, 0, RINGD_I64, n - 1));
+    TH_CHECK_OK(r, ringd_allgather(r, "zero.allgather", NULL, NULL, 0, RINGD_U8));
+    TH_CHECK_OK(r, ringd_reducescatter(r, "zero.rs", NULL, NULL, 0, RINGD_BF16, RINGD_MAX));
+    memset(c, 0, sizeof(c));
+    TH_CHECK_OK(r, ringd_allgatherv(r, "zero.agv", NULL, 0, NULL, c, RINGD_F64));
+    ringd_close(r);
+    return 0;
+}
+
+/* Async reducescatters and allgathervs submitted in an order of each rank's own, waited for in
+ * another. */
+static int async_orders(int i, void *arg)
+{
+    const topo *t = arg;
+    ringd_t *r = join(t, i);
+    if (r == NULL)
+        return 10;
+    enum { K = 12 };
+    int n = ringd_size(r), me = ringd_rank(r);
+    size_t c[TH_RING_MAX * 4], total = 0, own = 0;
+    counts_of(n, 1, c);
+    for (int k = 0; k < n; k++) {
+        own += k < me ? c[k] : 0;
+        total += c[k];
+    }
+    void *in[K], *out[K];
+    ringd_request_t *req[K];
+    char name[K][32];
+    for (int k = 0; k < K; k++) {
+        static const int mult[] = {1, 5, 7, 11}; /* coprime with K: a permutation of its own */
+        int x = (k * mult[me % 4] + me) % K;
+        snprintf(name[x], sizeof(name[x]), "async.%d", x);
+        in[x] = ringd_alloc(r, total * 4 + 4);
+        out[x] = ringd_alloc(r, total * 4 + 4);
+        if (in[x] == NULL || out[x] == NULL)
+            return 30;
+        if (x % 2 == 0) {
+            th_ref_fill(in[x], me, RINGD_F32, RINGD_SUM, (size_t)x, total);
+            TH_CHECK_OK(r, ringd_reducescatterv_async(r, name[x], in[x], out[x], c, RINGD_F32,
+                                                      RINGD_SUM, 1.0, 1.0, &req[x]));
+        } else {
+            th_ref_fill(in[x], me, RINGD_I32, RINGD_SUM, 0, c[me]);
+            TH_CHECK_OK(
+                r, ringd_allgatherv_async(r, name[x], in[x], c[me], out[x], c, RINGD_I32, &req[x]));
+        }
+    }
+    for (int k = K - 1; k >= 0; k--) {
+        int x = (k + me) % K;
+        TH_CHECK_OK(r, ringd_wait(req[x]));
+        if (x % 2 == 0) {
+            int rc = th_ref_check(r, name[x], out[x], RINGD_F32, RINGD_SUM, (size_t)x + own, c[me],
+                                  1.0, 1.0);
+            if (rc != 0)
+                return rc;
+            continue;
+        }
+        size_t at = 0;
+        for (int q = 0; q < n; q++) {
+            for (size_t e = 0; e < c[q]; e++)
+                if (((int32_t *)out[x])[at + e] !=
+                    (int32_t)th_ref_input(q, e, RINGD_I32, RINGD_SUM)) {
+                    fprintf(stderr, "rank %d: %s: rank %d's element %zu is wrong\n", me, name[x], q,
+                            e);
+                    return 40;
+                }
+            at += c[q];
+        }
+    }
+    ringd_close(r);
+    return 0;
+}
+
+/* Rank 1 passes other counts than the rest: every rank fails with RINGD_E_MISMATCH naming it; the
+ * job goes on. */
+static int differing_counts(int i, void *arg)
+{
+    const topo *t = arg;
+    ringd_t *r = join(t, i);
+    if (r == NULL)
+        return 10;
+    int n = ringd_size(r), me = ringd_rank(r);
+    size_t c[TH_RING_MAX * 4], total = 0;
+    counts_of(n, 2, c);
+    if (me == 1) {
+        c[0] += 1;
+    }
+    for (int k = 0; k < n; k++)
+        total += c[k];
+    float *in = ringd_alloc(r, total * 4 + 4), *out = ringd_alloc(r, total * 4 + 4);
+    if (in == NULL || out == NULL)
+        return 30;
+    memset(in, 0, total * 4);
+    ringd_result_t rc =
+        ringd_reducescatterv(r, "bad.counts", in, out, c, RINGD_F32, RINGD_SUM, 1, 1);
+    if (rc != RINGD_E_MISMATCH || strstr(ringd_errmsg(r), "counts") == NULL ||
+        strstr(ringd_errmsg(r), "rank 1") == NULL) {
+        fprintf(stderr, "rank %d: want a counts mismatch naming rank 1, got %s: %s\n", me,
+                ringd_strerror(rc), ringd_errmsg(r));
+        return 50;
+    }
+    rc = ringd_allgatherv(r, "bad.agv", in, c[me], out, c, RINGD_F32);
+    if (rc != RINGD_E_MISMATCH) {
+        fprintf(stderr, "rank %d: allgatherv: want a mismatch, got %s: %s\n", me,
+                ringd_strerror(rc), ringd_errmsg(r));
+        return 51;
+    }
+    counts_of(n, 2, c);
+    TH_CHECK_OK(r, ringd_reducescatterv(r, "good.counts", in, out, c, RINGD_F32, RINGD_SUM, 1, 1));
+    ringd_close(r);
+    return 0;
+}
+
+static void every_case(topo t, const char *const *extra)
+{
+    start(&t, extra);
+    cr_assert_eq(run(&t, every_op, 240000), 0, "a client failed (its stderr above)");
+    cr_assert_eq(run(&t, async_orders, 60000), 0, "a client failed (its stderr above)");
+    cr_assert_eq(run(&t, differing_counts, 60000), 0, "a client failed (its stderr above)");
+    finish(&t);
+}
+
+static const char *const ring_only[] = {"--direct-bytes", "0", NULL};
+
+Test(collectives, three_ranks_on_one_node_run_every_op_dtype_and_count_exactly, .timeout = 300)
+{
+    every_case((topo){0, {3}, 0}, NULL);
+}
+
+Test(collectives, two_nodes_of_one_rank_run_every_op_dtype_and_count_exactly, .timeout = 300)
+{
+    every_case((topo){2, {1, 1}, 0}, NULL);
+}
+
+Test(collectives, two_nodes_of_two_ranks_run_every_op_round_the_ring_exactly, .timeout = 300)
+{
+    every_case((topo){2, {2, 2}, 0}, ring_only);
+}
+
+Test(collectives, three_nodes_of_two_one_and_one_ranks_run_every_op_exactly, .timeout = 300)
+{
+    every_case((topo){3, {2, 1, 1}, 0}, ring_only);
+}
