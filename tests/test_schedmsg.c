@@ -79,7 +79,13 @@ static void assert_spec_eq(const rd_op_spec *a, const rd_op_spec *b)
 Test(schedmsg, a_ready_survives_the_wire)
 {
     const rd_op_spec ops[] = {
-        {"grad.0", {0, 0, 0, 0, 4, 1.0, 0.5, 0, 0}, 0, "", 1, (const uint8_t *)grads, sizeof(grads)},
+        {"grad.0",
+         {0, 0, 0, 0, 4, 1.0, 0.5, 0, 0},
+         0,
+         "",
+         1,
+         (const uint8_t *)grads,
+         sizeof(grads)},
         {"weights", {1, 3, 0, 2, 1 << 20, 1.0, 1.0, 1, 0}, 0, "", 0, NULL, 0},
         {"odd", {0, 0, 17, 0, 8, 1.0, 1.0, 0, 0}, 5, "unknown reduce op 17", 0, NULL, 0},
     };

@@ -62,7 +62,7 @@ Test(schedule, small_allreduces_that_agree_fuse_in_order_of_their_first_op)
         allreduce(RD_DT_F64, 10),  /* another dtype: its own group */
         allreduce(RD_DT_F32, 200), /* joins group 0 */
         {RD_COLL_BROADCAST, RD_DT_F32, RD_OP_SUM, 0, 4, 1.0, 1.0, 0, 0}, /* never fuses */
-        allreduce(RD_DT_F64, 20),                                     /* joins group 1 */
+        allreduce(RD_DT_F64, 20),                                        /* joins group 1 */
     };
     size_t group[5];
     cr_assert_eq(rd_sched_group(p, 5, 4096, group), 2);
