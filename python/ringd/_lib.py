@@ -101,6 +101,23 @@ _PROTOTYPES = {
     "ringd_allgather_async": (
         c_int, [c_void_p, c_char_p, c_void_p, c_void_p, c_size_t, c_int,
                 ctypes.POINTER(c_void_p)]),
+    "ringd_reducescatter": (
+        c_int, [c_void_p, c_char_p, c_void_p, c_void_p, c_size_t, c_int, c_int]),
+    "ringd_reducescatter_async": (
+        c_int, [c_void_p, c_char_p, c_void_p, c_void_p, c_size_t, c_int, c_int,
+                ctypes.POINTER(c_void_p)]),
+    "ringd_reducescatterv": (
+        c_int, [c_void_p, c_char_p, c_void_p, c_void_p, ctypes.POINTER(c_size_t), c_int, c_int,
+                c_double, c_double]),
+    "ringd_reducescatterv_async": (
+        c_int, [c_void_p, c_char_p, c_void_p, c_void_p, ctypes.POINTER(c_size_t), c_int, c_int,
+                c_double, c_double, ctypes.POINTER(c_void_p)]),
+    "ringd_allgatherv": (
+        c_int, [c_void_p, c_char_p, c_void_p, c_size_t, c_void_p, ctypes.POINTER(c_size_t),
+                c_int]),
+    "ringd_allgatherv_async": (
+        c_int, [c_void_p, c_char_p, c_void_p, c_size_t, c_void_p, ctypes.POINTER(c_size_t), c_int,
+                ctypes.POINTER(c_void_p)]),
     "ringd_barrier": (c_int, [c_void_p, c_char_p]),
     "ringd_barrier_async": (c_int, [c_void_p, c_char_p, ctypes.POINTER(c_void_p)]),
     "ringd_wait": (c_int, [c_void_p]),

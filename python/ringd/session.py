@@ -714,6 +714,114 @@ class Session:
         """allgather without waiting: a Handle whose wait() returns out."""
         return self._allgather(name, send, out, False)
 
+    def _counts(self, what, counts, total=None):
+        """counts as a size_t array of one entry per rank, checked against total when given."""
+        counts = [int(c) for c in counts]
+        size = self.size
+        if len(counts) != size or any(c < 0 for c in counts):
+            raise ValueError(f"{what}: {len(counts)} counts for a job of {size} ranks: give one "
+                             "count (>= 0) per rank, in rank order")
+        if total is not None and sum(counts) != total:
+            raise ValueError(f"{what}: the counts add up to {sum(counts)}, the input has {total} "
+                             "elements")
+        return counts, (ctypes.c_size_t * size)(*counts)
+
+    @staticmethod
+    def _rows(shape, count):
+        """The shape of count elements cut from a buffer of shape along its first dimension,
+        or (count,) when they are not whole rows."""
+        if len(shape) < 2:
+            return (count,)
+        row = 1
+        for d in shape[1:]:
+            row *= d
+        return (count // row,) + tuple(shape[1:]) if row and count % row == 0 else (count,)
+
+    def _reducescatter(self, name, send, out, op, prescale, postscale, recvcounts, sync):
+        what = f"reducescatter {_describe_name(name)}"
+        sb = _as_buf(send, f"{what}: the input", False)
+        size, rank = self.size, self.rank
+        if recvcounts is None:
+            if sb.count % size:
+                raise ValueError(f"{what}: the input has {sb.count} elements, not a multiple of "
+                                 f"the job's {size} ranks: pass recvcounts")
+            counts, carr = [sb.count // size] * size, None
+        else:
+            counts, carr = self._counts(what, recvcounts, sb.count)
+        if out is None:
+            out = _empty_like(sb, self._rows(_shape_of(send), counts[rank]))
+        ob = _as_buf(out, f"{what}: the output", True)
+        if ob.dtype != sb.dtype:
+            raise TypeError(f"{what}: the output is {ob.dtype.name}, the input "
+                            f"{sb.dtype.name}: they must match")
+        if ob.count != counts[rank]:
+            raise ValueError(f"{what}: the output has {ob.count} elements, rank {rank} "
+                             f"receives {counts[rank]}")
+        op = ReduceOp(op)
+        lib = _lib.lib()
+        nb = _name_bytes(name)
+        if carr is None and prescale == 1.0 and postscale == 1.0:
+            args = (nb, sb.ptr, ob.ptr, counts[rank], sb.dtype, op)
+            return self._run(name, lib.ringd_reducescatter, lib.ringd_reducescatter_async, args,
+                             sync, (sb.obj, ob.obj), out)
+        if carr is None:
+            carr = (ctypes.c_size_t * size)(*counts)
+        args = (nb, sb.ptr, ob.ptr, carr, sb.dtype, op, float(prescale), float(postscale))
+        return self._run(name, lib.ringd_reducescatterv, lib.ringd_reducescatterv_async, args,
+                         sync, (sb.obj, ob.obj), out)
+
+    def reducescatter(self, name: Name, send: Buffer, out: Optional[Buffer] = None,
+                      op: Union[ReduceOp, int] = ReduceOp.SUM, prescale: float = 1.0,
+                      postscale: float = 1.0,
+                      recvcounts: Optional[Sequence[int]] = None) -> Buffer:
+        """Reduces every rank's send with op; this rank receives its block of the result into
+        out (a new array when None) and gets out back. recvcounts: every rank's elements, the
+        same list on every rank, adding up to send's; None: send split evenly (its element
+        count a multiple of the size). A new output keeps send's trailing dimensions when the
+        block is whole rows of it."""
+        return self._reducescatter(name, send, out, op, prescale, postscale, recvcounts, True)
+
+    def reducescatter_async(self, name: Name, send: Buffer, out: Optional[Buffer] = None,
+                            op: Union[ReduceOp, int] = ReduceOp.SUM, prescale: float = 1.0,
+                            postscale: float = 1.0,
+                            recvcounts: Optional[Sequence[int]] = None) -> Handle:
+        """reducescatter without waiting: a Handle whose wait() returns out."""
+        return self._reducescatter(name, send, out, op, prescale, postscale, recvcounts, False)
+
+    def _allgatherv(self, name, send, counts, out, sync):
+        what = f"allgatherv {_describe_name(name)}"
+        sb = _as_buf(send, f"{what}: the input", False)
+        counts, carr = self._counts(what, counts)
+        rank = self.rank
+        if counts[rank] != sb.count:
+            raise ValueError(f"{what}: the input has {sb.count} elements, rank {rank}'s count "
+                             f"is {counts[rank]}")
+        if out is None:
+            out = _empty_like(sb, self._rows(_shape_of(send), sum(counts)))
+        ob = _as_buf(out, f"{what}: the output", True)
+        if ob.dtype != sb.dtype:
+            raise TypeError(f"{what}: the output is {ob.dtype.name}, the input "
+                            f"{sb.dtype.name}: they must match")
+        if ob.count != sum(counts):
+            raise ValueError(f"{what}: the output has {ob.count} elements, it needs "
+                             f"{sum(counts)}")
+        lib = _lib.lib()
+        args = (_name_bytes(name), sb.ptr, sb.count, ob.ptr, carr, sb.dtype)
+        return self._run(name, lib.ringd_allgatherv, lib.ringd_allgatherv_async, args, sync,
+                         (sb.obj, ob.obj), out)
+
+    def allgatherv(self, name: Name, send: Buffer, counts: Sequence[int],
+                   out: Optional[Buffer] = None) -> Buffer:
+        """Gathers every rank's send, in rank order, into out (the sum of counts elements; a
+        new array when None) and returns out. counts: every rank's elements, the same list on
+        every rank (this rank's is send's); any may be 0."""
+        return self._allgatherv(name, send, counts, out, True)
+
+    def allgatherv_async(self, name: Name, send: Buffer, counts: Sequence[int],
+                         out: Optional[Buffer] = None) -> Handle:
+        """allgatherv without waiting: a Handle whose wait() returns out."""
+        return self._allgatherv(name, send, counts, out, False)
+
     def barrier(self, name: Name = None) -> None:
         """Returns once every rank entered the barrier of this name."""
         lib = _lib.lib()

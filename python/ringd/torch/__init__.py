@@ -33,7 +33,8 @@ from .mpi_ops import (Adasum, Average, HorovodInternalError, Max, Min, NotInitia
                       grouped_allreduce, grouped_allreduce_, grouped_allreduce_async,
                       grouped_allreduce_async_, init, is_initialized, join, local_rank,
                       local_size, mpi_built, mpi_enabled, mpi_threads_supported, nccl_built,
-                      poll, rank, rocm_built, session, shutdown, size, synchronize)
+                      poll, rank, reducescatter, reducescatter_async, rocm_built, session,
+                      shutdown, size, synchronize)
 from .optimizer import DistributedOptimizer
 from .sync_batch_norm import SyncBatchNorm
 

@@ -292,25 +292,6 @@ class _Single(_Work):
         return self.output
 
 
-class _Empty(_Single):
-    """An op on an empty tensor: it still goes to ringd, as one element of its dtype that
-    nothing reads, so that every rank takes part (an empty tensor everywhere finishes at once;
-    a rank whose tensor is not empty gets Mismatch instead of waiting for this one)."""
-
-    def wait(self):
-        try:
-            return super().wait()
-        except Mismatch as e:
-            raise Mismatch(e.code, f"{e.message} (an empty tensor travels as 1 element: the "
-                                   "ranks' tensors must all be empty or none)", e.hint) from None
-
-
-def _placeholder(tensor):
-    """The one element an empty tensor travels as (see _Empty): of another dtype than the
-    tensor's, so that it never matches a real one-element tensor of a rank that is not empty."""
-    return torch.zeros(1, dtype=torch.int32 if tensor.dtype == torch.uint8 else torch.uint8)
-
-
 class _Group(_Work):
     """Several works finished together (grouped allreduce); wait() gives their outputs."""
 
@@ -336,9 +317,9 @@ _SHAPE_SLOTS = 8  # allgather's shape exchange: ndim, then up to 8 dimensions
 
 
 class _Allgather(_Work):
-    """Horovod's allgather, whose first dimensions may differ across ranks, over ringd's
-    allgather of equal counts: first every rank's shape ("<name>.shape"), then the data
-    ("<name>"), padded to the largest first dimension when they differ and cut back after.
+    """Horovod's allgather, whose first dimensions may differ across ranks: first every rank's
+    shape ("<name>.shape"), then the data ("<name>"): ringd's allgather when every first
+    dimension is the same, its allgatherv of every rank's count when they differ (no padding).
     Every rank sees every shape, so all take the same path and a trailing-shape mismatch fails
     on every rank alike (Mismatch, naming the ranks)."""
 
@@ -385,29 +366,19 @@ class _Allgather(_Work):
                                    "differ across ranks")
             self.dims = [shape[0] for shape in shapes]
             trailing = mine[1:]
-            most = max(self.dims)
-            if most == 0:
-                self.output = self.tensor.new_empty((0,) + trailing)
-                return
-            if all(d == most for d in self.dims):
-                self.output = self.tensor.new_empty((sum(self.dims),) + trailing)
+            row = 1
+            for d in trailing:
+                row *= d
+            self.output = self.tensor.new_empty((sum(self.dims),) + trailing)
+            if all(d == self.dims[0] for d in self.dims):
                 self.data = self.s.allgather_async(self.name, self.tensor, out=self.output)
-                return
-            send = self.tensor
-            if send.shape[0] != most:
-                with torch.no_grad():
-                    send = self.tensor.new_zeros((most,) + trailing)
-                    send[:self.tensor.shape[0]] = self.tensor
-            self.padded = self.tensor.new_empty((most * len(self.dims),) + trailing)
-            self.data = self.s.allgather_async(self.name, send, out=self.padded)
+            else:
+                self.data = self.s.allgatherv_async(self.name, self.tensor,
+                                                    [d * row for d in self.dims], out=self.output)
         except Exception as e:  # noqa: BLE001 - raised by wait(), as the op's outcome
             self.failure = e
 
     def _finish(self):
-        if self.data is not None and self.output is None:
-            most = max(self.dims)
-            self.output = torch.cat([self.padded[r * most:r * most + d]
-                                     for r, d in enumerate(self.dims)])
         if self.failure is not None:
             raise self.failure
         return self.output
@@ -514,9 +485,6 @@ def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor
     full = _op_name("allreduce", name)
     _claim(full)
     _check_tensor(tensor, f"allreduce '{full}'")
-    if tensor.numel() == 0:
-        h = s.allreduce_async(full, _placeholder(tensor), op=_RINGD_OPS[op])
-        return _register(_Empty(h, output), full)
     h = s.allreduce_async(full, tensor, out=output, op=_RINGD_OPS[op],
                           prescale=prescale_factor, postscale=postscale_factor)
     return _register(_Single(h, output), full)
@@ -596,10 +564,6 @@ def _grouped_allreduce_async(tensors, outputs, name, op, prescale_factor, postsc
     for i, (t, o) in enumerate(zip(tensors, outputs)):
         _check_tensor(t, f"grouped allreduce '{base}' tensor {i}")
     for i, (t, o) in enumerate(zip(tensors, outputs)):
-        if t.numel() == 0:
-            h = s.allreduce_async(f"{base}.{i}", _placeholder(t), op=_RINGD_OPS[op])
-            works.append(_Empty(h, o))
-            continue
         h = s.allreduce_async(f"{base}.{i}", t, out=o, op=_RINGD_OPS[op],
                               prescale=prescale_factor, postscale=postscale_factor)
         works.append(_Single(h, o))
@@ -722,6 +686,80 @@ def _allgather_with_dims(tensor, name):
     return output, work.dims
 
 
+# ---- reducescatter ----
+
+def _scatter_rows(rows, n):
+    """Horovod's split of a first dimension of rows over n ranks: rows // n each, and one more
+    for each of the first rows % n ranks."""
+    base, extra = divmod(rows, n)
+    return [base + (1 if r < extra else 0) for r in range(n)]
+
+
+def _reducescatter_async(tensor, name, op, prescale_factor, postscale_factor):
+    s = _require()
+    if op == Adasum:
+        raise NotImplementedError("Adasum is not supported by ringd; use Average or Sum")
+    if op not in _RINGD_OPS:
+        raise ValueError(f"unknown reduction op {op!r}: use Average, Sum, Min, Max or Product")
+    full = _op_name("reducescatter", name)
+    _claim(full)
+    _check_tensor(tensor, f"reducescatter '{full}'")
+    if tensor.dim() == 0:
+        raise ValueError(f"reducescatter '{full}': a 0-d tensor has no first dimension to "
+                         "scatter along; pass tensor.reshape(1)")
+    rows = _scatter_rows(tensor.shape[0], s.size)
+    row = 1
+    for d in tensor.shape[1:]:
+        row *= d
+    output = tensor.new_empty((rows[s.rank],) + tuple(tensor.shape[1:]))
+    h = s.reducescatter_async(full, tensor, out=output, op=_RINGD_OPS[op],
+                              prescale=prescale_factor, postscale=postscale_factor,
+                              recvcounts=[r * row for r in rows])
+    return _register(_Single(h, output), full)
+
+
+def reducescatter_async(tensor: torch.Tensor, name: Optional[str] = None,
+                        op: int = Average, process_set: ProcessSet = global_process_set,
+                        prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> int:
+    """Starts reducing tensor over all ranks (op: Average by default, Sum, Min, Max, Product)
+    and scattering the result along the first dimension: this rank receives its rows, the
+    first (rows % size) ranks one more than the others, as Horovod splits them. Returns a
+    handle; synchronize() gives this rank's rows."""
+    _check_process_set(process_set)
+    return _reducescatter_async(tensor, name, op, prescale_factor, postscale_factor)
+
+
+class HorovodReducescatter(torch.autograd.Function):
+    """reducescatter with a gradient: every rank's gradient gathered (and, for Average, divided
+    by the size), scaled as the forward pass scaled."""
+
+    @staticmethod
+    def forward(ctx, tensor, name, op, process_set, prescale_factor, postscale_factor):
+        _check_process_set(process_set)
+        ctx.op = op
+        ctx.scale = prescale_factor * postscale_factor
+        return _sync(_reducescatter_async(tensor, name, op, prescale_factor, postscale_factor))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        grad = allgather(grad_output.contiguous())
+        if ctx.op == Average:
+            grad = grad / size()
+        return grad * ctx.scale, None, None, None, None, None
+
+
+def reducescatter(tensor: torch.Tensor, name: Optional[str] = None,
+                  compression: Type[Compressor] = Compression.none, op: int = Average,
+                  process_set: ProcessSet = global_process_set, prescale_factor: float = 1.0,
+                  postscale_factor: float = 1.0) -> torch.Tensor:
+    """Returns this rank's rows of the reduction of every rank's tensor (see
+    reducescatter_async), differentiably."""
+    compressed, cctx = compression.compress(tensor)
+    out = HorovodReducescatter.apply(compressed, name, op, process_set, prescale_factor,
+                                     postscale_factor)
+    return compression.decompress(out, cctx)
+
+
 # ---- broadcast ----
 
 def _broadcast_async(tensor, root_rank, name):
@@ -729,9 +767,6 @@ def _broadcast_async(tensor, root_rank, name):
     full = _op_name("broadcast", name)
     _claim(full)
     _check_tensor(tensor, f"broadcast '{full}'")
-    if tensor.numel() == 0:
-        h = s.broadcast_async(full, _placeholder(tensor), int(root_rank))
-        return _register(_Empty(h, tensor), full)
     return _register(_Single(s.broadcast_async(full, tensor, int(root_rank)), tensor), full)
 
 
