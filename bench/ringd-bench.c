@@ -29,7 +29,7 @@ typedef struct {
     int world;       /* the job's ranks on all nodes */
     ringd_dtype_t dtype;
     ringd_redop_t redop;
-    int op; /* rd_coll: 0 allreduce, 1 broadcast, 2 allgather */
+    int op; /* rd_coll: allreduce, broadcast, allgather, reducescatter, allgatherv */
     int root;
     int cuda;              /* --device cuda: tensors in the session's device arena */
     const rb_model *model; /* --model: one step of the model's gradients per iteration */
@@ -92,13 +92,31 @@ static int copy_mem(int dev, void *dst, const void *src, size_t bytes)
 #endif
 }
 
-/* Runs one collective of count elements. */
+/* Elements of the op's input and output per element of count (each rank's share). */
+static size_t in_factor(const bench_opts *o)
+{
+    return o->op == RD_COLL_REDUCESCATTER ? (size_t)o->world : 1;
+}
+
+static size_t out_factor(const bench_opts *o)
+{
+    return o->op == RD_COLL_ALLGATHER || o->op == RD_COLL_ALLGATHERV ? (size_t)o->world : 1;
+}
+
+/* Runs one collective of count elements per rank (an allgatherv's counts all equal). */
 static ringd_result_t run_op(ringd_t *h, const bench_opts *o, const char *name, void *send,
                              void *recv, size_t count)
 {
+    size_t counts[o->world];
     switch (o->op) {
-    case 0: return ringd_allreduce(h, name, send, recv, count, o->dtype, o->redop);
-    case 1: return ringd_broadcast(h, name, recv, count, o->dtype, o->root);
+    case RD_COLL_ALLREDUCE: return ringd_allreduce(h, name, send, recv, count, o->dtype, o->redop);
+    case RD_COLL_BROADCAST: return ringd_broadcast(h, name, recv, count, o->dtype, o->root);
+    case RD_COLL_REDUCESCATTER:
+        return ringd_reducescatter(h, name, send, recv, count, o->dtype, o->redop);
+    case RD_COLL_ALLGATHERV:
+        for (int r = 0; r < o->world; r++)
+            counts[r] = count;
+        return ringd_allgatherv(h, name, send, count, recv, counts, o->dtype);
     default: return ringd_allgather(h, name, send, recv, count, o->dtype);
     }
 }
@@ -110,12 +128,12 @@ static long long check(ringd_t *h, const bench_opts *o, void *send, void *recv, 
 {
     int n = ringd_size(h), me = ringd_rank(h), dev = o->cuda ? device_here(send) : -1;
     size_t esz = ringd_dtype_size(o->dtype);
-    size_t out_count = o->op == 2 ? count * (size_t)n : count;
-    /* scratch holds n inputs, the expected output, and this rank's result read back */
-    uint8_t *ins = scratch, *want = ins + (size_t)n * count * esz, *got = want + out_count * esz;
+    size_t out_count = count * out_factor(o), in_count = count * in_factor(o);
+    /* scratch holds n inputs, the expected output, and this rank's input, then its result */
+    uint8_t *ins = scratch, *want = ins + (size_t)n * in_count * esz, *got = want + out_count * esz;
 
-    fill(got, o->dtype, count, me, 0);
-    if (copy_mem(dev, send, got, count * esz) != 0 ||
+    fill(got, o->dtype, in_count, me, 0);
+    if (copy_mem(dev, send, got, in_count * esz) != 0 ||
         (o->op == 1 && copy_mem(dev, recv, got, count * esz) != 0)) {
         *rc = RINGD_E_SYSTEM;
         return (long long)out_count;
@@ -126,8 +144,10 @@ static long long check(ringd_t *h, const bench_opts *o, void *send, void *recv, 
     if (*rc != RINGD_OK)
         return (long long)out_count;
 
-    if (o->op == 0) {
+    if (o->op == RD_COLL_ALLREDUCE) {
         expect_allreduce(o, n, 0, count, ins, want);
+    } else if (o->op == RD_COLL_REDUCESCATTER) {
+        expect_allreduce(o, n, (size_t)me * count, count, ins, want);
     } else {
         for (int r = 0; r < n; r++)
             fill(ins + (size_t)r * count * esz, o->dtype, count, r, 0);
@@ -167,12 +187,14 @@ static int client_main(const bench_opts *o, const char *job)
 {
     const rb_sweep *s = &o->sweep;
     size_t esz = ringd_dtype_size(o->dtype);
-    size_t max_count = s->max_bytes / esz ? s->max_bytes / esz : 1;
-    size_t gather = o->op == 2 ? (size_t)o->world : 1;
-    size_t arena = max_count * esz * (2 + gather) + ((size_t)s->iters * 16) + (1u << 20);
+    int whole = o->op == RD_COLL_REDUCESCATTER || o->op == RD_COLL_ALLGATHERV;
+    size_t max_count = s->max_bytes / esz / (whole ? (size_t)o->world : 1);
+    max_count = max_count ? max_count : 1;
+    size_t gather = out_factor(o), scatter = in_factor(o);
+    size_t arena = max_count * esz * (1 + scatter + gather) + ((size_t)s->iters * 16) + (1u << 20);
 
     ringd_t *h;
-    if (open_session(o, job, arena, o->cuda ? max_count * esz * (1 + gather) + (1u << 20) : 0,
+    if (open_session(o, job, arena, o->cuda ? max_count * esz * (scatter + gather) + (1u << 20) : 0,
                      &h) != 0)
         return 2;
     ringd_result_t rc = RINGD_OK;
@@ -185,11 +207,13 @@ static int client_main(const bench_opts *o, const char *job)
         return 2;
     }
     void *(*alloc)(ringd_t *, size_t) = o->cuda ? ringd_alloc_device : ringd_alloc;
-    void *send = alloc(h, max_count * esz);
+    void *send = alloc(h, max_count * esz * scatter);
     void *recv = alloc(h, max_count * esz * gather);
     double *times = ringd_alloc(h, (size_t)s->iters * sizeof(double));
-    void *zeros = calloc(max_count * gather, esz);
-    void *scratch = o->sweep.check ? malloc(max_count * esz * ((size_t)n + 2 * gather)) : NULL;
+    void *zeros = calloc(max_count * (gather > scatter ? gather : scatter), esz);
+    void *scratch = o->sweep.check
+                        ? malloc(max_count * esz * ((size_t)n * scatter + 2 * gather + scatter))
+                        : NULL;
     int status = 0, dev = o->cuda && send != NULL ? device_here(send) : -1;
     if (send == NULL || recv == NULL || times == NULL || zeros == NULL ||
         (o->sweep.check && scratch == NULL)) {
@@ -197,7 +221,7 @@ static int client_main(const bench_opts *o, const char *job)
         status = 2;
         goto out;
     }
-    if (copy_mem(dev, send, zeros, max_count * esz) != 0 ||
+    if (copy_mem(dev, send, zeros, max_count * esz * scatter) != 0 ||
         copy_mem(dev, recv, zeros, max_count * esz * gather) != 0) {
         status = 2;
         goto out;
@@ -205,17 +229,23 @@ static int client_main(const bench_opts *o, const char *job)
 
     if (me == 0) {
         char what[64];
+        int reduces = o->op == RD_COLL_ALLREDUCE || o->op == RD_COLL_REDUCESCATTER;
         snprintf(what, sizeof(what), "%s %s%s%s", rd_coll_name((rd_coll)o->op),
-                 rd_dtype_name((rd_dtype)o->dtype), o->op == 0 ? " " : "",
-                 o->op == 0 ? rd_redop_name((rd_redop)o->redop) : "");
+                 rd_dtype_name((rd_dtype)o->dtype), reduces ? " " : "",
+                 reduces ? rd_redop_name((rd_redop)o->redop) : "");
         rb_print_header("ringd-bench", n, what, s);
         if (o->cuda)
             printf("# device: GPU %d (%s), tensors in the session's device arena\n",
                    ringd_device(h), ringd_device_uuid(h));
     }
-    double bus = o->op == 0 ? 2.0 * (n - 1) / n : o->op == 2 ? (double)(n - 1) / n : 1.0;
+    /* nccl-tests' bus bandwidths; reducescatter and allgatherv sizes are the whole op's, as
+     * nccl-tests gives them (allgather's are each rank's, as this bench always had them) */
+    double bus = o->op == RD_COLL_ALLREDUCE   ? 2.0 * (n - 1) / n
+                 : o->op == RD_COLL_BROADCAST ? 1.0
+                                              : (double)(n - 1) / n;
     for (uint64_t bytes = s->min_bytes; bytes <= s->max_bytes; bytes *= s->factor) {
-        size_t count = bytes / esz ? bytes / esz : 1;
+        size_t count = bytes / esz / (whole ? (size_t)n : 1);
+        count = count ? count : 1;
         for (int i = 0; i < s->warmup && rc == RINGD_OK; i++)
             rc = run_op(h, o, "bench.op", send, recv, count);
         for (int i = 0; i < s->iters && rc == RINGD_OK; i++) {
@@ -240,10 +270,13 @@ static int client_main(const bench_opts *o, const char *job)
         if (wrong > 0)
             status = 1;
         if (me == 0) {
-            uint64_t shown =
-                o->op == 2 ? (uint64_t)count * esz * (uint64_t)n : (uint64_t)count * esz;
-            rb_print_row(shown, count, rd_dtype_name((rd_dtype)o->dtype),
-                         o->op == 0 ? rd_redop_name((rd_redop)o->redop) : "none",
+            uint64_t shown = o->op == RD_COLL_ALLREDUCE || o->op == RD_COLL_BROADCAST
+                                 ? (uint64_t)count * esz
+                                 : (uint64_t)count * esz * (uint64_t)n;
+            int reduces = o->op == RD_COLL_ALLREDUCE || o->op == RD_COLL_REDUCESCATTER;
+            rb_print_row(shown, whole ? count * (size_t)n : count,
+                         rd_dtype_name((rd_dtype)o->dtype),
+                         reduces ? rd_redop_name((rd_redop)o->redop) : "none",
                          rb_median(times, s->iters), bus, wrong);
         }
         if (bytes > s->max_bytes / s->factor)
@@ -414,7 +447,7 @@ static void usage(FILE *f)
     fprintf(
         f,
         "usage: ringd-bench [--socket PATH] [--procs N] [--world N] [--job NAME]\n"
-        "                   [--op allreduce|broadcast|allgather]\n"
+        "                   [--op allreduce|broadcast|allgather|reducescatter|allgatherv]\n"
         "                   [--dtype f32|f64|f16|bf16|i32|i64|u8] [--redop sum|avg|min|max|prod]\n"
         "                   [--root R] [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS]\n"
         "                   [-w WARMUP] [-c 0|1] [--device host|cuda]\n"
