@@ -82,6 +82,9 @@ typedef enum {
     EV_MEMBERSHIP, /* an allreduce or a sync failed with RINGD_E_MEMBERSHIP */
     EV_WRONG,      /* an allreduce completed with a wrong result */
     EV_ERROR,      /* anything else failed */
+    EV_RESIZED,    /* a reducescatter or allgatherv failed as the job's size changed under it:
+                      its counts were for the old size (what the API promises, even for a
+                      graceful leave) */
 } ev_kind;
 
 /* One report, written whole to the pipe (smaller than PIPE_BUF, so never interleaved). */
@@ -154,6 +157,36 @@ static long check(const int32_t *got, size_t count, uint64_t seed, uint64_t step
     return bad;
 }
 
+/* Checks a reducescatter (kind 1) or allgatherv (kind 2) of each elements per rank of the
+ * step's data, n ranks contributing as they were numbered at submission: rank me keeps its
+ * block of the sum, or gets every rank's block. me2, its rank once the call returned, is
+ * accepted too (a graceful change that kept the size may renumber ranks). Returns -1 when
+ * right, else the first element found wrong. */
+static long check_share(int kind, const int32_t *got, size_t each, uint64_t seed, uint64_t step,
+                        int n, int me, int me2)
+{
+    long first_bad = 0;
+    for (int c = 0; c < 2; c++) {
+        int who = c == 0 ? me : me2;
+        size_t k, total = kind == 1 ? each : each * (size_t)n;
+        for (k = 0; k < total; k++) {
+            int64_t want;
+            if (kind == 1)
+                want = (int64_t)n * term(seed, step, (size_t)who * each + k) +
+                       (int64_t)n * (n - 1) / 2;
+            else
+                want = term(seed, step, k) + (int64_t)(k / each);
+            if (got[k] != want)
+                break;
+        }
+        if (k == total)
+            return -1;
+        if (c == 0)
+            first_bad = (long)k;
+    }
+    return first_bad;
+}
+
 /* Errors after which the session is of no more use. */
 static int fatal(ringd_result_t rc)
 {
@@ -180,7 +213,8 @@ static void emit(int fd, soak_event *ev, ev_kind kind, ringd_t *r, ringd_result_
         _exit(3);
 }
 
-/* One client process: opens the job and runs allreduces until killed. Returns the exit status
+/* One client process: opens the job and runs allreduces (with reducescatters and allgathervs
+ * among them) until killed. Returns the exit status
  * when the session breaks. */
 static int client_main(const soak_opts *o, const char *sock, int node, int slot, int incarnation,
                        int fd)
@@ -241,10 +275,45 @@ static int client_main(const soak_opts *o, const char *sock, int node, int slot,
         for (size_t k = 0; k < count; k++)
             send[k] = (int32_t)(term(o->seed, step, k) + me);
         ev.count = count;
+        /* every fourth step a reducescatter, and its every ninth an allgatherv, of the same
+         * data: each rank keeps (or contributes) its share */
+        int kind = step % 4 != 3 ? 0 : step % 9 == 0 ? 2 : 1;
+        size_t each = count / (size_t)n, counts[n];
+        if (kind != 0 && each == 0)
+            kind = 0;
         snprintf(name, sizeof(name), "soak.%" PRIu64, step);
-        rc = ringd_allreduce(r, name, send, recv, count, RINGD_I32, RINGD_SUM);
+        if (kind == 0) {
+            rc = ringd_allreduce(r, name, send, recv, count, RINGD_I32, RINGD_SUM);
+        } else if (kind == 1) {
+            rc = ringd_reducescatter(r, name, send, recv, each, RINGD_I32, RINGD_SUM);
+        } else {
+            for (int q = 0; q < n; q++)
+                counts[q] = each;
+            rc = ringd_allgatherv(r, name, send + (size_t)me * each, each, recv, counts, RINGD_I32);
+        }
         step++;
         int same_gen = ringd_generation(r) == gen;
+        if (kind != 0) {
+            if (rc == RINGD_OK) {
+                long bad = check_share(kind, recv, each, o->seed, step - 1, n, me, ringd_rank(r));
+                if (bad < 0)
+                    emit(fd, &ev, EV_OK, r, rc, "%s", name);
+                else
+                    emit(fd, &ev, EV_WRONG, r, rc,
+                         "%s (%s): element %ld of %zu per rank is wrong (rank %d of %d, then %d "
+                         "of %d)",
+                         name, kind == 1 ? "reducescatter" : "allgatherv", bad, each, me, n,
+                         ringd_rank(r), ringd_size(r));
+            } else {
+                emit(fd, &ev,
+                     rc != RINGD_E_MEMBERSHIP ? EV_ERROR
+                     : ringd_size(r) != n     ? EV_RESIZED
+                                              : EV_MEMBERSHIP,
+                     r, rc, "%s: %s", name, ringd_errmsg(r));
+            }
+            synced = rc == RINGD_OK && same_gen;
+            continue;
+        }
         /* After a change, even one this op survived, the ranks agree on a step again: a newcomer
          * starts with a sync, and the old ranks must meet it there. */
         synced = rc == RINGD_OK && same_gen;
@@ -330,7 +399,7 @@ typedef struct {
     int64_t sampled_ms; /* when the daemons' memory and descriptors were first sampled */
     long rss_kib[MAX_NODES], fds[MAX_NODES]; /* that first sample */
     pid_t sampled_pid[MAX_NODES];
-    long ops, membership, errors, closed, wrong, hangs, crashes;
+    long ops, membership, errors, closed, wrong, hangs, crashes, resized;
     long errors_by[RINGD_RESULT_COUNT];
     soak_action *act;
     int n_act, cap_act, act_count[ACT_COUNT];
@@ -684,6 +753,11 @@ static void on_event(soak *s, const soak_event *ev)
         if (s->o.verbose)
             say(s, "%s.%d rank %d of %d, generation %" PRIu64 " -> %" PRIu64 ": %s", n->name,
                 ev->slot, ev->rank, ev->size, ev->gen, ev->gen_after, ev->msg);
+        break;
+    case EV_RESIZED:
+        s->resized++;
+        if (s->o.verbose)
+            say(s, "%s.%d: %s", n->name, ev->slot, ev->msg);
         break;
     case EV_WRONG:
         s->wrong++;
@@ -1106,11 +1180,11 @@ static int report(const soak *s, int failed)
                 printf(" %s=%ld", codes[k], s->errors_by[k]);
         printf("\n");
     }
-    printf("soak: ops %ld failed_membership %ld errors %ld closed %ld wrong %ld hangs %ld "
-           "crashes %ld recovery_ms median %.0f max %.0f unrecovered %d actions kill=%d stop=%d "
-           "drain=%d restart=%d\n",
-           s->ops, s->membership, s->errors, s->closed, s->wrong, s->hangs, s->crashes, median, max,
-           s->n_act - n_rec, s->act_count[ACT_KILL], s->act_count[ACT_STOP],
+    printf("soak: ops %ld failed_membership %ld resized %ld errors %ld closed %ld wrong %ld "
+           "hangs %ld crashes %ld recovery_ms median %.0f max %.0f unrecovered %d actions kill=%d "
+           "stop=%d drain=%d restart=%d\n",
+           s->ops, s->membership, s->resized, s->errors, s->closed, s->wrong, s->hangs, s->crashes,
+           median, max, s->n_act - n_rec, s->act_count[ACT_KILL], s->act_count[ACT_STOP],
            s->act_count[ACT_DRAIN], s->act_count[ACT_RESTART]);
     printf("soak: lease_ms %" PRIu64 "\n", s->o.lease_ms);
     kind_summary ks[ACT_COUNT];

@@ -19,7 +19,9 @@
  *  - Graceful leave (ringctl drain, SIGTERM to a daemon): the leaving node's collectives already
  *    submitted finish and its later ones fail with RINGD_E_CLOSED (close the session; open a new
  *    one to join again); on the other nodes nothing fails, collectives go on among the remaining
- *    ranks and return with the new size (a sum then covers the remaining ranks only).
+ *    ranks and return with the new size (a sum then covers the remaining ranks only), except
+ *    those of per-rank counts (reducescatter, allgatherv), whose counts are for the old size:
+ *    they fail with RINGD_E_MEMBERSHIP.
  * After a loss or a join, a collective submitted before the library heard of the change fails
  * the same way, once; the calls after it run in the new generation. The survivors restore their
  * last committed state and everyone, a newcomer right after ringd_open, takes rank 0's copy
