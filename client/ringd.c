@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "alloc.h"
+#include "session.h"
 #include "chrome_trace.h"
 #include "conn.h"
 #include "cuda_ptr.h"
@@ -67,54 +68,6 @@ typedef struct {
 } options_v0_2;
 _Static_assert(offsetof(ringd_options_t, device_arena_size) >= sizeof(options_v0_2),
                "ringd_options_t: device_arena_size must lie past 0.2's struct_size");
-
-struct ringd_request {
-    ringd_t *r;
-    uint64_t id;
-    int done;
-    int abandoned; /* its caller stopped waiting: freed when its Complete comes */
-    ringd_result_t status;
-    char *message;            /* the daemon's detail on failure */
-    uint64_t stage;           /* offset of the library's staging copy, or RD_NO_STAGE... */
-    rd_alloc *stage_alloc;    /* ...in this allocator's range (the arena's or the device arena's) */
-    const uint8_t *copy_from; /* where the result is read back from... */
-    void *copy_to;            /* ...into this user buffer, copy_len bytes; NULL when none */
-    size_t copy_len;
-    int copy_device; /* 1: either side is device memory (a CUDA copy) */
-    ringd_request_t *prev, *next;
-};
-
-struct ringd {
-    rd_conn conn;
-    uint8_t *arena;
-    uint64_t arena_size;
-    rd_alloc alloc;
-    int rank, size, local_rank, local_size;
-    int device;           /* the session's CUDA device, as the daemon numbers it; -1: none */
-    int local_device;     /* the same device as this process numbers it (found by UUID when
-                             the device arena is mapped); -1: not known */
-    int asked_device;     /* the one its Hello asked for; -1: none */
-    char device_uuid[48]; /* its UUID; "" for none */
-    uint8_t *dev_arena;   /* the device arena where this process maps it; NULL: none */
-    uint64_t dev_arena_size;
-    rd_alloc dev_alloc;
-    void *dev_shared;   /* the mapping (rd_cuda_shared) */
-    uint64_t dev_asked; /* device arena bytes its Hello asked for */
-    void *stream;       /* the CUstream ordering device tensors; NULL: legacy default */
-    uint64_t generation;
-    int op_timeout_ms;
-    int poll_us;
-    rd_ctlq sq;            /* submissions to the daemon, in the arena's control area */
-    rd_ctlq cq;            /* completions from it */
-    ringd_result_t broken; /* RINGD_OK while the session works */
-    uint64_t next_id;
-    uint64_t auto_seq;
-    ringd_request_t *reqs; /* outstanding requests */
-    char *trace_path;      /* RINGD_TIMELINE, when set: Completes carry their op's trace */
-    FILE *trace_file;      /* this rank writes them there (rank 0, or each rank for %r) */
-    rd_ctrace trace;
-    char errmsg[1024];
-};
 
 static const char *const result_text[RINGD_RESULT_COUNT] = {
     [RINGD_OK] = "success",
@@ -573,8 +526,19 @@ static void req_free(ringd_request_t *q)
 {
     if (q->stage != RD_NO_STAGE)
         rd_alloc_put(q->stage_alloc, q->stage);
+    free(q->learn);
     free(q->message);
     free(q);
+}
+
+void rd_lib_req_unlink(ringd_request_t *q)
+{
+    req_unlink(q);
+}
+
+void rd_lib_req_free(ringd_request_t *q)
+{
+    req_free(q);
 }
 
 /* bytes from src to dst, either or both device memory (a CUDA copy, done when it returns).
@@ -618,6 +582,11 @@ static void req_complete(ringd_request_t *q, ringd_result_t status, const char *
     }
     if (status != RINGD_OK && message != NULL && *message != '\0')
         q->message = strdup(message);
+}
+
+void rd_lib_req_complete(ringd_request_t *q, ringd_result_t status, const char *message)
+{
+    req_complete(q, status, message);
 }
 
 /* The session broke: every outstanding request fails with rc. */
@@ -682,6 +651,8 @@ static void handle(ringd_t *r, const rd_msg *m)
                              m->complete->message);
                 if (r->trace_file != NULL && m->complete->trace != NULL)
                     rd_ctrace_op(&r->trace, m->complete->trace);
+                if (q->outer != NULL)
+                    rd_learn_advance(q);
                 return;
             }
         }
@@ -813,6 +784,9 @@ static ringd_result_t wait_req(ringd_request_t *q, int abandon)
     if (abandon) {
         q->abandoned = 1;
         q->copy_to = NULL;
+        for (ringd_request_t *s = r->reqs; s != NULL; s = s->next)
+            if (s->outer == q) /* its step: nothing more is written for the caller */
+                s->copy_to = NULL;
         return fail(r, rc, "request %" PRIu64 ": no completion within %d ms; given up", q->id,
                     r->op_timeout_ms);
     }
@@ -820,6 +794,11 @@ static ringd_result_t wait_req(ringd_request_t *q, int abandon)
                 "request %" PRIu64 ": no completion within %d ms; it is still "
                 "pending (wait again or close the session)",
                 q->id, r->op_timeout_ms);
+}
+
+ringd_result_t rd_lib_wait(ringd_request_t *q)
+{
+    return wait_req(q, 1);
 }
 
 ringd_result_t ringd_wait(ringd_request_t *q)
@@ -866,19 +845,6 @@ static int in_dev_arena(const ringd_t *r, const void *p, uint64_t len)
     return in_range(r->dev_arena, r->dev_arena_size, p, len);
 }
 
-typedef struct {
-    int op;
-    const char *name;
-    const void *send;
-    void *recv;
-    size_t count; /* this rank's: its input, or a reducescatter's output */
-    ringd_dtype_t dtype;
-    ringd_redop_t redop;
-    int root;
-    double prescale, postscale;
-    const size_t *counts; /* reducescatterv, allgatherv: every rank's (ringd_size of them) */
-} submit_args;
-
 /* Where an op's buffers are as the daemon takes them, in bytes. */
 typedef struct {
     uint64_t in_len, out_len;
@@ -894,6 +860,11 @@ static void req_link(ringd_t *r, ringd_request_t *q)
     if (r->reqs != NULL)
         r->reqs->prev = q;
     r->reqs = q;
+}
+
+void rd_lib_req_link(ringd_t *r, ringd_request_t *q)
+{
+    req_link(r, q);
 }
 
 /* The library cannot run the op named name (rc, its detail already in errmsg): tells the daemon,
@@ -1187,6 +1158,16 @@ static ringd_result_t submit(ringd_t *r, const submit_args *a, ringd_request_t *
     req_link(r, q);
     *out = q;
     return RINGD_OK;
+}
+
+ringd_result_t rd_lib_submit(ringd_t *r, const submit_args *a, ringd_request_t **out)
+{
+    return submit(r, a, out);
+}
+
+ringd_result_t rd_lib_refuse(ringd_t *r, const submit_args *a, const char *name, ringd_result_t rc)
+{
+    return refuse(r, a, name, rc);
 }
 
 /* Submits and waits: the synchronous form of every collective. */
@@ -1530,6 +1511,7 @@ void ringd_close(ringd_t *r)
     while (r->reqs != NULL) {
         ringd_request_t *q = r->reqs;
         r->reqs = q->next;
+        free(q->learn);
         free(q->message);
         free(q);
     }

@@ -41,7 +41,6 @@ TestSuite(collectives, .fini = stop);
 /* Starts what t needs (extra: ringd arguments, may be NULL). */
 static void start(topo *t, const char *const *extra)
 {
-    snprintf(job_, sizeof(job_), "coll.%d", (int)getpid());
     t->world = 0;
     for (int k = 0; k < (t->nnodes ? t->nnodes : 1); k++)
         t->world += t->local[k];
@@ -70,8 +69,12 @@ static ringd_t *join(const topo *t, int i)
     return th_open_world(ring_.d[k].sock, job_, t->world, t->local[k], 0, OP_TIMEOUT_MS);
 }
 
+/* Runs fn in one client process per rank, as a job of its own (the last one's ranks may
+ * still be leaving). */
 static int run(const topo *t, int (*fn)(int i, void *arg), int timeout_ms)
 {
+    static int runs;
+    snprintf(job_, sizeof(job_), "coll.%d.%d", (int)getpid(), runs++);
     topo copy = *t;
     int failed = th_run(t->world, fn, &copy, timeout_ms);
     if (failed && t->nnodes > 0)
@@ -309,12 +312,123 @@ static int differing_counts(int i, void *arg)
     return 0;
 }
 
+/* ringd_allgatherv_into's receive callback: a heap buffer of total elements (ctx: the element
+ * size), recorded in the caller's slot; NULL when ctx says to refuse. */
+typedef struct {
+    size_t esz;
+    int refuse;
+    void *buf;
+    size_t total;
+} recv_slot;
+
+static void *recv_into(void *ctx, const size_t *counts, int size, size_t total)
+{
+    recv_slot *s = ctx;
+    (void)counts, (void)size;
+    s->total = total;
+    s->buf = s->refuse ? NULL : malloc(total * s->esz + 1);
+    return s->buf;
+}
+
+/* Checks a learnt allgatherv of rank q contributing q % 4 * 3 + (salt % 2) i32 elements
+ * 1000 * q + k. Returns 0 or 40. */
+static int check_learnt(int me, int n, int salt, const recv_slot *s, const size_t *counts)
+{
+    size_t at = 0;
+    for (int q = 0; q < n; q++) {
+        size_t c = (size_t)(q % 4 * 3 + salt % 2);
+        if (counts[q] != c) {
+            fprintf(stderr, "rank %d: learnt count of rank %d is %zu, want %zu\n", me, q, counts[q],
+                    c);
+            return 40;
+        }
+        for (size_t k = 0; k < c; k++)
+            if (((int32_t *)s->buf)[at + k] != (int32_t)(1000 * q + (int)k)) {
+                fprintf(stderr, "rank %d: element %zu of rank %d's block is wrong\n", me, k, q);
+                return 40;
+            }
+        at += c;
+    }
+    return at == s->total ? 0 : 40;
+}
+
+/* Allgathervs whose counts the ranks learn: sync, two async ones waited in rank-specific orders
+ * (each rank's second step goes from whatever call handles its first), a layout that differs
+ * on one rank, and a rank whose callback gives no buffer: every rank fails alike. */
+static int learnt_counts(int i, void *arg)
+{
+    const topo *t = arg;
+    ringd_t *r = join(t, i);
+    if (r == NULL)
+        return 10;
+    int n = ringd_size(r), me = ringd_rank(r);
+    int32_t mine[16];
+    size_t counts[2][TH_RING_MAX * 4];
+    recv_slot slot[2] = {{4, 0, NULL, 0}, {4, 0, NULL, 0}};
+    for (int salt = 0; salt < 2; salt++) {
+        size_t c = (size_t)(me % 4 * 3 + salt);
+        for (size_t k = 0; k < c; k++)
+            mine[k] = 1000 * me + (int)k;
+        char name[32];
+        snprintf(name, sizeof(name), "learn.sync.%d", salt);
+        TH_CHECK_OK(r, ringd_allgatherv_into(r, name, mine, c, 7, RINGD_I32, recv_into, &slot[0],
+                                             counts[0]));
+        int rc = check_learnt(me, n, salt, &slot[0], counts[0]);
+        free(slot[0].buf);
+        slot[0].buf = NULL;
+        if (rc != 0)
+            return rc;
+    }
+    ringd_request_t *req[2];
+    int32_t a[16], b[16];
+    for (size_t k = 0; k < 16; k++)
+        a[k] = b[k] = 1000 * me + (int)k;
+    TH_CHECK_OK(r, ringd_allgatherv_into_async(r, "learn.a", a, (size_t)(me % 4 * 3), 7, RINGD_I32,
+                                               recv_into, &slot[0], counts[0], &req[0]));
+    TH_CHECK_OK(r, ringd_allgatherv_into_async(r, "learn.b", b, (size_t)(me % 4 * 3 + 1), 7,
+                                               RINGD_I32, recv_into, &slot[1], counts[1], &req[1]));
+    for (int k = 0; k < 2; k++) {
+        int x = (k + me) % 2; /* odd ranks wait for b first */
+        TH_CHECK_OK(r, ringd_wait(req[x]));
+    }
+    for (int x = 0; x < 2; x++) {
+        int rc = check_learnt(me, n, x, &slot[x], counts[x]);
+        free(slot[x].buf);
+        slot[x].buf = NULL;
+        if (rc != 0)
+            return rc;
+    }
+    ringd_result_t rc = ringd_allgatherv_into(r, "learn.layout", mine, 1, me == n - 1 ? 8 : 7,
+                                              RINGD_I32, recv_into, &slot[0], NULL);
+    if (rc != RINGD_E_MISMATCH || strstr(ringd_errmsg(r), "layout") == NULL) {
+        fprintf(stderr, "rank %d: want a layout mismatch, got %s: %s\n", me, ringd_strerror(rc),
+                ringd_errmsg(r));
+        return 50;
+    }
+    slot[0].refuse = me == 0;
+    rc =
+        ringd_allgatherv_into(r, "learn.refused", mine, 1, 7, RINGD_I32, recv_into, &slot[0], NULL);
+    free(slot[0].buf);
+    if (rc != RINGD_E_NOMEM || strstr(ringd_errmsg(r), "no buffer") == NULL) {
+        fprintf(stderr, "rank %d: want NOMEM from rank 0's refusal, got %s: %s\n", me,
+                ringd_strerror(rc), ringd_errmsg(r));
+        return 51;
+    }
+    slot[0].refuse = 0;
+    TH_CHECK_OK(r, ringd_allgatherv_into(r, "learn.after", mine, 0, 7, RINGD_I32, recv_into,
+                                         &slot[0], NULL));
+    free(slot[0].buf);
+    ringd_close(r);
+    return 0;
+}
+
 static void every_case(topo t, const char *const *extra)
 {
     start(&t, extra);
     cr_assert_eq(run(&t, every_op, 240000), 0, "a client failed (its stderr above)");
     cr_assert_eq(run(&t, async_orders, 60000), 0, "a client failed (its stderr above)");
     cr_assert_eq(run(&t, differing_counts, 60000), 0, "a client failed (its stderr above)");
+    cr_assert_eq(run(&t, learnt_counts, 60000), 0, "a client failed (its stderr above)");
     finish(&t);
 }
 

@@ -363,6 +363,34 @@ RINGD_API ringd_result_t ringd_allgatherv_async(ringd_t *r, const char *name, co
                                                 const size_t *recvcounts, ringd_dtype_t dtype,
                                                 ringd_request_t **req);
 
+/* Where a collective whose receive counts the ranks learn from each other puts its result:
+ * called by the library, on the thread in ringd_wait, ringd_test or the synchronous call, once
+ * every rank's count is known (counts[0..size), total their sum, in elements of the op's dtype).
+ * Returns a buffer of total elements (host or device memory, in the arena or not: as any
+ * recvbuf), or NULL to fail the op on every rank with RINGD_E_NOMEM (NULL is fine when total is
+ * 0). It must not call libringd. */
+typedef void *(*ringd_recv_fn)(void *ctx, const size_t *counts, int size, size_t total);
+
+/* Allgatherv of counts each rank knows only of itself (Horovod's allgather of differing first
+ * dimensions): every rank contributes sendcount elements, and once the ranks have learnt each
+ * other's counts, recv(ctx, ...) gives the buffer that receives every rank's in rank order.
+ * layout is any value the ranks must agree on (a hash of the trailing dimensions, say): ranks
+ * that pass different ones fail with RINGD_E_MISMATCH, every one of them, naming the ranks.
+ * recvcounts, when not NULL, receives every rank's count (ringd_size() entries as of the call).
+ * One call, two steps in the daemon: an allgather of the counts, then the allgatherv; the
+ * second goes when the first completes, from whichever libringd call of this session handles
+ * it (ringd_wait or ringd_test of any request), so ranks may wait for such requests in any
+ * order. */
+RINGD_API ringd_result_t ringd_allgatherv_into(ringd_t *r, const char *name, const void *sendbuf,
+                                               size_t sendcount, uint64_t layout,
+                                               ringd_dtype_t dtype, ringd_recv_fn recv, void *ctx,
+                                               size_t *recvcounts);
+RINGD_API ringd_result_t ringd_allgatherv_into_async(ringd_t *r, const char *name,
+                                                     const void *sendbuf, size_t sendcount,
+                                                     uint64_t layout, ringd_dtype_t dtype,
+                                                     ringd_recv_fn recv, void *ctx,
+                                                     size_t *recvcounts, ringd_request_t **req);
+
 /* Returns once every rank has entered the barrier of the same name. */
 RINGD_API ringd_result_t ringd_barrier(ringd_t *r, const char *name);
 RINGD_API ringd_result_t ringd_barrier_async(ringd_t *r, const char *name, ringd_request_t **req);

@@ -212,7 +212,7 @@ static int direct_result(const rd_neg *n, rec *r, rd_neg_outcome *out)
     uint64_t per = p->count * esz, world = 0;
     for (int i = 0; i < n->nnodes; i++)
         world += n->nodes[i].local_size;
-    if (p->coll == RD_COLL_ALLGATHERV) { /* the table knows no node's counts: it never goes so */
+    if (p->coll == RD_COLL_ALLGATHERV && p->count > 0) { /* the table knows no node's counts */
         rec_fail(r, RINGD_E_PROTOCOL, "tensor '%s': an allgatherv's data came with its negotiation",
                  r->name);
         return -1;

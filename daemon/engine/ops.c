@@ -171,8 +171,10 @@ void rd_ops_announce(rd_op *o)
     const rd_backend *b = o->parts[0].arena->backend;
     /* every node must pass it in the same memory: it crosses on one transport */
     o->p.device = b->device_memory && o->p.coll != RD_COLL_BARRIER;
-    /* an allgatherv's nodes contribute blocks of sizes the negotiation does not know */
-    if (o->p.coll == RD_COLL_BARRIER || o->p.coll == RD_COLL_ALLGATHERV ||
+    /* an allgatherv's nodes contribute blocks of sizes the negotiation does not know (one of
+     * no elements goes direct all the same: a ring pass of nothing would not hold a node
+     * until the others have it) */
+    if (o->p.coll == RD_COLL_BARRIER || (o->p.coll == RD_COLL_ALLGATHERV && o->p.count > 0) ||
         rd_optab_result_bytes(o) > j->e->cfg->direct_bytes || b->device_memory) {
         rd_ops_tell(o, RINGD_OK, NULL, 0, NULL, 0);
         return;

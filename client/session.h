@@ -1,0 +1,103 @@
+/* libringd's private view of a session and its requests, shared by its files (ringd.c:
+ * sessions and single collectives; learn.c: collectives of two steps). Never installed. */
+#ifndef RD_CLIENT_SESSION_H
+#define RD_CLIENT_SESSION_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "alloc.h"
+#include "chrome_trace.h"
+#include "conn.h"
+#include "ctlq.h"
+#include "ringd.h"
+
+struct ringd_request {
+    ringd_t *r;
+    uint64_t id;
+    int done;
+    int abandoned; /* its caller stopped waiting: freed when its Complete comes */
+    ringd_result_t status;
+    char *message;            /* the daemon's detail on failure */
+    uint64_t stage;           /* offset of the library's staging copy, or RD_NO_STAGE... */
+    rd_alloc *stage_alloc;    /* ...in this allocator's range (the arena's or the device arena's) */
+    const uint8_t *copy_from; /* where the result is read back from... */
+    void *copy_to;            /* ...into this user buffer, copy_len bytes; NULL when none */
+    size_t copy_len;
+    int copy_device;        /* 1: either side is device memory (a CUDA copy) */
+    ringd_request_t *outer; /* a step of this request of two steps (learn.c), or NULL */
+    struct rd_learn *learn; /* a request of two steps: its state; NULL for one daemon op */
+    ringd_request_t *prev, *next;
+};
+
+struct ringd {
+    rd_conn conn;
+    uint8_t *arena;
+    uint64_t arena_size;
+    rd_alloc alloc;
+    int rank, size, local_rank, local_size;
+    int device;           /* the session's CUDA device, as the daemon numbers it; -1: none */
+    int local_device;     /* the same device as this process numbers it (found by UUID when
+                             the device arena is mapped); -1: not known */
+    int asked_device;     /* the one its Hello asked for; -1: none */
+    char device_uuid[48]; /* its UUID; "" for none */
+    uint8_t *dev_arena;   /* the device arena where this process maps it; NULL: none */
+    uint64_t dev_arena_size;
+    rd_alloc dev_alloc;
+    void *dev_shared;   /* the mapping (rd_cuda_shared) */
+    uint64_t dev_asked; /* device arena bytes its Hello asked for */
+    void *stream;       /* the CUstream ordering device tensors; NULL: legacy default */
+    uint64_t generation;
+    int op_timeout_ms;
+    int poll_us;
+    rd_ctlq sq;            /* submissions to the daemon, in the arena's control area */
+    rd_ctlq cq;            /* completions from it */
+    ringd_result_t broken; /* RINGD_OK while the session works */
+    uint64_t next_id;
+    uint64_t auto_seq;
+    ringd_request_t *reqs; /* outstanding requests */
+    char *trace_path;      /* RINGD_TIMELINE, when set: Completes carry their op's trace */
+    FILE *trace_file;      /* this rank writes them there (rank 0, or each rank for %r) */
+    rd_ctrace trace;
+    char errmsg[1024];
+};
+
+/* One collective as the library submits it. */
+typedef struct {
+    int op;
+    const char *name;
+    const void *send;
+    void *recv;
+    size_t count; /* this rank's: its input, or a reducescatter's output */
+    ringd_dtype_t dtype;
+    ringd_redop_t redop;
+    int root;
+    double prescale, postscale;
+    const size_t *counts; /* reducescatterv, allgatherv: every rank's (ringd_size of them) */
+} submit_args;
+
+/* Places a's buffers and submits it (ringd.c's submit): RINGD_OK with *out a new outstanding
+ * request, or the failure with ringd_errmsg set (the daemon told, so that no rank waits). */
+ringd_result_t rd_lib_submit(ringd_t *r, const submit_args *a, ringd_request_t **out);
+
+/* Tells the daemon this rank cannot run the op named name (rc, its detail already in errmsg),
+ * which fails it on every rank; returns rc. */
+ringd_result_t rd_lib_refuse(ringd_t *r, const submit_args *a, const char *name, ringd_result_t rc);
+
+/* Puts q on r's list of outstanding requests / takes it off / frees it (its staging too). */
+void rd_lib_req_link(ringd_t *r, ringd_request_t *q);
+void rd_lib_req_unlink(ringd_request_t *q);
+void rd_lib_req_free(ringd_request_t *q);
+
+/* Waits for q as a synchronous call does (given up at op_timeout_ms): its result. */
+ringd_result_t rd_lib_wait(ringd_request_t *q);
+
+/* Marks q finished with status and message (learn.c's requests, which no Complete ends). */
+void rd_lib_req_complete(ringd_request_t *q, ringd_result_t status, const char *message);
+
+/* inner, a step of a request of two steps, has finished: the next step goes, or the request
+ * ends (learn.c). inner is unlinked and freed. */
+void rd_learn_advance(ringd_request_t *inner);
+
+#endif
