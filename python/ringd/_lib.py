@@ -118,11 +118,20 @@ _PROTOTYPES = {
     "ringd_allgatherv_async": (
         c_int, [c_void_p, c_char_p, c_void_p, c_size_t, c_void_p, ctypes.POINTER(c_size_t), c_int,
                 ctypes.POINTER(c_void_p)]),
+    "ringd_allgatherv_into": (
+        c_int, [c_void_p, c_char_p, c_void_p, c_size_t, ctypes.c_uint64, c_int, c_void_p,
+                c_void_p, ctypes.POINTER(c_size_t)]),
+    "ringd_allgatherv_into_async": (
+        c_int, [c_void_p, c_char_p, c_void_p, c_size_t, ctypes.c_uint64, c_int, c_void_p,
+                c_void_p, ctypes.POINTER(c_size_t), ctypes.POINTER(c_void_p)]),
     "ringd_barrier": (c_int, [c_void_p, c_char_p]),
     "ringd_barrier_async": (c_int, [c_void_p, c_char_p, ctypes.POINTER(c_void_p)]),
     "ringd_wait": (c_int, [c_void_p]),
     "ringd_test": (c_int, [c_void_p, ctypes.POINTER(c_int)]),
 }
+
+# ringd_recv_fn: where a collective of learnt counts puts its result.
+RECV_FN = ctypes.CFUNCTYPE(c_void_p, c_void_p, ctypes.POINTER(c_size_t), c_int, c_size_t)
 
 # Element sizes of ringd_dtype_t in ringd.h's order, checked against the library at load time.
 DTYPE_SIZES = (4, 8, 2, 2, 4, 8, 1)

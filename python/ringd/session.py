@@ -17,10 +17,11 @@ import functools
 import sys
 import threading
 import weakref
-from typing import TYPE_CHECKING, Any, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Union
 
 from . import _lib
-from .errors import Closed, InvalidArgument, MembershipChanged, OutOfMemory, Result, error_for
+from .errors import (Closed, InvalidArgument, MembershipChanged, Mismatch, OutOfMemory, Result,
+                     error_for)
 
 if TYPE_CHECKING:
     import numpy
@@ -276,6 +277,18 @@ class _State:
                 libc.munmap(got, end - start)  # a kernel without MAP_FIXED_NOREPLACE
 
 
+class _Later:
+    """A collective's output that exists only once the ranks learnt each other's counts: the
+    receive callback sets value (and counts, every rank's)."""
+
+    __slots__ = ("value", "counts", "fix")
+
+    def __init__(self, fix=None):
+        self.value = None
+        self.counts = None
+        self.fix = fix  # rewrites the op's Error for the caller, or None
+
+
 class _Request:
     """One libringd request (ringd_request_t) and what it needs until it finishes: the buffers
     it reads and writes, and the output to return. Owned by its session's pending set until
@@ -337,9 +350,18 @@ class Handle:
         return f"<ringd.Handle {_describe_name(self._r.name)} {what}>"
 
     def _outcome(self):
+        result = self._r.result
         if self._r.failure is not None:
-            raise error_for(*self._r.failure)
-        return self._r.result
+            e = error_for(*self._r.failure)
+            raise result.fix(e) if isinstance(result, _Later) and result.fix else e
+        return result.value if isinstance(result, _Later) else result
+
+    @property
+    def counts(self) -> Optional[List[int]]:
+        """Every rank's count of an allgatherv whose counts the ranks learnt, once known
+        (None before, and for every other collective)."""
+        result = self._r.result
+        return result.counts if isinstance(result, _Later) else None
 
     def done(self) -> bool:
         """True once the collective finished (successfully or not); never blocks for long."""
@@ -788,8 +810,76 @@ class Session:
         """reducescatter without waiting: a Handle whose wait() returns out."""
         return self._reducescatter(name, send, out, op, prescale, postscale, recvcounts, False)
 
+    @staticmethod
+    def _layout(trailing):
+        """What ranks of one allgatherv must agree on: their rows' shape, packed into 63 bits
+        when it fits (up to 3 dimensions below 2**20: the message can show it), else a hash
+        with the top bit set."""
+        n = len(trailing)
+        if n <= 3 and all(0 <= d < (1 << 20) for d in trailing):
+            v = n << 60
+            for k, d in enumerate(trailing):
+                v |= d << (20 * (n - 1 - k))
+            return v
+        return (hash(trailing) & ((1 << 63) - 1)) | (1 << 63)
+
+    @staticmethod
+    def _describe_layout(v):
+        if v >> 63:
+            return "a shape of over 3 dimensions or 2**20 elements"
+        n = v >> 60
+        dims = [(v >> (20 * (n - 1 - k))) & ((1 << 20) - 1) for k in range(n)]
+        return "(" + ", ".join(str(d) for d in dims) + ("," if n == 1 else "") + ")"
+
+    def _layout_mismatch(self, e, what):
+        """Mismatch e of libringd's layout check, saying the rows' shapes instead."""
+        import re
+
+        m = re.search(r"rank (\d+) passed layout (\d+), rank (\d+) layout (\d+)", e.message)
+        if m is None or "mismatch (layout)" not in e.message:
+            return e
+        a, la, b, lb = (int(x) for x in m.groups())
+        return Mismatch(Result.MISMATCH,
+                        f"{what}: rank {a}'s rows have shape {self._describe_layout(la)}, rank "
+                        f"{b}'s {self._describe_layout(lb)}: only the first dimension may differ "
+                        "across ranks", e.hint)
+
+    def _allgatherv_learn(self, name, send, sync, layout, shape_of):
+        """allgatherv whose counts the ranks learn (ringd_allgatherv_into): the output is made
+        by the receive callback, of shape_of(total elements)."""
+        what = f"allgatherv {_describe_name(name)}"
+        if name is None:
+            raise ValueError(f"{what}: an allgatherv whose counts the ranks learn needs a name")
+        sb = _as_buf(send, f"{what}: the input", False)
+        later = _Later(lambda e: self._layout_mismatch(e, what))
+
+        def recv(ctx, counts, size, total):
+            later.counts = [counts[k] for k in range(size)]
+            later.value = _empty_like(sb, shape_of(total))
+            return _as_buf(later.value, f"{what}: the output", True).ptr or None
+
+        fn = _lib.RECV_FN(recv)
+        lib = _lib.lib()
+        args = (_name_bytes(name), sb.ptr, sb.count, layout & 0xFFFFFFFFFFFFFFFF, sb.dtype, fn,
+                None, None)
+        try:
+            got = self._run(name, lib.ringd_allgatherv_into, lib.ringd_allgatherv_into_async,
+                            args, sync, (sb.obj, fn, later), later)
+        except Mismatch as e:
+            raise self._layout_mismatch(e, what) from None
+        return later.value if sync else got
+
     def _allgatherv(self, name, send, counts, out, sync):
         what = f"allgatherv {_describe_name(name)}"
+        if counts is None:
+            if out is not None:
+                raise ValueError(f"{what}: out needs counts (without them the output is made "
+                                 "once every rank's count is known)")
+            shape = _shape_of(send)
+            trailing = tuple(shape[1:])
+            return self._allgatherv_learn(
+                name, send, sync, self._layout(trailing),
+                lambda total: self._rows((0,) + trailing, total) if trailing else (total,))
         sb = _as_buf(send, f"{what}: the input", False)
         counts, carr = self._counts(what, counts)
         rank = self.rank
@@ -810,14 +900,17 @@ class Session:
         return self._run(name, lib.ringd_allgatherv, lib.ringd_allgatherv_async, args, sync,
                          (sb.obj, ob.obj), out)
 
-    def allgatherv(self, name: Name, send: Buffer, counts: Sequence[int],
+    def allgatherv(self, name: Name, send: Buffer, counts: Optional[Sequence[int]] = None,
                    out: Optional[Buffer] = None) -> Buffer:
         """Gathers every rank's send, in rank order, into out (the sum of counts elements; a
         new array when None) and returns out. counts: every rank's elements, the same list on
-        every rank (this rank's is send's); any may be 0."""
+        every rank (this rank's is send's); any may be 0. None: the ranks learn each other's
+        counts (libringd's ringd_allgatherv_into; the op needs a name), and the new output is
+        stacked along the first dimension when send's trailing dimensions are the same on
+        every rank (Mismatch on every rank otherwise)."""
         return self._allgatherv(name, send, counts, out, True)
 
-    def allgatherv_async(self, name: Name, send: Buffer, counts: Sequence[int],
+    def allgatherv_async(self, name: Name, send: Buffer, counts: Optional[Sequence[int]] = None,
                          out: Optional[Buffer] = None) -> Handle:
         """allgatherv without waiting: a Handle whose wait() returns out."""
         return self._allgatherv(name, send, counts, out, False)

@@ -232,3 +232,40 @@ def r_async_keeps_buffers_alive():
 
 def test_async_handles_keep_buffers_alive(cluster):
     assert cluster.run(r_async_keeps_buffers_alive) == [True] * cluster.world
+
+
+def r_reducescatter_and_allgatherv():
+    """Session.reducescatter (even and per-rank counts, numpy and torch) and allgatherv (given
+    counts, and counts the ranks learn: sync, and async waited in rank-specific orders)."""
+    s = ranks.session()
+    r, n = s.rank, s.size
+    every = [np.arange(6 * n, dtype=np.float64) * (q + 1) for q in range(n)]
+    want = sum(every)
+    got = s.reducescatter("rs.even", every[r].astype(np.float32))
+    _check("reducescatter even", got, want[6 * r:6 * r + 6])
+    counts = [(q * 5) % 7 for q in range(n)]
+    x = torch.arange(sum(counts), dtype=torch.int64) * (r + 1)
+    got = s.reducescatter("rs.v", x, recvcounts=counts, op=ringd.MAX)
+    first = sum(counts[:r])
+    _check("reducescatter v", got,
+           (np.arange(sum(counts), dtype=np.float64) * n)[first:first + counts[r]])
+    mine = np.full((r % 3, 2), r, dtype=np.int32)  # rows of 2, rank-specific row counts
+    rows = [q % 3 for q in range(n)]
+    want_rows = np.concatenate([np.full((q % 3, 2), q, dtype=np.int32) for q in range(n)])
+    _check("allgatherv given", s.allgatherv("agv.given", mine, [2 * k for k in rows]),
+           want_rows.astype(np.float64))
+    got = s.allgatherv("agv.learnt", mine)
+    assert got.shape == (sum(rows), 2), got.shape
+    _check("allgatherv learnt", got, want_rows.astype(np.float64))
+    a = s.allgatherv_async("agv.a", mine)
+    b = s.allgatherv_async("agv.b", mine * 2)
+    for h in ((a, b) if r % 2 == 0 else (b, a)):
+        h.wait()
+    _check("allgatherv async a", a.wait(), want_rows.astype(np.float64))
+    _check("allgatherv async b", b.wait(), want_rows.astype(np.float64) * 2)
+    assert a.counts == [2 * k for k in rows], a.counts
+    return True
+
+
+def test_reducescatter_and_allgatherv(cluster):
+    assert cluster.run(r_reducescatter_and_allgatherv) == [True] * cluster.world

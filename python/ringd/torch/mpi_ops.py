@@ -71,7 +71,6 @@ _handles = {}  # handle number -> _Work
 _next_handle = 0
 _noname = collections.Counter()  # kind -> unnamed ops of that kind so far
 _in_flight = set()  # full names of this rank's outstanding ops
-_unstarted = []  # _Allgathers whose data phase waits for their shapes, oldest first
 _arena_users = weakref.WeakSet()  # DistributedOptimizers holding gradients in the arena
 _detached = []  # (work, name) of synchronous calls that timed out: reaped once finished
 
@@ -116,7 +115,6 @@ def _reset():
     global _next_handle
     _handles.clear()
     _in_flight.clear()
-    _unstarted.clear()
     _detached.clear()
     _noname.clear()
     _next_handle = 0
@@ -205,11 +203,8 @@ def _check_tensor(tensor, what):
 
 
 def _progress():
-    """Starts the data phase of every allgather whose shapes are in, and releases the names
-    of timed-out synchronous calls that have finished since. Never blocks."""
-    for work in list(_unstarted):
-        if work.shapes.done():
-            work._start_data()
+    """Releases the names of timed-out synchronous calls that have finished since. Never
+    blocks."""
     for entry in list(_detached):
         work, name = entry
         if work.poll():
@@ -219,29 +214,6 @@ def _progress():
                 pass  # its caller heard Timeout already; what came after is nobody's
             _detached.remove(entry)
             _in_flight.discard(name)
-
-
-def _wait(handle):
-    """handle.wait(), without blocking in libringd while an allgather of this rank still waits
-    for its shapes: another rank may be blocked on that allgather's data before it reaches the
-    op this rank waits for, so until the shapes are in, this polls and starts each data phase as
-    soon as it can (a deadlock otherwise: two ranks waiting for two allgathers in opposite
-    orders). Polling stops at the session's op_timeout_ms like a blocking wait (ringd.Timeout,
-    the handle still pending); the daemon fails an op its ranks never complete
-    (--stall-abort)."""
-    pause, timeout = 1e-5, _session.op_timeout_ms if _session is not None else 0
-    end = time.monotonic() + timeout / 1000 if timeout > 0 else None
-    while _unstarted and not handle.done():
-        _progress()
-        if handle.done():
-            break
-        if end is not None and time.monotonic() >= end:
-            raise ringd.Timeout(Result.TIMEOUT,
-                                f"{handle.name!r}: no completion within {timeout} ms; it is "
-                                "still pending (wait again or close the session)")
-        time.sleep(pause)
-        pause = min(2 * pause, 1e-3)
-    return handle.wait()
 
 
 def _sync(handle):
@@ -288,7 +260,7 @@ class _Single(_Work):
         return self.handle.done()
 
     def wait(self):
-        _wait(self.handle)
+        self.handle.wait()
         return self.output
 
 
@@ -313,93 +285,37 @@ class _Group(_Work):
         return outputs
 
 
-_SHAPE_SLOTS = 8  # allgather's shape exchange: ndim, then up to 8 dimensions
-
-
 class _Allgather(_Work):
-    """Horovod's allgather, whose first dimensions may differ across ranks: first every rank's
-    shape ("<name>.shape"), then the data ("<name>"): ringd's allgather when every first
-    dimension is the same, its allgatherv of every rank's count when they differ (no padding).
-    Every rank sees every shape, so all take the same path and a trailing-shape mismatch fails
-    on every rank alike (Mismatch, naming the ranks)."""
+    """Horovod's allgather, whose first dimensions may differ across ranks: one ringd allgatherv
+    whose counts the ranks learn (libringd's ringd_allgatherv_into, "<name>"), the output made
+    once they are known; ranks whose trailing dimensions differ fail alike (Mismatch). A tensor
+    of rows of no elements cannot tell its rows by its count: its first dimension travels in
+    an allgather instead."""
 
     def __init__(self, s, tensor, name):
         if tensor.dim() == 0:
             raise ValueError(f"allgather '{name}': a 0-d tensor has no first dimension to "
                              "concatenate along; pass tensor.reshape(1)")
-        if tensor.dim() > _SHAPE_SLOTS:
-            raise ValueError(f"allgather '{name}': at most {_SHAPE_SLOTS} dimensions")
-        self.s, self.tensor, self.name = s, tensor, name
-        desc = torch.full((1 + _SHAPE_SLOTS,), -1, dtype=torch.int64)
-        desc[0] = tensor.dim()
-        desc[1:1 + tensor.dim()] = torch.tensor(tensor.shape, dtype=torch.int64)
-        self.shapes = s.allgather_async(name + ".shape", desc)
-        self.data = None  # the second phase's Handle
-        self.output = None
-        self.failure = None
+        self.tensor, self.name = tensor, name
+        self.row = 1
+        for d in tensor.shape[1:]:
+            self.row *= d
         self.dims = None  # every rank's first dimension, once known
-        _unstarted.append(self)
-
-    def _start_data(self):
-        """Second phase, once the shapes are in (waits for them); records a failure instead
-        of raising it."""
-        try:
-            _unstarted.remove(self)
-        except ValueError:
-            return  # started already
-        try:
-            table = _wait(self.shapes).view(-1, 1 + _SHAPE_SLOTS).tolist()
-        except ringd.Timeout:
-            _unstarted.insert(0, self)  # still pending: waited for again
-            raise
-        except ringd.Error as e:
-            self.failure = e
-            return
-        try:
-            shapes = [tuple(row[1:1 + row[0]]) for row in table]
-            mine = tuple(self.tensor.shape)
-            for r, shape in enumerate(shapes):
-                if len(shape) != len(shapes[0]) or shape[1:] != shapes[0][1:]:
-                    raise Mismatch(Result.MISMATCH,
-                                   f"allgather '{self.name}': rank 0 has shape {shapes[0]}, "
-                                   f"rank {r} has shape {shape}: only the first dimension may "
-                                   "differ across ranks")
-            self.dims = [shape[0] for shape in shapes]
-            trailing = mine[1:]
-            row = 1
-            for d in trailing:
-                row *= d
-            self.output = self.tensor.new_empty((sum(self.dims),) + trailing)
-            if all(d == self.dims[0] for d in self.dims):
-                self.data = self.s.allgather_async(self.name, self.tensor, out=self.output)
-            else:
-                self.data = self.s.allgatherv_async(self.name, self.tensor,
-                                                    [d * row for d in self.dims], out=self.output)
-        except Exception as e:  # noqa: BLE001 - raised by wait(), as the op's outcome
-            self.failure = e
-
-    def _finish(self):
-        if self.failure is not None:
-            raise self.failure
-        return self.output
+        if self.row == 0:
+            self.handle = s.allgather_async(name, torch.tensor([tensor.shape[0]]))
+        else:
+            self.handle = s.allgatherv_async(name, tensor)
 
     def poll(self):
-        if self in _unstarted:
-            if not self.shapes.done():
-                return False
-            self._start_data()
-        return self.failure is not None or self.data is None or self.data.done()
+        return self.handle.done()
 
     def wait(self):
-        self._start_data()
-        if self.data is not None and self.failure is None:
-            try:
-                _wait(self.data)
-            except ringd.Timeout:
-                raise  # still pending: waited for again
-            except ringd.Error as e:
-                self.failure = e
-        return self._finish()
+        got = self.handle.wait()
+        if self.row == 0:
+            self.dims = got.tolist()
+            return self.tensor.new_empty((sum(self.dims),) + tuple(self.tensor.shape[1:]))
+        self.dims = [c // self.row for c in self.handle.counts]
+        return got
 
 
 def _register(work, name):
@@ -820,7 +736,7 @@ def barrier(process_set: ProcessSet = global_process_set) -> None:
     """Returns once every rank called barrier()."""
     _check_process_set(process_set)
     s = _require()
-    _wait(s.barrier_async(_op_name("barrier", None)))
+    s.barrier_async(_op_name("barrier", None)).wait()
 
 
 def join(device: int = -1) -> int:
@@ -830,5 +746,5 @@ def join(device: int = -1) -> int:
     rank must call join() after the same collectives."""
     s = _require()
     arrived = torch.tensor([time.time()], dtype=torch.float64)
-    times = _wait(s.allgather_async(_op_name("join", None), arrived))
+    times = s.allgather_async(_op_name("join", None), arrived).wait()
     return int(torch.argmax(times).item())

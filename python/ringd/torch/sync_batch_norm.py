@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from .mpi_ops import _require, _wait, size
+from .mpi_ops import _require, size
 
 
 def _channels_view(t, ndim):
@@ -29,7 +29,7 @@ class _SyncBatchNormFunction(torch.autograd.Function):
         var = input.double().var(dims, unbiased=False)
         local = torch.cat([torch.tensor([float(count)], dtype=torch.float64), mean, var])
         c = mean.numel()
-        table = _wait(s.allgather_async("sync_batch_norm.stats", local)).view(s.size, -1)
+        table = s.allgather_async("sync_batch_norm.stats", local).wait().view(s.size, -1)
         counts, means, variances = table[:, :1], table[:, 1:1 + c], table[:, 1 + c:]
         total = counts.sum()
         gmean = (counts * means).sum(0) / total
@@ -65,8 +65,8 @@ class _SyncBatchNormFunction(torch.autograd.Function):
             grad_bias = sum_dy
         if ctx.needs_input_grad[0]:
             s = _require()
-            sums = _wait(s.allreduce_async("sync_batch_norm.grads",
-                                           torch.cat([sum_dy, sum_dy_xmu])))
+            sums = s.allreduce_async("sync_batch_norm.grads",
+                                     torch.cat([sum_dy, sum_dy_xmu])).wait()
             c = sum_dy.numel()
             mean_dy = sums[:c] / ctx.total
             mean_dy_xmu = sums[c:] / ctx.total
