@@ -1,4 +1,5 @@
-/* mpi-coll-bench: MPI_Reduce_scatter_block (f32 sum) or MPI_Allgatherv (f32, equal counts) timed
+/* mpi-coll-bench: MPI_Reduce_scatter_block (f32 sum), MPI_Allgatherv (f32, equal counts) or
+ * MPI_Alltoall (f32) timed
  * the way ringd-bench times itself, sizes the whole op's as nccl-tests gives them and as
  * ringd-bench --op reducescatter|allgatherv does, printed in the same table, so
  * bench/coll-peers.sh can set them side by side. */
@@ -12,7 +13,7 @@
 
 #include "common.h"
 
-enum { OP_REDUCESCATTER, OP_ALLGATHERV };
+enum { OP_REDUCESCATTER, OP_ALLGATHERV, OP_ALLTOALL };
 
 /* Rank r's element i: exact in f32 once summed over a few ranks. */
 static float value(int r, size_t i)
@@ -26,6 +27,9 @@ static int run_op(int op, const float *send, float *recv, size_t count, int nran
 {
     if (op == OP_REDUCESCATTER)
         return MPI_Reduce_scatter_block(send, recv, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    if (op == OP_ALLTOALL)
+        return MPI_Alltoall(send, (int)count, MPI_FLOAT, recv, (int)count, MPI_FLOAT,
+                            MPI_COMM_WORLD);
     for (int r = 0; r < nranks; r++) {
         counts[r] = (int)count;
         displs[r] = (int)count * r;
@@ -38,7 +42,7 @@ static int run_op(int op, const float *send, float *recv, size_t count, int nran
 static long long check_row(int op, float *send, float *recv, size_t count, int rank, int nranks,
                            int *counts, int *displs)
 {
-    size_t in = op == OP_REDUCESCATTER ? count * (size_t)nranks : count;
+    size_t in = op == OP_ALLGATHERV ? count : count * (size_t)nranks;
     size_t out = op == OP_REDUCESCATTER ? count : count * (size_t)nranks;
     for (size_t i = 0; i < in; i++)
         send[i] = value(rank, i);
@@ -52,6 +56,8 @@ static long long check_row(int op, float *send, float *recv, size_t count, int r
         if (op == OP_REDUCESCATTER)
             for (int r = 0; r < nranks; r++)
                 want += value(r, (size_t)rank * count + i);
+        else if (op == OP_ALLTOALL) /* rank r's block for this rank */
+            want = value((int)(i / count), (size_t)rank * count + i % count);
         else
             want = value((int)(i / count), i % count);
         wrong += recv[i] != want;
@@ -83,7 +89,10 @@ static int run_bench(int op, const rb_sweep *o, int rank, int nranks)
     memset(recv, 0, big);
     if (rank == 0)
         rb_print_header("mpi-coll-bench", nranks,
-                        op == OP_REDUCESCATTER ? "reducescatter f32 sum" : "allgatherv f32", o);
+                        op == OP_REDUCESCATTER ? "reducescatter f32 sum"
+                        : op == OP_ALLTOALL    ? "alltoall f32"
+                                               : "allgatherv f32",
+                        o);
     for (uint64_t bytes = o->min_bytes; bytes <= o->max_bytes; bytes *= o->factor) {
         size_t count = bytes / sizeof(float) / (size_t)nranks;
         count = count ? count : 1;
@@ -134,6 +143,8 @@ int main(int argc, char **argv)
                 op = OP_REDUCESCATTER;
             else if (strcmp(optarg, "allgatherv") == 0)
                 op = OP_ALLGATHERV;
+            else if (strcmp(optarg, "alltoall") == 0)
+                op = OP_ALLTOALL;
             else
                 bad = 2;
         } else if (c == 'h' || rb_sweep_option(&o, c, optarg) != 0) {
@@ -146,10 +157,11 @@ int main(int argc, char **argv)
         bad = 2;
     if (bad) {
         if (rank == 0)
-            fprintf(bad == 1 ? stdout : stderr,
-                    "usage: %s [-o reducescatter|allgatherv] [-b MIN] [-e MAX] [-f FACTOR] "
-                    "[-n ITERS] [-w WARMUP] [-c 0|1]\n%s",
-                    argv[0], rb_sweep_usage);
+            fprintf(
+                bad == 1 ? stdout : stderr,
+                "usage: %s [-o reducescatter|allgatherv|alltoall] [-b MIN] [-e MAX] [-f FACTOR] "
+                "[-n ITERS] [-w WARMUP] [-c 0|1]\n%s",
+                argv[0], rb_sweep_usage);
         MPI_Finalize();
         return bad == 1 ? 0 : 2;
     }

@@ -95,12 +95,14 @@ static int copy_mem(int dev, void *dst, const void *src, size_t bytes)
 /* Elements of the op's input and output per element of count (each rank's share). */
 static size_t in_factor(const bench_opts *o)
 {
-    return o->op == RD_COLL_REDUCESCATTER ? (size_t)o->world : 1;
+    return o->op == RD_COLL_REDUCESCATTER || o->op == RD_COLL_ALLTOALL ? (size_t)o->world : 1;
 }
 
 static size_t out_factor(const bench_opts *o)
 {
-    return o->op == RD_COLL_ALLGATHER || o->op == RD_COLL_ALLGATHERV ? (size_t)o->world : 1;
+    return o->op == RD_COLL_ALLGATHER || o->op == RD_COLL_ALLGATHERV || o->op == RD_COLL_ALLTOALL
+               ? (size_t)o->world
+               : 1;
 }
 
 /* Runs one collective of count elements per rank (an allgatherv's counts all equal). */
@@ -117,6 +119,7 @@ static ringd_result_t run_op(ringd_t *h, const bench_opts *o, const char *name, 
         for (int r = 0; r < o->world; r++)
             counts[r] = count;
         return ringd_allgatherv(h, name, send, count, recv, counts, o->dtype);
+    case RD_COLL_ALLTOALL: return ringd_alltoall(h, name, send, recv, count, o->dtype);
     default: return ringd_allgather(h, name, send, recv, count, o->dtype);
     }
 }
@@ -148,6 +151,11 @@ static long long check(ringd_t *h, const bench_opts *o, void *send, void *recv, 
         expect_allreduce(o, n, 0, count, ins, want);
     } else if (o->op == RD_COLL_REDUCESCATTER) {
         expect_allreduce(o, n, (size_t)me * count, count, ins, want);
+    } else if (o->op == RD_COLL_ALLTOALL) { /* block r of the result: rank r's block me */
+        for (int r = 0; r < n; r++) {
+            fill(ins, o->dtype, in_count, r, 0);
+            memcpy(want + (size_t)r * count * esz, ins + (size_t)me * count * esz, count * esz);
+        }
     } else {
         for (int r = 0; r < n; r++)
             fill(ins + (size_t)r * count * esz, o->dtype, count, r, 0);
@@ -187,7 +195,8 @@ static int client_main(const bench_opts *o, const char *job)
 {
     const rb_sweep *s = &o->sweep;
     size_t esz = ringd_dtype_size(o->dtype);
-    int whole = o->op == RD_COLL_REDUCESCATTER || o->op == RD_COLL_ALLGATHERV;
+    int whole =
+        o->op == RD_COLL_REDUCESCATTER || o->op == RD_COLL_ALLGATHERV || o->op == RD_COLL_ALLTOALL;
     size_t max_count = s->max_bytes / esz / (whole ? (size_t)o->world : 1);
     max_count = max_count ? max_count : 1;
     size_t gather = out_factor(o), scatter = in_factor(o);
@@ -447,7 +456,8 @@ static void usage(FILE *f)
     fprintf(
         f,
         "usage: ringd-bench [--socket PATH] [--procs N] [--world N] [--job NAME]\n"
-        "                   [--op allreduce|broadcast|allgather|reducescatter|allgatherv]\n"
+        "                   [--op "
+        "allreduce|broadcast|allgather|reducescatter|allgatherv|alltoall]\n"
         "                   [--dtype f32|f64|f16|bf16|i32|i64|u8] [--redop sum|avg|min|max|prod]\n"
         "                   [--root R] [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS]\n"
         "                   [-w WARMUP] [-c 0|1] [--device host|cuda]\n"

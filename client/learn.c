@@ -1,8 +1,9 @@
-/* Collectives of two steps: the ranks learn each other's counts with one daemon op, then move
- * the data with a second into a buffer the caller gives once it knows them. The caller holds
- * one request (the outer one, never sent); each step is an ordinary request of the session
- * whose completion, handled in whichever call reads it, starts the next step or ends the outer
- * request. */
+/* Collectives of two steps: the ranks learn each other's counts with one daemon op (an
+ * allgather), then move the data with a second under the same name: an allgatherv into a buffer
+ * the caller gives once it knows them, or an alltoall of the whole matrix of counts. The caller
+ * holds one request (the outer one, never sent); each step is an ordinary request of the
+ * session whose completion, handled in whichever call reads it, starts the next step or ends the
+ * outer request. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,20 +12,25 @@
 #include "frame.h"
 #include "session.h"
 
-/* A request's two steps: (count, layout) of every rank, then the data. */
+/* A request's two steps: every rank's counts and layout, then the data. */
 typedef struct rd_learn {
+    int op; /* the data step: OP_ALLGATHERV or OP_ALLTOALL */
     char name[RD_NAME_MAX + 1];
     const void *send;
-    size_t sendcount;
+    size_t sendcount; /* allgatherv: this rank's count; alltoall: its row's sum */
     ringd_dtype_t dtype;
-    ringd_recv_fn recv;
+    ringd_recv_fn recv; /* NULL: recvbuf, of want[] */
     void *ctx;
-    size_t *recvcounts; /* the caller's, or NULL */
+    void *recvbuf;      /* alltoallv with receive counts given */
+    const size_t *want; /* those receive counts (the caller's) */
+    size_t *recvcounts; /* the caller's, or NULL: what this rank receives from each */
     int size;           /* the job's size at the call: the first step gathers that many */
+    int per;            /* values per rank in the first step: counts, then the layout */
     int step;           /* 1: gathering the counts; 2: moving the data */
-    uint64_t mine[2];   /* this rank's count and layout */
-    uint64_t *table;    /* every rank's, size pairs (in this allocation) */
-    size_t *counts;     /* every rank's count, for the allgatherv (in this allocation) */
+    uint64_t *mine;     /* this rank's per values (in this allocation, as the rest) */
+    uint64_t *table;    /* every rank's, size x per */
+    size_t *counts;     /* the data step's: allgatherv size, alltoall size x size */
+    size_t *column;     /* what this rank receives from each rank */
 } rd_learn;
 
 /* Ends q with status and message. An outer request its caller gave up on goes now: no Complete
@@ -39,23 +45,42 @@ static void finish(ringd_request_t *q, ringd_result_t status, const char *messag
     rd_lib_req_complete(q, status, message);
 }
 
-/* The data step of q: every rank's count is in the table. Returns RINGD_OK, or the failure
+/* Fills the data step's counts and this rank's column from the table; checks the layouts (every
+ * rank has the same table: every one fails here alike, and none goes on). Returns RINGD_OK, or
+ * RINGD_E_MISMATCH with errmsg set. */
+static ringd_result_t read_table(ringd_t *r, rd_learn *l, size_t *total)
+{
+    int n = l->size, per = l->per;
+    *total = 0;
+    for (int k = 0; k < n; k++) {
+        uint64_t layout = l->table[(size_t)k * per + per - 1];
+        if (layout != l->table[per - 1]) {
+            snprintf(r->errmsg, sizeof(r->errmsg),
+                     "tensor '%s' mismatch (layout): rank 0 passed layout %" PRIu64
+                     ", rank %d layout %" PRIu64 " (of rows of differing shapes?)",
+                     l->name, l->table[per - 1], k, layout);
+            return RINGD_E_MISMATCH;
+        }
+        if (l->op == RINGD__OP_TYPE__OP_ALLGATHERV) {
+            l->counts[k] = l->column[k] = (size_t)l->table[(size_t)k * per];
+        } else {
+            for (int j = 0; j < n; j++)
+                l->counts[(size_t)k * n + j] = (size_t)l->table[(size_t)k * per + j];
+            l->column[k] = l->counts[(size_t)k * n + r->rank];
+        }
+        *total += l->column[k];
+    }
+    return RINGD_OK;
+}
+
+/* The data step of q: every rank's counts are in the table. Returns RINGD_OK, or the failure
  * (told to the daemon, so that every rank fails alike) with errmsg set. */
 static ringd_result_t move_data(ringd_request_t *q)
 {
     ringd_t *r = q->r;
     rd_learn *l = q->learn;
-    submit_args a = {RINGD__OP_TYPE__OP_ALLGATHERV,
-                     l->name,
-                     l->send,
-                     NULL,
-                     l->sendcount,
-                     l->dtype,
-                     RINGD_SUM,
-                     0,
-                     1.0,
-                     1.0,
-                     l->counts};
+    submit_args a = {l->op,     l->name, l->send, NULL, l->sendcount, l->dtype,
+                     RINGD_SUM, 0,       1.0,     1.0,  l->counts};
     size_t total = 0;
     if (r->size != l->size) { /* the counts are for the old size */
         snprintf(r->errmsg, sizeof(r->errmsg),
@@ -64,26 +89,29 @@ static ringd_result_t move_data(ringd_request_t *q)
                  l->name, l->size, r->size);
         return rd_lib_refuse(r, &a, l->name, RINGD_E_MEMBERSHIP);
     }
-    for (int k = 0; k < l->size; k++) {
-        if (l->table[2 * k + 1] != l->table[1]) {
-            /* every rank has the same table: every one fails here alike, and none goes on */
-            snprintf(r->errmsg, sizeof(r->errmsg),
-                     "tensor '%s' mismatch (layout): rank 0 passed layout %" PRIu64
-                     ", rank %d layout %" PRIu64 " (of rows of differing shapes?)",
-                     l->name, l->table[1], k, l->table[2 * k + 1]);
-            return RINGD_E_MISMATCH;
-        }
-        l->counts[k] = (size_t)l->table[2 * k];
-        total += l->counts[k];
-    }
+    ringd_result_t rc = read_table(r, l, &total);
+    if (rc != RINGD_OK)
+        return rc;
     if (l->recvcounts != NULL)
-        memcpy(l->recvcounts, l->counts, (size_t)l->size * sizeof(size_t));
+        memcpy(l->recvcounts, l->column, (size_t)l->size * sizeof(size_t));
     if (q->abandoned) {
         snprintf(r->errmsg, sizeof(r->errmsg),
                  "tensor '%s': rank %d gave up waiting for it (op_timeout_ms)", l->name, r->rank);
         return rd_lib_refuse(r, &a, l->name, RINGD_E_TIMEOUT);
     }
-    a.recv = l->recv(l->ctx, l->counts, l->size, total);
+    if (l->recv == NULL) {
+        for (int k = 0; k < l->size; k++)
+            if (l->want[k] != l->column[k]) {
+                snprintf(r->errmsg, sizeof(r->errmsg),
+                         "tensor '%s' mismatch (counts): rank %d expects %zu elements from rank "
+                         "%d, which sends it %zu",
+                         l->name, r->rank, l->want[k], k, l->column[k]);
+                return rd_lib_refuse(r, &a, l->name, RINGD_E_MISMATCH);
+            }
+        a.recv = l->recvbuf;
+    } else {
+        a.recv = l->recv(l->ctx, l->column, l->size, total);
+    }
     if (a.recv == NULL && total > 0) {
         snprintf(r->errmsg, sizeof(r->errmsg),
                  "tensor '%s': rank %d had no buffer for the %zu elements it receives", l->name,
@@ -91,7 +119,7 @@ static ringd_result_t move_data(ringd_request_t *q)
         return rd_lib_refuse(r, &a, l->name, RINGD_E_NOMEM);
     }
     ringd_request_t *step;
-    ringd_result_t rc = rd_lib_submit(r, &a, &step);
+    rc = rd_lib_submit(r, &a, &step);
     if (rc == RINGD_OK)
         step->outer = q;
     return rc;
@@ -109,58 +137,101 @@ void rd_learn_advance(ringd_request_t *inner)
     if (status == RINGD_OK && l->step == 1) {
         l->step = 2;
         status = move_data(q);
-        if (status == RINGD_OK) {
-            free(message);
-            return;
-        }
         free(message);
+        if (status == RINGD_OK)
+            return;
         message = strdup(q->r->errmsg);
     }
     finish(q, status, message);
     free(message);
 }
 
-ringd_result_t ringd_allgatherv_into_async(ringd_t *r, const char *name, const void *sendbuf,
-                                           size_t sendcount, uint64_t layout, ringd_dtype_t dtype,
-                                           ringd_recv_fn recv, void *ctx, size_t *recvcounts,
-                                           ringd_request_t **req)
+/* What a collective of two steps is given. */
+typedef struct {
+    int op;
+    const char *name;
+    const void *send;
+    size_t sendcount;         /* allgatherv */
+    const size_t *sendcounts; /* alltoall: this rank's row */
+    uint64_t layout;
+    ringd_dtype_t dtype;
+    ringd_recv_fn recv;
+    void *ctx;
+    void *recvbuf;
+    const size_t *want;
+    size_t *recvcounts;
+} learn_args;
+
+/* Starts the first step of a collective of two steps: the outer request into *req. */
+static ringd_result_t learn_start(ringd_t *r, const learn_args *g, ringd_request_t **req)
 {
     if (r == NULL || req == NULL)
         return RINGD_E_INVALID;
     *req = NULL;
-    submit_args a = {
-        RINGD__OP_TYPE__OP_ALLGATHER, name, NULL, NULL, 2, RINGD_I64, RINGD_SUM, 0, 1.0, 1.0, NULL};
-    if (name == NULL || !rd_name_valid(name) || recv == NULL) {
-        snprintf(r->errmsg, sizeof(r->errmsg), "ringd_allgatherv_into: %s",
-                 recv == NULL   ? "recv is NULL"
-                 : name == NULL ? "it needs a name (its two steps "
-                                  "go under it)"
-                                : "an invalid name");
-        return name != NULL && rd_name_valid(name) ? rd_lib_refuse(r, &a, name, RINGD_E_INVALID)
-                                                   : RINGD_E_INVALID;
+    int n = r->size, per = g->op == RINGD__OP_TYPE__OP_ALLTOALL ? n + 1 : 2;
+    submit_args a = {RINGD__OP_TYPE__OP_ALLGATHER,
+                     g->name,
+                     NULL,
+                     NULL,
+                     (size_t)per,
+                     RINGD_I64,
+                     RINGD_SUM,
+                     0,
+                     1.0,
+                     1.0,
+                     NULL};
+    const char *bad =
+        g->name == NULL           ? "it needs a name (both its steps go under it)"
+        : !rd_name_valid(g->name) ? "an invalid name"
+        : g->recv == NULL && g->want == NULL
+            ? (g->op == RINGD__OP_TYPE__OP_ALLTOALL ? "recvcounts is NULL" : "recv is NULL")
+        : g->op == RINGD__OP_TYPE__OP_ALLTOALL && g->sendcounts == NULL ? "sendcounts is NULL"
+                                                                        : NULL;
+    if (bad != NULL) {
+        snprintf(r->errmsg, sizeof(r->errmsg), "%s: %s",
+                 g->op == RINGD__OP_TYPE__OP_ALLTOALL ? "ringd_alltoallv" : "ringd_allgatherv_into",
+                 bad);
+        return g->name != NULL && rd_name_valid(g->name)
+                   ? rd_lib_refuse(r, &a, g->name, RINGD_E_INVALID)
+                   : RINGD_E_INVALID;
     }
-    int n = r->size;
+    size_t matrix = g->op == RINGD__OP_TYPE__OP_ALLTOALL ? (size_t)n * n : (size_t)n;
     ringd_request_t *q = calloc(1, sizeof(*q));
-    rd_learn *l = calloc(1, sizeof(*l) + (size_t)n * (2 * sizeof(uint64_t) + sizeof(size_t)));
+    rd_learn *l = calloc(1, sizeof(*l) + ((size_t)per * (n + 1)) * sizeof(uint64_t) +
+                                (matrix + (size_t)n) * sizeof(size_t));
     if (q == NULL || l == NULL) {
         free(q);
         free(l);
         snprintf(r->errmsg, sizeof(r->errmsg), "out of memory");
-        return rd_lib_refuse(r, &a, name, RINGD_E_NOMEM);
+        return rd_lib_refuse(r, &a, g->name, RINGD_E_NOMEM);
     }
-    l->table = (uint64_t *)(l + 1);
-    l->counts = (size_t *)(l->table + 2 * (size_t)n);
-    snprintf(l->name, sizeof(l->name), "%s", name);
-    l->send = sendbuf;
-    l->sendcount = sendcount;
-    l->dtype = dtype;
-    l->recv = recv;
-    l->ctx = ctx;
-    l->recvcounts = recvcounts;
+    l->mine = (uint64_t *)(l + 1);
+    l->table = l->mine + per;
+    l->counts = (size_t *)(l->table + (size_t)per * n);
+    l->column = l->counts + matrix;
+    l->op = g->op;
+    snprintf(l->name, sizeof(l->name), "%s", g->name);
+    l->send = g->send;
+    l->sendcount = g->sendcount;
+    if (g->op == RINGD__OP_TYPE__OP_ALLTOALL) {
+        l->sendcount = 0;
+        for (int j = 0; j < n; j++) {
+            l->mine[j] = g->sendcounts[j];
+            l->sendcount += g->sendcounts[j];
+        }
+    } else {
+        l->mine[0] = g->sendcount;
+    }
+    l->mine[per - 1] = g->layout;
+    l->dtype = g->dtype;
+    l->recv = g->recv;
+    l->ctx = g->ctx;
+    l->recvbuf = g->recvbuf;
+    l->want = g->want;
+    l->recvcounts = g->recvcounts;
     l->size = n;
+    l->per = per;
     l->step = 1;
-    l->mine[0] = sendcount;
-    l->mine[1] = layout;
     q->r = r;
     q->id = 0; /* never sent: no Complete matches it */
     q->stage = UINT64_MAX;
@@ -180,6 +251,26 @@ ringd_result_t ringd_allgatherv_into_async(ringd_t *r, const char *name, const v
     return RINGD_OK;
 }
 
+ringd_result_t ringd_allgatherv_into_async(ringd_t *r, const char *name, const void *sendbuf,
+                                           size_t sendcount, uint64_t layout, ringd_dtype_t dtype,
+                                           ringd_recv_fn recv, void *ctx, size_t *recvcounts,
+                                           ringd_request_t **req)
+{
+    learn_args g = {RINGD__OP_TYPE__OP_ALLGATHERV,
+                    name,
+                    sendbuf,
+                    sendcount,
+                    NULL,
+                    layout,
+                    dtype,
+                    recv,
+                    ctx,
+                    NULL,
+                    NULL,
+                    recvcounts};
+    return learn_start(r, &g, req);
+}
+
 ringd_result_t ringd_allgatherv_into(ringd_t *r, const char *name, const void *sendbuf,
                                      size_t sendcount, uint64_t layout, ringd_dtype_t dtype,
                                      ringd_recv_fn recv, void *ctx, size_t *recvcounts)
@@ -187,5 +278,65 @@ ringd_result_t ringd_allgatherv_into(ringd_t *r, const char *name, const void *s
     ringd_request_t *q;
     ringd_result_t rc = ringd_allgatherv_into_async(r, name, sendbuf, sendcount, layout, dtype,
                                                     recv, ctx, recvcounts, &q);
+    return rc != RINGD_OK ? rc : rd_lib_wait(q);
+}
+
+ringd_result_t ringd_alltoallv_async(ringd_t *r, const char *name, const void *sendbuf,
+                                     const size_t *sendcounts, void *recvbuf,
+                                     const size_t *recvcounts, ringd_dtype_t dtype,
+                                     ringd_request_t **req)
+{
+    learn_args g = {RINGD__OP_TYPE__OP_ALLTOALL,
+                    name,
+                    sendbuf,
+                    0,
+                    sendcounts,
+                    0,
+                    dtype,
+                    NULL,
+                    NULL,
+                    recvbuf,
+                    recvcounts,
+                    NULL};
+    return learn_start(r, &g, req);
+}
+
+ringd_result_t ringd_alltoallv(ringd_t *r, const char *name, const void *sendbuf,
+                               const size_t *sendcounts, void *recvbuf, const size_t *recvcounts,
+                               ringd_dtype_t dtype)
+{
+    ringd_request_t *q;
+    ringd_result_t rc =
+        ringd_alltoallv_async(r, name, sendbuf, sendcounts, recvbuf, recvcounts, dtype, &q);
+    return rc != RINGD_OK ? rc : rd_lib_wait(q);
+}
+
+ringd_result_t ringd_alltoallv_into_async(ringd_t *r, const char *name, const void *sendbuf,
+                                          const size_t *sendcounts, uint64_t layout,
+                                          ringd_dtype_t dtype, ringd_recv_fn recv, void *ctx,
+                                          size_t *recvcounts, ringd_request_t **req)
+{
+    learn_args g = {RINGD__OP_TYPE__OP_ALLTOALL,
+                    name,
+                    sendbuf,
+                    0,
+                    sendcounts,
+                    layout,
+                    dtype,
+                    recv,
+                    ctx,
+                    NULL,
+                    NULL,
+                    recvcounts};
+    return learn_start(r, &g, req);
+}
+
+ringd_result_t ringd_alltoallv_into(ringd_t *r, const char *name, const void *sendbuf,
+                                    const size_t *sendcounts, uint64_t layout, ringd_dtype_t dtype,
+                                    ringd_recv_fn recv, void *ctx, size_t *recvcounts)
+{
+    ringd_request_t *q;
+    ringd_result_t rc = ringd_alltoallv_into_async(r, name, sendbuf, sendcounts, layout, dtype,
+                                                   recv, ctx, recvcounts, &q);
     return rc != RINGD_OK ? rc : rd_lib_wait(q);
 }

@@ -851,6 +851,7 @@ typedef struct {
     uint64_t in_at;  /* the input's place in a staged output that holds it (in place) */
     uint64_t out_at; /* the output's place in a staged input that holds it */
     int host_only;   /* the daemon runs it on host memory alone: device buffers are staged */
+    int apart;       /* no in-place form: staged together, the output follows the input */
 } layout;
 
 /* Puts q on r's list of outstanding requests. */
@@ -951,7 +952,11 @@ static ringd_result_t place(ringd_t *r, const submit_args *a, const char *name, 
         return RINGD_OK;
     /* One staging area: both buffers in the daemon's in-place layout, or the one that is not in
      * the arena. */
-    uint64_t len = !si && !ri ? (in_len > out_len ? in_len : out_len) : !si ? in_len : out_len;
+    uint64_t len = !si && !ri ? (lay->apart         ? in_len + out_len
+                                 : in_len > out_len ? in_len
+                                                    : out_len)
+                   : !si      ? in_len
+                              : out_len;
     if (rd_alloc_get(al, len, &q->stage) != 0) {
         q->stage = RD_NO_STAGE;
         return fail(r, RINGD_E_NOMEM,
@@ -960,7 +965,10 @@ static ringd_result_t place(ringd_t *r, const submit_args *a, const char *name, 
                     name, dev ? "device " : "", len, dev ? "_device" : "");
     }
     q->stage_alloc = al;
-    if (!si && !ri) {
+    if (!si && !ri && lay->apart) {
+        *in_off = q->stage;
+        *out_off = q->stage + in_len;
+    } else if (!si && !ri) {
         *in_off = q->stage + (out_len >= in_len ? lay->in_at : 0);
         *out_off = q->stage + (out_len >= in_len ? 0 : lay->out_at);
     } else if (!si) {
@@ -989,6 +997,40 @@ static ringd_result_t place(ringd_t *r, const submit_args *a, const char *name, 
 
 /* The bytes of a's buffers and their in-place layout, or a failure (errmsg set) when its counts
  * do not describe this job. */
+/* lay_out of an alltoall: this rank's row of the matrix (or count for every rank) is what it
+ * sends, its column what it receives; never in place. */
+static ringd_result_t lay_out_alltoall(ringd_t *r, const submit_args *a, const char *name,
+                                       layout *lay)
+{
+    uint64_t esz = ringd_dtype_size(a->dtype), n = (uint64_t)r->size, me = (uint64_t)r->rank;
+    uint64_t room = (r->arena_size > r->dev_arena_size ? r->arena_size : r->dev_arena_size) / esz;
+    uint64_t sent = 0, got = 0;
+    if (a->counts == NULL) {
+        if (a->count > room / n)
+            return fail(r, RINGD_E_INVALID,
+                        "tensor '%s': %" PRIu64 " x %zu elements do not fit the arena of %" PRIu64
+                        " bytes",
+                        name, n, a->count, room * esz);
+        sent = got = a->count * n;
+    } else {
+        for (uint64_t j = 0; j < n; j++) {
+            uint64_t out = a->counts[me * n + j], in = a->counts[j * n + me];
+            if (out > room - sent || in > room - got)
+                return fail(r, RINGD_E_INVALID,
+                            "tensor '%s': this rank's counts add up to more elements than fit "
+                            "the arena of %" PRIu64 " bytes",
+                            name, room * esz);
+            sent += out;
+            got += in;
+        }
+    }
+    lay->in_len = sent * esz;
+    lay->out_len = got * esz;
+    lay->host_only = 1;
+    lay->apart = 1;
+    return RINGD_OK;
+}
+
 static ringd_result_t lay_out(ringd_t *r, const submit_args *a, const char *name, layout *lay)
 {
     uint64_t esz = a->op == RINGD__OP_TYPE__OP_BARRIER ? 1 : ringd_dtype_size(a->dtype);
@@ -997,6 +1039,8 @@ static ringd_result_t lay_out(ringd_t *r, const submit_args *a, const char *name
     int counted =
         a->op == RINGD__OP_TYPE__OP_REDUCESCATTER || a->op == RINGD__OP_TYPE__OP_ALLGATHERV;
     memset(lay, 0, sizeof(*lay));
+    if (a->op == RINGD__OP_TYPE__OP_ALLTOALL)
+        return lay_out_alltoall(r, a, name, lay);
     if (counted && a->counts != NULL) {
         for (int i = 0; i < r->size; i++) {
             if (a->counts[i] > room - total)
@@ -1078,8 +1122,8 @@ static ringd_result_t submit(ringd_t *r, const submit_args *a, ringd_request_t *
         return refuse(
             r, a, name,
             fail(r, RINGD_E_INVALID, "tensor '%s': unknown dtype %d", name, (int)a->dtype));
-    int counted =
-        a->op == RINGD__OP_TYPE__OP_REDUCESCATTER || a->op == RINGD__OP_TYPE__OP_ALLGATHERV;
+    int counted = a->op == RINGD__OP_TYPE__OP_REDUCESCATTER ||
+                  a->op == RINGD__OP_TYPE__OP_ALLGATHERV || a->op == RINGD__OP_TYPE__OP_ALLTOALL;
     if (a->op == RINGD__OP_TYPE__OP_ALLGATHERV && a->counts == NULL)
         return refuse(r, a, name,
                       fail(r, RINGD_E_INVALID, "tensor '%s': recvcounts is NULL", name));
@@ -1090,14 +1134,17 @@ static ringd_result_t submit(ringd_t *r, const submit_args *a, ringd_request_t *
     if ((lay.in_len > 0 && a->send == NULL) || (lay.out_len > 0 && a->recv == NULL))
         return refuse(r, a, name, fail(r, RINGD_E_INVALID, "tensor '%s': a NULL buffer", name));
     uint64_t count = a->op == RINGD__OP_TYPE__OP_BARRIER ? 0 : a->count;
+    size_t ncounts =
+        a->op == RINGD__OP_TYPE__OP_ALLTOALL ? (size_t)r->size * (size_t)r->size : (size_t)r->size;
     if (counted && a->counts != NULL)
-        count = a->counts[r->rank];
+        count = a->op == RINGD__OP_TYPE__OP_ALLTOALL ? lay.in_len / ringd_dtype_size(a->dtype)
+                                                     : a->counts[r->rank];
     uint64_t *counts = NULL;
     if (counted && a->counts != NULL) {
-        counts = malloc((size_t)r->size * sizeof(*counts));
+        counts = malloc(ncounts * sizeof(*counts));
         if (counts == NULL)
             return refuse(r, a, name, fail(r, RINGD_E_NOMEM, "out of memory"));
-        for (int i = 0; i < r->size; i++)
+        for (size_t i = 0; i < ncounts; i++)
             counts[i] = a->counts[i];
     }
 
@@ -1145,7 +1192,7 @@ static ringd_result_t submit(ringd_t *r, const submit_args *a, ringd_request_t *
     s.input = &tin;
     s.output = &tout;
     s.counts = counts;
-    s.n_counts = counts != NULL ? (size_t)r->size : 0;
+    s.n_counts = counts != NULL ? ncounts : 0;
     m.body_case = RINGD__MSG__BODY_SUBMIT;
     m.submit = &s;
     ringd_result_t rc = send_to_daemon(r, &m, err, sizeof(err));
@@ -1402,6 +1449,43 @@ ringd_result_t ringd_allgatherv(ringd_t *r, const char *name, const void *sendbu
                      1.0,
                      1.0,
                      recvcounts};
+    return submit_wait(r, &a);
+}
+
+ringd_result_t ringd_alltoall_async(ringd_t *r, const char *name, const void *sendbuf,
+                                    void *recvbuf, size_t count, ringd_dtype_t dtype,
+                                    ringd_request_t **req)
+{
+    submit_args a = {RINGD__OP_TYPE__OP_ALLTOALL,
+                     name,
+                     sendbuf,
+                     recvbuf,
+                     count,
+                     dtype,
+                     RINGD_SUM,
+                     0,
+                     1.0,
+                     1.0,
+                     NULL};
+    if (req == NULL)
+        return RINGD_E_INVALID;
+    return submit(r, &a, req);
+}
+
+ringd_result_t ringd_alltoall(ringd_t *r, const char *name, const void *sendbuf, void *recvbuf,
+                              size_t count, ringd_dtype_t dtype)
+{
+    submit_args a = {RINGD__OP_TYPE__OP_ALLTOALL,
+                     name,
+                     sendbuf,
+                     recvbuf,
+                     count,
+                     dtype,
+                     RINGD_SUM,
+                     0,
+                     1.0,
+                     1.0,
+                     NULL};
     return submit_wait(r, &a);
 }
 

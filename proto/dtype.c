@@ -37,6 +37,7 @@ SAME3(RD_COLL_ALLGATHER, RD_COLL_ALLGATHER, RINGD__OP_TYPE__OP_ALLGATHER);
 SAME3(RD_COLL_BARRIER, RD_COLL_BARRIER, RINGD__OP_TYPE__OP_BARRIER);
 SAME3(RD_COLL_REDUCESCATTER, RD_COLL_REDUCESCATTER, RINGD__OP_TYPE__OP_REDUCESCATTER);
 SAME3(RD_COLL_ALLGATHERV, RD_COLL_ALLGATHERV, RINGD__OP_TYPE__OP_ALLGATHERV);
+SAME3(RD_COLL_ALLTOALL, RD_COLL_ALLTOALL, RINGD__OP_TYPE__OP_ALLTOALL);
 
 static const char *const dtype_names[RD_DT_COUNT] = {
     [RD_DT_F32] = "f32", [RD_DT_F64] = "f64", [RD_DT_F16] = "f16", [RD_DT_BF16] = "bf16",
@@ -54,6 +55,7 @@ static const char *const coll_names[RD_COLL_COUNT] = {
     [RD_COLL_ALLREDUCE] = "allreduce",         [RD_COLL_BROADCAST] = "broadcast",
     [RD_COLL_ALLGATHER] = "allgather",         [RD_COLL_BARRIER] = "barrier",
     [RD_COLL_REDUCESCATTER] = "reducescatter", [RD_COLL_ALLGATHERV] = "allgatherv",
+    [RD_COLL_ALLTOALL] = "alltoall",
 };
 
 /* Index of name among names[0..n), or -1. */

@@ -38,8 +38,9 @@ typedef enum {
     RD_COLL_BARRIER = 3,
     RD_COLL_REDUCESCATTER = 4, /* every rank's input reduced, rank i keeps block i */
     RD_COLL_ALLGATHERV = 5,    /* allgather of per-rank counts */
+    RD_COLL_ALLTOALL = 6,      /* each rank's block for each rank (a matrix of counts) */
 } rd_coll;
-#define RD_COLL_COUNT (RD_COLL_ALLGATHERV + 1)
+#define RD_COLL_COUNT (RD_COLL_ALLTOALL + 1)
 
 /* 1 when v (as it came: off the wire, from a caller) names a member of the enum, else 0. */
 int rd_dtype_valid(int v);

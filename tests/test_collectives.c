@@ -1,5 +1,5 @@
-/* Reducescatter, allgatherv and counts of 0: one daemon and rings of 2 and 3 real daemons (a
- * real redis-server), clients in forked processes. Every result is checked against a reference
+/* Reducescatter, allgatherv, alltoall and counts of 0: one daemon and rings of 2 and 3 real daemons
+ * (a real redis-server), clients in forked processes. Every result is checked against a reference
  * computed here from every rank's input: every dtype and reduce op, equal and per-rank counts
  * (0, 1 and primes among them), scaling, both in-place forms, async in rank-specific orders, and
  * counts that differ between ranks failing on every rank. */
@@ -422,6 +422,122 @@ static int learnt_counts(int i, void *arg)
     return 0;
 }
 
+/* Element e of rank k's block for rank j, small enough for every dtype. */
+static double a2a_value(int k, int j, size_t e)
+{
+    return (double)((k * 7 + j * 3 + (int)e) % 50);
+}
+
+/* Rank k's count for rank j of the per-rank shapes: 0s among them, and a prime. */
+static size_t a2a_count(int k, int j, int salt)
+{
+    return (size_t)((k * 3 + j * 5 + salt) % 7 == 6 ? 2011 : (k * 3 + j * 5 + salt) % 7);
+}
+
+/* Checks recvbuf of rank me: from each rank k in turn, counts[k] elements of a2a_value(k, me).
+ * Returns 0 or 40. */
+static int a2a_check(const char *name, int me, int n, ringd_dtype_t dt, const void *buf,
+                     const size_t *counts)
+{
+    size_t esz = ringd_dtype_size(dt), at = 0;
+    uint64_t want;
+    for (int k = 0; k < n; k++)
+        for (size_t e = 0; e < counts[k]; e++, at++) {
+            want = 0;
+            rd_dtype_store((rd_dtype)dt, &want, 0, a2a_value(k, me, e));
+            if (memcmp((const uint8_t *)buf + at * esz, &want, esz) != 0) {
+                fprintf(stderr, "rank %d: %s: element %zu from rank %d is %g, want %g\n", me, name,
+                        e, k, th_ref_load(buf, dt, at), a2a_value(k, me, e));
+                return 40;
+            }
+        }
+    return 0;
+}
+
+/* Fills sendbuf of rank me: counts[j] elements of a2a_value(me, j) for each rank j in turn. */
+static void a2a_fill(void *buf, int me, int n, ringd_dtype_t dt, const size_t *counts)
+{
+    size_t at = 0;
+    for (int j = 0; j < n; j++)
+        for (size_t e = 0; e < counts[j]; e++)
+            rd_dtype_store((rd_dtype)dt, buf, at++, a2a_value(me, j, e));
+}
+
+/* Alltoall of equal counts on every dtype (0, 1 and a prime), alltoallv of a matrix with 0s
+ * and a prime (receive counts given, and learnt: sync, and async waited in rank-specific
+ * orders), and receive counts that disagree with the senders': every rank fails alike. */
+static int alltoalls(int i, void *arg)
+{
+    const topo *t = arg;
+    ringd_t *r = join(t, i);
+    if (r == NULL)
+        return 10;
+    int n = ringd_size(r), me = ringd_rank(r), rc;
+    size_t eq[TH_RING_MAX * 4], sc[3][TH_RING_MAX * 4], rcv[3][TH_RING_MAX * 4],
+        got[2][TH_RING_MAX * 4];
+    uint8_t *in = ringd_alloc(r, (size_t)n * 2011 * 8 + 8), *out = malloc((size_t)n * 2011 * 8 + 8);
+    if (in == NULL || out == NULL)
+        return 30;
+    char name[64];
+    for (int dt = RINGD_F32; dt <= RINGD_U8; dt++)
+        for (size_t count = 0; count < 3000; count = count * 50 + 1) { /* 0, 1, 51, 2551 */
+            size_t c = count > 2011 ? 2011 : count;
+            for (int j = 0; j < n; j++)
+                eq[j] = c;
+            a2a_fill(in, me, n, (ringd_dtype_t)dt, eq);
+            snprintf(name, sizeof(name), "a2a.%s.%zu", rd_dtype_name((rd_dtype)dt), c);
+            TH_CHECK_OK(r, ringd_alltoall(r, name, in, out, c, (ringd_dtype_t)dt));
+            if ((rc = a2a_check(name, me, n, (ringd_dtype_t)dt, out, eq)) != 0)
+                return rc;
+        }
+    for (int salt = 0; salt < 3; salt++)
+        for (int j = 0; j < n; j++) {
+            sc[salt][j] = a2a_count(me, j, salt);
+            rcv[salt][j] = a2a_count(j, me, salt);
+        }
+    a2a_fill(in, me, n, RINGD_I32, sc[0]);
+    TH_CHECK_OK(r, ringd_alltoallv(r, "a2av.given", in, sc[0], out, rcv[0], RINGD_I32));
+    if ((rc = a2a_check("a2av.given", me, n, RINGD_I32, out, rcv[0])) != 0)
+        return rc;
+    recv_slot slot[2] = {{8, 0, NULL, 0}, {8, 0, NULL, 0}};
+    uint8_t *in2 = malloc((size_t)n * 2011 * 8 + 8);
+    if (in2 == NULL)
+        return 30;
+    a2a_fill(in, me, n, RINGD_F64, sc[1]);
+    a2a_fill(in2, me, n, RINGD_F64, sc[2]);
+    ringd_request_t *req[2];
+    TH_CHECK_OK(r, ringd_alltoallv_into_async(r, "a2av.a", in, sc[1], 3, RINGD_F64, recv_into,
+                                              &slot[0], got[0], &req[0]));
+    TH_CHECK_OK(r, ringd_alltoallv_into_async(r, "a2av.b", in2, sc[2], 3, RINGD_F64, recv_into,
+                                              &slot[1], got[1], &req[1]));
+    for (int k = 0; k < 2; k++)
+        TH_CHECK_OK(r, ringd_wait(req[(k + me) % 2]));
+    for (int x = 0; x < 2; x++) {
+        if (memcmp(got[x], rcv[x + 1], (size_t)n * sizeof(size_t)) != 0) {
+            fprintf(stderr, "rank %d: a2av learnt the wrong receive counts\n", me);
+            return 40;
+        }
+        rc = a2a_check("a2av learnt", me, n, RINGD_F64, slot[x].buf, rcv[x + 1]);
+        free(slot[x].buf);
+        if (rc != 0)
+            return rc;
+    }
+    if (me == 1)
+        rcv[0][0] += 1;
+    a2a_fill(in, me, n, RINGD_I32, sc[0]);
+    ringd_result_t res = ringd_alltoallv(r, "a2av.bad", in, sc[0], out, rcv[0], RINGD_I32);
+    if (res != RINGD_E_MISMATCH || strstr(ringd_errmsg(r), "rank 1 expects") == NULL) {
+        fprintf(stderr, "rank %d: want rank 1's receive counts refused, got %s: %s\n", me,
+                ringd_strerror(res), ringd_errmsg(r));
+        return 50;
+    }
+    TH_CHECK_OK(r, ringd_alltoall(r, "a2a.after", in, out, 1, RINGD_I32));
+    free(in2);
+    free(out);
+    ringd_close(r);
+    return 0;
+}
+
 static void every_case(topo t, const char *const *extra)
 {
     start(&t, extra);
@@ -429,6 +545,7 @@ static void every_case(topo t, const char *const *extra)
     cr_assert_eq(run(&t, async_orders, 60000), 0, "a client failed (its stderr above)");
     cr_assert_eq(run(&t, differing_counts, 60000), 0, "a client failed (its stderr above)");
     cr_assert_eq(run(&t, learnt_counts, 60000), 0, "a client failed (its stderr above)");
+    cr_assert_eq(run(&t, alltoalls, 120000), 0, "a client failed (its stderr above)");
     finish(&t);
 }
 

@@ -50,7 +50,8 @@ Test(dtype, names_every_op)
 Test(dtype, names_every_collective)
 {
     static const char *const names[RD_COLL_COUNT] = {"allreduce", "broadcast",     "allgather",
-                                                     "barrier",   "reducescatter", "allgatherv"};
+                                                     "barrier",   "reducescatter", "allgatherv",
+                                                     "alltoall"};
     for (int c = 0; c < RD_COLL_COUNT; c++) {
         cr_assert_str_eq(rd_coll_name((rd_coll)c), names[c]);
         cr_assert_eq(rd_coll_parse(names[c]), c);

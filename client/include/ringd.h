@@ -391,6 +391,45 @@ RINGD_API ringd_result_t ringd_allgatherv_into_async(ringd_t *r, const char *nam
                                                      ringd_recv_fn recv, void *ctx,
                                                      size_t *recvcounts, ringd_request_t **req);
 
+/* Alltoall: every rank sends count elements to every rank, block j of sendbuf (elements
+ * [j * count, (j + 1) * count)) to rank j, and receives block i of recvbuf from rank i
+ * (MPI_Alltoall). sendbuf and recvbuf hold ringd_size() * count elements each, apart (no in-place
+ * form). */
+RINGD_API ringd_result_t ringd_alltoall(ringd_t *r, const char *name, const void *sendbuf,
+                                        void *recvbuf, size_t count, ringd_dtype_t dtype);
+RINGD_API ringd_result_t ringd_alltoall_async(ringd_t *r, const char *name, const void *sendbuf,
+                                              void *recvbuf, size_t count, ringd_dtype_t dtype,
+                                              ringd_request_t **req);
+
+/* Alltoall of per-rank counts (MPI_Alltoallv, the displacements the prefix sums): this rank
+ * sends sendcounts[j] elements to rank j, in rank order in sendbuf, and receives recvcounts[i]
+ * from rank i, in rank order in recvbuf. recvcounts[i] must be what rank i sends this rank:
+ * RINGD_E_MISMATCH on every rank otherwise, naming the ranks. Two steps in the daemon under
+ * name: an allgather of every rank's sendcounts, then the alltoall of the whole matrix (the
+ * second started by whichever call of the session handles the first, as ringd_allgatherv_into
+ * says). The ranks need not know their receive counts: see ringd_alltoallv_into. */
+RINGD_API ringd_result_t ringd_alltoallv(ringd_t *r, const char *name, const void *sendbuf,
+                                         const size_t *sendcounts, void *recvbuf,
+                                         const size_t *recvcounts, ringd_dtype_t dtype);
+RINGD_API ringd_result_t ringd_alltoallv_async(ringd_t *r, const char *name, const void *sendbuf,
+                                               const size_t *sendcounts, void *recvbuf,
+                                               const size_t *recvcounts, ringd_dtype_t dtype,
+                                               ringd_request_t **req);
+
+/* Alltoallv whose receive counts the ranks learn (Horovod's alltoall with splits): as
+ * ringd_alltoallv, but recv(ctx, counts, size, total) gives the receive buffer once every rank's
+ * sendcounts are known (counts: what this rank receives from each rank), and recvcounts, when not
+ * NULL, receives those counts. layout as in ringd_allgatherv_into. */
+RINGD_API ringd_result_t ringd_alltoallv_into(ringd_t *r, const char *name, const void *sendbuf,
+                                              const size_t *sendcounts, uint64_t layout,
+                                              ringd_dtype_t dtype, ringd_recv_fn recv, void *ctx,
+                                              size_t *recvcounts);
+RINGD_API ringd_result_t ringd_alltoallv_into_async(ringd_t *r, const char *name,
+                                                    const void *sendbuf, const size_t *sendcounts,
+                                                    uint64_t layout, ringd_dtype_t dtype,
+                                                    ringd_recv_fn recv, void *ctx,
+                                                    size_t *recvcounts, ringd_request_t **req);
+
 /* Returns once every rank has entered the barrier of the same name. */
 RINGD_API ringd_result_t ringd_barrier(ringd_t *r, const char *name);
 RINGD_API ringd_result_t ringd_barrier_async(ringd_t *r, const char *name, ringd_request_t **req);

@@ -13,7 +13,7 @@
 /* 1 for the collectives that take every rank's count. */
 static int takes_counts(int op)
 {
-    return op == RD_COLL_REDUCESCATTER || op == RD_COLL_ALLGATHERV;
+    return op == RD_COLL_REDUCESCATTER || op == RD_COLL_ALLGATHERV || op == RD_COLL_ALLTOALL;
 }
 
 /* The sum of a Submit's counts (wrapping: rd_check_submit bounds it before anyone relies on it). */
@@ -37,13 +37,32 @@ rd_op_params rd_check_params(const rd_submit *m, uint32_t size)
     p.prescale = reduces ? m->prescale : 1.0;
     p.postscale = reduces ? m->postscale : 1.0;
     if (takes_counts(m->op)) {
-        p.count = m->ncounts > 0 ? counts_sum(m) : m->count * size;
+        uint64_t equal = m->count * size * (m->op == RD_COLL_ALLTOALL ? size : 1);
+        p.count = m->ncounts > 0 ? counts_sum(m) : equal;
         p.counts_digest = m->ncounts > 0 ? rd_counts_digest(m->counts, m->ncounts) : 0;
     }
     return p;
 }
 
-void rd_check_lengths(const rd_submit *m, uint32_t size, uint64_t *in_len, uint64_t *out_len)
+/* An alltoall's elements from rank (its row of the matrix) or to it (its column). */
+static uint64_t row_sum(const rd_submit *m, uint32_t size, uint32_t rank)
+{
+    uint64_t t = 0;
+    for (uint32_t j = 0; j < size; j++)
+        t += m->counts[(size_t)rank * size + j];
+    return t;
+}
+
+static uint64_t column_sum(const rd_submit *m, uint32_t size, uint32_t rank)
+{
+    uint64_t t = 0;
+    for (uint32_t i = 0; i < size; i++)
+        t += m->counts[(size_t)i * size + rank];
+    return t;
+}
+
+void rd_check_lengths(const rd_submit *m, uint32_t size, uint32_t rank, uint64_t *in_len,
+                      uint64_t *out_len)
 {
     uint64_t esz = rd_dtype_size((rd_dtype)m->dtype), own = m->count * esz;
     uint64_t total = rd_check_params(m, size).count * esz;
@@ -54,6 +73,10 @@ void rd_check_lengths(const rd_submit *m, uint32_t size, uint64_t *in_len, uint6
         *in_len = total;
     else if (m->op == RD_COLL_ALLGATHERV)
         *out_len = total;
+    else if (m->op == RD_COLL_ALLTOALL && m->ncounts == 0)
+        *in_len = *out_len = own * size;
+    else if (m->op == RD_COLL_ALLTOALL && m->ncounts == (size_t)size * size && rank < size)
+        *out_len = column_sum(m, size, rank) * esz;
     else if (m->op == RD_COLL_BARRIER)
         *in_len = *out_len = 0;
 }
@@ -121,12 +144,63 @@ static rd_status check_refs(const rd_check_session *s, const rd_submit *m, char 
 }
 
 /* Every rank's counts of a reducescatter or allgatherv: one per rank of the job (or none: a
- * reducescatter of equal counts), this rank's being count, their sum within the arena. Returns
- * RINGD_OK, or RINGD_E_INVALID with err set. */
+ * reducescatter of equal counts), this rank's being count, their sum within the arena; an
+ * alltoall's matrix as check_matrix says. Returns RINGD_OK, or RINGD_E_INVALID with err set. */
+/* An alltoall's matrix: size x size entries, or none (count between every two ranks); every
+ * entry, this rank's row (its count) and its column within the arena. Every rank checks its
+ * own row and column of the one matrix the ranks agree on (its digest): so every row and
+ * column of an op that runs fits some rank's arena. */
+static rd_status check_matrix(const rd_check_session *s, const rd_submit *m, char *err,
+                              size_t errlen)
+{
+    uint64_t esz = rd_dtype_size((rd_dtype)m->dtype), room = s->arena->size / esz;
+    if (m->ncounts == 0) {
+        if (m->count > room / s->size) {
+            snprintf(err, errlen,
+                     "tensor '%s': %u x %" PRIu64 " elements to send does not fit the arena",
+                     m->name, s->size, m->count);
+            return RINGD_E_INVALID;
+        }
+        return RINGD_OK;
+    }
+    if (m->ncounts != (size_t)s->size * s->size) {
+        snprintf(err, errlen,
+                 "tensor '%s': the matrix of counts has %zu entries; the job has %u ranks, "
+                 "so %u x %u",
+                 m->name, m->ncounts, s->size, s->size, s->size);
+        return RINGD_E_INVALID;
+    }
+    for (size_t i = 0; i < m->ncounts; i++)
+        if (m->counts[i] > room) {
+            snprintf(err, errlen,
+                     "tensor '%s': rank %zu's count for rank %zu does not fit the arena", m->name,
+                     i / s->size, i % s->size);
+            return RINGD_E_INVALID;
+        }
+    uint64_t sent = row_sum(m, s->size, s->rank), got = column_sum(m, s->size, s->rank);
+    if (sent > room || got > room) {
+        snprintf(err, errlen,
+                 "tensor '%s': rank %u sends %" PRIu64 " and receives %" PRIu64
+                 " elements: more than fit the arena",
+                 m->name, s->rank, sent, got);
+        return RINGD_E_INVALID;
+    }
+    if (sent != m->count) {
+        snprintf(err, errlen,
+                 "tensor '%s': rank %u's row of the matrix adds up to %" PRIu64
+                 ", its own count is %" PRIu64,
+                 m->name, s->rank, sent, m->count);
+        return RINGD_E_INVALID;
+    }
+    return RINGD_OK;
+}
+
 static rd_status check_counts(const rd_check_session *s, const rd_submit *m, char *err,
                               size_t errlen)
 {
     uint64_t esz = rd_dtype_size((rd_dtype)m->dtype), room = s->arena->size / esz, sum = 0;
+    if (m->op == RD_COLL_ALLTOALL)
+        return check_matrix(s, m, err, errlen);
     const char *what = m->op == RD_COLL_REDUCESCATTER ? "recvcounts" : "counts";
     if (m->ncounts == 0 && m->op == RD_COLL_REDUCESCATTER) {
         if (m->count > room / s->size) {
@@ -191,7 +265,7 @@ static rd_status check_layout(const rd_check_session *s, const rd_submit *m, cha
         return RINGD_E_INVALID;
     }
     uint64_t in_len, out_len;
-    rd_check_lengths(m, s->size, &in_len, &out_len);
+    rd_check_lengths(m, s->size, s->rank, &in_len, &out_len);
     if ((in_len > 0 && (!rd_arena_contains(ar, m->in_offset, in_len) || m->in_offset < data)) ||
         (out_len > 0 && (!rd_arena_contains(ar, m->out_offset, out_len) || m->out_offset < data))) {
         snprintf(err, errlen,
@@ -221,6 +295,7 @@ static rd_status check_layout(const rd_check_session *s, const rd_submit *m, cha
     case RD_COLL_ALLGATHER: ok |= a >= b && in_len > 0 && (a - b) % in_len == 0; break;
     case RD_COLL_REDUCESCATTER: ok |= b == a || b == a + own; break;
     case RD_COLL_ALLGATHERV: ok |= a == b + own; break;
+    case RD_COLL_ALLTOALL: break; /* blocks move between ranks: never in place */
     default: ok |= a == b; break;
     }
     if (!ok) {

@@ -55,8 +55,9 @@ int rd_check_on_device(const rd_submit *m);
  * allgatherv's its whole output, with the digest of their counts). */
 rd_op_params rd_check_params(const rd_submit *m, uint32_t size);
 
-/* Bytes of a Submit's input and output in a job of size ranks. */
-void rd_check_lengths(const rd_submit *m, uint32_t size, uint64_t *in_len, uint64_t *out_len);
+/* Bytes of a Submit's input and output, of rank `rank` in a job of size ranks. */
+void rd_check_lengths(const rd_submit *m, uint32_t size, uint32_t rank, uint64_t *in_len,
+                      uint64_t *out_len);
 
 /* Elements before rank's block of a reducescatter's input or an allgatherv's output (counts
  * checked: rank within them). */

@@ -96,8 +96,9 @@ typedef struct rd_op {
     uint32_t pass_ops; /* ops in that pass */
     int direct;        /* its result came with the negotiation */
     rd_local_plan plan;
-    uint64_t *counts; /* reducescatter, allgatherv: every rank's count (ncounts, the job's size
-                         when it was submitted); NULL for other ops and tombstones */
+    uint64_t *counts; /* reducescatter, allgatherv: every rank's count (ncounts of them, the job's
+                         size when it was submitted); alltoall: the ncounts x ncounts matrix (row:
+                         the sender); NULL for other ops and tombstones */
     uint32_t ncounts;
     struct rd_op *next;          /* bucket chain */
     struct rd_op *sprev, *snext; /* the list of its state */

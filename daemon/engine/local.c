@@ -17,7 +17,8 @@ size_t rd_local_units(const rd_local_plan *p)
     case RD_COLL_ALLREDUCE:
     case RD_COLL_BROADCAST:
     case RD_COLL_REDUCESCATTER:
-    case RD_COLL_ALLGATHERV: return p->count;
+    case RD_COLL_ALLGATHERV:
+    case RD_COLL_ALLTOALL: return p->count;
     case RD_COLL_ALLGATHER: return (size_t)p->n * p->count;
     case RD_COLL_BARRIER: return 0;
     }
@@ -30,7 +31,8 @@ uint64_t rd_local_bytes(const rd_local_plan *p)
     switch (p->coll) {
     case RD_COLL_ALLREDUCE:
     case RD_COLL_BROADCAST: return per * (uint64_t)p->n;
-    case RD_COLL_REDUCESCATTER: return per;
+    case RD_COLL_REDUCESCATTER:
+    case RD_COLL_ALLTOALL: return per;
     case RD_COLL_ALLGATHER: return per * (uint64_t)p->n * (uint64_t)p->n;
     case RD_COLL_ALLGATHERV: return per * (uint64_t)p->n;
     case RD_COLL_BARRIER: return 0;
@@ -126,6 +128,31 @@ static void run_allgatherv(const rd_local_plan *p, size_t begin, size_t end)
     }
 }
 
+/* Units are the elements of every block, sender by sender and, within a sender's, receiver by
+ * receiver (the order of the senders' inputs); each block goes from its sender's input to its
+ * place in its receiver's output. */
+static void run_alltoall(const rd_local_plan *p, size_t begin, size_t end)
+{
+    size_t esz = rd_dtype_size(p->dtype), n = (size_t)p->n;
+    uint64_t below[n]; /* of each receiver: elements from the senders before this one */
+    uint64_t at = 0;
+    memset(below, 0, sizeof(below));
+    for (size_t k = 0; k < n && at < end; k++) {
+        uint64_t sent = 0; /* elements of sender k's input before this block */
+        for (size_t l = 0; l < n; l++) {
+            uint64_t c = p->counts[k * n + l], a = at > begin ? at : begin, b = at + c;
+            if (b > end)
+                b = end;
+            if (a < b)
+                p->backend->copy(p->out[l] + (below[l] + (a - at)) * esz,
+                                 p->in[k] + (sent + (a - at)) * esz, (b - a) * esz);
+            sent += c;
+            below[l] += c;
+            at += c;
+        }
+    }
+}
+
 /* Records the backend's failure of what (the first one only). */
 static int device_failed(rd_local_plan *p, const char *what)
 {
@@ -166,7 +193,8 @@ static int run_device(rd_local_plan *p)
                     return device_failed(p, "gathering");
         return 0;
     case RD_COLL_REDUCESCATTER:
-    case RD_COLL_ALLGATHERV: /* refused before: the library stages them through host memory */
+    case RD_COLL_ALLGATHERV:
+    case RD_COLL_ALLTOALL: /* refused before: the library stages them through host memory */
         if (!p->failed) {
             p->failed = 1;
             snprintf(p->why, sizeof(p->why), "%s does not run on device memory",
@@ -193,6 +221,7 @@ void rd_local_run(void *plan, size_t begin, size_t end)
     case RD_COLL_ALLGATHER: run_allgather(p, begin, end); break;
     case RD_COLL_REDUCESCATTER: run_reducescatter(p, begin, end); break;
     case RD_COLL_ALLGATHERV: run_allgatherv(p, begin, end); break;
+    case RD_COLL_ALLTOALL: run_alltoall(p, begin, end); break;
     case RD_COLL_BARRIER: break;
     }
 }

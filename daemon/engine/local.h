@@ -23,7 +23,8 @@ typedef struct {
     const uint8_t **in;
     uint8_t **out;
     const uint64_t *counts; /* reducescatter, allgatherv: each rank's (n of them); count is their
-                               sum, the reducescatter's input and the allgatherv's output */
+                               sum, the reducescatter's input and the allgatherv's output;
+                               alltoall: the n x n matrix (row: the sender), count its sum */
     int serial; /* run as one range, in order: some rank's output is the start of its input */
     int device; /* a device backend's: the device of the memory (bound before it runs) */
     int failed; /* set by a run whose backend failed (a device's), why in why */

@@ -212,9 +212,10 @@ static int direct_result(const rd_neg *n, rec *r, rd_neg_outcome *out)
     uint64_t per = p->count * esz, world = 0;
     for (int i = 0; i < n->nnodes; i++)
         world += n->nodes[i].local_size;
-    if (p->coll == RD_COLL_ALLGATHERV && p->count > 0) { /* the table knows no node's counts */
-        rec_fail(r, RINGD_E_PROTOCOL, "tensor '%s': an allgatherv's data came with its negotiation",
-                 r->name);
+    if ((p->coll == RD_COLL_ALLGATHERV || p->coll == RD_COLL_ALLTOALL) && p->count > 0) {
+        /* the table knows no node's counts */
+        rec_fail(r, RINGD_E_PROTOCOL, "tensor '%s': an %s's data came with its negotiation",
+                 r->name, rd_coll_name((rd_coll)p->coll));
         return -1;
     }
     for (int i = 0; i < n->nnodes; i++) {

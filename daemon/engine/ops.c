@@ -66,7 +66,9 @@ void rd_ops_resolve(rd_op *o)
     }
     /* the local ranks' counts: a one-node op's, or one of the last node's of a ring */
     o->plan.counts =
-        o->counts != NULL && j->first_rank < o->ncounts ? o->counts + j->first_rank : o->counts;
+        o->counts != NULL && j->first_rank < o->ncounts && o->p.coll != RD_COLL_ALLTOALL
+            ? o->counts + j->first_rank
+            : o->counts;
     o->plan.serial = 0;
     for (uint32_t k = 0; k < o->nparts; k++) {
         part *pt = &o->parts[k];
@@ -174,7 +176,8 @@ void rd_ops_announce(rd_op *o)
     /* an allgatherv's nodes contribute blocks of sizes the negotiation does not know (one of
      * no elements goes direct all the same: a ring pass of nothing would not hold a node
      * until the others have it) */
-    if (o->p.coll == RD_COLL_BARRIER || (o->p.coll == RD_COLL_ALLGATHERV && o->p.count > 0) ||
+    if (o->p.coll == RD_COLL_BARRIER ||
+        ((o->p.coll == RD_COLL_ALLGATHERV || o->p.coll == RD_COLL_ALLTOALL) && o->p.count > 0) ||
         rd_optab_result_bytes(o) > j->e->cfg->direct_bytes || b->device_memory) {
         rd_ops_tell(o, RINGD_OK, NULL, 0, NULL, 0);
         return;
@@ -248,13 +251,14 @@ static void op_refuse(rd_job *j, rd_client *s, uint32_t rank, uint64_t request_i
 static int op_take_counts(rd_op *o, const rd_submit *m)
 {
     uint32_t n = o->job->size;
-    if (m->op != RD_COLL_REDUCESCATTER && m->op != RD_COLL_ALLGATHERV)
+    size_t entries = m->op == RD_COLL_ALLTOALL ? (size_t)n * n : n;
+    if (m->op != RD_COLL_REDUCESCATTER && m->op != RD_COLL_ALLGATHERV && m->op != RD_COLL_ALLTOALL)
         return 0;
-    o->counts = malloc((n ? n : 1) * sizeof(*o->counts));
+    o->counts = malloc((entries ? entries : 1) * sizeof(*o->counts));
     if (o->counts == NULL)
         return -1;
     o->ncounts = n;
-    for (uint32_t i = 0; i < n; i++)
+    for (size_t i = 0; i < entries; i++)
         o->counts[i] = m->ncounts > 0 ? m->counts[i] : m->count;
     return 0;
 }
@@ -370,7 +374,7 @@ void rd_ops_submit(rd_client *s, const rd_submit *m)
     }
 
     uint64_t in_len, out_len;
-    rd_check_lengths(m, j->size, &in_len, &out_len);
+    rd_check_lengths(m, j->size, j->first_rank + rank, &in_len, &out_len);
     part *pt = &o->parts[rank];
     pt->s = s;
     pt->submitted = 1;

@@ -612,6 +612,114 @@ static int do_allgather(rd_xfer *x, rd_xfer_task *t)
     return 0;
 }
 
+/* Elements from node o's ranks to node d's: their block of the n x n matrix m; first[i] is node
+ * i's first rank. */
+static uint64_t node_block(const rd_xfer *x, const uint64_t *m, uint32_t n, const uint32_t *first,
+                           int o, int d)
+{
+    uint64_t t = 0;
+    for (uint32_t k = first[o]; k < first[o] + x->local_sizes[o]; k++)
+        for (uint32_t l = first[d]; l < first[d] + x->local_sizes[d]; l++)
+            t += m[(size_t)k * n + l];
+    return t;
+}
+
+/* Alltoall round the ring, each node's data for each other node relayed by the nodes between:
+ * in round u (0-based) node P sends the next node the blocks that node P-u's ranks have for
+ * nodes P+1 .. P+N-1-u, farthest first, and receives from the previous node those of node
+ * P-1-u for nodes P .. P+N-2-u: it keeps the last (its own) and forwards the rest, a prefix,
+ * in the next round, segment by segment as it arrives. A block of node o for node d holds, for
+ * each of d's ranks l in turn, each of o's ranks' elements for l. Round 0 packs this node's
+ * blocks from its ranks' inputs; the blocks between its own ranks are copied directly; at the
+ * end each block kept is copied into its ranks' outputs. On two nodes it is one exchange. */
+static int do_alltoall(rd_xfer *x, rd_xfer_task *t)
+{
+    int N = x->cfg.nnodes, P = x->cfg.position;
+    uint32_t L = x->local_sizes[P], first[N + 1];
+    size_t esz = rd_dtype_size(t->dtype);
+    const rd_xfer_member *mb = &t->members[0];
+    const uint64_t *m = t->counts;
+    first[0] = 0;
+    for (int i = 0; i < N; i++)
+        first[i + 1] = first[i] + x->local_sizes[i];
+    uint32_t n = first[N], me = first[P];
+    /* where each local rank's elements for (from) every rank start in its input (output) */
+    uint64_t *sd = calloc((size_t)L * (n + 1) * 2, sizeof(uint64_t)),
+             *rd = sd + (size_t)L * (n + 1);
+    if (sd == NULL)
+        return no_memory(t, (uint64_t)L * (n + 1) * 16);
+    for (uint32_t a = 0; a < L; a++)
+        for (uint32_t b = 0; b < n; b++) {
+            sd[a * (n + 1) + b + 1] = sd[a * (n + 1) + b] + m[(size_t)(me + a) * n + b];
+            rd[a * (n + 1) + b + 1] = rd[a * (n + 1) + b] + m[(size_t)b * n + me + a];
+        }
+    uint64_t slen[RD_RING_NODES_MAX], rlen[RD_RING_NODES_MAX], total = 0;
+    for (int u = 0; u < N - 1; u++) {
+        slen[u] = rlen[u] = 0;
+        for (int d = 1; d <= N - 1 - u; d++)
+            slen[u] += node_block(x, m, n, first, mod(P - u, N), mod(P + d, N));
+        for (int d = 0; d <= N - 2 - u; d++)
+            rlen[u] += node_block(x, m, n, first, mod(P - 1 - u, N), mod(P + d, N));
+        total += (u == 0 ? slen[u] : 0) + rlen[u];
+    }
+    uint8_t *W = scratch(x, total > 0 ? total * esz : 1);
+    if (W == NULL) {
+        free(sd);
+        return no_memory(t, total * esz);
+    }
+    /* round 0's bundle: this node's blocks for the others, farthest first */
+    uint8_t *at = W;
+    for (int d = N - 1; d >= 1; d--) {
+        int dn = mod(P + d, N);
+        for (uint32_t l = first[dn]; l < first[dn] + x->local_sizes[dn]; l++)
+            for (uint32_t a = 0; a < L; a++) {
+                uint64_t c = m[(size_t)(me + a) * n + l];
+                if (c > 0)
+                    t->backend->copy(at, mb->in[a] + sd[a * (n + 1) + l] * esz, c * esz);
+                at += c * esz;
+            }
+    }
+    /* between this node's own ranks */
+    for (uint32_t b = 0; b < L; b++)
+        for (uint32_t a = 0; a < L; a++) {
+            uint64_t c = m[(size_t)(me + a) * n + me + b];
+            if (c > 0)
+                t->backend->copy(mb->out[b] + rd[b * (n + 1) + me + a] * esz,
+                                 mb->in[a] + sd[a * (n + 1) + me + b] * esz, c * esz);
+        }
+    plan p;
+    memset(&p, 0, sizeof(p));
+    uint8_t *recv[RD_RING_NODES_MAX];
+    for (int u = 0; u < N - 1; u++) {
+        recv[u] = at;
+        at += rlen[u] * esz;
+        p.send[u] =
+            (send_step){.src = u == 0 ? W : recv[u - 1], .len = slen[u] * esz, .dep = u - 1};
+        p.recv[u] = (recv_step){.dst = recv[u], .len = rlen[u] * esz};
+    }
+    p.nsend = p.nrecv = N - 1;
+    t->phase_us[RD_PHASE_STAGED] = rd_now_us();
+    if (run_plan(x, t, &p, esz) != 0) {
+        free(sd);
+        return -1;
+    }
+    t->phase_us[RD_PHASE_MOVED] = rd_now_us();
+    /* the block each round brought for this node: the last of its bundle */
+    for (int u = 0; u < N - 1; u++) {
+        int o = mod(P - 1 - u, N);
+        uint8_t *from = recv[u] + (rlen[u] - node_block(x, m, n, first, o, P)) * esz;
+        for (uint32_t b = 0; b < L; b++)
+            for (uint32_t k = first[o]; k < first[o] + x->local_sizes[o]; k++) {
+                uint64_t c = m[(size_t)k * n + me + b];
+                if (c > 0)
+                    t->backend->copy(mb->out[b] + rd[b * (n + 1) + k] * esz, from, c * esz);
+                from += c * esz;
+            }
+    }
+    free(sd);
+    return 0;
+}
+
 static void run_task(rd_xfer *x, rd_xfer_task *t)
 {
     t->status = RINGD_OK;
@@ -630,6 +738,7 @@ static void run_task(rd_xfer *x, rd_xfer_task *t)
     case RD_COLL_ALLGATHER:
     case RD_COLL_ALLGATHERV: rc = do_allgather(x, t); break;
     case RD_COLL_REDUCESCATTER: rc = do_reducescatter(x, t); break;
+    case RD_COLL_ALLTOALL: rc = do_alltoall(x, t); break;
     default: rc = 0; break;
     }
     t->phase_us[RD_PHASE_END] = rd_now_us();

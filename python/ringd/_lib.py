@@ -124,6 +124,16 @@ _PROTOTYPES = {
     "ringd_allgatherv_into_async": (
         c_int, [c_void_p, c_char_p, c_void_p, c_size_t, ctypes.c_uint64, c_int, c_void_p,
                 c_void_p, ctypes.POINTER(c_size_t), ctypes.POINTER(c_void_p)]),
+    "ringd_alltoall": (c_int, [c_void_p, c_char_p, c_void_p, c_void_p, c_size_t, c_int]),
+    "ringd_alltoall_async": (
+        c_int, [c_void_p, c_char_p, c_void_p, c_void_p, c_size_t, c_int,
+                ctypes.POINTER(c_void_p)]),
+    "ringd_alltoallv_into": (
+        c_int, [c_void_p, c_char_p, c_void_p, ctypes.POINTER(c_size_t), ctypes.c_uint64, c_int,
+                c_void_p, c_void_p, ctypes.POINTER(c_size_t)]),
+    "ringd_alltoallv_into_async": (
+        c_int, [c_void_p, c_char_p, c_void_p, ctypes.POINTER(c_size_t), ctypes.c_uint64, c_int,
+                c_void_p, c_void_p, ctypes.POINTER(c_size_t), ctypes.POINTER(c_void_p)]),
     "ringd_barrier": (c_int, [c_void_p, c_char_p]),
     "ringd_barrier_async": (c_int, [c_void_p, c_char_p, ctypes.POINTER(c_void_p)]),
     "ringd_wait": (c_int, [c_void_p]),

@@ -844,12 +844,13 @@ class Session:
                         f"{b}'s {self._describe_layout(lb)}: only the first dimension may differ "
                         "across ranks", e.hint)
 
-    def _allgatherv_learn(self, name, send, sync, layout, shape_of):
-        """allgatherv whose counts the ranks learn (ringd_allgatherv_into): the output is made
-        by the receive callback, of shape_of(total elements)."""
-        what = f"allgatherv {_describe_name(name)}"
+    def _learn(self, op, name, send, sync, splits, shape_of):
+        """allgatherv (splits None) or alltoallv (splits: elements for each rank) whose receive
+        counts the ranks learn (ringd_allgatherv_into, ringd_alltoallv_into): the output is made
+        by the receive callback, of shape_of(total elements), once they are known."""
+        what = f"{op} {_describe_name(name)}"
         if name is None:
-            raise ValueError(f"{what}: an allgatherv whose counts the ranks learn needs a name")
+            raise ValueError(f"{what}: a collective whose counts the ranks learn needs a name")
         sb = _as_buf(send, f"{what}: the input", False)
         later = _Later(lambda e: self._layout_mismatch(e, what))
 
@@ -860,11 +861,16 @@ class Session:
 
         fn = _lib.RECV_FN(recv)
         lib = _lib.lib()
-        args = (_name_bytes(name), sb.ptr, sb.count, layout & 0xFFFFFFFFFFFFFFFF, sb.dtype, fn,
-                None, None)
+        layout = self._layout(tuple(_shape_of(send)[1:]))
+        if splits is None:
+            args = (_name_bytes(name), sb.ptr, sb.count, layout, sb.dtype, fn, None, None)
+            calls = (lib.ringd_allgatherv_into, lib.ringd_allgatherv_into_async)
+        else:
+            splits, carr = self._counts(what, splits, sb.count)
+            args = (_name_bytes(name), sb.ptr, carr, layout, sb.dtype, fn, None, None)
+            calls = (lib.ringd_alltoallv_into, lib.ringd_alltoallv_into_async)
         try:
-            got = self._run(name, lib.ringd_allgatherv_into, lib.ringd_allgatherv_into_async,
-                            args, sync, (sb.obj, fn, later), later)
+            got = self._run(name, *calls, args, sync, (sb.obj, fn, later), later)
         except Mismatch as e:
             raise self._layout_mismatch(e, what) from None
         return later.value if sync else got
@@ -875,11 +881,9 @@ class Session:
             if out is not None:
                 raise ValueError(f"{what}: out needs counts (without them the output is made "
                                  "once every rank's count is known)")
-            shape = _shape_of(send)
-            trailing = tuple(shape[1:])
-            return self._allgatherv_learn(
-                name, send, sync, self._layout(trailing),
-                lambda total: self._rows((0,) + trailing, total) if trailing else (total,))
+            trailing = tuple(_shape_of(send)[1:])
+            return self._learn("allgatherv", name, send, sync, None,
+                               lambda total: self._rows((0,) + trailing, total))
         sb = _as_buf(send, f"{what}: the input", False)
         counts, carr = self._counts(what, counts)
         rank = self.rank
@@ -914,6 +918,38 @@ class Session:
                          out: Optional[Buffer] = None) -> Handle:
         """allgatherv without waiting: a Handle whose wait() returns out."""
         return self._allgatherv(name, send, counts, out, False)
+
+    def _alltoall(self, name, send, splits, out, sync):
+        what = f"alltoall {_describe_name(name)}"
+        if splits is not None:
+            if out is not None:
+                raise ValueError(f"{what}: out needs even splits (with splits the output is "
+                                 "made once every rank's are known)")
+            trailing = tuple(_shape_of(send)[1:])
+            return self._learn("alltoall", name, send, sync, splits,
+                               lambda total: self._rows((0,) + trailing, total))
+        sb, ob, out = self._inout("alltoall", name, send, out, 1, lambda s: s)
+        size = self.size
+        if sb.count % size:
+            raise ValueError(f"{what}: the input has {sb.count} elements, not a multiple of the "
+                             f"job's {size} ranks: pass splits")
+        lib = _lib.lib()
+        args = (_name_bytes(name), sb.ptr, ob.ptr, sb.count // size, sb.dtype)
+        return self._run(name, lib.ringd_alltoall, lib.ringd_alltoall_async, args, sync,
+                         (sb.obj, ob.obj), out)
+
+    def alltoall(self, name: Name, send: Buffer, splits: Optional[Sequence[int]] = None,
+                 out: Optional[Buffer] = None) -> Buffer:
+        """Sends each rank its block of send and returns out with every rank's block for this
+        one, in rank order. splits: the elements of send for each rank in turn (a new output is
+        made once the ranks have learnt each other's: Handle.counts then says how many came
+        from each); None: send split evenly, out (a new array when None) as large as send."""
+        return self._alltoall(name, send, splits, out, True)
+
+    def alltoall_async(self, name: Name, send: Buffer, splits: Optional[Sequence[int]] = None,
+                       out: Optional[Buffer] = None) -> Handle:
+        """alltoall without waiting: a Handle whose wait() returns out."""
+        return self._alltoall(name, send, splits, out, False)
 
     def barrier(self, name: Name = None) -> None:
         """Returns once every rank entered the barrier of this name."""

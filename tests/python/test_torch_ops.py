@@ -364,6 +364,36 @@ def test_reducescatter_and_allgather_of_uneven_first_dimensions(cluster):
     assert cluster.run(r_reducescatter_and_uneven_allgather, timeout=120) == [True] * cluster.world
 
 
+def r_alltoall():
+    """alltoall: an even split on every dtype, splits with 0s (received_splits as Horovod gives
+    them), rows of several dimensions, and the gradient going back where the rows came from."""
+    hvd = ranks.hvd()
+    r, n = hvd.rank(), hvd.size()
+    for dtype in DTYPES:
+        x = torch.tensor([[r, q] for q in range(n) for _ in range(2)]).to(dtype)
+        got = hvd.alltoall(x, name=f"a2a.{dtype}")
+        _same(f"alltoall {dtype}", got,
+              torch.tensor([[q, r] for q in range(n) for _ in range(2)]).to(dtype))
+    splits = [(r + q) % 3 for q in range(n)]  # rows for rank q
+    x = torch.cat([torch.full((splits[q], 2, 2), 10 * r + q) for q in range(n)]).float()
+    got, received = hvd.alltoall(x, splits=splits, name="a2a.splits")
+    want_rows = [(q + r) % 3 for q in range(n)]
+    assert received.dtype == torch.int32 and received.tolist() == want_rows, received
+    want = torch.cat([torch.full((want_rows[q], 2, 2), 10 * q + r) for q in range(n)]).float()
+    _same("alltoall splits", got, want)
+    h = hvd.alltoall_async(x, splits=torch.tensor(splits), name="a2a.async")
+    got, received = hvd.synchronize(h)
+    _same("alltoall_async", got, want)
+    w = torch.ones(n, 3, requires_grad=True)
+    (hvd.alltoall(w * (r + 1), name="a2a.grad") * torch.arange(n).view(-1, 1)).sum().backward()
+    assert w.grad.tolist() == [[float((r + 1) * r)] * 3] * n, w.grad
+    return True
+
+
+def test_alltoall(cluster):
+    assert cluster.run(r_alltoall, timeout=120) == [True] * cluster.world
+
+
 def r_optimizer_state_from_root_only():
     """broadcast_optimizer_state when only root holds state, shaped unlike the others' first
     state: a checkpoint only root loaded, where a frozen layer never had a gradient."""

@@ -27,6 +27,7 @@ from .functions import (allgather_object, broadcast_object, broadcast_optimizer_
                         broadcast_parameters)
 from .mpi_ops import (Adasum, Average, HorovodInternalError, Max, Min, NotInitialized,
                       ProcessSet, Product, Sum, allgather, allgather_async, allreduce,
+                      alltoall, alltoall_async,
                       allreduce_, allreduce_async, allreduce_async_, barrier, broadcast,
                       broadcast_, broadcast_async, broadcast_async_, ccl_built, cuda_built,
                       ddl_built, generation, global_process_set, gloo_built, gloo_enabled,

@@ -676,6 +676,101 @@ def reducescatter(tensor: torch.Tensor, name: Optional[str] = None,
     return compression.decompress(out, cctx)
 
 
+# ---- alltoall ----
+
+class _Alltoall(_Work):
+    """Horovod's alltoall: rows of the tensor to each rank in turn (splits, or an even split),
+    every rank's rows for this one back, with how many came from each. With splits, one ringd
+    alltoallv whose receive counts the ranks learn (libringd's ringd_alltoallv_into, the output
+    made once they are known); evenly, one alltoall. Rows of no elements cannot tell their
+    number by their count: the splits travel in an alltoall of their own instead."""
+
+    def __init__(self, s, tensor, splits, name):
+        if tensor.dim() == 0:
+            raise ValueError(f"alltoall '{name}': a 0-d tensor has no first dimension to split; "
+                             "pass tensor.reshape(1)")
+        n, rows = s.size, tensor.shape[0]
+        self.tensor, self.trailing = tensor, tuple(tensor.shape[1:])
+        self.row = 1
+        for d in self.trailing:
+            self.row *= d
+        if splits is None:
+            if rows % n:
+                raise ValueError(f"alltoall '{name}': the first dimension ({rows}) does not split "
+                                 f"evenly over {n} ranks: pass splits")
+            self.splits = [rows // n] * n
+            self.even = True
+        else:
+            self.splits = [int(x) for x in (splits.tolist() if isinstance(splits, torch.Tensor)
+                                            else splits)]
+            if len(self.splits) != n or any(x < 0 for x in self.splits) or \
+                    sum(self.splits) != rows:
+                raise ValueError(f"alltoall '{name}': splits {self.splits} must be {n} counts "
+                                 f"(>= 0) of rows adding up to the first dimension ({rows})")
+            self.even = False
+        self.received = None
+        if self.row == 0:
+            self.handle = s.alltoall_async(name, torch.tensor(self.splits, dtype=torch.int64))
+        elif self.even:
+            self.handle = s.alltoall_async(name, tensor)
+        else:
+            self.handle = s.alltoall_async(name, tensor, splits=[k * self.row for k in self.splits])
+
+    def poll(self):
+        return self.handle.done()
+
+    def wait(self):
+        got = self.handle.wait()
+        if self.row == 0:
+            rows = got.tolist()
+            got = self.tensor.new_empty((sum(rows),) + self.trailing)
+        elif self.even:
+            rows = list(self.splits)
+        else:
+            rows = [c // self.row for c in self.handle.counts]
+        self.received = torch.tensor(rows, dtype=torch.int32)
+        return got, self.received
+
+
+def alltoall_async(tensor: torch.Tensor, splits: Any = None, name: Optional[str] = None,
+                   process_set: ProcessSet = global_process_set) -> int:
+    """Starts sending each rank its rows of tensor (splits: rows for each rank in turn, a list or
+    a tensor; None: an even split) and gathering every rank's rows for this one. Returns a
+    handle; synchronize() gives (output, received_splits)."""
+    _check_process_set(process_set)
+    s = _require()
+    full = _op_name("alltoall", name)
+    _claim(full)
+    _check_tensor(tensor, f"alltoall '{full}'")
+    return _register(_Alltoall(s, tensor, splits, full), full)
+
+
+class HorovodAlltoall(torch.autograd.Function):
+    """alltoall with a gradient: the gradient's rows sent back where they came from."""
+
+    @staticmethod
+    def forward(ctx, tensor, splits, name, process_set):
+        output, received = _sync(alltoall_async(tensor, splits, name, process_set))
+        ctx.received = received
+        if splits is None:
+            return output
+        ctx.mark_non_differentiable(received)
+        return output, received
+
+    @staticmethod
+    def backward(ctx, grad_output, *unused):
+        grad, _ = alltoall(grad_output.contiguous(), splits=ctx.received)
+        return grad, None, None, None
+
+
+def alltoall(tensor: torch.Tensor, splits: Any = None, name: Optional[str] = None,
+             process_set: ProcessSet = global_process_set) -> Any:
+    """Sends each rank its rows of tensor and returns every rank's rows for this one, in rank
+    order, differentiably: the output alone when splits is None (an even split), else
+    (output, received_splits), as Horovod's alltoall."""
+    return HorovodAlltoall.apply(tensor, splits, name, process_set)
+
+
 # ---- broadcast ----
 
 def _broadcast_async(tensor, root_rank, name):
