@@ -259,6 +259,27 @@ static void capture_session(void)
     session_seed("hello_submit_ring", &sock, &ring);
     ring.n = 0;
     session_seed("hello_submit", &sock, &ring);
+    /* the collectives of per-rank counts, a world of one: its counts, or the matrix of them */
+    sock.n = 0;
+    msg_hello(&m, &h, "fuzz", 1);
+    seed_frame(&sock, &m);
+    uint64_t one[1] = {48};
+    msg_submit(&m, &sub, 5, RINGD__OP_TYPE__OP_REDUCESCATTER, "rs", 48);
+    sub.counts = one;
+    sub.n_counts = 1;
+    seed_frame(&sock, &m);
+    msg_submit(&m, &sub, 6, RINGD__OP_TYPE__OP_ALLGATHERV, "agv", 48);
+    sub.counts = one;
+    sub.n_counts = 1;
+    seed_frame(&sock, &m);
+    msg_submit(&m, &sub, 7, RINGD__OP_TYPE__OP_ALLTOALL, "a2a", 48);
+    sub.counts = one;
+    sub.n_counts = 1;
+    seed_frame(&sock, &m);
+    msg_submit(&m, &sub, 8, RINGD__OP_TYPE__OP_ALLTOALL, "a2a.even", 0);
+    seed_frame(&sock, &m);
+    ring.n = 0;
+    session_seed("hello_counts", &sock, &ring);
     sock.n = 0;
     seed_empty(&sock, RINGD__MSG__BODY_STATUS_REQUEST);
     session_seed("status", &sock, &ring);
