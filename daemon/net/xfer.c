@@ -667,9 +667,12 @@ static int do_alltoall(rd_xfer *x, rd_xfer_task *t)
         free(sd);
         return no_memory(t, total * esz);
     }
+    /* One rank on each end of two nodes: the block to send is a slice of its input and the one
+     * received a slice of its output: they go straight from and into them. */
+    int direct = N == 2 && L == 1;
     /* round 0's bundle: this node's blocks for the others, farthest first */
     uint8_t *at = W;
-    for (int d = N - 1; d >= 1; d--) {
+    for (int d = N - 1; d >= 1 && !direct; d--) {
         int dn = mod(P + d, N);
         for (uint32_t l = first[dn]; l < first[dn] + x->local_sizes[dn]; l++)
             for (uint32_t a = 0; a < L; a++) {
@@ -697,6 +700,11 @@ static int do_alltoall(rd_xfer *x, rd_xfer_task *t)
             (send_step){.src = u == 0 ? W : recv[u - 1], .len = slen[u] * esz, .dep = u - 1};
         p.recv[u] = (recv_step){.dst = recv[u], .len = rlen[u] * esz};
     }
+    if (direct) {
+        int other = mod(P + 1, N);
+        p.send[0].src = mb->in[0] + sd[first[other]] * esz;
+        p.recv[0].dst = mb->out[0] + rd[first[other]] * esz;
+    }
     p.nsend = p.nrecv = N - 1;
     t->phase_us[RD_PHASE_STAGED] = rd_now_us();
     if (run_plan(x, t, &p, esz) != 0) {
@@ -705,7 +713,7 @@ static int do_alltoall(rd_xfer *x, rd_xfer_task *t)
     }
     t->phase_us[RD_PHASE_MOVED] = rd_now_us();
     /* the block each round brought for this node: the last of its bundle */
-    for (int u = 0; u < N - 1; u++) {
+    for (int u = 0; u < N - 1 && !direct; u++) {
         int o = mod(P - 1 - u, N);
         uint8_t *from = recv[u] + (rlen[u] - node_block(x, m, n, first, o, P)) * esz;
         for (uint32_t b = 0; b < L; b++)
