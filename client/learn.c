@@ -82,6 +82,11 @@ static ringd_result_t move_data(ringd_request_t *q)
     submit_args a = {l->op,     l->name, l->send, NULL, l->sendcount, l->dtype,
                      RINGD_SUM, 0,       1.0,     1.0,  l->counts};
     size_t total = 0;
+    if (q->abandoned) { /* its caller is gone: nothing of its memory may be touched */
+        snprintf(r->errmsg, sizeof(r->errmsg),
+                 "tensor '%s': rank %d gave up waiting for it (op_timeout_ms)", l->name, r->rank);
+        return rd_lib_refuse(r, &a, l->name, RINGD_E_TIMEOUT);
+    }
     if (r->size != l->size) { /* the counts are for the old size */
         snprintf(r->errmsg, sizeof(r->errmsg),
                  "tensor '%s': the job changed from %d to %d ranks between its two steps: "
@@ -94,11 +99,6 @@ static ringd_result_t move_data(ringd_request_t *q)
         return rc;
     if (l->recvcounts != NULL)
         memcpy(l->recvcounts, l->column, (size_t)l->size * sizeof(size_t));
-    if (q->abandoned) {
-        snprintf(r->errmsg, sizeof(r->errmsg),
-                 "tensor '%s': rank %d gave up waiting for it (op_timeout_ms)", l->name, r->rank);
-        return rd_lib_refuse(r, &a, l->name, RINGD_E_TIMEOUT);
-    }
     if (l->recv == NULL) {
         for (int k = 0; k < l->size; k++)
             if (l->want[k] != l->column[k]) {
@@ -138,7 +138,7 @@ void rd_learn_advance(ringd_request_t *inner)
         l->step = 2;
         status = move_data(q);
         free(message);
-        if (status == RINGD_OK)
+        if (status == RINGD_OK || q->done) /* going on; or the session broke, ending q */
             return;
         message = strdup(q->r->errmsg);
     }

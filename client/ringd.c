@@ -1141,6 +1141,20 @@ static ringd_result_t submit(ringd_t *r, const submit_args *a, ringd_request_t *
                                                      : a->counts[r->rank];
     uint64_t *counts = NULL;
     if (counted && a->counts != NULL) {
+        size_t wire = 1024; /* the rest of the Submit, amply */
+        for (size_t i = 0; i < ncounts; i++)
+            for (uint64_t v = a->counts[i];; v >>= 7) { /* its varint's bytes */
+                wire++;
+                if (v < 128)
+                    break;
+            }
+        if (wire > RD_FRAME_MAX_DEFAULT)
+            return refuse(r, a, name,
+                          fail(r, RINGD_E_INVALID,
+                               "tensor '%s': its %zu counts take about %zu bytes, more than one "
+                               "control frame holds (%u): at this job size, use equal counts "
+                               "(ringd_alltoall)",
+                               name, ncounts, wire, (unsigned)RD_FRAME_MAX_DEFAULT));
         counts = malloc(ncounts * sizeof(*counts));
         if (counts == NULL)
             return refuse(r, a, name, fail(r, RINGD_E_NOMEM, "out of memory"));

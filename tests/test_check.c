@@ -203,6 +203,20 @@ Test(check, counts_that_do_not_describe_the_job_are_refused_saying_why)
     cr_assert(strstr(err, "takes no per-rank counts") != NULL, "%s", err);
 }
 
+Test(check, counts_all_alike_are_equal_counts_and_a_rank_beyond_the_job_is_refused)
+{
+    char err[512];
+    uint64_t four[4] = {4, 4, 4, 4};
+    rd_submit a = reducescatter(NULL, 2), b = reducescatter(four, 2);
+    rd_op_params pa = rd_check_params(&a, 4), pb = rd_check_params(&b, 4);
+    char fields[96];
+    cr_assert(rd_op_params_compare(&pa, &pb, fields, sizeof(fields)), "differ in %s", fields);
+    cr_assert_eq(pb.counts_digest, 0);
+    /* the node renumbers its ranks: the counts cannot be placed until the next ring */
+    cr_assert_eq(check_as(&b, 4, err, sizeof(err)), RINGD_E_MEMBERSHIP);
+    cr_assert(strstr(err, "ranks are changing") != NULL, "%s", err);
+}
+
 Test(check, two_ranks_with_different_counts_do_not_match)
 {
     char msg[512];

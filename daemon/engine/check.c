@@ -38,8 +38,11 @@ rd_op_params rd_check_params(const rd_submit *m, uint32_t size)
     p.postscale = reduces ? m->postscale : 1.0;
     if (takes_counts(m->op)) {
         uint64_t equal = m->count * size * (m->op == RD_COLL_ALLTOALL ? size : 1);
+        int same = 1; /* counts all alike are equal counts, however they came */
+        for (size_t i = 1; i < m->ncounts && same; i++)
+            same = m->counts[i] == m->counts[0];
         p.count = m->ncounts > 0 ? counts_sum(m) : equal;
-        p.counts_digest = m->ncounts > 0 ? rd_counts_digest(m->counts, m->ncounts) : 0;
+        p.counts_digest = m->ncounts > 0 && !same ? rd_counts_digest(m->counts, m->ncounts) : 0;
     }
     return p;
 }
@@ -350,6 +353,13 @@ rd_status rd_check_submit(const rd_check_session *s, const rd_submit *m, char *e
         return RINGD_E_INVALID;
     }
     if (takes_counts(m->op)) {
+        if (s->rank >= s->size) { /* its node's ranks are being renumbered */
+            snprintf(err, errlen,
+                     "tensor '%s': the job's ranks are changing (rank %u of %u): submit it again "
+                     "once the next ring is up",
+                     m->name, s->rank, s->size);
+            return RINGD_E_MEMBERSHIP;
+        }
         if (rd_check_on_device(m)) {
             snprintf(err, errlen,
                      "tensor '%s': a %s in a device arena does not run in the daemon yet: the "

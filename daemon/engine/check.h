@@ -42,8 +42,9 @@ typedef struct {
 } rd_check_session;
 
 /* Checks a Submit with a valid name on its own: op, dtype, reduce op and scales, the root, the
- * tensor descriptors, and that its buffers lie in the arena's data area, aligned, in place or
- * apart. Returns RINGD_OK, or RINGD_E_INVALID with err set. */
+ * tensor descriptors, every rank's counts, and that its buffers lie in the arena's data area,
+ * aligned, in place or apart. Returns RINGD_OK, or RINGD_E_INVALID with err set
+ * (RINGD_E_MEMBERSHIP for counts while the job renumbers its ranks). */
 rd_status rd_check_submit(const rd_check_session *s, const rd_submit *m, char *err, size_t errlen);
 
 /* 1 when the Submit's buffers are in the session's device arena, 0 in its host arena. */

@@ -100,6 +100,8 @@ typedef struct rd_op {
                          size when it was submitted); alltoall: the ncounts x ncounts matrix (row:
                          the sender); NULL for other ops and tombstones */
     uint32_t ncounts;
+    uint32_t counts_first;       /* the job's first rank here when the counts came (they place this
+                                    node's ranks by it) */
     struct rd_op *next;          /* bucket chain */
     struct rd_op *sprev, *snext; /* the list of its state */
 } rd_op;

@@ -100,12 +100,12 @@ void rd_ops_resolve(rd_op *o)
 int rd_ops_counts_current(rd_op *o)
 {
     rd_job *j = o->job;
-    if (o->counts == NULL || o->ncounts == j->size)
+    if (o->counts == NULL || (o->ncounts == j->size && o->counts_first == j->first_rank))
         return 1;
     char msg[512];
     snprintf(msg, sizeof(msg),
-             "tensor '%s': its counts are for %u ranks; job '%s' now has %u (generation %" PRIu64
-             "): submit it again with counts for the new size",
+             "tensor '%s': its counts are for %u ranks as they were numbered; job '%s' now has %u "
+             "(generation %" PRIu64 "): submit it again with counts for the new ranks",
              o->name, o->ncounts, j->name, j->size, j->generation);
     if (j->world == NULL) {
         rd_optab_fail(o, RINGD_E_MEMBERSHIP, "%s", msg);
@@ -258,9 +258,24 @@ static int op_take_counts(rd_op *o, const rd_submit *m)
     if (o->counts == NULL)
         return -1;
     o->ncounts = n;
+    o->counts_first = o->job->first_rank;
     for (size_t i = 0; i < entries; i++)
         o->counts[i] = m->ncounts > 0 ? m->counts[i] : m->count;
     return 0;
+}
+
+/* 1 when m's counts are o's, entry for entry (equal counts taken as their array). */
+static int counts_agree(const rd_op *o, const rd_submit *m)
+{
+    if (o->counts == NULL)
+        return 1;
+    size_t entries = o->p.coll == RD_COLL_ALLTOALL ? (size_t)o->ncounts * o->ncounts : o->ncounts;
+    if (m->ncounts != 0 && m->ncounts != entries)
+        return 0;
+    for (size_t i = 0; i < entries; i++)
+        if (o->counts[i] != (m->ncounts != 0 ? m->counts[i] : m->count))
+            return 0;
+    return 1;
 }
 
 /* Checks local rank `rank`'s Submit m (its part already recorded) against o's first one, and
@@ -272,6 +287,14 @@ static int op_agrees(const rd_op *o, const rd_submit *m, uint32_t rank, char *ms
                         j->first_rank, j->e->cfg->node, j->size};
     if (!rd_check_match(&f, m, rank, msg, len))
         return 0;
+    if (!counts_agree(o, m)) { /* the digest agreed: so must the counts themselves, which place
+                                  every local rank's data in its arena */
+        snprintf(msg, len,
+                 "tensor '%s' mismatch (counts): local rank %u on node %s passed other counts than "
+                 "local rank %u",
+                 o->name, rank, j->e->cfg->node, o->first_rank);
+        return 0;
+    }
     const rd_backend *backends[RD_LOCAL_SIZE_MAX]; /* nparts <= local_size <= this */
     for (uint32_t k = 0; k < o->nparts; k++)
         backends[k] = k == rank || (o->parts[k].submitted && o->parts[k].arena != NULL)

@@ -48,6 +48,8 @@ typedef struct {
 /* One task's steps. */
 typedef struct {
     int nsend, nrecv;
+    uint64_t maxlen; /* the longest step of any node's plan, when it may exceed this one's
+                        (0: none does): every node cuts its steps into the same segments */
     send_step send[2 * RD_RING_NODES_MAX];
     recv_step recv[2 * RD_RING_NODES_MAX];
 } plan;
@@ -295,6 +297,7 @@ static int run_plan(rd_xfer *x, rd_xfer_task *t, const plan *p, size_t esz)
         maxlen = p->send[i].len > maxlen ? p->send[i].len : maxlen;
     for (int i = 0; i < p->nrecv; i++)
         maxlen = p->recv[i].len > maxlen ? p->recv[i].len : maxlen;
+    maxlen = p->maxlen > maxlen ? p->maxlen : maxlen;
     run r = {.x = x, .t = t, .p = p, .C = C, .esz = esz};
     /* Steps shorter than a few segments would not pipeline: cut them in four, down to 64 KiB. */
     uint64_t seg = maxlen / 4 > segmax ? segmax : maxlen / 4;
@@ -653,15 +656,31 @@ static int do_alltoall(rd_xfer *x, rd_xfer_task *t)
             sd[a * (n + 1) + b + 1] = sd[a * (n + 1) + b] + m[(size_t)(me + a) * n + b];
             rd[a * (n + 1) + b + 1] = rd[a * (n + 1) + b] + m[(size_t)b * n + me + a];
         }
-    uint64_t slen[RD_RING_NODES_MAX], rlen[RD_RING_NODES_MAX], total = 0;
-    for (int u = 0; u < N - 1; u++) {
-        slen[u] = rlen[u] = 0;
-        for (int d = 1; d <= N - 1 - u; d++)
-            slen[u] += node_block(x, m, n, first, mod(P - u, N), mod(P + d, N));
-        for (int d = 0; d <= N - 2 - u; d++)
-            rlen[u] += node_block(x, m, n, first, mod(P - 1 - u, N), mod(P + d, N));
-        total += (u == 0 ? slen[u] : 0) + rlen[u];
+    /* each node's blocks for each node, and the bundle node q sends in round u: what it
+     * receives in round u is its predecessor's */
+    uint64_t *nb = calloc((size_t)N * N, sizeof(uint64_t));
+    if (nb == NULL) {
+        free(sd);
+        return no_memory(t, (uint64_t)N * N * 8);
     }
+    for (int o = 0; o < N; o++)
+        for (int d = 0; d < N; d++)
+            nb[o * N + d] = node_block(x, m, n, first, o, d);
+    uint64_t slen[RD_RING_NODES_MAX], rlen[RD_RING_NODES_MAX], total = 0, longest = 0;
+    for (int q = 0; q < N; q++)
+        for (int u = 0; u < N - 1; u++) {
+            uint64_t len = 0;
+            for (int d = 1; d <= N - 1 - u; d++)
+                len += nb[mod(q - u, N) * N + mod(q + d, N)];
+            longest = len > longest ? len : longest;
+            if (q == P)
+                slen[u] = len;
+            if (q == mod(P - 1, N))
+                rlen[u] = len;
+        }
+    free(nb);
+    for (int u = 0; u < N - 1; u++)
+        total += (u == 0 ? slen[u] : 0) + rlen[u];
     uint8_t *W = scratch(x, total > 0 ? total * esz : 1);
     if (W == NULL) {
         free(sd);
@@ -706,6 +725,7 @@ static int do_alltoall(rd_xfer *x, rd_xfer_task *t)
         p.recv[0].dst = mb->out[0] + rd[first[other]] * esz;
     }
     p.nsend = p.nrecv = N - 1;
+    p.maxlen = longest * esz; /* the bundles differ from node to node */
     t->phase_us[RD_PHASE_STAGED] = rd_now_us();
     if (run_plan(x, t, &p, esz) != 0) {
         free(sd);

@@ -20,8 +20,8 @@ import weakref
 from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Union
 
 from . import _lib
-from .errors import (Closed, InvalidArgument, MembershipChanged, Mismatch, OutOfMemory, Result,
-                     error_for)
+from .errors import (Closed, Error, InvalidArgument, MembershipChanged, Mismatch, OutOfMemory,
+                     Result, error_for)
 
 if TYPE_CHECKING:
     import numpy
@@ -281,12 +281,13 @@ class _Later:
     """A collective's output that exists only once the ranks learnt each other's counts: the
     receive callback sets value (and counts, every rank's)."""
 
-    __slots__ = ("value", "counts", "fix")
+    __slots__ = ("value", "counts", "fix", "error")
 
     def __init__(self, fix=None):
         self.value = None
         self.counts = None
         self.fix = fix  # rewrites the op's Error for the caller, or None
+        self.error = None  # what the receive callback raised: this rank's own failure
 
 
 class _Request:
@@ -352,6 +353,8 @@ class Handle:
     def _outcome(self):
         result = self._r.result
         if self._r.failure is not None:
+            if isinstance(result, _Later) and result.error is not None:
+                raise result.error
             e = error_for(*self._r.failure)
             raise result.fix(e) if isinstance(result, _Later) and result.fix else e
         return result.value if isinstance(result, _Later) else result
@@ -855,9 +858,15 @@ class Session:
         later = _Later(lambda e: self._layout_mismatch(e, what))
 
         def recv(ctx, counts, size, total):
-            later.counts = [counts[k] for k in range(size)]
-            later.value = _empty_like(sb, shape_of(total))
-            return _as_buf(later.value, f"{what}: the output", True).ptr or None
+            # Called inside libringd: an exception must not cross it. The op fails on every
+            # rank (this one had no buffer), and this rank raises what went wrong here.
+            try:
+                later.counts = [counts[k] for k in range(size)]
+                later.value = _empty_like(sb, shape_of(total))
+                return _as_buf(later.value, f"{what}: the output", True).ptr or None
+            except BaseException as e:  # noqa: BLE001 - re-raised by the Handle or the call
+                later.error = e
+                return None
 
         fn = _lib.RECV_FN(recv)
         lib = _lib.lib()
@@ -873,6 +882,10 @@ class Session:
             got = self._run(name, *calls, args, sync, (sb.obj, fn, later), later)
         except Mismatch as e:
             raise self._layout_mismatch(e, what) from None
+        except Error:
+            if later.error is not None:
+                raise later.error from None
+            raise
         return later.value if sync else got
 
     def _allgatherv(self, name, send, counts, out, sync):
