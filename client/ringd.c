@@ -1231,6 +1231,27 @@ ringd_result_t rd_lib_refuse(ringd_t *r, const submit_args *a, const char *name,
     return refuse(r, a, name, rc);
 }
 
+ringd_result_t ringd_refuse(ringd_t *r, const char *name, ringd_result_t rc, const char *why)
+{
+    char namebuf[48];
+    if (r == NULL || rc <= RINGD_OK || rc >= RINGD_RESULT_COUNT)
+        return RINGD_E_INVALID;
+    if (r->broken != RINGD_OK)
+        return r->broken;
+    if (name == NULL) { /* the name the rank's next unnamed collective would have had */
+        snprintf(namebuf, sizeof(namebuf), "~auto.%" PRIu64, r->auto_seq++);
+        name = namebuf;
+    }
+    if (!rd_name_valid(name))
+        return fail(r, RINGD_E_INVALID, "tensor names are 1..%d printable ASCII bytes",
+                    RD_NAME_MAX);
+    submit_args a = {
+        RINGD__OP_TYPE__OP_BARRIER, name, NULL, NULL, 0, RINGD_U8, RINGD_SUM, 0, 1.0, 1.0, NULL};
+    fail(r, rc, "%.900s", why != NULL && *why ? why : ringd_strerror(rc));
+    refuse(r, &a, name, rc);
+    return RINGD_OK;
+}
+
 /* Submits and waits: the synchronous form of every collective. */
 static ringd_result_t submit_wait(ringd_t *r, const submit_args *a)
 {

@@ -328,6 +328,21 @@ static int differing_counts(int i, void *arg)
     }
     counts_of(n, 2, c);
     TH_CHECK_OK(r, ringd_reducescatterv(r, "good.counts", in, out, c, RINGD_F32, RINGD_SUM, 1, 1));
+    /* a binding's refusal: rank 0 will not run it, the others hear why at once */
+    if (me == 0) {
+        TH_CHECK_OK(r, ringd_refuse(r, "refused", RINGD_E_INVALID, "its splits do not add up"));
+    } else {
+        rc = ringd_allreduce(r, "refused", in, out, 4, RINGD_F32, RINGD_SUM);
+        if (rc != RINGD_E_INVALID || strstr(ringd_errmsg(r), "rank 0") == NULL ||
+            strstr(ringd_errmsg(r), "splits do not add up") == NULL) {
+            fprintf(stderr, "rank %d: want rank 0's refusal, got %s: %s\n", me, ringd_strerror(rc),
+                    ringd_errmsg(r));
+            return 52;
+        }
+    }
+    if (ringd_refuse(r, "fine", RINGD_OK, "no") != RINGD_E_INVALID)
+        return 53;
+    TH_CHECK_OK(r, ringd_allreduce(r, "after.refused", in, out, 4, RINGD_F32, RINGD_SUM));
     close_together(r, t->world);
     return 0;
 }

@@ -434,6 +434,13 @@ RINGD_API ringd_result_t ringd_alltoallv_into_async(ringd_t *r, const char *name
 RINGD_API ringd_result_t ringd_barrier(ringd_t *r, const char *name);
 RINGD_API ringd_result_t ringd_barrier_async(ringd_t *r, const char *name, ringd_request_t **req);
 
+/* This rank cannot run the collective named name (a binding found its arguments wrong, say):
+ * the daemon fails it on every rank with rc and why (naming this rank), now or as each submits
+ * it, so that no rank waits for it. NULL name: the rank's next unnamed collective. Returns
+ * RINGD_OK once told (RINGD_E_INVALID for rc RINGD_OK or unknown, or a bad name). */
+RINGD_API ringd_result_t ringd_refuse(ringd_t *r, const char *name, ringd_result_t rc,
+                                      const char *why);
+
 /* Waits for req to finish and releases it. Returns its result; on failure ringd_errmsg(r) says
  * why. On RINGD_E_TIMEOUT (op_timeout_ms) req stays pending: wait or test it again, or close the
  * session. A synchronous call that times out gives up its request instead: buffers outside the

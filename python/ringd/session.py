@@ -618,6 +618,36 @@ class Session:
 
     # ---- collectives ----
 
+    def refuse(self, name: Name, why: str, code: Result = Result.INVALID) -> None:
+        """This rank cannot run the collective named name (None: its next unnamed one): every
+        rank's copy fails with code and why (naming this rank) instead of waiting for it."""
+        with self._st.lock:
+            ptr = self._st.require_open()
+            _lib.lib().ringd_refuse(ptr, _name_bytes(name), int(code), str(why).encode("utf-8",
+                                                                                     "replace"))
+
+    def _refusing(self, name, impl, *args):
+        """impl(*args), telling the other ranks when it finds its arguments wrong before any of
+        it reached libringd (which tells them itself of what it refuses)."""
+        try:
+            return impl(*args)
+        except Error:
+            raise
+        except (TypeError, ValueError) as e:
+            self._refuse_for(name, e)
+            raise
+
+    def _refuse_for(self, name, e):
+        """refuse(name) with exception e's words, once per exception (a binding above this one
+        may catch it too: a second refusal would fail the next collective of that name)."""
+        if getattr(e, "_ringd_told", False):
+            return
+        try:
+            e._ringd_told = True
+            self.refuse(name, f"{type(e).__name__}: {e}")
+        except (Error, TypeError, AttributeError):
+            pass  # a closed session, or a name libringd cannot carry: nobody to tell
+
     def _run(self, name, sync_fn, async_fn, args, sync, keep, result):
         """Calls libringd's sync or async form under the lock; raises its Error on failure."""
         st = self._st
@@ -693,13 +723,14 @@ class Session:
         place) and returns out. Each input is multiplied by prescale before, the result by
         postscale after (floating dtypes only). name matches the tensor across ranks (None:
         libringd's per-session counter, which matches only when every rank calls in order)."""
-        return self._allreduce(name, send, out, op, prescale, postscale, True)
+        return self._refusing(name, self._allreduce, name, send, out, op, prescale, postscale, True)
 
     def allreduce_async(self, name: Name, send: Buffer, out: Optional[Buffer] = None,
                         op: Union[ReduceOp, int] = ReduceOp.SUM, prescale: float = 1.0,
                         postscale: float = 1.0) -> Handle:
         """allreduce without waiting: a Handle whose wait() returns out."""
-        return self._allreduce(name, send, out, op, prescale, postscale, False)
+        return self._refusing(name, self._allreduce, name, send, out, op, prescale, postscale,
+                              False)
 
     def _broadcast(self, name, buf, root, sync):
         b = _as_buf(buf, f"broadcast {_describe_name(name)}: the buffer", True)
@@ -710,11 +741,11 @@ class Session:
 
     def broadcast(self, name: Name, buf: Buffer, root: int) -> Buffer:
         """Copies root's buf into every rank's buf (in place) and returns buf."""
-        return self._broadcast(name, buf, root, True)
+        return self._refusing(name, self._broadcast, name, buf, root, True)
 
     def broadcast_async(self, name: Name, buf: Buffer, root: int) -> Handle:
         """broadcast without waiting: a Handle whose wait() returns buf."""
-        return self._broadcast(name, buf, root, False)
+        return self._refusing(name, self._broadcast, name, buf, root, False)
 
     def _allgather(self, name, send, out, sync):
         size = self.size
@@ -732,12 +763,12 @@ class Session:
         """Gathers every rank's send, in rank order, into out (size x send's elements; a new
         array stacked along the first dimension when None) and returns out. Every rank sends
         the same number of elements (ringd.torch.allgather handles differing first dims)."""
-        return self._allgather(name, send, out, True)
+        return self._refusing(name, self._allgather, name, send, out, True)
 
     def allgather_async(self, name: Name, send: Buffer,
                         out: Optional[Buffer] = None) -> Handle:
         """allgather without waiting: a Handle whose wait() returns out."""
-        return self._allgather(name, send, out, False)
+        return self._refusing(name, self._allgather, name, send, out, False)
 
     def _counts(self, what, counts, total=None):
         """counts as a size_t array of one entry per rank, checked against total when given."""
@@ -804,14 +835,16 @@ class Session:
         same list on every rank, adding up to send's; None: send split evenly (its element
         count a multiple of the size). A new output keeps send's trailing dimensions when the
         block is whole rows of it."""
-        return self._reducescatter(name, send, out, op, prescale, postscale, recvcounts, True)
+        return self._refusing(name, self._reducescatter, name, send, out, op, prescale, postscale,
+                              recvcounts, True)
 
     def reducescatter_async(self, name: Name, send: Buffer, out: Optional[Buffer] = None,
                             op: Union[ReduceOp, int] = ReduceOp.SUM, prescale: float = 1.0,
                             postscale: float = 1.0,
                             recvcounts: Optional[Sequence[int]] = None) -> Handle:
         """reducescatter without waiting: a Handle whose wait() returns out."""
-        return self._reducescatter(name, send, out, op, prescale, postscale, recvcounts, False)
+        return self._refusing(name, self._reducescatter, name, send, out, op, prescale, postscale,
+                              recvcounts, False)
 
     @staticmethod
     def _layout(trailing):
@@ -925,12 +958,12 @@ class Session:
         counts (libringd's ringd_allgatherv_into; the op needs a name), and the new output is
         stacked along the first dimension when send's trailing dimensions are the same on
         every rank (Mismatch on every rank otherwise)."""
-        return self._allgatherv(name, send, counts, out, True)
+        return self._refusing(name, self._allgatherv, name, send, counts, out, True)
 
     def allgatherv_async(self, name: Name, send: Buffer, counts: Optional[Sequence[int]] = None,
                          out: Optional[Buffer] = None) -> Handle:
         """allgatherv without waiting: a Handle whose wait() returns out."""
-        return self._allgatherv(name, send, counts, out, False)
+        return self._refusing(name, self._allgatherv, name, send, counts, out, False)
 
     def _alltoall(self, name, send, splits, out, sync):
         what = f"alltoall {_describe_name(name)}"
@@ -957,12 +990,12 @@ class Session:
         one, in rank order. splits: the elements of send for each rank in turn (a new output is
         made once the ranks have learnt each other's: Handle.counts then says how many came
         from each); None: send split evenly, out (a new array when None) as large as send."""
-        return self._alltoall(name, send, splits, out, True)
+        return self._refusing(name, self._alltoall, name, send, splits, out, True)
 
     def alltoall_async(self, name: Name, send: Buffer, splits: Optional[Sequence[int]] = None,
                        out: Optional[Buffer] = None) -> Handle:
         """alltoall without waiting: a Handle whose wait() returns out."""
-        return self._alltoall(name, send, splits, out, False)
+        return self._refusing(name, self._alltoall, name, send, splits, out, False)
 
     def barrier(self, name: Name = None) -> None:
         """Returns once every rank entered the barrier of this name."""

@@ -394,6 +394,37 @@ def test_alltoall(cluster):
     assert cluster.run(r_alltoall, timeout=120) == [True] * cluster.world
 
 
+def r_wrong_arguments_on_one_rank():
+    """Arguments one rank finds wrong before libringd sees the op (splits that do not add up, a
+    0-d tensor, counts of the wrong length) raise there, and every other rank's copy of the op
+    fails at once, naming that rank, instead of waiting for it."""
+    hvd = ranks.hvd()
+    r, n = hvd.rank(), hvd.size()
+    s = hvd.session()
+    for what, call in (
+            ("alltoall", lambda bad: hvd.alltoall(torch.ones(n, 2), splits=[1] * (n + bad),
+                                                  name="bad.a2a")),
+            ("reducescatter", lambda bad: hvd.reducescatter(
+                torch.tensor(1.0) if bad else torch.ones(n), name="bad.rs")),
+            ("allgatherv", lambda bad: s.allgatherv("bad.agv", torch.ones(2),
+                                                    [2] * (n + bad)))):
+        start = time.monotonic()
+        try:
+            call(1 if r == 0 else 0)
+            raise AssertionError(f"{what}: returned")
+        except ringd.InvalidArgument as e:  # the others: rank 0's refusal
+            assert r != 0 and "rank 0" in str(e), (what, str(e))
+        except ValueError as e:  # rank 0: its own error
+            assert r == 0, (what, str(e))
+        assert time.monotonic() - start < 10, f"{what}: took {time.monotonic() - start:.1f} s"
+    return hvd.allreduce(torch.ones(1), op=hvd.Sum, name="after.bad").item()
+
+
+def test_wrong_arguments_on_one_rank_fail_every_rank_at_once(cluster):
+    assert cluster.run(r_wrong_arguments_on_one_rank, timeout=60) == [float(cluster.world)] * \
+        cluster.world
+
+
 def r_optimizer_state_from_root_only():
     """broadcast_optimizer_state when only root holds state, shaped unlike the others' first
     state: a checkpoint only root loaded, where a frozen layer never had a gradient."""

@@ -195,6 +195,25 @@ def _check_process_set(process_set):
                                   "pass the global process set")
 
 
+def _checked(s, names, fn, *args):
+    """fn(*args). A TypeError or ValueError it raises (what this rank found wrong before
+    libringd saw the op) also fails, on every rank, the ops named names (Session.refuse), once:
+    no rank waits for an op this one will never submit."""
+    try:
+        return fn(*args)
+    except ringd.Error:
+        raise
+    except (TypeError, ValueError) as e:
+        if not getattr(e, "_ringd_told", False):
+            for n in names:
+                try:
+                    s.refuse(n, f"{type(e).__name__}: {e}")
+                except ringd.Error:
+                    break  # the session is gone: nobody to tell
+            e._ringd_told = True
+        raise
+
+
 def _check_tensor(tensor, what):
     """Raises the TypeError/ValueError ringd gives for a tensor it cannot take."""
     if not isinstance(tensor, torch.Tensor):
@@ -400,7 +419,7 @@ def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor
         raise ValueError(f"unknown reduction op {op!r}: use Average, Sum, Min, Max or Product")
     full = _op_name("allreduce", name)
     _claim(full)
-    _check_tensor(tensor, f"allreduce '{full}'")
+    _checked(s, [full], _check_tensor, tensor, f"allreduce '{full}'")
     h = s.allreduce_async(full, tensor, out=output, op=_RINGD_OPS[op],
                           prescale=prescale_factor, postscale=postscale_factor)
     return _register(_Single(h, output), full)
@@ -478,7 +497,8 @@ def _grouped_allreduce_async(tensors, outputs, name, op, prescale_factor, postsc
     _claim(base)
     works = []
     for i, (t, o) in enumerate(zip(tensors, outputs)):
-        _check_tensor(t, f"grouped allreduce '{base}' tensor {i}")
+        _checked(s, [f"{base}.{k}" for k in range(len(tensors))], _check_tensor, t,
+                 f"grouped allreduce '{base}' tensor {i}")
     for i, (t, o) in enumerate(zip(tensors, outputs)):
         h = s.allreduce_async(f"{base}.{i}", t, out=o, op=_RINGD_OPS[op],
                               prescale=prescale_factor, postscale=postscale_factor)
@@ -557,8 +577,8 @@ def _allgather_work(tensor, name):
     s = _require()
     full = _op_name("allgather", name)
     _claim(full)
-    _check_tensor(tensor, f"allgather '{full}'")
-    return _Allgather(s, tensor, full), full
+    _checked(s, [full], _check_tensor, tensor, f"allgather '{full}'")
+    return _checked(s, [full], _Allgather, s, tensor, full), full
 
 
 def allgather_async(tensor: torch.Tensor, name: Optional[str] = None,
@@ -619,10 +639,14 @@ def _reducescatter_async(tensor, name, op, prescale_factor, postscale_factor):
         raise ValueError(f"unknown reduction op {op!r}: use Average, Sum, Min, Max or Product")
     full = _op_name("reducescatter", name)
     _claim(full)
-    _check_tensor(tensor, f"reducescatter '{full}'")
-    if tensor.dim() == 0:
-        raise ValueError(f"reducescatter '{full}': a 0-d tensor has no first dimension to "
-                         "scatter along; pass tensor.reshape(1)")
+
+    def check():
+        _check_tensor(tensor, f"reducescatter '{full}'")
+        if tensor.dim() == 0:
+            raise ValueError(f"reducescatter '{full}': a 0-d tensor has no first dimension to "
+                             "scatter along; pass tensor.reshape(1)")
+
+    _checked(s, [full], check)
     rows = _scatter_rows(tensor.shape[0], s.size)
     row = 1
     for d in tensor.shape[1:]:
@@ -741,8 +765,8 @@ def alltoall_async(tensor: torch.Tensor, splits: Any = None, name: Optional[str]
     s = _require()
     full = _op_name("alltoall", name)
     _claim(full)
-    _check_tensor(tensor, f"alltoall '{full}'")
-    return _register(_Alltoall(s, tensor, splits, full), full)
+    _checked(s, [full], _check_tensor, tensor, f"alltoall '{full}'")
+    return _register(_checked(s, [full], _Alltoall, s, tensor, splits, full), full)
 
 
 class HorovodAlltoall(torch.autograd.Function):
@@ -777,7 +801,7 @@ def _broadcast_async(tensor, root_rank, name):
     s = _require()
     full = _op_name("broadcast", name)
     _claim(full)
-    _check_tensor(tensor, f"broadcast '{full}'")
+    _checked(s, [full], _check_tensor, tensor, f"broadcast '{full}'")
     return _register(_Single(s.broadcast_async(full, tensor, int(root_rank)), tensor), full)
 
 
