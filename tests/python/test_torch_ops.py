@@ -360,6 +360,25 @@ def r_reducescatter_and_uneven_allgather():
     return True
 
 
+def r_grouped_allgather_and_reducescatter():
+    """grouped_allgather and grouped_reducescatter give what each tensor's own op gives."""
+    hvd = ranks.hvd()
+    r, n = hvd.rank(), hvd.size()
+    a, b = torch.full((r + 1, 2), float(r)), torch.arange(3 * n, dtype=torch.int64) * (r + 1)
+    got = hvd.grouped_allgather([a, b], name="g.ag")
+    _same("grouped allgather 0", got[0], hvd.allgather(a, name="one.ag.0"))
+    _same("grouped allgather 1", got[1], hvd.allgather(b, name="one.ag.1"))
+    x, y = torch.ones(2 * n + 1, 3) * (r + 1), torch.arange(n, dtype=torch.float64)
+    got = hvd.grouped_reducescatter([x, y], name="g.rs", op=hvd.Sum)
+    _same("grouped reducescatter 0", got[0], hvd.reducescatter(x, name="one.rs.0", op=hvd.Sum))
+    _same("grouped reducescatter 1", got[1], hvd.reducescatter(y, name="one.rs.1", op=hvd.Sum))
+    return True
+
+
+def test_grouped_allgather_and_reducescatter(cluster):
+    assert cluster.run(r_grouped_allgather_and_reducescatter, timeout=60) == [True] * cluster.world
+
+
 def test_reducescatter_and_allgather_of_uneven_first_dimensions(cluster):
     assert cluster.run(r_reducescatter_and_uneven_allgather, timeout=120) == [True] * cluster.world
 

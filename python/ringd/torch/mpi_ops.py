@@ -631,14 +631,17 @@ def _scatter_rows(rows, n):
     return [base + (1 if r < extra else 0) for r in range(n)]
 
 
-def _reducescatter_async(tensor, name, op, prescale_factor, postscale_factor):
-    s = _require()
+def _reduce_op(op):
+    """Raises for a reduce op ringd does not run."""
     if op == Adasum:
         raise NotImplementedError("Adasum is not supported by ringd; use Average or Sum")
     if op not in _RINGD_OPS:
         raise ValueError(f"unknown reduction op {op!r}: use Average, Sum, Min, Max or Product")
-    full = _op_name("reducescatter", name)
-    _claim(full)
+
+
+def _reducescatter_work(s, tensor, full, names, op, prescale_factor, postscale_factor):
+    """The reducescatter of tensor named full (its name claimed): this rank's rows. A wrong
+    tensor fails the ops named names on every rank."""
 
     def check():
         _check_tensor(tensor, f"reducescatter '{full}'")
@@ -646,7 +649,7 @@ def _reducescatter_async(tensor, name, op, prescale_factor, postscale_factor):
             raise ValueError(f"reducescatter '{full}': a 0-d tensor has no first dimension to "
                              "scatter along; pass tensor.reshape(1)")
 
-    _checked(s, [full], check)
+    _checked(s, names, check)
     rows = _scatter_rows(tensor.shape[0], s.size)
     row = 1
     for d in tensor.shape[1:]:
@@ -655,7 +658,16 @@ def _reducescatter_async(tensor, name, op, prescale_factor, postscale_factor):
     h = s.reducescatter_async(full, tensor, out=output, op=_RINGD_OPS[op],
                               prescale=prescale_factor, postscale=postscale_factor,
                               recvcounts=[r * row for r in rows])
-    return _register(_Single(h, output), full)
+    return _Single(h, output)
+
+
+def _reducescatter_async(tensor, name, op, prescale_factor, postscale_factor):
+    s = _require()
+    _reduce_op(op)
+    full = _op_name("reducescatter", name)
+    _claim(full)
+    return _register(_reducescatter_work(s, tensor, full, [full], op, prescale_factor,
+                                         postscale_factor), full)
 
 
 def reducescatter_async(tensor: torch.Tensor, name: Optional[str] = None,
@@ -698,6 +710,56 @@ def reducescatter(tensor: torch.Tensor, name: Optional[str] = None,
     out = HorovodReducescatter.apply(compressed, name, op, process_set, prescale_factor,
                                      postscale_factor)
     return compression.decompress(out, cctx)
+
+
+# ---- grouped allgather and reducescatter ----
+
+def grouped_allgather_async(tensors: Sequence[torch.Tensor], name: Optional[str] = None,
+                            process_set: ProcessSet = global_process_set) -> int:
+    """Starts allgathers of a list of tensors ("<name>.<i>"); synchronize() returns the list of
+    results. (Each is a ringd op of its own: a failure of one does not fail the others yet.)"""
+    _check_process_set(process_set)
+    s = _require()
+    base = _op_name("grouped_allgather", name)
+    _claim(base)
+    names = [f"{base}.{i}" for i in range(len(tensors))]
+    for i, t in enumerate(tensors):
+        _checked(s, names, _check_tensor, t, f"grouped allgather '{base}' tensor {i}")
+    works = [_checked(s, names[i:], _Allgather, s, t, names[i]) for i, t in enumerate(tensors)]
+    return _register(_Group(works), base)
+
+
+def grouped_allgather(tensors: Sequence[torch.Tensor], name: Optional[str] = None,
+                      process_set: ProcessSet = global_process_set) -> List[torch.Tensor]:
+    """Every rank's tensors concatenated along the first dimension, tensor by tensor."""
+    return _sync(grouped_allgather_async(tensors, name, process_set))
+
+
+def grouped_reducescatter_async(tensors: Sequence[torch.Tensor], name: Optional[str] = None,
+                                op: int = Average,
+                                process_set: ProcessSet = global_process_set,
+                                prescale_factor: float = 1.0,
+                                postscale_factor: float = 1.0) -> int:
+    """Starts reducescatters of a list of tensors ("<name>.<i>", split as reducescatter splits);
+    synchronize() returns this rank's rows of each. (Each is a ringd op of its own.)"""
+    _check_process_set(process_set)
+    s = _require()
+    _reduce_op(op)
+    base = _op_name("grouped_reducescatter", name)
+    _claim(base)
+    names = [f"{base}.{i}" for i in range(len(tensors))]
+    works = [_reducescatter_work(s, t, names[i], names[i:], op, prescale_factor,
+                                 postscale_factor) for i, t in enumerate(tensors)]
+    return _register(_Group(works), base)
+
+
+def grouped_reducescatter(tensors: Sequence[torch.Tensor], name: Optional[str] = None,
+                          op: int = Average, process_set: ProcessSet = global_process_set,
+                          prescale_factor: float = 1.0,
+                          postscale_factor: float = 1.0) -> List[torch.Tensor]:
+    """This rank's rows of the reduction of every rank's tensors, tensor by tensor."""
+    return _sync(grouped_reducescatter_async(tensors, name, op, process_set, prescale_factor,
+                                             postscale_factor))
 
 
 # ---- alltoall ----
