@@ -181,7 +181,8 @@ static ringd_result_t learn_start(ringd_t *r, const learn_args *g, ringd_request
                      1.0,
                      NULL};
     const char *bad =
-        g->name == NULL           ? "it needs a name (both its steps go under it)"
+        r->grouping               ? "it cannot be part of a group (its two steps go apart)"
+        : g->name == NULL         ? "it needs a name (both its steps go under it)"
         : !rd_name_valid(g->name) ? "an invalid name"
         : g->recv == NULL && g->want == NULL
             ? (g->op == RINGD__OP_TYPE__OP_ALLTOALL ? "recvcounts is NULL" : "recv is NULL")

@@ -868,6 +868,67 @@ void rd_lib_req_link(ringd_t *r, ringd_request_t *q)
     req_link(r, q);
 }
 
+/* A Submit of a group, kept until ringd_group_end: the message and what it points to. */
+struct held {
+    Ringd__Submit s;
+    Ringd__TensorRef in, out;
+    char *name, *refusal;
+    uint64_t *counts;
+    struct held *next;
+};
+
+static void held_free(struct held *h)
+{
+    free(h->name);
+    free(h->refusal);
+    free(h->counts);
+    free(h);
+}
+
+/* Sends Submit s now, or keeps it for the group being made (taking counts, which it frees
+ * either way). Returns RINGD_OK, or what sending failed with (err set). */
+static ringd_result_t send_submit(ringd_t *r, const Ringd__Submit *s, uint64_t *counts, char *err,
+                                  size_t errlen)
+{
+    if (!r->grouping) {
+        rd_msg m = RINGD__MSG__INIT;
+        m.body_case = RINGD__MSG__BODY_SUBMIT;
+        m.submit = (Ringd__Submit *)s;
+        ringd_result_t rc = send_to_daemon(r, &m, err, errlen);
+        free(counts);
+        return rc;
+    }
+    struct held *h = calloc(1, sizeof(*h));
+    if (h == NULL || (h->name = strdup(s->name)) == NULL ||
+        (s->refusal != NULL && (h->refusal = strdup(s->refusal)) == NULL)) {
+        if (h != NULL)
+            held_free(h);
+        free(counts);
+        snprintf(err, errlen, "out of memory keeping a collective for its group");
+        return RINGD_E_NOMEM;
+    }
+    h->s = *s;
+    h->s.name = h->name;
+    h->s.refusal = h->refusal != NULL ? h->refusal : (char *)"";
+    h->counts = counts;
+    h->s.counts = counts;
+    if (s->input != NULL) {
+        h->in = *s->input;
+        h->s.input = &h->in;
+    }
+    if (s->output != NULL) {
+        h->out = *s->output;
+        h->s.output = &h->out;
+    }
+    if (r->held_tail != NULL)
+        r->held_tail->next = h;
+    else
+        r->held = h;
+    r->held_tail = h;
+    r->nheld++;
+    return RINGD_OK;
+}
+
 /* The library cannot run the op named name (rc, its detail already in errmsg): tells the daemon,
  * which fails that op on every other rank with this reason rather than letting them wait, and
  * returns rc. The daemon's answer to it is dropped (the request is abandoned). */
@@ -882,16 +943,13 @@ static ringd_result_t refuse(ringd_t *r, const submit_args *a, const char *name,
     q->stage = RD_NO_STAGE;
     q->abandoned = 1;
     Ringd__Submit s = RINGD__SUBMIT__INIT;
-    rd_msg m = RINGD__MSG__INIT;
     s.request_id = q->id;
     s.op = (Ringd__OpType)a->op;
     s.name = (char *)name;
     s.generation = r->generation;
     s.refused = (uint32_t)rc;
     s.refusal = r->errmsg;
-    m.body_case = RINGD__MSG__BODY_SUBMIT;
-    m.submit = &s;
-    if (send_to_daemon(r, &m, err, sizeof(err)) != RINGD_OK) {
+    if (send_submit(r, &s, NULL, err, sizeof(err)) != RINGD_OK) {
         req_free(q);
         return rc;
     }
@@ -1183,7 +1241,6 @@ static ringd_result_t submit(ringd_t *r, const submit_args *a, ringd_request_t *
     }
 
     Ringd__Submit s = RINGD__SUBMIT__INIT;
-    rd_msg m = RINGD__MSG__INIT;
     s.request_id = q->id;
     s.op = (Ringd__OpType)a->op;
     s.name = (char *)name;
@@ -1207,10 +1264,7 @@ static ringd_result_t submit(ringd_t *r, const submit_args *a, ringd_request_t *
     s.output = &tout;
     s.counts = counts;
     s.n_counts = counts != NULL ? ncounts : 0;
-    m.body_case = RINGD__MSG__BODY_SUBMIT;
-    m.submit = &s;
-    ringd_result_t rc = send_to_daemon(r, &m, err, sizeof(err));
-    free(counts);
+    ringd_result_t rc = send_submit(r, &s, counts, err, sizeof(err));
     if (rc != RINGD_OK) {
         req_free(q);
         break_session(r, rc, err);
@@ -1229,6 +1283,49 @@ ringd_result_t rd_lib_submit(ringd_t *r, const submit_args *a, ringd_request_t *
 ringd_result_t rd_lib_refuse(ringd_t *r, const submit_args *a, const char *name, ringd_result_t rc)
 {
     return refuse(r, a, name, rc);
+}
+
+ringd_result_t ringd_group_start(ringd_t *r)
+{
+    if (r == NULL)
+        return RINGD_E_INVALID;
+    if (r->grouping)
+        return fail(r, RINGD_E_INVALID, "ringd_group_start: a group is already being made");
+    r->grouping = 1;
+    return RINGD_OK;
+}
+
+ringd_result_t ringd_group_end(ringd_t *r)
+{
+    char err[512];
+    if (r == NULL)
+        return RINGD_E_INVALID;
+    if (!r->grouping)
+        return fail(r, RINGD_E_INVALID, "ringd_group_end: no ringd_group_start before it");
+    r->grouping = 0;
+    struct held *h = r->held;
+    const char *group = h != NULL ? h->name : "";
+    uint32_t i = 0, n = r->nheld;
+    ringd_result_t rc = RINGD_OK;
+    for (; h != NULL; h = h->next, i++) {
+        h->s.group = (char *)group;
+        h->s.group_size = n;
+        h->s.group_index = i;
+        rd_msg m = RINGD__MSG__INIT;
+        m.body_case = RINGD__MSG__BODY_SUBMIT;
+        m.submit = &h->s;
+        if (rc == RINGD_OK && r->broken == RINGD_OK &&
+            (rc = send_to_daemon(r, &m, err, sizeof(err))) != RINGD_OK)
+            break_session(r, rc, err);
+    }
+    while (r->held != NULL) {
+        h = r->held;
+        r->held = h->next;
+        held_free(h);
+    }
+    r->held_tail = NULL;
+    r->nheld = 0;
+    return rc;
 }
 
 ringd_result_t ringd_refuse(ringd_t *r, const char *name, ringd_result_t rc, const char *why)
@@ -1256,6 +1353,11 @@ ringd_result_t ringd_refuse(ringd_t *r, const char *name, ringd_result_t rc, con
 static ringd_result_t submit_wait(ringd_t *r, const submit_args *a)
 {
     ringd_request_t *q;
+    if (r != NULL && r->grouping) /* it would wait for the group's end, which it holds up */
+        return fail(r, RINGD_E_INVALID,
+                    "tensor '%s': a synchronous collective inside a group (ringd_group_start): "
+                    "use its _async form, and wait after ringd_group_end",
+                    a->name != NULL ? a->name : "(unnamed)");
     ringd_result_t rc = submit(r, a, &q);
     if (rc != RINGD_OK)
         return rc;
@@ -1627,6 +1729,11 @@ void ringd_close(ringd_t *r)
     }
     free(r->trace_path);
     rd_conn_close(&r->conn);
+    while (r->held != NULL) { /* a group never ended */
+        struct held *h = r->held;
+        r->held = h->next;
+        held_free(h);
+    }
     while (r->reqs != NULL) {
         ringd_request_t *q = r->reqs;
         r->reqs = q->next;

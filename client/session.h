@@ -56,9 +56,12 @@ struct ringd {
     ringd_result_t broken; /* RINGD_OK while the session works */
     uint64_t next_id;
     uint64_t auto_seq;
-    ringd_request_t *reqs; /* outstanding requests */
-    char *trace_path;      /* RINGD_TIMELINE, when set: Completes carry their op's trace */
-    FILE *trace_file;      /* this rank writes them there (rank 0, or each rank for %r) */
+    ringd_request_t *reqs;         /* outstanding requests */
+    int grouping;                  /* between ringd_group_start and ringd_group_end */
+    struct held *held, *held_tail; /* that group's Submits, sent at its end */
+    uint32_t nheld;
+    char *trace_path; /* RINGD_TIMELINE, when set: Completes carry their op's trace */
+    FILE *trace_file; /* this rank writes them there (rank 0, or each rank for %r) */
     rd_ctrace trace;
     char errmsg[1024];
 };

@@ -47,4 +47,7 @@ void rd_submit_of(const Ringd__Submit *m, rd_submit *s)
     tensor_ref_of(m->output, &s->output);
     s->counts = m->counts;
     s->ncounts = m->n_counts;
+    s->group = m->group != NULL ? m->group : "";
+    s->group_size = m->group_size;
+    s->group_index = m->group_index;
 }

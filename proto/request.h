@@ -49,6 +49,8 @@ typedef struct {
     rd_tensor_ref input, output;
     const uint64_t *counts; /* reducescatter, allgatherv: every rank's count (borrowed) */
     size_t ncounts;         /* 0: none */
+    const char *group;      /* "" in none; else of group_size ops, this the group_index-th */
+    uint32_t group_size, group_index;
 } rd_submit;
 
 /* The plain values of a decoded Hello or Submit (NULL strings become ""). */

@@ -35,6 +35,7 @@ typedef struct {
     int device; /* 1: the node's ranks pass it in device memory (crosses on the device transport) */
     uint64_t counts_digest; /* reducescatter, allgatherv: of every rank's count (rd_counts_digest);
                                0: equal counts */
+    uint64_t group_digest;  /* of the op's group, its size and place in it; 0: in none */
 } rd_op_params;
 
 /* One op a node announces: all its ranks submitted it (status 0), or it failed there (status, a

@@ -575,6 +575,98 @@ static int alltoalls(int i, void *arg)
     return 0;
 }
 
+/* Groups: three collectives of different kinds run together; a mismatch in one fails every
+ * one on every rank; a refusal in one (a NULL buffer) too; ranks that group differently fail;
+ * a synchronous call inside a group is refused. */
+static int groups(int i, void *arg)
+{
+    const topo *t = arg;
+    ringd_t *r = join(t, i);
+    if (r == NULL)
+        return 10;
+    int n = ringd_size(r), me = ringd_rank(r);
+    float *x = ringd_alloc(r, 64 * sizeof(float)), *y = ringd_alloc(r, 64 * (size_t)n * 4);
+    float *z = ringd_alloc(r, 64 * (size_t)n * 4);
+    if (x == NULL || y == NULL || z == NULL)
+        return 30;
+    ringd_request_t *q[3];
+    for (int round = 0; round < 3; round++) {
+        char a[32], b[32], c[32];
+        snprintf(a, sizeof(a), "g%d.ar", round);
+        snprintf(b, sizeof(b), "g%d.rs", round);
+        snprintf(c, sizeof(c), "g%d.ag", round);
+        for (int k = 0; k < 5; k++)
+            x[k] = (float)(me + k);
+        for (int k = 0; k < 2 * n; k++)
+            y[k] = (float)(me * k);
+        z[0] = (float)me;
+        TH_CHECK_OK(r, ringd_group_start(r));
+        TH_CHECK_OK(r, ringd_allreduce_async(r, a, x, x, 5, RINGD_F32, RINGD_SUM, &q[0]));
+        /* round 1: rank 1 passes another dtype; round 2: rank 0 a NULL buffer (refused) */
+        int refusing = round == 2 && me == 0; /* its call fails at once, and is told */
+        ringd_result_t call = ringd_reducescatter_async(
+            r, b, refusing ? NULL : y, y + 64, 2, round == 1 && me == 1 ? RINGD_I32 : RINGD_F32,
+            RINGD_SUM, &q[1]);
+        if (call != (refusing ? RINGD_E_INVALID : RINGD_OK)) {
+            fprintf(stderr, "rank %d: group %d: %s: %s\n", me, round, ringd_strerror(call),
+                    ringd_errmsg(r));
+            return 59;
+        }
+        TH_CHECK_OK(r, ringd_allgather_async(r, c, z, z + 1, 1, RINGD_F32, &q[2]));
+        ringd_result_t sync = ringd_barrier(r, "in.group");
+        TH_CHECK_OK(r, ringd_group_end(r));
+        if (sync != RINGD_E_INVALID) {
+            fprintf(stderr, "rank %d: a barrier inside a group: %s\n", me, ringd_strerror(sync));
+            return 60;
+        }
+        ringd_result_t rc[3];
+        for (int k = 0; k < 3; k++)
+            rc[k] = k == 1 && refusing ? RINGD_E_INVALID : ringd_wait(q[k]);
+        for (int k = 0; k < 3; k++) {
+            ringd_result_t want = round == 0   ? RINGD_OK
+                                  : round == 1 ? RINGD_E_MISMATCH
+                                               : RINGD_E_INVALID;
+            /* (a failed member's group fails the others with its result) */
+            if (rc[k] != want) {
+                fprintf(stderr, "rank %d: group %d, member %d: %s, want %s\n", me, round, k,
+                        ringd_strerror(rc[k]), ringd_strerror(want));
+                return 61;
+            }
+        }
+        if (round == 0) {
+            for (int k = 0; k < 5; k++)
+                if (x[k] != (float)(n * k + n * (n - 1) / 2))
+                    return 62;
+            for (int k = 0; k < 2; k++)
+                if (y[64 + k] != (float)((2 * me + k) * n * (n - 1) / 2))
+                    return 63;
+            for (int k = 0; k < n; k++)
+                if (z[1 + k] != (float)k)
+                    return 64;
+        }
+    }
+    /* ranks that group differently: every one fails */
+    ringd_request_t *d[2];
+    TH_CHECK_OK(r, ringd_group_start(r));
+    TH_CHECK_OK(r, ringd_allreduce_async(r, "diff.a", x, x, 1, RINGD_F32, RINGD_SUM, &d[0]));
+    if (me != 0)
+        TH_CHECK_OK(r, ringd_allreduce_async(r, "diff.b", x, x, 1, RINGD_F32, RINGD_SUM, &d[1]));
+    TH_CHECK_OK(r, ringd_group_end(r));
+    if (me == 0) /* its diff.b alone, after its group of one */
+        TH_CHECK_OK(r, ringd_allreduce_async(r, "diff.b", x, x, 1, RINGD_F32, RINGD_SUM, &d[1]));
+    for (int k = 0; k < 2; k++) {
+        ringd_result_t rc = ringd_wait(d[k]);
+        if (rc != RINGD_E_MISMATCH) {
+            fprintf(stderr, "rank %d: differing groups, member %d: %s: %s\n", me, k,
+                    ringd_strerror(rc), ringd_errmsg(r));
+            return 65;
+        }
+    }
+    TH_CHECK_OK(r, ringd_allreduce(r, "after.groups", x, x, 1, RINGD_F32, RINGD_SUM));
+    close_together(r, t->world);
+    return 0;
+}
+
 static void every_case(topo t, const char *const *extra)
 {
     start(&t, extra);
@@ -583,6 +675,7 @@ static void every_case(topo t, const char *const *extra)
     cr_assert_eq(run(&t, differing_counts, 60000), 0, "a client failed (its stderr above)");
     cr_assert_eq(run(&t, learnt_counts, 60000), 0, "a client failed (its stderr above)");
     cr_assert_eq(run(&t, alltoalls, 120000), 0, "a client failed (its stderr above)");
+    cr_assert_eq(run(&t, groups, 60000), 0, "a client failed (its stderr above)");
     finish(&t);
 }
 

@@ -434,6 +434,18 @@ RINGD_API ringd_result_t ringd_alltoallv_into_async(ringd_t *r, const char *name
 RINGD_API ringd_result_t ringd_barrier(ringd_t *r, const char *name);
 RINGD_API ringd_result_t ringd_barrier_async(ringd_t *r, const char *name, ringd_request_t **req);
 
+/* Groups: the collectives this session submits between ringd_group_start and ringd_group_end
+ * (their _async forms; a synchronous call in a group fails with RINGD_E_INVALID, and so do
+ * ringd_allgatherv_into and ringd_alltoallv, of two steps) are one unit to the daemon: held
+ * until every rank has submitted every one of them, negotiated together, run together (small
+ * allreduces fused), and failed together — a failure of one (a mismatch, a refusal, a stall)
+ * fails every one, on every rank, with its reason. Every rank groups the same collectives in
+ * the same order (the group is named after its first; its size and order are compared like
+ * the collectives' parameters). At most 65536 in a group; no barrier. ringd_group_end sends
+ * them; wait for each request as usual. Groups do not nest. */
+RINGD_API ringd_result_t ringd_group_start(ringd_t *r);
+RINGD_API ringd_result_t ringd_group_end(ringd_t *r);
+
 /* This rank cannot run the collective named name (a binding found its arguments wrong, say):
  * the daemon fails it on every rank with rc and why (naming this rank), now or as each submits
  * it, so that no rank waits for it. NULL name: the rank's next unnamed collective. Returns

@@ -6,6 +6,7 @@
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "frame.h"
 #include "ctlq.h"
@@ -43,6 +44,10 @@ rd_op_params rd_check_params(const rd_submit *m, uint32_t size)
             same = m->counts[i] == m->counts[0];
         p.count = m->ncounts > 0 ? counts_sum(m) : equal;
         p.counts_digest = m->ncounts > 0 && !same ? rd_counts_digest(m->counts, m->ncounts) : 0;
+    }
+    if (m->group != NULL && m->group[0] != '\0') {
+        uint64_t g[3] = {rd_name_hash(m->group), m->group_size, m->group_index};
+        p.group_digest = rd_counts_digest(g, 3);
     }
     return p;
 }
@@ -313,6 +318,15 @@ rd_status rd_check_submit(const rd_check_session *s, const rd_submit *m, char *e
 {
     if (!rd_coll_valid((int)m->op)) {
         snprintf(err, errlen, "tensor '%s': unknown op %d", m->name, (int)m->op);
+        return RINGD_E_INVALID;
+    }
+    if (m->group != NULL && m->group[0] != '\0' &&
+        (!rd_name_valid(m->group) || m->group_size < 1 || m->group_size > RD_GROUP_MAX ||
+         m->group_index >= m->group_size || m->op == RD_COLL_BARRIER)) {
+        snprintf(err, errlen,
+                 "tensor '%s': its group (%u of %u, named %zu bytes) is not one: 1 to %u ops "
+                 "under a valid name",
+                 m->name, m->group_index, m->group_size, strlen(m->group), RD_GROUP_MAX);
         return RINGD_E_INVALID;
     }
     if (m->op == RD_COLL_BARRIER)

@@ -15,6 +15,7 @@
 
 #define RD_LOCAL_SIZE_MAX 1024
 #define RD_ARENA_MIN (RD_CTRL_BYTES + 4096u)
+#define RD_GROUP_MAX 65536u /* ops in one group */
 
 /* What a Hello is checked against: the daemon as it is now. */
 typedef struct {

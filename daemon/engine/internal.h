@@ -102,6 +102,10 @@ typedef struct rd_op {
     uint32_t ncounts;
     uint32_t counts_first;       /* the job's first rank here when the counts came (they place this
                                     node's ranks by it) */
+    struct rd_group *grp;        /* the group it is one of (group.h), or NULL */
+    uint32_t gindex;             /* its place in it */
+    int gready;                  /* every local rank submitted it: counted in the group's ready */
+    int gagreed;                 /* negotiated here, waiting for the rest of its group */
     struct rd_op *next;          /* bucket chain */
     struct rd_op *sprev, *snext; /* the list of its state */
 } rd_op;
@@ -159,6 +163,7 @@ struct rd_job {
     rd_world *world;         /* jobs spanning nodes */
     struct event *ev_free;   /* frees the job on a later turn, out of any callback */
     struct event *ev_settle; /* tells the world, on a later turn, that device passes ended */
+    struct event *ev_tell;   /* tells the other nodes, on a later turn, of failures found here */
     rd_sched *sched;         /* with world: announcements, orders, fusion */
     rd_devcomm *devcomm;     /* with world: the device transport of each generation */
     uint64_t epoch;          /* rings this job has seen end: a device pass crosses on its own */
@@ -180,7 +185,8 @@ struct rd_job {
     rd_timeline *tl;    /* a recording of its timeline, or NULL */
     uint32_t ntraced;   /* clients whose Completes carry their op's trace (RINGD_TIMELINE) */
     uint32_t ring_size; /* ranks of its last ring (0: none yet): the cause of the next change */
-    uint64_t passes;    /* ring passes started */
+    struct rd_group *groups; /* groups of ops with places still to fill or end (group.h) */
+    uint64_t passes;         /* ring passes started */
     rd_job *next;
 };
 
@@ -196,6 +202,10 @@ static inline int rd_job_draining(const rd_job *j)
 {
     return j->phase == JOB_DRAINING || j->phase == JOB_LEFT;
 }
+
+/* The ops that failed here and the other nodes have yet to hear of (UNTOLD) are told on a later
+ * turn, out of whatever loop over ops failed them (a group's failure fails its members). */
+void rd_job_tell_later(rd_job *j);
 
 /* Frees j now, with its ops, its ring and its scheduler (at shutdown, or once unused). */
 void rd_job_free(rd_job *j);

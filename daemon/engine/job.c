@@ -18,6 +18,7 @@
 #include "log.h"
 #include "ops.h"
 #include "optab.h"
+#include "group.h"
 #include "pass.h"
 #include "stall.h"
 
@@ -107,6 +108,8 @@ void rd_job_free(rd_job *j)
         event_free(j->ev_free);
     if (j->ev_settle != NULL)
         event_free(j->ev_settle);
+    if (j->ev_tell != NULL)
+        event_free(j->ev_tell);
     if (j->ev_tick != NULL)
         event_free(j->ev_tick);
     if (d->metrics != NULL)
@@ -154,6 +157,27 @@ static void on_settle_later(evutil_socket_t fd, short what, void *arg)
     (void)what;
     if (j->world != NULL)
         rd_world_settle(j->world);
+}
+
+/* Tells the other nodes of the failures they have not heard of, one op at a time (telling one
+ * may end others: the list is read again for each). */
+static void on_tell_later(evutil_socket_t fd, short what, void *arg)
+{
+    rd_job *j = arg;
+    (void)fd;
+    (void)what;
+    while (j->world != NULL && rd_world_up(j->world) && j->first[OP_UNTOLD] != NULL) {
+        rd_op *o = j->first[OP_UNTOLD];
+        rd_ops_tell(o, o->status, o->message, 0, NULL, 0);
+        if (j->first[OP_UNTOLD] == o) /* the ring takes no announcements now: the next does */
+            break;
+    }
+}
+
+void rd_job_tell_later(rd_job *j)
+{
+    if (j->world != NULL)
+        event_active(j->ev_tell, 0, 0);
 }
 
 static void job_changed(rd_job *j, uint64_t generation, uint32_t size, int sync, const char *why);
@@ -385,10 +409,11 @@ static rd_job *job_new(rd_engine *d, const rd_client *s, const rd_hello *h, uint
     j->wait_ms = h->open_timeout_ms ? h->open_timeout_ms : 30000;
     j->ev_free = event_new(d->base, -1, 0, on_free_later, j);
     j->ev_settle = event_new(d->base, -1, 0, on_settle_later, j);
+    j->ev_tell = event_new(d->base, -1, 0, on_tell_later, j);
     j->ev_tick = event_new(d->base, -1, EV_PERSIST, rd_stall_tick, j);
     int64_t every = rd_stall_period(j);
     struct timeval tv = {every / 1000, (every % 1000) * 1000};
-    if (j->ev_free == NULL || j->ev_settle == NULL || j->ev_tick == NULL ||
+    if (j->ev_free == NULL || j->ev_settle == NULL || j->ev_tell == NULL || j->ev_tick == NULL ||
         event_add(j->ev_tick, &tv) != 0 ||
         (j->world_size > j->local_size && job_spans_nodes(j) != 0)) {
         rd_job_free(j); /* not linked yet, no ops: only what was made */
@@ -608,6 +633,8 @@ static void on_ring_up(void *arg, uint32_t first_rank, uint64_t generation, uint
     if (n > 1)
         qsort(ops, n, sizeof(*ops), op_seq_cmp);
     for (k = 0; k < n; k++) {
+        if (ops[k]->state == OP_HELD && ops[k]->grp != NULL && !ops[k]->grp->released)
+            continue; /* it goes with its group */
         if (ops[k]->state == OP_HELD)
             rd_ops_announce(ops[k]);
         else
@@ -640,6 +667,7 @@ static void on_ring_down(void *arg, const char *why, int carry)
         return;
     }
     /* A graceful change: what was under negotiation is announced again on the next ring. */
+    rd_group_renegotiate(j);
     for (o = j->first[OP_ANNOUNCED]; o != NULL; o = next) {
         next = o->snext;
         rd_optab_set_state(o, OP_HELD);

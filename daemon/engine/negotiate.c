@@ -49,6 +49,10 @@ void rd_op_params_describe(char *buf, size_t len, const rd_op_params *p)
         else
             snprintf(buf + n, len - (size_t)n, " equal counts");
     }
+    if (p->group_digest != 0) {
+        size_t used = strlen(buf);
+        snprintf(buf + used, len - used, " in group #%016" PRIx64, p->group_digest);
+    }
     if (p->device) {
         size_t used = strlen(buf);
         snprintf(buf + used, len - used, " in device memory");
@@ -58,7 +62,7 @@ void rd_op_params_describe(char *buf, size_t len, const rd_op_params *p)
 rd_op_params rd_op_params_announceable(rd_op_params p)
 {
     if (!rd_coll_valid(p.coll) || !rd_dtype_valid(p.dtype) || !rd_redop_valid(p.redop))
-        p = (rd_op_params){RD_COLL_BARRIER, RD_DT_U8, RD_OP_SUM, 0, 0, 1.0, 1.0, 0, 0};
+        p = (rd_op_params){RD_COLL_BARRIER, RD_DT_U8, RD_OP_SUM, 0, 0, 1.0, 1.0, 0, 0, 0};
     return p;
 }
 
@@ -77,6 +81,7 @@ int rd_op_params_compare(const rd_op_params *a, const rd_op_params *b, char *fie
         {a->postscale != b->postscale, "postscale"},
         {a->device != b->device, "memory"},
         {a->counts_digest != b->counts_digest, "counts"},
+        {a->group_digest != b->group_digest, "group"},
     };
     int same = 1;
     if (len > 0)

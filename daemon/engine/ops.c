@@ -17,6 +17,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "optab.h"
+#include "group.h"
 
 #define RD_GRAIN 4096 /* elements: worker ranges start on multiples of this */
 
@@ -176,7 +177,8 @@ void rd_ops_announce(rd_op *o)
     /* an allgatherv's nodes contribute blocks of sizes the negotiation does not know (one of
      * no elements goes direct all the same: a ring pass of nothing would not hold a node
      * until the others have it) */
-    if (o->p.coll == RD_COLL_BARRIER ||
+    /* nor does a group's member: its group goes to the ring as one */
+    if (o->p.coll == RD_COLL_BARRIER || o->grp != NULL ||
         ((o->p.coll == RD_COLL_ALLGATHERV || o->p.coll == RD_COLL_ALLTOALL) && o->p.count > 0) ||
         rd_optab_result_bytes(o) > j->e->cfg->direct_bytes || b->device_memory) {
         rd_ops_tell(o, RINGD_OK, NULL, 0, NULL, 0);
@@ -209,12 +211,53 @@ void rd_ops_announce(rd_op *o)
     free(buf);
 }
 
+/* Every member of g has all its local ranks' submissions: they go on together, in their order,
+ * run here on one node, announced across nodes (once the ring takes announcements: else when
+ * it does). One may end at once or fail, failing the rest: each is looked up again. */
+static void group_release(rd_job *j, rd_group *g)
+{
+    rd_group_hold(g);
+    for (uint32_t i = 0; i < g->size && g->status == RINGD_OK; i++) {
+        rd_op *m = g->ops[i];
+        if (m == NULL)
+            continue;
+        if (j->world == NULL)
+            rd_ops_run_here(m);
+        else if (rd_world_up(j->world) && m->state == OP_HELD)
+            rd_ops_announce(m);
+    }
+    rd_group_unhold(j, g);
+}
+
+/* Every member of g is negotiated alike on every node: they go to the coordinator's order
+ * together, in their order. */
+static void group_to_ring(rd_job *j, rd_group *g)
+{
+    rd_group_hold(g);
+    for (uint32_t i = 0; i < g->size; i++) {
+        rd_op *m = g->ops[i];
+        if (m == NULL || m->state != OP_ANNOUNCED)
+            continue;
+        rd_optab_set_state(m, OP_RING_READY);
+        rd_sched_keep(j->sched, m, m->name, &m->p);
+    }
+    rd_group_unhold(j, g);
+}
+
+/* 1 when m says it is one of a group, and how, as rd_check_submit takes groups. */
+static int valid_group(const rd_submit *m)
+{
+    return m->group[0] != '\0' && rd_name_valid(m->group) && m->group_size >= 1 &&
+           m->group_size <= RD_GROUP_MAX && m->group_index < m->group_size;
+}
+
 /* Local rank `rank` could not submit its part of the op named name (why: from this daemon or
  * the client's library): the op fails with rc on every rank that submits it. Ranks here that
  * already have hear it now, ranks yet to submit it when they do (a tombstone), and the other
  * nodes as soon as the announcement reaches them. s, the refused session, is answered too. */
 static void op_refuse(rd_job *j, rd_client *s, uint32_t rank, uint64_t request_id, const char *name,
-                      const rd_op_params *params, rd_status rc, const char *why)
+                      const rd_op_params *params, rd_status rc, const char *why,
+                      const rd_submit *grouped)
 {
     char msg[768];
     int dup;
@@ -233,6 +276,9 @@ static void op_refuse(rd_job *j, rd_client *s, uint32_t rank, uint64_t request_i
             rd_optab_answer(j, s, request_id, RINGD_E_NOMEM, "out of memory", NULL);
             return;
         }
+        /* one of a group: the group fails with it, on every rank */
+        if (grouped != NULL)
+            rd_group_join(o, grouped->group, grouped->group_size, grouped->group_index);
     }
     part *pt = &o->parts[rank];
     pt->s = s;
@@ -364,7 +410,7 @@ void rd_ops_submit(rd_client *s, const rd_submit *m)
     }
     if (rc != RINGD_OK) {
         rd_op_params p = rd_check_params(m, j->size);
-        op_refuse(j, s, rank, m->request_id, m->name, &p, rc, err);
+        op_refuse(j, s, rank, m->request_id, m->name, &p, rc, err, valid_group(m) ? m : NULL);
         return;
     }
 
@@ -376,10 +422,15 @@ void rd_ops_submit(rd_client *s, const rd_submit *m)
                  "collective of a name at a time per rank",
                  m->name, rank);
         rd_op_params p = rd_check_params(m, j->size);
-        op_refuse(j, s, rank, m->request_id, m->name, &p, RINGD_E_INVALID, err);
+        op_refuse(j, s, rank, m->request_id, m->name, &p, RINGD_E_INVALID, err, NULL);
         return;
     }
     if (o != NULL && rd_optab_failed(o->state)) {
+        /* failed before this rank's group heard of it (another rank's refusal): so does the
+         * group (first: visiting may free o) */
+        if (o->grp == NULL && valid_group(m) &&
+            rd_group_join(o, m->group, m->group_size, m->group_index) > 0)
+            rd_optab_group_failed(o, o->status, o->message);
         rd_optab_visit(o, s, rank, m->request_id, o->status, o->message);
         return;
     }
@@ -390,8 +441,10 @@ void rd_ops_submit(rd_client *s, const rd_submit *m)
             rd_optab_answer(j, s, m->request_id, RINGD_E_NOMEM, "out of memory", NULL);
             return;
         }
-        if (op_take_counts(o, m) != 0) {
-            op_refuse(j, s, rank, m->request_id, m->name, &p, RINGD_E_NOMEM, "out of memory");
+        if (op_take_counts(o, m) != 0 ||
+            (m->group[0] != '\0' &&
+             rd_group_join(o, m->group, m->group_size, m->group_index) < 0)) {
+            op_refuse(j, s, rank, m->request_id, m->name, &p, RINGD_E_NOMEM, "out of memory", NULL);
             return;
         }
     }
@@ -420,9 +473,25 @@ void rd_ops_submit(rd_client *s, const rd_submit *m)
             rd_ops_tell(o, RINGD_E_MISMATCH, err, 0, NULL, 0);
         return;
     }
+    if (o->grp != NULL && o->grp->status != RINGD_OK) { /* its group failed before it came */
+        rd_status gst;
+        const char *why = rd_group_why(o, &gst);
+        snprintf(err, sizeof(err), "tensor '%s': %s", o->name, why);
+        rd_optab_tombstone(o, gst, err);
+        if (j->world != NULL && rd_world_up(j->world))
+            rd_ops_tell(o, gst, err, 0, NULL, 0);
+        return;
+    }
     if (o->nsubmitted < o->nparts || o->state == OP_DOOMED) /* doomed: answered later */
         return;
     o->ready_us = pt->submit_us;
+    if (o->grp != NULL) { /* it goes with its group */
+        if (j->world != NULL)
+            rd_optab_set_state(o, OP_HELD);
+        if (rd_group_ready(o))
+            group_release(j, o->grp);
+        return;
+    }
     if (j->world != NULL) {
         rd_optab_set_state(o, OP_HELD);
         if (rd_world_up(j->world))
@@ -481,6 +550,17 @@ int rd_ops_negotiated(void *arg, void *own, const rd_neg_outcome *e, rd_op_param
     if (e->status != RINGD_OK) {
         rd_optab_fail(o, e->status <= RINGD_E_REFUSED ? (rd_status)e->status : RINGD_E_PROTOCOL,
                       "%s", e->message);
+        return 0;
+    }
+    if (o->grp != NULL) { /* it goes to the ring with its group, or fails with it */
+        int agreed = rd_group_agreed(o);
+        if (agreed == 1)
+            group_to_ring(j, o->grp);
+        if (agreed >= 0)
+            return 2;
+        rd_status gst;
+        const char *why = rd_group_why(o, &gst);
+        rd_optab_fail(o, gst, "tensor '%s': %s", o->name, why);
         return 0;
     }
     if (o->p.coll == RD_COLL_BARRIER) { /* every rank has arrived */

@@ -14,6 +14,7 @@
 
 #include "arena.h"
 #include "counters.h"
+#include "group.h"
 #include "frame.h"
 #include "log.h"
 #include "metrics.h"
@@ -166,6 +167,7 @@ static void op_unlink(rd_job *j, rd_op *o)
 /* Releases an op that is already unlinked: arena references, buffers, strings. */
 static void op_free(rd_op *o)
 {
+    rd_group_leave(o);
     for (uint32_t k = 0; k < o->nparts; k++)
         rd_arena_unref(o->parts[k].arena);
     free(o->parts);
@@ -194,6 +196,7 @@ void rd_optab_drop_failed(rd_job *j)
 void rd_optab_clear(rd_job *j)
 {
     rd_counters *c = j->e->counters;
+    rd_group_drop_all(j);
     for (size_t i = 0; i < j->nbuckets; i++) {
         while (j->buckets[i] != NULL) {
             rd_op *o = j->buckets[i];
@@ -274,6 +277,8 @@ void rd_optab_finish(rd_op *o, rd_status status, const char *message)
     op_answer(o, status, message, trace);
     if (trace != NULL)
         free(tr.submit_us);
+    if (o->grp != NULL && status != RINGD_OK) /* its group fails with it */
+        rd_optab_group_failed(o, status, message);
     if (d->counters->ops_in_flight > 0)
         d->counters->ops_in_flight--;
     if (status == RINGD_OK) {
@@ -340,7 +345,32 @@ void rd_optab_tombstone(rd_op *o, rd_status status, const char *msg)
         rd_arena_unref(o->parts[k].arena);
         o->parts[k].arena = NULL;
     }
+    if (o->grp != NULL) /* its group fails with it */
+        rd_optab_group_failed(o, status, msg);
     rd_optab_bury(o); /* nobody left to tell */
+}
+
+void rd_optab_group_failed(rd_op *o, rd_status status, const char *message)
+{
+    rd_group *g = o->grp;
+    rd_job *j = o->job;
+    if (g == NULL || !rd_group_fail(o, status, message))
+        return;
+    rd_group_hold(g);
+    for (uint32_t i = 0; i < g->size; i++) {
+        rd_op *m = g->ops[i]; /* looked up again: an earlier one's end may have ended it */
+        if (m == NULL || m == o)
+            continue;
+        char why[896];
+        snprintf(why, sizeof(why), "tensor '%.100s': %s", m->name, g->message);
+        if (m->state == OP_PENDING || m->state == OP_HELD) {
+            rd_optab_tombstone(m, status, why);
+            rd_job_tell_later(j); /* out of this loop: telling one may end others */
+        } else if (m->state == OP_ANNOUNCED && m->gagreed) {
+            rd_optab_fail(m, status, "%s", why);
+        }
+    }
+    rd_group_unhold(j, g);
 }
 
 /* Fails a pending op. A mismatch leaves a tombstone (rd_optab_tombstone); any other failure removes
@@ -425,6 +455,9 @@ uint64_t rd_optab_result_bytes(const rd_op *o)
 void rd_optab_fail_unstarted(rd_job *j, const char *why)
 {
     static const op_state live[] = {OP_PENDING, OP_HELD, OP_ANNOUNCED, OP_RING_READY, OP_DOOMED};
+    /* Groups first: their members all fail here anyway, and the next generation's ops make
+     * groups of their own (nothing of this one's is told to its ring). */
+    rd_group_drop_all(j);
     for (size_t k = 0; k < sizeof(live) / sizeof(live[0]); k++)
         while (j->first[live[k]] != NULL)
             rd_optab_fail(j->first[live[k]], RINGD_E_MEMBERSHIP, "tensor '%s': %s",

@@ -67,6 +67,12 @@ void rd_optab_doom(rd_op *o, const char *why);
  * a generation its clients must re-synchronise with. */
 void rd_optab_fail_unstarted(rd_job *j, const char *why);
 
+/* o, a member of a group, failed here (status, message): the group fails, and so do its members
+ * that have not gone on: those not announced fail here (their ranks hear it, the other nodes on
+ * a later turn), those negotiated and waiting for the rest of the group end now. A no-op when
+ * o is in no group, or its group failed already. */
+void rd_optab_group_failed(rd_op *o, rd_status status, const char *message);
+
 /* Bytes of o's whole result: what each rank receives, and of a reducescatter the whole reduced
  * input (each rank receives its block of it), as a direct op's negotiation carries it. */
 uint64_t rd_optab_result_bytes(const rd_op *o);

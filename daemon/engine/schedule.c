@@ -407,20 +407,25 @@ static void negotiated(rd_sched *s)
         return;
     for (size_t i = 0; i < n; i++) {
         rd_op_params p;
-        if (s->ev.negotiated(s->arg, done[i].own, &done[i].e, &p)) {
-            if (ready_add(s, done[i].own, done[i].e.name, &p))
-                rd_sched_run(s);
-            else
-                rd_world_drop(s->w, "out of memory keeping an op for the coordinator's order");
-        }
-        /* A sealed coordinator orders nothing more: what it has not ordered carries over. */
-        if (s->position == 0 && !rd_world_sealed(s->w) && done[i].e.status == RINGD_OK &&
-            !done[i].e.direct)
-            order_add(s, done[i].e.name);
+        int kept = s->ev.negotiated(s->arg, done[i].own, &done[i].e, &p);
+        if (kept == 1)
+            rd_sched_keep(s, done[i].own, done[i].e.name, &p);
         if (s->neg == NULL) /* the job ended the ring meanwhile */
             break;
     }
     rd_neg_done_free(done, n);
+}
+
+void rd_sched_keep(rd_sched *s, void *own, const char *name, const rd_op_params *p)
+{
+    if (!ready_add(s, own, name, p)) {
+        rd_world_drop(s->w, "out of memory keeping an op for the coordinator's order");
+        return;
+    }
+    /* A sealed coordinator orders nothing more: what it has not ordered carries over. */
+    if (s->position == 0 && !rd_world_sealed(s->w))
+        order_add(s, name);
+    rd_sched_run(s);
 }
 
 int rd_sched_announce(rd_sched *s, const char *name, const rd_op_params *p, rd_status status,

@@ -27,7 +27,9 @@ typedef struct {
     /* Every node has announced this node's op own: e says failed (status, message), direct (the
      * result in e->data) or bound for the ring (status 0, not direct). Returns 1 with *p set to
      * its params when own now waits for the coordinator's order (the scheduler keeps it until
-     * it starts, the ring ends, or rd_sched_forget), else 0. */
+     * it starts, the ring ends, or rd_sched_forget); 2 when the job keeps it for now, bound for
+     * the ring, and hands it over later itself (rd_sched_keep: a group's members go together);
+     * else 0. */
     int (*negotiated)(void *arg, void *own, const rd_neg_outcome *e, rd_op_params *p);
     /* Another node announced that the op named name (params p) failed there, or the
      * announcements disagree: the oldest op of that name this node has not announced fails with
@@ -60,6 +62,11 @@ int rd_sched_held(const rd_sched *s);
 /* own, an op the negotiated event kept for the coordinator's order, ends before it starts: the
  * scheduler lets go of it. NULL s or an own it does not hold is a no-op. */
 void rd_sched_forget(rd_sched *s, const void *own);
+
+/* Keeps own (named name, params p), negotiated for the ring, for the coordinator's order, which
+ * the coordinator extends with it: what negotiated returning 1 does, for ops the job kept
+ * back (returned 2) until now. Every node must keep its ops of a batch in the same order. */
+void rd_sched_keep(rd_sched *s, void *own, const char *name, const rd_op_params *p);
 
 /* Returns 0 when the ring cannot take announcements now (forming, or sealed for a graceful
  * change: the op is held and nothing happened to it), else 1 once it announced to every node

@@ -12,6 +12,7 @@
 #include "metrics.h"
 #include "ops.h"
 #include "optab.h"
+#include "group.h"
 
 int64_t rd_stall_period(const rd_job *j)
 {
@@ -59,8 +60,8 @@ static void op_inspect(rd_op *o, int64_t now)
     rd_job *j = o->job;
     const rd_config *c = j->e->cfg;
     int64_t age = now - o->since_ms;
-    if (age < c->stall_warn)
-        return;
+    if (age < c->stall_warn || (o->grp != NULL && o->gready && !o->grp->released))
+        return; /* waiting for its group: groups_inspect's */
     /* Negotiated for the ring: the coordinator orders it within a turn. Past --stall-abort plus
      * --peer-timeout, nothing will order it. */
     if (o->state == OP_RING_READY) {
@@ -109,6 +110,48 @@ static void op_inspect(rd_op *o, int64_t now)
     }
 }
 
+/* Groups some of whose members this node's ranks have not all submitted past --stall-abort fail
+ * as stalled (the members here, and every node's copies once told); failed groups long past it
+ * are forgotten. */
+static void groups_inspect(rd_job *j, int64_t now)
+{
+    const rd_config *c = j->e->cfg;
+    rd_group *g, *next;
+    for (g = j->groups; g != NULL; g = next) {
+        next = g->next;
+        if (rd_group_expire(j, g, now) || g->status != RINGD_OK || g->released ||
+            c->stall_abort <= 0 || now - g->since_ms < c->stall_abort)
+            continue;
+        if (g->seen_n == g->size && g->ready == g->size)
+            continue;
+        char msg[512];
+        size_t n = (size_t)snprintf(msg, sizeof(msg),
+                                    "group '%.100s' stalled: this node's ranks had not all "
+                                    "submitted its ops within %" PRId64 " ms (places",
+                                    g->name, c->stall_abort);
+        for (uint32_t i = 0, k = 0; i < g->size && k < 8 && n + 16 < sizeof(msg); i++)
+            if (!g->seen[i] || (g->ops[i] != NULL && !g->ops[i]->gready))
+                n += (size_t)snprintf(msg + n, sizeof(msg) - n, "%s %u", k++ ? "," : "", i);
+        if (n + 2 < sizeof(msg))
+            snprintf(msg + n, sizeof(msg) - n, ")");
+        rd_op *first = NULL;
+        for (uint32_t i = 0; i < g->size && first == NULL; i++)
+            first = g->ops[i];
+        if (first == NULL)
+            continue;
+        rd_log(RD_LOG_WARN, "job", "job '%s': %s", j->name, msg);
+        /* as a failure of its first member here: the rest fail with it */
+        rd_optab_group_failed(first, RINGD_E_STALLED, msg);
+        char why[896];
+        snprintf(why, sizeof(why), "tensor '%.100s': %s", first->name, msg);
+        if (first->state == OP_PENDING || first->state == OP_HELD) {
+            rd_optab_tombstone(first, RINGD_E_STALLED, why);
+            rd_job_tell_later(j);
+        }
+        next = j->groups; /* failing members may have ended groups: from the start again */
+    }
+}
+
 /* Ops that have waited --open-timeout for a ring that is not there end: doomed ones with their
  * membership error, held ones with a timeout saying what the job lacks. */
 static void op_wait_over(rd_op *o)
@@ -137,6 +180,7 @@ void rd_stall_tick(evutil_socket_t fd, short what, void *arg)
     int64_t now = rd_now_ms();
     int up = j->world == NULL || rd_world_up(j->world);
     rd_op *o, *next;
+    groups_inspect(j, now);
     /* A tombstone some rank never came to: gone after --stall-abort. */
     for (o = j->first[OP_TOMBSTONE]; o != NULL; o = next) {
         next = o->snext;

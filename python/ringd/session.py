@@ -11,13 +11,14 @@ holds every pending Handle, so no buffer libringd may still write is freed befor
 finished or the session closed, even when the caller drops the Handle. Threads: every call takes
 the session's lock, so one thread at a time is inside libringd (ringd.h's rule); a wait holds it.
 """
+import contextlib
 import ctypes
 import enum
 import functools
 import sys
 import threading
 import weakref
-from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Iterator, List, Optional, Sequence, Union
 
 from . import _lib
 from .errors import (Closed, Error, InvalidArgument, MembershipChanged, Mismatch, OutOfMemory,
@@ -617,6 +618,25 @@ class Session:
         return rc == Result.OK
 
     # ---- collectives ----
+
+    @contextlib.contextmanager
+    def group(self) -> Iterator[None]:
+        """The asynchronous collectives started inside the with block are one group to the daemon
+        (ringd_group_start/end): they run together, or all fail with one reason on every rank.
+        Synchronous calls inside raise InvalidArgument. Every rank groups the same collectives in
+        the same order."""
+        lib = _lib.lib()
+        with self._st.lock:
+            rc = lib.ringd_group_start(self._st.require_open())
+            if rc != Result.OK:
+                raise self._st.error(rc)
+        try:
+            yield
+        finally:
+            with self._st.lock:
+                rc = lib.ringd_group_end(self._st.require_open())
+            if rc != Result.OK:
+                raise self._st.error(rc)
 
     def refuse(self, name: Name, why: str, code: Result = Result.INVALID) -> None:
         """This rank cannot run the collective named name (None: its next unnamed one): every

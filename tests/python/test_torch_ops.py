@@ -369,6 +369,14 @@ def r_grouped_allgather_and_reducescatter():
     _same("grouped allgather 0", got[0], hvd.allgather(a, name="one.ag.0"))
     _same("grouped allgather 1", got[1], hvd.allgather(b, name="one.ag.1"))
     x, y = torch.ones(2 * n + 1, 3) * (r + 1), torch.arange(n, dtype=torch.float64)
+    # all or nothing: one member's dtype differs on rank 0, and every member fails everywhere
+    bad = [torch.ones(3), torch.ones(2, dtype=torch.float64 if r == 0 else torch.float32)]
+    h = hvd.grouped_allreduce_async(bad, name="g.bad", op=hvd.Sum)
+    try:
+        hvd.synchronize(h)
+        raise AssertionError("a grouped allreduce with a mismatched member returned")
+    except ringd.Mismatch as e:
+        assert "group" in str(e), str(e)
     got = hvd.grouped_reducescatter([x, y], name="g.rs", op=hvd.Sum)
     _same("grouped reducescatter 0", got[0], hvd.reducescatter(x, name="one.rs.0", op=hvd.Sum))
     _same("grouped reducescatter 1", got[1], hvd.reducescatter(y, name="one.rs.1", op=hvd.Sum))

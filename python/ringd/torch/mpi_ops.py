@@ -496,13 +496,14 @@ def _grouped_allreduce_async(tensors, outputs, name, op, prescale_factor, postsc
     base = _op_name("grouped_allreduce", name)
     _claim(base)
     works = []
-    for i, (t, o) in enumerate(zip(tensors, outputs)):
-        _checked(s, [f"{base}.{k}" for k in range(len(tensors))], _check_tensor, t,
-                 f"grouped allreduce '{base}' tensor {i}")
-    for i, (t, o) in enumerate(zip(tensors, outputs)):
-        h = s.allreduce_async(f"{base}.{i}", t, out=o, op=_RINGD_OPS[op],
-                              prescale=prescale_factor, postscale=postscale_factor)
-        works.append(_Single(h, o))
+    with s.group():  # one unit to the daemon: all run, or all fail alike
+        for i, (t, o) in enumerate(zip(tensors, outputs)):
+            _checked(s, [f"{base}.{k}" for k in range(len(tensors))], _check_tensor, t,
+                     f"grouped allreduce '{base}' tensor {i}")
+        for i, (t, o) in enumerate(zip(tensors, outputs)):
+            h = s.allreduce_async(f"{base}.{i}", t, out=o, op=_RINGD_OPS[op],
+                                  prescale=prescale_factor, postscale=postscale_factor)
+            works.append(_Single(h, o))
     return _register(_Group(works), base)
 
 
@@ -740,16 +741,18 @@ def grouped_reducescatter_async(tensors: Sequence[torch.Tensor], name: Optional[
                                 process_set: ProcessSet = global_process_set,
                                 prescale_factor: float = 1.0,
                                 postscale_factor: float = 1.0) -> int:
-    """Starts reducescatters of a list of tensors ("<name>.<i>", split as reducescatter splits);
-    synchronize() returns this rank's rows of each. (Each is a ringd op of its own.)"""
+    """Starts reducescatters of a list of tensors ("<name>.<i>", split as reducescatter splits)
+    as one group: all run, or all fail alike on every rank. synchronize() returns this rank's
+    rows of each."""
     _check_process_set(process_set)
     s = _require()
     _reduce_op(op)
     base = _op_name("grouped_reducescatter", name)
     _claim(base)
     names = [f"{base}.{i}" for i in range(len(tensors))]
-    works = [_reducescatter_work(s, t, names[i], names[i:], op, prescale_factor,
-                                 postscale_factor) for i, t in enumerate(tensors)]
+    with s.group():  # one unit to the daemon: all run, or all fail alike
+        works = [_reducescatter_work(s, t, names[i], names[i:], op, prescale_factor,
+                                     postscale_factor) for i, t in enumerate(tensors)]
     return _register(_Group(works), base)
 
 
