@@ -801,9 +801,21 @@ ringd_result_t rd_lib_wait(ringd_request_t *q)
     return wait_req(q, 1);
 }
 
+/* 1 after failing q's wait: it is kept for its group, which has not been sent yet. */
+static int held_back(ringd_request_t *q)
+{
+    if (!q->held)
+        return 0;
+    fail(q->r, RINGD_E_INVALID,
+         "request %" PRIu64 " belongs to a group not ended yet: call ringd_group_end first", q->id);
+    return 1;
+}
+
 ringd_result_t ringd_wait(ringd_request_t *q)
 {
     if (q == NULL)
+        return RINGD_E_INVALID;
+    if (held_back(q))
         return RINGD_E_INVALID;
     return wait_req(q, 0);
 }
@@ -813,6 +825,8 @@ ringd_result_t ringd_test(ringd_request_t *q, int *done)
     if (q == NULL || done == NULL)
         return RINGD_E_INVALID;
     *done = 0;
+    if (held_back(q))
+        return RINGD_E_INVALID;
     if (!q->done)
         pump(q->r, q, 0);
     if (!q->done)
@@ -870,6 +884,7 @@ void rd_lib_req_link(ringd_t *r, ringd_request_t *q)
 
 /* A Submit of a group, kept until ringd_group_end: the message and what it points to. */
 struct held {
+    ringd_request_t *q; /* its request (NULL: a refusal's, abandoned) */
     Ringd__Submit s;
     Ringd__TensorRef in, out;
     char *name, *refusal;
@@ -887,8 +902,8 @@ static void held_free(struct held *h)
 
 /* Sends Submit s now, or keeps it for the group being made (taking counts, which it frees
  * either way). Returns RINGD_OK, or what sending failed with (err set). */
-static ringd_result_t send_submit(ringd_t *r, const Ringd__Submit *s, uint64_t *counts, char *err,
-                                  size_t errlen)
+static ringd_result_t send_submit(ringd_t *r, ringd_request_t *q, const Ringd__Submit *s,
+                                  uint64_t *counts, char *err, size_t errlen)
 {
     if (!r->grouping) {
         rd_msg m = RINGD__MSG__INIT;
@@ -908,6 +923,9 @@ static ringd_result_t send_submit(ringd_t *r, const Ringd__Submit *s, uint64_t *
         return RINGD_E_NOMEM;
     }
     h->s = *s;
+    h->q = q;
+    if (q != NULL)
+        q->held = 1;
     h->s.name = h->name;
     h->s.refusal = h->refusal != NULL ? h->refusal : (char *)"";
     h->counts = counts;
@@ -949,7 +967,7 @@ static ringd_result_t refuse(ringd_t *r, const submit_args *a, const char *name,
     s.generation = r->generation;
     s.refused = (uint32_t)rc;
     s.refusal = r->errmsg;
-    if (send_submit(r, &s, NULL, err, sizeof(err)) != RINGD_OK) {
+    if (send_submit(r, NULL, &s, NULL, err, sizeof(err)) != RINGD_OK) {
         req_free(q);
         return rc;
     }
@@ -1264,7 +1282,7 @@ static ringd_result_t submit(ringd_t *r, const submit_args *a, ringd_request_t *
     s.output = &tout;
     s.counts = counts;
     s.n_counts = counts != NULL ? ncounts : 0;
-    ringd_result_t rc = send_submit(r, &s, counts, err, sizeof(err));
+    ringd_result_t rc = send_submit(r, q, &s, counts, err, sizeof(err));
     if (rc != RINGD_OK) {
         req_free(q);
         break_session(r, rc, err);
@@ -1308,6 +1326,8 @@ ringd_result_t ringd_group_end(ringd_t *r)
     uint32_t i = 0, n = r->nheld;
     ringd_result_t rc = RINGD_OK;
     for (; h != NULL; h = h->next, i++) {
+        if (h->q != NULL)
+            h->q->held = 0;
         h->s.group = (char *)group;
         h->s.group_size = n;
         h->s.group_index = i;
@@ -1325,7 +1345,7 @@ ringd_result_t ringd_group_end(ringd_t *r)
     }
     r->held_tail = NULL;
     r->nheld = 0;
-    return rc;
+    return rc != RINGD_OK ? rc : r->broken;
 }
 
 ringd_result_t ringd_refuse(ringd_t *r, const char *name, ringd_result_t rc, const char *why)

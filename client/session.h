@@ -26,6 +26,7 @@ struct ringd_request {
     void *copy_to;            /* ...into this user buffer, copy_len bytes; NULL when none */
     size_t copy_len;
     int copy_device;        /* 1: either side is device memory (a CUDA copy) */
+    int held;               /* kept for its group until ringd_group_end: not to wait for yet */
     ringd_request_t *outer; /* a step of this request of two steps (learn.c), or NULL */
     struct rd_learn *learn; /* a request of two steps: its state; NULL for one daemon op */
     ringd_request_t *prev, *next;

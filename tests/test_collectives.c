@@ -614,6 +614,11 @@ static int groups(int i, void *arg)
         }
         TH_CHECK_OK(r, ringd_allgather_async(r, c, z, z + 1, 1, RINGD_F32, &q[2]));
         ringd_result_t sync = ringd_barrier(r, "in.group");
+        int done;
+        if (ringd_test(q[0], &done) != RINGD_E_INVALID) { /* its group is not sent yet */
+            fprintf(stderr, "rank %d: a request tested inside its group\n", me);
+            return 66;
+        }
         TH_CHECK_OK(r, ringd_group_end(r));
         if (sync != RINGD_E_INVALID) {
             fprintf(stderr, "rank %d: a barrier inside a group: %s\n", me, ringd_strerror(sync));

@@ -441,8 +441,9 @@ RINGD_API ringd_result_t ringd_barrier_async(ringd_t *r, const char *name, ringd
  * allreduces fused), and failed together — a failure of one (a mismatch, a refusal, a stall)
  * fails every one, on every rank, with its reason. Every rank groups the same collectives in
  * the same order (the group is named after its first; its size and order are compared like
- * the collectives' parameters). At most 65536 in a group; no barrier. ringd_group_end sends
- * them; wait for each request as usual. Groups do not nest. */
+ * the collectives' parameters). At most the daemon's --max-pending (4096 by default) in a
+ * group; no barrier. ringd_group_end sends them; wait for each request after it, as usual
+ * (before, ringd_wait and ringd_test refuse it: RINGD_E_INVALID). Groups do not nest. */
 RINGD_API ringd_result_t ringd_group_start(ringd_t *r);
 RINGD_API ringd_result_t ringd_group_end(ringd_t *r);
 

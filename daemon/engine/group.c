@@ -7,6 +7,9 @@
 
 #include "log.h"
 
+#define RD_GROUP_EXPIRE_MS 60000 /* a failed group's empty places wait at least this long */
+#define RD_GROUPS_MAX 4096       /* groups a job has under way */
+
 static void group_free(rd_group *g)
 {
     free(g->ops);
@@ -34,9 +37,12 @@ int rd_group_join(rd_op *o, const char *name, uint32_t size, uint32_t index)
 {
     rd_job *j = o->job;
     rd_group *g = NULL, **tail = &j->groups;
-    for (rd_group *x = j->groups; x != NULL; tail = &x->next, x = x->next)
+    size_t n = 0;
+    for (rd_group *x = j->groups; x != NULL; tail = &x->next, x = x->next, n++)
         if (g == NULL && x->size == size && !x->seen[index] && strcmp(x->name, name) == 0)
             g = x;
+    if (g == NULL && n >= RD_GROUPS_MAX) /* a client making groups it never fills */
+        return -1;
     if (g == NULL) {
         g = calloc(1, sizeof(*g));
         if (g == NULL || (g->name = strdup(name)) == NULL ||
@@ -86,7 +92,7 @@ int rd_group_agreed(rd_op *o)
         o->gagreed = 1;
         g->agreed++;
     }
-    if (g->agreed < g->size)
+    if (g->agreed < g->size - g->ended) /* members that ran (a graceful change split them) count */
         return 0;
     g->agreed = 0;
     for (uint32_t i = 0; i < g->size; i++)
@@ -134,9 +140,14 @@ void rd_group_leave(rd_op *o)
 
 int rd_group_expire(rd_job *j, rd_group *g, int64_t now_ms)
 {
-    int64_t abort = j->e->cfg->stall_abort;
-    if (g->status == RINGD_OK || g->busy || abort <= 0 || now_ms - g->since_ms < 2 * abort)
+    int64_t after = 2 * j->e->cfg->stall_abort;
+    if (after < RD_GROUP_EXPIRE_MS)
+        after = RD_GROUP_EXPIRE_MS;
+    if (g->status == RINGD_OK || g->busy || now_ms - g->since_ms < after)
         return 0;
+    for (uint32_t i = 0; i < g->size; i++)
+        if (g->ops[i] != NULL) /* a member still negotiating must fail with it everywhere */
+            return 0;
     group_drop(j, g);
     return 1;
 }

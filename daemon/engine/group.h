@@ -30,7 +30,7 @@ typedef struct rd_group {
 /* Makes o, a new op submitted as place index of size ops of group name, a member of the oldest
  * group of that name with that place free (a new one when none has). Returns 1, or 0 when the
  * group failed already (o is its member: the caller fails it with rd_group_why), or -1 out of
- * memory (o is no member). */
+ * memory or when the job has 4096 groups under way (o is no member). */
 int rd_group_join(rd_op *o, const char *name, uint32_t size, uint32_t index);
 
 /* Every local rank submitted o, a member. Returns 1 when that made its group whole and it is
@@ -57,8 +57,8 @@ void rd_group_unhold(rd_job *j, rd_group *g);
 /* o is freed: it leaves its group, which goes once its every place has been filled and ended. */
 void rd_group_leave(rd_op *o);
 
-/* A failed group long past --stall-abort (places never filled stay empty) is forgotten. Returns
- * 1 when g went. */
+/* A failed group long past --stall-abort (places never filled stay empty; a minute at least),
+ * none of its members left, is forgotten. Returns 1 when g went. */
 int rd_group_expire(rd_job *j, rd_group *g, int64_t now_ms);
 
 /* A ring's negotiation starts over (a graceful change): members negotiated and waiting are not

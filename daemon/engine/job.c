@@ -166,11 +166,13 @@ static void on_tell_later(evutil_socket_t fd, short what, void *arg)
     rd_job *j = arg;
     (void)fd;
     (void)what;
-    while (j->world != NULL && rd_world_up(j->world) && j->first[OP_UNTOLD] != NULL) {
+    /* A sealed ring takes no announcements (the op would go back to the list's end): the next
+     * ring hears of them. At most as many turns as there are ops to tell. */
+    for (size_t n = j->count[OP_UNTOLD]; n > 0 && j->world != NULL && rd_world_up(j->world) &&
+                                         !rd_world_sealed(j->world) && j->first[OP_UNTOLD] != NULL;
+         n--) {
         rd_op *o = j->first[OP_UNTOLD];
         rd_ops_tell(o, o->status, o->message, 0, NULL, 0);
-        if (j->first[OP_UNTOLD] == o) /* the ring takes no announcements now: the next does */
-            break;
     }
 }
 

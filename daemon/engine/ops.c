@@ -266,6 +266,9 @@ static void op_refuse(rd_job *j, rd_client *s, uint32_t rank, uint64_t request_i
     rd_op *o = rd_optab_find(j, name, rank, &dup);
     rd_log(RD_LOG_INFO, "job", "job '%s' local rank %u: %s", j->name, rank, why);
     if (o != NULL && rd_optab_failed(o->state)) { /* failed already: this rank hears its own why */
+        if (o->grp == NULL && grouped != NULL &&  /* and its group: first, visiting may free o */
+            rd_group_join(o, grouped->group, grouped->group_size, grouped->group_index) > 0)
+            rd_optab_group_failed(o, o->status, o->message);
         rd_optab_visit(o, s, rank, request_id, rc, why);
         return;
     }
@@ -401,6 +404,13 @@ void rd_ops_submit(rd_client *s, const rd_submit *m)
                                s->device_arena, s->device, j->first_rank + rank};
         rc = rd_check_submit(&cs, m, err, sizeof(err));
     }
+    if (rc == RINGD_OK && m->group[0] != '\0' && m->group_size > j->e->cfg->max_pending) {
+        snprintf(err, sizeof(err),
+                 "tensor '%s': its group of %u ops is larger than a rank may have outstanding "
+                 "(--max-pending %" PRId64 "): it could never be whole",
+                 m->name, m->group_size, (int64_t)j->e->cfg->max_pending);
+        rc = RINGD_E_INVALID;
+    }
     if (rc == RINGD_OK && s->ops_in_flight > (uint64_t)j->e->cfg->max_pending) {
         snprintf(err, sizeof(err),
                  "tensor '%s': local rank %u already has %" PRIu64
@@ -422,7 +432,8 @@ void rd_ops_submit(rd_client *s, const rd_submit *m)
                  "collective of a name at a time per rank",
                  m->name, rank);
         rd_op_params p = rd_check_params(m, j->size);
-        op_refuse(j, s, rank, m->request_id, m->name, &p, RINGD_E_INVALID, err, NULL);
+        op_refuse(j, s, rank, m->request_id, m->name, &p, RINGD_E_INVALID, err,
+                  valid_group(m) ? m : NULL);
         return;
     }
     if (o != NULL && rd_optab_failed(o->state)) {

@@ -362,7 +362,8 @@ void rd_optab_group_failed(rd_op *o, rd_status status, const char *message)
         if (m == NULL || m == o)
             continue;
         char why[896];
-        snprintf(why, sizeof(why), "tensor '%.100s': %s", m->name, g->message);
+        rd_status gst;
+        snprintf(why, sizeof(why), "tensor '%.100s': %s", m->name, rd_group_why(m, &gst));
         if (m->state == OP_PENDING || m->state == OP_HELD) {
             rd_optab_tombstone(m, status, why);
             rd_job_tell_later(j); /* out of this loop: telling one may end others */
