@@ -1386,6 +1386,14 @@ static ringd_result_t submit_wait(ringd_t *r, const submit_args *a)
     return wait_req(q, 1);
 }
 
+/* The submission of a collective that reduces nothing (broadcast, the gathers, alltoall). */
+static submit_args coll_args(int op, const char *name, const void *send, void *recv, size_t count,
+                             ringd_dtype_t dtype, const size_t *counts)
+{
+    submit_args a = {op, name, send, recv, count, dtype, RINGD_SUM, 0, 1.0, 1.0, counts};
+    return a;
+}
+
 /* The submission of an allreduce; every allreduce call, sync or async, scaled or not. */
 static submit_args allreduce_args(const char *name, const void *sendbuf, void *recvbuf,
                                   size_t count, ringd_dtype_t dtype, ringd_redop_t op,
@@ -1478,17 +1486,8 @@ ringd_result_t ringd_allgather_async(ringd_t *r, const char *name, const void *s
                                      void *recvbuf, size_t count, ringd_dtype_t dtype,
                                      ringd_request_t **req)
 {
-    submit_args a = {RINGD__OP_TYPE__OP_ALLGATHER,
-                     name,
-                     sendbuf,
-                     recvbuf,
-                     count,
-                     dtype,
-                     RINGD_SUM,
-                     0,
-                     1.0,
-                     1.0,
-                     NULL};
+    submit_args a =
+        coll_args(RINGD__OP_TYPE__OP_ALLGATHER, name, sendbuf, recvbuf, count, dtype, NULL);
     if (req == NULL)
         return RINGD_E_INVALID;
     return submit(r, &a, req);
@@ -1497,17 +1496,8 @@ ringd_result_t ringd_allgather_async(ringd_t *r, const char *name, const void *s
 ringd_result_t ringd_allgather(ringd_t *r, const char *name, const void *sendbuf, void *recvbuf,
                                size_t count, ringd_dtype_t dtype)
 {
-    submit_args a = {RINGD__OP_TYPE__OP_ALLGATHER,
-                     name,
-                     sendbuf,
-                     recvbuf,
-                     count,
-                     dtype,
-                     RINGD_SUM,
-                     0,
-                     1.0,
-                     1.0,
-                     NULL};
+    submit_args a =
+        coll_args(RINGD__OP_TYPE__OP_ALLGATHER, name, sendbuf, recvbuf, count, dtype, NULL);
     return submit_wait(r, &a);
 }
 
@@ -1576,17 +1566,8 @@ ringd_result_t ringd_allgatherv_async(ringd_t *r, const char *name, const void *
                                       size_t sendcount, void *recvbuf, const size_t *recvcounts,
                                       ringd_dtype_t dtype, ringd_request_t **req)
 {
-    submit_args a = {RINGD__OP_TYPE__OP_ALLGATHERV,
-                     name,
-                     sendbuf,
-                     recvbuf,
-                     sendcount,
-                     dtype,
-                     RINGD_SUM,
-                     0,
-                     1.0,
-                     1.0,
-                     recvcounts};
+    submit_args a = coll_args(RINGD__OP_TYPE__OP_ALLGATHERV, name, sendbuf, recvbuf, sendcount,
+                              dtype, recvcounts);
     if (req == NULL)
         return RINGD_E_INVALID;
     return submit(r, &a, req);
@@ -1595,17 +1576,8 @@ ringd_result_t ringd_allgatherv_async(ringd_t *r, const char *name, const void *
 ringd_result_t ringd_allgatherv(ringd_t *r, const char *name, const void *sendbuf, size_t sendcount,
                                 void *recvbuf, const size_t *recvcounts, ringd_dtype_t dtype)
 {
-    submit_args a = {RINGD__OP_TYPE__OP_ALLGATHERV,
-                     name,
-                     sendbuf,
-                     recvbuf,
-                     sendcount,
-                     dtype,
-                     RINGD_SUM,
-                     0,
-                     1.0,
-                     1.0,
-                     recvcounts};
+    submit_args a = coll_args(RINGD__OP_TYPE__OP_ALLGATHERV, name, sendbuf, recvbuf, sendcount,
+                              dtype, recvcounts);
     return submit_wait(r, &a);
 }
 
@@ -1613,17 +1585,8 @@ ringd_result_t ringd_alltoall_async(ringd_t *r, const char *name, const void *se
                                     void *recvbuf, size_t count, ringd_dtype_t dtype,
                                     ringd_request_t **req)
 {
-    submit_args a = {RINGD__OP_TYPE__OP_ALLTOALL,
-                     name,
-                     sendbuf,
-                     recvbuf,
-                     count,
-                     dtype,
-                     RINGD_SUM,
-                     0,
-                     1.0,
-                     1.0,
-                     NULL};
+    submit_args a =
+        coll_args(RINGD__OP_TYPE__OP_ALLTOALL, name, sendbuf, recvbuf, count, dtype, NULL);
     if (req == NULL)
         return RINGD_E_INVALID;
     return submit(r, &a, req);
@@ -1632,17 +1595,8 @@ ringd_result_t ringd_alltoall_async(ringd_t *r, const char *name, const void *se
 ringd_result_t ringd_alltoall(ringd_t *r, const char *name, const void *sendbuf, void *recvbuf,
                               size_t count, ringd_dtype_t dtype)
 {
-    submit_args a = {RINGD__OP_TYPE__OP_ALLTOALL,
-                     name,
-                     sendbuf,
-                     recvbuf,
-                     count,
-                     dtype,
-                     RINGD_SUM,
-                     0,
-                     1.0,
-                     1.0,
-                     NULL};
+    submit_args a =
+        coll_args(RINGD__OP_TYPE__OP_ALLTOALL, name, sendbuf, recvbuf, count, dtype, NULL);
     return submit_wait(r, &a);
 }
 

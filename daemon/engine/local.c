@@ -47,9 +47,11 @@ static void copy_if_moved(const rd_local_plan *p, uint8_t *dst, const uint8_t *s
         p->backend->copy(dst, src, len);
 }
 
-/* Each chunk is reduced into daemon-private scratch and copied from there to every rank: no
- * client can alter another rank's result by writing its own arena while the op runs. */
-static void run_allreduce(const rd_local_plan *p, size_t begin, size_t end)
+/* Each chunk is reduced into daemon-private scratch and copied from there: an allreduce's to
+ * every rank, a reducescatter's (the whole input's chunks) in parts to the ranks whose blocks
+ * they are. No client can alter another rank's result by writing its own arena while the op
+ * runs. */
+static void run_reduced(const rd_local_plan *p, size_t begin, size_t end)
 {
     size_t esz = rd_dtype_size(p->dtype);
     size_t step = RD_LOCAL_CHUNK / esz;
@@ -61,8 +63,20 @@ static void run_allreduce(const rd_local_plan *p, size_t begin, size_t end)
         for (int k = 0; k < p->n; k++)
             src[k] = p->in[k] + i * esz;
         p->backend->reduce(p->dtype, p->redop, scratch, src, p->n, len, &p->args);
-        for (int k = 0; k < p->n; k++)
-            p->backend->copy(p->out[k] + i * esz, scratch, len * esz);
+        if (p->coll == RD_COLL_ALLREDUCE) {
+            for (int k = 0; k < p->n; k++)
+                p->backend->copy(p->out[k] + i * esz, scratch, len * esz);
+            continue;
+        }
+        uint64_t off = 0;
+        for (int k = 0; k < p->n && off < i + len; off += p->counts[k], k++) {
+            uint64_t lo = off > i ? off : i, hi = off + p->counts[k];
+            if (hi > i + len)
+                hi = i + len;
+            if (lo < hi)
+                p->backend->copy(p->out[k] + (lo - off) * esz, scratch + (lo - i) * esz,
+                                 (hi - lo) * esz);
+        }
     }
 }
 
@@ -85,32 +99,6 @@ static void run_allgather(const rd_local_plan *p, size_t begin, size_t end)
         for (int k = 0; k < p->n; k++)
             copy_if_moved(p, p->out[k] + begin * esz, src, len * esz);
         begin += len;
-    }
-}
-
-/* Each chunk of the whole input is reduced into scratch, as for an allreduce, and the parts of
- * it in each rank's block are copied to that rank's output. */
-static void run_reducescatter(const rd_local_plan *p, size_t begin, size_t end)
-{
-    size_t esz = rd_dtype_size(p->dtype);
-    size_t step = RD_LOCAL_CHUNK / esz;
-    uint8_t scratch[RD_LOCAL_CHUNK] __attribute__((aligned(64)));
-    const void *src[p->n];
-
-    for (size_t i = begin; i < end; i += step) {
-        size_t len = end - i < step ? end - i : step;
-        for (int k = 0; k < p->n; k++)
-            src[k] = p->in[k] + i * esz;
-        p->backend->reduce(p->dtype, p->redop, scratch, src, p->n, len, &p->args);
-        uint64_t off = 0;
-        for (int k = 0; k < p->n && off < i + len; off += p->counts[k], k++) {
-            uint64_t a = off > i ? off : i, b = off + p->counts[k];
-            if (b > i + len)
-                b = i + len;
-            if (a < b)
-                p->backend->copy(p->out[k] + (a - off) * esz, scratch + (a - i) * esz,
-                                 (b - a) * esz);
-        }
     }
 }
 
@@ -216,10 +204,10 @@ void rd_local_run(void *plan, size_t begin, size_t end)
         return;
     }
     switch (p->coll) {
-    case RD_COLL_ALLREDUCE: run_allreduce(p, begin, end); break;
+    case RD_COLL_ALLREDUCE:
+    case RD_COLL_REDUCESCATTER: run_reduced(p, begin, end); break;
     case RD_COLL_BROADCAST: run_broadcast(p, begin, end); break;
     case RD_COLL_ALLGATHER: run_allgather(p, begin, end); break;
-    case RD_COLL_REDUCESCATTER: run_reducescatter(p, begin, end); break;
     case RD_COLL_ALLGATHERV: run_allgatherv(p, begin, end); break;
     case RD_COLL_ALLTOALL: run_alltoall(p, begin, end); break;
     case RD_COLL_BARRIER: break;
