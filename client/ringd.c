@@ -470,6 +470,10 @@ ringd_result_t ringd_open(const ringd_options_t *opts, ringd_t **out)
                     RD_NAME_MAX);
     r->op_timeout_ms = o.op_timeout_ms;
     r->poll_us = poll_us;
+    r->open_timeout_ms = o.open_timeout_ms;
+    r->arena_asked = o.arena_size;
+    if ((r->socket_path = strdup(path)) == NULL || (r->job = strdup(job)) == NULL)
+        return fail(r, RINGD_E_NOMEM, "out of memory");
     r->stream = o.cuda_stream;
     r->dev_asked = dev_arena;
 
@@ -1193,6 +1197,9 @@ static ringd_result_t submit(ringd_t *r, const submit_args *a, ringd_request_t *
     if (!rd_name_valid(name))
         return fail(r, RINGD_E_INVALID, "tensor names are 1..%d printable ASCII bytes",
                     RD_NAME_MAX);
+    ringd_result_t prc = rd_pset_current(r); /* every member hears why, not only this one */
+    if (prc != RINGD_OK)
+        return refuse(r, a, name, prc);
 
     if (a->op != RINGD__OP_TYPE__OP_BARRIER && ringd_dtype_size(a->dtype) == 0)
         return refuse(
@@ -1702,6 +1709,8 @@ void ringd_close(ringd_t *r)
         fclose(r->trace_file);
     }
     free(r->trace_path);
+    free(r->socket_path);
+    free(r->job);
     rd_conn_close(&r->conn);
     while (r->held != NULL) { /* a group never ended */
         struct held *h = r->held;

@@ -57,8 +57,15 @@ struct ringd {
     ringd_result_t broken; /* RINGD_OK while the session works */
     uint64_t next_id;
     uint64_t auto_seq;
-    ringd_request_t *reqs;         /* outstanding requests */
-    int grouping;                  /* between ringd_group_start and ringd_group_end */
+    ringd_request_t *reqs; /* outstanding requests */
+    int grouping;          /* between ringd_group_start and ringd_group_end */
+    /* What a process set's session is opened with (pset.c): this session's own settings */
+    char *socket_path, *job;
+    int open_timeout_ms;
+    uint64_t arena_asked;
+    uint64_t psets;                /* process sets created so far (their names' serial) */
+    struct ringd *parent;          /* a process set's: the job's session it was made from */
+    uint64_t parent_generation;    /* that session's generation when it was made */
     struct held *held, *held_tail; /* that group's Submits, sent at its end */
     uint32_t nheld;
     char *trace_path; /* RINGD_TIMELINE, when set: Completes carry their op's trace */
@@ -93,6 +100,10 @@ ringd_result_t rd_lib_refuse(ringd_t *r, const submit_args *a, const char *name,
 void rd_lib_req_link(ringd_t *r, ringd_request_t *q);
 void rd_lib_req_unlink(ringd_request_t *q);
 void rd_lib_req_free(ringd_request_t *q);
+
+/* RINGD_OK, or RINGD_E_MEMBERSHIP with errmsg set when r is a process set whose job has changed
+ * generation since it was made (pset.c). */
+ringd_result_t rd_pset_current(ringd_t *r);
 
 /* Waits for q as a synchronous call does (given up at op_timeout_ms): its result. */
 ringd_result_t rd_lib_wait(ringd_request_t *q);

@@ -672,6 +672,56 @@ static int groups(int i, void *arg)
     return 0;
 }
 
+/* Process sets: two that overlap, used at the same time under the same tensor name; ranks
+ * outside a set get none and never wait; ranks that pass different sets fail alike. */
+static int process_sets(int i, void *arg)
+{
+    const topo *t = arg;
+    ringd_t *r = join(t, i);
+    if (r == NULL)
+        return 10;
+    int n = ringd_size(r), me = ringd_rank(r);
+    int a[TH_RING_MAX * 4], na = 0, b[2] = {0, n - 1};
+    for (int k = 1; k < n; k++)
+        a[na++] = k;
+    ringd_t *sa = NULL, *sb = NULL;
+    TH_CHECK_OK(r, ringd_process_set_create(r, a, na, &sa));
+    TH_CHECK_OK(r, ringd_process_set_create(r, b, 2, &sb));
+    if ((sa != NULL) != (me != 0) || (sb != NULL) != (me == 0 || me == n - 1)) {
+        fprintf(stderr, "rank %d: membership of the sets is wrong\n", me);
+        return 70;
+    }
+    float xa = (float)me, xb = (float)(10 * me);
+    ringd_request_t *qa = NULL, *qb = NULL;
+    if (sa != NULL)
+        TH_CHECK_OK(sa, ringd_allreduce_async(sa, "x", &xa, &xa, 1, RINGD_F32, RINGD_SUM, &qa));
+    if (sb != NULL)
+        TH_CHECK_OK(sb, ringd_allreduce_async(sb, "x", &xb, &xb, 1, RINGD_F32, RINGD_SUM, &qb));
+    if (qb != NULL)
+        TH_CHECK_OK(sb, ringd_wait(qb));
+    if (qa != NULL)
+        TH_CHECK_OK(sa, ringd_wait(qa));
+    if ((sa != NULL &&
+         (xa != (float)(n * (n - 1) / 2) || ringd_size(sa) != n - 1 || ringd_rank(sa) != me - 1)) ||
+        (sb != NULL && (xb != (float)(10 * (n - 1)) || ringd_size(sb) != 2))) {
+        fprintf(stderr, "rank %d: set results %g %g\n", me, xa, xb);
+        return 71;
+    }
+    ringd_close(sb);
+    ringd_close(sa);
+    int one[1] = {0}, two[2] = {0, 1};
+    ringd_t *bad = NULL;
+    ringd_result_t rc = ringd_process_set_create(r, me == 0 ? one : two, me == 0 ? 1 : 2, &bad);
+    if (rc != RINGD_E_MISMATCH || bad != NULL) {
+        fprintf(stderr, "rank %d: differing sets: %s: %s\n", me, ringd_strerror(rc),
+                ringd_errmsg(r));
+        return 72;
+    }
+    TH_CHECK_OK(r, ringd_allreduce(r, "after.sets", &xa, &xa, 1, RINGD_F32, RINGD_SUM));
+    close_together(r, t->world);
+    return 0;
+}
+
 static void every_case(topo t, const char *const *extra)
 {
     start(&t, extra);
@@ -681,6 +731,7 @@ static void every_case(topo t, const char *const *extra)
     cr_assert_eq(run(&t, learnt_counts, 60000), 0, "a client failed (its stderr above)");
     cr_assert_eq(run(&t, alltoalls, 120000), 0, "a client failed (its stderr above)");
     cr_assert_eq(run(&t, groups, 60000), 0, "a client failed (its stderr above)");
+    cr_assert_eq(run(&t, process_sets, 60000), 0, "a client failed (its stderr above)");
     finish(&t);
 }
 

@@ -447,6 +447,19 @@ RINGD_API ringd_result_t ringd_barrier_async(ringd_t *r, const char *name, ringd
 RINGD_API ringd_result_t ringd_group_start(ringd_t *r);
 RINGD_API ringd_result_t ringd_group_end(ringd_t *r);
 
+/* Process sets: collectives among a subset of the job's ranks. Every rank of the job calls
+ * ringd_process_set_create with the same ranks (1 or more of the job's, in increasing order;
+ * ranks that pass another set fail with RINGD_E_MISMATCH, every one, naming them) in the same
+ * order of creations. A member gets *ps, a session of the set: every collective takes it as it
+ * takes r (ringd_rank(*ps) is its rank in the set, ringd_size(*ps) the set's size), under names
+ * of the set's own, and ranks outside the set never wait for them; a rank outside gets *ps NULL.
+ * Sets may overlap and be used at the same time. Opening it waits for every member, as
+ * ringd_open does. Once the job changes generation (a membership change this session has
+ * heard of), the set's collectives fail with RINGD_E_MEMBERSHIP: close it and create it again
+ * after the reset. Close a set with ringd_close, before r. */
+RINGD_API ringd_result_t ringd_process_set_create(ringd_t *r, const int *ranks, int n,
+                                                  ringd_t **ps);
+
 /* This rank cannot run the collective named name (a binding found its arguments wrong, say):
  * the daemon fails it on every rank with rc and why (naming this rank), now or as each submits
  * it, so that no rank waits for it. NULL name: the rank's next unnamed collective. Returns
