@@ -138,6 +138,8 @@ _PROTOTYPES = {
     "ringd_barrier_async": (c_int, [c_void_p, c_char_p, ctypes.POINTER(c_void_p)]),
     "ringd_refuse": (c_int, [c_void_p, c_char_p, c_int, c_char_p]),
     "ringd_group_start": (c_int, [c_void_p]),
+    "ringd_process_set_create": (
+        c_int, [c_void_p, ctypes.POINTER(c_int), c_int, ctypes.POINTER(c_void_p)]),
     "ringd_group_end": (c_int, [c_void_p]),
     "ringd_wait": (c_int, [c_void_p]),
     "ringd_test": (c_int, [c_void_p, ctypes.POINTER(c_int)]),

@@ -189,6 +189,7 @@ class _State:
         self.names = set()  # names of pending _Requests (one outstanding op per name)
         self.live = {}  # arena address -> (bytes, weakref.finalize) of buffers from alloc
         self.to_free = []  # arena addresses whose buffers died while the lock was taken
+        self.sets = []  # weak references to the _States of this session's process sets
         self.tombstones = {}  # (start, end) of an anonymous mapping -> live buffer addresses
         self.closed_why = "the session is closed"
         self.expected = None  # the generation collectives must be submitted in (None: any)
@@ -241,6 +242,10 @@ class _State:
 
     def close(self):
         """ringd_close, once; pending Handles fail with Closed; live arena views stay mapped."""
+        for ref in self.sets:  # a process set's session goes before its job's
+            child = ref()
+            if child is not None:
+                child.close()
         with self.lock:
             if self.ptr is None:
                 return
@@ -464,6 +469,33 @@ class Session:
             self._finalizer.detach()
             raise error_for(rc, msg, lib.ringd_strerror(rc).decode())
         self._st.ptr = r.value
+
+    def process_set(self, ranks: Sequence[int]) -> Optional["Session"]:
+        """A process set of this job (ringd_process_set_create): every rank calls it with the
+        same ranks (increasing) in the same order of creations. A member gets a Session of the
+        set, whose collectives run among its ranks alone (its own rank, size and names); a rank
+        outside gets None. Close the set before this session; after a membership change its
+        collectives raise MembershipChanged: create it again."""
+        ranks = [int(x) for x in ranks]
+        arr = (ctypes.c_int * max(len(ranks), 1))(*ranks)
+        ps = ctypes.c_void_p()
+        lib = _lib.lib()
+        with self._st.lock:
+            rc = lib.ringd_process_set_create(self._st.require_open(), arr, len(ranks),
+                                              ctypes.byref(ps))
+            if rc != Result.OK:
+                raise self._st.error(rc)
+        if not ps.value:
+            return None
+        child = Session.__new__(Session)
+        child._st = _State()
+        child._st.ptr = ps.value
+        child._finalizer = weakref.finalize(child, child._st.close)
+        child.job = self.job
+        child.op_timeout_ms = self.op_timeout_ms
+        child._parent = self  # kept alive while the set is
+        self._st.sets.append(weakref.ref(child._st))
+        return child
 
     # ---- lifetime ----
 

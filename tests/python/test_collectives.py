@@ -269,3 +269,36 @@ def r_reducescatter_and_allgatherv():
 
 def test_reducescatter_and_allgatherv(cluster):
     assert cluster.run(r_reducescatter_and_allgatherv) == [True] * cluster.world
+
+
+def r_process_sets():
+    """Session.process_set: two overlapping sets used at once; a rank outside gets None."""
+    s = ranks.session()
+    r, n = s.rank, s.size
+    a = s.process_set(range(1, n))
+    b = s.process_set([0, n - 1])
+    assert (a is not None) == (r != 0) and (b is not None) == (r in (0, n - 1)), (r, a, b)
+    got = []
+    if a is not None:
+        ha = a.allreduce_async("x", np.array([float(r)]))
+    if b is not None:
+        got.append(b.allreduce("x", np.array([10.0 * r]))[0])
+    if a is not None:
+        got.append(ha.wait()[0])
+        assert a.size == n - 1 and a.rank == r - 1, (a.size, a.rank)
+        a.close()
+    if b is not None:
+        b.close()
+    return got
+
+
+def test_process_sets(cluster):
+    n = cluster.world
+    got = cluster.run(r_process_sets)
+    for q in range(n):
+        expect = []
+        if q in (0, n - 1):
+            expect.append(10.0 * (n - 1))
+        if q != 0:
+            expect.append(float(n * (n - 1) // 2))
+        assert got[q] == expect, (q, got[q], expect)
