@@ -80,7 +80,7 @@ static ringd_result_t move_data(ringd_request_t *q)
     ringd_t *r = q->r;
     rd_learn *l = q->learn;
     submit_args a = {l->op,     l->name, l->send, NULL, l->sendcount, l->dtype,
-                     RINGD_SUM, 0,       1.0,     1.0,  l->counts};
+                     RINGD_SUM, 0,       1.0,     1.0,  l->counts,    0};
     size_t total = 0;
     if (q->abandoned) { /* its caller is gone: nothing of its memory may be touched */
         snprintf(r->errmsg, sizeof(r->errmsg),
@@ -179,7 +179,8 @@ static ringd_result_t learn_start(ringd_t *r, const learn_args *g, ringd_request
                      0,
                      1.0,
                      1.0,
-                     NULL};
+                     NULL,
+                     0};
     const char *bad =
         r->grouping               ? "it cannot be part of a group (its two steps go apart)"
         : g->name == NULL         ? "it needs a name (both its steps go under it)"

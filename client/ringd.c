@@ -627,6 +627,8 @@ static int take_membership(ringd_t *r, const Ringd__Complete *c)
                  c->size);
         rd_ctrace_mark(&r->trace, rd_now_us(), c->generation, why);
     }
+    if (c->generation != r->generation)
+        r->since_join = 0; /* every rank starts counting for its next join again */
     r->generation = c->generation;
     r->rank = (int)c->rank;
     r->size = (int)c->size;
@@ -1289,6 +1291,7 @@ static ringd_result_t submit(ringd_t *r, const submit_args *a, ringd_request_t *
     s.output = &tout;
     s.counts = counts;
     s.n_counts = counts != NULL ? ncounts : 0;
+    s.join = a->join;
     ringd_result_t rc = send_submit(r, q, &s, counts, err, sizeof(err));
     if (rc != RINGD_OK) {
         req_free(q);
@@ -1296,6 +1299,7 @@ static ringd_result_t submit(ringd_t *r, const submit_args *a, ringd_request_t *
         return rc;
     }
     req_link(r, q);
+    r->since_join = a->join ? 0 : r->since_join + 1;
     *out = q;
     return RINGD_OK;
 }
@@ -1370,7 +1374,7 @@ ringd_result_t ringd_refuse(ringd_t *r, const char *name, ringd_result_t rc, con
         return fail(r, RINGD_E_INVALID, "tensor names are 1..%d printable ASCII bytes",
                     RD_NAME_MAX);
     submit_args a = {
-        RINGD__OP_TYPE__OP_BARRIER, name, NULL, NULL, 0, RINGD_U8, RINGD_SUM, 0, 1.0, 1.0, NULL};
+        RINGD__OP_TYPE__OP_BARRIER, name, NULL, NULL, 0, RINGD_U8, RINGD_SUM, 0, 1.0, 1.0, NULL, 0};
     fail(r, rc, "%.900s", why != NULL && *why ? why : ringd_strerror(rc));
     refuse(r, &a, name, rc);
     return RINGD_OK;
@@ -1397,7 +1401,7 @@ static ringd_result_t submit_wait(ringd_t *r, const submit_args *a)
 static submit_args coll_args(int op, const char *name, const void *send, void *recv, size_t count,
                              ringd_dtype_t dtype, const size_t *counts)
 {
-    submit_args a = {op, name, send, recv, count, dtype, RINGD_SUM, 0, 1.0, 1.0, counts};
+    submit_args a = {op, name, send, recv, count, dtype, RINGD_SUM, 0, 1.0, 1.0, counts, 0};
     return a;
 }
 
@@ -1416,7 +1420,8 @@ static submit_args allreduce_args(const char *name, const void *sendbuf, void *r
                      0,
                      prescale,
                      postscale,
-                     NULL};
+                     NULL,
+                     0};
     return a;
 }
 
@@ -1466,7 +1471,8 @@ ringd_result_t ringd_broadcast_async(ringd_t *r, const char *name, void *buf, si
                      root,
                      1.0,
                      1.0,
-                     NULL};
+                     NULL,
+                     0};
     if (req == NULL)
         return RINGD_E_INVALID;
     return submit(r, &a, req);
@@ -1485,7 +1491,8 @@ ringd_result_t ringd_broadcast(ringd_t *r, const char *name, void *buf, size_t c
                      root,
                      1.0,
                      1.0,
-                     NULL};
+                     NULL,
+                     0};
     return submit_wait(r, &a);
 }
 
@@ -1523,7 +1530,8 @@ static submit_args reducescatter_args(const char *name, const void *sendbuf, voi
                      0,
                      prescale,
                      postscale,
-                     counts};
+                     counts,
+                     0};
     return a;
 }
 
@@ -1607,10 +1615,42 @@ ringd_result_t ringd_alltoall(ringd_t *r, const char *name, const void *sendbuf,
     return submit_wait(r, &a);
 }
 
+ringd_result_t ringd_join(ringd_t *r, int *last_rank)
+{
+    if (r == NULL)
+        return RINGD_E_INVALID;
+    if (r->grouping)
+        return fail(r, RINGD_E_INVALID, "ringd_join: not inside a group (ringd_group_start)");
+    /* every rank's count of collectives: the one that joined last had submitted the most */
+    int64_t mine = (int64_t)r->since_join;
+    int64_t *all = calloc(r->size > 0 ? (size_t)r->size : 1, sizeof(*all));
+    if (all == NULL)
+        return fail(r, RINGD_E_NOMEM, "ringd_join: out of memory");
+    int size = r->size;
+    submit_args a =
+        coll_args(RINGD__OP_TYPE__OP_ALLGATHER, RD_JOIN_NAME, &mine, all, 1, RINGD_I64, NULL);
+    a.join = 1;
+    ringd_request_t *q;
+    ringd_result_t rc = submit(r, &a, &q);
+    if (rc == RINGD_OK) {
+        pump(r, q, -1); /* the others may work for long: no op_timeout_ms */
+        rc = req_finish(q);
+    }
+    if (rc == RINGD_OK && last_rank != NULL) {
+        int last = 0;
+        for (int i = 1; i < size; i++)
+            if (all[i] >= all[last])
+                last = i;
+        *last_rank = last;
+    }
+    free(all);
+    return rc;
+}
+
 ringd_result_t ringd_barrier_async(ringd_t *r, const char *name, ringd_request_t **req)
 {
     submit_args a = {
-        RINGD__OP_TYPE__OP_BARRIER, name, NULL, NULL, 0, RINGD_U8, RINGD_SUM, 0, 1.0, 1.0, NULL};
+        RINGD__OP_TYPE__OP_BARRIER, name, NULL, NULL, 0, RINGD_U8, RINGD_SUM, 0, 1.0, 1.0, NULL, 0};
     if (req == NULL)
         return RINGD_E_INVALID;
     return submit(r, &a, req);
@@ -1619,7 +1659,7 @@ ringd_result_t ringd_barrier_async(ringd_t *r, const char *name, ringd_request_t
 ringd_result_t ringd_barrier(ringd_t *r, const char *name)
 {
     submit_args a = {
-        RINGD__OP_TYPE__OP_BARRIER, name, NULL, NULL, 0, RINGD_U8, RINGD_SUM, 0, 1.0, 1.0, NULL};
+        RINGD__OP_TYPE__OP_BARRIER, name, NULL, NULL, 0, RINGD_U8, RINGD_SUM, 0, 1.0, 1.0, NULL, 0};
     return submit_wait(r, &a);
 }
 

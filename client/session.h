@@ -57,6 +57,7 @@ struct ringd {
     ringd_result_t broken; /* RINGD_OK while the session works */
     uint64_t next_id;
     uint64_t auto_seq;
+    uint64_t since_join;   /* collectives submitted since the last join or generation change */
     ringd_request_t *reqs; /* outstanding requests */
     int grouping;          /* between ringd_group_start and ringd_group_end */
     /* What a process set's session is opened with (pset.c): this session's own settings */
@@ -86,6 +87,7 @@ typedef struct {
     int root;
     double prescale, postscale;
     const size_t *counts; /* reducescatterv, allgatherv: every rank's (ringd_size of them) */
+    int join;             /* ringd_join's allgather */
 } submit_args;
 
 /* Places a's buffers and submits it (ringd.c's submit): RINGD_OK with *out a new outstanding

@@ -50,4 +50,5 @@ void rd_submit_of(const Ringd__Submit *m, rd_submit *s)
     s->group = m->group != NULL ? m->group : "";
     s->group_size = m->group_size;
     s->group_index = m->group_index;
+    s->join = m->join;
 }

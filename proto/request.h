@@ -51,6 +51,7 @@ typedef struct {
     size_t ncounts;         /* 0: none */
     const char *group;      /* "" in none; else of group_size ops, this the group_index-th */
     uint32_t group_size, group_index;
+    int join; /* ringd_join's allgather (RD_JOIN_NAME): the rank contributes zeros until it ends */
 } rd_submit;
 
 /* The plain values of a decoded Hello or Submit (NULL strings become ""). */

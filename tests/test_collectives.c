@@ -5,6 +5,7 @@
  * counts that differ between ranks failing on every rank. */
 #define _GNU_SOURCE
 #include <criterion/criterion.h>
+#include <math.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -722,6 +723,85 @@ static int process_sets(int i, void *arg)
     return 0;
 }
 
+/* The sum of an allreduce at step `step` of ranks 0..n-1 where rank k works for 3 + 2k steps
+ * and then joins (contributing zeros): k + 1 + step from each rank still at work. */
+static float join_expected(int n, int step, size_t e)
+{
+    float sum = 0;
+    for (int k = 0; k < n; k++)
+        if (step < 3 + 2 * k)
+            sum += (float)(k + 1 + step) + (float)(e % 7);
+    return sum;
+}
+
+/* Ranks run out of data at different steps and join: the others' allreduces (a small one that
+ * may go with the negotiation, one of the ring's size, averaged) go on with zeros in their place,
+ * every join returns the rank that joined last, and afterwards every rank takes part again. A
+ * broadcast while a rank has joined fails on every other rank, naming the joined rank. */
+static int joins(int i, void *arg)
+{
+    const topo *t = arg;
+    ringd_t *r = join(t, i);
+    if (r == NULL)
+        return 10;
+    int n = ringd_size(r), me = ringd_rank(r), last = -1;
+    enum { BIG = 70000 };
+    float *x = malloc(BIG * sizeof(*x)), small[3];
+    if (x == NULL)
+        return 11;
+    for (int step = 0; step < 3 + 2 * me; step++) {
+        for (size_t e = 0; e < BIG; e++)
+            x[e] = (float)(me + 1 + step) + (float)(e % 7);
+        for (size_t e = 0; e < 3; e++)
+            small[e] = (float)(me + 1 + step) + (float)(e % 7);
+        TH_CHECK_OK(r, ringd_allreduce(r, "grad", x, x, BIG, RINGD_F32, RINGD_AVG));
+        TH_CHECK_OK(r, ringd_allreduce(r, "small", small, small, 3, RINGD_F32, RINGD_SUM));
+        for (size_t e = 0; e < BIG; e++)
+            if (fabsf(x[e] - join_expected(n, step, e) / (float)n) > 1e-5f * x[e] ||
+                (e < 3 && small[e] != join_expected(n, step, e))) {
+                fprintf(stderr, "rank %d step %d: element %zu is %g / %g, not %g\n", me, step, e,
+                        x[e], e < 3 ? small[e] : 0, join_expected(n, step, e));
+                free(x);
+                return 80;
+            }
+    }
+    TH_CHECK_OK(r, ringd_join(r, &last));
+    if (last != n - 1) {
+        fprintf(stderr, "rank %d: the last to join was %d, not %d\n", me, last, n - 1);
+        free(x);
+        return 81;
+    }
+    free(x);
+    float all = 1;
+    TH_CHECK_OK(r, ringd_allreduce(r, "after", &all, &all, 1, RINGD_F32, RINGD_SUM));
+    if (all != (float)n) {
+        fprintf(stderr, "rank %d: after the join %g ranks took part, not %d\n", me, all, n);
+        return 82;
+    }
+    if (me != 0) { /* rank 0 joins at once: the broadcast cannot run, the allreduce can */
+        ringd_result_t rc = ringd_broadcast(r, "bc", small, 3, RINGD_F32, 0);
+        if (rc != RINGD_E_INVALID || strstr(ringd_errmsg(r), "rank 0") == NULL ||
+            strstr(ringd_errmsg(r), "has joined") == NULL) {
+            fprintf(stderr, "rank %d: a broadcast while rank 0 had joined: %s: %s\n", me,
+                    ringd_strerror(rc), ringd_errmsg(r));
+            return 83;
+        }
+        all = 1;
+        TH_CHECK_OK(r, ringd_allreduce(r, "tail", &all, &all, 1, RINGD_F32, RINGD_SUM));
+        if (all != (float)(n - 1)) {
+            fprintf(stderr, "rank %d: with rank 0 joined %g ranks took part\n", me, all);
+            return 84;
+        }
+    }
+    TH_CHECK_OK(r, ringd_join(r, &last));
+    if (last != n - 1) {
+        fprintf(stderr, "rank %d: the last to join the second time was %d\n", me, last);
+        return 85;
+    }
+    close_together(r, t->world);
+    return 0;
+}
+
 static void every_case(topo t, const char *const *extra)
 {
     start(&t, extra);
@@ -732,6 +812,7 @@ static void every_case(topo t, const char *const *extra)
     cr_assert_eq(run(&t, alltoalls, 120000), 0, "a client failed (its stderr above)");
     cr_assert_eq(run(&t, groups, 60000), 0, "a client failed (its stderr above)");
     cr_assert_eq(run(&t, process_sets, 60000), 0, "a client failed (its stderr above)");
+    cr_assert_eq(run(&t, joins, 60000), 0, "a client failed (its stderr above)");
     finish(&t);
 }
 

@@ -430,6 +430,18 @@ RINGD_API ringd_result_t ringd_alltoallv_into_async(ringd_t *r, const char *name
                                                     ringd_recv_fn recv, void *ctx,
                                                     size_t *recvcounts, ringd_request_t **req);
 
+/* This rank has run out of data (Horovod's hvd.join). Returns once every rank of the job (or of
+ * the process set r is) has called ringd_join; until then the other ranks' allreduces complete
+ * with this rank contributing zeros, for every reduce op (AVERAGE still divides by the whole
+ * size), decided by the daemons. While any rank has joined, only allreduces of host memory
+ * outside groups run: any other collective that would need a joined rank fails on every rank
+ * with RINGD_E_INVALID, naming it. *last_rank (when not NULL) receives the rank that joined
+ * last in the order of collectives: the one that had submitted the most collectives since its
+ * previous join or generation change (of ranks tied, the highest). Waits without
+ * op_timeout_ms (the daemon's --stall-abort ends a join the other ranks stop working towards);
+ * not inside a group. Asynchronous collectives submitted before it still complete. */
+RINGD_API ringd_result_t ringd_join(ringd_t *r, int *last_rank);
+
 /* Returns once every rank has entered the barrier of the same name. */
 RINGD_API ringd_result_t ringd_barrier(ringd_t *r, const char *name);
 RINGD_API ringd_result_t ringd_barrier_async(ringd_t *r, const char *name, ringd_request_t **req);

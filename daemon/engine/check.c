@@ -314,6 +314,28 @@ static rd_status check_layout(const rd_check_session *s, const rd_submit *m, cha
     return RINGD_OK;
 }
 
+/* ringd_join's op is an allgather of one int64 per rank in host memory, named RD_JOIN_NAME,
+ * alone; no other op takes that name (a rank's join would be matched with it). */
+static rd_status check_join(const rd_submit *m, char *err, size_t errlen)
+{
+    int named = strcmp(m->name, RD_JOIN_NAME) == 0;
+    if (!m->join && !named)
+        return RINGD_OK;
+    if (!m->join) {
+        snprintf(err, errlen, "tensor '%s': the name is ringd_join's: choose another", m->name);
+        return RINGD_E_INVALID;
+    }
+    if (!named || m->op != RD_COLL_ALLGATHER || m->dtype != RD_DT_I64 || m->count != 1 ||
+        (m->group != NULL && m->group[0] != '\0') || rd_check_on_device(m)) {
+        snprintf(err, errlen,
+                 "tensor '%s': a join is an allgather named '" RD_JOIN_NAME
+                 "' of one int64 in host memory, outside any group",
+                 m->name);
+        return RINGD_E_INVALID;
+    }
+    return RINGD_OK;
+}
+
 rd_status rd_check_submit(const rd_check_session *s, const rd_submit *m, char *err, size_t errlen)
 {
     if (!rd_coll_valid((int)m->op)) {
@@ -329,9 +351,10 @@ rd_status rd_check_submit(const rd_check_session *s, const rd_submit *m, char *e
                  m->name, m->group_index, m->group_size, strlen(m->group), RD_GROUP_MAX);
         return RINGD_E_INVALID;
     }
-    if (m->op == RD_COLL_BARRIER)
-        return RINGD_OK;
-    rd_status rc = check_refs(s, m, err, errlen);
+    rd_status rc = check_join(m, err, errlen);
+    if (rc != RINGD_OK || m->op == RD_COLL_BARRIER)
+        return rc;
+    rc = check_refs(s, m, err, errlen);
     if (rc != RINGD_OK)
         return rc;
     if (m->input.present != m->output.present ||

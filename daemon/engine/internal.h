@@ -70,8 +70,9 @@ typedef struct {
     uint64_t request_id;
     uint64_t in_off, out_off;
     int64_t submit_us; /* when it submitted (the timeline's) */
-    int submitted;
+    int submitted;     /* or joined: counted as come */
     int answered;
+    int joined; /* the rank had joined (ringd_join) and takes no part: it contributes zeros */
 } part;
 
 typedef struct rd_op {
@@ -106,6 +107,8 @@ typedef struct rd_op {
     uint32_t gindex;             /* its place in it */
     int gready;                  /* every local rank submitted it: counted in the group's ready */
     int gagreed;                 /* negotiated here, waiting for the rest of its group */
+    int joining;                 /* a ringd_join: the ranks that submitted it have joined */
+    uint8_t *zeros;              /* joined ranks' input (zeros), then their output, or NULL */
     struct rd_op *next;          /* bucket chain */
     struct rd_op *sprev, *snext; /* the list of its state */
 } rd_op;
@@ -186,6 +189,7 @@ struct rd_job {
     uint32_t ntraced;   /* clients whose Completes carry their op's trace (RINGD_TIMELINE) */
     uint32_t ring_size; /* ranks of its last ring (0: none yet): the cause of the next change */
     struct rd_group *groups; /* groups of ops with places still to fill or end (group.h) */
+    rd_op *join;             /* its ringd_join under way, or NULL: ops.c says who has joined */
     uint64_t passes;         /* ring passes started */
     rd_job *next;
 };

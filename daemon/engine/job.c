@@ -368,6 +368,7 @@ static int job_spans_nodes(rd_job *j)
         .negotiated = rd_ops_negotiated,
         .failed_elsewhere = rd_ops_failed_elsewhere,
         .start = rd_pass_start,
+        .heard = rd_ops_heard,
     };
     static const rd_devcomm_events devcomm_events = {.settled = rd_sched_settled};
     j->world =
@@ -645,6 +646,7 @@ static void on_ring_up(void *arg, uint32_t first_rank, uint64_t generation, uint
     free(ops);
     /* Failures other nodes announced while this node still connected end its ops now. */
     rd_sched_ring_up(j->sched);
+    rd_ops_heard(j); /* ops announced while it formed, when this node's ranks have all joined */
     devcomm_up(j);
 }
 

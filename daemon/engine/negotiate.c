@@ -308,6 +308,20 @@ static int emit(rd_neg *n, rec *r)
     return 0;
 }
 
+size_t rd_neg_unannounced(const rd_neg *n, rd_neg_unheard *out, size_t max)
+{
+    size_t count = 0;
+    for (size_t b = 0; b < RD_NEG_BUCKETS; b++)
+        for (const rec *r = n->buckets[b]; r != NULL; r = r->next) {
+            if (r->have[n->self] || r->status != 0)
+                continue;
+            if (count < max)
+                out[count] = (rd_neg_unheard){r->name, r->first};
+            count++;
+        }
+    return count;
+}
+
 rd_status rd_neg_ready(rd_neg *n, int node, const rd_op_spec *spec, void *own, char *err,
                        size_t errlen)
 {

@@ -88,6 +88,18 @@ size_t rd_neg_failed_names(const rd_neg *n, char ***names);
  * one from waits in. */
 int rd_neg_awaits(const rd_neg *n, const char *name, int from);
 
+/* An op some node has announced and this node has not: its name (owned by the table, valid until
+ * its next change) and the first announcement's params. */
+typedef struct {
+    const char *name;
+    rd_op_params p;
+} rd_neg_unheard;
+
+/* The ops other nodes have announced (and not as failed) that this node has not, each name's in
+ * announcement order, up to max into out. Returns how many there are (more than max: call again
+ * with room for all). */
+size_t rd_neg_unannounced(const rd_neg *n, rd_neg_unheard *out, size_t max);
+
 /* The positions of the nodes that have not announced this node's op own, up to max into pos.
  * Returns how many. */
 int rd_neg_missing_nodes(const rd_neg *n, const void *own, int *pos, int max);

@@ -50,6 +50,30 @@ static void on_op_done(void *ctx)
     rd_job_free_later(j);
 }
 
+/* The arena of o's first rank that came with buffers (a rank that joined has none), or NULL. */
+static const rd_arena *op_arena(const rd_op *o)
+{
+    for (uint32_t k = 0; k < o->nparts; k++)
+        if (o->parts[k].arena != NULL)
+            return o->parts[k].arena;
+    return NULL;
+}
+
+/* Points local rank k's part of o, an allreduce the rank joined out of, at zeros and at a
+ * scratch output (one pair for all of o's joined ranks, host memory). */
+static void join_buffers(rd_op *o, uint32_t k)
+{
+    uint64_t bytes = o->p.count * rd_dtype_size((rd_dtype)o->p.dtype);
+    if (o->zeros == NULL && (o->zeros = calloc(1, 2 * bytes + 1)) == NULL) {
+        if (!o->plan.failed)
+            snprintf(o->plan.why, sizeof(o->plan.why), "out of memory for a joined rank's zeros");
+        o->plan.failed = 1;
+        return;
+    }
+    o->plan.in[k] = o->zeros;
+    o->plan.out[k] = o->zeros + bytes;
+}
+
 /* Points the op's plan at its ranks' buffers, with the divisor of the job's current size. An
  * allgather whose input lies in another slot of its output (in place: the first) is moved to the
  * rank's own slot first, so that writing the result never overwrites an input not yet read. */
@@ -57,9 +81,11 @@ void rd_ops_resolve(rd_op *o)
 {
     rd_job *j = o->job;
     o->plan.args.divisor = o->p.redop == RD_OP_AVG ? j->size : 1;
-    /* The backend that imported the ranks' memory moves it (one for all ranks of an op). */
-    o->plan.backend = o->parts[0].arena->backend;
-    o->plan.device = o->parts[0].arena->mem.device;
+    /* The backend that imported the ranks' memory moves it (one for all ranks of an op; joined
+     * ranks have none, and only host ops run with them). */
+    const rd_arena *a0 = op_arena(o);
+    o->plan.backend = a0 != NULL ? a0->backend : rd_backend_cpu();
+    o->plan.device = a0 != NULL ? a0->mem.device : -1;
     o->plan.failed = 0;
     if (o->plan.backend->bind != NULL && o->plan.backend->bind(o->plan.device) != 0) {
         o->plan.failed = 1;
@@ -73,6 +99,10 @@ void rd_ops_resolve(rd_op *o)
     o->plan.serial = 0;
     for (uint32_t k = 0; k < o->nparts; k++) {
         part *pt = &o->parts[k];
+        if (pt->joined) {
+            join_buffers(o, k);
+            continue;
+        }
         /* MPI's in-place reducescatter writes each block to the start of the buffer it reads:
          * only one pass in order keeps its writes behind its reads */
         if (o->p.coll == RD_COLL_REDUCESCATTER && pt->in_off == pt->out_off)
@@ -171,7 +201,8 @@ void rd_ops_announce(rd_op *o)
     }
     if (!rd_ops_counts_current(o))
         return;
-    const rd_backend *b = o->parts[0].arena->backend;
+    const rd_arena *a0 = op_arena(o);
+    const rd_backend *b = a0 != NULL ? a0->backend : rd_backend_cpu();
     /* every node must pass it in the same memory: it crosses on one transport */
     o->p.device = b->device_memory && o->p.coll != RD_COLL_BARRIER;
     /* an allgatherv's nodes contribute blocks of sizes the negotiation does not know (one of
@@ -185,6 +216,10 @@ void rd_ops_announce(rd_op *o)
         return;
     }
     rd_ops_resolve(o);
+    if (o->plan.failed) {
+        rd_ops_tell(o, RINGD_E_NOMEM, o->plan.why, 0, NULL, 0);
+        return;
+    }
     uint64_t per = o->p.count * rd_dtype_size((rd_dtype)o->p.dtype), len = 0;
     uint8_t *buf = malloc(per * L > 0 ? per * L : 1);
     if (buf == NULL) {
@@ -386,6 +421,208 @@ static int submit_answered_alone(rd_client *s, const rd_submit *m, char *err, si
     return 0;
 }
 
+/* Every local rank has come to o (submitted, or joined): it runs here on one node, or is
+ * announced across nodes (held while the ring takes no announcements), or waits for its group.
+ * A doomed op is answered later. */
+static void op_ready(rd_op *o, int64_t ready_us)
+{
+    rd_job *j = o->job;
+    if (o->nsubmitted < o->nparts || o->state != OP_PENDING)
+        return;
+    o->ready_us = ready_us;
+    if (o->grp != NULL) { /* it goes with its group */
+        if (j->world != NULL)
+            rd_optab_set_state(o, OP_HELD);
+        if (rd_group_ready(o))
+            group_release(j, o->grp);
+        return;
+    }
+    if (j->world != NULL) {
+        rd_optab_set_state(o, OP_HELD);
+        if (rd_world_up(j->world))
+            rd_ops_announce(o);
+        return;
+    }
+    rd_ops_run_here(o);
+}
+
+/* Joins (ringd_join). A local rank that submitted the job's join under way has joined: until
+ * the join ends, the job's allreduces go on without it, its part zeros (Horovod's hvd.join);
+ * any other collective that would wait for it fails on every rank. A node whose ranks have all
+ * joined takes its part, zeros, in the allreduces the other nodes announce. */
+
+/* j's join while it holds ranks out: until it is negotiated (every node announced it: no rank
+ * anywhere works on, and what the ranks submit next is for all of them), or fails. */
+static const rd_op *join_in_effect(const rd_job *j)
+{
+    const rd_op *jo = j->join;
+    if (jo == NULL || jo->nparts != j->local_size)
+        return NULL;
+    return jo->state == OP_PENDING || jo->state == OP_HELD || jo->state == OP_ANNOUNCED ? jo : NULL;
+}
+
+/* 1 when local rank k has joined: it submitted the job's join, which is in effect. */
+static int rank_joined(const rd_job *j, uint32_t k)
+{
+    const rd_op *jo = join_in_effect(j);
+    return jo != NULL && k < jo->nparts && jo->parts[k].submitted;
+}
+
+/* 1 when every local rank of j has joined. */
+static int all_joined(const rd_job *j)
+{
+    const rd_op *jo = join_in_effect(j);
+    return jo != NULL && jo->nsubmitted == jo->nparts;
+}
+
+/* Counts o's joined ranks that have not come as come, taking no part. Returns how many, and the
+ * first into *first. */
+static uint32_t join_come(rd_op *o, uint32_t *first)
+{
+    rd_job *j = o->job;
+    uint32_t n = 0;
+    if (j->join == NULL || o->joining || o->nparts != j->local_size)
+        return 0;
+    for (uint32_t k = 0; k < o->nparts; k++) {
+        part *pt = &o->parts[k];
+        if (pt->submitted || !rank_joined(j, k))
+            continue;
+        if (n++ == 0)
+            *first = k;
+        pt->submitted = 1;
+        pt->joined = 1;
+        o->nsubmitted++;
+    }
+    return n;
+}
+
+/* o, pending, goes on without its joined ranks (zeros in their place). Returns 1 when it may go
+ * on, 0 when it failed: it is not an allreduce of host memory outside any group, and fails on
+ * every rank, naming the joined rank. */
+static int join_mark(rd_op *o)
+{
+    rd_job *j = o->job;
+    uint32_t first = 0;
+    if (o->state != OP_PENDING || join_come(o, &first) == 0)
+        return 1;
+    const rd_arena *a0 = op_arena(o);
+    const char *why = NULL;
+    if (o->p.coll != RD_COLL_ALLREDUCE)
+        why = "only allreduces run until every rank has joined, as in Horovod";
+    else if (o->grp != NULL || o->p.group_digest != 0)
+        why = "grouped ops do not run while ranks have joined";
+    else if (o->p.device || (a0 != NULL && a0->backend->device_memory))
+        why = "allreduces in device memory do not run while ranks have joined: pass host memory";
+    /* the ranks still at work: the join is not stalled */
+    j->join->since_ms = rd_now_ms();
+    j->join->warned = 0;
+    if (why == NULL)
+        return 1;
+    char msg[600];
+    snprintf(msg, sizeof(msg),
+             "tensor '%s': the %s cannot run: rank %u (node %.64s) has joined "
+             "(ringd_join); %s",
+             o->name, rd_coll_name((rd_coll)o->p.coll), j->first_rank + first, j->e->cfg->node,
+             why);
+    rd_optab_tombstone(o, RINGD_E_INVALID, msg);
+    if (j->world != NULL && rd_world_up(j->world) && o->state == OP_UNTOLD)
+        rd_ops_tell(o, RINGD_E_INVALID, msg, 0, NULL, 0);
+    return 0;
+}
+
+/* Local ops of j named name that this node has yet to announce. */
+static size_t unannounced_here(const rd_job *j, const char *name)
+{
+    size_t n = 0;
+    for (const rd_op *x = j->buckets[rd_name_hash(name) & (j->nbuckets - 1)]; x != NULL;
+         x = x->next)
+        n += strcmp(x->name, name) == 0 &&
+             (x->state == OP_PENDING || x->state == OP_HELD || x->state == OP_UNTOLD);
+    return n;
+}
+
+/* Every local rank of j has joined: each op the other nodes announced that this node has none
+ * of yet becomes one here, every rank joined, and goes on (or fails, as join_mark says). All
+ * are made before any goes on: the join itself may end as they go (its last announcement came
+ * with them), and what the other ranks submitted before joining must not wait for it. */
+static void join_fill(rd_job *j)
+{
+    if (!all_joined(j) || j->world == NULL || !rd_world_up(j->world))
+        return;
+    size_t n = rd_sched_unannounced(j->sched, NULL, 0), made = 0;
+    if (n == 0)
+        return;
+    rd_neg_unheard *u = malloc(n * sizeof(*u));
+    uint64_t *seqs = malloc(n * sizeof(*seqs));
+    if (u == NULL || seqs == NULL) { /* the stall inspector names what then waits */
+        rd_log(RD_LOG_ERROR, "job", "job '%s': out of memory joining the other nodes' ops",
+               j->name);
+        free(u);
+        free(seqs);
+        return;
+    }
+    n = rd_sched_unannounced(j->sched, u, n);
+    for (size_t i = 0; i < n; i++) {
+        size_t before = 0; /* the ops of its name announced before it: this node has them? */
+        for (size_t k = 0; k < i; k++)
+            before += strcmp(u[k].name, u[i].name) == 0;
+        if (before < unannounced_here(j, u[i].name))
+            continue;
+        rd_op *o = rd_optab_new(j, u[i].name, &u[i].p, 0);
+        if (o == NULL)
+            break;
+        if (join_mark(o))
+            seqs[made++] = o->seq;
+    }
+    free(u);
+    for (size_t i = 0; i < made; i++) { /* looked up again: one going on may end another */
+        rd_op *x = j->first[OP_PENDING];
+        while (x != NULL && x->seq != seqs[i])
+            x = x->snext;
+        if (x != NULL)
+            op_ready(x, rd_now_us());
+    }
+    free(seqs);
+}
+
+/* Local rank joined with o, its job's join: the ops that wait for it go on without it (or fail),
+ * failures it will never come to are buried, and once every local rank has joined this node
+ * takes its part in what the other nodes announce. */
+static void join_arrived(rd_job *j, rd_op *o)
+{
+    static const op_state failed[] = {OP_UNTOLD, OP_TOLD, OP_TOMBSTONE};
+    uint32_t first;
+    j->join = o;
+    /* Ops are looked up again by their creation number: one going on may end another. */
+    size_t n = j->count[OP_PENDING], k = 0;
+    uint64_t *seqs = n > 0 ? malloc(n * sizeof(*seqs)) : NULL;
+    for (rd_op *x = j->first[OP_PENDING]; x != NULL && seqs != NULL; x = x->snext)
+        if (x != o)
+            seqs[k++] = x->seq;
+    for (size_t i = 0; i < k; i++) {
+        rd_op *x = j->first[OP_PENDING];
+        while (x != NULL && x->seq != seqs[i])
+            x = x->snext;
+        if (x != NULL && join_mark(x))
+            op_ready(x, rd_now_us());
+    }
+    free(seqs);
+    /* a rank that joined never comes to a failed op: one left waiting for it would fail the
+     * next op of its name the rank submits once the join ends */
+    for (size_t f = 0; f < sizeof(failed) / sizeof(failed[0]); f++)
+        for (rd_op *x = j->first[failed[f]], *next; x != NULL; x = next) {
+            next = x->snext;
+            if (join_come(x, &first) > 0)
+                rd_optab_bury(x);
+        }
+    join_fill(j);
+}
+
+void rd_ops_heard(void *arg)
+{
+    join_fill(arg);
+}
+
 void rd_ops_submit(rd_client *s, const rd_submit *m)
 {
     rd_job *j = s->job;
@@ -394,6 +631,14 @@ void rd_ops_submit(rd_client *s, const rd_submit *m)
 
     if (submit_answered_alone(s, m, err, sizeof(err)))
         return;
+    if (!m->join && rank_joined(j, rank)) { /* it belongs to no op: the others go on without it */
+        snprintf(err, sizeof(err),
+                 "tensor '%s': local rank %u has joined (ringd_join): it submits nothing until "
+                 "its join returns",
+                 m->name, rank);
+        rd_optab_answer(j, s, m->request_id, RINGD_E_INVALID, err, NULL);
+        return;
+    }
     rd_status rc;
     if (m->refused != 0) {
         rc = m->refused < RINGD_RESULT_COUNT ? (rd_status)m->refused : RINGD_E_INVALID;
@@ -458,6 +703,7 @@ void rd_ops_submit(rd_client *s, const rd_submit *m)
             op_refuse(j, s, rank, m->request_id, m->name, &p, RINGD_E_NOMEM, "out of memory", NULL);
             return;
         }
+        o->joining = m->join;
     }
 
     uint64_t in_len, out_len;
@@ -493,23 +739,11 @@ void rd_ops_submit(rd_client *s, const rd_submit *m)
             rd_ops_tell(o, gst, err, 0, NULL, 0);
         return;
     }
-    if (o->nsubmitted < o->nparts || o->state == OP_DOOMED) /* doomed: answered later */
+    if (o->joining) /* this rank has joined: the ops waiting for it go on without it */
+        join_arrived(j, o);
+    else if (!join_mark(o))
         return;
-    o->ready_us = pt->submit_us;
-    if (o->grp != NULL) { /* it goes with its group */
-        if (j->world != NULL)
-            rd_optab_set_state(o, OP_HELD);
-        if (rd_group_ready(o))
-            group_release(j, o->grp);
-        return;
-    }
-    if (j->world != NULL) {
-        rd_optab_set_state(o, OP_HELD);
-        if (rd_world_up(j->world))
-            rd_ops_announce(o);
-        return;
-    }
-    rd_ops_run_here(o);
+    op_ready(o, pt->submit_us);
 }
 
 void rd_ops_failed_elsewhere(void *arg, const char *name, const rd_op_params *p, uint32_t status,
@@ -535,6 +769,8 @@ void rd_ops_failed_elsewhere(void *arg, const char *name, const rd_op_params *p,
         if (o == NULL)
             return; /* this node's announcement of the failure waits for its ranks */
     }
+    uint32_t first;
+    join_come(o, &first); /* ranks that joined never come to it */
     rd_log(RD_LOG_INFO, "job", "job '%s': %s", j->name, msg);
     rd_optab_tombstone(o, rc, msg);
     rd_ops_tell(o, rc, msg, 0, NULL, 0);

@@ -47,4 +47,8 @@ int rd_ops_negotiated(void *arg, void *own, const rd_neg_outcome *e, rd_op_param
 void rd_ops_failed_elsewhere(void *arg, const char *name, const rd_op_params *p, uint32_t status,
                              const char *message);
 
+/* rd_sched_events.heard (arg: the job): other nodes announced ops; a node whose ranks have all
+ * joined (ringd_join) takes its part in those it has none of. */
+void rd_ops_heard(void *arg);
+
 #endif

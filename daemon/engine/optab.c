@@ -167,6 +167,8 @@ static void op_unlink(rd_job *j, rd_op *o)
 /* Releases an op that is already unlinked: arena references, buffers, strings. */
 static void op_free(rd_op *o)
 {
+    if (o->job->join == o)
+        o->job->join = NULL;
     rd_group_leave(o);
     for (uint32_t k = 0; k < o->nparts; k++)
         rd_arena_unref(o->parts[k].arena);
@@ -174,6 +176,7 @@ static void op_free(rd_op *o)
     free(o->plan.in);
     free(o->plan.out);
     free(o->counts);
+    free(o->zeros);
     free(o->message);
     free(o->name);
     free(o);

@@ -467,6 +467,16 @@ static void ready_received(rd_sched *s, int from, const rd_schedmsg *r)
             failed_elsewhere(s, spec->name);
         if (s->neg == NULL)
             return;
+        /* One op at a time, in the node's order: a join it announced ends (is negotiated) before
+         * this node hears what that node's ranks submit after it, and after its part in what
+         * they submitted before. */
+        if (rd_world_up(s->w) && s->ev.heard != NULL)
+            s->ev.heard(s->arg);
+        if (s->neg == NULL)
+            return;
+        negotiated(s);
+        if (s->neg == NULL)
+            return;
     }
     /* Ops a node asks to end as stalled: ended here only if this node has not announced them,
      * by announcing them failed, which every node then sees alike. */
@@ -479,6 +489,13 @@ static void ready_received(rd_sched *s, int from, const rd_schedmsg *r)
     }
     if (s->neg != NULL)
         negotiated(s);
+}
+
+size_t rd_sched_unannounced(const rd_sched *s, rd_neg_unheard *out, size_t max)
+{
+    if (s == NULL || s->neg == NULL || !rd_world_up(s->w) || rd_world_sealed(s->w))
+        return 0;
+    return rd_neg_unannounced(s->neg, out, max);
 }
 
 /* An order of the coordinator (or this node's own, as coordinator), names[0..n) with tuning u:

@@ -39,6 +39,10 @@ typedef struct {
     /* Runs owns[0..n) on the ring as one pass: one op, or n allreduces that fuse, in segments
      * and over the connections that tuning u (the order's) says. */
     void (*start)(void *arg, void **owns, size_t n, const rd_tuning *u);
+    /* Another node announced an op, perhaps one this node has not (rd_sched_unannounced lists
+     * them): a node whose ranks have all joined takes its part in it. Called for each op a node
+     * announces, before the ops it completes are negotiated. NULL: not wanted. */
+    void (*heard)(void *arg);
 } rd_sched_events;
 
 /* The scheduler of job (its world w, borrowed), reporting to ev with arg (copied). It hears the
@@ -85,6 +89,10 @@ void rd_sched_missing(const rd_sched *s, const char *name, const void *own, char
  * asks the nodes that have not announced it to announce it failed (RINGD_E_STALLED), which
  * ends it alike on every node. Nothing while the ring is not up. */
 void rd_sched_stalled(rd_sched *s, const char *name, const void *own, const char *message);
+
+/* The ops other nodes announced and this node has not (rd_neg_unannounced), while the ring is
+ * up; else none. */
+size_t rd_sched_unannounced(const rd_sched *s, rd_neg_unheard *out, size_t max);
 
 /* 1 while orders of the coordinator wait for their ops to be negotiated here. */
 int rd_sched_orders_waiting(const rd_sched *s);

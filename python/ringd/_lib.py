@@ -135,6 +135,7 @@ _PROTOTYPES = {
         c_int, [c_void_p, c_char_p, c_void_p, ctypes.POINTER(c_size_t), ctypes.c_uint64, c_int,
                 c_void_p, c_void_p, ctypes.POINTER(c_size_t), ctypes.POINTER(c_void_p)]),
     "ringd_barrier": (c_int, [c_void_p, c_char_p]),
+    "ringd_join": (c_int, [c_void_p, ctypes.POINTER(c_int)]),
     "ringd_barrier_async": (c_int, [c_void_p, c_char_p, ctypes.POINTER(c_void_p)]),
     "ringd_refuse": (c_int, [c_void_p, c_char_p, c_int, c_char_p]),
     "ringd_group_start": (c_int, [c_void_p]),

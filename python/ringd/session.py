@@ -497,6 +497,20 @@ class Session:
         self._st.sets.append(weakref.ref(child._st))
         return child
 
+    def join(self) -> int:
+        """This rank has run out of data (ringd_join, Horovod's join): returns once every rank
+        has joined, with the rank that joined last (the one that had submitted the most
+        collectives since its last join; of ranks tied, the highest). Until then the other
+        ranks' allreduces complete with this rank contributing zeros, and any other collective
+        they run raises Error. Waits without op_timeout_ms."""
+        last = ctypes.c_int(-1)
+        lib = _lib.lib()
+        with self._st.lock:
+            rc = lib.ringd_join(self._st.require_open(), ctypes.byref(last))
+            if rc != Result.OK:
+                raise self._st.error(rc)
+        return last.value
+
     # ---- lifetime ----
 
     def close(self) -> None:

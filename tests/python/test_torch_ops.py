@@ -138,6 +138,52 @@ def test_grouped_allgather_broadcast_barrier_join(cluster):
     assert len(set(lasts)) == 1  # every rank names the same last rank
 
 
+def _uneven_batch(rank, step):
+    g = torch.Generator().manual_seed(7919 * rank + step)
+    return torch.randint(-4, 5, (3, 4), generator=g).float(), torch.randint(-4, 5, (3, 1),
+                                                                             generator=g).float()
+
+
+def r_uneven_data_join():
+    """Horovod's uneven data: rank r has 2 + 2r batches, then joins; the DistributedOptimizer's
+    allreduces of the ranks still training average zeros in for the joined ones, and the model
+    broadcast from the last to join is the one computed here from every rank's batches."""
+    hvd = ranks.hvd()
+    r, n = hvd.rank(), hvd.size()
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 1, bias=False)
+    torch.nn.init.constant_(model.weight, 0.5)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01),
+                                   named_parameters=model.named_parameters())
+    for step in range(2 + 2 * r):
+        x, y = _uneven_batch(r, step)
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+    last = hvd.join()
+    assert last == n - 1, last
+    hvd.broadcast_parameters(model.state_dict(), root_rank=last)
+    w = torch.full((1, 4), 0.5)
+    for step in range(2 + 2 * (n - 1)):  # the reference: every rank's gradient, zeros once joined
+        grad = torch.zeros_like(w)
+        for q in range(n):
+            if step < 2 + 2 * q:
+                x, y = _uneven_batch(q, step)
+                wq = w.clone().requires_grad_(True)
+                torch.nn.functional.mse_loss(x @ wq.t(), y).backward()
+                grad += wq.grad
+        w -= 0.01 * grad / n
+    assert torch.allclose(model.weight.detach(), w, rtol=1e-5, atol=1e-6), (model.weight, w)
+    if r != 0:  # rank 0 joins at once: a broadcast of the others raises, naming it
+        with pytest.raises(ringd.Error, match="rank 0 .*has joined"):
+            hvd.broadcast(torch.ones(2), root_rank=1, name="while.joined")
+    return hvd.join()
+
+
+def test_uneven_data_with_join_trains_as_horovod(cluster):
+    assert cluster.run(r_uneven_data_join) == [cluster.world - 1] * cluster.world
+
+
 def r_autograd():
     """allreduce, allgather and broadcast carry gradients as Horovod's do."""
     hvd = ranks.hvd()

@@ -8,8 +8,9 @@
     hvd.broadcast_optimizer_state(opt, root_rank=0)
 
 What differs from Horovod: ranks, sizes and the job come from the ringd daemon (no MPI, no
-horovodrun); only the global process set exists; Adasum is not offered; join() is a barrier
-that every rank must reach after the same collectives (see mpi_ops.join); failures raise
+horovodrun); only the global process set exists; Adasum is not offered; join() is Horovod's
+(the daemons let the others' allreduces go on with zeros for ranks that joined; any other
+collective raises meanwhile, and so does an allreduce of tensors in device memory); failures raise
 ringd.Error subclasses (HorovodInternalError is ringd.Error), carrying the daemon's message
 naming the tensor and the ranks. Unnamed ops get deterministic per-process names (mpi_ops).
 

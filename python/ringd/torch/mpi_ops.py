@@ -924,11 +924,9 @@ def barrier(process_set: ProcessSet = global_process_set) -> None:
 
 
 def join(device: int = -1) -> int:
-    """Waits for every rank to call join() and returns the rank that called it last (by each
-    rank's clock at entry). Unlike Horovod's join, ranks that joined early do not stand in
-    with zeros for collectives the others still run (that needs the daemon's support): every
-    rank must call join() after the same collectives."""
-    s = _require()
-    arrived = torch.tensor([time.time()], dtype=torch.float64)
-    times = s.allgather_async(_op_name("join", None), arrived).wait()
-    return int(torch.argmax(times).item())
+    """This rank has run out of data: returns once every rank has called join(), with the rank
+    that joined last (Horovod's join). Until then the other ranks' allreduces (the
+    DistributedOptimizer's among them) complete with this rank contributing zeros; any other
+    collective they call raises while a rank has joined, as in Horovod. device is accepted for
+    Horovod's signature: the join itself moves no tensor."""
+    return _require().join()
