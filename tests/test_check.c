@@ -261,6 +261,32 @@ Test(check, an_allgather_output_holds_every_rank_and_its_input_may_be_a_slot_of_
     cr_assert(strstr(err, "gathering 4 x") != NULL, "%s", err);
 }
 
+Test(check, a_join_is_an_allgather_of_one_int64_under_its_own_name_alone)
+{
+    char err[512];
+    rd_submit m = allreduce();
+    m.op = RD_COLL_ALLGATHER;
+    m.name = RD_JOIN_NAME;
+    m.dtype = RD_DT_I64;
+    m.count = 1;
+    m.join = 1;
+    cr_assert_eq(check(&m, err, sizeof(err)), RINGD_OK, "%s", err);
+    m.dtype = RD_DT_F32; /* not the join's shape */
+    cr_assert_eq(check(&m, err, sizeof(err)), RINGD_E_INVALID);
+    cr_assert(strstr(err, "a join is an allgather") != NULL, "%s", err);
+    m.dtype = RD_DT_I64;
+    m.name = "grad"; /* a join under another name */
+    cr_assert_eq(check(&m, err, sizeof(err)), RINGD_E_INVALID);
+    m.group = "g"; /* in a group */
+    m.group_size = 2;
+    m.name = RD_JOIN_NAME;
+    cr_assert_eq(check(&m, err, sizeof(err)), RINGD_E_INVALID);
+    rd_submit other = allreduce(); /* another op may not take the join's name */
+    other.name = RD_JOIN_NAME;
+    cr_assert_eq(check(&other, err, sizeof(err)), RINGD_E_INVALID);
+    cr_assert(strstr(err, "ringd_join's") != NULL, "%s", err);
+}
+
 Test(check, device_memory_needs_a_device_arena_described_exactly)
 {
     char err[512];

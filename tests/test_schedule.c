@@ -161,6 +161,32 @@ Test(schedule, an_op_is_done_negotiating_once_every_node_announced_it)
     rd_neg_free(n);
 }
 
+Test(schedule, the_ops_other_nodes_announced_and_this_one_not_are_listed_in_order)
+{
+    rd_neg *n = rd_neg_new(3, nodes3, 1, 0); /* this node is n2 */
+    cr_assert_not_null(n);
+    rd_op_params small = allreduce(RD_DT_F32, 4), big = allreduce(RD_DT_F32, 1 << 20);
+    rd_op_spec a1 = spec_of("grad", &small), a2 = spec_of("grad", &big), b = spec_of("w", &big);
+    char err[256];
+    int own;
+    cr_assert_eq(rd_neg_unannounced(n, NULL, 0), 0);
+    cr_assert_eq(rd_neg_ready(n, 0, &a1, NULL, err, sizeof(err)), 0);
+    cr_assert_eq(rd_neg_ready(n, 0, &a2, NULL, err, sizeof(err)), 0);
+    cr_assert_eq(rd_neg_ready(n, 2, &b, NULL, err, sizeof(err)), 0);
+    cr_assert_eq(rd_neg_ready(n, 1, &b, &own, err, sizeof(err)),
+                 0); /* announced here: not listed */
+    rd_op_spec failed = spec_of("bad", &small);
+    failed.status = RINGD_E_INVALID; /* a failure is not an op to take part in */
+    cr_assert_eq(rd_neg_ready(n, 0, &failed, NULL, err, sizeof(err)), 0);
+    rd_neg_unheard u[4];
+    cr_assert_eq(rd_neg_unannounced(n, u, 1), 2, "more than max: how many there are");
+    cr_assert_eq(rd_neg_unannounced(n, u, 4), 2);
+    cr_assert_str_eq(u[0].name, "grad");
+    cr_assert_eq(u[0].p.count, 4, "the name's first announcement first");
+    cr_assert_eq(u[1].p.count, 1 << 20);
+    rd_neg_free(n);
+}
+
 Test(schedule, announcements_that_disagree_fail_the_op_naming_both_sides)
 {
     rd_neg *n = rd_neg_new(3, nodes3, 0, 0);
