@@ -1375,7 +1375,9 @@ ringd_result_t ringd_refuse(ringd_t *r, const char *name, ringd_result_t rc, con
                     RD_NAME_MAX);
     submit_args a = {
         RINGD__OP_TYPE__OP_BARRIER, name, NULL, NULL, 0, RINGD_U8, RINGD_SUM, 0, 1.0, 1.0, NULL, 0};
-    fail(r, rc, "%.900s", why != NULL && *why ? why : ringd_strerror(rc));
+    char said[sizeof(r->errmsg)]; /* why may be ringd_errmsg(r), which fail writes */
+    snprintf(said, sizeof(said), "%.900s", why != NULL && *why ? why : ringd_strerror(rc));
+    fail(r, rc, "%s", said);
     refuse(r, &a, name, rc);
     return RINGD_OK;
 }

@@ -184,6 +184,52 @@ def test_uneven_data_with_join_trains_as_horovod(cluster):
     assert cluster.run(r_uneven_data_join) == [cluster.world - 1] * cluster.world
 
 
+def r_process_sets():
+    """Horovod's process sets: the even and the odd ranks each run every collective among
+    themselves (their own names, unnamed ops counted per set), overlapping in time; a rank
+    outside a set cannot use it; a removed set cannot be used."""
+    hvd = ranks.hvd()
+    r, n = hvd.rank(), hvd.size()
+    even = hvd.add_process_set(hvd.ProcessSet(range(0, n, 2)))
+    odd = hvd.add_process_set([q for q in range(n) if q % 2])
+    mine, other = (even, odd) if r % 2 == 0 else (odd, even)
+    members = mine.ranks
+    assert mine.included() and not other.included() and other.rank() == -1
+    assert mine.size() == len(members) and mine.rank() == members.index(r), (mine, r)
+    got = hvd.allreduce(torch.tensor([float(r + 1)]), op=hvd.Sum, process_set=mine)
+    assert got.item() == sum(q + 1 for q in members), got
+    h = hvd.allreduce_async(torch.tensor([1.0]), op=hvd.Sum, process_set=mine)  # unnamed
+    whole = hvd.allreduce(torch.tensor([1.0]), op=hvd.Sum)  # unnamed too, on the whole job
+    assert hvd.synchronize(h).item() == len(members) and whole.item() == n
+    rows = hvd.allgather(torch.full((r + 1, 2), float(r)), process_set=mine)
+    assert rows[:, 0].tolist() == [float(q) for q in members for _ in range(q + 1)], rows
+    root = members[-1]
+    got = hvd.broadcast(torch.tensor([float(r)]), root_rank=root, process_set=mine)
+    assert got.item() == float(root), got
+    k = len(members)
+    part = hvd.reducescatter(torch.ones(2 * k, 3), op=hvd.Sum, process_set=mine)
+    assert part.shape == (2, 3) and torch.all(part == k), part
+    a2a = hvd.alltoall(torch.full((k,), float(r)), process_set=mine)
+    assert a2a.tolist() == [float(q) for q in members], a2a
+    assert hvd.broadcast_object({"from": root}, root_rank=root, process_set=mine) == \
+        {"from": root}
+    hvd.barrier(process_set=mine)
+    with pytest.raises(ValueError, match="not in ProcessSet"):
+        hvd.allreduce(torch.ones(1), process_set=other)
+    with pytest.raises(ValueError, match="root_rank"):
+        hvd.broadcast(torch.ones(1), root_rank=other.ranks[0], process_set=mine)
+    hvd.barrier()
+    assert hvd.remove_process_set(even) and hvd.remove_process_set(odd)
+    assert not hvd.remove_process_set(hvd.global_process_set)
+    with pytest.raises(ValueError, match="removed"):
+        hvd.allreduce(torch.ones(1), process_set=mine)
+    return hvd.allreduce(torch.tensor([1.0]), op=hvd.Sum, name="after.sets").item()
+
+
+def test_process_sets_run_collectives_among_their_ranks(cluster):
+    assert cluster.run(r_process_sets) == [float(cluster.world)] * cluster.world
+
+
 def r_autograd():
     """allreduce, allgather and broadcast carry gradients as Horovod's do."""
     hvd = ranks.hvd()
@@ -225,8 +271,10 @@ def r_misuse():
         (TypeError, "CPU", lambda: hvd.allreduce(torch.zeros(3, device="meta"))),
         (TypeError, "torch.Tensor", lambda: hvd.allreduce([1.0, 2.0])),
         (NotImplementedError, "Adasum", lambda: hvd.allreduce(torch.zeros(3), op=hvd.Adasum)),
-        (NotImplementedError, "process set",
+        (ValueError, "has not been added",
          lambda: hvd.allreduce(torch.zeros(3), process_set=hvd.ProcessSet([0]))),
+        (ValueError, "ranks of the job", lambda: hvd.add_process_set([0, 0])),
+        (ValueError, "ranks of the job", lambda: hvd.add_process_set([hvd.size()])),
         (ValueError, "0-d", lambda: hvd.allgather(torch.tensor(1.0))),
     ]
     for exc, words, call in expect:

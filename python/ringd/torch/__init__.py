@@ -8,7 +8,9 @@
     hvd.broadcast_optimizer_state(opt, root_rank=0)
 
 What differs from Horovod: ranks, sizes and the job come from the ringd daemon (no MPI, no
-horovodrun); only the global process set exists; Adasum is not offered; join() is Horovod's
+horovodrun); process sets are Horovod's (add_process_set, process_set= on every collective; each
+member keeps a ringd session of the set, whose ops run among its ranks alone); Adasum is not
+offered; join() is Horovod's
 (the daemons let the others' allreduces go on with zeros for ranks that joined; any other
 collective raises meanwhile, and so does an allreduce of tensors in device memory); failures raise
 ringd.Error subclasses (HorovodInternalError is ringd.Error), carrying the daemon's message
@@ -27,7 +29,8 @@ from .compression import Compression
 from .functions import (allgather_object, broadcast_object, broadcast_optimizer_state,
                         broadcast_parameters)
 from .mpi_ops import (Adasum, Average, HorovodInternalError, Max, Min, NotInitialized,
-                      ProcessSet, Product, Sum, allgather, allgather_async, allreduce,
+                      ProcessSet, Product, Sum, add_process_set, allgather, allgather_async,
+                      allreduce,
                       alltoall, alltoall_async,
                       allreduce_, allreduce_async, allreduce_async_, barrier, broadcast,
                       broadcast_, broadcast_async, broadcast_async_, ccl_built, cuda_built,
@@ -37,7 +40,8 @@ from .mpi_ops import (Adasum, Average, HorovodInternalError, Max, Min, NotInitia
                       grouped_reducescatter_async,
                       grouped_allreduce_async_, init, is_initialized, join, local_rank,
                       local_size, mpi_built, mpi_enabled, mpi_threads_supported, nccl_built,
-                      poll, rank, reducescatter, reducescatter_async, rocm_built, session,
+                      poll, rank, reducescatter, reducescatter_async, remove_process_set,
+                      rocm_built, session,
                       shutdown, size, synchronize)
 from .optimizer import DistributedOptimizer
 from .sync_batch_norm import SyncBatchNorm

@@ -158,6 +158,9 @@ class State:
             best = int(claim.item())
             root = low - (best & low)
             self._sync_from(root, prefix)
+            # the process sets of the root, made again when a membership change ended them
+            mpi_ops._renew_process_sets(functions.broadcast_object(
+                mpi_ops._process_set_table(), root_rank=root, name=prefix + "process_sets"))
             # The root's count, plus one for the sync itself: ranks that took part in a sync
             # outrank a newcomer even before anyone committed.
             self._commits = (best >> _RANK_BITS) + 1

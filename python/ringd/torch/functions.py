@@ -10,19 +10,17 @@ from typing import Any, Iterable, List, Mapping, Optional, Tuple, Union
 import torch
 
 from . import mpi_ops
-from .mpi_ops import (_allgather_with_dims, _check_process_set, _noname, broadcast_,
-                      broadcast_async_, global_process_set, rank)
+from .mpi_ops import (_allgather_with_dims, _op_name, _session_of, broadcast_,
+                      broadcast_async_, global_process_set)
 
 
-def _object_name(kind, name):
-    """The base name of an object's ops: name, or the kind's per-process counter. (Horovod
-    defaults to the object's type name, which differs between a root sending a dict and
-    ranks passing None, and then never matches.)"""
+def _object_name(kind, name, process_set=None):
+    """The base name of an object's ops: name, or the kind's per-process counter (per process
+    set). (Horovod defaults to the object's type name, which differs between a root sending a
+    dict and ranks passing None, and then never matches.)"""
     if name is not None:
         return name
-    k = _noname[kind]
-    _noname[kind] += 1
-    return f"{kind}.noname.{k}"
+    return _op_name(kind, None, process_set)
 
 
 def broadcast_parameters(params: Union[Mapping[str, torch.Tensor], Iterable[torch.Tensor],
@@ -51,37 +49,43 @@ def broadcast_parameters(params: Union[Mapping[str, torch.Tensor], Iterable[torc
 
 def broadcast_object(obj: Any, root_rank: int = 0, name: Optional[str] = None,
                      process_set: mpi_ops.ProcessSet = global_process_set) -> Any:
-    """Returns root_rank's obj on every rank (pickled, its size then its bytes broadcast)."""
-    _check_process_set(process_set)
-    base = _object_name("broadcast_object", name)
-    if rank() == root_rank:
+    """Returns root_rank's obj on every rank of process_set (pickled, its size then its bytes
+    broadcast; root_rank a global rank, as broadcast's)."""
+    me = _session_of(process_set).rank
+    if process_set is not None and not process_set._global():
+        me = process_set.ranks[me]  # the global rank, which root_rank is
+    base = _object_name("broadcast_object", name, process_set)
+    if me == root_rank:
         try:
             data = pickle.dumps(obj)
         except Exception as e:  # every rank hears it (size -1) instead of waiting for the size
-            broadcast_(torch.tensor([-1], dtype=torch.int64), root_rank, base + ".sz")
+            broadcast_(torch.tensor([-1], dtype=torch.int64), root_rank, base + ".sz",
+                       process_set)
             raise TypeError(f"broadcast_object '{base}': rank {root_rank} cannot pickle "
                             f"{type(obj).__name__}: {e}") from e
         payload = torch.frombuffer(bytearray(data), dtype=torch.uint8)
         size = torch.tensor([payload.numel()], dtype=torch.int64)
-        broadcast_(size, root_rank, base + ".sz")
+        broadcast_(size, root_rank, base + ".sz", process_set)
     else:
         size = torch.zeros(1, dtype=torch.int64)
-        broadcast_(size, root_rank, base + ".sz")
+        broadcast_(size, root_rank, base + ".sz", process_set)
         if int(size.item()) < 0:
             raise TypeError(f"broadcast_object '{base}': rank {root_rank} could not pickle "
                             "its object (it raised the reason)")
         payload = torch.empty(int(size.item()), dtype=torch.uint8)
-    broadcast_(payload, root_rank, base + ".t")
-    if rank() == root_rank:
+    broadcast_(payload, root_rank, base + ".t", process_set)
+    if me == root_rank:
         return obj
     return pickle.loads(payload.numpy().tobytes())
 
 
-def allgather_object(obj: Any, name: Optional[str] = None) -> List[Any]:
-    """Returns the list of every rank's obj, in rank order (pickled and allgathered)."""
-    base = _object_name("allgather_object", name)
+def allgather_object(obj: Any, name: Optional[str] = None,
+                     process_set: mpi_ops.ProcessSet = global_process_set) -> List[Any]:
+    """Returns the list of every rank's obj (of process_set), in rank order (pickled and
+    allgathered)."""
+    base = _object_name("allgather_object", name, process_set)
     payload = torch.frombuffer(bytearray(pickle.dumps(obj)), dtype=torch.uint8)
-    gathered, sizes = _allgather_with_dims(payload, base + ".t")
+    gathered, sizes = _allgather_with_dims(payload, base + ".t", process_set)
     out, start = [], 0
     for n in sizes:
         out.append(pickle.loads(gathered[start:start + n].numpy().tobytes()))

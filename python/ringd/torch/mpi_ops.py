@@ -48,28 +48,62 @@ class NotInitialized(Closed, ValueError):
 
 
 class ProcessSet:
-    """Horovod's process sets: ringd runs every op over the whole job, so only the global set
-    exists (ops given another set raise NotImplementedError)."""
+    """Horovod's process set: ranks of the job (global ranks, increasing) that run collectives
+    among themselves, with their own names; ranks outside never wait. A set is usable once
+    added (add_process_set, or init(process_sets=...)), which every rank of the job does
+    together, in the same order. global_process_set is the whole job. Each member keeps a
+    ringd Session of the set (ringd_process_set_create). Within a set, size() and rank() are
+    the set's; a broadcast's root_rank is a global rank, as in Horovod."""
 
     def __init__(self, ranks: Optional[Sequence[int]] = None) -> None:
-        self.ranks = ranks
+        self.ranks = None if ranks is None else sorted(int(r) for r in ranks)
+        self.process_set_id = None  # 0: the global set; None: not added (or removed)
+        self._session = None  # this rank's Session of the set; None outside it
+        self._gone = None  # why a set added once cannot run (removed, the job too small now)
+
+    def _global(self):
+        return self.process_set_id == 0
+
+    def _added(self):
+        if self._gone is not None:
+            raise ValueError(self._gone)
+        if self.process_set_id is None:
+            raise ValueError(f"process set of ranks {self.ranks} has not been added: every "
+                             "rank calls hvd.add_process_set(...) first")
 
     def size(self) -> int:
-        return size()
+        if self._global():
+            return size()
+        self._added()
+        return len(self.ranks)
 
     def rank(self) -> int:
-        return rank()
+        """This process's rank in the set; -1 outside it."""
+        if self._global():
+            return rank()
+        self._added()
+        return self._session.rank if self._session is not None else -1
 
     def included(self) -> bool:
-        return True
+        if self._global():
+            return True
+        self._added()
+        return self._session is not None
+
+    def __repr__(self) -> str:
+        return f"ProcessSet(process_set_id={self.process_set_id}, ranks={self.ranks})"
 
 
 global_process_set = ProcessSet()
+global_process_set.process_set_id = 0
+_process_sets = {}  # process_set_id -> ProcessSet, the sets added since init()
+_next_set_id = 1
+_sets_generation = 0  # the job's generation when the last set was added or renewed
 
 _session = None
 _handles = {}  # handle number -> _Work
 _next_handle = 0
-_noname = collections.Counter()  # kind -> unnamed ops of that kind so far
+_noname = collections.Counter()  # (process set id, kind) -> unnamed ops of that kind so far
 _in_flight = set()  # full names of this rank's outstanding ops
 _arena_users = weakref.WeakSet()  # DistributedOptimizers holding gradients in the arena
 _detached = []  # (work, name) of synchronous calls that timed out: reaped once finished
@@ -87,16 +121,25 @@ def init(comm: Any = None, process_sets: Any = None, **session_options: Any) -> 
     if comm is not None:
         raise ValueError("ringd.torch.init(comm=...): there is no MPI communicator; ranks come "
                          "from the ringd daemon (RINGD_JOB, RINGD_WORLD_SIZE, RINGD_LOCAL_SIZE)")
-    if process_sets:
-        raise NotImplementedError("process sets: ringd runs every op over the whole job")
     if _session is not None:
         return
+    if isinstance(process_sets, str):
+        if process_sets != "dynamic":
+            raise ValueError(f"init(process_sets={process_sets!r}): pass a list of ProcessSets "
+                             "(or of rank lists), or 'dynamic'")
+        process_sets = None  # every set is dynamic here: add_process_set any time
     _reset()
     launcher = os.environ.get("LOCAL_RANK")
     if ("local_rank" not in session_options and not os.environ.get("RINGD_LOCAL_RANK")
             and launcher is not None and launcher.isdigit()):
         session_options["local_rank"] = int(launcher)
     _session = ringd.Session(**session_options)
+    try:
+        for ps in process_sets or ():
+            add_process_set(ps)
+    except BaseException:
+        shutdown()
+        raise
 
 
 def shutdown() -> None:
@@ -107,6 +150,7 @@ def shutdown() -> None:
     _arena_users.clear()
     s, _session = _session, None
     _reset()
+    _close_process_sets("ringd.torch was shut down")
     if s is not None:
         s.close()
 
@@ -118,6 +162,111 @@ def _reset():
     _detached.clear()
     _noname.clear()
     _next_handle = 0
+
+
+def _close_process_sets(why):
+    """Closes this rank's sessions of every added set (before the job's), which then raise
+    why."""
+    global _next_set_id
+    for ps in _process_sets.values():
+        if ps._session is not None:
+            ps._session.close()
+        ps._session, ps.process_set_id, ps._gone = None, None, why
+    _process_sets.clear()
+    _next_set_id = 1
+
+
+def add_process_set(process_set: Any) -> ProcessSet:
+    """Adds a process set (a ProcessSet, or its global ranks), collectively: every rank of the
+    job calls it with the same ranks, in the same order of additions (ranks that pass other
+    ranks fail alike with ringd.Mismatch). Returns the set, now usable by every collective's
+    process_set argument on its members."""
+    global _next_set_id, _sets_generation
+    s = _require()
+    ps = process_set if isinstance(process_set, ProcessSet) else ProcessSet(process_set)
+    if ps.process_set_id is not None or ps is global_process_set:
+        raise ValueError(f"{ps!r} was added already")
+    # ranks that are not distinct ranks of the job fail on every rank alike (libringd's check)
+    ps._session = s.process_set(ps.ranks or [])
+    _sets_generation = s.generation
+    ps.process_set_id, ps._gone = _next_set_id, None
+    _process_sets[ps.process_set_id] = ps
+    _next_set_id += 1
+    return ps
+
+
+def remove_process_set(process_set: ProcessSet) -> bool:
+    """Removes an added set: its members leave its ringd job (every member calls it once its
+    collectives are done). Returns False for the global set or a set not added."""
+    if process_set is global_process_set or process_set.process_set_id is None or \
+            _process_sets.get(process_set.process_set_id) is not process_set:
+        return False
+    del _process_sets[process_set.process_set_id]
+    if process_set._session is not None:
+        process_set._session.close()
+    process_set._session, process_set.process_set_id = None, None
+    process_set._gone = f"process set of ranks {process_set.ranks} was removed"
+    return True
+
+
+def _process_set_table():
+    """This rank's added sets as _renew_process_sets takes them."""
+    return _sets_generation, [(i, list(ps.ranks)) for i, ps in sorted(_process_sets.items())]
+
+
+def _renew_process_sets(table):
+    """elastic.State.sync, every rank of the job calling with one rank's _process_set_table:
+    when its sets are of an older generation (a membership change ended them; a rank that
+    joined has none), they are made again, the same on every rank; a set whose ranks the job
+    no longer has is gone, saying so."""
+    global _next_set_id, _sets_generation
+    s = _require()
+    made_in, sets = table
+    if made_in == s.generation or not sets and not _process_sets:
+        return
+    _sets_generation = s.generation
+    old = dict(_process_sets)
+    for ps in old.values():
+        if ps._session is not None:
+            ps._session.close()
+            ps._session = None
+    _process_sets.clear()
+    for set_id, ranks in sets:
+        ps = old.pop(set_id, None) or ProcessSet(ranks)
+        ps.ranks, ps.process_set_id = list(ranks), set_id
+        if ranks[-1] >= s.size:
+            ps.process_set_id = None
+            ps._gone = (f"process set of ranks {ranks}: the job has {s.size} ranks now "
+                        f"(generation {s.generation}): add a set of ranks it has")
+            continue
+        ps._session, ps._gone = s.process_set(ranks), None
+        _process_sets[set_id] = ps
+        _next_set_id = max(_next_set_id, set_id + 1)
+    for ps in old.values():  # sets the others do not have
+        ps.process_set_id, ps._gone = None, "process set no longer exists after a membership change"
+
+
+def _session_of(process_set):
+    """The Session a collective on process_set runs in: the job's, or this rank's of the set
+    (ValueError outside it, or for a set not added)."""
+    s = _require()
+    if process_set is None or process_set is global_process_set:
+        return s
+    if not isinstance(process_set, ProcessSet):
+        raise TypeError(f"process_set: expected a ProcessSet, got {type(process_set).__name__}")
+    if process_set._global():
+        return s
+    process_set._added()
+    if _process_sets.get(process_set.process_set_id) is not process_set:
+        raise ValueError(f"{process_set!r} was added under another init(): add it again")
+    if process_set._session is None:
+        raise ValueError(f"rank {s.rank} is not in {process_set!r}: only its ranks call its "
+                         "collectives")
+    return process_set._session
+
+
+def _set_id(process_set):
+    return 0 if process_set is None else (process_set.process_set_id or 0)
 
 
 def is_initialized() -> bool:
@@ -167,13 +316,21 @@ mpi_built = mpi_enabled = mpi_threads_supported = gloo_built = gloo_enabled = _f
 nccl_built = ddl_built = ccl_built = cuda_built = rocm_built = _false
 
 
-def _op_name(kind, name):
-    """The op's name as the daemon sees it (see the module docstring)."""
+def _op_name(kind, name, process_set=None):
+    """The op's name as the daemon sees it (see the module docstring); unnamed ops are counted
+    per process set, whose ranks alone make them."""
     if name is None:
-        k = _noname[kind]
-        _noname[kind] += 1
+        key = (_set_id(process_set), kind)
+        k = _noname[key]
+        _noname[key] += 1
         return f"{kind}.noname.{k}"
     return f"{kind}.{name}"
+
+
+def _key(full, process_set=None):
+    """What marks an op outstanding on this rank: its name, within its process set."""
+    set_id = _set_id(process_set)
+    return full if set_id == 0 else f"{full} (process set {set_id})"
 
 
 def _handle_average_backwards_compatibility(op, average):
@@ -187,12 +344,6 @@ def _handle_average_backwards_compatibility(op, average):
                       DeprecationWarning)
         return Average if average else Sum
     return Average
-
-
-def _check_process_set(process_set):
-    if process_set is not None and process_set is not global_process_set:
-        raise NotImplementedError("process sets: ringd runs every op over the whole job; "
-                                  "pass the global process set")
 
 
 def _checked(s, names, fn, *args):
@@ -411,18 +562,15 @@ def _settle_outstanding(timeout):
 
 # ---- allreduce ----
 
-def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor):
-    s = _require()
-    if op == Adasum:
-        raise NotImplementedError("Adasum is not supported by ringd; use Average or Sum")
-    if op not in _RINGD_OPS:
-        raise ValueError(f"unknown reduction op {op!r}: use Average, Sum, Min, Max or Product")
-    full = _op_name("allreduce", name)
-    _claim(full)
+def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor, process_set):
+    s = _session_of(process_set)
+    _reduce_op(op)
+    full = _op_name("allreduce", name, process_set)
+    _claim(_key(full, process_set))
     _checked(s, [full], _check_tensor, tensor, f"allreduce '{full}'")
     h = s.allreduce_async(full, tensor, out=output, op=_RINGD_OPS[op],
                           prescale=prescale_factor, postscale=postscale_factor)
-    return _register(_Single(h, output), full)
+    return _register(_Single(h, output), _key(full, process_set))
 
 
 def allreduce_async(tensor: torch.Tensor, average: Optional[bool] = None,
@@ -433,10 +581,9 @@ def allreduce_async(tensor: torch.Tensor, average: Optional[bool] = None,
     inputs scaled by prescale_factor, the result by postscale_factor); the input is not
     modified. Returns a handle for poll() and synchronize()."""
     op = _handle_average_backwards_compatibility(op, average)
-    _check_process_set(process_set)
     _check_tensor(tensor, "allreduce_async")
     return _allreduce_async(tensor, torch.empty_like(tensor), name, op, prescale_factor,
-                            postscale_factor)
+                            postscale_factor, process_set)
 
 
 def allreduce_async_(tensor: torch.Tensor, average: Optional[bool] = None,
@@ -445,8 +592,8 @@ def allreduce_async_(tensor: torch.Tensor, average: Optional[bool] = None,
                      process_set: ProcessSet = global_process_set) -> int:
     """allreduce_async in place: the result lands in tensor."""
     op = _handle_average_backwards_compatibility(op, average)
-    _check_process_set(process_set)
-    return _allreduce_async(tensor, tensor, name, op, prescale_factor, postscale_factor)
+    return _allreduce_async(tensor, tensor, name, op, prescale_factor, postscale_factor,
+                            process_set)
 
 
 def allreduce_(tensor: torch.Tensor, average: Optional[bool] = None,
@@ -487,14 +634,12 @@ def allreduce(tensor: torch.Tensor, average: Optional[bool] = None, name: Option
     return compression.decompress(reduced, cctx)
 
 
-def _grouped_allreduce_async(tensors, outputs, name, op, prescale_factor, postscale_factor):
-    s = _require()
-    if op == Adasum:
-        raise NotImplementedError("Adasum is not supported by ringd; use Average or Sum")
-    if op not in _RINGD_OPS:
-        raise ValueError(f"unknown reduction op {op!r}: use Average, Sum, Min, Max or Product")
-    base = _op_name("grouped_allreduce", name)
-    _claim(base)
+def _grouped_allreduce_async(tensors, outputs, name, op, prescale_factor, postscale_factor,
+                             process_set):
+    s = _session_of(process_set)
+    _reduce_op(op)
+    base = _op_name("grouped_allreduce", name, process_set)
+    _claim(_key(base, process_set))
     works = []
     with s.group():  # one unit to the daemon: all run, or all fail alike
         for i, (t, o) in enumerate(zip(tensors, outputs)):
@@ -504,7 +649,7 @@ def _grouped_allreduce_async(tensors, outputs, name, op, prescale_factor, postsc
             h = s.allreduce_async(f"{base}.{i}", t, out=o, op=_RINGD_OPS[op],
                                   prescale=prescale_factor, postscale=postscale_factor)
             works.append(_Single(h, o))
-    return _register(_Group(works), base)
+    return _register(_Group(works), _key(base, process_set))
 
 
 def grouped_allreduce_async(tensors: Sequence[torch.Tensor], average: Optional[bool] = None,
@@ -514,9 +659,8 @@ def grouped_allreduce_async(tensors: Sequence[torch.Tensor], average: Optional[b
     """Starts allreduces of a list of tensors as one group (ringd fuses the small ones);
     synchronize() returns the list of results."""
     op = _handle_average_backwards_compatibility(op, average)
-    _check_process_set(process_set)
     return _grouped_allreduce_async(tensors, [torch.empty_like(t) for t in tensors], name, op,
-                                    prescale_factor, postscale_factor)
+                                    prescale_factor, postscale_factor, process_set)
 
 
 def grouped_allreduce_async_(tensors: Sequence[torch.Tensor], average: Optional[bool] = None,
@@ -525,9 +669,8 @@ def grouped_allreduce_async_(tensors: Sequence[torch.Tensor], average: Optional[
                              process_set: ProcessSet = global_process_set) -> int:
     """grouped_allreduce_async in place."""
     op = _handle_average_backwards_compatibility(op, average)
-    _check_process_set(process_set)
     return _grouped_allreduce_async(tensors, list(tensors), name, op, prescale_factor,
-                                    postscale_factor)
+                                    postscale_factor, process_set)
 
 
 def grouped_allreduce_(tensors: Sequence[torch.Tensor], average: Optional[bool] = None,
@@ -574,21 +717,20 @@ def grouped_allreduce(tensors: Sequence[torch.Tensor], average: Optional[bool] =
 
 # ---- allgather ----
 
-def _allgather_work(tensor, name):
-    s = _require()
-    full = _op_name("allgather", name)
-    _claim(full)
+def _allgather_work(tensor, name, process_set):
+    s = _session_of(process_set)
+    full = _op_name("allgather", name, process_set)
+    _claim(_key(full, process_set))
     _checked(s, [full], _check_tensor, tensor, f"allgather '{full}'")
-    return _checked(s, [full], _Allgather, s, tensor, full), full
+    return _checked(s, [full], _Allgather, s, tensor, full), _key(full, process_set)
 
 
 def allgather_async(tensor: torch.Tensor, name: Optional[str] = None,
                     process_set: ProcessSet = global_process_set) -> int:
     """Starts concatenating every rank's tensor along the first dimension (which may differ
     across ranks; the others must match). Returns a handle."""
-    _check_process_set(process_set)
-    work, full = _allgather_work(tensor, name)
-    return _register(work, full)
+    work, key = _allgather_work(tensor, name, process_set)
+    return _register(work, key)
 
 
 class HorovodAllgather(torch.autograd.Function):
@@ -596,17 +738,16 @@ class HorovodAllgather(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, tensor, name, process_set):
-        _check_process_set(process_set)
-        work, full = _allgather_work(tensor, name)
-        h = _register(work, full)
-        output = _sync(h)
-        ctx.offset = sum(work.dims[:rank()])
+        work, key = _allgather_work(tensor, name, process_set)
+        output = _sync(_register(work, key))
+        ctx.offset = sum(work.dims[:_session_of(process_set).rank])
         ctx.rows = tensor.shape[0]
+        ctx.process_set = process_set
         return output
 
     @staticmethod
     def backward(ctx, grad_output):
-        grad = allreduce(grad_output.contiguous(), op=Average)
+        grad = allreduce(grad_output.contiguous(), op=Average, process_set=ctx.process_set)
         return grad.narrow(0, ctx.offset, ctx.rows), None, None
 
 
@@ -616,10 +757,10 @@ def allgather(tensor: torch.Tensor, name: Optional[str] = None,
     return HorovodAllgather.apply(tensor, name, process_set)
 
 
-def _allgather_with_dims(tensor, name):
+def _allgather_with_dims(tensor, name, process_set=None):
     """allgather, also giving every rank's first dimension (for allgather_object)."""
-    work, full = _allgather_work(tensor, name)
-    output = _sync(_register(work, full))
+    work, key = _allgather_work(tensor, name, process_set)
+    output = _sync(_register(work, key))
     return output, work.dims
 
 
@@ -662,13 +803,13 @@ def _reducescatter_work(s, tensor, full, names, op, prescale_factor, postscale_f
     return _Single(h, output)
 
 
-def _reducescatter_async(tensor, name, op, prescale_factor, postscale_factor):
-    s = _require()
+def _reducescatter_async(tensor, name, op, prescale_factor, postscale_factor, process_set):
+    s = _session_of(process_set)
     _reduce_op(op)
-    full = _op_name("reducescatter", name)
-    _claim(full)
+    full = _op_name("reducescatter", name, process_set)
+    _claim(_key(full, process_set))
     return _register(_reducescatter_work(s, tensor, full, [full], op, prescale_factor,
-                                         postscale_factor), full)
+                                         postscale_factor), _key(full, process_set))
 
 
 def reducescatter_async(tensor: torch.Tensor, name: Optional[str] = None,
@@ -678,8 +819,8 @@ def reducescatter_async(tensor: torch.Tensor, name: Optional[str] = None,
     and scattering the result along the first dimension: this rank receives its rows, the
     first (rows % size) ranks one more than the others, as Horovod splits them. Returns a
     handle; synchronize() gives this rank's rows."""
-    _check_process_set(process_set)
-    return _reducescatter_async(tensor, name, op, prescale_factor, postscale_factor)
+    return _reducescatter_async(tensor, name, op, prescale_factor, postscale_factor,
+                                process_set)
 
 
 class HorovodReducescatter(torch.autograd.Function):
@@ -688,16 +829,17 @@ class HorovodReducescatter(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, tensor, name, op, process_set, prescale_factor, postscale_factor):
-        _check_process_set(process_set)
         ctx.op = op
         ctx.scale = prescale_factor * postscale_factor
-        return _sync(_reducescatter_async(tensor, name, op, prescale_factor, postscale_factor))
+        ctx.process_set = process_set
+        return _sync(_reducescatter_async(tensor, name, op, prescale_factor, postscale_factor,
+                                          process_set))
 
     @staticmethod
     def backward(ctx, grad_output):
-        grad = allgather(grad_output.contiguous())
+        grad = allgather(grad_output.contiguous(), process_set=ctx.process_set)
         if ctx.op == Average:
-            grad = grad / size()
+            grad = grad / _session_of(ctx.process_set).size
         return grad * ctx.scale, None, None, None, None, None
 
 
@@ -719,15 +861,14 @@ def grouped_allgather_async(tensors: Sequence[torch.Tensor], name: Optional[str]
                             process_set: ProcessSet = global_process_set) -> int:
     """Starts allgathers of a list of tensors ("<name>.<i>"); synchronize() returns the list of
     results. (Each is a ringd op of its own: a failure of one does not fail the others yet.)"""
-    _check_process_set(process_set)
-    s = _require()
-    base = _op_name("grouped_allgather", name)
-    _claim(base)
+    s = _session_of(process_set)
+    base = _op_name("grouped_allgather", name, process_set)
+    _claim(_key(base, process_set))
     names = [f"{base}.{i}" for i in range(len(tensors))]
     for i, t in enumerate(tensors):
         _checked(s, names, _check_tensor, t, f"grouped allgather '{base}' tensor {i}")
     works = [_checked(s, names[i:], _Allgather, s, t, names[i]) for i, t in enumerate(tensors)]
-    return _register(_Group(works), base)
+    return _register(_Group(works), _key(base, process_set))
 
 
 def grouped_allgather(tensors: Sequence[torch.Tensor], name: Optional[str] = None,
@@ -744,16 +885,15 @@ def grouped_reducescatter_async(tensors: Sequence[torch.Tensor], name: Optional[
     """Starts reducescatters of a list of tensors ("<name>.<i>", split as reducescatter splits)
     as one group: all run, or all fail alike on every rank. synchronize() returns this rank's
     rows of each."""
-    _check_process_set(process_set)
-    s = _require()
+    s = _session_of(process_set)
     _reduce_op(op)
-    base = _op_name("grouped_reducescatter", name)
-    _claim(base)
+    base = _op_name("grouped_reducescatter", name, process_set)
+    _claim(_key(base, process_set))
     names = [f"{base}.{i}" for i in range(len(tensors))]
     with s.group():  # one unit to the daemon: all run, or all fail alike
         works = [_reducescatter_work(s, t, names[i], names[i:], op, prescale_factor,
                                      postscale_factor) for i, t in enumerate(tensors)]
-    return _register(_Group(works), base)
+    return _register(_Group(works), _key(base, process_set))
 
 
 def grouped_reducescatter(tensors: Sequence[torch.Tensor], name: Optional[str] = None,
@@ -826,12 +966,12 @@ def alltoall_async(tensor: torch.Tensor, splits: Any = None, name: Optional[str]
     """Starts sending each rank its rows of tensor (splits: rows for each rank in turn, a list or
     a tensor; None: an even split) and gathering every rank's rows for this one. Returns a
     handle; synchronize() gives (output, received_splits)."""
-    _check_process_set(process_set)
-    s = _require()
-    full = _op_name("alltoall", name)
-    _claim(full)
+    s = _session_of(process_set)
+    full = _op_name("alltoall", name, process_set)
+    _claim(_key(full, process_set))
     _checked(s, [full], _check_tensor, tensor, f"alltoall '{full}'")
-    return _register(_checked(s, [full], _Alltoall, s, tensor, splits, full), full)
+    return _register(_checked(s, [full], _Alltoall, s, tensor, splits, full),
+                     _key(full, process_set))
 
 
 class HorovodAlltoall(torch.autograd.Function):
@@ -841,6 +981,7 @@ class HorovodAlltoall(torch.autograd.Function):
     def forward(ctx, tensor, splits, name, process_set):
         output, received = _sync(alltoall_async(tensor, splits, name, process_set))
         ctx.received = received
+        ctx.process_set = process_set
         if splits is None:
             return output
         ctx.mark_non_differentiable(received)
@@ -848,7 +989,8 @@ class HorovodAlltoall(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_output, *unused):
-        grad, _ = alltoall(grad_output.contiguous(), splits=ctx.received)
+        grad, _ = alltoall(grad_output.contiguous(), splits=ctx.received,
+                           process_set=ctx.process_set)
         return grad, None, None, None
 
 
@@ -862,28 +1004,37 @@ def alltoall(tensor: torch.Tensor, splits: Any = None, name: Optional[str] = Non
 
 # ---- broadcast ----
 
-def _broadcast_async(tensor, root_rank, name):
-    s = _require()
-    full = _op_name("broadcast", name)
-    _claim(full)
+def _set_root(process_set, root_rank):
+    """root_rank (a global rank, as Horovod's) as a rank of process_set."""
+    if process_set is None or process_set._global():
+        return int(root_rank)
+    if int(root_rank) not in process_set.ranks:
+        raise ValueError(f"root_rank {root_rank} is not in {process_set!r}")
+    return process_set.ranks.index(int(root_rank))
+
+
+def _broadcast_async(tensor, root_rank, name, process_set):
+    s = _session_of(process_set)
+    full = _op_name("broadcast", name, process_set)
+    _claim(_key(full, process_set))
+    root = _checked(s, [full], _set_root, process_set, root_rank)
     _checked(s, [full], _check_tensor, tensor, f"broadcast '{full}'")
-    return _register(_Single(s.broadcast_async(full, tensor, int(root_rank)), tensor), full)
+    return _register(_Single(s.broadcast_async(full, tensor, root), tensor),
+                     _key(full, process_set))
 
 
 def broadcast_async(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
                     process_set: ProcessSet = global_process_set) -> int:
     """Starts copying root_rank's tensor to every rank into a new tensor (the input is not
     modified). Returns a handle."""
-    _check_process_set(process_set)
     _check_tensor(tensor, "broadcast_async")
-    return _broadcast_async(tensor.clone(), root_rank, name)
+    return _broadcast_async(tensor.clone(), root_rank, name, process_set)
 
 
 def broadcast_async_(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
                      process_set: ProcessSet = global_process_set) -> int:
     """Starts copying root_rank's tensor into every rank's tensor, in place. Returns a handle."""
-    _check_process_set(process_set)
-    return _broadcast_async(tensor, root_rank, name)
+    return _broadcast_async(tensor, root_rank, name, process_set)
 
 
 def broadcast_(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
@@ -898,11 +1049,12 @@ class HorovodBroadcast(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, root_rank, name, process_set):
         ctx.root_rank = root_rank
+        ctx.process_set = process_set
         return _sync(broadcast_async(tensor, root_rank, name, process_set))
 
     @staticmethod
     def backward(ctx, grad_output):
-        grad = allreduce(grad_output.contiguous(), op=Average)
+        grad = allreduce(grad_output.contiguous(), op=Average, process_set=ctx.process_set)
         if rank() != ctx.root_rank:
             grad = grad * 0
         return grad, None, None, None
@@ -917,10 +1069,9 @@ def broadcast(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
 # ---- synchronisation ----
 
 def barrier(process_set: ProcessSet = global_process_set) -> None:
-    """Returns once every rank called barrier()."""
-    _check_process_set(process_set)
-    s = _require()
-    s.barrier_async(_op_name("barrier", None)).wait()
+    """Returns once every rank (of process_set) called barrier()."""
+    s = _session_of(process_set)
+    s.barrier_async(_op_name("barrier", None, process_set)).wait()
 
 
 def join(device: int = -1) -> int:
