@@ -802,6 +802,72 @@ static int joins(int i, void *arg)
     return 0;
 }
 
+/* A process set through a membership change: the job's last rank leaves (the job runs on with
+ * one rank fewer); the set's collectives then fail with RINGD_E_MEMBERSHIP on every member
+ * once its job session has heard of the change, and a set created again in the new generation
+ * runs. */
+static int pset_change(int i, void *arg)
+{
+    const topo *t = arg;
+    char min[16];
+    snprintf(min, sizeof(min), "%d", t->world - 1);
+    setenv("RINGD_MIN_SIZE", min, 1);
+    ringd_t *r = join(t, i);
+    if (r == NULL)
+        return 10;
+    int n = ringd_size(r), me = ringd_rank(r), set[TH_RING_MAX * 4];
+    for (int k = 0; k < n - 1; k++)
+        set[k] = k;
+    ringd_t *ps = NULL;
+    TH_CHECK_OK(r, ringd_process_set_create(r, set, n - 1, &ps));
+    float x = 1;
+    if (ps != NULL)
+        TH_CHECK_OK(ps, ringd_allreduce(ps, "x", &x, &x, 1, RINGD_F32, RINGD_SUM));
+    if (me == n - 1) { /* the leaver: its last op done, it goes */
+        TH_CHECK_OK(r, ringd_barrier(r, "before.leave"));
+        ringd_close(r);
+        return 0;
+    }
+    TH_CHECK_OK(r, ringd_barrier(r, "before.leave"));
+    uint64_t gen = ringd_generation(r);
+    ringd_result_t rc = RINGD_OK;
+    for (int k = 0; ringd_generation(r) == gen && k < 2000; k++) { /* until the change is heard */
+        char name[32];
+        snprintf(name, sizeof(name), "probe.%d", k);
+        rc = ringd_allreduce(r, name, &x, &x, 1, RINGD_F32, RINGD_SUM);
+        if (rc != RINGD_OK && rc != RINGD_E_MEMBERSHIP)
+            TH_CHECK_OK(r, rc);
+        if (rc == RINGD_OK)
+            th_sleep_ms(5);
+    }
+    if (ringd_generation(r) == gen || ringd_size(r) != n - 1) {
+        fprintf(stderr, "rank %d: the leave was never heard (size %d)\n", me, ringd_size(r));
+        return 90;
+    }
+    rc = ringd_allreduce(ps, "x.after", &x, &x, 1, RINGD_F32, RINGD_SUM);
+    if (rc != RINGD_E_MEMBERSHIP) {
+        fprintf(stderr, "rank %d: the set after the change: %s: %s\n", me, ringd_strerror(rc),
+                ringd_errmsg(ps));
+        return 91;
+    }
+    ringd_close(ps);
+    ps = NULL;
+    /* every rank of the new generation starts its collectives again from here */
+    for (rc = RINGD_E_MEMBERSHIP; rc == RINGD_E_MEMBERSHIP;)
+        rc = ringd_barrier(r, "resync");
+    TH_CHECK_OK(r, rc);
+    TH_CHECK_OK(r, ringd_process_set_create(r, set, n - 1, &ps));
+    x = (float)me;
+    TH_CHECK_OK(ps, ringd_allreduce(ps, "x.again", &x, &x, 1, RINGD_F32, RINGD_SUM));
+    if (x != (float)((n - 1) * (n - 2) / 2)) {
+        fprintf(stderr, "rank %d: the set made again summed %g\n", me, x);
+        return 92;
+    }
+    ringd_close(ps);
+    close_together(r, t->world - 1);
+    return 0;
+}
+
 static void every_case(topo t, const char *const *extra)
 {
     start(&t, extra);
@@ -813,6 +879,7 @@ static void every_case(topo t, const char *const *extra)
     cr_assert_eq(run(&t, groups, 60000), 0, "a client failed (its stderr above)");
     cr_assert_eq(run(&t, process_sets, 60000), 0, "a client failed (its stderr above)");
     cr_assert_eq(run(&t, joins, 60000), 0, "a client failed (its stderr above)");
+    cr_assert_eq(run(&t, pset_change, 60000), 0, "a client failed (its stderr above)");
     finish(&t);
 }
 
