@@ -188,6 +188,32 @@ def r_no_commit():
         return e.message, calls, [], 0
 
 
+def r_process_sets_made_again():
+    """What elastic.State.sync does with the sync root's process sets: sets of an older
+    generation are made again (the same ProcessSet objects, usable at once), a set the job
+    cannot hold any more is gone saying why, and sets of the current generation are kept."""
+    hvd = ranks.hvd()
+    n = hvd.size()
+    pair = hvd.add_process_set(list(range(n)))
+    session_before = pair._session
+    made_in, table = ringd.torch.mpi_ops._process_set_table()
+    assert table == [(pair.process_set_id, list(range(n)))]
+    ringd.torch.mpi_ops._renew_process_sets((made_in, table))  # current: kept
+    assert pair._session is session_before
+    stale = (made_in - 1, table + [(pair.process_set_id + 1, [0, n])])  # as after a change
+    ringd.torch.mpi_ops._renew_process_sets(stale)
+    assert pair._session is not session_before and session_before.closed
+    got = hvd.allreduce(torch.tensor([1.0]), op=hvd.Sum, process_set=pair, name="again")
+    assert got.item() == n, got
+    assert len(ringd.torch.mpi_ops._process_sets) == 1  # the set of rank n is not made
+    hvd.remove_process_set(pair)
+    return True
+
+
+def test_process_sets_are_made_again_after_a_membership_change(one_node):
+    assert one_node.run(r_process_sets_made_again) == [True, True]
+
+
 # ---- across nodes: killed, added, drained ----
 
 def _log(path, **event):
