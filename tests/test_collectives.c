@@ -6,6 +6,7 @@
 #define _GNU_SOURCE
 #include <criterion/criterion.h>
 #include <math.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -903,4 +904,94 @@ Test(collectives, two_nodes_of_two_ranks_run_every_op_round_the_ring_exactly, .t
 Test(collectives, three_nodes_of_two_one_and_one_ranks_run_every_op_exactly, .timeout = 300)
 {
     every_case((topo){3, {2, 1, 1}, 0}, ring_only);
+}
+
+/* Ops another node announced before this node's only rank joined, which cannot run with it
+ * joined: this node makes them its own and fails them on every rank, several at once. */
+static int join_fails_what_waits(int i, void *arg)
+{
+    const topo *t = arg;
+    ringd_t *r = join(t, i);
+    if (r == NULL)
+        return 10;
+    int me = ringd_rank(r), last = -1;
+    float b[2][4] = {{1, 2, 3, 4}, {5, 6, 7, 8}};
+    if (me == 1) {
+        ringd_request_t *q[2];
+        TH_CHECK_OK(r, ringd_broadcast_async(r, "b1", b[0], 4, RINGD_F32, 1, &q[0]));
+        TH_CHECK_OK(r, ringd_broadcast_async(r, "b2", b[1], 4, RINGD_F32, 1, &q[1]));
+        atomic_fetch_add(closing_, 1); /* submitted: rank 0 may join */
+        for (int k = 0; k < 2; k++) {
+            ringd_result_t rc = ringd_wait(q[k]);
+            if (rc != RINGD_E_INVALID || strstr(ringd_errmsg(r), "has joined") == NULL) {
+                fprintf(stderr, "rank 1: broadcast %d while rank 0 had joined: %s: %s\n", k,
+                        ringd_strerror(rc), ringd_errmsg(r));
+                return 95;
+            }
+        }
+    } else {
+        for (int64_t end = th_now_ms() + 30000; atomic_load(closing_) == 0 && th_now_ms() < end;)
+            th_sleep_ms(1);
+        th_sleep_ms(200); /* their announcement reaches this node first, most of the time */
+    }
+    TH_CHECK_OK(r, ringd_join(r, &last));
+    if (last != 1) {
+        fprintf(stderr, "rank %d: the last to join was %d\n", me, last);
+        return 96;
+    }
+    atomic_store(closing_, 0);
+    close_together(r, t->world);
+    return 0;
+}
+
+Test(collectives, a_node_all_joined_fails_the_broadcasts_another_node_announced, .timeout = 120)
+{
+    topo t = {2, {1, 1}, 0};
+    start(&t, NULL);
+    cr_assert_eq(run(&t, join_fails_what_waits, 60000), 0, "a client failed (its stderr above)");
+    finish(&t);
+}
+
+/* The announcement of an op submitted after the join ended may reach a node whose ranks are
+ * still joined before the last join announcement does (control links are per pair of nodes:
+ * nothing orders two senders): that node must not take it for one its joined ranks are out of.
+ * Node n1 is stopped while n0's join ends and n0's rank announces "after". */
+static int join_then_reordered(int i, void *arg)
+{
+    const topo *t = arg;
+    ringd_t *r = join(t, i);
+    if (r == NULL)
+        return 10;
+    int last = -1;
+    if (i == 0)
+        th_sleep_ms(650);
+    if (i == 2) {
+        th_sleep_ms(500);
+        kill(ring_.d[1].pid, SIGSTOP);
+        th_sleep_ms(300);
+    }
+    ringd_result_t rc = ringd_join(r, &last);
+    if (i == 2) {
+        th_sleep_ms(100);
+        kill(ring_.d[1].pid, SIGCONT);
+    }
+    TH_CHECK_OK(r, rc);
+    float all = 1;
+    TH_CHECK_OK(r, ringd_allreduce(r, "after", &all, &all, 1, RINGD_F32, RINGD_SUM));
+    if (all != 3) {
+        fprintf(stderr, "rank %d: after the join %g ranks took part, not 3\n", ringd_rank(r), all);
+        return 97;
+    }
+    close_together(r, t->world);
+    return 0;
+}
+
+Test(collectives, an_op_after_the_join_overtaking_the_last_join_is_not_joined, .timeout = 120)
+{
+    topo t = {3, {1, 1, 1}, 0};
+    start(&t, NULL);
+    int failed = run(&t, join_then_reordered, 60000);
+    kill(ring_.d[1].pid, SIGCONT); /* whatever happened to the client that stopped it */
+    cr_assert_eq(failed, 0, "a client failed (its stderr above)");
+    finish(&t);
 }

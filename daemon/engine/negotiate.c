@@ -113,6 +113,7 @@ typedef struct rec {
     char *message;
     contribution *data; /* direct: each node's */
     void *own;
+    int before_join;  /* a node announced it before announcing the join pending then */
     struct rec *next; /* same bucket, oldest first */
     uint8_t have[];   /* by node */
 } rec;
@@ -313,13 +314,24 @@ size_t rd_neg_unannounced(const rd_neg *n, rd_neg_unheard *out, size_t max)
     size_t count = 0;
     for (size_t b = 0; b < RD_NEG_BUCKETS; b++)
         for (const rec *r = n->buckets[b]; r != NULL; r = r->next) {
-            if (r->have[n->self] || r->status != 0)
+            if (r->have[n->self] || !r->before_join)
                 continue;
             if (count < max)
-                out[count] = (rd_neg_unheard){r->name, r->first};
+                out[count] = (rd_neg_unheard){r->name, r->first, r->status,
+                                              r->message != NULL ? r->message : ""};
             count++;
         }
     return count;
+}
+
+/* 1 when node has announced the join this table has pending. */
+static int announced_join(const rd_neg *n, int node)
+{
+    for (const rec *r = n->buckets[rd_name_hash(RD_JOIN_NAME) % RD_NEG_BUCKETS]; r != NULL;
+         r = r->next)
+        if (strcmp(r->name, RD_JOIN_NAME) == 0 && r->have[node])
+            return 1;
+    return 0;
 }
 
 rd_status rd_neg_ready(rd_neg *n, int node, const rd_op_spec *spec, void *own, char *err,
@@ -353,6 +365,8 @@ rd_status rd_neg_ready(rd_neg *n, int node, const rd_op_spec *spec, void *own, c
         *pp = r;
         n->pending++;
     }
+    if (!r->before_join && strcmp(spec->name, RD_JOIN_NAME) != 0 && !announced_join(n, node))
+        r->before_join = 1;
     r->have[node] = 1;
     r->nhave++;
     if (node == n->self)

@@ -88,16 +88,22 @@ size_t rd_neg_failed_names(const rd_neg *n, char ***names);
  * one from waits in. */
 int rd_neg_awaits(const rd_neg *n, const char *name, int from);
 
-/* An op some node has announced and this node has not: its name (owned by the table, valid until
- * its next change) and the first announcement's params. */
+/* An op some node has announced and this node has not: its name and failure message (owned by
+ * the table, valid until its next change), the first announcement's params, and its status (a
+ * node announced it failed, or the announcements disagree). */
 typedef struct {
     const char *name;
     rd_op_params p;
+    uint32_t status;
+    const char *message;
 } rd_neg_unheard;
 
-/* The ops other nodes have announced (and not as failed) that this node has not, each name's in
- * announcement order, up to max into out. Returns how many there are (more than max: call again
- * with room for all). */
+/* The ops that some node announced before announcing the join (RD_JOIN_NAME) this table has
+ * pending, or with no join pending, and that this node has not announced: what ranks still at
+ * work submitted, which a node whose ranks have all joined takes part in (what a node announces
+ * after its join is for the next round, once the join has ended). Each name's in announcement
+ * order, up to max into out. Returns how many there are (more than max: call again with room for
+ * all). */
 size_t rd_neg_unannounced(const rd_neg *n, rd_neg_unheard *out, size_t max);
 
 /* The positions of the nodes that have not announced this node's op own, up to max into pos.

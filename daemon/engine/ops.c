@@ -498,8 +498,9 @@ static uint32_t join_come(rd_op *o, uint32_t *first)
 
 /* o, pending, goes on without its joined ranks (zeros in their place). Returns 1 when it may go
  * on, 0 when it failed: it is not an allreduce of host memory outside any group, and fails on
- * every rank, naming the joined rank. */
-static int join_mark(rd_op *o)
+ * every rank, naming the joined rank (told to the other nodes now when tell, else left UNTOLD
+ * for the caller to tell in order). */
+static int join_mark(rd_op *o, int tell)
 {
     rd_job *j = o->job;
     uint32_t first = 0;
@@ -525,7 +526,7 @@ static int join_mark(rd_op *o)
              o->name, rd_coll_name((rd_coll)o->p.coll), j->first_rank + first, j->e->cfg->node,
              why);
     rd_optab_tombstone(o, RINGD_E_INVALID, msg);
-    if (j->world != NULL && rd_world_up(j->world) && o->state == OP_UNTOLD)
+    if (tell && j->world != NULL && rd_world_up(j->world) && o->state == OP_UNTOLD)
         rd_ops_tell(o, RINGD_E_INVALID, msg, 0, NULL, 0);
     return 0;
 }
@@ -541,26 +542,42 @@ static size_t unannounced_here(const rd_job *j, const char *name)
     return n;
 }
 
-/* Every local rank of j has joined: each op the other nodes announced that this node has none
- * of yet becomes one here, every rank joined, and goes on (or fails, as join_mark says). All
- * are made before any goes on: the join itself may end as they go (its last announcement came
- * with them), and what the other ranks submitted before joining must not wait for it. */
+/* An op the other nodes announced that this node makes its own (join_fill): the record's
+ * name, params, and failure if it failed, copied out of the negotiation's table. */
+typedef struct {
+    char *name;
+    rd_op_params p;
+    uint32_t status;
+    char *message;
+} unheard_copy;
+
+/* The op of j in state st made as number seq, or NULL. */
+static rd_op *op_by_seq(rd_job *j, op_state st, uint64_t seq)
+{
+    rd_op *x = j->first[st];
+    while (x != NULL && x->seq != seq)
+        x = x->snext;
+    return x;
+}
+
+/* Every local rank of j has joined: each op the ranks still at work announced (on another node)
+ * that this node has none of yet becomes one here, every rank joined; each goes on (or fails, as
+ * join_mark says, or fails as it failed elsewhere). All are made, from a copy of the table,
+ * before any is told to the other nodes, which changes the table; then they are told in the
+ * order they were made, that of their announcements, so that each pairs with its record (the
+ * join itself may end meanwhile: what was announced before it still has this node's part). */
 static void join_fill(rd_job *j)
 {
     if (!all_joined(j) || j->world == NULL || !rd_world_up(j->world))
         return;
-    size_t n = rd_sched_unannounced(j->sched, NULL, 0), made = 0;
+    size_t n = rd_sched_unannounced(j->sched, NULL, 0), made = 0, want = 0;
     if (n == 0)
         return;
     rd_neg_unheard *u = malloc(n * sizeof(*u));
+    unheard_copy *c = calloc(n, sizeof(*c));
     uint64_t *seqs = malloc(n * sizeof(*seqs));
-    if (u == NULL || seqs == NULL) { /* the stall inspector names what then waits */
-        rd_log(RD_LOG_ERROR, "job", "job '%s': out of memory joining the other nodes' ops",
-               j->name);
-        free(u);
-        free(seqs);
-        return;
-    }
+    if (u == NULL || c == NULL || seqs == NULL)
+        goto oom;
     n = rd_sched_unannounced(j->sched, u, n);
     for (size_t i = 0; i < n; i++) {
         size_t before = 0; /* the ops of its name announced before it: this node has them? */
@@ -568,20 +585,54 @@ static void join_fill(rd_job *j)
             before += strcmp(u[k].name, u[i].name) == 0;
         if (before < unannounced_here(j, u[i].name))
             continue;
-        rd_op *o = rd_optab_new(j, u[i].name, &u[i].p, 0);
-        if (o == NULL)
-            break;
-        if (join_mark(o))
-            seqs[made++] = o->seq;
+        c[want] = (unheard_copy){strdup(u[i].name), u[i].p, u[i].status, strdup(u[i].message)};
+        if (c[want].name == NULL || c[want].message == NULL) {
+            want++;
+            goto oom;
+        }
+        want++;
     }
     free(u);
-    for (size_t i = 0; i < made; i++) { /* looked up again: one going on may end another */
-        rd_op *x = j->first[OP_PENDING];
-        while (x != NULL && x->seq != seqs[i])
-            x = x->snext;
-        if (x != NULL)
-            op_ready(x, rd_now_us());
+    u = NULL;
+    for (size_t i = 0; i < want; i++) {
+        rd_op *o = rd_optab_new(j, c[i].name, &c[i].p, 0);
+        if (o == NULL) { /* those made still go */
+            rd_log(RD_LOG_ERROR, "job", "job '%s': out of memory joining the other nodes' ops",
+                   j->name);
+            break;
+        }
+        uint32_t first;
+        if (c[i].status != 0) { /* failed elsewhere: it fails here alike */
+            join_come(o, &first);
+            rd_optab_tombstone(o,
+                               c[i].status < RINGD_RESULT_COUNT ? (rd_status)c[i].status
+                                                                : RINGD_E_PROTOCOL,
+                               c[i].message);
+        } else {
+            join_mark(o, 0);
+        }
+        seqs[made++] = o->seq;
     }
+    for (size_t i = 0; i < made; i++) { /* looked up again: one going on may end another */
+        rd_op *x = op_by_seq(j, OP_PENDING, seqs[i]);
+        if (x != NULL) {
+            op_ready(x, rd_now_us());
+        } else if ((x = op_by_seq(j, OP_UNTOLD, seqs[i])) != NULL) {
+            char msg[768];
+            snprintf(msg, sizeof(msg), "%s", x->message != NULL ? x->message : "");
+            rd_ops_tell(x, x->status, msg, 0, NULL, 0);
+        }
+    }
+    goto done;
+oom: /* the stall inspector names what then waits */
+    rd_log(RD_LOG_ERROR, "job", "job '%s': out of memory joining the other nodes' ops", j->name);
+done:
+    for (size_t i = 0; c != NULL && i < want; i++) {
+        free(c[i].name);
+        free(c[i].message);
+    }
+    free(c);
+    free(u);
     free(seqs);
 }
 
@@ -603,7 +654,7 @@ static void join_arrived(rd_job *j, rd_op *o)
         rd_op *x = j->first[OP_PENDING];
         while (x != NULL && x->seq != seqs[i])
             x = x->snext;
-        if (x != NULL && join_mark(x))
+        if (x != NULL && join_mark(x, 1))
             op_ready(x, rd_now_us());
     }
     free(seqs);
@@ -741,7 +792,7 @@ void rd_ops_submit(rd_client *s, const rd_submit *m)
     }
     if (o->joining) /* this rank has joined: the ops waiting for it go on without it */
         join_arrived(j, o);
-    else if (!join_mark(o))
+    else if (!join_mark(o, 1))
         return;
     op_ready(o, pt->submit_us);
 }
