@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "frame.h"
 #include "negotiate.h"
 #include "schedule.h"
 
@@ -176,14 +177,48 @@ Test(schedule, the_ops_other_nodes_announced_and_this_one_not_are_listed_in_orde
     cr_assert_eq(rd_neg_ready(n, 1, &b, &own, err, sizeof(err)),
                  0); /* announced here: not listed */
     rd_op_spec failed = spec_of("bad", &small);
-    failed.status = RINGD_E_INVALID; /* a failure is not an op to take part in */
+    failed.status = RINGD_E_INVALID; /* listed with its failure */
+    failed.message = "refused on n1";
     cr_assert_eq(rd_neg_ready(n, 0, &failed, NULL, err, sizeof(err)), 0);
     rd_neg_unheard u[4];
-    cr_assert_eq(rd_neg_unannounced(n, u, 1), 2, "more than max: how many there are");
+    cr_assert_eq(rd_neg_unannounced(n, u, 1), 3, "more than max: how many there are");
+    cr_assert_eq(rd_neg_unannounced(n, u, 4), 3);
+    int grad = -1, bad = -1;
+    for (int i = 0; i < 3; i++) {
+        if (strcmp(u[i].name, "grad") == 0 && grad < 0)
+            grad = i;
+        if (strcmp(u[i].name, "bad") == 0)
+            bad = i;
+    }
+    cr_assert(grad >= 0 && bad >= 0);
+    cr_assert_eq(u[grad].p.count, 4, "the name's first announcement first");
+    cr_assert_eq(u[grad + 1].p.count, 1 << 20);
+    cr_assert_eq(u[bad].status, RINGD_E_INVALID);
+    cr_assert_str_eq(u[bad].message, "refused on n1");
+    rd_neg_free(n);
+}
+
+Test(schedule, what_a_node_announces_after_its_join_is_not_listed)
+{
+    rd_neg *n = rd_neg_new(3, nodes3, 1, 0); /* this node is n2; n1 and n3 still at work */
+    cr_assert_not_null(n);
+    rd_op_params p = allreduce(RD_DT_F32, 4),
+                 j = {RD_COLL_ALLGATHER, RD_DT_I64, RD_OP_SUM, 0, 1, 1.0, 1.0, 0, 0, 0};
+    rd_op_spec before = spec_of("x", &p), join = spec_of(RD_JOIN_NAME, &j),
+               after = spec_of("y", &p);
+    char err[256];
+    int own;
+    cr_assert_eq(rd_neg_ready(n, 1, &join, &own, err, sizeof(err)), 0); /* this node joined */
+    cr_assert_eq(rd_neg_ready(n, 0, &before, NULL, err, sizeof(err)), 0);
+    cr_assert_eq(rd_neg_ready(n, 0, &join, NULL, err, sizeof(err)), 0);
+    /* n1's next op, after its join: the join has not ended here (n3 is missing) */
+    cr_assert_eq(rd_neg_ready(n, 0, &after, NULL, err, sizeof(err)), 0);
+    rd_neg_unheard u[4];
+    cr_assert_eq(rd_neg_unannounced(n, u, 4), 1);
+    cr_assert_str_eq(u[0].name, "x");
+    /* the same op announced by a node still at work (n3) is one that node's ranks submitted */
+    cr_assert_eq(rd_neg_ready(n, 2, &after, NULL, err, sizeof(err)), 0);
     cr_assert_eq(rd_neg_unannounced(n, u, 4), 2);
-    cr_assert_str_eq(u[0].name, "grad");
-    cr_assert_eq(u[0].p.count, 4, "the name's first announcement first");
-    cr_assert_eq(u[1].p.count, 1 << 20);
     rd_neg_free(n);
 }
 

@@ -604,10 +604,9 @@ static void join_fill(rd_job *j)
         uint32_t first;
         if (c[i].status != 0) { /* failed elsewhere: it fails here alike */
             join_come(o, &first);
-            rd_optab_tombstone(o,
-                               c[i].status < RINGD_RESULT_COUNT ? (rd_status)c[i].status
-                                                                : RINGD_E_PROTOCOL,
-                               c[i].message);
+            rd_optab_tombstone(
+                o, c[i].status < RINGD_RESULT_COUNT ? (rd_status)c[i].status : RINGD_E_PROTOCOL,
+                c[i].message);
         } else {
             join_mark(o, 0);
         }

@@ -280,6 +280,19 @@ static void capture_session(void)
     seed_frame(&sock, &m);
     ring.n = 0;
     session_seed("hello_counts", &sock, &ring);
+    /* a join between an allreduce and a broadcast (a world of one: the join ends at once) */
+    sock.n = 0;
+    msg_hello(&m, &h, "fuzz", 1);
+    seed_frame(&sock, &m);
+    msg_submit(&m, &sub, 9, RINGD__OP_TYPE__OP_ALLREDUCE, "grad", 64);
+    seed_frame(&sock, &m);
+    msg_submit(&m, &sub, 10, RINGD__OP_TYPE__OP_ALLGATHER, RD_JOIN_NAME, 1);
+    sub.dtype = RINGD__DATA_TYPE__DT_I64;
+    sub.join = 1;
+    seed_frame(&sock, &m);
+    msg_submit(&m, &sub, 11, RINGD__OP_TYPE__OP_BROADCAST, "weights", 64);
+    seed_frame(&sock, &m);
+    session_seed("hello_join", &sock, &ring);
     sock.n = 0;
     seed_empty(&sock, RINGD__MSG__BODY_STATUS_REQUEST);
     session_seed("status", &sock, &ring);

@@ -1,6 +1,7 @@
 # CUDA tensors through ringd.torch, against the same computed by torch on the GPU.
 """ringd.torch with CUDA tensors: allreduce (every op, in place, out of place, async),
-broadcast, allgather (equal and differing first dimensions), and DistributedOptimizer for a few
+broadcast, allgather (equal and differing first dimensions), reducescatter, alltoall with splits,
+and DistributedOptimizer for a few
 steps, each checked against what torch computes on the GPU from every rank's inputs. Each runs
 with a device arena (tensors copied device to device and reduced by the daemon's CUDA kernels)
 and without one (staged through host memory), on one node of 2 ranks and on 2 nodes of 1.
@@ -185,6 +186,34 @@ def _optimizer(tag, arena):
     return [p.detach().cpu() for p in model.parameters()]
 
 
+def _sharded_ops(tag, arena):
+    """reducescatter (Horovod's split of rows), grouped_reducescatter, alltoall with uneven
+    splits and allgather of differing first dimensions, on CUDA tensors (the library stages
+    what its daemon cannot take in device memory), against torch on this GPU."""
+    h, dev = _hvd(tag, arena)
+    me, n = h.rank(), h.size()
+    ins = [_input(r, 7 * 5, torch.float32, dev, 40).view(7, 5) for r in range(n)]
+    total = torch.stack(ins).sum(0)
+    rows = [7 // n + (1 if r < 7 % n else 0) for r in range(n)]
+    mine = total[sum(rows[:me]):sum(rows[:me + 1])]
+    got = h.reducescatter(ins[me], op=h.Sum, name="rs")
+    assert got.device == dev and torch.equal(got, mine), "reducescatter differs from torch's"
+    a, b = h.grouped_reducescatter([ins[me], ins[me] * 2], op=h.Sum, name="grs")
+    assert torch.equal(a, mine) and torch.equal(b, mine * 2), "grouped_reducescatter differs"
+    # alltoall: rank r sends r + k + 1 rows of 3 to rank k
+    send = [torch.cat([torch.full((r + k + 1, 3), float(100 * r + k), device=dev)
+                       for k in range(n)]) for r in range(n)]
+    out, received = h.alltoall(send[me], splits=[me + k + 1 for k in range(n)], name="a2a")
+    want = torch.cat([torch.full((r + me + 1, 3), float(100 * r + me), device=dev)
+                      for r in range(n)])
+    assert out.device == dev and torch.equal(out, want), "alltoall differs from torch's"
+    assert received.tolist() == [r + me + 1 for r in range(n)], received
+    parts = [torch.full((r + 2, 4), float(r), device=dev) for r in range(n)]
+    got = h.allgather(parts[me], name="agv")
+    assert torch.equal(got, torch.cat(parts)), "allgather of differing rows differs"
+    return True
+
+
 # ---- the tests ----
 
 @pytest.mark.parametrize("arena", [ARENA, 0], ids=["device_arena", "host_staged"])
@@ -203,3 +232,8 @@ def test_cuda_distributed_optimizer_matches_torch(layout, arena):
     params = layout.run(_optimizer, f"opt{arena}", arena)
     for p in params[1:]:  # every rank ends with the same parameters
         assert all(torch.equal(a, b) for a, b in zip(params[0], p))
+
+
+@pytest.mark.parametrize("arena", [ARENA, 0], ids=["device_arena", "host_staged"])
+def test_cuda_reducescatter_alltoall_and_uneven_allgather_match_torch(layout, arena):
+    assert layout.run(_sharded_ops, f"sh{arena}", arena) == [True] * layout.world
