@@ -21,17 +21,67 @@ typedef struct rd_learn {
     ringd_dtype_t dtype;
     ringd_recv_fn recv; /* NULL: recvbuf, of want[] */
     void *ctx;
-    void *recvbuf;      /* alltoallv with receive counts given */
-    const size_t *want; /* those receive counts (the caller's) */
-    size_t *recvcounts; /* the caller's, or NULL: what this rank receives from each */
-    int size;           /* the job's size at the call: the first step gathers that many */
-    int per;            /* values per rank in the first step: counts, then the layout */
-    int step;           /* 1: gathering the counts; 2: moving the data */
-    uint64_t *mine;     /* this rank's per values (in this allocation, as the rest) */
-    uint64_t *table;    /* every rank's, size x per */
-    size_t *counts;     /* the data step's: allgatherv size, alltoall size x size */
-    size_t *column;     /* what this rank receives from each rank */
+    void *recvbuf;                /* alltoallv with receive counts given */
+    const size_t *want;           /* those receive counts (the caller's) */
+    size_t *recvcounts;           /* the caller's, or NULL: what this rank receives from each */
+    int size;                     /* the job's size at the call: the first step gathers that many */
+    int per;                      /* values per rank in the first step: counts, then the layout */
+    int step;                     /* 1: gathering the counts; 2: moving the data */
+    uint64_t *mine;               /* this rank's per values (in this allocation, as the rest) */
+    uint64_t *table;              /* every rank's, size x per */
+    size_t *counts;               /* the data step's: allgatherv size, alltoall size x size */
+    size_t *column;               /* what this rank receives from each rank */
+    struct rd_learn_group *group; /* made inside ringd_group_start/end, or NULL */
+    ringd_request_t *outer;       /* the request this is the state of */
 } rd_learn;
+
+/* The collectives of two steps of one group (ringd_group_start/end). Their first steps went in
+ * that group, which the daemons run or fail as one; their data steps go as one group of their
+ * own once every first step has ended (failed alike: all of them fail with it), so that all of
+ * them run or none does, on every rank. */
+typedef struct rd_learn_group {
+    ringd_t *r;
+    rd_learn **members; /* in the order they were made; NULL once freed */
+    size_t n, cap;
+    size_t waiting;        /* first steps not ended yet */
+    int closed;            /* its group has ended: no more members */
+    ringd_result_t status; /* the first steps' first failure */
+    char *message;
+    struct rd_learn_group *next; /* on r->learn_ready */
+} rd_learn_group;
+
+static void group_free(rd_learn_group *g)
+{
+    ringd_t *r = g->r;
+    if (r->learn_group == g)
+        r->learn_group = NULL;
+    for (rd_learn_group **pp = &r->learn_ready; *pp != NULL; pp = &(*pp)->next)
+        if (*pp == g) {
+            *pp = g->next;
+            break;
+        }
+    free(g->members);
+    free(g->message);
+    free(g);
+}
+
+void rd_learn_free(rd_learn *l)
+{
+    if (l == NULL)
+        return;
+    rd_learn_group *g = l->group;
+    if (g != NULL) {
+        size_t live = 0;
+        for (size_t i = 0; i < g->n; i++) {
+            if (g->members[i] == l)
+                g->members[i] = NULL;
+            live += g->members[i] != NULL;
+        }
+        if (live == 0)
+            group_free(g);
+    }
+    free(l);
+}
 
 /* Ends q with status and message. An outer request its caller gave up on goes now: no Complete
  * will come for it. */
@@ -125,6 +175,95 @@ static ringd_result_t move_data(ringd_request_t *q)
     return rc;
 }
 
+/* Every first step of g has ended and no group is being made: the data steps go as one group,
+ * or every member fails as the first steps did. */
+static void group_go(rd_learn_group *g)
+{
+    ringd_t *r = g->r;
+    size_t n = g->n;
+    /* members end (and may be freed, g with the last) as this goes: a copy of them */
+    ringd_request_t **qs = calloc(n ? n : 1, sizeof(*qs));
+    for (size_t i = 0; i < n; i++)
+        if (qs != NULL && g->members[i] != NULL)
+            qs[i] = g->members[i]->outer;
+    ringd_result_t status = g->status;
+    char *message = g->message != NULL ? strdup(g->message) : NULL;
+    if (qs == NULL) {
+        status = RINGD_E_NOMEM;
+        free(message);
+        message = strdup("out of memory");
+    }
+    g->closed = 2; /* gone: nothing comes back to it */
+    /* every rank has the same tables: a layout that differs fails the whole group alike */
+    for (size_t i = 0; status == RINGD_OK && qs != NULL && i < n; i++) {
+        size_t total;
+        if (qs[i] != NULL && read_table(r, qs[i]->learn, &total) != RINGD_OK) {
+            status = RINGD_E_MISMATCH;
+            message = strdup(r->errmsg);
+        }
+    }
+    if (status != RINGD_OK) {
+        for (size_t i = 0; qs != NULL && i < n; i++)
+            if (qs[i] != NULL)
+                finish(qs[i], status, message);
+        free(message);
+        free(qs);
+        return;
+    }
+    free(message);
+    ringd_group_start(r);
+    for (size_t i = 0; i < n; i++) {
+        if (qs[i] == NULL)
+            continue;
+        qs[i]->learn->step = 2;
+        ringd_result_t rc = move_data(qs[i]); /* refused inside the group: all of it fails */
+        if (rc != RINGD_OK && !qs[i]->done)
+            finish(qs[i], rc, r->errmsg);
+    }
+    ringd_group_end(r);
+    free(qs);
+}
+
+void rd_learn_group_end(ringd_t *r)
+{
+    rd_learn_group *g = r->learn_group;
+    if (g != NULL) {
+        r->learn_group = NULL;
+        g->closed = 1;
+        for (size_t i = 0; i < g->n; i++)
+            if (g->members[i] != NULL)
+                g->members[i]->outer->held = 0;
+        if (g->waiting == 0) {
+            g->next = r->learn_ready;
+            r->learn_ready = g;
+        }
+    }
+    while (!r->grouping && r->learn_ready != NULL) {
+        g = r->learn_ready;
+        r->learn_ready = g->next;
+        group_go(g);
+    }
+}
+
+/* inner, the first step of a member of group g, has ended with status (message: the daemon's
+ * detail, taken). */
+static void group_step_ended(rd_learn_group *g, ringd_result_t status, char *message)
+{
+    if (status != RINGD_OK && g->status == RINGD_OK) {
+        g->status = status;
+        g->message = message;
+        message = NULL;
+    }
+    free(message);
+    if (--g->waiting > 0 || g->closed != 1)
+        return;
+    ringd_t *r = g->r;
+    g->next = r->learn_ready;
+    r->learn_ready = g;
+    if (!r->grouping)
+        rd_learn_group_end(r);
+}
+
 void rd_learn_advance(ringd_request_t *inner)
 {
     ringd_request_t *q = inner->outer;
@@ -134,6 +273,10 @@ void rd_learn_advance(ringd_request_t *inner)
     rd_lib_req_unlink(inner);
     rd_lib_req_free(inner);
     rd_learn *l = q->learn;
+    if (l->group != NULL && l->step == 1 && l->group->closed != 2) {
+        group_step_ended(l->group, status, message);
+        return;
+    }
     if (status == RINGD_OK && l->step == 1) {
         l->step = 2;
         status = move_data(q);
@@ -162,6 +305,33 @@ typedef struct {
     size_t *recvcounts;
 } learn_args;
 
+/* Makes l a member of the group being made. Returns 0, or -1 out of memory. */
+static int group_add(ringd_t *r, rd_learn *l)
+{
+    rd_learn_group *g = r->learn_group;
+    if (g == NULL) {
+        if ((g = calloc(1, sizeof(*g))) == NULL)
+            return -1;
+        g->r = r;
+        r->learn_group = g;
+    }
+    if (g->n == g->cap) {
+        size_t cap = g->cap ? 2 * g->cap : 8;
+        rd_learn **m = realloc(g->members, cap * sizeof(*m));
+        if (m == NULL) {
+            if (g->n == 0)
+                group_free(g);
+            return -1;
+        }
+        g->members = m;
+        g->cap = cap;
+    }
+    g->members[g->n++] = l;
+    g->waiting++;
+    l->group = g;
+    return 0;
+}
+
 /* Starts the first step of a collective of two steps: the outer request into *req. */
 static ringd_result_t learn_start(ringd_t *r, const learn_args *g, ringd_request_t **req)
 {
@@ -182,8 +352,7 @@ static ringd_result_t learn_start(ringd_t *r, const learn_args *g, ringd_request
                      NULL,
                      0};
     const char *bad =
-        r->grouping               ? "it cannot be part of a group (its two steps go apart)"
-        : g->name == NULL         ? "it needs a name (both its steps go under it)"
+        g->name == NULL           ? "it needs a name (both its steps go under it)"
         : !rd_name_valid(g->name) ? "an invalid name"
         : g->recv == NULL && g->want == NULL
             ? (g->op == RINGD__OP_TYPE__OP_ALLTOALL ? "recvcounts is NULL" : "recv is NULL")
@@ -234,23 +403,48 @@ static ringd_result_t learn_start(ringd_t *r, const learn_args *g, ringd_request
     l->size = n;
     l->per = per;
     l->step = 1;
+    l->outer = q;
     q->r = r;
     q->id = 0; /* never sent: no Complete matches it */
     q->stage = UINT64_MAX;
     q->learn = l;
     a.send = l->mine;
     a.recv = l->table;
+    if (r->grouping && group_add(r, l) != 0) {
+        free(l);
+        free(q);
+        snprintf(r->errmsg, sizeof(r->errmsg), "out of memory");
+        return rd_lib_refuse(r, &a, g->name, RINGD_E_NOMEM);
+    }
     ringd_request_t *step;
     ringd_result_t rc = rd_lib_submit(r, &a, &step);
-    if (rc != RINGD_OK) {
-        free(l);
+    if (rc != RINGD_OK) { /* refused in the group too: the group fails, without this member */
+        if (l->group != NULL) {
+            l->group->waiting--;
+            l->group->n--;
+        }
+        rd_learn_free(l);
         free(q);
         return rc;
     }
     step->outer = q;
+    q->held = l->group != NULL; /* waited for only once its group has ended */
     rd_lib_req_link(r, q);
     *req = q;
     return RINGD_OK;
+}
+
+/* 1 after saying so when a synchronous call comes inside a group: it would wait for the group's
+ * end, which it holds up. */
+static int sync_in_group(ringd_t *r, const char *name)
+{
+    if (r == NULL || !r->grouping)
+        return 0;
+    snprintf(r->errmsg, sizeof(r->errmsg),
+             "tensor '%s': a synchronous collective inside a group (ringd_group_start): use its "
+             "_async form, and wait after ringd_group_end",
+             name != NULL ? name : "(unnamed)");
+    return 1;
 }
 
 ringd_result_t ringd_allgatherv_into_async(ringd_t *r, const char *name, const void *sendbuf,
@@ -278,6 +472,8 @@ ringd_result_t ringd_allgatherv_into(ringd_t *r, const char *name, const void *s
                                      ringd_recv_fn recv, void *ctx, size_t *recvcounts)
 {
     ringd_request_t *q;
+    if (sync_in_group(r, name))
+        return RINGD_E_INVALID;
     ringd_result_t rc = ringd_allgatherv_into_async(r, name, sendbuf, sendcount, layout, dtype,
                                                     recv, ctx, recvcounts, &q);
     return rc != RINGD_OK ? rc : rd_lib_wait(q);
@@ -308,6 +504,8 @@ ringd_result_t ringd_alltoallv(ringd_t *r, const char *name, const void *sendbuf
                                ringd_dtype_t dtype)
 {
     ringd_request_t *q;
+    if (sync_in_group(r, name))
+        return RINGD_E_INVALID;
     ringd_result_t rc =
         ringd_alltoallv_async(r, name, sendbuf, sendcounts, recvbuf, recvcounts, dtype, &q);
     return rc != RINGD_OK ? rc : rd_lib_wait(q);
@@ -338,6 +536,8 @@ ringd_result_t ringd_alltoallv_into(ringd_t *r, const char *name, const void *se
                                     ringd_recv_fn recv, void *ctx, size_t *recvcounts)
 {
     ringd_request_t *q;
+    if (sync_in_group(r, name))
+        return RINGD_E_INVALID;
     ringd_result_t rc = ringd_alltoallv_into_async(r, name, sendbuf, sendcounts, layout, dtype,
                                                    recv, ctx, recvcounts, &q);
     return rc != RINGD_OK ? rc : rd_lib_wait(q);

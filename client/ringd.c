@@ -530,7 +530,7 @@ static void req_free(ringd_request_t *q)
 {
     if (q->stage != RD_NO_STAGE)
         rd_alloc_put(q->stage_alloc, q->stage);
-    free(q->learn);
+    rd_learn_free(q->learn);
     free(q->message);
     free(q);
 }
@@ -1356,6 +1356,7 @@ ringd_result_t ringd_group_end(ringd_t *r)
     }
     r->held_tail = NULL;
     r->nheld = 0;
+    rd_learn_group_end(r);
     return rc != RINGD_OK ? rc : r->broken;
 }
 
@@ -1762,7 +1763,7 @@ void ringd_close(ringd_t *r)
     while (r->reqs != NULL) {
         ringd_request_t *q = r->reqs;
         r->reqs = q->next;
-        free(q->learn);
+        rd_learn_free(q->learn);
         free(q->message);
         free(q);
     }

@@ -60,6 +60,9 @@ struct ringd {
     uint64_t since_join;   /* collectives submitted since the last join or generation change */
     ringd_request_t *reqs; /* outstanding requests */
     int grouping;          /* between ringd_group_start and ringd_group_end */
+    struct rd_learn_group *learn_group; /* that group's collectives of two steps (learn.c) */
+    struct rd_learn_group *learn_ready; /* groups of them whose data steps wait for the group
+                                           being made to end */
     /* What a process set's session is opened with (pset.c): this session's own settings */
     char *socket_path, *job;
     int open_timeout_ms;
@@ -116,5 +119,12 @@ void rd_lib_req_complete(ringd_request_t *q, ringd_result_t status, const char *
 /* inner, a step of a request of two steps, has finished: the next step goes, or the request
  * ends (learn.c). inner is unlinked and freed. */
 void rd_learn_advance(ringd_request_t *inner);
+
+/* ringd_group_end has sent the group: its collectives of two steps send their data steps as a
+ * group of their own once all their first steps have ended (learn.c). */
+void rd_learn_group_end(ringd_t *r);
+
+/* Frees a request's two-step state (NULL is a no-op), leaving its group. */
+void rd_learn_free(struct rd_learn *l);
 
 #endif

@@ -460,6 +460,81 @@ static int learnt_counts(int i, void *arg)
 }
 
 /* Element e of rank k's block for rank j, small enough for every dtype. */
+/* Collectives of two steps in a group (Horovod's grouped_allgather): all run, or all fail alike
+ * on every rank: a layout that differs on one rank in one member fails every member of two steps
+ * (the group's one-step allreduce has run by then), a member refused on one rank fails every
+ * member, a synchronous one inside is refused. */
+static int learnt_groups(int i, void *arg)
+{
+    const topo *t = arg;
+    ringd_t *r = join(t, i);
+    if (r == NULL)
+        return 10;
+    int n = ringd_size(r), me = ringd_rank(r);
+    int32_t a[16], b[16];
+    float x = 1;
+    size_t counts[2][TH_RING_MAX * 4];
+    for (size_t k = 0; k < 16; k++)
+        a[k] = b[k] = 1000 * me + (int)k;
+    for (int round = 0; round < 3; round++) {
+        recv_slot slot[2] = {{4, 0, NULL, 0}, {4, 0, NULL, 0}};
+        ringd_request_t *q[3] = {NULL, NULL, NULL};
+        char na[32], nb[32], nc[32];
+        snprintf(na, sizeof(na), "lg%d.a", round);
+        snprintf(nb, sizeof(nb), "lg%d.b", round);
+        snprintf(nc, sizeof(nc), "lg%d.c", round);
+        TH_CHECK_OK(r, ringd_group_start(r));
+        /* round 1: the last rank passes another layout; round 2: rank 0's second is refused */
+        uint64_t layout = round == 1 && me == n - 1 ? 8 : 7;
+        TH_CHECK_OK(r,
+                    ringd_allgatherv_into_async(r, na, a, (size_t)(me % 4 * 3), layout, RINGD_I32,
+                                                recv_into, &slot[0], counts[0], &q[0]));
+        ringd_result_t call = ringd_allgatherv_into_async(
+            r, nb, b, (size_t)(me % 4 * 3 + 1), 7, RINGD_I32,
+            round == 2 && me == 0 ? NULL : recv_into, &slot[1], counts[1], &q[1]);
+        if (call != (round == 2 && me == 0 ? RINGD_E_INVALID : RINGD_OK)) {
+            fprintf(stderr, "rank %d: group %d: %s: %s\n", me, round, ringd_strerror(call),
+                    ringd_errmsg(r));
+            return 100;
+        }
+        TH_CHECK_OK(r, ringd_allreduce_async(r, nc, &x, &x, 1, RINGD_F32, RINGD_SUM, &q[2]));
+        if (ringd_allgatherv_into(r, "lg.sync", a, 1, 7, RINGD_I32, recv_into, &slot[0], NULL) !=
+            RINGD_E_INVALID) {
+            fprintf(stderr, "rank %d: a synchronous two-step call inside a group ran\n", me);
+            return 101;
+        }
+        TH_CHECK_OK(r, ringd_group_end(r));
+        for (int k = 0; k < 3; k++) {
+            /* a layout is compared once every first step has run: the group's allreduce, done
+             * with them, has run */
+            ringd_result_t want = round == 0 || (round == 1 && k == 2) ? RINGD_OK
+                                  : round == 1                         ? RINGD_E_MISMATCH
+                                                                       : RINGD_E_INVALID;
+            ringd_result_t rc = q[k] != NULL ? ringd_wait(q[k]) : want;
+            if (rc != want) {
+                fprintf(stderr, "rank %d: group %d, member %d: %s, want %s: %s\n", me, round, k,
+                        ringd_strerror(rc), ringd_strerror(want), ringd_errmsg(r));
+                return 102;
+            }
+        }
+        if (round == 0) {
+            for (int k = 0; k < 2; k++) {
+                int rc = check_learnt(me, n, k, &slot[k], counts[k]);
+                if (rc != 0)
+                    return rc;
+            }
+            if (x != (float)n)
+                return 103;
+        }
+        free(slot[0].buf);
+        free(slot[1].buf);
+        x = 1;
+    }
+    TH_CHECK_OK(r, ringd_allreduce(r, "after.lg", &x, &x, 1, RINGD_F32, RINGD_SUM));
+    close_together(r, t->world);
+    return 0;
+}
+
 static double a2a_value(int k, int j, size_t e)
 {
     return (double)((k * 7 + j * 3 + (int)e) % 50);
@@ -878,6 +953,7 @@ static void every_case(topo t, const char *const *extra)
     cr_assert_eq(run(&t, learnt_counts, 60000), 0, "a client failed (its stderr above)");
     cr_assert_eq(run(&t, alltoalls, 120000), 0, "a client failed (its stderr above)");
     cr_assert_eq(run(&t, groups, 60000), 0, "a client failed (its stderr above)");
+    cr_assert_eq(run(&t, learnt_groups, 60000), 0, "a client failed (its stderr above)");
     cr_assert_eq(run(&t, process_sets, 60000), 0, "a client failed (its stderr above)");
     cr_assert_eq(run(&t, joins, 60000), 0, "a client failed (its stderr above)");
     cr_assert_eq(run(&t, pset_change, 60000), 0, "a client failed (its stderr above)");

@@ -447,15 +447,19 @@ RINGD_API ringd_result_t ringd_barrier(ringd_t *r, const char *name);
 RINGD_API ringd_result_t ringd_barrier_async(ringd_t *r, const char *name, ringd_request_t **req);
 
 /* Groups: the collectives this session submits between ringd_group_start and ringd_group_end
- * (their _async forms; a synchronous call in a group fails with RINGD_E_INVALID, and so do
- * ringd_allgatherv_into and ringd_alltoallv, of two steps) are one unit to the daemon: held
- * until every rank has submitted every one of them, negotiated together, run together (small
- * allreduces fused), and failed together — a failure of one (a mismatch, a refusal, a stall)
- * fails every one, on every rank, with its reason. Every rank groups the same collectives in
- * the same order (the group is named after its first; its size and order are compared like
- * the collectives' parameters). At most the daemon's --max-pending (4096 by default) in a
- * group; no barrier. ringd_group_end sends them; wait for each request after it, as usual
- * (before, ringd_wait and ringd_test refuse it: RINGD_E_INVALID). Groups do not nest. */
+ * (their _async forms; a synchronous call in a group fails with RINGD_E_INVALID) are one unit to
+ * the daemon: held until every rank has submitted every one of them, negotiated together, run
+ * together (small allreduces fused), and failed together — a failure of one (a mismatch, a
+ * refusal, a stall) fails every one, on every rank, with its reason. Every rank groups the same
+ * collectives in the same order (the group is named after its first; its size and order are
+ * compared like the collectives' parameters). At most the daemon's --max-pending (4096 by
+ * default) in a group; no barrier. ringd_group_end sends them; wait for each request after it,
+ * as usual (before, ringd_wait and ringd_test refuse it: RINGD_E_INVALID). Groups do not nest.
+ * Collectives of two steps (ringd_allgatherv_into, ringd_alltoallv and _into) take their first
+ * steps in the group; once all have ended, their data steps go as a group of their own, from
+ * whichever call of the session handles the last: all of them run or all fail alike (a layout
+ * that differs between ranks, found after the first steps, fails those of two steps, not the
+ * group's others, which have run). */
 RINGD_API ringd_result_t ringd_group_start(ringd_t *r);
 RINGD_API ringd_result_t ringd_group_end(ringd_t *r);
 

@@ -941,6 +941,10 @@ class Session:
         if m is None or "mismatch (layout)" not in e.message:
             return e
         a, la, b, lb = (int(x) for x in m.groups())
+        # in a group, the member whose rows differ may be another one
+        other = re.search(r"tensor '([^']*)' mismatch \(layout\)", e.message)
+        if other is not None and f"'{other.group(1)}'" not in what:
+            what = f"{what} (in a group with '{other.group(1)}')"
         return Mismatch(Result.MISMATCH,
                         f"{what}: rank {a}'s rows have shape {self._describe_layout(la)}, rank "
                         f"{b}'s {self._describe_layout(lb)}: only the first dimension may differ "

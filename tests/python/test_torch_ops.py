@@ -471,6 +471,11 @@ def r_grouped_allgather_and_reducescatter():
         raise AssertionError("a grouped allreduce with a mismatched member returned")
     except ringd.Mismatch as e:
         assert "group" in str(e), str(e)
+    # all or nothing: the second member's rows differ in shape on the last rank, and both fail
+    rows = torch.ones(r + 1, 3 if r == n - 1 else 2)
+    h = hvd.grouped_allgather_async([a, rows], name="g.agbad")
+    with pytest.raises(ringd.Mismatch, match=r"g\.agbad\.0' \(in a group with '.*agbad\.1'"):
+        hvd.synchronize(h)
     got = hvd.grouped_reducescatter([x, y], name="g.rs", op=hvd.Sum)
     _same("grouped reducescatter 0", got[0], hvd.reducescatter(x, name="one.rs.0", op=hvd.Sum))
     _same("grouped reducescatter 1", got[1], hvd.reducescatter(y, name="one.rs.1", op=hvd.Sum))

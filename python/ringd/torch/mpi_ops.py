@@ -859,15 +859,18 @@ def reducescatter(tensor: torch.Tensor, name: Optional[str] = None,
 
 def grouped_allgather_async(tensors: Sequence[torch.Tensor], name: Optional[str] = None,
                             process_set: ProcessSet = global_process_set) -> int:
-    """Starts allgathers of a list of tensors ("<name>.<i>"); synchronize() returns the list of
-    results. (Each is a ringd op of its own: a failure of one does not fail the others yet.)"""
+    """Starts allgathers of a list of tensors ("<name>.<i>") as one group: all run, or all fail
+    alike on every rank (the counts of every one are learnt first, then the data of all moves as
+    one group). synchronize() returns the list of results."""
     s = _session_of(process_set)
     base = _op_name("grouped_allgather", name, process_set)
     _claim(_key(base, process_set))
     names = [f"{base}.{i}" for i in range(len(tensors))]
     for i, t in enumerate(tensors):
         _checked(s, names, _check_tensor, t, f"grouped allgather '{base}' tensor {i}")
-    works = [_checked(s, names[i:], _Allgather, s, t, names[i]) for i, t in enumerate(tensors)]
+    with s.group():  # one unit to the daemon: all run, or all fail alike
+        works = [_checked(s, names[i:], _Allgather, s, t, names[i])
+                 for i, t in enumerate(tensors)]
     return _register(_Group(works), _key(base, process_set))
 
 
