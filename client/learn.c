@@ -33,6 +33,7 @@ typedef struct rd_learn {
     size_t *column;               /* what this rank receives from each rank */
     struct rd_learn_group *group; /* made inside ringd_group_start/end, or NULL */
     ringd_request_t *outer;       /* the request this is the state of */
+    char *refused;                /* its rank joined during its first step: why it fails */
 } rd_learn;
 
 /* The collectives of two steps of one group (ringd_group_start/end). Their first steps went in
@@ -44,25 +45,28 @@ typedef struct rd_learn_group {
     rd_learn **members; /* in the order they were made; NULL once freed */
     size_t n, cap;
     size_t waiting;        /* first steps not ended yet */
-    int closed;            /* its group has ended: no more members */
+    int closed;            /* 1: its group has ended (no more members); 2: its data steps went */
+    int busy;              /* group_go runs: a member freed meanwhile leaves g in place */
     ringd_result_t status; /* the first steps' first failure */
     char *message;
-    struct rd_learn_group *next; /* on r->learn_ready */
 } rd_learn_group;
 
 static void group_free(rd_learn_group *g)
 {
-    ringd_t *r = g->r;
-    if (r->learn_group == g)
-        r->learn_group = NULL;
-    for (rd_learn_group **pp = &r->learn_ready; *pp != NULL; pp = &(*pp)->next)
-        if (*pp == g) {
-            *pp = g->next;
-            break;
-        }
+    if (g->r->learn_group == g)
+        g->r->learn_group = NULL;
     free(g->members);
     free(g->message);
     free(g);
+}
+
+/* 1 when no member of g is left. */
+static int group_empty(const rd_learn_group *g)
+{
+    for (size_t i = 0; i < g->n; i++)
+        if (g->members[i] != NULL)
+            return 0;
+    return 1;
 }
 
 void rd_learn_free(rd_learn *l)
@@ -71,15 +75,13 @@ void rd_learn_free(rd_learn *l)
         return;
     rd_learn_group *g = l->group;
     if (g != NULL) {
-        size_t live = 0;
-        for (size_t i = 0; i < g->n; i++) {
+        for (size_t i = 0; i < g->n; i++)
             if (g->members[i] == l)
                 g->members[i] = NULL;
-            live += g->members[i] != NULL;
-        }
-        if (live == 0)
+        if (!g->busy && group_empty(g))
             group_free(g);
     }
+    free(l->refused);
     free(l);
 }
 
@@ -180,69 +182,57 @@ static ringd_result_t move_data(ringd_request_t *q)
 static void group_go(rd_learn_group *g)
 {
     ringd_t *r = g->r;
-    size_t n = g->n;
-    /* members end (and may be freed, g with the last) as this goes: a copy of them */
-    ringd_request_t **qs = calloc(n ? n : 1, sizeof(*qs));
-    for (size_t i = 0; i < n; i++)
-        if (qs != NULL && g->members[i] != NULL)
-            qs[i] = g->members[i]->outer;
+    g->closed = 2; /* gone: nothing comes back to it */
+    g->busy = 1;   /* its members end (and may be freed) as this goes: it stays till the end */
     ringd_result_t status = g->status;
     char *message = g->message != NULL ? strdup(g->message) : NULL;
-    if (qs == NULL) {
-        status = RINGD_E_NOMEM;
-        free(message);
-        message = strdup("out of memory");
-    }
-    g->closed = 2; /* gone: nothing comes back to it */
     /* every rank has the same tables: a layout that differs fails the whole group alike */
-    for (size_t i = 0; status == RINGD_OK && qs != NULL && i < n; i++) {
+    for (size_t i = 0; status == RINGD_OK && i < g->n; i++) {
         size_t total;
-        if (qs[i] != NULL && read_table(r, qs[i]->learn, &total) != RINGD_OK) {
+        if (g->members[i] != NULL && read_table(r, g->members[i], &total) != RINGD_OK) {
             status = RINGD_E_MISMATCH;
             message = strdup(r->errmsg);
         }
     }
     if (status != RINGD_OK) {
-        for (size_t i = 0; qs != NULL && i < n; i++)
-            if (qs[i] != NULL)
-                finish(qs[i], status, message);
-        free(message);
-        free(qs);
-        return;
+        for (size_t i = 0; i < g->n; i++)
+            if (g->members[i] != NULL)
+                finish(g->members[i]->outer, status,
+                       message != NULL ? message : ringd_strerror(status));
+    } else {
+        rd_group_aside caller; /* a group the caller is making now is not this one */
+        rd_lib_group_aside(r, &caller);
+        ringd_group_start(r);
+        for (size_t i = 0; i < g->n; i++) {
+            if (g->members[i] == NULL)
+                continue;
+            ringd_request_t *q = g->members[i]->outer;
+            q->learn->step = 2;
+            ringd_result_t rc = move_data(q); /* refused inside the group: all of it fails */
+            if (rc != RINGD_OK && !q->done)
+                finish(q, rc, r->errmsg);
+        }
+        ringd_group_end(r);
+        rd_lib_group_restore(r, &caller);
     }
     free(message);
-    ringd_group_start(r);
-    for (size_t i = 0; i < n; i++) {
-        if (qs[i] == NULL)
-            continue;
-        qs[i]->learn->step = 2;
-        ringd_result_t rc = move_data(qs[i]); /* refused inside the group: all of it fails */
-        if (rc != RINGD_OK && !qs[i]->done)
-            finish(qs[i], rc, r->errmsg);
-    }
-    ringd_group_end(r);
-    free(qs);
+    g->busy = 0;
+    if (group_empty(g))
+        group_free(g);
 }
 
 void rd_learn_group_end(ringd_t *r)
 {
     rd_learn_group *g = r->learn_group;
-    if (g != NULL) {
-        r->learn_group = NULL;
-        g->closed = 1;
-        for (size_t i = 0; i < g->n; i++)
-            if (g->members[i] != NULL)
-                g->members[i]->outer->held = 0;
-        if (g->waiting == 0) {
-            g->next = r->learn_ready;
-            r->learn_ready = g;
-        }
-    }
-    while (!r->grouping && r->learn_ready != NULL) {
-        g = r->learn_ready;
-        r->learn_ready = g->next;
+    if (g == NULL)
+        return;
+    r->learn_group = NULL;
+    g->closed = 1;
+    for (size_t i = 0; i < g->n; i++)
+        if (g->members[i] != NULL)
+            g->members[i]->outer->held = 0;
+    if (g->waiting == 0)
         group_go(g);
-    }
 }
 
 /* inner, the first step of a member of group g, has ended with status (message: the daemon's
@@ -255,13 +245,8 @@ static void group_step_ended(rd_learn_group *g, ringd_result_t status, char *mes
         message = NULL;
     }
     free(message);
-    if (--g->waiting > 0 || g->closed != 1)
-        return;
-    ringd_t *r = g->r;
-    g->next = r->learn_ready;
-    r->learn_ready = g;
-    if (!r->grouping)
-        rd_learn_group_end(r);
+    if (--g->waiting == 0 && g->closed == 1)
+        group_go(g);
 }
 
 void rd_learn_advance(ringd_request_t *inner)
@@ -273,13 +258,21 @@ void rd_learn_advance(ringd_request_t *inner)
     rd_lib_req_unlink(inner);
     rd_lib_req_free(inner);
     rd_learn *l = q->learn;
+    if (l->refused != NULL && l->step == 1) { /* its rank joined: it fails, on every rank */
+        free(message);
+        message = strdup(l->refused);
+        status = RINGD_E_INVALID;
+    }
     if (l->group != NULL && l->step == 1 && l->group->closed != 2) {
         group_step_ended(l->group, status, message);
         return;
     }
     if (status == RINGD_OK && l->step == 1) {
+        rd_group_aside caller; /* a group the caller is making now is not this one's */
+        rd_lib_group_aside(q->r, &caller);
         l->step = 2;
         status = move_data(q);
+        rd_lib_group_restore(q->r, &caller);
         free(message);
         if (status == RINGD_OK || q->done) /* going on; or the session broke, ending q */
             return;
@@ -287,6 +280,20 @@ void rd_learn_advance(ringd_request_t *inner)
     }
     finish(q, status, message);
     free(message);
+}
+
+void rd_learn_refuse_all(ringd_t *r, const char *why)
+{
+    for (ringd_request_t *q = r->reqs; q != NULL; q = q->next) {
+        rd_learn *l = q->learn;
+        if (l == NULL || q->done || l->step != 1 || l->refused != NULL)
+            continue;
+        char msg[sizeof(r->errmsg)];
+        snprintf(msg, sizeof(msg), "tensor '%s': %s", l->name, why);
+        l->refused = strdup(msg);
+        /* its data step, which the others submit once the first has run, fails for them */
+        ringd_refuse(r, l->name, RINGD_E_INVALID, msg);
+    }
 }
 
 /* What a collective of two steps is given. */

@@ -1314,6 +1314,24 @@ ringd_result_t rd_lib_refuse(ringd_t *r, const submit_args *a, const char *name,
     return refuse(r, a, name, rc);
 }
 
+void rd_lib_group_aside(ringd_t *r, rd_group_aside *save)
+{
+    *save = (rd_group_aside){r->grouping, r->held, r->held_tail, r->nheld, r->learn_group};
+    r->grouping = 0;
+    r->held = r->held_tail = NULL;
+    r->nheld = 0;
+    r->learn_group = NULL;
+}
+
+void rd_lib_group_restore(ringd_t *r, const rd_group_aside *save)
+{
+    r->grouping = save->grouping;
+    r->held = save->held;
+    r->held_tail = save->held_tail;
+    r->nheld = save->nheld;
+    r->learn_group = save->learn_group;
+}
+
 ringd_result_t ringd_group_start(ringd_t *r)
 {
     if (r == NULL)
@@ -1624,6 +1642,14 @@ ringd_result_t ringd_join(ringd_t *r, int *last_rank)
         return RINGD_E_INVALID;
     if (r->grouping)
         return fail(r, RINGD_E_INVALID, "ringd_join: not inside a group (ringd_group_start)");
+    if (r->broken == RINGD_OK) { /* their data steps would need this rank: they fail instead */
+        char why[256];
+        snprintf(why, sizeof(why),
+                 "rank %d joined (ringd_join) while it was under way: a collective of two steps "
+                 "does not run once a rank has joined (only allreduces do)",
+                 r->rank);
+        rd_learn_refuse_all(r, why);
+    }
     /* every rank's count of collectives: the one that joined last had submitted the most */
     int64_t mine = (int64_t)r->since_join;
     int64_t *all = calloc(r->size > 0 ? (size_t)r->size : 1, sizeof(*all));

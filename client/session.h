@@ -61,8 +61,6 @@ struct ringd {
     ringd_request_t *reqs; /* outstanding requests */
     int grouping;          /* between ringd_group_start and ringd_group_end */
     struct rd_learn_group *learn_group; /* that group's collectives of two steps (learn.c) */
-    struct rd_learn_group *learn_ready; /* groups of them whose data steps wait for the group
-                                           being made to end */
     /* What a process set's session is opened with (pset.c): this session's own settings */
     char *socket_path, *job;
     int open_timeout_ms;
@@ -123,6 +121,22 @@ void rd_learn_advance(ringd_request_t *inner);
 /* ringd_group_end has sent the group: its collectives of two steps send their data steps as a
  * group of their own once all their first steps have ended (learn.c). */
 void rd_learn_group_end(ringd_t *r);
+
+/* The group the caller is making, set aside while the library submits a data step of its own
+ * (which must not join the caller's group, only on the ranks that happen to handle a completion
+ * inside it), and put back. */
+typedef struct {
+    int grouping;
+    struct held *held, *held_tail;
+    uint32_t nheld;
+    struct rd_learn_group *learn_group;
+} rd_group_aside;
+void rd_lib_group_aside(ringd_t *r, rd_group_aside *save);
+void rd_lib_group_restore(ringd_t *r, const rd_group_aside *save);
+
+/* ringd_join: the collectives of two steps this rank has in their first step fail on every
+ * rank, this one's as their first steps end (their data steps would need the joined rank). */
+void rd_learn_refuse_all(ringd_t *r, const char *why);
 
 /* Frees a request's two-step state (NULL is a no-op), leaving its group. */
 void rd_learn_free(struct rd_learn *l);

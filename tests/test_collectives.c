@@ -1071,3 +1071,107 @@ Test(collectives, an_op_after_the_join_overtaking_the_last_join_is_not_joined, .
     cr_assert_eq(failed, 0, "a client failed (its stderr above)");
     finish(&t);
 }
+
+/* The data steps of collectives of two steps never join a group the caller is making when their
+ * first steps end: waiting inside a later group for a member of an ended group, and a rank that
+ * alone handles another's completion inside its group, both run as on every other rank. */
+static int data_steps_outside_the_callers_group(int i, void *arg)
+{
+    const topo *t = arg;
+    ringd_t *r = join(t, i);
+    if (r == NULL)
+        return 10;
+    int me = ringd_rank(r), n = ringd_size(r);
+    int32_t a[16];
+    for (int k = 0; k < 16; k++)
+        a[k] = 1000 * me + k;
+    recv_slot slot[2] = {{4, 0, NULL, 0}, {4, 0, NULL, 0}};
+    size_t counts[2][TH_RING_MAX * 4];
+    ringd_request_t *qa, *qb, *qx, *qy;
+    float x = 1, y = 1;
+    TH_CHECK_OK(r, ringd_group_start(r));
+    TH_CHECK_OK(r, ringd_allgatherv_into_async(r, "ds.a", a, (size_t)(me % 4 * 3), 7, RINGD_I32,
+                                               recv_into, &slot[0], counts[0], &qa));
+    TH_CHECK_OK(r, ringd_group_end(r));
+    TH_CHECK_OK(r, ringd_group_start(r));
+    TH_CHECK_OK(r, ringd_allreduce_async(r, "ds.b", &x, &x, 1, RINGD_F32, RINGD_SUM, &qb));
+    TH_CHECK_OK(r, ringd_wait(qa)); /* inside group b, which holds nothing it needs */
+    TH_CHECK_OK(r, ringd_group_end(r));
+    TH_CHECK_OK(r, ringd_wait(qb));
+    int rc = check_learnt(me, n, 0, &slot[0], counts[0]);
+    if (rc != 0 || x != (float)n)
+        return rc != 0 ? rc : 110;
+    TH_CHECK_OK(r, ringd_allgatherv_into_async(r, "ds.x", a, (size_t)(me % 4 * 3 + 1), 7, RINGD_I32,
+                                               recv_into, &slot[1], counts[1], &qx));
+    TH_CHECK_OK(r, ringd_group_start(r));
+    TH_CHECK_OK(r, ringd_allreduce_async(r, "ds.y", &y, &y, 1, RINGD_F32, RINGD_SUM, &qy));
+    int done = 0;
+    ringd_result_t rx = RINGD_OK;
+    if (me == 0) /* it handles x's first step inside its group; the others after theirs */
+        for (int k = 0; k < 200 && !done; k++) {
+            rx = ringd_test(qx, &done); /* done: released, rx its result */
+            th_sleep_ms(2);
+        }
+    TH_CHECK_OK(r, ringd_group_end(r));
+    TH_CHECK_OK(r, ringd_wait(qy));
+    TH_CHECK_OK(r, done ? rx : ringd_wait(qx));
+    rc = check_learnt(me, n, 1, &slot[1], counts[1]);
+    free(slot[0].buf);
+    free(slot[1].buf);
+    if (rc != 0 || y != (float)n)
+        return rc != 0 ? rc : 111;
+    close_together(r, t->world);
+    return 0;
+}
+
+Test(collectives, data_steps_of_two_step_collectives_stay_out_of_the_callers_group, .timeout = 120)
+{
+    topo t = {0, {2}, 0};
+    start(&t, NULL);
+    cr_assert_eq(run(&t, data_steps_outside_the_callers_group, 60000), 0,
+                 "a client failed (its stderr above)");
+    finish(&t);
+}
+
+/* A rank joins with a collective of two steps under way: it fails on every rank, saying why,
+ * instead of waiting for the joined rank's data step. */
+static int join_with_two_steps_under_way(int i, void *arg)
+{
+    const topo *t = arg;
+    ringd_t *r = join(t, i);
+    if (r == NULL)
+        return 10;
+    int me = ringd_rank(r), last = -1;
+    int32_t a[16] = {0};
+    recv_slot slot = {4, 0, NULL, 0};
+    size_t counts[TH_RING_MAX * 4];
+    ringd_result_t rc;
+    if (me == 0) {
+        ringd_request_t *q;
+        TH_CHECK_OK(r, ringd_allgatherv_into_async(r, "tj", a, 2, 7, RINGD_I32, recv_into, &slot,
+                                                   counts, &q));
+        TH_CHECK_OK(r, ringd_join(r, &last));
+        rc = ringd_wait(q);
+    } else {
+        rc = ringd_allgatherv_into(r, "tj", a, 3, 7, RINGD_I32, recv_into, &slot, counts);
+    }
+    free(slot.buf);
+    if (rc != RINGD_E_INVALID || strstr(ringd_errmsg(r), "joined") == NULL) {
+        fprintf(stderr, "rank %d: a two-step op under way at a join: %s: %s\n", me,
+                ringd_strerror(rc), ringd_errmsg(r));
+        return 112;
+    }
+    if (me != 0)
+        TH_CHECK_OK(r, ringd_join(r, &last));
+    close_together(r, t->world);
+    return 0;
+}
+
+Test(collectives, a_join_fails_the_two_step_collectives_under_way_on_every_rank, .timeout = 120)
+{
+    topo t = {2, {1, 1}, 0};
+    start(&t, NULL);
+    cr_assert_eq(run(&t, join_with_two_steps_under_way, 60000), 0,
+                 "a client failed (its stderr above)");
+    finish(&t);
+}

@@ -439,7 +439,9 @@ RINGD_API ringd_result_t ringd_alltoallv_into_async(ringd_t *r, const char *name
  * last in the order of collectives: the one that had submitted the most collectives since its
  * previous join or generation change (of ranks tied, the highest). Waits without
  * op_timeout_ms (the daemon's --stall-abort ends a join the other ranks stop working towards);
- * not inside a group. Asynchronous collectives submitted before it still complete. */
+ * not inside a group. Asynchronous collectives submitted before it still complete, except those
+ * of two steps still learning their counts (ringd_allgatherv_into, ringd_alltoallv): their data
+ * steps would need this rank, so they fail on every rank with RINGD_E_INVALID. */
 RINGD_API ringd_result_t ringd_join(ringd_t *r, int *last_rank);
 
 /* Returns once every rank has entered the barrier of the same name. */

@@ -196,16 +196,18 @@ def r_process_sets_made_again():
     n = hvd.size()
     pair = hvd.add_process_set(list(range(n)))
     session_before = pair._session
-    made_in, table = ringd.torch.mpi_ops._process_set_table()
+    made_in, table, next_id = ringd.torch.mpi_ops._process_set_table()
     assert table == [(pair.process_set_id, list(range(n)))]
-    ringd.torch.mpi_ops._renew_process_sets((made_in, table))  # current: kept
+    ringd.torch.mpi_ops._renew_process_sets((made_in, table, next_id))  # current: kept
     assert pair._session is session_before
-    stale = (made_in - 1, table + [(pair.process_set_id + 1, [0, n])])  # as after a change
+    # as after a change, the root having added and removed a set since: ids go on from its
+    stale = (made_in - 1, table + [(pair.process_set_id + 1, [0, n])], next_id + 5)
     ringd.torch.mpi_ops._renew_process_sets(stale)
     assert pair._session is not session_before and session_before.closed
     got = hvd.allreduce(torch.tensor([1.0]), op=hvd.Sum, process_set=pair, name="again")
     assert got.item() == n, got
     assert len(ringd.torch.mpi_ops._process_sets) == 1  # the set of rank n is not made
+    assert hvd.add_process_set([0]).process_set_id == next_id + 5
     hvd.remove_process_set(pair)
     return True
 

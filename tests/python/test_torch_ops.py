@@ -214,6 +214,15 @@ def r_process_sets():
     assert hvd.broadcast_object({"from": root}, root_rank=root, process_set=mine) == \
         {"from": root}
     hvd.barrier(process_set=mine)
+    model = torch.nn.Linear(2, 1, bias=False)  # gradients summed over the set's ranks alone
+    torch.nn.init.constant_(model.weight, 1.0)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=1.0), op=hvd.Sum,
+                                   named_parameters=model.named_parameters(), process_set=mine)
+    opt.zero_grad()
+    model(torch.full((1, 2), float(r + 1))).sum().backward()
+    opt.step()
+    want = 1.0 - sum(q + 1 for q in members)
+    assert model.weight.tolist() == [[want, want]], model.weight
     with pytest.raises(ValueError, match="not in ProcessSet"):
         hvd.allreduce(torch.ones(1), process_set=other)
     with pytest.raises(ValueError, match="root_rank"):

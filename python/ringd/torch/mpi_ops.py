@@ -211,7 +211,8 @@ def remove_process_set(process_set: ProcessSet) -> bool:
 
 def _process_set_table():
     """This rank's added sets as _renew_process_sets takes them."""
-    return _sets_generation, [(i, list(ps.ranks)) for i, ps in sorted(_process_sets.items())]
+    return (_sets_generation, [(i, list(ps.ranks)) for i, ps in sorted(_process_sets.items())],
+            _next_set_id)
 
 
 def _renew_process_sets(table):
@@ -221,27 +222,37 @@ def _renew_process_sets(table):
     no longer has is gone, saying so."""
     global _next_set_id, _sets_generation
     s = _require()
-    made_in, sets = table
+    made_in, sets, next_id = table
     if made_in == s.generation or not sets and not _process_sets:
         return
     _sets_generation = s.generation
+    _next_set_id = next_id  # the sets added next get the same ids on every rank
     old = dict(_process_sets)
     for ps in old.values():
         if ps._session is not None:
             ps._session.close()
             ps._session = None
     _process_sets.clear()
-    for set_id, ranks in sets:
-        ps = old.pop(set_id, None) or ProcessSet(ranks)
-        ps.ranks, ps.process_set_id = list(ranks), set_id
-        if ranks[-1] >= s.size:
-            ps.process_set_id = None
-            ps._gone = (f"process set of ranks {ranks}: the job has {s.size} ranks now "
-                        f"(generation {s.generation}): add a set of ranks it has")
-            continue
-        ps._session, ps._gone = s.process_set(ranks), None
-        _process_sets[set_id] = ps
-        _next_set_id = max(_next_set_id, set_id + 1)
+    made = set()
+    try:
+        for set_id, ranks in sets:
+            ps = old.pop(set_id, None) or ProcessSet(ranks)
+            ps.ranks, ps.process_set_id, ps._gone = list(ranks), set_id, None
+            if ranks[-1] >= s.size:
+                ps.process_set_id = None
+                ps._gone = (f"process set of ranks {ranks}: the job has {s.size} ranks now "
+                            f"(generation {s.generation}): add a set of ranks it has")
+                continue
+            _process_sets[set_id] = ps
+            ps._session = s.process_set(ranks)
+            made.add(set_id)
+    except BaseException as e:  # the sets not made again cannot run: they say why
+        for ps in list(_process_sets.values()) + list(old.values()):
+            if ps.process_set_id not in made:
+                _process_sets.pop(ps.process_set_id, None)
+                ps.process_set_id = None
+                ps._gone = f"process set of ranks {ps.ranks} could not be made again: {e}"
+        raise
     for ps in old.values():  # sets the others do not have
         ps.process_set_id, ps._gone = None, "process set no longer exists after a membership change"
 

@@ -27,8 +27,9 @@ class _DistributedOptimizer:
     _ringd_distributed = True
 
     def __init__(self, params, state, named_parameters, compression, backward_passes_per_step,
-                 op, gradient_predivide_factor, sparse_as_dense):
+                 op, gradient_predivide_factor, sparse_as_dense, process_set):
         super().__init__(params)
+        self.process_set = process_set
         for p, st in state.items():  # state the wrapped optimizer already had (a checkpoint)
             self.state[p] = st
         self._compression = compression
@@ -100,7 +101,8 @@ class _DistributedOptimizer:
         else:
             pre, post = 1.0, 1.0
         handle = allreduce_async_(compressed, name=self._parameter_names[p], op=self.op,
-                                  prescale_factor=pre, postscale_factor=post)
+                                  prescale_factor=pre, postscale_factor=post,
+                                  process_set=self.process_set)
         return handle, ctx
 
     def _grad_into_arena(self, p):
@@ -114,7 +116,7 @@ class _DistributedOptimizer:
         grad = p.grad
         if grad.device.type != "cpu" or grad.layout != torch.strided:
             return
-        s = mpi_ops.session()
+        s = mpi_ops._session_of(self.process_set)  # the session its allreduces run in
         if self._arena_session is not s:  # the first step, hvd.init() again, or a reset
             self._arena_grads.clear()
             self._arena_session = s
@@ -275,17 +277,18 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer,
     gradient_predivide_factor: with op=Average, gradients are scaled by 1/factor before the
     sum and factor/size after it. compression: Compression.none or Compression.fp16.
     num_groups and groups (Horovod's explicit fusion) are accepted and not needed: the daemon
-    fuses small allreduces by itself. process_set must be the global one.
+    fuses small allreduces by itself. process_set: the ranks whose gradients are averaged (an
+    added ProcessSet; this rank must be in it).
     """
     if gradient_predivide_factor != 1.0 and op != Average:
         raise ValueError("gradient_predivide_factor not supported with op != Average")
     if op == Adasum:
         raise NotImplementedError("Adasum is not supported by ringd; use Average or Sum")
-    if process_set is not global_process_set:
-        raise NotImplementedError("process sets: ringd runs every op over the whole job")
+    mpi_ops._session_of(process_set)  # a set this rank is in (ValueError otherwise)
     if backward_passes_per_step < 1:
         raise ValueError("backward_passes_per_step must be at least 1")
     base = optimizer.__class__
     cls = type(base.__name__, (_DistributedOptimizer, base), {})
     return cls(optimizer.param_groups, dict(optimizer.state), named_parameters, compression,
-               backward_passes_per_step, op, gradient_predivide_factor, sparse_as_dense)
+               backward_passes_per_step, op, gradient_predivide_factor, sparse_as_dense,
+               process_set)
