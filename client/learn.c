@@ -258,7 +258,7 @@ void rd_learn_advance(ringd_request_t *inner)
     rd_lib_req_unlink(inner);
     rd_lib_req_free(inner);
     rd_learn *l = q->learn;
-    if (l->refused != NULL && l->step == 1) { /* its rank joined: it fails, on every rank */
+    if (l->refused != NULL && l->step == 1 && status == RINGD_OK) { /* its rank joined */
         free(message);
         message = strdup(l->refused);
         status = RINGD_E_INVALID;

@@ -223,6 +223,14 @@ def r_process_sets():
     opt.step()
     want = 1.0 - sum(q + 1 for q in members)
     assert model.weight.tolist() == [[want, want]], model.weight
+    outside = torch.nn.Linear(2, 1, bias=False)  # a rank outside a set steps alone (Horovod's)
+    torch.nn.init.constant_(outside.weight, 1.0)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(outside.parameters(), lr=1.0), op=hvd.Sum,
+                                   named_parameters=outside.named_parameters(), process_set=other)
+    opt.zero_grad()
+    outside(torch.full((1, 2), float(r + 1))).sum().backward()
+    opt.step()
+    assert outside.weight.tolist() == [[-float(r), -float(r)]], outside.weight  # 1 - (r + 1)
     with pytest.raises(ValueError, match="not in ProcessSet"):
         hvd.allreduce(torch.ones(1), process_set=other)
     with pytest.raises(ValueError, match="root_rank"):

@@ -195,6 +195,19 @@ def add_process_set(process_set: Any) -> ProcessSet:
     return ps
 
 
+def _close_set_session(ps):
+    """Closes this rank's session of ps, first moving the gradients optimizers keep in its
+    arena to ordinary memory (they would read zeros once it is gone)."""
+    if ps._session is None:
+        return
+    for user in list(_arena_users):
+        if user._arena_session is ps._session:
+            user._leave_arena()
+            _arena_users.discard(user)
+    ps._session.close()
+    ps._session = None
+
+
 def remove_process_set(process_set: ProcessSet) -> bool:
     """Removes an added set: its members leave its ringd job (every member calls it once its
     collectives are done). Returns False for the global set or a set not added."""
@@ -202,9 +215,8 @@ def remove_process_set(process_set: ProcessSet) -> bool:
             _process_sets.get(process_set.process_set_id) is not process_set:
         return False
     del _process_sets[process_set.process_set_id]
-    if process_set._session is not None:
-        process_set._session.close()
-    process_set._session, process_set.process_set_id = None, None
+    _close_set_session(process_set)
+    process_set.process_set_id = None
     process_set._gone = f"process set of ranks {process_set.ranks} was removed"
     return True
 
@@ -223,15 +235,13 @@ def _renew_process_sets(table):
     global _next_set_id, _sets_generation
     s = _require()
     made_in, sets, next_id = table
+    _next_set_id = next_id  # the sets added next get the same ids on every rank
     if made_in == s.generation or not sets and not _process_sets:
         return
     _sets_generation = s.generation
-    _next_set_id = next_id  # the sets added next get the same ids on every rank
     old = dict(_process_sets)
     for ps in old.values():
-        if ps._session is not None:
-            ps._session.close()
-            ps._session = None
+        _close_set_session(ps)
     _process_sets.clear()
     made = set()
     try:

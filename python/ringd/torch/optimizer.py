@@ -71,8 +71,10 @@ class _DistributedOptimizer:
         self._should_synchronize = True
         # Horovod skips the hooks on one rank unless the job is elastic; a ringd job may grow
         # past its size at any time (nodes join a running job), so a rank alone allreduces
-        # too: through its own daemon, cheaply, and ready for the ranks that join.
-        self._register_hooks()
+        # too: through its own daemon, cheaply, and ready for the ranks that join. A rank
+        # outside the process set averages nothing (Horovod's): its step() is local.
+        if process_set.included():
+            self._register_hooks()
 
     def _register_hooks(self):
         for group in self.param_groups:
@@ -192,6 +194,8 @@ class _DistributedOptimizer:
     def synchronize(self):
         """Waits for every gradient's allreduce (starting those backward has not reached, with
         zeros for gradients this rank never made) and puts the results in .grad."""
+        if not self.process_set.included():
+            return
         for p in self._requires_update - set(self._handles):
             self._handles[p] = self._allreduce_grad_async(p)
         for p, (handle, ctx) in list(self._handles.items()):
@@ -278,13 +282,14 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer,
     sum and factor/size after it. compression: Compression.none or Compression.fp16.
     num_groups and groups (Horovod's explicit fusion) are accepted and not needed: the daemon
     fuses small allreduces by itself. process_set: the ranks whose gradients are averaged (an
-    added ProcessSet; this rank must be in it).
+    added ProcessSet); on a rank outside it, step() is the wrapped optimizer's alone.
     """
     if gradient_predivide_factor != 1.0 and op != Average:
         raise ValueError("gradient_predivide_factor not supported with op != Average")
     if op == Adasum:
         raise NotImplementedError("Adasum is not supported by ringd; use Average or Sum")
-    mpi_ops._session_of(process_set)  # a set this rank is in (ValueError otherwise)
+    if process_set is not global_process_set:
+        process_set._added()  # ValueError for a set not added (or removed)
     if backward_passes_per_step < 1:
         raise ValueError("backward_passes_per_step must be at least 1")
     base = optimizer.__class__
