@@ -60,16 +60,10 @@ static const rd_arena *op_arena(const rd_op *o)
 }
 
 /* Points local rank k's part of o, an allreduce the rank joined out of, at zeros and at a
- * scratch output (one pair for all of o's joined ranks, host memory). */
+ * scratch output (one pair for all of o's joined ranks, host memory, made by join_mark). */
 static void join_buffers(rd_op *o, uint32_t k)
 {
     uint64_t bytes = o->p.count * rd_dtype_size((rd_dtype)o->p.dtype);
-    if (o->zeros == NULL && (o->zeros = calloc(1, 2 * bytes + 1)) == NULL) {
-        if (!o->plan.failed)
-            snprintf(o->plan.why, sizeof(o->plan.why), "out of memory for a joined rank's zeros");
-        o->plan.failed = 1;
-        return;
-    }
     o->plan.in[k] = o->zeros;
     o->plan.out[k] = o->zeros + bytes;
 }
@@ -216,10 +210,6 @@ void rd_ops_announce(rd_op *o)
         return;
     }
     rd_ops_resolve(o);
-    if (o->plan.failed) {
-        rd_ops_tell(o, RINGD_E_NOMEM, o->plan.why, 0, NULL, 0);
-        return;
-    }
     uint64_t per = o->p.count * rd_dtype_size((rd_dtype)o->p.dtype), len = 0;
     uint8_t *buf = malloc(per * L > 0 ? per * L : 1);
     if (buf == NULL) {
@@ -508,12 +498,19 @@ static int join_mark(rd_op *o, int tell)
         return 1;
     const rd_arena *a0 = op_arena(o);
     const char *why = NULL;
+    rd_status rc = RINGD_E_INVALID;
     if (o->p.coll != RD_COLL_ALLREDUCE)
         why = "only allreduces run until every rank has joined, as in Horovod";
     else if (o->grp != NULL || o->p.group_digest != 0)
         why = "grouped ops do not run while ranks have joined";
     else if (o->p.device || (a0 != NULL && a0->backend->device_memory))
         why = "allreduces in device memory do not run while ranks have joined: pass host memory";
+    else if (o->zeros == NULL &&
+             (o->zeros = calloc(1, 2 * o->p.count * rd_dtype_size((rd_dtype)o->p.dtype) + 1)) ==
+                 NULL) {
+        why = "out of memory for the joined ranks' zeros";
+        rc = RINGD_E_NOMEM;
+    }
     /* the ranks still at work: the join is not stalled */
     j->join->since_ms = rd_now_ms();
     j->join->warned = 0;
@@ -525,9 +522,9 @@ static int join_mark(rd_op *o, int tell)
              "(ringd_join); %s",
              o->name, rd_coll_name((rd_coll)o->p.coll), j->first_rank + first, j->e->cfg->node,
              why);
-    rd_optab_tombstone(o, RINGD_E_INVALID, msg);
+    rd_optab_tombstone(o, rc, msg);
     if (tell && j->world != NULL && rd_world_up(j->world) && o->state == OP_UNTOLD)
-        rd_ops_tell(o, RINGD_E_INVALID, msg, 0, NULL, 0);
+        rd_ops_tell(o, rc, msg, 0, NULL, 0);
     return 0;
 }
 
