@@ -441,19 +441,6 @@ static ringd_result_t learn_start(ringd_t *r, const learn_args *g, ringd_request
     return RINGD_OK;
 }
 
-/* 1 after saying so when a synchronous call comes inside a group: it would wait for the group's
- * end, which it holds up. */
-static int sync_in_group(ringd_t *r, const char *name)
-{
-    if (r == NULL || !r->grouping)
-        return 0;
-    snprintf(r->errmsg, sizeof(r->errmsg),
-             "tensor '%s': a synchronous collective inside a group (ringd_group_start): use its "
-             "_async form, and wait after ringd_group_end",
-             name != NULL ? name : "(unnamed)");
-    return 1;
-}
-
 ringd_result_t ringd_allgatherv_into_async(ringd_t *r, const char *name, const void *sendbuf,
                                            size_t sendcount, uint64_t layout, ringd_dtype_t dtype,
                                            ringd_recv_fn recv, void *ctx, size_t *recvcounts,
@@ -479,7 +466,7 @@ ringd_result_t ringd_allgatherv_into(ringd_t *r, const char *name, const void *s
                                      ringd_recv_fn recv, void *ctx, size_t *recvcounts)
 {
     ringd_request_t *q;
-    if (sync_in_group(r, name))
+    if (rd_lib_sync_in_group(r, name))
         return RINGD_E_INVALID;
     ringd_result_t rc = ringd_allgatherv_into_async(r, name, sendbuf, sendcount, layout, dtype,
                                                     recv, ctx, recvcounts, &q);
@@ -511,7 +498,7 @@ ringd_result_t ringd_alltoallv(ringd_t *r, const char *name, const void *sendbuf
                                ringd_dtype_t dtype)
 {
     ringd_request_t *q;
-    if (sync_in_group(r, name))
+    if (rd_lib_sync_in_group(r, name))
         return RINGD_E_INVALID;
     ringd_result_t rc =
         ringd_alltoallv_async(r, name, sendbuf, sendcounts, recvbuf, recvcounts, dtype, &q);
@@ -543,7 +530,7 @@ ringd_result_t ringd_alltoallv_into(ringd_t *r, const char *name, const void *se
                                     ringd_recv_fn recv, void *ctx, size_t *recvcounts)
 {
     ringd_request_t *q;
-    if (sync_in_group(r, name))
+    if (rd_lib_sync_in_group(r, name))
         return RINGD_E_INVALID;
     ringd_result_t rc = ringd_alltoallv_into_async(r, name, sendbuf, sendcounts, layout, dtype,
                                                    recv, ctx, recvcounts, &q);

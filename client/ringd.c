@@ -1401,15 +1401,23 @@ ringd_result_t ringd_refuse(ringd_t *r, const char *name, ringd_result_t rc, con
     return RINGD_OK;
 }
 
+int rd_lib_sync_in_group(ringd_t *r, const char *name)
+{
+    if (r == NULL || !r->grouping) /* it would wait for the group's end, which it holds up */
+        return 0;
+    fail(r, RINGD_E_INVALID,
+         "tensor '%s': a synchronous collective inside a group (ringd_group_start): use its "
+         "_async form, and wait after ringd_group_end",
+         name != NULL ? name : "(unnamed)");
+    return 1;
+}
+
 /* Submits and waits: the synchronous form of every collective. */
 static ringd_result_t submit_wait(ringd_t *r, const submit_args *a)
 {
     ringd_request_t *q;
-    if (r != NULL && r->grouping) /* it would wait for the group's end, which it holds up */
-        return fail(r, RINGD_E_INVALID,
-                    "tensor '%s': a synchronous collective inside a group (ringd_group_start): "
-                    "use its _async form, and wait after ringd_group_end",
-                    a->name != NULL ? a->name : "(unnamed)");
+    if (rd_lib_sync_in_group(r, a->name))
+        return RINGD_E_INVALID;
     ringd_result_t rc = submit(r, a, &q);
     if (rc != RINGD_OK)
         return rc;

@@ -108,6 +108,10 @@ void rd_lib_req_free(ringd_request_t *q);
  * generation since it was made (pset.c). */
 ringd_result_t rd_pset_current(ringd_t *r);
 
+/* 1 after failing with RINGD_E_INVALID (errmsg set) when r is making a group: a synchronous
+ * call there would wait for the group's end, which it holds up. */
+int rd_lib_sync_in_group(ringd_t *r, const char *name);
+
 /* Waits for q as a synchronous call does (given up at op_timeout_ms): its result. */
 ringd_result_t rd_lib_wait(ringd_request_t *q);
 
