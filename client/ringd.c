@@ -870,7 +870,6 @@ typedef struct {
     uint64_t in_len, out_len;
     uint64_t in_at;  /* the input's place in a staged output that holds it (in place) */
     uint64_t out_at; /* the output's place in a staged input that holds it */
-    int host_only;   /* the daemon runs it on host memory alone: device buffers are staged */
     int apart;       /* no in-place form: staged together, the output follows the input */
 } layout;
 
@@ -1021,8 +1020,7 @@ static ringd_result_t place(ringd_t *r, const submit_args *a, const char *name, 
                         why);
     }
 #endif
-    int dev =
-        (send_gpu || !in_len) && (recv_gpu || !out_len) && r->dev_arena != NULL && !lay->host_only;
+    int dev = (send_gpu || !in_len) && (recv_gpu || !out_len) && r->dev_arena != NULL;
     uint8_t *base = dev ? r->dev_arena : r->arena;
     rd_alloc *al = dev ? &r->dev_alloc : &r->alloc;
     /* already where the daemon reaches them, or nothing to place */
@@ -1108,7 +1106,6 @@ static ringd_result_t lay_out_alltoall(ringd_t *r, const submit_args *a, const c
     }
     lay->in_len = sent * esz;
     lay->out_len = got * esz;
-    lay->host_only = 1;
     lay->apart = 1;
     return RINGD_OK;
 }
@@ -1162,12 +1159,10 @@ static ringd_result_t lay_out(ringd_t *r, const submit_args *a, const char *name
     case RINGD__OP_TYPE__OP_REDUCESCATTER:
         lay->in_len = total * esz;
         lay->out_at = own * esz;
-        lay->host_only = 1;
         break;
     case RINGD__OP_TYPE__OP_ALLGATHERV:
         lay->out_len = total * esz;
         lay->in_at = own * esz;
-        lay->host_only = 1;
         break;
     default: break;
     }

@@ -311,6 +311,56 @@ Test(check, device_memory_needs_a_device_arena_described_exactly)
     cr_assert(strstr(err, "different kinds of memory") != NULL, "%s", err);
 }
 
+/* A reducescatter in the device arena of a session of rank 1 of 4 with counts (of elements):
+ * input at 0, output at out. */
+static rd_submit device_reducescatter(const uint64_t *counts, uint64_t out)
+{
+    rd_submit m = allreduce();
+    m.op = RD_COLL_REDUCESCATTER;
+    m.count = counts[1];
+    m.counts = counts;
+    m.ncounts = 4;
+    m.in_offset = 0;
+    m.out_offset = out;
+    m.input = (rd_tensor_ref){.present = 1, .kind = RD_MEM_DEVICE, .device = 0, .handle = 1};
+    m.output = m.input;
+    m.output.offset = out;
+    return m;
+}
+
+Test(check, counted_ops_run_in_a_device_arena_of_its_size_but_never_over_themselves)
+{
+    char err[512];
+    rd_check_session s = session();
+    s.device_arena = &device;
+    s.device = 0;
+    s.rank = 1;
+    /* rank 1's block starts at element 16: 16 elements in MPI's place (the start) are apart
+     * from it, 17 would be written over themselves by a kernel */
+    uint64_t fits[4] = {16, 16, 0, 8}, over[4] = {16, 17, 0, 8};
+    rd_submit m = device_reducescatter(fits, 0);
+    cr_assert_eq(rd_check_submit(&s, &m, err, sizeof(err)), RINGD_OK, "%s", err);
+    m = device_reducescatter(over, 16 * 4); /* where its block lies (NCCL's place) */
+    cr_assert_eq(rd_check_submit(&s, &m, err, sizeof(err)), RINGD_OK, "%s", err);
+    m = device_reducescatter(over, 4096); /* apart */
+    cr_assert_eq(rd_check_submit(&s, &m, err, sizeof(err)), RINGD_OK, "%s", err);
+    m = device_reducescatter(over, 0);
+    cr_assert_eq(rd_check_submit(&s, &m, err, sizeof(err)), RINGD_E_INVALID);
+    cr_assert(strstr(err, "rank 1's block of 17 elements would be written over itself") != NULL,
+              "%s", err);
+    m.input.kind = m.output.kind = RD_MEM_ARENA; /* host memory: one pass in order takes it */
+    m.input.handle = m.output.handle = 0;
+    m.in_offset = m.out_offset = m.input.offset = m.output.offset = DATA;
+    cr_assert_eq(rd_check_submit(&s, &m, err, sizeof(err)), RINGD_OK, "%s", err);
+    /* counts are checked against the arena the op is in: here a device arena larger than the
+     * host's */
+    rd_arena big = {.size = 4 * ARENA};
+    s.device_arena = &big;
+    uint64_t large[4] = {ARENA / 4, ARENA / 4, ARENA / 4, 0};
+    m = device_reducescatter(large, 3 * ARENA);
+    cr_assert_eq(rd_check_submit(&s, &m, err, sizeof(err)), RINGD_OK, "%s", err);
+}
+
 Test(check, params_keep_only_what_the_op_uses)
 {
     rd_submit m = allreduce();

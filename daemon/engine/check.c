@@ -151,6 +151,12 @@ static rd_status check_refs(const rd_check_session *s, const rd_submit *m, char 
     return RINGD_OK;
 }
 
+/* The arena a checked Submit's buffers are in (its device arena checked to exist). */
+static const rd_arena *op_arena(const rd_check_session *s, const rd_submit *m)
+{
+    return rd_check_on_device(m) ? s->device_arena : s->arena;
+}
+
 /* Every rank's counts of a reducescatter or allgatherv: one per rank of the job (or none: a
  * reducescatter of equal counts), this rank's being count, their sum within the arena; an
  * alltoall's matrix as check_matrix says. Returns RINGD_OK, or RINGD_E_INVALID with err set. */
@@ -161,7 +167,7 @@ static rd_status check_refs(const rd_check_session *s, const rd_submit *m, char 
 static rd_status check_matrix(const rd_check_session *s, const rd_submit *m, char *err,
                               size_t errlen)
 {
-    uint64_t esz = rd_dtype_size((rd_dtype)m->dtype), room = s->arena->size / esz;
+    uint64_t esz = rd_dtype_size((rd_dtype)m->dtype), room = op_arena(s, m)->size / esz;
     if (m->ncounts == 0) {
         if (m->count > room / s->size) {
             snprintf(err, errlen,
@@ -206,7 +212,7 @@ static rd_status check_matrix(const rd_check_session *s, const rd_submit *m, cha
 static rd_status check_counts(const rd_check_session *s, const rd_submit *m, char *err,
                               size_t errlen)
 {
-    uint64_t esz = rd_dtype_size((rd_dtype)m->dtype), room = s->arena->size / esz, sum = 0;
+    uint64_t esz = rd_dtype_size((rd_dtype)m->dtype), room = op_arena(s, m)->size / esz, sum = 0;
     if (m->op == RD_COLL_ALLTOALL)
         return check_matrix(s, m, err, errlen);
     const char *what = m->op == RD_COLL_REDUCESCATTER ? "recvcounts" : "counts";
@@ -231,7 +237,7 @@ static rd_status check_counts(const rd_check_session *s, const rd_submit *m, cha
             snprintf(err, errlen,
                      "tensor '%s': the %s add up to more elements than fit the arena of %" PRIu64
                      " bytes",
-                     m->name, what, s->arena->size);
+                     m->name, what, op_arena(s, m)->size);
             return RINGD_E_INVALID;
         }
         sum += m->counts[i];
@@ -258,7 +264,7 @@ static rd_status check_layout(const rd_check_session *s, const rd_submit *m, cha
                               size_t errlen)
 {
     uint64_t esz = rd_dtype_size((rd_dtype)m->dtype);
-    const rd_arena *ar = rd_check_on_device(m) ? s->device_arena : s->arena;
+    const rd_arena *ar = op_arena(s, m);
     uint64_t size = ar->size, data = ar == s->arena ? RD_CTRL_BYTES : 0;
     if (m->count > size / esz) {
         snprintf(err, errlen,
@@ -309,6 +315,18 @@ static rd_status check_layout(const rd_check_session *s, const rd_submit *m, cha
     if (!ok) {
         snprintf(err, errlen, "tensor '%s': input and output overlap without being in place",
                  m->name);
+        return RINGD_E_INVALID;
+    }
+    /* A GPU kernel reads and writes its elements in no order: a block reduced to the start of
+     * its own input must not overlap where it is read from. */
+    if (m->op == RD_COLL_REDUCESCATTER && b == a && own > 0 && own < out_len &&
+        rd_check_on_device(m)) {
+        snprintf(
+            err, errlen,
+            "tensor '%s': in place at the start of a device buffer, rank %u's block of %" PRIu64
+            " elements would be written over itself (it is read from element %" PRIu64
+            "): put the output at the rank's own block of the input, or apart",
+            m->name, s->rank, out_len / esz, own / esz);
         return RINGD_E_INVALID;
     }
     return RINGD_OK;
@@ -396,13 +414,6 @@ rd_status rd_check_submit(const rd_check_session *s, const rd_submit *m, char *e
                      "once the next ring is up",
                      m->name, s->rank, s->size);
             return RINGD_E_MEMBERSHIP;
-        }
-        if (rd_check_on_device(m)) {
-            snprintf(err, errlen,
-                     "tensor '%s': a %s in a device arena does not run in the daemon yet: the "
-                     "library stages it through host memory",
-                     m->name, rd_coll_name((rd_coll)m->op));
-            return RINGD_E_INVALID;
         }
         rc = check_counts(s, m, err, errlen);
         if (rc != RINGD_OK)

@@ -151,6 +151,61 @@ static int device_failed(rd_local_plan *p, const char *what)
     return -1;
 }
 
+/* A reducescatter on device memory: one kernel per rank's block, reading that block of every
+ * input, in rank order. In place, a block lands where it lies (the kernel's output is one of its
+ * inputs) or at the start of its rank's input, over blocks read already (the check refused that
+ * form where the block would overlap its own input: the kernel would read what it wrote). */
+static int device_reducescatter(rd_local_plan *p, const void **src)
+{
+    size_t esz = rd_dtype_size(p->dtype);
+    uint64_t off = 0;
+    for (int k = 0; k < p->n; off += p->counts[k], k++) {
+        if (p->counts[k] == 0)
+            continue;
+        for (int r = 0; r < p->n; r++)
+            src[r] = p->in[r] + off * esz;
+        if (p->backend->reduce(p->dtype, p->redop, p->out[k], src, p->n, p->counts[k], &p->args) !=
+            0)
+            return device_failed(p, "reducing");
+    }
+    return 0;
+}
+
+/* An allgatherv on device memory: each rank's input copied to its place in every output (in
+ * place, a rank's own input is there already). */
+static int device_allgatherv(rd_local_plan *p)
+{
+    size_t esz = rd_dtype_size(p->dtype);
+    uint64_t off = 0;
+    for (int r = 0; r < p->n; off += p->counts[r], r++)
+        for (int k = 0; k < p->n && p->counts[r] > 0; k++)
+            if (p->out[k] + off * esz != p->in[r] &&
+                p->backend->copy(p->out[k] + off * esz, p->in[r], p->counts[r] * esz) != 0)
+                return device_failed(p, "gathering");
+    return 0;
+}
+
+/* An alltoall on device memory: each block copied from its sender's input to its receiver's
+ * output (never in place). */
+static int device_alltoall(rd_local_plan *p)
+{
+    size_t esz = rd_dtype_size(p->dtype), n = (size_t)p->n;
+    uint64_t below[n]; /* of each receiver: elements from the senders before this one */
+    memset(below, 0, sizeof(below));
+    for (size_t k = 0; k < n; k++) {
+        uint64_t sent = 0;
+        for (size_t l = 0; l < n; l++) {
+            uint64_t c = p->counts[k * n + l];
+            if (c > 0 &&
+                p->backend->copy(p->out[l] + below[l] * esz, p->in[k] + sent * esz, c * esz) != 0)
+                return device_failed(p, "exchanging blocks");
+            sent += c;
+            below[l] += c;
+        }
+    }
+    return 0;
+}
+
 /* The whole op on device memory: reduced into rank 0's output by one kernel launch (it may be
  * rank 0's input too: in place), then copied device to device. */
 static int run_device(rd_local_plan *p)
@@ -180,15 +235,9 @@ static int run_device(rd_local_plan *p)
                 if (p->backend->copy(p->out[k] + (size_t)r * per, p->in[r], per) != 0)
                     return device_failed(p, "gathering");
         return 0;
-    case RD_COLL_REDUCESCATTER:
-    case RD_COLL_ALLGATHERV:
-    case RD_COLL_ALLTOALL: /* refused before: the library stages them through host memory */
-        if (!p->failed) {
-            p->failed = 1;
-            snprintf(p->why, sizeof(p->why), "%s does not run on device memory",
-                     rd_coll_name(p->coll));
-        }
-        return -1;
+    case RD_COLL_REDUCESCATTER: return device_reducescatter(p, src);
+    case RD_COLL_ALLGATHERV: return device_allgatherv(p);
+    case RD_COLL_ALLTOALL: return device_alltoall(p);
     case RD_COLL_BARRIER: return 0;
     }
     return 0;

@@ -453,6 +453,32 @@ uint64_t rd_optab_result_bytes(const rd_op *o)
     return o->p.coll == RD_COLL_ALLGATHER ? per * o->job->size : per;
 }
 
+void rd_optab_part_bytes(const rd_op *o, uint32_t k, uint64_t *in, uint64_t *out)
+{
+    uint64_t esz = rd_dtype_size((rd_dtype)o->p.dtype), per = o->p.count * esz;
+    uint64_t g = (uint64_t)o->job->first_rank + k, n = o->ncounts, own = 0;
+    *in = *out = per;
+    if (o->p.coll == RD_COLL_ALLGATHER) {
+        *out = per * o->job->size;
+        return;
+    }
+    if (o->counts == NULL)
+        return;
+    if (g < n && o->p.coll != RD_COLL_ALLTOALL)
+        own = o->counts[g] * esz;
+    if (o->p.coll == RD_COLL_REDUCESCATTER) {
+        *out = own;
+    } else if (o->p.coll == RD_COLL_ALLGATHERV) {
+        *in = own;
+    } else if (o->p.coll == RD_COLL_ALLTOALL) {
+        *in = *out = 0;
+        for (uint64_t j = 0; g < n && j < n; j++) {
+            *in += o->counts[g * n + j] * esz;
+            *out += o->counts[j * n + g] * esz;
+        }
+    }
+}
+
 /* Ends every op that is not moving data with why. The job moved to a generation its clients
  * must re-synchronise with: tombstones go too, as the ops they stand for are of the last one (a
  * rank that submits one late is refused for its old generation). */

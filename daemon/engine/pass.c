@@ -28,8 +28,8 @@ typedef struct {
 
 /* A device op crossing nodes, in three steps:
  *   gather (executor): local ranks reduced on the GPU (prescaled) into local rank 0's output,
- *     or the root's input / every rank's part put there; under TCP each rank's input is
- *     copied to host memory instead;
+ *     or the root's input / every rank's part put there; under TCP, and for the collectives of
+ *     per-rank counts on either transport, each rank's input is copied to host memory instead;
  *   cross (loop): that buffer on NCCL, one rank per node (the hierarchy: local ranks are
  *     reduced on the node first); or the host copies on the TCP ring, as host ops go;
  *   scatter (executor): the result finished (divisor, postscale) and copied to every local
@@ -77,6 +77,7 @@ static void dev_run(void *ctx, size_t begin, size_t end)
     const rd_backend *b = p->backend;
     uint32_t L = o->nparts, first = o->job->first_rank;
     uint64_t per = o->p.count * rd_dtype_size(p->dtype), out_bytes = rd_optab_result_bytes(o);
+    uint64_t in_k, out_k;
     (void)begin;
     (void)end;
     if (b->bind != NULL && b->bind(p->device) != 0) {
@@ -84,9 +85,11 @@ static void dev_run(void *ctx, size_t begin, size_t end)
         return;
     }
     if (dp->step == DP_GATHER && !dp->nccl) {
-        for (uint32_t k = 0; k < L && !dp->failed; k++)
-            if (b->copy((void *)dp->hin[k], p->in[k], per) != 0)
+        for (uint32_t k = 0; k < L && !dp->failed; k++) {
+            rd_optab_part_bytes(o, k, &in_k, &out_k);
+            if (in_k > 0 && b->copy((void *)dp->hin[k], p->in[k], in_k) != 0)
                 dev_fail(dp, "copying an input to host memory");
+        }
     } else if (dp->step == DP_GATHER && o->p.coll == RD_COLL_ALLREDUCE) {
         rd_reduce_args a = RD_REDUCE_ARGS_INIT;
         a.prescale = p->args.prescale;
@@ -102,9 +105,11 @@ static void dev_run(void *ctx, size_t begin, size_t end)
             if (b->copy(p->out[0] + (uint64_t)(first + k) * per, p->in[k], per) != 0)
                 dev_fail(dp, "placing a local part");
     } else if (!dp->nccl) {
-        for (uint32_t k = 0; k < L && !dp->failed; k++)
-            if (b->copy(p->out[k], dp->hout[k], out_bytes) != 0)
+        for (uint32_t k = 0; k < L && !dp->failed; k++) {
+            rd_optab_part_bytes(o, k, &in_k, &out_k);
+            if (out_k > 0 && b->copy(p->out[k], dp->hout[k], out_k) != 0)
                 dev_fail(dp, "copying the result from host memory");
+        }
     } else {
         if (o->p.coll == RD_COLL_ALLREDUCE && (p->args.divisor > 1 || p->args.postscale != 1.0)) {
             rd_reduce_args a = p->args;
@@ -273,6 +278,7 @@ static void dev_cross(devpass *dp)
                            .root = o->p.root,
                            .nmembers = 1,
                            .members = mem,
+                           .counts = o->counts,
                            .ctx = rt};
     rt->dp = dp;
     rd_world_submit(j->world, &rt->t);
@@ -396,7 +402,9 @@ static void dev_start(rd_op *o)
 {
     rd_job *j = o->job;
     const char *refusal = rd_devcomm_refusal(j->devcomm);
-    int nccl = rd_devcomm_nccl(j->devcomm);
+    /* the collectives of per-rank counts cross through host memory on the TCP ring, also in a
+     * generation on NCCL (see docs/gpu.md) */
+    int nccl = rd_devcomm_nccl(j->devcomm) && o->counts == NULL;
     uint32_t L = o->nparts;
     /* the same answer on every node: each knows the plan and the ring's sizes */
     if (refusal != NULL) {
@@ -424,8 +432,12 @@ static void dev_start(rd_op *o)
     dp->epoch = j->epoch;
     o->started_us = rd_now_us();
     if (!nccl) { /* staging: each rank's input, then its output */
-        uint64_t per = o->p.count * rd_dtype_size(o->plan.dtype), out = rd_optab_result_bytes(o);
-        dp->host = malloc((size_t)(L * (per + out)) + 1);
+        uint64_t total = 0, in_k, out_k;
+        for (uint32_t k = 0; k < L; k++) {
+            rd_optab_part_bytes(o, k, &in_k, &out_k);
+            total += in_k + out_k;
+        }
+        dp->host = malloc((size_t)total + 1);
         dp->hin = calloc(L, sizeof(*dp->hin));
         dp->hout = calloc(L, sizeof(*dp->hout));
         if (dp->host == NULL || dp->hin == NULL || dp->hout == NULL) {
@@ -433,9 +445,12 @@ static void dev_start(rd_op *o)
             dev_refuse_here(o, "out of memory staging a device tensor in host memory");
             return;
         }
+        uint8_t *at = dp->host;
         for (uint32_t k = 0; k < L; k++) {
-            dp->hin[k] = dp->host + (uint64_t)k * per;
-            dp->hout[k] = dp->host + (uint64_t)L * per + (uint64_t)k * out;
+            rd_optab_part_bytes(o, k, &in_k, &out_k);
+            dp->hin[k] = at;
+            dp->hout[k] = at + in_k;
+            at += in_k + out_k;
         }
     }
     if (cross_queue(j, dp, NULL) != 0) {

@@ -1,11 +1,15 @@
 /* What the GPU tests share (gpu_common.h). */
 #include "gpu_common.h"
 
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "cuda_dev.h"
+#include "ringd.h"
 
 double gpu_input_value(int k, size_t i, rd_dtype dt)
 {
@@ -43,4 +47,186 @@ int gpu_devices(char *why, size_t len)
     int status = 0;
     waitpid(pid, &status, 0);
     return WIFEXITED(status) && WEXITSTATUS(status) != 255 ? WEXITSTATUS(status) : -1;
+}
+
+/* Element e of rank k's reducescatter input (x its index in the whole input): small integers,
+ * exact in f32 and i32 in any sum of a few. */
+static int32_t rs_value(int k, uint64_t x)
+{
+    return (int32_t)((k + 1) * 10 + (int)(x % 97));
+}
+
+/* Rank k's count in the unequal cases: rank 1's block lies partly over itself in MPI's in-place
+ * form (its offset, 64000, below its count), rank 2's is 0. */
+static size_t uneven_count(int k)
+{
+    return k == 2 ? 0 : (size_t)64 * (1000 + 4000 * (size_t)k) + (size_t)k;
+}
+
+/* The alltoall's matrix: what rank k sends rank l (some 0). */
+static size_t a2a_count(int k, int l)
+{
+    return (k + l) % 3 == 1
+               ? 0
+               : (size_t)20000 * (size_t)(k + 1) + (size_t)1000 * (size_t)l + (size_t)k;
+}
+
+static int32_t a2a_value(int k, int l, size_t e)
+{
+    return k * 1000000 + l * 10000 + (int32_t)(e % 9973);
+}
+
+/* Fails with code after printing what, the result and the session's message. */
+static int sharded_fail(ringd_t *r, const char *what, ringd_result_t rc, int code)
+{
+    fprintf(stderr, "rank %d: %s: %s: %s\n", ringd_rank(r), what, ringd_strerror(rc),
+            ringd_errmsg(r));
+    return code;
+}
+
+int gpu_sharded_cases(ringd_t *r, const char *tag)
+{
+    char why[256], name[96];
+    int n = ringd_size(r), me = ringd_rank(r), dev = ringd_device(r);
+    size_t counts[64], total = 0, own = 0, sc[64], rc_[64], sent = 0, got = 0;
+    if (n > 64)
+        return 50;
+    for (int k = 0; k < n; k++) {
+        counts[k] = uneven_count(k);
+        own += k < me ? counts[k] : 0;
+        total += counts[k];
+        sc[k] = a2a_count(me, k);
+        rc_[k] = a2a_count(k, me);
+        sent += sc[k];
+        got += rc_[k];
+    }
+    size_t most = total > sent ? total : sent;
+    most = most > got ? most : got;
+    int32_t *h = malloc(most * 4), *back = malloc(most * 4);
+    uint8_t *d = ringd_alloc_device(r, most * 4), *o = ringd_alloc_device(r, most * 4);
+    if (h == NULL || back == NULL || d == NULL || o == NULL) {
+        fprintf(stderr, "rank %d: no room for %zu bytes (host or device arena)\n", me, most * 4);
+        return 51;
+    }
+    ringd_result_t rc;
+    int code = 0;
+
+    /* reducescatterv of i32 (sum), apart then in place where the block lies (NCCL's form) */
+    for (int form = 0; form < 2 && code == 0; form++) {
+        for (size_t x = 0; x < total; x++)
+            h[x] = rs_value(me, x);
+        snprintf(name, sizeof(name), "%s.rs.%d", tag, form);
+        uint8_t *out = form == 0 ? o : d + own * 4;
+        if (rd_cuda_copy(dev, d, h, total * 4, why, sizeof(why)) != 0)
+            return 52;
+        rc = ringd_reducescatterv(r, name, d, out, counts, RINGD_I32, RINGD_SUM, 1.0, 1.0);
+        if (rc != RINGD_OK)
+            return sharded_fail(r, name, rc, 53);
+        if (counts[me] > 0 && rd_cuda_copy(dev, back, out, counts[me] * 4, why, sizeof(why)) != 0)
+            return 54;
+        for (size_t e = 0; e < counts[me] && code == 0; e++) {
+            int32_t w = 0;
+            for (int k = 0; k < n; k++)
+                w += rs_value(k, own + e);
+            if (back[e] != w) {
+                fprintf(stderr, "rank %d: %s: element %zu is %" PRId32 ", not %" PRId32 "\n", me,
+                        name, e, back[e], w);
+                code = 55;
+            }
+        }
+    }
+
+    /* reducescatter of equal counts in f32, scaled, in MPI's place (the start of the buffer) */
+    enum { C = 50003 };
+    size_t eq[64];
+    float *fh = (float *)h, *fb = (float *)back;
+    for (int k = 0; k < n; k++)
+        eq[k] = C;
+    for (size_t x = 0; x < (size_t)C * (size_t)n; x++)
+        fh[x] = (float)rs_value(me, x);
+    snprintf(name, sizeof(name), "%s.rsf", tag);
+    if (code == 0) {
+        if (rd_cuda_copy(dev, d, fh, (size_t)C * (size_t)n * 4, why, sizeof(why)) != 0)
+            return 56;
+        rc = ringd_reducescatterv(r, name, d, d, eq, RINGD_F32, RINGD_SUM, 0.5, 4.0);
+        if (rc != RINGD_OK)
+            return sharded_fail(r, name, rc, 57);
+        if (rd_cuda_copy(dev, fb, d, (size_t)C * 4, why, sizeof(why)) != 0)
+            return 58;
+        for (size_t e = 0; e < C && code == 0; e++) {
+            float w = 0;
+            for (int k = 0; k < n; k++)
+                w += (float)rs_value(k, (size_t)me * C + e);
+            if (fb[e] != 2 * w) {
+                fprintf(stderr, "rank %d: %s: element %zu is %g, not %g\n", me, name, e,
+                        (double)fb[e], (double)(2 * w));
+                code = 59;
+            }
+        }
+    }
+
+    /* allgatherv of i32, apart then in place (MPI's form: the input at its block) */
+    for (int form = 0; form < 2 && code == 0; form++) {
+        for (size_t e = 0; e < counts[me]; e++)
+            h[e] = me * 100000 + (int32_t)e;
+        uint8_t *in = form == 0 ? d : o + own * 4;
+        snprintf(name, sizeof(name), "%s.agv.%d", tag, form);
+        if (counts[me] > 0 && rd_cuda_copy(dev, in, h, counts[me] * 4, why, sizeof(why)) != 0)
+            return 60;
+        rc = ringd_allgatherv(r, name, in, counts[me], o, counts, RINGD_I32);
+        if (rc != RINGD_OK)
+            return sharded_fail(r, name, rc, 61);
+        if (rd_cuda_copy(dev, back, o, total * 4, why, sizeof(why)) != 0)
+            return 62;
+        size_t at = 0;
+        for (int k = 0; k < n && code == 0; k++)
+            for (size_t e = 0; e < counts[k] && code == 0; e++, at++)
+                if (back[at] != k * 100000 + (int32_t)e) {
+                    fprintf(stderr, "rank %d: %s: rank %d's element %zu is %" PRId32 "\n", me, name,
+                            k, e, back[at]);
+                    code = 63;
+                }
+    }
+
+    /* alltoallv of i32 (the daemon learns the matrix), some blocks empty */
+    if (code == 0) {
+        size_t at = 0;
+        for (int l = 0; l < n; l++)
+            for (size_t e = 0; e < sc[l]; e++)
+                h[at++] = a2a_value(me, l, e);
+        snprintf(name, sizeof(name), "%s.a2a", tag);
+        if (sent > 0 && rd_cuda_copy(dev, d, h, sent * 4, why, sizeof(why)) != 0)
+            return 64;
+        rc = ringd_alltoallv(r, name, d, sc, o, rc_, RINGD_I32);
+        if (rc != RINGD_OK)
+            return sharded_fail(r, name, rc, 65);
+        if (got > 0 && rd_cuda_copy(dev, back, o, got * 4, why, sizeof(why)) != 0)
+            return 66;
+        at = 0;
+        for (int k = 0; k < n && code == 0; k++)
+            for (size_t e = 0; e < rc_[k] && code == 0; e++, at++)
+                if (back[at] != a2a_value(k, me, e)) {
+                    fprintf(stderr, "rank %d: %s: element %zu from rank %d is %" PRId32 "\n", me,
+                            name, e, k, back[at]);
+                    code = 67;
+                }
+    }
+
+    /* MPI's in-place reducescatter where rank 1's block would be written over itself: refused,
+     * and every rank hears it */
+    if (code == 0) {
+        snprintf(name, sizeof(name), "%s.rs.over", tag);
+        rc = ringd_reducescatterv(r, name, d, d, counts, RINGD_I32, RINGD_SUM, 1.0, 1.0);
+        if (rc == RINGD_OK) {
+            fprintf(stderr, "rank %d: %s: a block written over itself ran\n", me, name);
+            code = 68;
+        } else if (me == 1 && strstr(ringd_errmsg(r), "written over itself") == NULL) {
+            code = sharded_fail(r, name, rc, 69);
+        }
+    }
+    ringd_free(r, d);
+    ringd_free(r, o);
+    free(h);
+    free(back);
+    return code;
 }

@@ -15,4 +15,13 @@ double gpu_input_value(int k, size_t i, rd_dtype dt);
  * forked child: a process that initialised the driver cannot fork a working child. */
 int gpu_devices(char *why, size_t len);
 
+struct ringd;
+
+/* Reducescatter, allgatherv and alltoall on device-arena buffers of r's session (at least 8 MiB
+ * of device arena), names prefixed with tag: counts unequal with a 0 among them (from 3 ranks)
+ * and equal, apart and in place in each form the daemon takes, checked against values computed
+ * here; then the in-place reducescatter a device refuses (a block written over itself), which
+ * must fail on every rank. Returns 0, or a code after printing why. */
+int gpu_sharded_cases(struct ringd *r, const char *tag);
+
 #endif

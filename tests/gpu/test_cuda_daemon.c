@@ -1,6 +1,7 @@
 /* On a device, through a real ringd: device arenas (ringd_alloc_device) reduced by the daemon's
  * CUDA kernels bit for bit as the CPU kernels (every dtype and op, scales, averages), device
- * memory from elsewhere staged device to device, broadcast and allgather, two clients on one
+ * memory from elsewhere staged device to device, broadcast and allgather, reducescatter,
+ * allgatherv and alltoall (gpu_sharded_cases), two clients on one
  * GPU (on a machine with several, on different GPUs: each gets local_rank % count), the
  * caller's stream still filling a tensor when it is submitted, host and device memory mixed on
  * a node (refused on every rank), and a client killed while the daemon maps its device arena
@@ -26,8 +27,8 @@
 static th_daemon daemon_;
 static char job_[64];
 
-/* A session of a 2-rank job on the test daemon with a device arena of 64 MiB; NULL after
- * saying why. */
+/* A session of a job of nranks on the test daemon with a device arena of dev_arena bytes; NULL
+ * after saying why. */
 static ringd_t *open_gpu(const char *job, int nranks, size_t dev_arena)
 {
     ringd_options_t o;
@@ -154,6 +155,23 @@ static int broadcast_and_gather(int i, void *arg)
                 return 25;
     ringd_close(r);
     return 0;
+}
+
+/* Reducescatter, allgatherv and alltoall on the device arenas of three ranks (gpu_common.h). */
+static int sharded(int i, void *arg)
+{
+    (void)i;
+    (void)arg;
+    char job[96];
+    snprintf(job, sizeof(job), "%s.sharded", job_);
+    ringd_t *r = open_gpu(job, 3, 32 << 20);
+    if (r == NULL)
+        return 20;
+    int rc = gpu_sharded_cases(r, "s");
+    if (rc == 0 && ringd_barrier(r, "done") != RINGD_OK)
+        rc = 21;
+    ringd_close(r);
+    return rc;
 }
 
 /* Stream order: each rank queues fills of its device-arena tensor on a stream of its own (the
@@ -353,6 +371,12 @@ int main(void)
     if (th_run(2, broadcast_and_gather, NULL, 60000) != 0) {
         printf("FAIL: broadcast and allgather on device arenas\n");
         failed = 1;
+    }
+    if (th_run(3, sharded, NULL, 120000) != 0) {
+        printf("FAIL: reducescatter, allgatherv and alltoall on device arenas\n");
+        failed = 1;
+    } else {
+        printf("sharded: reducescatter, allgatherv, alltoall on 3 device arenas, exact\n");
     }
     if (th_run(2, stream_ordered, NULL, 120000) != 0) {
         printf("FAIL: device tensors ordered with the caller's stream\n");

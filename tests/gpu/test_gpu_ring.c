@@ -2,9 +2,11 @@
  * per daemon, each with a device arena):
  *   - --gpu-transport tcp (one GPU is enough: both daemons serve GPU 0): device tensors cross
  *     through host memory in the daemons and the TCP ring; every dtype and op equal to the CPU
- *     kernels bit for bit, broadcast and allgather; status says tcp and why;
+ *     kernels bit for bit, broadcast and allgather; reducescatter, allgatherv and alltoall of 2
+ *     ranks on each daemon (gpu_sharded_cases); status says tcp and why;
  *   - auto on two GPUs (n0 serves GPU 0, n1 GPU 1): the ring agrees on NCCL (status says nccl),
- *     allreduce (sum, average, max), broadcast and allgather are exact; a second job forms a
+ *     allreduce (sum, average, max), broadcast and allgather are exact, and the collectives of
+ *     per-rank counts cross through host memory; a second job forms a
  *     communicator of its own. On a machine with one GPU this part prints one SKIP line (NCCL
  *     refuses two ranks on one GPU).
  * Without a device it prints one line saying why and exits 77 (meson's skip). CUDA is touched
@@ -28,16 +30,17 @@
 static th_ring ring_;
 static char job_[96];
 
-/* Rank i's session on daemon i of a 2-rank job, with a device arena; NULL after saying why. */
-static ringd_t *open_node(int i, const char *job, size_t dev_arena)
+/* A session on daemon i of a job of world ranks, local of them on each daemon, with a device
+ * arena; NULL after saying why. */
+static ringd_t *open_ranks(int i, const char *job, int world, int local, size_t dev_arena)
 {
     ringd_options_t o;
     ringd_t *r = NULL;
     ringd_options_init(&o, sizeof(o));
     o.socket_path = ring_.d[i].sock;
     o.job = job;
-    o.world_size = 2;
-    o.local_size = 1;
+    o.world_size = world;
+    o.local_size = local;
     o.open_timeout_ms = 60000;
     o.op_timeout_ms = 120000;
     o.device_arena_size = dev_arena;
@@ -48,6 +51,12 @@ static ringd_t *open_node(int i, const char *job, size_t dev_arena)
         return NULL;
     }
     return r;
+}
+
+/* Rank i's session on daemon i of a 2-rank job. */
+static ringd_t *open_node(int i, const char *job, size_t dev_arena)
+{
+    return open_ranks(i, job, 2, 1, dev_arena);
 }
 
 /* Broadcast from rank 1 and allgather of int32 on device-arena buffers. Returns 0 or a code. */
@@ -161,6 +170,23 @@ static int over_tcp(int i, void *arg)
     return rc;
 }
 
+/* Reducescatter, allgatherv and alltoall of 2 ranks on each of the two daemons (gpu_common.h):
+ * staged through host memory onto the TCP ring. */
+static int sharded_over_tcp(int i, void *arg)
+{
+    (void)arg;
+    char job[128];
+    snprintf(job, sizeof(job), "%s.sharded", job_);
+    ringd_t *r = open_ranks(i / 2, job, 4, 2, 32 << 20);
+    if (r == NULL)
+        return 10;
+    int rc = gpu_sharded_cases(r, "s");
+    if (rc == 0 && ringd_barrier(r, "done") != RINGD_OK)
+        rc = 41;
+    ringd_close(r);
+    return rc;
+}
+
 /* NCCL: exact cases only (NCCL rounds f16/bf16 sums its own way). */
 static int over_nccl(int i, void *arg)
 {
@@ -175,6 +201,8 @@ static int over_nccl(int i, void *arg)
     int rc = allreduce_cases(r, "n", dts, 2, ops, 3);
     if (rc == 0)
         rc = broadcast_and_gather(r);
+    if (rc == 0) /* through host memory, in a generation on NCCL */
+        rc = gpu_sharded_cases(r, "s");
     if (rc == 0 && i == 0 && transport_is(job, "nccl", "") != 0)
         rc = 40;
     if (rc == 0 && ringd_barrier(r, "looked") != RINGD_OK)
@@ -236,6 +264,11 @@ int main(void)
         dump_and_fail("device tensors across two daemons on the TCP ring", &failed);
     else
         printf("tcp: every dtype and op, broadcast and allgather across two daemons, exact\n");
+    if (th_run(4, sharded_over_tcp, NULL, 300000) != 0)
+        dump_and_fail("reducescatter, allgatherv, alltoall of device tensors, 2 daemons x 2 ranks",
+                      &failed);
+    else
+        printf("tcp: reducescatter, allgatherv, alltoall of 2 x 2 ranks, exact\n");
     th_ring_finish(&ring_);
 
     if (n < 2) {
