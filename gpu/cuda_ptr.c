@@ -17,10 +17,14 @@
 #define RD_CU_POINTER_ATTRIBUTE_IS_MANAGED 8
 #define RD_CU_MEMORYTYPE_DEVICE 2 /* CUmemorytype */
 
-typedef int (*get_attribute_fn)(void *data, int attribute, unsigned long long ptr);
+/* cuPointerGetAttributes: unlike cuPointerGetAttribute, it answers a pointer the driver does not
+ * know (host memory) with zeros rather than an error, which tools such as compute-sanitizer
+ * would report. */
+typedef int (*get_attributes_fn)(unsigned int n, int *attributes, void **data,
+                                 unsigned long long ptr);
 
-/* cuPointerGetAttribute, once the process has loaded the driver (it stays loaded). */
-static _Atomic(get_attribute_fn) get_attribute;
+/* cuPointerGetAttributes, once the process has loaded the driver (it stays loaded). */
+static _Atomic(get_attributes_fn) get_attributes;
 /* The loader's count of libraries loaded when the driver was last found missing: dlopen, even
  * with RTLD_NOLOAD, searches the library path (system calls), so it runs again only once
  * another library was loaded. */
@@ -37,8 +41,10 @@ static int loads(struct dl_phdr_info *info, size_t size, void *data)
 
 int rd_cuda_ptr_is_device(const void *p)
 {
-    get_attribute_fn fn = atomic_load_explicit(&get_attribute, memory_order_acquire);
+    get_attributes_fn fn = atomic_load_explicit(&get_attributes, memory_order_acquire);
     unsigned int type = 0, managed = 0;
+    int attributes[2] = {RD_CU_POINTER_ATTRIBUTE_MEMORY_TYPE, RD_CU_POINTER_ATTRIBUTE_IS_MANAGED};
+    void *data[2] = {&type, &managed};
 
     if (fn == NULL) {
         unsigned long long adds = 0;
@@ -50,21 +56,17 @@ int rd_cuda_ptr_is_device(const void *p)
             atomic_store_explicit(&missing_at, adds, memory_order_relaxed);
             return 0; /* not loaded: nothing in this process is device memory */
         }
-        void *sym = dlsym(lib, "cuPointerGetAttribute");
+        void *sym = dlsym(lib, "cuPointerGetAttributes");
         if (sym == NULL) {
             dlclose(lib);
             return 0;
         }
         memcpy(&fn, &sym, sizeof(fn)); /* ISO C has no cast from object to function pointer */
         /* the handle is kept: the driver stays loaded, and fn with it */
-        atomic_store_explicit(&get_attribute, fn, memory_order_release);
+        atomic_store_explicit(&get_attributes, fn, memory_order_release);
     }
-    if (fn(&type, RD_CU_POINTER_ATTRIBUTE_MEMORY_TYPE, (unsigned long long)(uintptr_t)p) != 0)
-        return 0; /* not memory the driver knows: host memory */
-    if (type != RD_CU_MEMORYTYPE_DEVICE)
+    /* memory the driver does not know is host memory (type 0); managed memory the host reads */
+    if (fn(2, attributes, data, (unsigned long long)(uintptr_t)p) != 0)
         return 0;
-    if (fn(&managed, RD_CU_POINTER_ATTRIBUTE_IS_MANAGED, (unsigned long long)(uintptr_t)p) == 0 &&
-        managed)
-        return 0; /* managed memory: the host reads it */
-    return 1;
+    return type == RD_CU_MEMORYTYPE_DEVICE && !managed;
 }
