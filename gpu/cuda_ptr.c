@@ -1,6 +1,6 @@
 /* rd_cuda_ptr_is_device: see cuda_ptr.h. Needs no CUDA at build time: the driver is looked
  * up in the process (dlopen RTLD_NOLOAD) and the few values below are cuda.h's, stable since
- * unified addressing (CUDA 4). */
+ * CUDA 7 (cuPointerGetAttributes). */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* dl_iterate_phdr */
 #endif
