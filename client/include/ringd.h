@@ -220,8 +220,11 @@ RINGD_API void ringd_free(ringd_t *r, void *p);
  *   copy through the library or the host; a job that spans nodes then crosses them from local
  *   rank 0's output on NCCL (one rank per node; f16/bf16 sums rounded at each NCCL step) when
  *   the ring agreed on it (ringd --gpu-transport), else through host memory in the daemon and
- *   the TCP ring. Every node of the job must pass a tensor the same way (RINGD_E_MISMATCH
- *   naming the nodes otherwise: give every rank a device arena, or none);
+ *   the TCP ring (reducescatter, allgatherv and alltoall always cross through host memory
+ *   and the TCP ring; MPI's in-place reducescatter whose block would overlap where it is read
+ *   from is refused in a device arena: RINGD_E_INVALID). Every node of the job must pass a
+ *   tensor the same way (RINGD_E_MISMATCH naming the nodes otherwise: give every rank a device
+ *   arena, or none);
  * - other device memory (cudaMalloc, PyTorch's caching allocator): copied device to device
  *   into the device arena and the result back, one copy each way, then as above;
  * - a session without a device arena: the device buffers are staged through the host arena
