@@ -44,6 +44,34 @@ Test(schedule, a_mismatch_names_every_field_that_differs)
     cr_assert_str_eq(buf, "allreduce f32 count 8 op sum prescale 1 postscale 1 in device memory");
 }
 
+/* An alltoall or allgatherv that moves data crosses nodes on the TCP ring from host or device
+ * memory alike; one of nothing, and the other collectives, must be passed alike. */
+Test(schedule, only_alltoall_and_allgatherv_with_data_take_either_memory)
+{
+    char fields[96];
+    static const rd_coll either[] = {RD_COLL_ALLTOALL, RD_COLL_ALLGATHERV};
+    static const rd_coll alike[] = {RD_COLL_REDUCESCATTER, RD_COLL_ALLGATHER, RD_COLL_ALLREDUCE,
+                                    RD_COLL_BROADCAST};
+    for (size_t i = 0; i < 2; i++) {
+        rd_op_params a = allreduce(RD_DT_I32, 12), d;
+        a.coll = either[i];
+        d = a;
+        d.device = 1;
+        cr_assert(rd_op_params_compare(&a, &d, fields, sizeof(fields)), "%s", fields);
+        a.count = d.count = 0;
+        cr_assert_not(rd_op_params_compare(&a, &d, fields, sizeof(fields)));
+        cr_assert_str_eq(fields, "memory");
+    }
+    for (size_t i = 0; i < 4; i++) {
+        rd_op_params a = allreduce(RD_DT_I32, 12), d;
+        a.coll = alike[i];
+        d = a;
+        d.device = 1;
+        cr_assert_not(rd_op_params_compare(&a, &d, fields, sizeof(fields)));
+        cr_assert_str_eq(fields, "memory");
+    }
+}
+
 Test(schedule, params_are_described_in_the_words_of_the_api)
 {
     char buf[160];

@@ -73,6 +73,8 @@ typedef struct {
     int submitted;     /* or joined: counted as come */
     int answered;
     int joined; /* the rank had joined (ringd_join) and takes no part: it contributes zeros */
+    int empty;  /* it moves no bytes (an alltoall rank that sends and receives nothing, an op of
+                   count 0): its memory, host or device, matches the other ranks' either way */
 } part;
 
 typedef struct rd_op {

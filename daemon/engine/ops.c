@@ -53,10 +53,14 @@ static void on_op_done(void *ctx)
 /* The arena of o's first rank that came with buffers (a rank that joined has none), or NULL. */
 static const rd_arena *op_arena(const rd_op *o)
 {
-    for (uint32_t k = 0; k < o->nparts; k++)
-        if (o->parts[k].arena != NULL)
+    const rd_arena *any = NULL;
+    for (uint32_t k = 0; k < o->nparts; k++) {
+        if (o->parts[k].arena != NULL && !o->parts[k].empty)
             return o->parts[k].arena;
-    return NULL;
+        if (any == NULL)
+            any = o->parts[k].arena;
+    }
+    return any;
 }
 
 /* Points local rank k's part of o, an allreduce the rank joined out of, at zeros and at a
@@ -116,8 +120,8 @@ void rd_ops_resolve(rd_op *o)
                 pt->in_off = own;
             }
         }
-        assert(pt->arena->backend == o->plan.backend);
-        o->plan.in[k] = pt->arena->base + pt->in_off;
+        assert(pt->empty || pt->arena->backend == o->plan.backend);
+        o->plan.in[k] = pt->arena->base + pt->in_off; /* an empty part's: never touched */
         o->plan.out[k] = pt->arena->base + pt->out_off;
     }
 }
@@ -369,11 +373,14 @@ static int op_agrees(const rd_op *o, const rd_submit *m, uint32_t rank, char *ms
                  o->name, rank, j->e->cfg->node, o->first_rank);
         return 0;
     }
+    if (o->parts[rank].empty) /* it moves nothing: any memory matches */
+        return 1;
     const rd_backend *backends[RD_LOCAL_SIZE_MAX]; /* nparts <= local_size <= this */
     for (uint32_t k = 0; k < o->nparts; k++)
-        backends[k] = k == rank || (o->parts[k].submitted && o->parts[k].arena != NULL)
-                          ? o->parts[k].arena->backend
-                          : NULL;
+        backends[k] =
+            k == rank || (o->parts[k].submitted && o->parts[k].arena != NULL && !o->parts[k].empty)
+                ? o->parts[k].arena->backend
+                : NULL;
     return rd_check_memory(o->name, j->e->cfg->node, backends, o->nparts, rank, msg, len);
 }
 
@@ -766,6 +773,7 @@ void rd_ops_submit(rd_client *s, const rd_submit *m)
     if (out_len == 0)
         pt->out_off = 0;
     pt->arena = rd_check_on_device(m) ? s->device_arena : s->arena;
+    pt->empty = in_len == 0 && out_len == 0;
     rd_arena_ref(pt->arena);
     pt->submit_us = rd_now_us();
     o->nsubmitted++;

@@ -41,7 +41,9 @@ typedef struct devpass {
     rd_op *o;
     int nccl;
     dev_step step;
-    uint64_t epoch;      /* the job's ring epoch when it started */
+    uint64_t epoch;        /* the job's ring epoch when it started */
+    uint64_t segment_size; /* TCP: the order's tuning, as a host op's ring task takes it (an */
+    int conns;           /* alltoall or allgatherv of host memory on another node pairs with it) */
     int queued;          /* in the job's crossing queue */
     int gathered;        /* its gather ran (failed or not): it may cross */
     uint8_t *host;       /* TCP: the staging block, each rank's input then its output */
@@ -276,6 +278,8 @@ static void dev_cross(devpass *dp)
                            .redop = p->redop,
                            .args = p->args,
                            .root = o->p.root,
+                           .segment_size = dp->segment_size,
+                           .conns = dp->conns,
                            .nmembers = 1,
                            .members = mem,
                            .counts = o->counts,
@@ -397,8 +401,8 @@ static void dev_refuse_here(rd_op *o, const char *why)
 }
 
 /* Starts device op o across nodes on the generation's transport, queued to cross in the
- * coordinator's order. */
-static void dev_start(rd_op *o)
+ * coordinator's order, under tuning u. */
+static void dev_start(rd_op *o, const rd_tuning *u)
 {
     rd_job *j = o->job;
     const char *refusal = rd_devcomm_refusal(j->devcomm);
@@ -406,8 +410,10 @@ static void dev_start(rd_op *o)
      * generation on NCCL (see docs/gpu.md) */
     int nccl = rd_devcomm_nccl(j->devcomm) && o->counts == NULL;
     uint32_t L = o->nparts;
-    /* the same answer on every node: each knows the plan and the ring's sizes */
-    if (refusal != NULL) {
+    /* the same answer on every node: each knows the plan and the ring's sizes (the collectives
+     * of per-rank counts cross through host memory whatever the plan: nodes that pass host
+     * memory run them too) */
+    if (refusal != NULL && o->counts == NULL) {
         rd_optab_finish(o, RINGD_E_REFUSED, refusal);
         return;
     }
@@ -430,6 +436,8 @@ static void dev_start(rd_op *o)
     dp->o = o;
     dp->nccl = nccl;
     dp->epoch = j->epoch;
+    dp->segment_size = u->segment_size;
+    dp->conns = (int)u->conns;
     o->started_us = rd_now_us();
     if (!nccl) { /* staging: each rank's input, then its output */
         uint64_t total = 0, in_k, out_k;
@@ -481,7 +489,7 @@ void rd_pass_start(void *arg, void **owns, size_t n, const rd_tuning *u)
         return;
     }
     if (ops[0]->p.device) { /* device ops never fuse: n is 1 */
-        dev_start(ops[0]);
+        dev_start(ops[0], u);
         return;
     }
     ring_task *rt = calloc(1, sizeof(*rt) + n * sizeof(rd_op *));

@@ -230,3 +230,102 @@ int gpu_sharded_cases(ringd_t *r, const char *tag)
     free(back);
     return code;
 }
+
+/* The matrix of gpu_either_memory_cases' alltoall: rank `last` neither sends nor receives. */
+static size_t either_count(int k, int l, int last)
+{
+    return k == last || l == last ? 0 : (size_t)3000 * (size_t)(k + 1) + (size_t)l;
+}
+
+int gpu_either_memory_cases(ringd_t *r, const char *tag, int on_device)
+{
+    char why[256], name[96];
+    int n = ringd_size(r), me = ringd_rank(r), dev = ringd_device(r), last = n - 1;
+    size_t sc[64], rcv[64], sent = 0, got = 0, counts[64], total = 0;
+    if (n > 64)
+        return 70;
+    for (int k = 0; k < n; k++) {
+        sc[k] = either_count(me, k, last);
+        rcv[k] = either_count(k, me, last);
+        sent += sc[k];
+        got += rcv[k];
+        counts[k] = (size_t)7000 * (size_t)(k + 1);
+        total += counts[k];
+    }
+    size_t most = total > sent ? total : sent;
+    int32_t *h = malloc(most * 4), *back = malloc(most * 4);
+    uint8_t *in = NULL, *out = NULL;
+    if (h == NULL || back == NULL)
+        return 71;
+    if (on_device) {
+        in = ringd_alloc_device(r, most * 4);
+        out = ringd_alloc_device(r, most * 4);
+    } else {
+        in = malloc(most * 4);
+        out = malloc(most * 4);
+    }
+    if (in == NULL || out == NULL) {
+        fprintf(stderr, "rank %d: no room for %zu bytes\n", me, most * 4);
+        return 72;
+    }
+    /* fills in from h (bytes), and reads out into back */
+#define PUT(bytes)                                                                                 \
+    (on_device ? rd_cuda_copy(dev, in, h, bytes, why, sizeof(why)) : (memcpy(in, h, bytes), 0))
+#define GET(bytes)                                                                                 \
+    (on_device ? rd_cuda_copy(dev, back, out, bytes, why, sizeof(why))                             \
+               : (memcpy(back, out, bytes), 0))
+    int code = 0;
+    size_t at = 0;
+    for (int l = 0; l < n; l++)
+        for (size_t e = 0; e < sc[l]; e++)
+            h[at++] = a2a_value(me, l, e);
+    snprintf(name, sizeof(name), "%s.either.a2a", tag);
+    if (sent > 0 && PUT(sent * 4) != 0)
+        return 73;
+    ringd_result_t rc = ringd_alltoallv(r, name, me == last ? NULL : in, sc,
+                                        me == last ? NULL : out, rcv, RINGD_I32);
+    if (rc != RINGD_OK)
+        return sharded_fail(r, name, rc, 74);
+    if (got > 0 && GET(got * 4) != 0)
+        return 75;
+    at = 0;
+    for (int k = 0; k < n && code == 0; k++)
+        for (size_t e = 0; e < rcv[k] && code == 0; e++, at++)
+            if (back[at] != a2a_value(k, me, e)) {
+                fprintf(stderr, "rank %d: %s: element %zu from rank %d is %" PRId32 "\n", me, name,
+                        e, k, back[at]);
+                code = 76;
+            }
+    for (size_t e = 0; e < counts[me]; e++)
+        h[e] = me * 100000 + (int32_t)e;
+    snprintf(name, sizeof(name), "%s.either.agv", tag);
+    if (code == 0 && PUT(counts[me] * 4) != 0)
+        return 77;
+    if (code == 0) {
+        rc = ringd_allgatherv(r, name, in, counts[me], out, counts, RINGD_I32);
+        if (rc != RINGD_OK)
+            return sharded_fail(r, name, rc, 78);
+        if (GET(total * 4) != 0)
+            return 79;
+        at = 0;
+        for (int k = 0; k < n && code == 0; k++)
+            for (size_t e = 0; e < counts[k] && code == 0; e++, at++)
+                if (back[at] != k * 100000 + (int32_t)e) {
+                    fprintf(stderr, "rank %d: %s: rank %d's element %zu is %" PRId32 "\n", me, name,
+                            k, e, back[at]);
+                    code = 80;
+                }
+    }
+#undef PUT
+#undef GET
+    if (on_device) {
+        ringd_free(r, in);
+        ringd_free(r, out);
+    } else {
+        free(in);
+        free(out);
+    }
+    free(h);
+    free(back);
+    return code;
+}

@@ -24,4 +24,11 @@ struct ringd;
  * must fail on every rank. Returns 0, or a code after printing why. */
 int gpu_sharded_cases(struct ringd *r, const char *tag);
 
+/* An alltoallv in which the last rank sends and receives nothing (its buffers NULL), and an
+ * allgatherv, with this rank's buffers in its device arena (on_device 1) or in host memory
+ * (0): ranks of a node, and nodes, may differ in that, since these collectives cross nodes
+ * through host memory either way, and a rank that moves nothing matches any memory. Returns 0,
+ * or a code after printing why. */
+int gpu_either_memory_cases(struct ringd *r, const char *tag, int on_device);
+
 #endif

@@ -171,7 +171,8 @@ static int over_tcp(int i, void *arg)
 }
 
 /* Reducescatter, allgatherv and alltoall of 2 ranks on each of the two daemons (gpu_common.h):
- * staged through host memory onto the TCP ring. */
+ * staged through host memory onto the TCP ring; then alltoall and allgatherv with one daemon's
+ * ranks in device memory and the other's in host memory. */
 static int sharded_over_tcp(int i, void *arg)
 {
     (void)arg;
@@ -181,6 +182,10 @@ static int sharded_over_tcp(int i, void *arg)
     if (r == NULL)
         return 10;
     int rc = gpu_sharded_cases(r, "s");
+    /* the first daemon's ranks in device arenas, the second's in host memory (its last rank
+     * moving nothing in the alltoall) */
+    if (rc == 0)
+        rc = gpu_either_memory_cases(r, "s", i < 2);
     if (rc == 0 && ringd_barrier(r, "done") != RINGD_OK)
         rc = 41;
     ringd_close(r);
