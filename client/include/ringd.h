@@ -223,8 +223,8 @@ RINGD_API void ringd_free(ringd_t *r, void *p);
  *   the TCP ring (reducescatter, allgatherv and alltoall always cross through host memory
  *   and the TCP ring; MPI's in-place reducescatter whose block would overlap where it is read
  *   from is refused in a device arena: RINGD_E_INVALID). Every node of the job must pass a
- *   tensor the same way, alltoall and allgatherv aside (RINGD_E_MISMATCH naming the nodes
- *   otherwise: give every rank a device arena, or none);
+ *   tensor the same way, alltoall and allgatherv that move data aside (RINGD_E_MISMATCH naming
+ *   the nodes otherwise: give every rank a device arena, or none);
  * - other device memory (cudaMalloc, PyTorch's caching allocator): copied device to device
  *   into the device arena and the result back, one copy each way, then as above;
  * - a session without a device arena: the device buffers are staged through the host arena
@@ -234,7 +234,7 @@ RINGD_API void ringd_free(ringd_t *r, void *p);
  * copied there, peer to peer where the GPUs allow it, through the host by the driver where
  * not), or all through host memory (RINGD_E_MISMATCH otherwise: open every rank's session with
  * a device arena, or none), and at most 16 of them in device arenas. A rank that moves no bytes
- * matches any (its empty buffers count as device memory in a session with a device arena).
+ * (its buffers empty, passed as host memory) matches the others whatever they pass.
  *
  * Stream order in this version: before it submits, the library waits on the host for the work
  * queued so far on the session's stream (cuda_stream; the legacy default stream when NULL,

@@ -50,7 +50,8 @@ static void on_op_done(void *ctx)
     rd_job_free_later(j);
 }
 
-/* The arena of o's first rank that came with buffers (a rank that joined has none), or NULL. */
+/* The arena of o's first rank that came with buffers (a rank that joined has none) and moves
+ * bytes, else of its first that came at all, or NULL: what memory the op moves. */
 static const rd_arena *op_arena(const rd_op *o)
 {
     const rd_arena *any = NULL;

@@ -289,7 +289,9 @@ void rd_optab_finish(rd_op *o, rd_status status, const char *message)
         j->ops_completed++;
         uint64_t written = rd_optab_result_bytes(o) * o->nparts;
         d->counters->bytes_reduced += written;
-        const rd_arena *a = o->nparts > 0 ? o->parts[0].arena : NULL;
+        const rd_arena *a = NULL; /* a part that moves bytes tells the op's memory */
+        for (uint32_t k = 0; k < o->nparts && (a == NULL || o->parts[k - 1].empty); k++)
+            a = o->parts[k].arena;
         if (a != NULL && a->backend->device_memory && a->mem.device >= 0 &&
             a->mem.device < RD_COUNTERS_DEVICES)
             d->counters->device_bytes[a->mem.device] += written;
@@ -456,7 +458,7 @@ uint64_t rd_optab_result_bytes(const rd_op *o)
 void rd_optab_part_bytes(const rd_op *o, uint32_t k, uint64_t *in, uint64_t *out)
 {
     uint64_t esz = rd_dtype_size((rd_dtype)o->p.dtype), per = o->p.count * esz;
-    uint64_t g = (uint64_t)o->job->first_rank + k, n = o->ncounts, own = 0;
+    uint64_t g = (uint64_t)o->counts_first + k, n = o->ncounts, own = 0;
     *in = *out = per;
     if (o->p.coll == RD_COLL_ALLGATHER) {
         *out = per * o->job->size;

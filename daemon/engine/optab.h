@@ -79,7 +79,8 @@ uint64_t rd_optab_result_bytes(const rd_op *o);
 
 /* Bytes of local rank k's input (*in) and output (*out) in o: its count, or its entries of o's
  * counts (a reducescatter's output and an allgatherv's input its own count; an alltoall's input
- * its row of the matrix, its output its column). */
+ * its row of the matrix, its output its column), the ranks numbered as when the counts came.
+ * Loop thread (an allgather's reads the job's size). */
 void rd_optab_part_bytes(const rd_op *o, uint32_t k, uint64_t *in, uint64_t *out);
 
 #endif

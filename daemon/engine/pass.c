@@ -41,14 +41,19 @@ typedef struct devpass {
     rd_op *o;
     int nccl;
     dev_step step;
-    uint64_t epoch;        /* the job's ring epoch when it started */
-    uint64_t segment_size; /* TCP: the order's tuning, as a host op's ring task takes it (an */
-    int conns;           /* alltoall or allgatherv of host memory on another node pairs with it) */
-    int queued;          /* in the job's crossing queue */
-    int gathered;        /* its gather ran (failed or not): it may cross */
-    uint8_t *host;       /* TCP: the staging block, each rank's input then its output */
-    const uint8_t **hin; /* TCP: rank k's input in host memory */
-    uint8_t **hout;      /* TCP: rank k's output in host memory */
+    uint64_t epoch; /* the job's ring epoch when it started */
+    /* TCP: the order's tuning, as a host op's ring task takes it (the same alltoall or
+     * allgatherv may be a host op on another node: their ring passes must pair) */
+    uint64_t segment_size;
+    int conns;
+    int queued;                 /* in the job's crossing queue */
+    int gathered;               /* its gather ran (failed or not): it may cross */
+    uint32_t first;             /* the job's first rank here when it started */
+    uint8_t *host;              /* TCP: the staging block, each rank's input then its output */
+    const uint8_t **hin;        /* TCP: rank k's input in host memory, in_len[k] bytes */
+    uint8_t **hout;             /* TCP: rank k's output in host memory, out_len[k] bytes */
+    uint64_t *in_len, *out_len; /* fixed when it started: the steps run off the loop, where the
+                                   job's ranks may be renumbered meanwhile */
     int failed;
     char why[256];
 } devpass;
@@ -77,9 +82,8 @@ static void dev_run(void *ctx, size_t begin, size_t end)
     rd_op *o = dp->o;
     const rd_local_plan *p = &o->plan;
     const rd_backend *b = p->backend;
-    uint32_t L = o->nparts, first = o->job->first_rank;
+    uint32_t L = o->nparts, first = dp->first;
     uint64_t per = o->p.count * rd_dtype_size(p->dtype), out_bytes = rd_optab_result_bytes(o);
-    uint64_t in_k, out_k;
     (void)begin;
     (void)end;
     if (b->bind != NULL && b->bind(p->device) != 0) {
@@ -87,11 +91,9 @@ static void dev_run(void *ctx, size_t begin, size_t end)
         return;
     }
     if (dp->step == DP_GATHER && !dp->nccl) {
-        for (uint32_t k = 0; k < L && !dp->failed; k++) {
-            rd_optab_part_bytes(o, k, &in_k, &out_k);
-            if (in_k > 0 && b->copy((void *)dp->hin[k], p->in[k], in_k) != 0)
+        for (uint32_t k = 0; k < L && !dp->failed; k++)
+            if (dp->in_len[k] > 0 && b->copy((void *)dp->hin[k], p->in[k], dp->in_len[k]) != 0)
                 dev_fail(dp, "copying an input to host memory");
-        }
     } else if (dp->step == DP_GATHER && o->p.coll == RD_COLL_ALLREDUCE) {
         rd_reduce_args a = RD_REDUCE_ARGS_INIT;
         a.prescale = p->args.prescale;
@@ -107,11 +109,9 @@ static void dev_run(void *ctx, size_t begin, size_t end)
             if (b->copy(p->out[0] + (uint64_t)(first + k) * per, p->in[k], per) != 0)
                 dev_fail(dp, "placing a local part");
     } else if (!dp->nccl) {
-        for (uint32_t k = 0; k < L && !dp->failed; k++) {
-            rd_optab_part_bytes(o, k, &in_k, &out_k);
-            if (out_k > 0 && b->copy(p->out[k], dp->hout[k], out_k) != 0)
+        for (uint32_t k = 0; k < L && !dp->failed; k++)
+            if (dp->out_len[k] > 0 && b->copy(p->out[k], dp->hout[k], dp->out_len[k]) != 0)
                 dev_fail(dp, "copying the result from host memory");
-        }
     } else {
         if (o->p.coll == RD_COLL_ALLREDUCE && (p->args.divisor > 1 || p->args.postscale != 1.0)) {
             rd_reduce_args a = p->args;
@@ -131,6 +131,7 @@ static void dev_free(devpass *dp)
     free(dp->host);
     free(dp->hin);
     free(dp->hout);
+    free(dp->in_len);
     free(dp);
 }
 
@@ -436,29 +437,31 @@ static void dev_start(rd_op *o, const rd_tuning *u)
     dp->o = o;
     dp->nccl = nccl;
     dp->epoch = j->epoch;
+    dp->first = j->first_rank;
     dp->segment_size = u->segment_size;
     dp->conns = (int)u->conns;
     o->started_us = rd_now_us();
     if (!nccl) { /* staging: each rank's input, then its output */
-        uint64_t total = 0, in_k, out_k;
-        for (uint32_t k = 0; k < L; k++) {
-            rd_optab_part_bytes(o, k, &in_k, &out_k);
-            total += in_k + out_k;
+        uint64_t total = 0;
+        dp->in_len = calloc(2 * (size_t)L + 1, sizeof(*dp->in_len));
+        dp->out_len = dp->in_len != NULL ? dp->in_len + L : NULL;
+        for (uint32_t k = 0; k < L && dp->in_len != NULL; k++) {
+            rd_optab_part_bytes(o, k, &dp->in_len[k], &dp->out_len[k]);
+            total += dp->in_len[k] + dp->out_len[k];
         }
         dp->host = malloc((size_t)total + 1);
         dp->hin = calloc(L, sizeof(*dp->hin));
         dp->hout = calloc(L, sizeof(*dp->hout));
-        if (dp->host == NULL || dp->hin == NULL || dp->hout == NULL) {
+        if (dp->in_len == NULL || dp->host == NULL || dp->hin == NULL || dp->hout == NULL) {
             dev_free(dp);
             dev_refuse_here(o, "out of memory staging a device tensor in host memory");
             return;
         }
         uint8_t *at = dp->host;
         for (uint32_t k = 0; k < L; k++) {
-            rd_optab_part_bytes(o, k, &in_k, &out_k);
             dp->hin[k] = at;
-            dp->hout[k] = at + in_k;
-            at += in_k + out_k;
+            dp->hout[k] = at + dp->in_len[k];
+            at += dp->in_len[k] + dp->out_len[k];
         }
     }
     if (cross_queue(j, dp, NULL) != 0) {

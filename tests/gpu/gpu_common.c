@@ -237,10 +237,10 @@ static size_t either_count(int k, int l, int last)
     return k == last || l == last ? 0 : (size_t)3000 * (size_t)(k + 1) + (size_t)l;
 }
 
-int gpu_either_memory_cases(ringd_t *r, const char *tag, int on_device)
+int gpu_either_memory_cases(ringd_t *r, const char *tag, int on_device, int empty)
 {
     char why[256], name[96];
-    int n = ringd_size(r), me = ringd_rank(r), dev = ringd_device(r), last = n - 1;
+    int n = ringd_size(r), me = ringd_rank(r), dev = ringd_device(r), last = empty;
     size_t sc[64], rcv[64], sent = 0, got = 0, counts[64], total = 0;
     if (n > 64)
         return 70;
@@ -253,6 +253,7 @@ int gpu_either_memory_cases(ringd_t *r, const char *tag, int on_device)
         total += counts[k];
     }
     size_t most = total > sent ? total : sent;
+    most = most > got ? most : got;
     int32_t *h = malloc(most * 4), *back = malloc(most * 4);
     uint8_t *in = NULL, *out = NULL;
     if (h == NULL || back == NULL)

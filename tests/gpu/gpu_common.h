@@ -24,11 +24,12 @@ struct ringd;
  * must fail on every rank. Returns 0, or a code after printing why. */
 int gpu_sharded_cases(struct ringd *r, const char *tag);
 
-/* An alltoallv in which the last rank sends and receives nothing (its buffers NULL), and an
- * allgatherv, with this rank's buffers in its device arena (on_device 1) or in host memory
- * (0): ranks of a node, and nodes, may differ in that, since these collectives cross nodes
- * through host memory either way, and a rank that moves nothing matches any memory. Returns 0,
- * or a code after printing why. */
-int gpu_either_memory_cases(struct ringd *r, const char *tag, int on_device);
+/* An alltoallv in which rank `empty` sends and receives nothing (its buffers NULL, which the
+ * library passes as host memory), and an allgatherv, with this rank's buffers in its device
+ * arena (on_device 1) or in host memory (0): a rank that moves nothing matches the other ranks
+ * of its node whatever they pass, and nodes may differ in device or host memory, as these
+ * collectives cross nodes through host memory either way. Returns 0, or a code after printing
+ * why. */
+int gpu_either_memory_cases(struct ringd *r, const char *tag, int on_device, int empty);
 
 #endif

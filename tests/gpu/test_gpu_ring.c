@@ -4,6 +4,8 @@
  *     through host memory in the daemons and the TCP ring; every dtype and op equal to the CPU
  *     kernels bit for bit, broadcast and allgather; reducescatter, allgatherv and alltoall of 2
  *     ranks on each daemon (gpu_sharded_cases); status says tcp and why;
+ *   - --gpu-transport nccl on one GPU: the plan is TCP, a device allreduce is refused saying
+ *     why, and reducescatter, allgatherv and alltoall run through host memory;
  *   - auto on two GPUs (n0 serves GPU 0, n1 GPU 1): the ring agrees on NCCL (status says nccl),
  *     allreduce (sum, average, max), broadcast and allgather are exact, and the collectives of
  *     per-rank counts cross through host memory; a second job forms a
@@ -182,14 +184,42 @@ static int sharded_over_tcp(int i, void *arg)
     if (r == NULL)
         return 10;
     int rc = gpu_sharded_cases(r, "s");
-    /* the first daemon's ranks in device arenas, the second's in host memory (its last rank
-     * moving nothing in the alltoall) */
+    /* ranks 0 and 1 (one daemon) in device arenas, 2 and 3 (the other) in host memory, and
+     * rank 1 moving nothing in the alltoall */
     if (rc == 0)
-        rc = gpu_either_memory_cases(r, "s", i < 2);
+        rc = gpu_either_memory_cases(r, "s", ringd_rank(r) < 2, 1);
     if (rc == 0 && ringd_barrier(r, "done") != RINGD_OK)
         rc = 41;
     ringd_close(r);
     return rc;
+}
+
+/* --gpu-transport nccl on two daemons of one GPU: the plan is TCP (NCCL takes one rank per
+ * GPU), so a device allreduce is refused, saying why, while reducescatter, allgatherv and
+ * alltoall, which cross through host memory whatever the plan, run. */
+static int nccl_required(int i, void *arg)
+{
+    (void)arg;
+    char job[128], why[256];
+    snprintf(job, sizeof(job), "%s.required", job_);
+    ringd_t *r = open_node(i, job, 32 << 20);
+    if (r == NULL)
+        return 10;
+    float *d = ringd_alloc_device(r, 1024 * sizeof(float));
+    static float zero[1024];
+    if (d == NULL || rd_cuda_copy(ringd_device(r), d, zero, sizeof(zero), why, sizeof(why)) != 0)
+        return 11;
+    ringd_result_t rc = ringd_allreduce(r, "refused", d, d, 1024, RINGD_F32, RINGD_SUM);
+    if (rc != RINGD_E_REFUSED) {
+        fprintf(stderr, "rank %d: a device allreduce with NCCL required and a TCP plan: %s: %s\n",
+                ringd_rank(r), ringd_strerror(rc), ringd_errmsg(r));
+        return 12;
+    }
+    int code = gpu_sharded_cases(r, "q");
+    if (code == 0 && ringd_barrier(r, "done") != RINGD_OK)
+        code = 13;
+    ringd_close(r);
+    return code;
 }
 
 /* NCCL: exact cases only (NCCL rounds f16/bf16 sums its own way). */
@@ -274,6 +304,19 @@ int main(void)
                       &failed);
     else
         printf("tcp: reducescatter, allgatherv, alltoall of 2 x 2 ranks, exact\n");
+    th_ring_finish(&ring_);
+
+    static const char *const required[] = {"--gpu-transport", "nccl", "--devices", "0", NULL};
+    if (th_ring_start(&ring_, 2, required) != 0) {
+        printf("FAIL: redis-server and two ringd (--gpu-transport nccl) did not start\n");
+        return 1;
+    }
+    if (th_run(2, nccl_required, NULL, 300000) != 0)
+        dump_and_fail("NCCL required on one GPU: device allreduce refused, the others run",
+                      &failed);
+    else
+        printf("tcp with nccl required: allreduce refused; reducescatter, allgatherv, alltoall "
+               "run\n");
     th_ring_finish(&ring_);
 
     if (n < 2) {
