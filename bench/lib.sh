@@ -84,21 +84,25 @@ wait_for() {
     return 1
 }
 
-# start_ring: redis-server on a free port and daemons a and b joined through it, sharing a fresh
-# key ($RINGD, $RINGCTL; each daemon's log in $tmp/ringd-NODE.log). Returns non-zero if any of
-# them died or never answered.
+# start_ring [N [RINGD_ARG...]]: redis-server on a free port and N daemons (2 by default: a and
+# b; else n0 .. nN-1) joined through it, sharing a fresh key, each with the extra ringd arguments
+# ($RINGD, $RINGCTL; each daemon's socket $tmp/NODE.sock, its log $tmp/ringd-NODE.log). Returns
+# non-zero if any of them died or never answered.
 start_ring() {
-    local port node
+    local n=${1:-2} port node
+    (($# == 0)) || shift
+    local names=(a b)
+    ((n == 2)) || mapfile -t names < <(seq -f 'n%g' 0 $((n - 1)))
     port=$(free_port)
     redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no \
         --dir "$tmp" --logfile "$tmp/redis.log" &
     pids+=($!)
     wait_for "$!" "redis-server" redis-cli -h 127.0.0.1 -p "$port" ping || return 1
     (umask 077 && head -c 32 /dev/urandom | base64 >"$tmp/ring.key")
-    for node in a b; do
+    for node in "${names[@]}"; do
         "$RINGD" --socket "$tmp/$node.sock" --redis "redis://127.0.0.1:$port" \
             --listen 127.0.0.1:0 --node "$node" --key-file "$tmp/ring.key" --log-level warn \
-            2>>"$tmp/ringd-$node.log" &
+            "$@" 2>>"$tmp/ringd-$node.log" &
         pids+=($!)
         if ! wait_for "$!" "ringd $node" "$RINGCTL" --socket "$tmp/$node.sock" status; then
             tail -n 20 "$tmp/ringd-$node.log" >&2

@@ -652,6 +652,129 @@ static int alltoalls(int i, void *arg)
     return 0;
 }
 
+/* Direct links of job on daemon sock: those its ring holds open there (-1: no such ring), and
+ * every job's together into *total. */
+static int pair_links_of(const char *sock, const char *job, int *total)
+{
+    rd_msg *m = th_status(sock);
+    const Ringd__StatusReply *st = m != NULL ? m->status_reply : NULL;
+    int mine = -1;
+    *total = 0;
+    for (size_t k = 0; st != NULL && k < st->n_jobs; k++) {
+        const Ringd__RingInfo *ri = st->jobs[k]->ring;
+        if (ri == NULL)
+            continue;
+        *total += (int)ri->pair_links;
+        if (strcmp(st->jobs[k]->name, job) == 0)
+            mine = (int)ri->pair_links;
+    }
+    rd_frame_free(m);
+    return mine;
+}
+
+/* Two jobs of one rank on each of four daemons started with --pair-links 3 take turns at an
+ * alltoallv: each turn goes straight between the nodes, over the 3 direct links a node has
+ * room for, so the job whose turn it is closes the other's (idle) links on every node and opens
+ * its own again; every result is exact, and no node ever holds more than 3. */
+static int pair_pool(int i, void *arg)
+{
+    const topo *t = arg;
+    char job[2][96];
+    ringd_t *r[2];
+    for (int x = 0; x < 2; x++) {
+        snprintf(job[x], sizeof(job[x]), "%s.%c", job_, 'a' + x);
+        r[x] = th_open_world(ring_.d[i].sock, job[x], t->world, 1, 0, OP_TIMEOUT_MS);
+        if (r[x] == NULL)
+            return 10;
+    }
+    int n = ringd_size(r[0]), rc;
+    size_t sc[TH_RING_MAX], rcv[TH_RING_MAX];
+    uint8_t *in = malloc((size_t)n * 3011 * 4), *out = malloc((size_t)n * 3011 * 4);
+    if (in == NULL || out == NULL)
+        return 30;
+    for (int turn = 0; turn < 6; turn++) {
+        ringd_t *q = r[turn % 2];
+        int me = ringd_rank(q);
+        for (int j = 0; j < n; j++) { /* none 0: every node sends every node something */
+            sc[j] = a2a_count(me, j, turn) + 1;
+            rcv[j] = a2a_count(j, me, turn) + 1;
+        }
+        char name[32];
+        snprintf(name, sizeof(name), "pool.%d", turn);
+        a2a_fill(in, me, n, RINGD_I32, sc);
+        TH_CHECK_OK(q, ringd_alltoallv(q, name, in, sc, out, rcv, RINGD_I32));
+        if ((rc = a2a_check(name, me, n, RINGD_I32, out, rcv)) != 0)
+            return rc;
+        TH_CHECK_OK(q, ringd_barrier(q, "turn.done"));
+        int total, mine = pair_links_of(ring_.d[i].sock, job[turn % 2], &total);
+        int other = pair_links_of(ring_.d[i].sock, job[(turn + 1) % 2], &total);
+        if (mine != n - 1 || other != 0 || total > 3) {
+            fprintf(stderr,
+                    "rank %d, turn %d: job %s holds %d direct links, the other %d, %d in all "
+                    "(want %d, 0, at most 3)\n",
+                    me, turn, job[turn % 2], mine, other, total, n - 1);
+            return 60;
+        }
+        TH_CHECK_OK(q, ringd_barrier(q, "turn.looked"));
+    }
+    free(in);
+    free(out);
+    close_together(r[0], t->world);
+    ringd_close(r[1]);
+    return 0;
+}
+
+Test(collectives, alltoall_goes_over_direct_links_that_jobs_share_within_the_pool, .timeout = 180)
+{
+    static const char *const pool[] = {"--pair-links", "3", NULL};
+    topo t = {4, {1, 1, 1, 1}, 0};
+    start(&t, pool);
+    cr_assert_eq(run(&t, pair_pool, 120000), 0, "a client failed (its stderr above)");
+    finish(&t);
+}
+
+/* With fewer direct links than the ring's nodes less one, alltoall goes round the ring and
+ * opens none. */
+static int relayed(int i, void *arg)
+{
+    const topo *t = arg;
+    ringd_t *r = join(t, i);
+    if (r == NULL)
+        return 10;
+    int n = ringd_size(r), me = ringd_rank(r), rc;
+    size_t sc[TH_RING_MAX * 4], rcv[TH_RING_MAX * 4];
+    uint8_t *in = ringd_alloc(r, (size_t)n * 3011 * 4 + 8), *out = malloc((size_t)n * 3011 * 4);
+    if (in == NULL || out == NULL)
+        return 30;
+    for (int j = 0; j < n; j++) {
+        sc[j] = a2a_count(me, j, 1);
+        rcv[j] = a2a_count(j, me, 1);
+    }
+    a2a_fill(in, me, n, RINGD_I32, sc);
+    TH_CHECK_OK(r, ringd_alltoallv(r, "relayed", in, sc, out, rcv, RINGD_I32));
+    if ((rc = a2a_check("relayed", me, n, RINGD_I32, out, rcv)) != 0)
+        return rc;
+    int total, links = 0;
+    for (int k = 0; k < t->nnodes; k++)
+        links += pair_links_of(ring_.d[k].sock, job_, &total);
+    if (links != 0) {
+        fprintf(stderr, "rank %d: %d direct links opened with --pair-links 1\n", me, links);
+        return 61;
+    }
+    free(out);
+    close_together(r, t->world);
+    return 0;
+}
+
+Test(collectives, alltoall_goes_round_the_ring_when_the_pool_is_too_small, .timeout = 120)
+{
+    static const char *const one[] = {"--pair-links", "1", NULL};
+    topo t = {3, {1, 2, 1}, 0};
+    start(&t, one);
+    cr_assert_eq(run(&t, relayed, 60000), 0, "a client failed (its stderr above)");
+    finish(&t);
+}
+
 /* Groups: three collectives of different kinds run together; a mismatch in one fails every
  * one on every rank; a refusal in one (a NULL buffer) too; ranks that group differently fail;
  * a synchronous call inside a group is refused. */

@@ -318,6 +318,7 @@ static Ringd__PeerHello hello(const char *job, uint64_t gen, const char *node, i
     h.index = index;
     h.conns = CONNS;
     h.segment_size = SEGMENT;
+    h.pair_links = 32; /* the daemons' default */
     return h;
 }
 
@@ -736,8 +737,8 @@ Test(peers, a_forming_ring_refuses_mismatched_settings_and_wrong_identities, .ti
     cr_assert_str_eq(ps[1].state, "connecting");
     cr_assert_eq(ps[0].gen, ps[1].gen);
     uint64_t gen = ps[1].gen;
-    assert_log(&ring.d[1], "node n0 runs --conns-per-link 1 --segment-size 1048576, this node 2 "
-                           "and 1048576; all nodes must agree");
+    assert_log(&ring.d[1], "node n0 runs --conns-per-link 1 --segment-size 1048576 --pair-links "
+                           "32, this node 2, 1048576 and 32; all nodes must agree");
 
     Ringd__PeerHello h = hello(JOB, gen, "n7", RINGD__LINK_KIND__LINK_DATA, 0);
     expect_refused(&ring.d[1], &h, RINGD_E_REFUSED,
@@ -747,6 +748,12 @@ Test(peers, a_forming_ring_refuses_mismatched_settings_and_wrong_identities, .ti
     h = hello(JOB, gen, "n0", RINGD__LINK_KIND__LINK_DATA, 0);
     h.segment_size = SEGMENT / 2;
     expect_refused(&ring.d[1], &h, RINGD_E_REFUSED, "all nodes must agree");
+    h = hello(JOB, gen, "n0", RINGD__LINK_KIND__LINK_DATA, 0);
+    h.pair_links = 4;
+    expect_refused(&ring.d[1], &h, RINGD_E_REFUSED, "--pair-links 4, this node 2, 1048576 and 32");
+    /* a direct link (alltoall) comes only once the ring is up */
+    h = hello(JOB, gen, "n0", RINGD__LINK_KIND__LINK_PAIR, 0);
+    expect_refused(&ring.d[1], &h, RINGD_E_MEMBERSHIP, "has no ring of generation");
     h = hello(JOB, gen, "n7", RINGD__LINK_KIND__LINK_CONTROL, 0);
     h.conns = 1;
     expect_refused(&ring.d[0], &h, RINGD_E_REFUSED, "unexpected control connection from node n7");
@@ -776,8 +783,8 @@ Test(peers, a_forming_ring_refuses_mismatched_settings_and_wrong_identities, .ti
                      o[i].err);
     }
     close_sessions();
-    assert_log(&ring.d[0], "node n1 runs --conns-per-link 2 --segment-size 1048576, this node 1 "
-                           "and 1048576; all nodes must agree");
+    assert_log(&ring.d[0], "node n1 runs --conns-per-link 2 --segment-size 1048576 --pair-links "
+                           "32, this node 1, 1048576 and 32; all nodes must agree");
     th_ring_finish(&ring);
 }
 

@@ -91,6 +91,12 @@ static const opt_spec options[] = {
      NULL},
     {"conns-per-link", "RINGD_CONNS_PER_LINK", OPT_INT, "2", 1, 16, OFF(conns_per_link),
      "TCP connections between neighbours of a ring, each way", NULL},
+    {"pair-links", "RINGD_PAIR_LINKS", OPT_INT, "32", 0, 256, OFF(pair_links),
+     "the most direct links this node keeps open for alltoall, every job's together (least "
+     "recently used closed first): an alltoall of a ring of N >= 3 nodes goes straight to each "
+     "node over N - 1 of them, opened on first use, when N - 1 is at most this, else round the "
+     "ring (0: always round the ring); all nodes must agree",
+     NULL},
     {"autotune", "RINGD_AUTOTUNE", OPT_FLAG, "0", 0, 1, OFF(autotune),
      "the coordinator tries fusion thresholds, fusion cycles, segment sizes (up to "
      "--segment-size) and connections per link (up to --conns-per-link) on the running job, "

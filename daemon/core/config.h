@@ -39,6 +39,7 @@ typedef struct {
     uint64_t segment_size;     /* bytes per ring frame */
     int64_t fusion_cycle_us;   /* the coordinator orders at most this often; 0: each loop turn */
     int64_t conns_per_link;
+    int64_t pair_links;         /* direct links for alltoall, every job's together */
     int64_t autotune;           /* the coordinator tunes the four above on the running job */
     int64_t autotune_window_ms; /* each setting is measured this long */
     int64_t peer_timeout;       /* ms without progress on a link before it counts as failed */

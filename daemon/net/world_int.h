@@ -115,6 +115,9 @@ struct rd_world {
     uint32_t first_rank;
     slot out_data[RD_RING_CONNS_MAX];
     slot out_ctrl[RD_RING_NODES_MAX]; /* to each node before this one in the ring */
+    slot out_pair[RD_RING_NODES_MAX]; /* alltoall's direct links to the nodes after this one */
+    int pair_in[RD_RING_NODES_MAX];   /* direct links from the nodes before, for the data plane */
+    struct event *ev_pairs;           /* hands pair_in to the data plane, after PeerAccept */
     int in_data[RD_RING_CONNS_MAX];
     rd_peer_chan *ctrl[RD_RING_NODES_MAX]; /* with every other node, by position */
     struct rd_xfer *xfer;
@@ -167,6 +170,10 @@ struct rd_world {
     struct event *ev_sample;
     rd_world *next; /* in net->worlds */
 };
+
+/* world_links.c: the data plane of the generation wants direct links (rd_xfer_pairs_wanted):
+ * dials those it must, after making room in the node's pool of them. xfer's pairs_wanted. */
+void world_pairs_wanted(void *arg);
 
 /* world.c: the ring's states and views. */
 

@@ -63,11 +63,12 @@ void world_maybe_up(rd_world *w)
     world_ring_is_up(w);
 }
 
-/* The ring position a slot dials: the next node for data, node s->index for control. */
+/* The ring position a slot dials: the next node for data, node s->index for control and
+ * direct links. */
 static int slot_target(const slot *s)
 {
     const rd_world *w = s->w;
-    return s->kind == RINGD__LINK_KIND__LINK_CONTROL ? s->index : (w->position + 1) % w->nnodes;
+    return s->kind != RINGD__LINK_KIND__LINK_DATA ? s->index : (w->position + 1) % w->nnodes;
 }
 
 /* Tells the waiting clients which members this node cannot reach so far, and why. */
@@ -235,6 +236,12 @@ static void on_dialled(void *arg, int fd, const char *why)
     rd_world *w = s->w;
     s->dial = NULL;
     int to = slot_target(s);
+    if (fd < 0 && s->kind == RINGD__LINK_KIND__LINK_PAIR) { /* the ring is up: only retry */
+        rd_log(RD_LOG_DEBUG, "world", "job '%s': direct link to node %s: %s; retrying", w->name,
+               world_member(w, to)->node, why);
+        dial_later(s);
+        return;
+    }
     if (fd < 0) {
         int first = w->unreach[to][0] == '\0';
         snprintf(w->unreach[to], sizeof(w->unreach[to]), "%s", why);
@@ -247,6 +254,13 @@ static void on_dialled(void *arg, int fd, const char *why)
         return;
     }
     w->unreach[to][0] = '\0';
+    if (s->kind == RINGD__LINK_KIND__LINK_PAIR) { /* for the data plane of this generation */
+        if (w->xfer != NULL && world_ring_up(w))
+            rd_xfer_pair(w->xfer, s->index, fd);
+        else
+            close(fd);
+        return;
+    }
     if (s->kind == RINGD__LINK_KIND__LINK_CONTROL) {
         w->ctrl[s->index] = world_ctrl_open(w, fd, world_member(w, s->index)->node);
         if (w->ctrl[s->index] == NULL) {
@@ -265,7 +279,11 @@ static void on_dialled(void *arg, int fd, const char *why)
 static void dial_start(slot *s)
 {
     rd_world *w = s->w;
-    if (w->state != W_CONNECTING)
+    /* a direct link is dialled while the ring is up, as long as its data plane wants it */
+    if (s->kind == RINGD__LINK_KIND__LINK_PAIR
+            ? !world_ring_up(w) || w->xfer == NULL ||
+                  !(rd_xfer_pairs_wanted(w->xfer) & (1ull << s->index))
+            : w->state != W_CONNECTING)
         return;
     int to = slot_target(s);
     Ringd__PeerHello h = RINGD__PEER_HELLO__INIT;
@@ -274,9 +292,12 @@ static void dial_start(slot *s)
     h.generation = w->generation;
     h.node = (char *)w->net->cfg->node;
     h.kind = (Ringd__LinkKind)s->kind;
-    h.index = s->kind == RINGD__LINK_KIND__LINK_CONTROL ? 0 : (uint32_t)s->index;
+    h.index = s->kind == RINGD__LINK_KIND__LINK_CONTROL ? 0
+              : s->kind == RINGD__LINK_KIND__LINK_PAIR  ? (uint32_t)w->position
+                                                        : (uint32_t)s->index;
     h.conns = (uint32_t)world_conns(w);
     h.segment_size = w->net->cfg->segment_size;
+    h.pair_links = (uint32_t)w->net->cfg->pair_links;
     s->dial = rd_peer_dial_new(w->net->peers, world_member(w, to)->addr, &h, on_dialled, s);
     if (s->dial == NULL)
         dial_later(s);
@@ -399,6 +420,116 @@ rd_world *world_of(rd_net *net, const char *job)
     return w;
 }
 
+/* 1 when a peer's settings that every node must share differ from this node's (err says how). */
+static int settings_differ(const rd_world *w, const Ringd__PeerHello *h, char *err, size_t errlen)
+{
+    const rd_config *cfg = w->net->cfg;
+    if (h->conns == (uint32_t)world_conns(w) && h->segment_size == cfg->segment_size &&
+        h->pair_links == (uint32_t)cfg->pair_links)
+        return 0;
+    snprintf(err, errlen,
+             "node %s runs --conns-per-link %u --segment-size %" PRIu64
+             " --pair-links %u, this node %d, %" PRIu64 " and %lld; all nodes must agree",
+             h->node, h->conns, h->segment_size, h->pair_links, world_conns(w), cfg->segment_size,
+             (long long)cfg->pair_links);
+    return 1;
+}
+
+/* A direct link (alltoall) from a node before this one, at this generation while its ring is
+ * up: kept for the data plane, which takes it on the next turn (after PeerAccept is written). */
+static rd_status pair_check(rd_world *w, const Ringd__PeerHello *h, int fd, int *quiet, char *err,
+                            size_t errlen)
+{
+    if (h->generation > w->generation || !world_ring_up(w) || w->xfer == NULL) {
+        *quiet = 1;
+        snprintf(err, errlen,
+                 "job '%s' has no ring of generation %" PRIu64 " up here (at %" PRIu64 ", %s)",
+                 h->job, h->generation, w->generation, world_state_name(w->state));
+        return RINGD_E_MEMBERSHIP;
+    }
+    if (settings_differ(w, h, err, errlen))
+        return RINGD_E_REFUSED;
+    uint32_t from = h->index;
+    if (from >= (uint32_t)w->position || strcmp(world_member(w, (int)from)->node, h->node) != 0) {
+        snprintf(err, errlen, "unexpected direct link from node %s (position %u; this node is %d)",
+                 h->node, from, w->position);
+        return RINGD_E_REFUSED;
+    }
+    if (w->pair_in[from] >= 0) /* a re-dial replaces the link not taken up yet */
+        close(w->pair_in[from]);
+    w->pair_in[from] = fd;
+    event_active(w->ev_pairs, 0, 0);
+    return RINGD_OK;
+}
+
+/* Makes room for need more direct links in this node's pool (--pair-links, every job's
+ * together): closes other jobs' links, least recently used first, that no alltoall is using.
+ * Those in use stay: the pool is over its bound until their alltoalls end. */
+static void pairs_make_room(rd_net *net, const rd_world *self, int need)
+{
+    for (;;) {
+        int open = 0, busy;
+        int64_t used, lru_ms = 0;
+        rd_world *lru = NULL;
+        for (rd_world *o = net->worlds; o != NULL; o = o->next) {
+            if (o->xfer == NULL)
+                continue;
+            int k = rd_xfer_pairs_open(o->xfer, &used, &busy);
+            open += k;
+            if (o != self && k > 0 && !busy && (lru == NULL || used < lru_ms)) {
+                lru = o;
+                lru_ms = used;
+            }
+        }
+        if (open + need <= net->cfg->pair_links || lru == NULL)
+            return;
+        int closed = rd_xfer_pairs_close(lru->xfer);
+        rd_log(RD_LOG_INFO, "world",
+               "job '%s': closed its %d direct links to make room for job '%s' (--pair-links %lld)",
+               lru->name, closed, self->name, (long long)net->cfg->pair_links);
+        if (closed == 0)
+            return;
+    }
+}
+
+void world_pairs_wanted(void *arg)
+{
+    rd_world *w = arg;
+    if (w->xfer == NULL || !world_ring_up(w))
+        return;
+    uint64_t want = rd_xfer_pairs_wanted(w->xfer);
+    int need = 0, dial = 0;
+    for (int q = 0; q < w->nnodes; q++)
+        if (want & (1ull << q)) {
+            need++;
+            dial |= q > w->position;
+        }
+    pairs_make_room(w->net, w, need);
+    for (int q = w->position + 1; q < w->nnodes && dial; q++) {
+        slot *s = &w->out_pair[q];
+        if ((want & (1ull << q)) && s->dial == NULL && !event_pending(s->retry, EV_TIMEOUT, NULL))
+            dial_start(s);
+    }
+}
+
+/* Hands the direct links taken from the nodes before this one to the data plane. */
+static void on_pairs(evutil_socket_t fd, short what, void *arg)
+{
+    rd_world *w = arg;
+    (void)fd;
+    (void)what;
+    for (int q = 0; q < RD_RING_NODES_MAX; q++) {
+        if (w->pair_in[q] < 0)
+            continue;
+        if (w->xfer != NULL && world_ring_up(w) && q < w->nnodes)
+            rd_xfer_pair(w->xfer, q, w->pair_in[q]);
+        else
+            close(w->pair_in[q]);
+        w->pair_in[q] = -1;
+    }
+    pairs_make_room(w->net, w, 0);
+}
+
 /* Takes an authenticated peer's connection into the ring it names, or says why not: unknown job,
  * another generation, settings that differ, a node that is not the expected neighbour. *quiet
  * marks refusals the peer is expected to retry. */
@@ -424,19 +555,16 @@ static rd_status peer_check(rd_net *net, const Ringd__PeerHello *h, int fd, uint
                  h->generation, h->job, w->generation);
         return RINGD_E_MEMBERSHIP;
     }
+    if (h->kind == RINGD__LINK_KIND__LINK_PAIR)
+        return pair_check(w, h, fd, quiet, err, errlen);
     if (h->generation > w->generation || w->state != W_CONNECTING) {
         *quiet = 1;
         snprintf(err, errlen, "job '%s' " RD_NOT_FORMING " %" PRIu64 " here (at %" PRIu64 ", %s)",
                  h->job, h->generation, w->generation, world_state_name(w->state));
         return RINGD_E_MEMBERSHIP;
     }
-    if (h->conns != (uint32_t)world_conns(w) || h->segment_size != net->cfg->segment_size) {
-        snprintf(err, errlen,
-                 "node %s runs --conns-per-link %u --segment-size %" PRIu64
-                 ", this node %d and %" PRIu64 "; all nodes must agree",
-                 h->node, h->conns, h->segment_size, world_conns(w), net->cfg->segment_size);
+    if (settings_differ(w, h, err, errlen))
         return RINGD_E_REFUSED;
-    }
     int prev = (w->position + w->nnodes - 1) % w->nnodes;
     if (h->kind == RINGD__LINK_KIND__LINK_DATA) {
         if (strcmp(h->node, world_member(w, prev)->node) != 0 ||
@@ -500,10 +628,15 @@ int world_links_init(rd_world *w)
             (slot){.w = w, .kind = RINGD__LINK_KIND__LINK_CONTROL, .index = i, .fd = -1};
         w->out_ctrl[i].retry = event_new(base, -1, 0, on_retry, &w->out_ctrl[i]);
         ok &= w->out_ctrl[i].retry != NULL;
+        w->out_pair[i] = (slot){.w = w, .kind = RINGD__LINK_KIND__LINK_PAIR, .index = i, .fd = -1};
+        w->out_pair[i].retry = event_new(base, -1, 0, on_retry, &w->out_pair[i]);
+        ok &= w->out_pair[i].retry != NULL;
+        w->pair_in[i] = -1;
     }
     w->ev_connect = evtimer_new(base, on_connect_deadline, w);
     w->ev_rejoin = evtimer_new(base, on_rejoin, w);
-    return ok && w->ev_connect != NULL && w->ev_rejoin != NULL ? 0 : -1;
+    w->ev_pairs = event_new(base, -1, 0, on_pairs, w);
+    return ok && w->ev_connect != NULL && w->ev_rejoin != NULL && w->ev_pairs != NULL ? 0 : -1;
 }
 
 void world_links_free(rd_world *w)
@@ -515,9 +648,14 @@ void world_links_free(rd_world *w)
     for (int c = 0; c < RD_RING_CONNS_MAX; c++)
         if (w->out_data[c].retry != NULL)
             event_free(w->out_data[c].retry);
-    for (int i = 0; i < RD_RING_NODES_MAX; i++)
+    for (int i = 0; i < RD_RING_NODES_MAX; i++) {
         if (w->out_ctrl[i].retry != NULL)
             event_free(w->out_ctrl[i].retry);
+        if (w->out_pair[i].retry != NULL)
+            event_free(w->out_pair[i].retry);
+    }
+    if (w->ev_pairs != NULL)
+        event_free(w->ev_pairs);
 }
 
 void world_links_close(rd_world *w)
@@ -543,5 +681,13 @@ void world_links_close(rd_world *w)
             event_del(s->retry);
         rd_peer_chan_free(w->ctrl[i]);
         w->ctrl[i] = NULL;
+        s = &w->out_pair[i];
+        rd_peer_dial_cancel(s->dial);
+        s->dial = NULL;
+        if (s->retry != NULL)
+            event_del(s->retry);
+        if (w->pair_in[i] >= 0)
+            close(w->pair_in[i]);
+        w->pair_in[i] = -1;
     }
 }

@@ -117,8 +117,11 @@ int world_plane_start(rd_world *w, char *err, size_t errlen)
 {
     int C = world_conns(w);
     uint32_t sizes[RD_RING_NODES_MAX];
-    for (int i = 0; i < w->nnodes; i++)
+    const char *nodes[RD_RING_NODES_MAX];
+    for (int i = 0; i < w->nnodes; i++) {
         sizes[i] = world_member(w, i)->local_size;
+        nodes[i] = world_member(w, i)->node;
+    }
     int sfd[RD_RING_CONNS_MAX], rfd[RD_RING_CONNS_MAX];
     for (int c = 0; c < C; c++) {
         sfd[c] = w->out_data[c].fd;
@@ -138,6 +141,9 @@ int world_plane_start(rd_world *w, char *err, size_t errlen)
         .poll_us = w->net->cfg->poll_us,
         .next_node = world_member(w, (w->position + 1) % w->nnodes)->node,
         .prev_node = world_member(w, (w->position + w->nnodes - 1) % w->nnodes)->node,
+        .pair_links = (int)w->net->cfg->pair_links,
+        .nodes = nodes,
+        .pairs_wanted = world_pairs_wanted,
     };
     w->xfer = rd_xfer_new(w->net->base, &xc, on_task_done, w, err, errlen);
     if (w->xfer != NULL && (w->xfer_link = malloc(sizeof(*w->xfer_link))) == NULL) {
@@ -188,6 +194,11 @@ void world_plane_describe(const rd_world *w, rd_world_status *r)
 {
     uint64_t s, rv;
     link_bytes(w, &s, &rv);
+    if (w->xfer != NULL) {
+        int64_t used;
+        int busy;
+        r->pair_links = (uint32_t)rd_xfer_pairs_open(w->xfer, &used, &busy);
+    }
     for (int k = 0; k < 2; k++) {
         rd_link_status *l = &r->links[r->nlinks++];
         int peer =

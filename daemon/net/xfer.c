@@ -98,6 +98,18 @@ struct rd_xfer {
     uint8_t *staging[RD_RING_CONNS_MAX];
 
     atomic_uint_least64_t sent, received;
+
+    /* Direct links (alltoall): pair_fd[q] the connection with node q the thread uses,
+     * pair_next[q] one the loop handed in and the thread has not taken up yet (-1: none); both,
+     * pairs_busy and pairs_used_ms guarded by lock (the thread reads pair_fd unlocked while
+     * busy: nobody else changes it then). */
+    char (*names)[RD_NAME_MAX + 1]; /* by position */
+    int pair_fd[RD_RING_NODES_MAX];
+    int pair_next[RD_RING_NODES_MAX];
+    int pairs_busy;
+    int64_t pairs_used_ms;
+    atomic_int pairs_handed;      /* bumped with each connection handed in */
+    atomic_uint_least64_t wanted; /* positions whose link the thread waits for */
 };
 
 static uint64_t step_segments(uint64_t len, uint64_t seg)
@@ -145,16 +157,18 @@ static void recv_counted(run *r, const recv_step *st)
         r->t->phase_us[RD_PHASE_SCATTERED] = rd_now_us();
 }
 
-static void fail(run *r, rd_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void fail(run *r, rd_status st, const char *fmt, ...)
+/* Fails t with st and a message, unless it failed already. */
+static void fail_task(rd_xfer_task *t, rd_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void fail_task(rd_xfer_task *t, rd_status st, const char *fmt, ...)
 {
     va_list ap;
-    if (r->t->status != RINGD_OK)
+    if (t->status != RINGD_OK)
         return;
     va_start(ap, fmt);
-    vsnprintf(r->t->message, sizeof(r->t->message), fmt, ap);
+    vsnprintf(t->message, sizeof(t->message), fmt, ap);
     va_end(ap);
-    r->t->status = st;
+    t->status = st;
 }
 
 /* Sends what lane l can send now. Returns 1 on progress, 0 when waiting, -1 on failure. */
@@ -192,8 +206,8 @@ static int lane_send(run *r, lane *l, int idx)
                 l->blocked = 1;
                 return progress;
             }
-            fail(r, RINGD_E_MEMBERSHIP, "link to node %s (connection %d): send: %s", x->next_node,
-                 idx, strerror(errno));
+            fail_task(r->t, RINGD_E_MEMBERSHIP, "link to node %s (connection %d): send: %s",
+                      x->next_node, idx, strerror(errno));
             return -1;
         }
         progress = 1;
@@ -240,8 +254,8 @@ static int lane_recv(run *r, lane *l, int idx)
                 return progress;
         }
         if (got <= 0) {
-            fail(r, RINGD_E_MEMBERSHIP, "link from node %s (connection %d): %s", x->prev_node, idx,
-                 got == 0 ? "closed by the peer" : strerror(errno));
+            fail_task(r->t, RINGD_E_MEMBERSHIP, "link from node %s (connection %d): %s",
+                      x->prev_node, idx, got == 0 ? "closed by the peer" : strerror(errno));
             return -1;
         }
         progress = 1;
@@ -261,10 +275,11 @@ static int lane_recv(run *r, lane *l, int idx)
                        (unsigned long long)h.g, h.len, (unsigned long long)x->cfg.generation,
                        (unsigned long long)r->t->seq, (unsigned long long)l->g,
                        (unsigned long long)len);
-                fail(r, gen != x->cfg.generation ? RINGD_E_MEMBERSHIP : RINGD_E_PROTOCOL,
-                     "node %s sent a frame of generation %llu where generation %llu was "
-                     "expected (or of another op); the ring must re-form",
-                     x->prev_node, (unsigned long long)gen, (unsigned long long)x->cfg.generation);
+                fail_task(r->t, gen != x->cfg.generation ? RINGD_E_MEMBERSHIP : RINGD_E_PROTOCOL,
+                          "node %s sent a frame of generation %llu where generation %llu was "
+                          "expected (or of another op); the ring must re-form",
+                          x->prev_node, (unsigned long long)gen,
+                          (unsigned long long)x->cfg.generation);
                 return -1;
             }
         }
@@ -315,7 +330,7 @@ static int run_plan(rd_xfer *x, rd_xfer_task *t, const plan *p, size_t esz)
         r.scatter_left += p->recv[i].reduce ? r.S : 0;
     r.recv_done = calloc((size_t)(p->nrecv ? p->nrecv : 1) * r.S, 1);
     if (r.recv_done == NULL) {
-        fail(&r, RINGD_E_NOMEM, "out of memory");
+        fail_task(r.t, RINGD_E_NOMEM, "out of memory");
         return -1;
     }
     lane sl[RD_RING_CONNS_MAX], rl[RD_RING_CONNS_MAX];
@@ -339,7 +354,7 @@ static int run_plan(rd_xfer *x, rd_xfer_task *t, const plan *p, size_t esz)
         if (rc != 0 || !pending)
             break;
         if (atomic_load(&x->stopping) || atomic_load(&x->cut)) {
-            fail(&r, RINGD_E_MEMBERSHIP, "the ring is being re-formed");
+            fail_task(r.t, RINGD_E_MEMBERSHIP, "the ring is being re-formed");
             rc = -1;
             break;
         }
@@ -365,14 +380,14 @@ static int run_plan(rd_xfer *x, rd_xfer_task *t, const plan *p, size_t esz)
         int left = (int)(x->cfg.timeout_ms - (now - last) / 1000);
         if (left <= 0 ||
             (n > 0 && poll(pf, (nfds_t)n, left > 100 ? 100 : left) < 0 && errno != EINTR)) {
-            fail(&r, RINGD_E_MEMBERSHIP,
-                 "no progress on the links to node %s and from node %s for %lld ms", x->next_node,
-                 x->prev_node, (long long)x->cfg.timeout_ms);
+            fail_task(r.t, RINGD_E_MEMBERSHIP,
+                      "no progress on the links to node %s and from node %s for %lld ms",
+                      x->next_node, x->prev_node, (long long)x->cfg.timeout_ms);
             rc = -1;
             break;
         }
         if (n == 0) { /* cannot happen: something is always pending on a socket */
-            fail(&r, RINGD_E_PROTOCOL, "ring plan stalled");
+            fail_task(r.t, RINGD_E_PROTOCOL, "ring plan stalled");
             rc = -1;
             break;
         }
@@ -748,6 +763,341 @@ static int do_alltoall(rd_xfer *x, rd_xfer_task *t)
     return 0;
 }
 
+/* One other node's part of a direct alltoall: the block this node sends it and the one it
+ * sends here, each cut into segments with the ring's header, over the direct link between the
+ * two. */
+typedef struct {
+    int q;                   /* its position */
+    int fd;                  /* -1: waiting for the link */
+    const uint8_t *src;      /* the block for it */
+    uint64_t slen, sg, spos; /* its length; the next segment, and bytes of it sent (header too) */
+    uint8_t *dst;            /* the block from it */
+    uint64_t rlen, rg, rpos;
+    uint8_t shdr[RD_SEG_HEADER], rhdr[RD_SEG_HEADER];
+    int blocked; /* send: waiting for POLLOUT */
+} pair_part;
+
+/* Frames of a block of len bytes: at least one, so that each end hears from the other on the
+ * link itself before its part is done (a link the other end closed is found closed, never
+ * written into and left for done). */
+static uint64_t pair_frames(uint64_t len, uint64_t seg)
+{
+    return len == 0 ? 1 : step_segments(len, seg);
+}
+
+static int pair_done(const pair_part *pp, uint64_t seg)
+{
+    return pp->sg >= pair_frames(pp->slen, seg) && pp->rg >= pair_frames(pp->rlen, seg);
+}
+
+/* Sends and receives what the link with pp->q can move now. Returns 1 on progress, 0 when
+ * waiting, -1 when the link failed (why set). A frame that is not the one expected fails the
+ * task (*fatal). */
+static int pair_move(rd_xfer *x, rd_xfer_task *t, pair_part *pp, uint64_t seg, int *fatal,
+                     char *why, size_t whylen)
+{
+    int progress = 0;
+    uint64_t ns = pair_frames(pp->slen, seg), nr = pair_frames(pp->rlen, seg);
+    while (pp->sg < ns) {
+        uint64_t off = pp->sg * seg, len = pp->slen - off < seg ? pp->slen - off : seg;
+        if (pp->spos == 0) {
+            rd_seg h = {(uint32_t)len, x->cfg.generation, t->seq, pp->sg};
+            rd_seg_encode(&h, pp->shdr);
+        }
+        struct iovec iov[2];
+        int n = 0;
+        if (pp->spos < RD_SEG_HEADER)
+            iov[n++] = (struct iovec){pp->shdr + pp->spos, RD_SEG_HEADER - pp->spos};
+        uint64_t done = pp->spos > RD_SEG_HEADER ? pp->spos - RD_SEG_HEADER : 0;
+        iov[n++] = (struct iovec){(void *)(pp->src + off + done), len - done};
+        struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+        ssize_t w = sendmsg(pp->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            pp->blocked = 1;
+            break;
+        }
+        if (w < 0) {
+            snprintf(why, whylen, "send: %s", strerror(errno));
+            return -1;
+        }
+        progress = 1;
+        pp->blocked = 0;
+        pp->spos += (uint64_t)w;
+        if (pp->spos == RD_SEG_HEADER + len) {
+            atomic_fetch_add_explicit(&x->sent, len, memory_order_relaxed);
+            pp->spos = 0;
+            pp->sg++;
+        }
+    }
+    while (pp->rg < nr) {
+        uint64_t off = pp->rg * seg, len = pp->rlen - off < seg ? pp->rlen - off : seg;
+        struct iovec iov;
+        if (pp->rpos < RD_SEG_HEADER)
+            iov = (struct iovec){pp->rhdr + pp->rpos, RD_SEG_HEADER - pp->rpos};
+        else
+            iov = (struct iovec){pp->dst + off + (pp->rpos - RD_SEG_HEADER),
+                                 len - (pp->rpos - RD_SEG_HEADER)};
+        ssize_t got = readv(pp->fd, &iov, 1);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            break;
+        if (got <= 0) {
+            snprintf(why, whylen, "%s", got == 0 ? "closed by the peer" : strerror(errno));
+            return -1;
+        }
+        progress = 1;
+        uint64_t before = pp->rpos;
+        pp->rpos += (uint64_t)got;
+        if (before < RD_SEG_HEADER && pp->rpos >= RD_SEG_HEADER) {
+            rd_seg h;
+            if (rd_seg_decode(pp->rhdr, &h) != 0 || h.generation != x->cfg.generation ||
+                h.seq != t->seq || h.g != pp->rg || h.len != len) {
+                snprintf(why, whylen,
+                         "sent a frame of generation %llu (op %llu, segment %llu, %u bytes) where "
+                         "generation %llu (op %llu, segment %llu, %llu bytes) was expected",
+                         (unsigned long long)h.generation, (unsigned long long)h.seq,
+                         (unsigned long long)h.g, h.len, (unsigned long long)x->cfg.generation,
+                         (unsigned long long)t->seq, (unsigned long long)pp->rg,
+                         (unsigned long long)len);
+                *fatal = 1;
+                return -1;
+            }
+        }
+        if (pp->rpos == RD_SEG_HEADER + len) {
+            atomic_fetch_add_explicit(&x->received, len, memory_order_relaxed);
+            pp->rpos = 0;
+            pp->rg++;
+        }
+    }
+    return progress;
+}
+
+/* Takes up the links the loop handed in (a node's part starts again on a new one), and asks
+ * for those still missing: the loop hears it through the completion wake-up. */
+static void pairs_take(rd_xfer *x, pair_part *parts, int np)
+{
+    uint64_t want = 0;
+    pthread_mutex_lock(&x->lock);
+    for (int i = 0; i < np; i++) {
+        pair_part *pp = &parts[i];
+        if (x->pair_next[pp->q] >= 0) {
+            if (x->pair_fd[pp->q] >= 0)
+                close(x->pair_fd[pp->q]);
+            x->pair_fd[pp->q] = x->pair_next[pp->q];
+            x->pair_next[pp->q] = -1;
+            pp->sg = pp->spos = pp->rg = pp->rpos = 0;
+            pp->blocked = 0;
+        }
+        pp->fd = x->pair_fd[pp->q];
+        if (pp->fd < 0)
+            want |= 1ull << pp->q;
+    }
+    pthread_mutex_unlock(&x->lock);
+    if (want != 0 && atomic_exchange(&x->wanted, want) != want) {
+        uint64_t one = 1;
+        ssize_t w = write(x->efd, &one, sizeof(one));
+        (void)w;
+    }
+    if (want == 0)
+        atomic_store(&x->wanted, 0);
+}
+
+/* Exchanges the blocks of parts[0..np) over the direct links, waiting for links the loop opens;
+ * a link that fails is dropped and its node's part starts again on the next one (a node that
+ * closed its links to make room in its pool connects again). Returns 0, or -1 with t failed
+ * when nothing moved for --peer-timeout, or a frame was wrong. */
+static int pairs_exchange(rd_xfer *x, rd_xfer_task *t, pair_part *parts, int np, uint64_t seg)
+{
+    pthread_mutex_lock(&x->lock);
+    x->pairs_busy = 1;
+    x->pairs_used_ms = rd_now_ms();
+    pthread_mutex_unlock(&x->lock);
+    int handed = atomic_load(&x->pairs_handed), rc = 0;
+    pairs_take(x, parts, np);
+    int64_t last = rd_now_us();
+    for (;;) {
+        int progress = 0, pending = 0, waiting = -1;
+        if (atomic_load(&x->pairs_handed) != handed) {
+            handed = atomic_load(&x->pairs_handed);
+            pairs_take(x, parts, np);
+        }
+        for (int i = 0; i < np; i++) {
+            pair_part *pp = &parts[i];
+            if (pair_done(pp, seg))
+                continue;
+            pending = 1;
+            if (pp->fd < 0) {
+                waiting = pp->q;
+                continue;
+            }
+            char why[256];
+            int fatal = 0, m = pair_move(x, t, pp, seg, &fatal, why, sizeof(why));
+            if (m < 0 && fatal) {
+                fail_task(t, RINGD_E_PROTOCOL,
+                          "node %s %s on the direct link; the ring must re-form", x->names[pp->q],
+                          why);
+                rc = -1;
+                break;
+            }
+            if (m < 0) { /* dropped: its node's part starts again on the next link */
+                rd_log(RD_LOG_DEBUG, "xfer", "direct link with node %s: %s; waiting for another",
+                       x->names[pp->q], why);
+                pthread_mutex_lock(&x->lock);
+                close(x->pair_fd[pp->q]);
+                x->pair_fd[pp->q] = -1;
+                pthread_mutex_unlock(&x->lock);
+                pp->sg = pp->spos = pp->rg = pp->rpos = 0;
+                pairs_take(x, parts, np);
+                progress = 1;
+                continue;
+            }
+            progress |= m;
+        }
+        if (rc != 0 || !pending)
+            break;
+        if (atomic_load(&x->stopping) || atomic_load(&x->cut)) {
+            fail_task(t, RINGD_E_MEMBERSHIP, "the ring is being re-formed");
+            rc = -1;
+            break;
+        }
+        int64_t now = rd_now_us();
+        if (progress) {
+            last = now;
+            continue;
+        }
+        if (now - last < RD_XFER_SPIN_US) {
+            sched_yield();
+            continue;
+        }
+        struct pollfd pf[RD_RING_NODES_MAX];
+        int n = 0;
+        for (int i = 0; i < np; i++) {
+            pair_part *pp = &parts[i];
+            if (pp->fd >= 0 && !pair_done(pp, seg))
+                pf[n++] = (struct pollfd){.fd = pp->fd,
+                                          .events = (short)(POLLIN | (pp->blocked ? POLLOUT : 0))};
+        }
+        int left = (int)(x->cfg.timeout_ms - (now - last) / 1000);
+        if (left <= 0) {
+            if (waiting >= 0)
+                fail_task(t, RINGD_E_MEMBERSHIP,
+                          "no direct link with node %s came within %lld ms (alltoall)",
+                          x->names[waiting], (long long)x->cfg.timeout_ms);
+            else
+                fail_task(t, RINGD_E_MEMBERSHIP,
+                          "no progress on the direct links of an alltoall for %lld ms",
+                          (long long)x->cfg.timeout_ms);
+            rc = -1;
+            break;
+        }
+        /* links still to come are handed in by the loop: look again within 10 ms */
+        int wait = waiting >= 0 ? 10 : (left > 100 ? 100 : left);
+        if (poll(pf, (nfds_t)n, wait) < 0 && errno != EINTR) {
+            fail_task(t, RINGD_E_MEMBERSHIP, "poll: %s", strerror(errno));
+            rc = -1;
+            break;
+        }
+    }
+    pthread_mutex_lock(&x->lock);
+    x->pairs_busy = 0;
+    pthread_mutex_unlock(&x->lock);
+    atomic_store(&x->wanted, 0);
+    return rc;
+}
+
+/* Alltoall straight between every two nodes (do_alltoall's layout of a node's block for
+ * another): this node's blocks for the others are packed, exchanged over the direct links,
+ * and unpacked into its ranks' outputs; the blocks between its own ranks are copied directly. */
+static int do_alltoall_direct(rd_xfer *x, rd_xfer_task *t)
+{
+    int N = x->cfg.nnodes, P = x->cfg.position;
+    uint32_t L = x->local_sizes[P], first[N + 1];
+    size_t esz = rd_dtype_size(t->dtype);
+    const rd_xfer_member *mb = &t->members[0];
+    const uint64_t *m = t->counts;
+    first[0] = 0;
+    for (int i = 0; i < N; i++)
+        first[i + 1] = first[i] + x->local_sizes[i];
+    uint32_t n = first[N], me = first[P];
+    uint64_t *sd = calloc((size_t)L * (n + 1) * 2, sizeof(uint64_t)),
+             *rd = sd != NULL ? sd + (size_t)L * (n + 1) : NULL;
+    if (sd == NULL)
+        return no_memory(t, (uint64_t)L * (n + 1) * 16);
+    for (uint32_t a = 0; a < L; a++)
+        for (uint32_t b = 0; b < n; b++) {
+            sd[a * (n + 1) + b + 1] = sd[a * (n + 1) + b] + m[(size_t)(me + a) * n + b];
+            rd[a * (n + 1) + b + 1] = rd[a * (n + 1) + b] + m[(size_t)b * n + me + a];
+        }
+    pair_part parts[RD_RING_NODES_MAX];
+    uint64_t total = 0;
+    int np = 0;
+    for (int q = 0; q < N; q++) {
+        if (q == P)
+            continue;
+        uint64_t out = node_block(x, m, n, first, P, q), in = node_block(x, m, n, first, q, P);
+        if (out == 0 && in == 0)
+            continue; /* nothing to move: no link needed */
+        parts[np++] = (pair_part){.q = q, .fd = -1, .slen = out * esz, .rlen = in * esz};
+        total += out + in;
+    }
+    uint8_t *W = scratch(x, total > 0 ? total * esz : 1);
+    if (W == NULL) {
+        free(sd);
+        return no_memory(t, total * esz);
+    }
+    uint8_t *at = W;
+    for (int i = 0; i < np;
+         i++) { /* each block for node q: q's ranks in turn, this node's within */
+        int q = parts[i].q;
+        parts[i].src = at;
+        for (uint32_t l = first[q]; l < first[q + 1]; l++)
+            for (uint32_t a = 0; a < L; a++) {
+                uint64_t c = m[(size_t)(me + a) * n + l];
+                if (c > 0)
+                    t->backend->copy(at, mb->in[a] + sd[a * (n + 1) + l] * esz, c * esz);
+                at += c * esz;
+            }
+    }
+    for (int i = 0; i < np; i++) {
+        parts[i].dst = at;
+        at += parts[i].rlen;
+    }
+    for (uint32_t b = 0; b < L; b++) /* between this node's own ranks */
+        for (uint32_t a = 0; a < L; a++) {
+            uint64_t c = m[(size_t)(me + a) * n + me + b];
+            if (c > 0)
+                t->backend->copy(mb->out[b] + rd[b * (n + 1) + me + a] * esz,
+                                 mb->in[a] + sd[a * (n + 1) + me + b] * esz, c * esz);
+        }
+    uint64_t seg = t->segment_size >= 1 && t->segment_size < x->cfg.segment_size
+                       ? t->segment_size
+                       : x->cfg.segment_size;
+    seg = seg / esz * esz;
+    t->phase_us[RD_PHASE_STAGED] = rd_now_us();
+    if (np > 0 && pairs_exchange(x, t, parts, np, seg) != 0) {
+        free(sd);
+        return -1;
+    }
+    t->phase_us[RD_PHASE_MOVED] = rd_now_us();
+    for (int i = 0; i < np;
+         i++) { /* the block from node o: this node's ranks in turn, o's within */
+        int o = parts[i].q;
+        const uint8_t *from = parts[i].dst;
+        for (uint32_t b = 0; b < L; b++)
+            for (uint32_t k = first[o]; k < first[o + 1]; k++) {
+                uint64_t c = m[(size_t)k * n + me + b];
+                if (c > 0)
+                    t->backend->copy(mb->out[b] + rd[b * (n + 1) + k] * esz, from, c * esz);
+                from += c * esz;
+            }
+    }
+    free(sd);
+    return 0;
+}
+
 static void run_task(rd_xfer *x, rd_xfer_task *t)
 {
     t->status = RINGD_OK;
@@ -766,7 +1116,10 @@ static void run_task(rd_xfer *x, rd_xfer_task *t)
     case RD_COLL_ALLGATHER:
     case RD_COLL_ALLGATHERV: rc = do_allgather(x, t); break;
     case RD_COLL_REDUCESCATTER: rc = do_reducescatter(x, t); break;
-    case RD_COLL_ALLTOALL: rc = do_alltoall(x, t); break;
+    case RD_COLL_ALLTOALL:
+        rc = x->cfg.nnodes >= 3 && x->cfg.nnodes - 1 <= x->cfg.pair_links ? do_alltoall_direct(x, t)
+                                                                          : do_alltoall(x, t);
+        break;
     default: rc = 0; break;
     }
     t->phase_us[RD_PHASE_END] = rd_now_us();
@@ -883,6 +1236,8 @@ static void on_done(evutil_socket_t fd, short what, void *arg)
     pthread_mutex_lock(&x->lock);
     int exited = x->exited && x->done_head == NULL;
     pthread_mutex_unlock(&x->lock);
+    if (!exited && atomic_load(&x->wanted) != 0 && x->cfg.pairs_wanted != NULL)
+        x->cfg.pairs_wanted(x->arg);
     if (exited && x->retired != NULL)
         x->retired(x->retired_arg, x); /* frees x */
 }
@@ -903,7 +1258,8 @@ rd_xfer *rd_xfer_new(struct event_base *base, const rd_xfer_config *c, rd_xfer_d
     if (ok) {
         x->cfg = *c;
         x->local_sizes = calloc((size_t)c->nnodes, sizeof(uint32_t));
-        ok = x->local_sizes != NULL;
+        x->names = calloc((size_t)c->nnodes, sizeof(*x->names));
+        ok = x->local_sizes != NULL && x->names != NULL;
     }
     for (int i = 0; ok && i < c->conns; i++)
         ok = (x->staging[i] = malloc(c->segment_size)) != NULL;
@@ -918,12 +1274,18 @@ rd_xfer *rd_xfer_new(struct event_base *base, const rd_xfer_config *c, rd_xfer_d
             for (int i = 0; i < RD_RING_CONNS_MAX; i++)
                 free(x->staging[i]);
             free(x->local_sizes);
+            free(x->names);
             free(x);
         }
         return NULL;
     }
     memcpy(x->local_sizes, c->local_sizes, (size_t)c->nnodes * sizeof(uint32_t));
     x->cfg.local_sizes = x->local_sizes;
+    x->cfg.nodes = NULL;
+    for (int i = 0; i < RD_RING_NODES_MAX; i++)
+        x->pair_fd[i] = x->pair_next[i] = -1;
+    for (int i = 0; i < c->nnodes; i++)
+        snprintf(x->names[i], sizeof(x->names[i]), "%s", c->nodes != NULL ? c->nodes[i] : "?");
     snprintf(x->next_node, sizeof(x->next_node), "%s", c->next_node);
     snprintf(x->prev_node, sizeof(x->prev_node), "%s", c->prev_node);
     for (int i = 0; i < c->conns; i++) {
@@ -984,6 +1346,7 @@ fail:
     if (inited >= 1)
         pthread_mutex_destroy(&x->lock);
     free(x->local_sizes);
+    free(x->names);
     free(x);
     return NULL;
 }
@@ -1011,6 +1374,11 @@ void rd_xfer_cut(rd_xfer *x)
         shutdown(x->send_fds[i], SHUT_RDWR);
         shutdown(x->recv_fds[i], SHUT_RDWR);
     }
+    pthread_mutex_lock(&x->lock);
+    for (int q = 0; q < x->cfg.nnodes; q++)
+        if (x->pair_fd[q] >= 0)
+            shutdown(x->pair_fd[q], SHUT_RDWR);
+    pthread_mutex_unlock(&x->lock);
 }
 
 void rd_xfer_free(rd_xfer *x, rd_status status, const char *why)
@@ -1050,10 +1418,17 @@ void rd_xfer_free(rd_xfer *x, rd_status status, const char *why)
         close(x->recv_fds[i]);
         free(x->staging[i]);
     }
+    for (int q = 0; q < x->cfg.nnodes; q++) {
+        if (x->pair_fd[q] >= 0)
+            close(x->pair_fd[q]);
+        if (x->pair_next[q] >= 0)
+            close(x->pair_next[q]);
+    }
     free(x->scratch);
     pthread_cond_destroy(&x->cond);
     pthread_mutex_destroy(&x->lock);
     free(x->local_sizes);
+    free(x->names);
     free(x);
 }
 
@@ -1079,4 +1454,52 @@ void rd_xfer_bytes(const rd_xfer *x, uint64_t *sent, uint64_t *received)
 {
     *sent = atomic_load(&((rd_xfer *)x)->sent);
     *received = atomic_load(&((rd_xfer *)x)->received);
+}
+
+void rd_xfer_pair(rd_xfer *x, int q, int fd)
+{
+    if (q < 0 || q >= x->cfg.nnodes || q == x->cfg.position || set_nonblocking(fd) != 0) {
+        close(fd);
+        return;
+    }
+    pthread_mutex_lock(&x->lock);
+    if (x->pair_next[q] >= 0)
+        close(x->pair_next[q]);
+    x->pair_next[q] = fd;
+    atomic_fetch_add(&x->pairs_handed, 1);
+    pthread_mutex_unlock(&x->lock);
+}
+
+uint64_t rd_xfer_pairs_wanted(rd_xfer *x)
+{
+    return atomic_load(&x->wanted);
+}
+
+int rd_xfer_pairs_open(rd_xfer *x, int64_t *used_ms, int *busy)
+{
+    int n = 0;
+    pthread_mutex_lock(&x->lock);
+    for (int q = 0; q < x->cfg.nnodes; q++)
+        n += (x->pair_fd[q] >= 0 || x->pair_next[q] >= 0);
+    *used_ms = x->pairs_used_ms;
+    *busy = x->pairs_busy;
+    pthread_mutex_unlock(&x->lock);
+    return n;
+}
+
+int rd_xfer_pairs_close(rd_xfer *x)
+{
+    int n = 0;
+    pthread_mutex_lock(&x->lock);
+    for (int q = 0; q < x->cfg.nnodes && !x->pairs_busy; q++) {
+        if (x->pair_fd[q] >= 0 || x->pair_next[q] >= 0)
+            n++;
+        if (x->pair_fd[q] >= 0)
+            close(x->pair_fd[q]);
+        if (x->pair_next[q] >= 0)
+            close(x->pair_next[q]);
+        x->pair_fd[q] = x->pair_next[q] = -1;
+    }
+    pthread_mutex_unlock(&x->lock);
+    return n;
 }

@@ -58,6 +58,12 @@ typedef struct {
     int64_t timeout_ms;  /* no progress for this long fails the link */
     int64_t poll_us;     /* spin this long before sleeping */
     const char *next_node, *prev_node;
+    /* Direct links: an alltoall of a ring of 3 nodes or more goes straight to each node when
+     * nnodes - 1 <= pair_links (--pair-links, the same on every node), over connections the
+     * loop hands in (rd_xfer_pair); pairs_wanted(arg) on the loop says some are wanted. */
+    int pair_links;
+    const char *const *nodes; /* every node's name, by position (copied) */
+    void (*pairs_wanted)(void *arg);
 } rd_xfer_config;
 
 typedef struct rd_xfer rd_xfer;
@@ -92,7 +98,25 @@ void rd_xfer_retire(rd_xfer *x, rd_status status, const char *why,
 /* 1 once a link has failed: every later task fails at once; the ring must be re-formed. */
 int rd_xfer_broken(const rd_xfer *x);
 
-/* Payload bytes sent to the next node and received from the previous one so far. */
+/* Payload bytes sent to the next node and received from the previous one so far (and over
+ * direct links). */
 void rd_xfer_bytes(const rd_xfer *x, uint64_t *sent, uint64_t *received);
+
+/* The direct link with the node at position q is fd (taken): the thread takes it up when it
+ * next looks, closing the one it had, and starts that node's part of the alltoall under way
+ * again (the other end does the same: it has a new connection too). Loop thread. */
+void rd_xfer_pair(rd_xfer *x, int q, int fd);
+
+/* The positions (a bit each) whose direct link the alltoall under way waits for: the loop
+ * dials those after this node's position; the others dial this node. Loop thread. */
+uint64_t rd_xfer_pairs_wanted(rd_xfer *x);
+
+/* Direct links x holds open; *used_ms when an alltoall last used them (0: never), *busy 1
+ * while one does. Loop thread. */
+int rd_xfer_pairs_open(rd_xfer *x, int64_t *used_ms, int *busy);
+
+/* Closes x's direct links unless an alltoall is using them; returns how many it closed. The
+ * other ends find them closed at their next alltoall and connect again. Loop thread. */
+int rd_xfer_pairs_close(rd_xfer *x);
 
 #endif
