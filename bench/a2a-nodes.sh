@@ -17,6 +17,7 @@ MINSIZE=${MINSIZE:-4K}
 MAXSIZE=${MAXSIZE:-16M}
 FACTOR=${FACTOR:-4}
 BENCH_TIMEOUT=${BENCH_TIMEOUT:-900}
+PYTHON=/usr/bin/python3
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/.." && pwd)

@@ -228,8 +228,9 @@ static void print_ring(const Ringd__RingInfo *ri)
                strcmp(l->direction, "send") == 0 ? "to" : "from", l->peer, l->conns,
                (double)l->bytes / 1e9, l->throughput_bps / 1e9);
     }
-    if (ri->pair_links > 0)
-        printf("      direct links (alltoall): %u open\n", ri->pair_links);
+    if (ri->pair_links > 0 || ri->pair_bytes > 0)
+        printf("      direct links (alltoall): %u open, %.3f GB moved\n", ri->pair_links,
+               (double)ri->pair_bytes / 1e9);
 }
 
 static void print_text(const Ringd__StatusReply *r)
@@ -340,6 +341,7 @@ static json_object *ring_json(const Ringd__RingInfo *ri)
     }
     json_object_object_add(o, "links", links);
     json_object_object_add(o, "pair_links", json_object_new_int64(ri->pair_links));
+    json_object_object_add(o, "pair_bytes", json_object_new_int64((int64_t)ri->pair_bytes));
     return o;
 }
 

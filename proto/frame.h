@@ -11,7 +11,7 @@
 /* Daemon <-> daemon (PeerHello). 2: Ready.stalled, which a daemon of 1 would ignore, leaving
  * stalled ops to wait; 4: Go.tuning, which a daemon of 3 would ignore, grouping by its own
  * flags; nodes of one job run one version. */
-#define RD_PEER_PROTOCOL_VERSION 4
+#define RD_PEER_PROTOCOL_VERSION 5
 #define RD_FRAME_HEADER 4
 #define RD_FRAME_MAX_DEFAULT (1u << 20)
 #define RD_NAME_MAX 256           /* bytes in a job or tensor name, terminator excluded */

@@ -99,6 +99,7 @@ static Ringd__RingInfo *ring_info_new(const rd_world_status *r)
     ri->gpu_transport = str(r->gpu_transport);
     ri->gpu_transport_why = str(r->gpu_transport_why);
     ri->pair_links = r->pair_links;
+    ri->pair_bytes = r->pair_bytes;
     for (size_t i = 0; i < n; i++) {
         const rd_member_status *m = &r->members[i];
         ringd__member_info__init(&mi[i]);

@@ -52,6 +52,7 @@ typedef struct {
     rd_link_status links[2]; /* the first nlinks: to the next node, from the previous one */
     size_t nlinks;
     uint32_t pair_links; /* direct links of alltoall open for the job on this node */
+    uint64_t pair_bytes; /* payload moved over them, both ways, in all generations */
 } rd_world_status;
 
 /* An op some ranks submitted long ago (past --stall-warn) and others never did. */

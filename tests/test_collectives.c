@@ -733,6 +733,96 @@ Test(collectives, alltoall_goes_over_direct_links_that_jobs_share_within_the_poo
     finish(&t);
 }
 
+/* Steps of the two jobs of stale_links, counted across their clients (shared). */
+static _Atomic int *steps_;
+
+/* Waits until steps_ reaches n (30 s at most). */
+static int steps_reach(int n)
+{
+    for (int64_t end = th_now_ms() + 30000; atomic_load(steps_) < n; th_sleep_ms(1))
+        if (th_now_ms() > end)
+            return -1;
+    return 0;
+}
+
+/* One alltoallv of large blocks (several segments each) under name, checked. */
+static int large_alltoall(ringd_t *r, const char *name, int salt)
+{
+    int n = ringd_size(r), me = ringd_rank(r), rc;
+    size_t sc[TH_RING_MAX], rcv[TH_RING_MAX], most = 0;
+    for (int j = 0; j < n; j++) {
+        sc[j] = 40000 + (size_t)(1000 * me + 7 * j + salt);
+        rcv[j] = 40000 + (size_t)(1000 * j + 7 * me + salt);
+        most += sc[j] > rcv[j] ? sc[j] : rcv[j];
+    }
+    uint8_t *in = malloc(most * 4), *out = malloc(most * 4);
+    if (in == NULL || out == NULL)
+        return 30;
+    a2a_fill(in, me, n, RINGD_I32, sc);
+    TH_CHECK_OK(r, ringd_alltoallv(r, name, in, sc, out, rcv, RINGD_I32));
+    rc = a2a_check(name, me, n, RINGD_I32, out, rcv);
+    free(in);
+    free(out);
+    return rc;
+}
+
+/* Job a on the four daemons, job b on the last three, --pair-links 3: b's alltoall closes a's
+ * links on its three nodes, while the first node keeps its ends of them; a's next alltoall
+ * finds them closed there, dials them again, and every result is exact. Blocks of several
+ * segments (--segment-size 64 KiB), sent in parts. */
+static int stale_links(int i, void *arg)
+{
+    (void)arg;
+    int in_a = i < 4, node = in_a ? i : i - 3;
+    char job[96];
+    snprintf(job, sizeof(job), "%s.%c", job_, in_a ? 'a' : 'b');
+    ringd_t *r = th_open_world(ring_.d[node].sock, job, in_a ? 4 : 3, 1, 0, OP_TIMEOUT_MS);
+    if (r == NULL)
+        return 10;
+    int rc, total;
+    if (in_a) {
+        if ((rc = large_alltoall(r, "first", 0)) != 0)
+            return rc;
+        TH_CHECK_OK(r, ringd_barrier(r, "first.done"));
+        atomic_fetch_add(steps_, 1);
+        if (steps_reach(7) != 0) /* b's alltoall done on its three nodes */
+            return 62;
+        int mine = pair_links_of(ring_.d[node].sock, job, &total);
+        if ((node == 0 && mine != 3) || (node > 0 && mine != 0)) {
+            fprintf(stderr, "node %d: job a holds %d direct links after b's turn\n", node, mine);
+            return 63;
+        }
+        if ((rc = large_alltoall(r, "again", 1)) != 0)
+            return rc;
+        TH_CHECK_OK(r, ringd_barrier(r, "again.done"));
+        atomic_fetch_add(steps_, 1);
+    } else {
+        if (steps_reach(4) != 0)
+            return 62;
+        if ((rc = large_alltoall(r, "between", 2)) != 0)
+            return rc;
+        TH_CHECK_OK(r, ringd_barrier(r, "between.done"));
+        atomic_fetch_add(steps_, 1);
+    }
+    if (steps_reach(11) != 0)
+        return 64;
+    ringd_close(r);
+    return 0;
+}
+
+Test(collectives, a_direct_link_the_other_end_closed_is_dialled_again, .timeout = 180)
+{
+    static const char *const pool[] = {"--pair-links", "3", "--segment-size", "64K", NULL};
+    topo t = {4, {1, 1, 1, 1}, 0};
+    start(&t, pool);
+    steps_ = mmap(NULL, sizeof(*steps_), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    cr_assert_neq(steps_, MAP_FAILED);
+    atomic_store(steps_, 0);
+    t.world = 7; /* four clients of a, three of b */
+    cr_assert_eq(run(&t, stale_links, 120000), 0, "a client failed (its stderr above)");
+    finish(&t);
+}
+
 /* With fewer direct links than the ring's nodes less one, alltoall goes round the ring and
  * opens none. */
 static int relayed(int i, void *arg)

@@ -164,6 +164,7 @@ struct rd_world {
     rd_peer_dial *self_dial;
     /* throughput sampling */
     uint64_t bytes_sent, bytes_recv; /* of earlier generations */
+    uint64_t pair_bytes;             /* over direct links, both ways, of earlier generations */
     uint64_t last_sent, last_recv;
     double rate_sent, rate_recv;
     int64_t last_sample_ms;
@@ -171,9 +172,10 @@ struct rd_world {
     rd_world *next; /* in net->worlds */
 };
 
-/* world_links.c: the data plane of the generation wants direct links (rd_xfer_pairs_wanted):
- * dials those it must, after making room in the node's pool of them. xfer's pairs_wanted. */
-void world_pairs_wanted(void *arg);
+/* world_links.c: data plane x wants direct links (rd_xfer_pairs_wanted): when it is the
+ * generation's, dials those it must, after making room in the node's pool of them. xfer's
+ * pairs_wanted. */
+void world_pairs_wanted(void *arg, struct rd_xfer *x);
 
 /* world.c: the ring's states and views. */
 
@@ -257,5 +259,7 @@ int world_plane_start(rd_world *w, char *err, size_t errlen);
 void world_plane_retire(rd_world *w, const char *why, teardown_how how);
 /* The links to the next and previous node, into r. */
 void world_plane_describe(const rd_world *w, rd_world_status *r);
+/* Direct links the job's retiring data planes still hold (closed as each ends). */
+int world_plane_retiring_pairs(const rd_world *w);
 
 #endif

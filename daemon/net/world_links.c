@@ -472,6 +472,7 @@ static void pairs_make_room(rd_net *net, const rd_world *self, int need)
         int64_t used, lru_ms = 0;
         rd_world *lru = NULL;
         for (rd_world *o = net->worlds; o != NULL; o = o->next) {
+            open += world_plane_retiring_pairs(o); /* theirs close as they end */
             if (o->xfer == NULL)
                 continue;
             int k = rd_xfer_pairs_open(o->xfer, &used, &busy);
@@ -492,11 +493,11 @@ static void pairs_make_room(rd_net *net, const rd_world *self, int need)
     }
 }
 
-void world_pairs_wanted(void *arg)
+void world_pairs_wanted(void *arg, struct rd_xfer *x)
 {
     rd_world *w = arg;
-    if (w->xfer == NULL || !world_ring_up(w))
-        return;
+    if (w->xfer == NULL || x != w->xfer || !world_ring_up(w))
+        return; /* a retiring data plane's alltoall ends without new links */
     uint64_t want = rd_xfer_pairs_wanted(w->xfer);
     int need = 0, dial = 0;
     for (int q = 0; q < w->nnodes; q++)

@@ -164,6 +164,7 @@ void world_plane_retire(rd_world *w, const char *why, teardown_how how)
         rd_xfer_bytes(w->xfer, &sent, &received);
         w->bytes_sent += sent;
         w->bytes_recv += received;
+        w->pair_bytes += rd_xfer_pair_bytes(w->xfer);
         struct rd_xfer *x = w->xfer;
         w->xfer = NULL;
         w->ntasks = 0;
@@ -190,6 +191,15 @@ void world_plane_retire(rd_world *w, const char *why, teardown_how how)
     }
 }
 
+int world_plane_retiring_pairs(const rd_world *w)
+{
+    int n = 0, busy;
+    int64_t used;
+    for (const retiring *r = w->retiring; r != NULL; r = r->next)
+        n += rd_xfer_pairs_open(r->x, &used, &busy);
+    return n;
+}
+
 void world_plane_describe(const rd_world *w, rd_world_status *r)
 {
     uint64_t s, rv;
@@ -199,6 +209,7 @@ void world_plane_describe(const rd_world *w, rd_world_status *r)
         int busy;
         r->pair_links = (uint32_t)rd_xfer_pairs_open(w->xfer, &used, &busy);
     }
+    r->pair_bytes = w->pair_bytes + (w->xfer != NULL ? rd_xfer_pair_bytes(w->xfer) : 0);
     for (int k = 0; k < 2; k++) {
         rd_link_status *l = &r->links[r->nlinks++];
         int peer =

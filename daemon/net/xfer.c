@@ -108,8 +108,9 @@ struct rd_xfer {
     int pair_next[RD_RING_NODES_MAX];
     int pairs_busy;
     int64_t pairs_used_ms;
-    atomic_int pairs_handed;      /* bumped with each connection handed in */
-    atomic_uint_least64_t wanted; /* positions whose link the thread waits for */
+    atomic_int pairs_handed;          /* bumped with each connection handed in */
+    atomic_uint_least64_t pair_bytes; /* payload moved over direct links, both ways */
+    atomic_uint_least64_t wanted;     /* positions whose link the thread waits for */
 };
 
 static uint64_t step_segments(uint64_t len, uint64_t seg)
@@ -792,7 +793,7 @@ static int pair_done(const pair_part *pp, uint64_t seg)
 
 /* Sends and receives what the link with pp->q can move now. Returns 1 on progress, 0 when
  * waiting, -1 when the link failed (why set). A frame that is not the one expected fails the
- * task (*fatal). */
+ * task: *fatal is then the status to fail it with. */
 static int pair_move(rd_xfer *x, rd_xfer_task *t, pair_part *pp, uint64_t seg, int *fatal,
                      char *why, size_t whylen)
 {
@@ -826,7 +827,7 @@ static int pair_move(rd_xfer *x, rd_xfer_task *t, pair_part *pp, uint64_t seg, i
         pp->blocked = 0;
         pp->spos += (uint64_t)w;
         if (pp->spos == RD_SEG_HEADER + len) {
-            atomic_fetch_add_explicit(&x->sent, len, memory_order_relaxed);
+            atomic_fetch_add_explicit(&x->pair_bytes, len, memory_order_relaxed);
             pp->spos = 0;
             pp->sg++;
         }
@@ -853,8 +854,9 @@ static int pair_move(rd_xfer *x, rd_xfer_task *t, pair_part *pp, uint64_t seg, i
         pp->rpos += (uint64_t)got;
         if (before < RD_SEG_HEADER && pp->rpos >= RD_SEG_HEADER) {
             rd_seg h;
-            if (rd_seg_decode(pp->rhdr, &h) != 0 || h.generation != x->cfg.generation ||
-                h.seq != t->seq || h.g != pp->rg || h.len != len) {
+            int bad = rd_seg_decode(pp->rhdr, &h) != 0;
+            if (bad || h.generation != x->cfg.generation || h.seq != t->seq || h.g != pp->rg ||
+                h.len != len) {
                 snprintf(why, whylen,
                          "sent a frame of generation %llu (op %llu, segment %llu, %u bytes) where "
                          "generation %llu (op %llu, segment %llu, %llu bytes) was expected",
@@ -862,12 +864,14 @@ static int pair_move(rd_xfer *x, rd_xfer_task *t, pair_part *pp, uint64_t seg, i
                          (unsigned long long)h.g, h.len, (unsigned long long)x->cfg.generation,
                          (unsigned long long)t->seq, (unsigned long long)pp->rg,
                          (unsigned long long)len);
-                *fatal = 1;
+                /* another generation: the ring moved on; anything else: out of step */
+                *fatal = !bad && h.generation != x->cfg.generation ? RINGD_E_MEMBERSHIP
+                                                                   : RINGD_E_PROTOCOL;
                 return -1;
             }
         }
         if (pp->rpos == RD_SEG_HEADER + len) {
-            atomic_fetch_add_explicit(&x->received, len, memory_order_relaxed);
+            atomic_fetch_add_explicit(&x->pair_bytes, len, memory_order_relaxed);
             pp->rpos = 0;
             pp->rg++;
         }
@@ -875,15 +879,16 @@ static int pair_move(rd_xfer *x, rd_xfer_task *t, pair_part *pp, uint64_t seg, i
     return progress;
 }
 
-/* Takes up the links the loop handed in (a node's part starts again on a new one), and asks
- * for those still missing: the loop hears it through the completion wake-up. */
-static void pairs_take(rd_xfer *x, pair_part *parts, int np)
+/* Takes up the links the loop handed in (a node's part starts again on a new one; a part done
+ * already leaves it for the next alltoall, for which the other end made it), and asks for those
+ * still missing: the loop hears it through the completion wake-up. */
+static void pairs_take(rd_xfer *x, pair_part *parts, int np, uint64_t seg)
 {
     uint64_t want = 0;
     pthread_mutex_lock(&x->lock);
     for (int i = 0; i < np; i++) {
         pair_part *pp = &parts[i];
-        if (x->pair_next[pp->q] >= 0) {
+        if (x->pair_next[pp->q] >= 0 && !pair_done(pp, seg)) {
             if (x->pair_fd[pp->q] >= 0)
                 close(x->pair_fd[pp->q]);
             x->pair_fd[pp->q] = x->pair_next[pp->q];
@@ -916,13 +921,13 @@ static int pairs_exchange(rd_xfer *x, rd_xfer_task *t, pair_part *parts, int np,
     x->pairs_used_ms = rd_now_ms();
     pthread_mutex_unlock(&x->lock);
     int handed = atomic_load(&x->pairs_handed), rc = 0;
-    pairs_take(x, parts, np);
+    pairs_take(x, parts, np, seg);
     int64_t last = rd_now_us();
     for (;;) {
-        int progress = 0, pending = 0, waiting = -1;
+        int progress = 0, pending = 0, waiting = -1, stuck = -1;
         if (atomic_load(&x->pairs_handed) != handed) {
             handed = atomic_load(&x->pairs_handed);
-            pairs_take(x, parts, np);
+            pairs_take(x, parts, np, seg);
         }
         for (int i = 0; i < np; i++) {
             pair_part *pp = &parts[i];
@@ -933,10 +938,11 @@ static int pairs_exchange(rd_xfer *x, rd_xfer_task *t, pair_part *parts, int np,
                 waiting = pp->q;
                 continue;
             }
+            stuck = pp->q;
             char why[256];
             int fatal = 0, m = pair_move(x, t, pp, seg, &fatal, why, sizeof(why));
             if (m < 0 && fatal) {
-                fail_task(t, RINGD_E_PROTOCOL,
+                fail_task(t, (rd_status)fatal,
                           "node %s %s on the direct link; the ring must re-form", x->names[pp->q],
                           why);
                 rc = -1;
@@ -950,8 +956,8 @@ static int pairs_exchange(rd_xfer *x, rd_xfer_task *t, pair_part *parts, int np,
                 x->pair_fd[pp->q] = -1;
                 pthread_mutex_unlock(&x->lock);
                 pp->sg = pp->spos = pp->rg = pp->rpos = 0;
-                pairs_take(x, parts, np);
-                progress = 1;
+                pairs_take(x, parts, np,
+                           seg); /* not progress: a link that keeps closing times out */
                 continue;
             }
             progress |= m;
@@ -988,8 +994,8 @@ static int pairs_exchange(rd_xfer *x, rd_xfer_task *t, pair_part *parts, int np,
                           x->names[waiting], (long long)x->cfg.timeout_ms);
             else
                 fail_task(t, RINGD_E_MEMBERSHIP,
-                          "no progress on the direct links of an alltoall for %lld ms",
-                          (long long)x->cfg.timeout_ms);
+                          "no progress on the direct link with node %s for %lld ms (alltoall)",
+                          stuck >= 0 ? x->names[stuck] : "?", (long long)x->cfg.timeout_ms);
             rc = -1;
             break;
         }
@@ -1237,7 +1243,7 @@ static void on_done(evutil_socket_t fd, short what, void *arg)
     int exited = x->exited && x->done_head == NULL;
     pthread_mutex_unlock(&x->lock);
     if (!exited && atomic_load(&x->wanted) != 0 && x->cfg.pairs_wanted != NULL)
-        x->cfg.pairs_wanted(x->arg);
+        x->cfg.pairs_wanted(x->arg, x);
     if (exited && x->retired != NULL)
         x->retired(x->retired_arg, x); /* frees x */
 }
@@ -1466,6 +1472,7 @@ void rd_xfer_pair(rd_xfer *x, int q, int fd)
     if (x->pair_next[q] >= 0)
         close(x->pair_next[q]);
     x->pair_next[q] = fd;
+    atomic_fetch_and(&x->wanted, ~(1ull << q)); /* here: not to be dialled again meanwhile */
     atomic_fetch_add(&x->pairs_handed, 1);
     pthread_mutex_unlock(&x->lock);
 }
@@ -1480,7 +1487,7 @@ int rd_xfer_pairs_open(rd_xfer *x, int64_t *used_ms, int *busy)
     int n = 0;
     pthread_mutex_lock(&x->lock);
     for (int q = 0; q < x->cfg.nnodes; q++)
-        n += (x->pair_fd[q] >= 0 || x->pair_next[q] >= 0);
+        n += (x->pair_fd[q] >= 0) + (x->pair_next[q] >= 0);
     *used_ms = x->pairs_used_ms;
     *busy = x->pairs_busy;
     pthread_mutex_unlock(&x->lock);
@@ -1492,8 +1499,7 @@ int rd_xfer_pairs_close(rd_xfer *x)
     int n = 0;
     pthread_mutex_lock(&x->lock);
     for (int q = 0; q < x->cfg.nnodes && !x->pairs_busy; q++) {
-        if (x->pair_fd[q] >= 0 || x->pair_next[q] >= 0)
-            n++;
+        n += (x->pair_fd[q] >= 0) + (x->pair_next[q] >= 0);
         if (x->pair_fd[q] >= 0)
             close(x->pair_fd[q]);
         if (x->pair_next[q] >= 0)
@@ -1502,4 +1508,9 @@ int rd_xfer_pairs_close(rd_xfer *x)
     }
     pthread_mutex_unlock(&x->lock);
     return n;
+}
+
+uint64_t rd_xfer_pair_bytes(const rd_xfer *x)
+{
+    return atomic_load(&((rd_xfer *)x)->pair_bytes);
 }

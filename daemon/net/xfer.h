@@ -60,10 +60,10 @@ typedef struct {
     const char *next_node, *prev_node;
     /* Direct links: an alltoall of a ring of 3 nodes or more goes straight to each node when
      * nnodes - 1 <= pair_links (--pair-links, the same on every node), over connections the
-     * loop hands in (rd_xfer_pair); pairs_wanted(arg) on the loop says some are wanted. */
+     * loop hands in (rd_xfer_pair); pairs_wanted(arg, x) on the loop says some are wanted. */
     int pair_links;
     const char *const *nodes; /* every node's name, by position (copied) */
-    void (*pairs_wanted)(void *arg);
+    void (*pairs_wanted)(void *arg, struct rd_xfer *x);
 } rd_xfer_config;
 
 typedef struct rd_xfer rd_xfer;
@@ -98,9 +98,11 @@ void rd_xfer_retire(rd_xfer *x, rd_status status, const char *why,
 /* 1 once a link has failed: every later task fails at once; the ring must be re-formed. */
 int rd_xfer_broken(const rd_xfer *x);
 
-/* Payload bytes sent to the next node and received from the previous one so far (and over
- * direct links). */
+/* Payload bytes sent to the next node and received from the previous one so far. */
 void rd_xfer_bytes(const rd_xfer *x, uint64_t *sent, uint64_t *received);
+
+/* Payload bytes moved over the direct links so far, both ways. */
+uint64_t rd_xfer_pair_bytes(const rd_xfer *x);
 
 /* The direct link with the node at position q is fd (taken): the thread takes it up when it
  * next looks, closing the one it had, and starts that node's part of the alltoall under way
