@@ -879,16 +879,18 @@ static int pair_move(rd_xfer *x, rd_xfer_task *t, pair_part *pp, uint64_t seg, i
     return progress;
 }
 
-/* Takes up the links the loop handed in (a node's part starts again on a new one; a part done
- * already leaves it for the next alltoall, for which the other end made it), and asks for those
- * still missing: the loop hears it through the completion wake-up. */
-static void pairs_take(rd_xfer *x, pair_part *parts, int np, uint64_t seg)
+/* Takes up the links the loop handed in, for the parts without one (at the start of an
+ * alltoall, or once theirs closed: a node's part starts again on the new link), and asks for
+ * those still missing: the loop hears it through the completion wake-up. A part that still has
+ * its link reads it to the end: a new link that came meanwhile was made by the other end for its
+ * next alltoall (it closed the old one after sending this one's blocks on it), and waits. */
+static void pairs_take(rd_xfer *x, pair_part *parts, int np)
 {
     uint64_t want = 0;
     pthread_mutex_lock(&x->lock);
     for (int i = 0; i < np; i++) {
         pair_part *pp = &parts[i];
-        if (x->pair_next[pp->q] >= 0 && !pair_done(pp, seg)) {
+        if (x->pair_next[pp->q] >= 0 && pp->fd < 0) {
             if (x->pair_fd[pp->q] >= 0)
                 close(x->pair_fd[pp->q]);
             x->pair_fd[pp->q] = x->pair_next[pp->q];
@@ -921,13 +923,13 @@ static int pairs_exchange(rd_xfer *x, rd_xfer_task *t, pair_part *parts, int np,
     x->pairs_used_ms = rd_now_ms();
     pthread_mutex_unlock(&x->lock);
     int handed = atomic_load(&x->pairs_handed), rc = 0;
-    pairs_take(x, parts, np, seg);
+    pairs_take(x, parts, np);
     int64_t last = rd_now_us();
     for (;;) {
         int progress = 0, pending = 0, waiting = -1, stuck = -1;
         if (atomic_load(&x->pairs_handed) != handed) {
             handed = atomic_load(&x->pairs_handed);
-            pairs_take(x, parts, np, seg);
+            pairs_take(x, parts, np);
         }
         for (int i = 0; i < np; i++) {
             pair_part *pp = &parts[i];
@@ -955,9 +957,9 @@ static int pairs_exchange(rd_xfer *x, rd_xfer_task *t, pair_part *parts, int np,
                 close(x->pair_fd[pp->q]);
                 x->pair_fd[pp->q] = -1;
                 pthread_mutex_unlock(&x->lock);
+                pp->fd = -1;
                 pp->sg = pp->spos = pp->rg = pp->rpos = 0;
-                pairs_take(x, parts, np,
-                           seg); /* not progress: a link that keeps closing times out */
+                pairs_take(x, parts, np); /* not progress: a link that keeps closing times out */
                 continue;
             }
             progress |= m;
