@@ -10,7 +10,8 @@
 #define RD_PROTOCOL_VERSION 1 /* client <-> daemon (Hello) */
 /* Daemon <-> daemon (PeerHello). 2: Ready.stalled, which a daemon of 1 would ignore, leaving
  * stalled ops to wait; 4: Go.tuning, which a daemon of 3 would ignore, grouping by its own
- * flags; nodes of one job run one version. */
+ * flags; 5: direct links of alltoall (LINK_PAIR, PeerHello.pair_links), which a daemon of 4
+ * would refuse; nodes of one job run one version. */
 #define RD_PEER_PROTOCOL_VERSION 5
 #define RD_FRAME_HEADER 4
 #define RD_FRAME_MAX_DEFAULT (1u << 20)

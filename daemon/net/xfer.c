@@ -902,14 +902,15 @@ static void pairs_take(rd_xfer *x, pair_part *parts, int np)
         if (pp->fd < 0)
             want |= 1ull << pp->q;
     }
+    /* published under the lock that rd_xfer_pair clears a bit under: a link handed in meanwhile
+     * is never asked for again */
+    int tell = atomic_exchange(&x->wanted, want) != want && want != 0;
     pthread_mutex_unlock(&x->lock);
-    if (want != 0 && atomic_exchange(&x->wanted, want) != want) {
+    if (tell) {
         uint64_t one = 1;
         ssize_t w = write(x->efd, &one, sizeof(one));
         (void)w;
     }
-    if (want == 0)
-        atomic_store(&x->wanted, 0);
 }
 
 /* Exchanges the blocks of parts[0..np) over the direct links, waiting for links the loop opens;
@@ -966,7 +967,9 @@ static int pairs_exchange(rd_xfer *x, rd_xfer_task *t, pair_part *parts, int np,
         }
         if (rc != 0 || !pending)
             break;
-        if (atomic_load(&x->stopping) || atomic_load(&x->cut)) {
+        /* a retiring data plane gets no new links: the ring moved on */
+        if (atomic_load(&x->stopping) || atomic_load(&x->cut) ||
+            (waiting >= 0 && atomic_load(&x->retiring))) {
             fail_task(t, RINGD_E_MEMBERSHIP, "the ring is being re-formed");
             rc = -1;
             break;
