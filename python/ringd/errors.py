@@ -27,8 +27,10 @@ class Result(enum.IntEnum):
     REFUSED = 11
 
 
-class Error(Exception):
-    """A libringd call failed: code (a Result), message (what happened), hint (what to do)."""
+class Error(RuntimeError):
+    """A libringd call failed: code (a Result), message (what happened), hint (what to do). A
+    RuntimeError, as Horovod's HorovodInternalError is: `except RuntimeError` written for
+    Horovod catches every ringd error; the finer classes below sit under it."""
 
     code: Union[Result, int]  # an int for a code this binding does not know
     message: str
