@@ -300,14 +300,19 @@ static int lane_recv(run *r, lane *l, int idx)
     return progress;
 }
 
+/* The order's segment size, within what this ring has. */
+static uint64_t task_segment(const rd_xfer *x, const rd_xfer_task *t)
+{
+    return t->segment_size >= 1 && t->segment_size < x->cfg.segment_size ? t->segment_size
+                                                                         : x->cfg.segment_size;
+}
+
 /* Runs a plan's steps over the links. Returns 0, or -1 with the task failed. */
 static int run_plan(rd_xfer *x, rd_xfer_task *t, const plan *p, size_t esz)
 {
     /* The order's tuning, within what this ring has (the scheduler checked it came so). */
     int C = t->conns >= 1 && t->conns < x->cfg.conns ? t->conns : x->cfg.conns;
-    uint64_t segmax = t->segment_size >= 1 && t->segment_size < x->cfg.segment_size
-                          ? t->segment_size
-                          : x->cfg.segment_size;
+    uint64_t segmax = task_segment(x, t);
     uint64_t maxlen = 0;
     for (int i = 0; i < p->nsend; i++)
         maxlen = p->send[i].len > maxlen ? p->send[i].len : maxlen;
@@ -631,16 +636,92 @@ static int do_allgather(rd_xfer *x, rd_xfer_task *t)
     return 0;
 }
 
-/* Elements from node o's ranks to node d's: their block of the n x n matrix m; first[i] is node
- * i's first rank. */
-static uint64_t node_block(const rd_xfer *x, const uint64_t *m, uint32_t n, const uint32_t *first,
-                           int o, int d)
+/* What both alltoalls (round the ring, and direct) lay out alike: the nodes' first ranks
+ * (first[N] is the job's size), and where each local rank's elements for (from) every rank
+ * start in its input (output). A block of node o for node d holds, for each of d's ranks l in
+ * turn, each of o's ranks' elements for l. */
+typedef struct {
+    rd_xfer_task *t;
+    const uint64_t *m; /* the n x n matrix of counts */
+    uint32_t first[RD_RING_NODES_MAX + 1];
+    uint32_t n, me, L;
+    size_t esz;
+    uint64_t *sd, *rd; /* L x (n + 1) each, one allocation */
+} a2a_layout;
+
+/* Lays out t on x. Returns 0, or -1 with t failed (out of memory). */
+static int a2a_layout_init(const rd_xfer *x, rd_xfer_task *t, a2a_layout *a)
+{
+    int N = x->cfg.nnodes, P = x->cfg.position;
+    a->t = t;
+    a->m = t->counts;
+    a->esz = rd_dtype_size(t->dtype);
+    a->first[0] = 0;
+    for (int i = 0; i < N; i++)
+        a->first[i + 1] = a->first[i] + x->local_sizes[i];
+    uint32_t n = a->n = a->first[N], me = a->me = a->first[P], L = a->L = x->local_sizes[P];
+    a->sd = calloc((size_t)L * (n + 1) * 2, sizeof(uint64_t));
+    if (a->sd == NULL)
+        return no_memory(t, (uint64_t)L * (n + 1) * 16);
+    a->rd = a->sd + (size_t)L * (n + 1);
+    for (uint32_t r = 0; r < L; r++)
+        for (uint32_t b = 0; b < n; b++) {
+            a->sd[r * (n + 1) + b + 1] = a->sd[r * (n + 1) + b] + a->m[(size_t)(me + r) * n + b];
+            a->rd[r * (n + 1) + b + 1] = a->rd[r * (n + 1) + b] + a->m[(size_t)b * n + me + r];
+        }
+    return 0;
+}
+
+/* Elements from node o's ranks to node d's. */
+static uint64_t a2a_block(const a2a_layout *a, int o, int d)
 {
     uint64_t t = 0;
-    for (uint32_t k = first[o]; k < first[o] + x->local_sizes[o]; k++)
-        for (uint32_t l = first[d]; l < first[d] + x->local_sizes[d]; l++)
-            t += m[(size_t)k * n + l];
+    for (uint32_t k = a->first[o]; k < a->first[o + 1]; k++)
+        for (uint32_t l = a->first[d]; l < a->first[d + 1]; l++)
+            t += a->m[(size_t)k * a->n + l];
     return t;
+}
+
+/* Packs this node's block for node d at at, from its ranks' inputs; returns where it ends. */
+static uint8_t *a2a_pack(const a2a_layout *a, int d, uint8_t *at)
+{
+    const rd_xfer_member *mb = &a->t->members[0];
+    for (uint32_t l = a->first[d]; l < a->first[d + 1]; l++)
+        for (uint32_t r = 0; r < a->L; r++) {
+            uint64_t c = a->m[(size_t)(a->me + r) * a->n + l];
+            if (c > 0)
+                a->t->backend->copy(at, mb->in[r] + a->sd[r * (a->n + 1) + l] * a->esz, c * a->esz);
+            at += c * a->esz;
+        }
+    return at;
+}
+
+/* Copies the blocks between this node's own ranks, input to output. */
+static void a2a_local(const a2a_layout *a)
+{
+    const rd_xfer_member *mb = &a->t->members[0];
+    uint32_t n = a->n, me = a->me;
+    for (uint32_t b = 0; b < a->L; b++)
+        for (uint32_t r = 0; r < a->L; r++) {
+            uint64_t c = a->m[(size_t)(me + r) * n + me + b];
+            if (c > 0)
+                a->t->backend->copy(mb->out[b] + a->rd[b * (n + 1) + me + r] * a->esz,
+                                    mb->in[r] + a->sd[r * (n + 1) + me + b] * a->esz, c * a->esz);
+        }
+}
+
+/* Unpacks node o's block for this node, at from, into its ranks' outputs. */
+static void a2a_unpack(const a2a_layout *a, int o, const uint8_t *from)
+{
+    const rd_xfer_member *mb = &a->t->members[0];
+    for (uint32_t b = 0; b < a->L; b++)
+        for (uint32_t k = a->first[o]; k < a->first[o + 1]; k++) {
+            uint64_t c = a->m[(size_t)k * a->n + a->me + b];
+            if (c > 0)
+                a->t->backend->copy(mb->out[b] + a->rd[b * (a->n + 1) + k] * a->esz, from,
+                                    c * a->esz);
+            from += c * a->esz;
+        }
 }
 
 /* Alltoall round the ring, each node's data for each other node relayed by the nodes between:
@@ -654,34 +735,21 @@ static uint64_t node_block(const rd_xfer *x, const uint64_t *m, uint32_t n, cons
 static int do_alltoall(rd_xfer *x, rd_xfer_task *t)
 {
     int N = x->cfg.nnodes, P = x->cfg.position;
-    uint32_t L = x->local_sizes[P], first[N + 1];
-    size_t esz = rd_dtype_size(t->dtype);
+    a2a_layout a;
+    if (a2a_layout_init(x, t, &a) != 0)
+        return -1;
+    size_t esz = a.esz;
     const rd_xfer_member *mb = &t->members[0];
-    const uint64_t *m = t->counts;
-    first[0] = 0;
-    for (int i = 0; i < N; i++)
-        first[i + 1] = first[i] + x->local_sizes[i];
-    uint32_t n = first[N], me = first[P];
-    /* where each local rank's elements for (from) every rank start in its input (output) */
-    uint64_t *sd = calloc((size_t)L * (n + 1) * 2, sizeof(uint64_t)),
-             *rd = sd + (size_t)L * (n + 1);
-    if (sd == NULL)
-        return no_memory(t, (uint64_t)L * (n + 1) * 16);
-    for (uint32_t a = 0; a < L; a++)
-        for (uint32_t b = 0; b < n; b++) {
-            sd[a * (n + 1) + b + 1] = sd[a * (n + 1) + b] + m[(size_t)(me + a) * n + b];
-            rd[a * (n + 1) + b + 1] = rd[a * (n + 1) + b] + m[(size_t)b * n + me + a];
-        }
     /* each node's blocks for each node, and the bundle node q sends in round u: what it
      * receives in round u is its predecessor's */
     uint64_t *nb = calloc((size_t)N * N, sizeof(uint64_t));
     if (nb == NULL) {
-        free(sd);
+        free(a.sd);
         return no_memory(t, (uint64_t)N * N * 8);
     }
     for (int o = 0; o < N; o++)
         for (int d = 0; d < N; d++)
-            nb[o * N + d] = node_block(x, m, n, first, o, d);
+            nb[o * N + d] = a2a_block(&a, o, d);
     uint64_t slen[RD_RING_NODES_MAX], rlen[RD_RING_NODES_MAX], total = 0, longest = 0;
     for (int q = 0; q < N; q++)
         for (int u = 0; u < N - 1; u++) {
@@ -699,32 +767,17 @@ static int do_alltoall(rd_xfer *x, rd_xfer_task *t)
         total += (u == 0 ? slen[u] : 0) + rlen[u];
     uint8_t *W = scratch(x, total > 0 ? total * esz : 1);
     if (W == NULL) {
-        free(sd);
+        free(a.sd);
         return no_memory(t, total * esz);
     }
     /* One rank on each end of two nodes: the block to send is a slice of its input and the one
      * received a slice of its output: they go straight from and into them. */
-    int direct = N == 2 && L == 1;
+    int direct = N == 2 && a.L == 1;
     /* round 0's bundle: this node's blocks for the others, farthest first */
     uint8_t *at = W;
-    for (int d = N - 1; d >= 1 && !direct; d--) {
-        int dn = mod(P + d, N);
-        for (uint32_t l = first[dn]; l < first[dn] + x->local_sizes[dn]; l++)
-            for (uint32_t a = 0; a < L; a++) {
-                uint64_t c = m[(size_t)(me + a) * n + l];
-                if (c > 0)
-                    t->backend->copy(at, mb->in[a] + sd[a * (n + 1) + l] * esz, c * esz);
-                at += c * esz;
-            }
-    }
-    /* between this node's own ranks */
-    for (uint32_t b = 0; b < L; b++)
-        for (uint32_t a = 0; a < L; a++) {
-            uint64_t c = m[(size_t)(me + a) * n + me + b];
-            if (c > 0)
-                t->backend->copy(mb->out[b] + rd[b * (n + 1) + me + a] * esz,
-                                 mb->in[a] + sd[a * (n + 1) + me + b] * esz, c * esz);
-        }
+    for (int d = N - 1; d >= 1 && !direct; d--)
+        at = a2a_pack(&a, mod(P + d, N), at);
+    a2a_local(&a);
     plan p;
     memset(&p, 0, sizeof(p));
     uint8_t *recv[RD_RING_NODES_MAX];
@@ -737,30 +790,23 @@ static int do_alltoall(rd_xfer *x, rd_xfer_task *t)
     }
     if (direct) {
         int other = mod(P + 1, N);
-        p.send[0].src = mb->in[0] + sd[first[other]] * esz;
-        p.recv[0].dst = mb->out[0] + rd[first[other]] * esz;
+        p.send[0].src = mb->in[0] + a.sd[a.first[other]] * esz;
+        p.recv[0].dst = mb->out[0] + a.rd[a.first[other]] * esz;
     }
     p.nsend = p.nrecv = N - 1;
     p.maxlen = longest * esz; /* the bundles differ from node to node */
     t->phase_us[RD_PHASE_STAGED] = rd_now_us();
     if (run_plan(x, t, &p, esz) != 0) {
-        free(sd);
+        free(a.sd);
         return -1;
     }
     t->phase_us[RD_PHASE_MOVED] = rd_now_us();
     /* the block each round brought for this node: the last of its bundle */
     for (int u = 0; u < N - 1 && !direct; u++) {
         int o = mod(P - 1 - u, N);
-        uint8_t *from = recv[u] + (rlen[u] - node_block(x, m, n, first, o, P)) * esz;
-        for (uint32_t b = 0; b < L; b++)
-            for (uint32_t k = first[o]; k < first[o] + x->local_sizes[o]; k++) {
-                uint64_t c = m[(size_t)k * n + me + b];
-                if (c > 0)
-                    t->backend->copy(mb->out[b] + rd[b * (n + 1) + k] * esz, from, c * esz);
-                from += c * esz;
-            }
+        a2a_unpack(&a, o, recv[u] + (rlen[u] - a2a_block(&a, o, P)) * esz);
     }
-    free(sd);
+    free(a.sd);
     return 0;
 }
 
@@ -1025,87 +1071,46 @@ static int pairs_exchange(rd_xfer *x, rd_xfer_task *t, pair_part *parts, int np,
 static int do_alltoall_direct(rd_xfer *x, rd_xfer_task *t)
 {
     int N = x->cfg.nnodes, P = x->cfg.position;
-    uint32_t L = x->local_sizes[P], first[N + 1];
-    size_t esz = rd_dtype_size(t->dtype);
-    const rd_xfer_member *mb = &t->members[0];
-    const uint64_t *m = t->counts;
-    first[0] = 0;
-    for (int i = 0; i < N; i++)
-        first[i + 1] = first[i] + x->local_sizes[i];
-    uint32_t n = first[N], me = first[P];
-    uint64_t *sd = calloc((size_t)L * (n + 1) * 2, sizeof(uint64_t)),
-             *rd = sd != NULL ? sd + (size_t)L * (n + 1) : NULL;
-    if (sd == NULL)
-        return no_memory(t, (uint64_t)L * (n + 1) * 16);
-    for (uint32_t a = 0; a < L; a++)
-        for (uint32_t b = 0; b < n; b++) {
-            sd[a * (n + 1) + b + 1] = sd[a * (n + 1) + b] + m[(size_t)(me + a) * n + b];
-            rd[a * (n + 1) + b + 1] = rd[a * (n + 1) + b] + m[(size_t)b * n + me + a];
-        }
+    a2a_layout a;
+    if (a2a_layout_init(x, t, &a) != 0)
+        return -1;
     pair_part parts[RD_RING_NODES_MAX];
     uint64_t total = 0;
     int np = 0;
     for (int q = 0; q < N; q++) {
         if (q == P)
             continue;
-        uint64_t out = node_block(x, m, n, first, P, q), in = node_block(x, m, n, first, q, P);
+        uint64_t out = a2a_block(&a, P, q), in = a2a_block(&a, q, P);
         if (out == 0 && in == 0)
             continue; /* nothing to move: no link needed */
-        parts[np++] = (pair_part){.q = q, .fd = -1, .slen = out * esz, .rlen = in * esz};
+        parts[np++] = (pair_part){.q = q, .fd = -1, .slen = out * a.esz, .rlen = in * a.esz};
         total += out + in;
     }
-    uint8_t *W = scratch(x, total > 0 ? total * esz : 1);
+    uint8_t *W = scratch(x, total > 0 ? total * a.esz : 1);
     if (W == NULL) {
-        free(sd);
-        return no_memory(t, total * esz);
+        free(a.sd);
+        return no_memory(t, total * a.esz);
     }
     uint8_t *at = W;
-    for (int i = 0; i < np;
-         i++) { /* each block for node q: q's ranks in turn, this node's within */
-        int q = parts[i].q;
+    for (int i = 0; i < np; i++) {
         parts[i].src = at;
-        for (uint32_t l = first[q]; l < first[q + 1]; l++)
-            for (uint32_t a = 0; a < L; a++) {
-                uint64_t c = m[(size_t)(me + a) * n + l];
-                if (c > 0)
-                    t->backend->copy(at, mb->in[a] + sd[a * (n + 1) + l] * esz, c * esz);
-                at += c * esz;
-            }
+        at = a2a_pack(&a, parts[i].q, at);
     }
     for (int i = 0; i < np; i++) {
         parts[i].dst = at;
         at += parts[i].rlen;
     }
-    for (uint32_t b = 0; b < L; b++) /* between this node's own ranks */
-        for (uint32_t a = 0; a < L; a++) {
-            uint64_t c = m[(size_t)(me + a) * n + me + b];
-            if (c > 0)
-                t->backend->copy(mb->out[b] + rd[b * (n + 1) + me + a] * esz,
-                                 mb->in[a] + sd[a * (n + 1) + me + b] * esz, c * esz);
-        }
-    uint64_t seg = t->segment_size >= 1 && t->segment_size < x->cfg.segment_size
-                       ? t->segment_size
-                       : x->cfg.segment_size;
-    seg = seg / esz * esz;
+    a2a_local(&a);
+    uint64_t seg = task_segment(x, t) / a.esz * a.esz;
     t->phase_us[RD_PHASE_STAGED] = rd_now_us();
     if (np > 0 && pairs_exchange(x, t, parts, np, seg) != 0) {
-        free(sd);
+        free(a.sd);
         return -1;
     }
     t->phase_us[RD_PHASE_MOVED] = rd_now_us();
-    for (int i = 0; i < np;
-         i++) { /* the block from node o: this node's ranks in turn, o's within */
-        int o = parts[i].q;
-        const uint8_t *from = parts[i].dst;
-        for (uint32_t b = 0; b < L; b++)
-            for (uint32_t k = first[o]; k < first[o + 1]; k++) {
-                uint64_t c = m[(size_t)k * n + me + b];
-                if (c > 0)
-                    t->backend->copy(mb->out[b] + rd[b * (n + 1) + k] * esz, from, c * esz);
-                from += c * esz;
-            }
-    }
-    free(sd);
+    for (int i = 0; i < np; i++)
+        a2a_unpack(&a, parts[i].q, parts[i].dst);
+    free(a.sd);
     return 0;
 }
 
