@@ -482,6 +482,16 @@ RINGD_API ringd_result_t ringd_group_end(ringd_t *r);
 RINGD_API ringd_result_t ringd_process_set_create(ringd_t *r, const int *ranks, int n,
                                                   ringd_t **ps);
 
+/* A process set opened by its members alone, under a name every member passes (torch's
+ * new_group, which only the group's ranks build: they name it by the group): every member calls
+ * it with the same name and ranks (increasing), and gets *ps as from ringd_process_set_create;
+ * a rank outside the set gets RINGD_E_INVALID. The members check that they passed the same ranks
+ * (RINGD_E_MISMATCH on every member otherwise); a member that never calls holds the others
+ * until open_timeout_ms. name: 1 to 251 printable ASCII bytes, unique among the sets of the
+ * job's generation. */
+RINGD_API ringd_result_t ringd_process_set_open(ringd_t *r, const char *name, const int *ranks,
+                                                int n, ringd_t **ps);
+
 /* This rank cannot run the collective named name (a binding found its arguments wrong, say):
  * the daemon fails it on every rank with rc and why (naming this rank), now or as each submits
  * it, so that no rank waits for it. NULL name: the rank's next unnamed collective. Returns

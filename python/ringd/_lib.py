@@ -128,6 +128,12 @@ _PROTOTYPES = {
     "ringd_alltoall_async": (
         c_int, [c_void_p, c_char_p, c_void_p, c_void_p, c_size_t, c_int,
                 ctypes.POINTER(c_void_p)]),
+    "ringd_alltoallv": (
+        c_int, [c_void_p, c_char_p, c_void_p, ctypes.POINTER(c_size_t), c_void_p,
+                ctypes.POINTER(c_size_t), c_int]),
+    "ringd_alltoallv_async": (
+        c_int, [c_void_p, c_char_p, c_void_p, ctypes.POINTER(c_size_t), c_void_p,
+                ctypes.POINTER(c_size_t), c_int, ctypes.POINTER(c_void_p)]),
     "ringd_alltoallv_into": (
         c_int, [c_void_p, c_char_p, c_void_p, ctypes.POINTER(c_size_t), ctypes.c_uint64, c_int,
                 c_void_p, c_void_p, ctypes.POINTER(c_size_t)]),
@@ -141,6 +147,8 @@ _PROTOTYPES = {
     "ringd_group_start": (c_int, [c_void_p]),
     "ringd_process_set_create": (
         c_int, [c_void_p, ctypes.POINTER(c_int), c_int, ctypes.POINTER(c_void_p)]),
+    "ringd_process_set_open": (
+        c_int, [c_void_p, c_char_p, ctypes.POINTER(c_int), c_int, ctypes.POINTER(c_void_p)]),
     "ringd_group_end": (c_int, [c_void_p]),
     "ringd_wait": (c_int, [c_void_p]),
     "ringd_test": (c_int, [c_void_p, ctypes.POINTER(c_int)]),

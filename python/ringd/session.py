@@ -470,19 +470,24 @@ class Session:
             raise error_for(rc, msg, lib.ringd_strerror(rc).decode())
         self._st.ptr = r.value
 
-    def process_set(self, ranks: Sequence[int]) -> Optional["Session"]:
+    def process_set(self, ranks: Sequence[int], name: Optional[str] = None) -> Optional["Session"]:
         """A process set of this job (ringd_process_set_create): every rank calls it with the
         same ranks (increasing) in the same order of creations. A member gets a Session of the
         set, whose collectives run among its ranks alone (its own rank, size and names); a rank
-        outside gets None. Close the set before this session; after a membership change its
-        collectives raise MembershipChanged: create it again."""
+        outside gets None. With a name (ringd_process_set_open), only the members call it, each
+        with that name, unique in the job's generation. Close the set before this session;
+        after a membership change its collectives raise MembershipChanged: create it again."""
         ranks = [int(x) for x in ranks]
         arr = (ctypes.c_int * max(len(ranks), 1))(*ranks)
         ps = ctypes.c_void_p()
         lib = _lib.lib()
         with self._st.lock:
-            rc = lib.ringd_process_set_create(self._st.require_open(), arr, len(ranks),
-                                              ctypes.byref(ps))
+            if name is None:
+                rc = lib.ringd_process_set_create(self._st.require_open(), arr, len(ranks),
+                                                  ctypes.byref(ps))
+            else:
+                rc = lib.ringd_process_set_open(self._st.require_open(), _name_bytes(name), arr,
+                                                len(ranks), ctypes.byref(ps))
             if rc != Result.OK:
                 raise self._st.error(rc)
         if not ps.value:
@@ -1035,12 +1040,36 @@ class Session:
         """allgatherv without waiting: a Handle whose wait() returns out."""
         return self._refusing(name, self._allgatherv, name, send, counts, out, False)
 
-    def _alltoall(self, name, send, splits, out, sync):
+    def _alltoallv(self, name, send, splits, recv_splits, out, sync):
         what = f"alltoall {_describe_name(name)}"
+        sb = _as_buf(send, f"{what}: the input", False)
+        splits, sarr = self._counts(what, splits, sb.count)
+        recv_splits, rarr = self._counts(f"{what} (recv_splits)", recv_splits)
+        total = sum(recv_splits)
+        if out is None:
+            out = _empty_like(sb, self._rows(_shape_of(send), total))
+        ob = _as_buf(out, f"{what}: the output", True)
+        if ob.dtype != sb.dtype:
+            raise TypeError(f"{what}: the output is {ob.dtype.name}, the input "
+                            f"{sb.dtype.name}: they must match")
+        if ob.count != total:
+            raise ValueError(f"{what}: the output has {ob.count} elements, recv_splits add up "
+                             f"to {total}")
+        lib = _lib.lib()
+        args = (_name_bytes(name), sb.ptr, sarr, ob.ptr, rarr, sb.dtype)
+        return self._run(name, lib.ringd_alltoallv, lib.ringd_alltoallv_async, args, sync,
+                         (sb.obj, ob.obj, sarr, rarr), out)
+
+    def _alltoall(self, name, send, splits, out, sync, recv_splits=None):
+        what = f"alltoall {_describe_name(name)}"
+        if recv_splits is not None:
+            if splits is None:
+                raise ValueError(f"{what}: recv_splits needs splits")
+            return self._alltoallv(name, send, splits, recv_splits, out, sync)
         if splits is not None:
             if out is not None:
-                raise ValueError(f"{what}: out needs even splits (with splits the output is "
-                                 "made once every rank's are known)")
+                raise ValueError(f"{what}: out needs even splits or recv_splits (with splits "
+                                 "alone the output is made once every rank's are known)")
             trailing = tuple(_shape_of(send)[1:])
             return self._learn("alltoall", name, send, sync, splits,
                                lambda total: self._rows((0,) + trailing, total))
@@ -1055,17 +1084,22 @@ class Session:
                          (sb.obj, ob.obj), out)
 
     def alltoall(self, name: Name, send: Buffer, splits: Optional[Sequence[int]] = None,
-                 out: Optional[Buffer] = None) -> Buffer:
+                 out: Optional[Buffer] = None,
+                 recv_splits: Optional[Sequence[int]] = None) -> Buffer:
         """Sends each rank its block of send and returns out with every rank's block for this
         one, in rank order. splits: the elements of send for each rank in turn (a new output is
         made once the ranks have learnt each other's: Handle.counts then says how many came
-        from each); None: send split evenly, out (a new array when None) as large as send."""
-        return self._refusing(name, self._alltoall, name, send, splits, out, True)
+        from each); None: send split evenly, out (a new array when None) as large as send.
+        recv_splits (with splits): the elements this rank receives from each rank, known
+        beforehand (MPI_Alltoallv: Mismatch on every rank when a sender disagrees), into out
+        (a new array when None)."""
+        return self._refusing(name, self._alltoall, name, send, splits, out, True, recv_splits)
 
     def alltoall_async(self, name: Name, send: Buffer, splits: Optional[Sequence[int]] = None,
-                       out: Optional[Buffer] = None) -> Handle:
+                       out: Optional[Buffer] = None,
+                       recv_splits: Optional[Sequence[int]] = None) -> Handle:
         """alltoall without waiting: a Handle whose wait() returns out."""
-        return self._refusing(name, self._alltoall, name, send, splits, out, False)
+        return self._refusing(name, self._alltoall, name, send, splits, out, False, recv_splits)
 
     def barrier(self, name: Name = None) -> None:
         """Returns once every rank entered the barrier of this name."""

@@ -1,0 +1,867 @@
+# The torch.distributed backend "ringd": a pure-Python ProcessGroup over libringd's sessions.
+"""torch.distributed over ringd: `dist.init_process_group("ringd")` after `import ringd.torch.distributed`.
+
+    import torch.distributed as dist
+    import ringd.torch.distributed  # registers the backend "ringd"
+    dist.init_process_group("ringd")  # under torchrun, or RANK/WORLD_SIZE/MASTER_ADDR set
+    model = torch.nn.parallel.DistributedDataParallel(model)
+
+DDP, FSDP, ZeroRedundancyOptimizer and new_group run over it unchanged. The process group is
+pure Python (PyTorch 1.13 and 2.x): every collective goes to the node's ringd daemon through a
+ringd.Session, and returns a Work whose wait() blocks (raising the collective's error) and whose
+get_future() completes when the daemon answers: a thread of this module polls the pending ones.
+
+Launch. The rank and size are torch's (RANK, WORLD_SIZE, as init_process_group got them); the
+session asks for local rank LOCAL_RANK among LOCAL_WORLD_SIZE processes of the node (each when
+set). The ringd job is RINGD_JOB, else "torch.<TORCHELASTIC_RUN_ID>" under torchrun with a run
+id, else "torch.<MASTER_ADDR>:<MASTER_PORT>" (a Kubeflow PyTorchJob sets both), else ringd's
+default. torch's store is never used: the daemons meet through Redis. The daemon numbers ranks
+by node; the group maps torch's ranks onto ringd's (an allgather when it opens), so roots,
+gathers and splits follow torch's numbering.
+
+Names. torch's collectives have none: each is named by its group and its sequence number in the
+group ("torch.<n>"; every rank calls a group's collectives in the same order), so a rank that
+calls another collective, dtype or size there fails on every rank with ringd's mismatch error.
+
+Errors are ringd.Error subclasses (RuntimeError), and also torch.distributed.DistBackendError
+where torch has it (2.1 and later): a lost rank fails the collectives in flight on every other
+rank within the daemons' detection time, with MembershipChanged naming who was lost, so the
+workers exit and torchrun --max-restarts restarts them. The group's timeout (init_process_group's
+timeout=) bounds every collective: past it, its Work fails with ringd.Timeout, as Gloo's does.
+
+Operations. allreduce (SUM, AVG, MIN, MAX, PRODUCT; PREMUL_SUM where torch can say its factor),
+its coalesced form, broadcast, allgather (the list form takes differing sizes),
+_allgather_base / all_gather_into_tensor, reduce_scatter, _reduce_scatter_base /
+reduce_scatter_tensor, alltoall_base / all_to_all_single (splits or not), alltoall, barrier,
+torch 2.x's *_coalesced forms (one ringd group: all run or all fail). reduce is an allreduce
+(the non-roots' tensors left as they were), gather and scatter are alltoalls in which only the
+root receives or sends. Collectives that only move data take every dtype (as bytes where ringd
+has no such dtype); reductions take ringd's dtypes, int8, int16 and bool (reduced in int32) and
+complex (as pairs of reals, SUM and AVG). Point-to-point send and recv raise: ringd has none.
+new_group opens a ringd process set of its members, named by torch's group name.
+
+Device tensors go through the session as ringd.torch's do (ringd.Session): CUDA tensors are
+staged through the device arena or host memory by libringd. A CUDA collective issued on a stream
+other than the default one synchronises that stream first (libringd orders work on the default
+stream only).
+"""
+import collections
+import datetime
+import itertools
+import os
+import threading
+import time
+import weakref
+
+import torch
+import torch.distributed as dist
+from torch._C._distributed_c10d import ProcessGroup as _ProcessGroup
+
+from ..errors import Error, InvalidArgument, Result, Timeout
+from ..session import DType, ReduceOp, Session, _TORCH_DTYPES
+
+__all__ = ["BACKEND", "ProcessGroupRingd"]
+
+BACKEND = "ringd"
+
+_DistBackendError = getattr(dist, "DistBackendError", None)
+_torch_errors = {}  # a ringd Error class -> its subclass that is also DistBackendError
+
+
+def _torch_error(e):
+    """e as torch's own error type too (DistBackendError, where torch has one)."""
+    if _DistBackendError is None or not isinstance(e, Error) or isinstance(e, _DistBackendError):
+        return e
+    cls = _torch_errors.get(type(e))
+    if cls is None:
+        cls = type(type(e).__name__, (type(e), _DistBackendError), {"__module__": __name__})
+        _torch_errors[type(e)] = cls
+    out = cls(e.code, e.message, e.hint)
+    out.__cause__ = e.__cause__
+    return out
+
+
+# ---- what a Work is, and who completes it ----
+
+
+class _Work(dist.Work):
+    """One collective (or a coalesced group): wait() blocks until the daemon answered and raises
+    the collective's error; get_future() is a torch Future completed with the outputs. The
+    module's completer keeps it alive (C++ callers such as DDP hold only its C++ half) until it
+    finished, and then until wait() or get_future() was called (at most _UNCLAIMED of them)."""
+
+    def __init__(self, what, handles, finish, timeout):
+        super().__init__()
+        self._what = what
+        self._handles = handles
+        self._finish = finish  # () -> the outputs, after every handle finished
+        self._fut = torch.futures.Future()
+        self._lock = threading.Lock()
+        self._settled = False
+        self._claimed = False
+        self._deadline = None if timeout is None else time.monotonic() + timeout
+        self._timeout = timeout
+        self._outputs = None
+
+    def _settle(self, block):
+        """Completes the future once every handle finished (block: waits for them). True
+        when the Work has finished, now or before."""
+        with self._lock:
+            if self._settled:
+                return True
+            try:
+                for h in self._handles:
+                    if block:
+                        h.wait()
+                    elif not h.done():
+                        return False
+                for h in self._handles:
+                    h.wait()  # finished: raises the first failure
+                value = self._finish()
+                err = None
+            except BaseException as e:  # noqa: BLE001 - handed to the future
+                value, err = None, _torch_error(e)
+            self._settled = True
+            self._handles = None
+            self._finish = None
+        if err is not None:
+            self._fut.set_exception(err)
+        else:
+            self._outputs = value
+            self._fut.set_result(value)
+        return True
+
+    def _expire(self, now):
+        """Fails the Work when its deadline passed (the daemon's op stays pending in the session
+        until it ends there). True when it did."""
+        if self._deadline is None or now < self._deadline:
+            return False
+        with self._lock:
+            if self._settled:
+                return False
+            self._settled = True
+            self._handles = None
+            self._finish = None
+        self._fut.set_exception(_torch_error(Timeout(
+            Result.TIMEOUT, f"{self._what} did not finish within the process group's timeout of "
+            f"{datetime.timedelta(seconds=self._timeout)}",
+            "a rank may not have called it: see `ringctl status` on each node")))
+        return True
+
+    def _claim(self):
+        if not self._claimed:
+            self._claimed = True
+            _completer.claimed(self)
+
+    def wait(self, timeout=None):
+        """Blocks until the collective finished; raises its error. timeout (a timedelta) bounds
+        the wait, as Gloo's Work does: past it, ringd.Timeout (the collective goes on)."""
+        self._claim()
+        limit = None
+        if isinstance(timeout, datetime.timedelta) and timeout.total_seconds() > 0:
+            limit = timeout.total_seconds()
+        if limit is None:
+            self._settle(True)
+        else:
+            end = time.monotonic() + limit
+            while not self._settle(False):
+                if time.monotonic() >= end:
+                    raise _torch_error(Timeout(
+                        Result.TIMEOUT, f"{self._what}: Work.wait timed out after {timeout}"))
+                time.sleep(50e-6)
+        self._fut.wait()  # raises the collective's error
+        return True
+
+    def get_future(self):
+        self._claim()
+        return self._fut
+
+    def is_completed(self):
+        return self._fut.done()
+
+    def is_success(self):
+        if not self._fut.done():
+            return False
+        try:
+            self._fut.wait()
+        except Exception:  # noqa: BLE001 - the question is only whether it failed
+            return False
+        return True
+
+    def result(self):
+        self.wait()
+        return self._outputs
+
+    def source_rank(self):
+        raise RuntimeError(f"{self._what}: a ringd Work has no source rank (ringd has no recv)")
+
+
+_UNCLAIMED = 4096  # finished Works kept alive for a later wait()/get_future() from C++
+
+
+class _Completer:
+    """The module's thread that finishes pending Works: polls their handles (never blocking
+    inside libringd, so submissions go on), backing off from 10 us to 200 us while nothing
+    finishes, and sleeping while no Work is pending."""
+
+    def __init__(self):
+        self._cv = threading.Condition()
+        self._pending = []
+        self._unclaimed = collections.deque()
+        self._thread = None
+
+    def add(self, work):
+        with self._cv:
+            self._pending.append(work)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="ringd-torch-completer",
+                                                daemon=True)
+                self._thread.start()
+            self._cv.notify()
+
+    def claimed(self, work):
+        with self._cv:
+            try:
+                self._unclaimed.remove(work)
+            except ValueError:
+                pass
+
+    def _run(self):
+        delay = 0.0
+        while True:
+            with self._cv:
+                while not self._pending:
+                    self._cv.wait()
+                batch = list(self._pending)
+            now = time.monotonic()
+            done = [w for w in batch if w._settle(False) or w._expire(now)]
+            if done:
+                with self._cv:
+                    gone = set(map(id, done))
+                    self._pending = [w for w in self._pending if id(w) not in gone]
+                    for w in done:
+                        if not w._claimed:
+                            self._unclaimed.append(w)
+                    while len(self._unclaimed) > _UNCLAIMED:
+                        self._unclaimed.popleft()
+                delay = 0.0
+            else:
+                delay = min(max(delay * 2, 10e-6), 200e-6)
+                time.sleep(delay)
+
+
+_completer = _Completer()
+
+
+# ---- tensors as ringd takes them ----
+
+_WIDENED = {torch.int8, torch.int16, torch.bool}  # reduced in int32
+_COMPLEX = {torch.complex64, torch.complex128}
+
+
+def _reduce_op(op, what):
+    """torch's ReduceOp as (ringd's op, prescale factor)."""
+    for name, ringd_op in (("SUM", ReduceOp.SUM), ("AVG", ReduceOp.AVG), ("MIN", ReduceOp.MIN),
+                           ("MAX", ReduceOp.MAX), ("PRODUCT", ReduceOp.PROD)):
+        known = getattr(dist.ReduceOp, name, None)
+        if known is not None and op == known:
+            return ringd_op, 1.0
+    premul = getattr(dist.ReduceOp, "PREMUL_SUM", None)
+    if premul is not None and op == premul:
+        state = op.__getstate__() if hasattr(op, "__getstate__") else None
+        factor = state[1] if isinstance(state, tuple) and len(state) == 2 else None
+        if isinstance(factor, torch.Tensor) and factor.numel() == 1:
+            factor = float(factor.item())
+        if isinstance(factor, (int, float)):
+            return ReduceOp.SUM, float(factor)
+        raise ValueError(f"{what}: this torch does not say a PREMUL_SUM's factor: multiply the "
+                         "tensor and use SUM")
+    raise ValueError(f"{what}: ringd reduces with SUM, AVG, MIN, MAX, PRODUCT and PREMUL_SUM, "
+                     f"not {op}")
+
+
+def _flat(t):
+    """t as a contiguous 1-d tensor: t's own memory when it is contiguous, else a copy."""
+    return t.reshape(-1) if t.is_contiguous() else t.contiguous().reshape(-1)
+
+
+def _movable(t):
+    """t's data as ringd moves it: a contiguous 1-d tensor of a ringd dtype (bytes for others),
+    and the elements one of t's elements makes."""
+    flat = _flat(t)
+    if str(t.dtype) in _TORCH_DTYPES:
+        return flat, 1
+    return flat.view(torch.uint8), t.element_size()
+
+
+def _reducible(t, what):
+    """t's data as ringd reduces it: a contiguous 1-d tensor of a ringd dtype, and how the
+    result gets back into t (None when it lies in t already)."""
+    if str(t.dtype) in _TORCH_DTYPES:
+        flat = _flat(t)
+        same = flat.data_ptr() == t.data_ptr() and t.is_contiguous()
+        return flat, (None if same else lambda: t.copy_(flat.view(t.shape)))
+    if t.dtype in _WIDENED:
+        wide = t.reshape(-1).to(torch.int32)
+        return wide, lambda: t.copy_(wide.view(t.shape).to(t.dtype))
+    if t.dtype in _COMPLEX:
+        flat = torch.view_as_real(_flat(t)).reshape(-1)
+        same = t.is_contiguous()
+        return flat, (None if same else lambda: t.copy_(torch.view_as_complex(
+            flat.view(-1, 2)).view(t.shape)))
+    raise TypeError(f"{what}: ringd cannot reduce {t.dtype} tensors (it reduces float32, "
+                    "float64, float16, bfloat16, int8 to int64, uint8, bool and complex)")
+
+
+def _sync_stream(tensors):
+    """libringd orders a CUDA collective after the default stream's work: work queued on any
+    other current stream is waited for here."""
+    for t in tensors:
+        if t.is_cuda:
+            s = torch.cuda.current_stream(t.device)
+            if s != torch.cuda.default_stream(t.device):
+                s.synchronize()
+
+
+def _one(tensors, what):
+    if len(tensors) != 1:
+        raise ValueError(f"{what}: {len(tensors)} tensors: ringd takes one tensor per process "
+                         "(torch's multi-device forms are deprecated)")
+    return tensors[0]
+
+
+def _split(flat, counts):
+    out, at = [], 0
+    for c in counts:
+        out.append(flat[at:at + c])
+        at += c
+    return out
+
+
+# ---- the process group ----
+
+
+class ProcessGroupRingd(_ProcessGroup):
+    """A torch.distributed process group served by ringd (see the module's doc). Made by
+    init_process_group("ringd") and new_group(); owns its ringd.Session."""
+
+    def __init__(self, session, rank, size, r2t, timeout, group_name):
+        super().__init__(rank, size)
+        self._s = session
+        self._r2t = list(r2t)  # ringd rank -> torch rank in this group
+        self._t2r = [0] * size
+        for r, t in enumerate(self._r2t):
+            self._t2r[t] = r
+        self._identity = self._r2t == list(range(size))
+        self._timeout = timeout
+        self._group_name = group_name
+        self._seq = itertools.count()
+        self._lock = threading.Lock()
+        weakref.finalize(self, session.close)
+
+    def __repr__(self):
+        return (f"<ringd ProcessGroup '{self._group_name}' rank {self.rank()} of "
+                f"{self.size()}>")
+
+    def getBackendName(self):
+        return BACKEND
+
+    def name(self):
+        return BACKEND
+
+    def _get_backend_name(self):
+        return BACKEND
+
+    def shutdown(self):
+        """Closes the group's ringd session (torch 2.x calls it from destroy_process_group)."""
+        self._s.close()
+
+    # ---- submitting ----
+
+    def _start(self, what, submit, tensors=(), grouped=False):
+        """Runs submit(name, what) -> (handles, finish) under the group's next name and returns
+        its Work. A mistake found before anything reached ringd fails the collective on every
+        rank (grouped: a ringd group of names "<name>.<i>", named after its first)."""
+        with self._lock:
+            name = f"torch.{next(self._seq)}"
+        what = f"{what} {name} of process group '{self._group_name}'"
+        try:
+            _sync_stream(tensors)
+            handles, finish = submit(name, what)
+        except Error as e:
+            raise _torch_error(e) from None
+        except (TypeError, ValueError) as e:
+            self._s._refuse_for(f"{name}.0" if grouped else name, e)
+            raise
+        w = _Work(what, handles, finish, self._timeout)
+        _completer.add(w)
+        return w
+
+    def _to_ringd(self, per_torch_rank):
+        """A list in torch's rank order, in ringd's."""
+        return [per_torch_rank[t] for t in self._r2t]
+
+    # ---- reductions ----
+
+    def _allreduce_one(self, name, what, t, op):
+        rop, pre = _reduce_op(op, what)
+        buf, back = _reducible(t, what)
+        h = self._s.allreduce_async(name, buf, buf, op=rop, prescale=pre)
+        return h, back
+
+    def allreduce(self, tensors, opts=None):
+        op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
+        t = _one(tensors, "allreduce")
+
+        def submit(name, what):
+            h, back = self._allreduce_one(name, what, t, op)
+            return [h], lambda: (back and back(), tensors)[1]
+
+        return self._start("allreduce", submit, tensors)
+
+    def allreduce_coalesced(self, tensors, opts=None):
+        op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
+
+        def submit(name, what):
+            handles, backs = [], []
+            with self._s.group():
+                for i, t in enumerate(tensors):
+                    h, back = self._allreduce_one(f"{name}.{i}", what, t, op)
+                    handles.append(h)
+                    backs.append(back)
+            return handles, lambda: ([b() for b in backs if b], tensors)[1]
+
+        return self._start("allreduce_coalesced", submit, tensors, grouped=True)
+
+    def reduce(self, tensors, opts):
+        t = _one(tensors, "reduce")
+        root = opts.rootRank
+
+        def submit(name, what):
+            self._check_root(root, what)
+            target = t if self.rank() == root else t.clone()
+            h, back = self._allreduce_one(name, what, target, opts.reduceOp)
+            return [h], lambda: (back and back(), tensors)[1]
+
+        return self._start("reduce", submit, tensors)
+
+    def _reduce_scatter(self, name, what, out, blocks, op):
+        """out receives this rank's block of the reduction of blocks (torch's rank order)."""
+        if len(blocks) != self.size():
+            raise ValueError(f"{what}: {len(blocks)} input blocks for a group of {self.size()}")
+        rop, pre = _reduce_op(op, what)
+        counts = [b.numel() for b in blocks]
+        if counts[self.rank()] != out.numel():
+            raise ValueError(f"{what}: the output has {out.numel()} elements, this rank's block "
+                             f"{counts[self.rank()]}")
+        ordered = self._to_ringd(blocks)
+        send = torch.cat([b.reshape(-1) for b in ordered]) if ordered else out.new_empty(0)
+        sbuf, _ = _reducible(send, what)
+        obuf, back = _reducible(out, what)
+        scale = 2 if out.dtype in _COMPLEX else 1
+        recv = [c * scale for c in self._to_ringd(counts)]
+        h = self._s.reducescatter_async(name, sbuf, obuf, op=rop, prescale=pre, recvcounts=recv)
+        return h, back
+
+    def reduce_scatter(self, output_tensors, input_tensors, opts=None):
+        op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
+        out = _one(output_tensors, "reduce_scatter")
+        blocks = _one(input_tensors, "reduce_scatter")
+
+        def submit(name, what):
+            h, back = self._reduce_scatter(name, what, out, blocks, op)
+            return [h], lambda: (back and back(), output_tensors)[1]
+
+        return self._start("reduce_scatter", submit, [out, *blocks])
+
+    def _reduce_scatter_base(self, output, input, opts=None):
+        op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
+
+        def submit(name, what):
+            h, back = self._reduce_scatter_tensor(name, what, output, input, op)
+            return [h], lambda: (back and back(), output)[1]
+
+        return self._start("reduce_scatter_tensor", submit, [output, input])
+
+    def _reduce_scatter_tensor(self, name, what, output, input, op):
+        n = self.size()
+        if input.numel() != output.numel() * n:
+            raise ValueError(f"{what}: the input has {input.numel()} elements, it needs the "
+                             f"output's {output.numel()} times the group's {n}")
+        if input.dtype != output.dtype:
+            raise TypeError(f"{what}: the output is {output.dtype}, the input {input.dtype}")
+        if self._identity and input.is_contiguous():
+            rop, pre = _reduce_op(op, what)
+            sbuf, _ = _reducible(input, what)
+            obuf, back = _reducible(output, what)
+            return self._s.reducescatter_async(name, sbuf, obuf, op=rop, prescale=pre), back
+        blocks = _split(_flat(input), [output.numel()] * n)
+        return self._reduce_scatter(name, what, output, blocks, op)
+
+    def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):
+        op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
+
+        def submit(name, what):
+            handles, backs = [], []
+            with self._s.group():
+                for i, (o, t) in enumerate(zip(outputs, inputs)):
+                    h, back = self._reduce_scatter_tensor(f"{name}.{i}", what, o, t, op)
+                    handles.append(h)
+                    backs.append(back)
+            return handles, lambda: ([b() for b in backs if b], outputs)[1]
+
+        return self._start("reduce_scatter_tensor_coalesced", submit, [*outputs, *inputs], grouped=True)
+
+    # ---- data movement ----
+
+    def broadcast(self, tensors, opts=None):
+        t = _one(tensors, "broadcast")
+        root = opts.rootRank if opts is not None else 0
+
+        def submit(name, what):
+            self._check_root(root, what)
+            buf, _ = _movable(t)
+            h = self._s.broadcast_async(name, buf, self._t2r[root])
+            same = t.is_contiguous()
+            return [h], lambda: (same or t.copy_(buf.view(t.dtype).view(t.shape)), tensors)[1]
+
+        return self._start("broadcast", submit, tensors)
+
+    def _allgather_list(self, name, what, outs, t):
+        """outs (torch's rank order) receive every rank's t; sizes may differ."""
+        if len(outs) != self.size():
+            raise ValueError(f"{what}: {len(outs)} outputs for a group of {self.size()}")
+        if outs[self.rank()].numel() != t.numel():
+            raise ValueError(f"{what}: this rank's output has {outs[self.rank()].numel()} "
+                             f"elements, its input {t.numel()}")
+        send, k = _movable(t)
+        counts = self._to_ringd([o.numel() * k for o in outs])
+        flat = send.new_empty(sum(counts))
+        h = self._s.allgatherv_async(name, send, counts, flat)
+
+        def finish():
+            for r, piece in enumerate(_split(flat, counts)):
+                o = outs[self._r2t[r]]
+                o.copy_(piece.view(o.dtype).view(o.shape))
+
+        return h, finish
+
+    def allgather(self, output_tensors, input_tensors, opts=None):
+        outs = _one(output_tensors, "allgather")
+        t = _one(input_tensors, "allgather")
+
+        def submit(name, what):
+            h, finish = self._allgather_list(name, what, outs, t)
+            return [h], lambda: (finish(), output_tensors)[1]
+
+        return self._start("allgather", submit, [t, *outs])
+
+    def allgather_coalesced(self, output_lists, input_list, opts=None):
+        def submit(name, what):
+            handles, finishes = [], []
+            with self._s.group():
+                for i, (outs, t) in enumerate(zip(output_lists, input_list)):
+                    h, f = self._allgather_list(f"{name}.{i}", what, outs, t)
+                    handles.append(h)
+                    finishes.append(f)
+            return handles, lambda: ([f() for f in finishes], output_lists)[1]
+
+        return self._start("allgather_coalesced", submit, list(input_list), grouped=True)
+
+    def _allgather_tensor(self, name, what, output, input):
+        n = self.size()
+        if output.numel() != input.numel() * n:
+            raise ValueError(f"{what}: the output has {output.numel()} elements, it needs the "
+                             f"input's {input.numel()} times the group's {n}")
+        if output.dtype != input.dtype:
+            raise TypeError(f"{what}: the output is {output.dtype}, the input {input.dtype}")
+        if self._identity and output.is_contiguous():
+            send, _ = _movable(input)
+            recv, _ = _movable(output)
+            return self._s.allgather_async(name, send, recv), None
+        target = output if output.is_contiguous() else output.contiguous()
+        outs = _split(target.reshape(-1), [input.numel()] * n)
+        h, finish = self._allgather_list(name, what, outs, input)
+        if target is output:
+            return h, finish
+        return h, lambda: (finish(), output.copy_(target))
+
+    def _allgather_base(self, output, input, opts=None):
+        def submit(name, what):
+            h, finish = self._allgather_tensor(name, what, output, input)
+            return [h], lambda: (finish and finish(), output)[1]
+
+        return self._start("all_gather_into_tensor", submit, [output, input])
+
+    def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
+        def submit(name, what):
+            handles, finishes = [], []
+            with self._s.group():
+                for i, (o, t) in enumerate(zip(outputs, inputs)):
+                    h, f = self._allgather_tensor(f"{name}.{i}", what, o, t)
+                    handles.append(h)
+                    finishes.append(f)
+            return handles, lambda: ([f() for f in finishes if f], outputs)[1]
+
+        return self._start("allgather_into_tensor_coalesced", submit, [*outputs, *inputs], grouped=True)
+
+    def _alltoallv(self, name, what, send_blocks, recv_shapes, dtype, device):
+        """Every rank sends send_blocks[j] (torch's rank order) to rank j and receives a block of
+        recv_shapes[i] from rank i; returns (handle, the received blocks in torch's order)."""
+        esize = torch.empty((), dtype=dtype).element_size()
+        bytewise = str(dtype) not in _TORCH_DTYPES
+        unit = esize if bytewise else 1
+        ordered = self._to_ringd(send_blocks)
+        parts = [_movable(b)[0] for b in ordered]
+        send = torch.cat(parts)
+        scounts = [p.numel() for p in parts]
+        rcounts = self._to_ringd([_numel(s) * unit for s in recv_shapes])
+        recv = torch.empty(sum(rcounts), dtype=torch.uint8 if bytewise else dtype, device=device)
+        h = self._s.alltoall_async(name, send, scounts, recv, recv_splits=rcounts)
+        return h, recv, rcounts
+
+    def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
+        def submit(name, what):
+            n = self.size()
+            if output.dtype != input.dtype:
+                raise TypeError(f"{what}: the output is {output.dtype}, the input {input.dtype}")
+            in_splits = list(input_split_sizes) or _even(input, n, what)
+            out_splits = list(output_split_sizes) or _even(output, n, what)
+            if len(in_splits) != n or len(out_splits) != n:
+                raise ValueError(f"{what}: splits of {len(in_splits)} and {len(out_splits)} "
+                                 f"entries for a group of {n}")
+            if sum(in_splits) != (input.shape[0] if input.dim() else 1) or \
+                    sum(out_splits) != (output.shape[0] if output.dim() else 1):
+                raise ValueError(f"{what}: the splits add up to {sum(in_splits)} and "
+                                 f"{sum(out_splits)} rows, the tensors have "
+                                 f"{input.shape[0] if input.dim() else 1} and "
+                                 f"{output.shape[0] if output.dim() else 1}")
+            in_rows = list(input.split(in_splits)) if input.dim() else [input]
+            row_shape = tuple(output.shape[1:])
+            shapes = [(s,) + row_shape for s in out_splits]
+            even = (not input_split_sizes and not output_split_sizes and self._identity
+                    and input.is_contiguous() and output.is_contiguous())
+            if even:
+                send, _ = _movable(input)
+                recv, _ = _movable(output)
+                return [self._s.alltoall_async(name, send, None, recv)], lambda: output
+            h, recv, rcounts = self._alltoallv(name, what, in_rows, shapes, input.dtype,
+                                               input.device)
+
+            def finish():
+                pieces = _split(recv, rcounts)
+                blocks = [None] * n
+                for r, piece in enumerate(pieces):
+                    blocks[self._r2t[r]] = piece
+                flat = torch.cat(blocks) if blocks else recv
+                output.copy_(flat.view(output.dtype).view(output.shape))
+                return output
+
+            return [h], finish
+
+        return self._start("all_to_all_single", submit, [output, input])
+
+    def alltoall(self, output_tensors, input_tensors, opts=None):
+        def submit(name, what):
+            n = self.size()
+            if len(output_tensors) != n or len(input_tensors) != n:
+                raise ValueError(f"{what}: {len(input_tensors)} inputs and {len(output_tensors)} "
+                                 f"outputs for a group of {n}")
+            dtype = input_tensors[0].dtype
+            if any(t.dtype != dtype for t in (*input_tensors, *output_tensors)):
+                raise TypeError(f"{what}: every input and output must be of one dtype")
+            h, recv, rcounts = self._alltoallv(name, what, list(input_tensors),
+                                               [tuple(o.shape) for o in output_tensors], dtype,
+                                               input_tensors[0].device)
+
+            def finish():
+                for r, piece in enumerate(_split(recv, rcounts)):
+                    o = output_tensors[self._r2t[r]]
+                    o.copy_(piece.view(o.dtype).view(o.shape))
+                return output_tensors
+
+            return [h], finish
+
+        return self._start("all_to_all", submit, [*output_tensors, *input_tensors])
+
+    def gather(self, output_tensors, input_tensors, opts):
+        t = _one(input_tensors, "gather")
+        root = opts.rootRank
+
+        def submit(name, what):
+            self._check_root(root, what)
+            n, me = self.size(), self.rank()
+            outs = output_tensors[0] if output_tensors else []
+            if me == root and len(outs) != n:
+                raise ValueError(f"{what}: the root passes {len(outs)} outputs for a group of "
+                                 f"{n}")
+            send = [t.new_empty((0,)) for _ in range(n)]
+            send[root] = t
+            shapes = [tuple(o.shape) for o in outs] if me == root else [(0,)] * n
+            h, recv, rcounts = self._alltoallv(name, what, send, shapes, t.dtype, t.device)
+
+            def finish():
+                if me == root:
+                    for r, piece in enumerate(_split(recv, rcounts)):
+                        o = outs[self._r2t[r]]
+                        o.copy_(piece.view(o.dtype).view(o.shape))
+                return output_tensors
+
+            return [h], finish
+
+        return self._start("gather", submit, [t])
+
+    def scatter(self, output_tensors, input_tensors, opts):
+        out = _one(output_tensors, "scatter")
+        root = opts.rootRank
+
+        def submit(name, what):
+            self._check_root(root, what)
+            n, me = self.size(), self.rank()
+            ins = input_tensors[0] if input_tensors else []
+            if me == root and len(ins) != n:
+                raise ValueError(f"{what}: the root passes {len(ins)} inputs for a group of {n}")
+            send = list(ins) if me == root else [out.new_empty((0,)) for _ in range(n)]
+            shapes = [(0,)] * n
+            shapes[root] = tuple(out.shape)
+            h, recv, _ = self._alltoallv(name, what, send, shapes, out.dtype, out.device)
+            return [h], lambda: (out.copy_(recv.view(out.dtype).view(out.shape)),
+                                 output_tensors)[1]
+
+        return self._start("scatter", submit, [out])
+
+    def barrier(self, opts=None):
+        return self._start("barrier", lambda name, what: ([self._s.barrier_async(name)],
+                                                          lambda: []))
+
+    # ---- what ringd cannot do ----
+
+    def _no_p2p(self, op):
+        raise RuntimeError(
+            f"{op}: the ringd backend has no point-to-point operations: use collectives "
+            "(all_to_all_single moves blocks between every pair of ranks, broadcast from one "
+            "rank), or a Gloo group for them: dist.new_group(backend='gloo')")
+
+    def send(self, tensors, dst, tag=0):
+        self._no_p2p("send")
+
+    def recv(self, tensors, src, tag=0):
+        self._no_p2p("recv")
+
+    def recv_anysource(self, tensors, tag=0):
+        self._no_p2p("recv from any source")
+
+    def _check_root(self, root, what):
+        if not 0 <= root < self.size():
+            raise ValueError(f"{what}: root {root} is not a rank of a group of {self.size()}")
+
+
+def _numel(shape):
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def _even(t, n, what):
+    rows = t.shape[0] if t.dim() else 1
+    if rows % n:
+        raise ValueError(f"{what}: {rows} rows do not split evenly among {n} ranks: pass "
+                         "split sizes")
+    return [rows // n] * n
+
+
+# ---- making groups ----
+
+
+def _env_int(name):
+    v = os.environ.get(name)
+    if v is None or v == "":
+        return None
+    try:
+        return int(v)
+    except ValueError:
+        raise ValueError(f"the ringd backend: {name}={v!r} is not an integer") from None
+
+
+def _job_name():
+    """The ringd job of this torch job (None: RINGD_JOB, or ringd's default)."""
+    if os.environ.get("RINGD_JOB"):
+        return None
+    run_id = os.environ.get("TORCHELASTIC_RUN_ID", "")
+    if run_id and run_id != "none":
+        return f"torch.{run_id}"
+    addr = os.environ.get("MASTER_ADDR")
+    if addr:
+        return f"torch.{addr}:{os.environ.get('MASTER_PORT', '')}"
+    return None
+
+
+def _seconds(timeout):
+    if isinstance(timeout, datetime.timedelta) and timeout.total_seconds() > 0:
+        return timeout.total_seconds()
+    return None
+
+
+def _world(rank, size, timeout):
+    local_size = _env_int("LOCAL_WORLD_SIZE")
+    s = Session(job=_job_name(), world_size=size, local_size=local_size, min_size=size,
+                local_rank=_env_int("LOCAL_RANK"))
+    try:
+        if s.size != size:
+            raise InvalidArgument(Result.INVALID,
+                                  f"the ringd job '{s.job or 'default'}' has {s.size} ranks, "
+                                  f"torch's world {size}: another job shares the name; set "
+                                  "RINGD_JOB")
+        mine = torch.tensor([rank], dtype=torch.int64)
+        r2t = s.allgather("~torch.ranks", mine).tolist()
+        if sorted(r2t) != list(range(size)):
+            raise InvalidArgument(Result.INVALID,
+                                  f"torch's ranks in ringd's order are {r2t}: every process "
+                                  f"needs a distinct RANK below WORLD_SIZE {size}")
+        return ProcessGroupRingd(s, rank, size, r2t, _seconds(timeout), "0")
+    except BaseException:
+        s.close()
+        raise
+
+
+def _subgroup(world, global_ranks, rank, size, timeout, group_name):
+    if not isinstance(world, ProcessGroupRingd):
+        raise RuntimeError(f"new_group(backend='ringd') needs the default group on ringd too, "
+                           f"not {type(world).__name__}")
+    members = sorted(world._t2r[g] for g in global_ranks)
+    s = world._s.process_set(members, name=f"torch.{group_name}")
+    try:
+        r2t = [global_ranks.index(world._r2t[r]) for r in members]
+        return ProcessGroupRingd(s, rank, size, r2t, _seconds(timeout), group_name)
+    except BaseException:
+        s.close()
+        raise
+
+
+def _create(opts, pg_options=None):
+    """torch's creator function (extended API): the default group or a group of
+    opts.global_ranks_in_group, for this member."""
+    ranks = list(opts.global_ranks_in_group)
+    try:
+        if not ranks and not dist.is_initialized():
+            return _world(opts.group_rank, opts.group_size, opts.timeout)
+        world = dist.distributed_c10d._get_default_group()
+        return _subgroup(world, ranks or list(range(opts.group_size)), opts.group_rank,
+                         opts.group_size, opts.timeout, str(opts.group_id))
+    except Error as e:
+        raise _torch_error(e) from None
+
+
+def _register():
+    if BACKEND.upper() in dist.Backend._plugins:
+        return
+    kwargs = {"extended_api": True}
+    import inspect
+
+    if "devices" in inspect.signature(dist.Backend.register_backend).parameters:
+        kwargs["devices"] = ["cpu", "cuda"]
+    dist.Backend.register_backend(BACKEND, _create, **kwargs)
+
+
+_register()
