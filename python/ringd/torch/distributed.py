@@ -154,8 +154,9 @@ class _Work(dist.Work):
             _completer.claimed(self)
 
     def wait(self, timeout=None):
-        """Blocks until the collective finished; raises its error. timeout (a timedelta) bounds
-        the wait, as Gloo's Work does: past it, ringd.Timeout (the collective goes on)."""
+        """Blocks until the collective finished; raises its error (ringd.Timeout once it waited
+        the group's timeout, the session's op_timeout_ms). timeout (a timedelta) bounds this
+        wait, as Gloo's Work.wait does: past it, ringd.Timeout (the collective goes on)."""
         self._claim()
         limit = None
         if isinstance(timeout, datetime.timedelta) and timeout.total_seconds() > 0:
@@ -276,8 +277,9 @@ def _reduce_op(op, what):
             return ReduceOp.SUM, float(factor)
         raise ValueError(f"{what}: this torch does not say a PREMUL_SUM's factor: multiply the "
                          "tensor and use SUM")
+    kind = getattr(op, "op", op)  # torch 1.13's ReduceOp wraps a RedOpType
     raise ValueError(f"{what}: ringd reduces with SUM, AVG, MIN, MAX, PRODUCT and PREMUL_SUM, "
-                     f"not {op}")
+                     f"not {getattr(kind, 'name', kind)}")
 
 
 def _flat(t):
@@ -392,7 +394,7 @@ class ProcessGroupRingd(_ProcessGroup):
             raise _torch_error(e) from None
         except (TypeError, ValueError) as e:
             self._s._refuse_for(f"{name}.0" if grouped else name, e)
-            raise
+            raise _torch_error(InvalidArgument(Result.INVALID, str(e))) from e
         w = _Work(what, handles, finish, self._timeout)
         _completer.add(w)
         return w
@@ -805,8 +807,10 @@ def _seconds(timeout):
 
 def _world(rank, size, timeout):
     local_size = _env_int("LOCAL_WORLD_SIZE")
-    s = Session(job=_job_name(), world_size=size, local_size=local_size, min_size=size,
-                local_rank=_env_int("LOCAL_RANK"))
+    limit = _seconds(timeout)
+    s = Session(job=_job_name(), world_size=size, local_size=local_size,
+                local_rank=_env_int("LOCAL_RANK"),
+                op_timeout_ms=None if limit is None else min(int(limit * 1000), 2**31 - 1))
     try:
         if s.size != size:
             raise InvalidArgument(Result.INVALID,
@@ -819,7 +823,10 @@ def _world(rank, size, timeout):
             raise InvalidArgument(Result.INVALID,
                                   f"torch's ranks in ringd's order are {r2t}: every process "
                                   f"needs a distinct RANK below WORLD_SIZE {size}")
-        return ProcessGroupRingd(s, rank, size, r2t, _seconds(timeout), "0")
+        # torch's world never changes: once a rank is lost, every later collective fails at
+        # once (the daemons re-form the ring of the survivors, which answers the ones in flight)
+        s.expect_generation(s.generation)
+        return ProcessGroupRingd(s, rank, size, r2t, limit, "0")
     except BaseException:
         s.close()
         raise

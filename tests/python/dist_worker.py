@@ -1,0 +1,377 @@
+# One rank of the torch.distributed tests: init_process_group("ringd") as torchrun's workers do.
+"""Run as a script by test_torch_distributed.py (or under torchrun), one process per rank, with
+torch's launch variables (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,
+MASTER_PORT) and RINGD_SOCKET. argv: the scenarios to run in turn. Each checks its results on
+this rank (AssertionError when wrong) and adds figures to the JSON line printed last:
+"RESULT {...}". A Gloo group of the same ranks (new_group(backend="gloo") over torch's store)
+is the reference where results are compared with Gloo's.
+"""
+import datetime
+import json
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+import ringd
+import ringd.torch.distributed  # noqa: F401  (registers the backend)
+
+R = N = None
+_gloo = None
+
+
+def gloo():
+    global _gloo
+    if _gloo is None:
+        _gloo = dist.new_group(backend="gloo")
+    return _gloo
+
+
+def model(seed=0):
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(12, 16), nn.ReLU(), nn.Linear(16, 16), nn.Tanh(),
+                         nn.Linear(16, 3))
+
+
+def batches(steps, rank):
+    g = torch.Generator().manual_seed(100 + rank)
+    return [(torch.randn(8, 12, generator=g), torch.randn(8, 3, generator=g))
+            for _ in range(steps)]
+
+
+def train(wrapped, params, opt, steps):
+    for x, y in batches(steps, R):
+        opt.zero_grad()
+        loss = ((wrapped(x) - y) ** 2).mean()
+        loss.backward()
+        opt.step()
+    return [p.detach().clone() for p in params]
+
+
+def compare(a, b):
+    """(max absolute difference, bit-identical) of two lists of tensors."""
+    diff = max(float((x - y).abs().max()) for x, y in zip(a, b))
+    return diff, all(torch.equal(x, y) for x, y in zip(a, b))
+
+
+# ---- scenarios ----
+
+
+def s_ops():
+    """Every collective against what it must give, in every form torch has."""
+    n, r = N, R
+    t = torch.full((5,), float(r + 1))
+    dist.all_reduce(t)
+    assert t.tolist() == [n * (n + 1) / 2] * 5, t
+    for op, want in ((dist.ReduceOp.MAX, n), (dist.ReduceOp.MIN, 1),
+                     (dist.ReduceOp.PRODUCT, float(torch.arange(1, n + 1).prod()))):
+        t = torch.full((3,), float(r + 1))
+        dist.all_reduce(t, op=op)
+        assert t.tolist() == [want] * 3, (op, t)
+    if hasattr(dist.ReduceOp, "AVG"):
+        t = torch.full((3,), float(r + 1))
+        dist.all_reduce(t, op=dist.ReduceOp.AVG)
+        assert torch.allclose(t, torch.full((3,), (n + 1) / 2)), t
+    for dtype in (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8, torch.float64,
+                  torch.float16, torch.bfloat16):
+        t = (torch.arange(7) % 5 + r).to(dtype)
+        dist.all_reduce(t)
+        want = sum((torch.arange(7) % 5 + k) for k in range(n)).to(dtype)
+        assert torch.equal(t, want), (dtype, t, want)
+    b = torch.tensor([r == 0, True, False])
+    dist.all_reduce(b, op=dist.ReduceOp.MAX)
+    assert b.tolist() == [True, True, False], b
+    c = torch.tensor([1 + 2j, r * 1j], dtype=torch.complex64)
+    dist.all_reduce(c)
+    assert torch.allclose(c, torch.tensor([n * (1 + 2j), 1j * n * (n - 1) / 2])), c
+    nc = torch.arange(12.).view(3, 4).t() * (r + 1)  # not contiguous
+    dist.all_reduce(nc)
+    assert torch.equal(nc, torch.arange(12.).view(3, 4).t() * n * (n + 1) / 2), nc
+    for root in range(n):
+        t = torch.arange(4.) + 10 * r
+        dist.broadcast(t, root)
+        assert t.tolist() == (torch.arange(4.) + 10 * root).tolist(), (root, t)
+        i = torch.tensor([r, -r], dtype=torch.int16)
+        dist.broadcast(i, root)
+        assert i.tolist() == [root, -root], i
+    outs = [torch.zeros(k + 1) for k in range(n)]  # sizes differ by rank
+    dist.all_gather(outs, torch.full((r + 1,), float(r)))
+    assert [o.tolist() for o in outs] == [[float(k)] * (k + 1) for k in range(n)], outs
+    big = torch.zeros(3 * n, dtype=torch.int8)
+    gather_into = getattr(dist, "all_gather_into_tensor", None) or dist._all_gather_base
+    gather_into(big, torch.full((3,), r, dtype=torch.int8))
+    assert big.tolist() == [k for k in range(n) for _ in range(3)], big
+    o = torch.zeros(2)
+    dist.reduce_scatter(o, [torch.full((2,), float(r * 10 + j)) for j in range(n)])
+    assert o.tolist() == [float(sum(k * 10 + r for k in range(n)))] * 2, o
+    o = torch.zeros(2)
+    scatter_tensor = getattr(dist, "reduce_scatter_tensor", None) or dist._reduce_scatter_base
+    scatter_tensor(o, torch.arange(2. * n) * (r + 1))
+    assert o.tolist() == [(2. * r + k) * n * (n + 1) / 2 for k in range(2)], o
+    # all_to_all_single: even, and uneven splits (rank r sends k + r + 1 rows to rank k)
+    inp = torch.arange(2. * n) + 100 * r
+    out = torch.zeros(2 * n)
+    dist.all_to_all_single(out, inp)
+    assert out.tolist() == [100. * k + 2 * r + j for k in range(n) for j in range(2)], out
+    send = [k + r + 1 for k in range(n)]
+    recv = [r + k + 1 for k in range(n)]
+    inp = torch.cat([torch.full((s, 2), 100. * r + k) for k, s in enumerate(send)])
+    out = torch.zeros(sum(recv), 2)
+    dist.all_to_all_single(out, inp, recv, send)
+    want = torch.cat([torch.full((s, 2), 100. * k + r) for k, s in enumerate(recv)])
+    assert torch.equal(out, want), (out, want)
+    outs = [torch.zeros(k + 1, dtype=torch.int64) for k in range(n)]
+    dist.all_to_all(outs, [torch.full((r + 1,), r * 10 + k) for k in range(n)])
+    assert [o.tolist() for o in outs] == [[k * 10 + r] * (k + 1) for k in range(n)], outs
+    dist.barrier()
+    root = n - 1
+    t = torch.full((2,), float(r + 1))
+    dist.reduce(t, root)
+    assert t.tolist() == ([n * (n + 1) / 2] * 2 if r == root else [float(r + 1)] * 2), t
+    gl = [torch.zeros(2) for _ in range(n)] if r == root else None
+    dist.gather(torch.full((2,), float(r)), gl, dst=root)
+    if r == root:
+        assert [g.tolist() for g in gl] == [[float(k)] * 2 for k in range(n)], gl
+    t = torch.zeros(3)
+    dist.scatter(t, [torch.full((3,), float(k)) for k in range(n)] if r == 0 else None, src=0)
+    assert t.tolist() == [float(r)] * 3, t
+    objs = [{"from": r}]
+    dist.broadcast_object_list(objs, 0)
+    assert objs == [{"from": 0}], objs
+    got = [None] * n
+    dist.all_gather_object(got, {"r": r})
+    assert got == [{"r": k} for k in range(n)], got
+    w = dist.all_reduce(torch.ones(3), async_op=True)
+    fut = w.get_future()
+    assert w.wait() and fut.wait()[0].tolist() == [float(n)] * 3, fut.value()
+    works = [dist.all_reduce(torch.full((4,), float(i)), async_op=True) for i in range(20)]
+    for i, w in enumerate(works):
+        w.wait()
+        assert w.result()[0].tolist() == [float(i * n)] * 4, (i, w.result())
+    try:
+        dist.send(torch.ones(1), (r + 1) % n)
+        raise AssertionError("send did not raise")
+    except RuntimeError as e:
+        assert "no point-to-point" in str(e), e
+    return {"ops": "ok"}
+
+
+def s_groups():
+    """Two overlapping groups, each running collectives among its members alone."""
+    n, r = N, R
+    a_ranks, b_ranks = list(range(0, n - 1)), list(range(1, n))
+    a = dist.new_group(a_ranks)
+    b = dist.new_group(b_ranks)
+    for k in range(3):
+        if r in a_ranks:
+            t = torch.full((3,), float(r + k))
+            dist.all_reduce(t, group=a)
+            assert t.tolist() == [float(sum(x + k for x in a_ranks))] * 3, t
+            t = torch.full((2,), float(r))
+            dist.broadcast(t, a_ranks[-1], group=a)
+            assert t.tolist() == [float(a_ranks[-1])] * 2, t
+        if r in b_ranks:
+            outs = [torch.zeros(1) for _ in b_ranks]
+            dist.all_gather(outs, torch.full((1,), float(r)), group=b)
+            assert [o.item() for o in outs] == [float(x) for x in b_ranks], outs
+    if r not in a_ranks:
+        assert a == dist.GroupMember.NON_GROUP_MEMBER
+    return {"groups": "ok"}
+
+
+def s_ddp():
+    """DDP on ringd against DDP on Gloo: the same parameters after some steps."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    steps = 6
+    m1, m2 = model(), model()
+    d1 = DDP(m1)  # the default group: ringd
+    d2 = DDP(m2, process_group=gloo())
+    p1 = train(d1, list(m1.parameters()), torch.optim.SGD(m1.parameters(), lr=0.1, momentum=0.9),
+               steps)
+    p2 = train(d2, list(m2.parameters()), torch.optim.SGD(m2.parameters(), lr=0.1, momentum=0.9),
+               steps)
+    diff, same = compare(p1, p2)
+    moved = compare(p1, list(model().parameters()))[0]
+    assert moved > 1e-3, "training did not change the parameters"
+    return {"ddp_diff": diff, "ddp_identical": same}
+
+
+def s_zero():
+    """ZeroRedundancyOptimizer over DDP on ringd against the same on Gloo."""
+    from torch.distributed.optim import ZeroRedundancyOptimizer as ZeRO
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    out = []
+    for group in (None, gloo()):
+        m = model(1)
+        d = DDP(m, process_group=group)
+        opt = ZeRO(m.parameters(), optimizer_class=torch.optim.Adam, lr=0.01,
+                   process_group=group)
+        out.append(train(d, list(m.parameters()), opt, 5))
+    diff, same = compare(*out)
+    return {"zero_diff": diff, "zero_identical": same}
+
+
+def s_fsdp():
+    """FullyShardedDataParallel on ringd against FSDP on Gloo (CPU)."""
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+    out = []
+    for group in (None, gloo()):
+        m = model(2)
+        f = FSDP(m, process_group=group)
+        opt = torch.optim.SGD(f.parameters(), lr=0.05)
+        train(f, list(f.parameters()), opt, 4)
+        with FSDP.summon_full_params(f):
+            out.append([p.detach().clone() for p in f.parameters()])
+    diff, same = compare(*out)
+    return {"fsdp_diff": diff, "fsdp_identical": same}
+
+
+def _fails_fast(what, fn):
+    start = time.monotonic()
+    try:
+        fn()
+    except RuntimeError as e:
+        took = time.monotonic() - start
+        assert isinstance(e, ringd.Error), (what, type(e), e)
+        if hasattr(dist, "DistBackendError"):
+            assert isinstance(e, dist.DistBackendError), (what, type(e))
+        return {"what": what, "s": round(took, 3), "error": type(e).__name__,
+                "message": str(e)[:300]}
+    raise AssertionError(f"{what}: no error on rank {R}")
+
+
+def s_mismatch():
+    """A collective called differently on one rank fails on every rank, at once."""
+    n, r = N, R
+    last = r == n - 1
+    got = [
+        _fails_fast("count", lambda: dist.all_reduce(torch.ones(11 if last else 10))),
+        _fails_fast("dtype", lambda: dist.all_reduce(torch.ones(4, dtype=torch.float64
+                                                                if last else torch.float32))),
+        _fails_fast("op", lambda: dist.broadcast(torch.ones(4), 0) if last
+                    else dist.all_reduce(torch.ones(4))),
+        _fails_fast("root", lambda: dist.broadcast(torch.ones(4), 1 if last else 0)),
+        _fails_fast("reduce op", lambda: dist.all_reduce(
+            torch.ones(4), op=dist.ReduceOp.MAX if last else dist.ReduceOp.SUM)),
+        _fails_fast("all_to_all_single splits", lambda: dist.all_to_all_single(
+            torch.zeros(n + (1 if last else 0)), torch.zeros(n))),
+        _fails_fast("bad op on one rank", lambda: dist.all_reduce(
+            torch.ones(4), op=dist.ReduceOp.BAND if last else dist.ReduceOp.SUM)),
+        _fails_fast("all_gather_into_tensor", lambda: (getattr(
+            dist, "all_gather_into_tensor", None) or dist._all_gather_base)(
+            torch.zeros(3 * n if last else 2 * n), torch.zeros(3 if last else 2))),
+        _fails_fast("all_gather sizes", lambda: dist.all_gather(
+            [torch.zeros(2 if last and k == 0 else 1) for k in range(n)],
+            torch.zeros(2 if last and r == 0 else 1))),
+        _fails_fast("reduce_scatter_tensor", lambda: (getattr(
+            dist, "reduce_scatter_tensor", None) or dist._reduce_scatter_base)(
+            torch.zeros(2 if last else 1), torch.zeros(2 * n if last else n))),
+        _fails_fast("barrier against allreduce", lambda: dist.barrier() if last
+                    else dist.all_reduce(torch.ones(1))),
+        _fails_fast("scatter root", lambda: dist.scatter(
+            torch.zeros(2), [torch.zeros(2)] * n if r == (1 if last else 0) else None,
+            src=1 if last else 0)),
+    ]
+    t = torch.full((2,), 1.0)
+    dist.all_reduce(t)  # the group goes on after failures
+    assert t.tolist() == [float(n)] * 2, t
+    return {"mismatch": got}
+
+
+def s_killed():
+    """The last rank dies in the middle of training; the others get an error, not a hang."""
+    n, r = N, R
+    if r == n - 1:
+        for _ in range(3):
+            dist.all_reduce(torch.ones(1000))
+        os._exit(17)
+    start = None
+    try:
+        for i in range(100000):
+            dist.all_reduce(torch.ones(1000))
+            if i == 2:
+                start = time.monotonic()
+    except RuntimeError as e:
+        took = time.monotonic() - (start or time.monotonic())
+        return {"killed_error": type(e).__name__, "killed_s": round(took, 3),
+                "killed_message": str(e)[:1000],
+                "dist_backend_error": isinstance(e, getattr(dist, "DistBackendError", ()))}
+    raise AssertionError("no error after the last rank died")
+
+
+def s_cuda():
+    """CUDA tensors through the backend: collectives against torch's own arithmetic, and DDP
+    on the GPU against DDP on Gloo (which stages CUDA tensors through the host)."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    n, r = N, R
+    dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
+    torch.cuda.set_device(dev)
+    t = torch.arange(1000., device=dev) * (r + 1)
+    dist.all_reduce(t)
+    assert torch.equal(t, torch.arange(1000., device=dev) * n * (n + 1) / 2), "all_reduce"
+    big = torch.zeros(3 * n, device=dev)
+    (getattr(dist, "all_gather_into_tensor", None) or dist._all_gather_base)(
+        big, torch.full((3,), float(r), device=dev))
+    assert big.tolist() == [float(k) for k in range(n) for _ in range(3)], big
+    o = torch.zeros(2, device=dev)
+    (getattr(dist, "reduce_scatter_tensor", None) or dist._reduce_scatter_base)(
+        o, torch.arange(2. * n, device=dev) * (r + 1))
+    assert o.tolist() == [(2. * r + k) * n * (n + 1) / 2 for k in range(2)], o
+    send = [k + r + 1 for k in range(n)]
+    recv = [r + k + 1 for k in range(n)]
+    inp = torch.cat([torch.full((s, 2), 100. * r + k) for k, s in enumerate(send)]).to(dev)
+    out = torch.zeros(sum(recv), 2, device=dev)
+    dist.all_to_all_single(out, inp, recv, send)
+    want = torch.cat([torch.full((s, 2), 100. * k + r) for k, s in enumerate(recv)]).to(dev)
+    assert torch.equal(out, want), "all_to_all_single"
+    out = []
+    for group in (None, gloo()):
+        m = model(3).to(dev)
+        d = DDP(m, device_ids=[dev], process_group=group)
+        opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        for x, y in batches(5, R):
+            opt.zero_grad()
+            ((d(x.to(dev)) - y.to(dev)) ** 2).mean().backward()
+            opt.step()
+        out.append([p.detach().cpu() for p in m.parameters()])
+    diff, same = compare(*out)
+    return {"cuda_ddp_diff": diff, "cuda_ddp_identical": same}
+
+
+def s_timeout():
+    """Rank 0 calls a collective the others never call: it fails at the group's timeout."""
+    if R != 0:
+        time.sleep(float(os.environ["DIST_TIMEOUT"]) + 1.5)
+        return {}
+    start = time.monotonic()
+    try:
+        dist.all_reduce(torch.ones(3))
+    except RuntimeError as e:
+        return {"timeout_error": type(e).__name__, "timeout_s": round(time.monotonic() - start, 3),
+                "timeout_message": str(e)[:300]}
+    raise AssertionError("no timeout")
+
+
+def main():
+    global R, N
+    timeout = float(os.environ.get("DIST_TIMEOUT", "60"))
+    dist.init_process_group("ringd", timeout=datetime.timedelta(seconds=timeout))
+    R, N = dist.get_rank(), dist.get_world_size()
+    assert dist.get_backend() == "ringd", dist.get_backend()
+    result = {"rank": R, "size": N, "job": dist.distributed_c10d._get_default_group()._s.job}
+    for name in sys.argv[1:]:
+        result.update(globals()[f"s_{name}"]())
+    print("RESULT " + json.dumps(result), flush=True)
+    if os.environ.get("DIST_NO_DESTROY") is None:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
