@@ -1,13 +1,15 @@
 #!/usr/bin/python3
-# torch-train: timed ResNet-18 training steps with ringd.torch, DDP on Gloo, or no communication.
-"""One rank of bench/torch-peers.sh: trains torchvision's ResNet-18 on random 32x32 images with
-SGD (momentum 0.9) and times every step after a warm-up.
+# torch-train: timed ResNet training steps with ringd.torch, DDP on ringd or Gloo, or no communication.
+"""One rank of bench/torch-peers.sh: trains torchvision's ResNet-18 (or --model resnet50) on
+random 32x32 images with SGD (momentum 0.9) and times every step after a warm-up.
 
   --peer ringd  ringd.torch's DistributedOptimizer (RINGD_SOCKET, RINGD_JOB, RINGD_WORLD_SIZE;
                 RINGD_LIBRARY for the build under test); the optimizer's synchronize() is
                 called on its own, timed, then step() under skip_synchronize().
   --peer ddp    torch.nn.parallel.DistributedDataParallel on Gloo (--init tcp://...), default
                 25 MiB buckets; its allreduces run inside backward.
+  --peer ddp-ringd  the same DDP on the torch.distributed backend "ringd" (ringd.torch.distributed;
+                RINGD_SOCKET and RINGD_JOB as for ringd).
   --peer none   no communication at all: the compute-only reference.
 
 Communication wait, the same for every peer: from the moment the last gradient of the step is
@@ -33,7 +35,8 @@ import torchvision
 
 def main():
     ap = argparse.ArgumentParser(description="one rank of bench/torch-peers.sh")
-    ap.add_argument("--peer", choices=["ringd", "ddp", "none"], required=True)
+    ap.add_argument("--peer", choices=["ringd", "ddp", "ddp-ringd", "none"], required=True)
+    ap.add_argument("--model", choices=["resnet18", "resnet50"], default="resnet18")
     ap.add_argument("--rank", type=int, default=0, help="ddp and none: this rank")
     ap.add_argument("--world", type=int, default=2, help="ddp and none: the ranks")
     ap.add_argument("--init", default=None, help="ddp: the process group's init_method")
@@ -52,21 +55,27 @@ def main():
         rank, world = hvd.rank(), hvd.size()
     else:
         rank, world = args.rank, args.world
-        if args.peer == "ddp":
+        if args.peer in ("ddp", "ddp-ringd"):
             import torch.distributed as dist
 
+            backend = "gloo"
+            if args.peer == "ddp-ringd":
+                import ringd.torch.distributed  # noqa: F401  (registers the backend "ringd")
+
+                backend = "ringd"
             os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-            dist.init_process_group("gloo", init_method=args.init, rank=rank,
+            dist.init_process_group(backend, init_method=args.init, rank=rank,
                                     world_size=world, timeout=datetime.timedelta(seconds=120))
 
     torch.manual_seed(1)
-    model = torchvision.models.resnet18()  # 1000 classes: 11.7 M parameters, 46.8 MB
+    # 1000 classes: ResNet-18 11.7 M parameters (46.8 MB), ResNet-50 25.6 M (102 MB)
+    model = getattr(torchvision.models, args.model)()
     params = list(model.parameters())
     opt = torch.optim.SGD(params, lr=0.01, momentum=0.9)
     if args.peer == "ringd":
         hvd.broadcast_parameters(model.state_dict(), root_rank=0)
         opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters())
-    elif args.peer == "ddp":
+    elif args.peer in ("ddp", "ddp-ringd"):
         model = torch.nn.parallel.DistributedDataParallel(model)
 
     last_grad = [0.0]
