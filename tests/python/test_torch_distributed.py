@@ -207,6 +207,27 @@ def test_torchrun_nproc_per_node_2_end_to_end(nodes):
     assert len({r["job"] for r in results}) == 1, results
 
 
+@pytest.mark.parametrize("example, args", [
+    ("ddp_resnet.py", ["--model", "resnet18", "--steps", "2", "--warmup", "1", "--image-size",
+                       "32", "--batch-size", "4"]),
+    ("fsdp_mlp.py", ["--width", "64", "--steps", "3"]),
+])
+def test_the_examples_run_under_torchrun(nodes, example, args):
+    if example.startswith("fsdp"):
+        try:
+            import torch.distributed.fsdp  # noqa: F401
+        except Exception as e:  # noqa: BLE001 - torch 1.13's FSDP fails to import on 3.11
+            pytest.skip(f"this torch's FSDP does not import here: {type(e).__name__}: {e}")
+    cluster = nodes(1)
+    script = os.path.join(HERE, "..", "..", "examples", "pytorch", example)
+    p = subprocess.run([sys.executable, os.path.join(HERE, "torchrun.py"), "--standalone",
+                        "--nproc_per_node", "2", "--max_restarts", "0", script, *args],
+                       env=_env(cluster.daemons[0].sock, {}), capture_output=True, text=True,
+                       timeout=150)
+    assert p.returncode == 0, p.stdout + p.stderr + cluster.evidence()
+    assert "on ringd" in p.stdout or "loss" in p.stdout, p.stdout
+
+
 def test_the_job_name_comes_from_torchrun_or_the_master_address(monkeypatch):
     import ringd.torch.distributed as rd
 
