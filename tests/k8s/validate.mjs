@@ -15,6 +15,8 @@ import {
 } from "kubernetes-models/rbac.authorization.k8s.io/v1";
 // A custom resource: the Prometheus Operator's CRD schema, compiled the same way.
 import { PodMonitor } from "@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1";
+// A custom resource without an npm package: Kubeflow's PyTorchJob, written from its CRD.
+import { PyTorchJob } from "./kubeflow.mjs";
 import { render } from "./render.mjs";
 
 // The kinds deploy/k8s may use, by "apiVersion kind"; any other kind is a problem, so that a typo
@@ -24,8 +26,13 @@ export const MODELS = new Map(
   [
     Namespace, Service, ServiceAccount, ConfigMap, Secret, PriorityClass, Deployment, DaemonSet,
     Job, PodDisruptionBudget, Role, RoleBinding, ClusterRole, ClusterRoleBinding, PodMonitor,
+    PyTorchJob,
   ].map((m) => [`${m.apiVersion} ${m.kind}`, m]),
 );
+
+// Models of this directory (kubeflow.mjs), whose validators read exactly the properties their
+// schema defines by construction: selfcheck.mjs checks the generated ones only.
+export const LOCAL_MODELS = new Set([PyTorchJob]);
 
 // The npm packages the models come from, each with a directory per API version (selfcheck.mjs).
 export const MODEL_PACKAGES = ["kubernetes-models", "@kubernetes-models/prometheus-operator"];
