@@ -58,7 +58,8 @@ import torch.distributed as dist
 from torch._C._distributed_c10d import ProcessGroup as _ProcessGroup
 
 from ..errors import Error, InvalidArgument, Result, Timeout
-from ..session import DType, ReduceOp, Session, _TORCH_DTYPES
+from ..session import ReduceOp, Session
+from . import _dtypes
 
 __all__ = ["BACKEND", "ProcessGroupRingd"]
 
@@ -256,7 +257,6 @@ _completer = _Completer()
 
 # ---- tensors as ringd takes them ----
 
-_WIDENED = {torch.int8, torch.int16, torch.bool}  # reduced in int32
 _COMPLEX = {torch.complex64, torch.complex128}
 
 
@@ -291,7 +291,7 @@ def _movable(t):
     """t's data as ringd moves it: a contiguous 1-d tensor of a ringd dtype (bytes for others),
     and the elements one of t's elements makes."""
     flat = _flat(t)
-    if str(t.dtype) in _TORCH_DTYPES:
+    if _dtypes.native(t):
         return flat, 1
     return flat.view(torch.uint8), t.element_size()
 
@@ -299,11 +299,11 @@ def _movable(t):
 def _reducible(t, what):
     """t's data as ringd reduces it: a contiguous 1-d tensor of a ringd dtype, and how the
     result gets back into t (None when it lies in t already)."""
-    if str(t.dtype) in _TORCH_DTYPES:
+    if _dtypes.native(t):
         flat = _flat(t)
         same = flat.data_ptr() == t.data_ptr() and t.is_contiguous()
         return flat, (None if same else lambda: t.copy_(flat.view(t.shape)))
-    if t.dtype in _WIDENED:
+    if t.dtype in _dtypes.WIDENED:
         wide = t.reshape(-1).to(torch.int32)
         return wide, lambda: t.copy_(wide.view(t.shape).to(t.dtype))
     if t.dtype in _COMPLEX:
@@ -611,7 +611,7 @@ class ProcessGroupRingd(_ProcessGroup):
         """Every rank sends send_blocks[j] (torch's rank order) to rank j and receives a block of
         recv_shapes[i] from rank i; returns (handle, the received blocks in torch's order)."""
         esize = torch.empty((), dtype=dtype).element_size()
-        bytewise = str(dtype) not in _TORCH_DTYPES
+        bytewise = not _dtypes.native(torch.empty((), dtype=dtype))
         unit = esize if bytewise else 1
         ordered = self._to_ringd(send_blocks)
         parts = [_movable(b)[0] for b in ordered]

@@ -24,6 +24,7 @@ import ringd
 from ringd.errors import Closed, Mismatch, Result
 from ringd.session import Session, _as_buf
 
+from . import _dtypes
 from .compression import Compression, Compressor
 
 # Reduction ops, as Horovod numbers them.
@@ -387,10 +388,14 @@ def _checked(s, names, fn, *args):
 
 
 def _check_tensor(tensor, what):
-    """Raises the TypeError/ValueError ringd gives for a tensor it cannot take."""
+    """Raises the TypeError/ValueError ringd gives for a tensor it cannot take (every dtype
+    travels: see _dtypes)."""
     if not isinstance(tensor, torch.Tensor):
         raise TypeError(f"{what}: expected a torch.Tensor, got {type(tensor).__name__}")
-    _as_buf(tensor, what, False)
+    if not tensor.is_contiguous() and not _dtypes.native(tensor):
+        raise ValueError(f"{what} is not contiguous (shape {tuple(tensor.shape)}): pass "
+                         "t.contiguous()")
+    _as_buf(_dtypes.as_bytes(tensor), what, False)
 
 
 def _progress():
@@ -441,17 +446,21 @@ class _Work:
 
 
 class _Single(_Work):
-    """One ringd request."""
+    """One ringd request; finish(), when given, makes the output of what the request wrote."""
 
-    def __init__(self, handle, output):
+    def __init__(self, handle, output, finish=None):
         self.handle = handle
         self.output = output
+        self.finish = finish
 
     def poll(self):
         return self.handle.done()
 
     def wait(self):
         self.handle.wait()
+        if self.finish is not None:
+            self.finish, finish = None, self.finish
+            finish()
         return self.output
 
 
@@ -487,6 +496,8 @@ class _Allgather(_Work):
         if tensor.dim() == 0:
             raise ValueError(f"allgather '{name}': a 0-d tensor has no first dimension to "
                              "concatenate along; pass tensor.reshape(1)")
+        self.dtype = tensor.dtype
+        tensor = _dtypes.as_bytes(tensor)
         self.tensor, self.name = tensor, name
         self.row = 1
         for d in tensor.shape[1:]:
@@ -504,9 +515,10 @@ class _Allgather(_Work):
         got = self.handle.wait()
         if self.row == 0:
             self.dims = got.tolist()
-            return self.tensor.new_empty((sum(self.dims),) + tuple(self.tensor.shape[1:]))
-        self.dims = [c // self.row for c in self.handle.counts]
-        return got
+            got = self.tensor.new_empty((sum(self.dims),) + tuple(self.tensor.shape[1:]))
+        else:
+            self.dims = [c // self.row for c in self.handle.counts]
+        return _dtypes.from_bytes(got, self.dtype)
 
 
 def _register(work, name):
@@ -583,15 +595,56 @@ def _settle_outstanding(timeout):
 
 # ---- allreduce ----
 
+def _check_reducible(tensor, what):
+    """Raises TypeError for a tensor ringd cannot reduce (see _reduced_here)."""
+    if not _dtypes.native(tensor) and tensor.dtype not in _dtypes.WIDENED:
+        raise TypeError(f"{what} has dtype {tensor.dtype}: ringd reduces float32, float64, "
+                        "float16, bfloat16, int8, int16, int32, int64, uint8 and bool")
+
+
+def _reduced_here(tensor, prescale_factor, postscale_factor):
+    """None when libringd reduces tensor as it is, scales included (floating dtypes; the other
+    ringd dtypes unscaled). Else (send, finish): send is tensor in the dtype it is reduced in
+    (int32 for int8, int16 and bool), prescaled as Horovod scales integers (in float64,
+    truncated back); finish(recv, output) postscales what came back likewise into output."""
+    if tensor.is_floating_point() or (tensor.dtype not in _dtypes.WIDENED
+                                      and prescale_factor == 1.0 and postscale_factor == 1.0):
+        return None
+    kind = torch.int32 if tensor.dtype in _dtypes.WIDENED else tensor.dtype
+    send = tensor.to(kind)
+    if prescale_factor != 1.0:
+        send = (send.to(torch.float64) * prescale_factor).to(kind)
+
+    def finish(recv, output):
+        if postscale_factor != 1.0:
+            recv = (recv.to(torch.float64) * postscale_factor).to(kind)
+        output.copy_(recv)
+
+    return send, finish
+
+
+def _allreduce_work(s, full, tensor, output, op, prescale_factor, postscale_factor):
+    """The allreduce of tensor into output named full (see _reduced_here)."""
+    here = _reduced_here(tensor, prescale_factor, postscale_factor)
+    if here is None:
+        h = s.allreduce_async(full, tensor, out=output, op=_RINGD_OPS[op],
+                              prescale=prescale_factor, postscale=postscale_factor)
+        return _Single(h, output)
+    send, finish = here
+    recv = torch.empty_like(send)
+    h = s.allreduce_async(full, send, out=recv, op=_RINGD_OPS[op])
+    return _Single(h, output, lambda: finish(recv, output))
+
+
 def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor, process_set):
     s = _session_of(process_set)
     _reduce_op(op)
     full = _op_name("allreduce", name, process_set)
     _claim(_key(full, process_set))
     _checked(s, [full], _check_tensor, tensor, f"allreduce '{full}'")
-    h = s.allreduce_async(full, tensor, out=output, op=_RINGD_OPS[op],
-                          prescale=prescale_factor, postscale=postscale_factor)
-    return _register(_Single(h, output), _key(full, process_set))
+    _checked(s, [full], _check_reducible, tensor, f"allreduce '{full}'")
+    work = _allreduce_work(s, full, tensor, output, op, prescale_factor, postscale_factor)
+    return _register(work, _key(full, process_set))
 
 
 def allreduce_async(tensor: torch.Tensor, average: Optional[bool] = None,
@@ -664,12 +717,12 @@ def _grouped_allreduce_async(tensors, outputs, name, op, prescale_factor, postsc
     works = []
     with s.group():  # one unit to the daemon: all run, or all fail alike
         for i, (t, o) in enumerate(zip(tensors, outputs)):
-            _checked(s, [f"{base}.{k}" for k in range(len(tensors))], _check_tensor, t,
-                     f"grouped allreduce '{base}' tensor {i}")
+            names = [f"{base}.{k}" for k in range(len(tensors))]
+            _checked(s, names, _check_tensor, t, f"grouped allreduce '{base}' tensor {i}")
+            _checked(s, names, _check_reducible, t, f"grouped allreduce '{base}' tensor {i}")
         for i, (t, o) in enumerate(zip(tensors, outputs)):
-            h = s.allreduce_async(f"{base}.{i}", t, out=o, op=_RINGD_OPS[op],
-                                  prescale=prescale_factor, postscale=postscale_factor)
-            works.append(_Single(h, o))
+            works.append(_allreduce_work(s, f"{base}.{i}", t, o, op, prescale_factor,
+                                         postscale_factor))
     return _register(_Group(works), _key(base, process_set))
 
 
@@ -808,6 +861,7 @@ def _reducescatter_work(s, tensor, full, names, op, prescale_factor, postscale_f
 
     def check():
         _check_tensor(tensor, f"reducescatter '{full}'")
+        _check_reducible(tensor, f"reducescatter '{full}'")
         if tensor.dim() == 0:
             raise ValueError(f"reducescatter '{full}': a 0-d tensor has no first dimension to "
                              "scatter along; pass tensor.reshape(1)")
@@ -818,10 +872,17 @@ def _reducescatter_work(s, tensor, full, names, op, prescale_factor, postscale_f
     for d in tensor.shape[1:]:
         row *= d
     output = tensor.new_empty((rows[s.rank],) + tuple(tensor.shape[1:]))
-    h = s.reducescatter_async(full, tensor, out=output, op=_RINGD_OPS[op],
-                              prescale=prescale_factor, postscale=postscale_factor,
-                              recvcounts=[r * row for r in rows])
-    return _Single(h, output)
+    counts = [r * row for r in rows]
+    here = _reduced_here(tensor, prescale_factor, postscale_factor)
+    if here is None:
+        h = s.reducescatter_async(full, tensor, out=output, op=_RINGD_OPS[op],
+                                  prescale=prescale_factor, postscale=postscale_factor,
+                                  recvcounts=counts)
+        return _Single(h, output)
+    send, finish = here
+    recv = output.to(send.dtype)
+    h = s.reducescatter_async(full, send, out=recv, op=_RINGD_OPS[op], recvcounts=counts)
+    return _Single(h, output, lambda: finish(recv, output))
 
 
 def _reducescatter_async(tensor, name, op, prescale_factor, postscale_factor, process_set):
@@ -942,6 +1003,8 @@ class _Alltoall(_Work):
         if tensor.dim() == 0:
             raise ValueError(f"alltoall '{name}': a 0-d tensor has no first dimension to split; "
                              "pass tensor.reshape(1)")
+        self.dtype = tensor.dtype
+        tensor = _dtypes.as_bytes(tensor)
         n, rows = s.size, tensor.shape[0]
         self.tensor, self.trailing = tensor, tuple(tensor.shape[1:])
         self.row = 1
@@ -982,7 +1045,7 @@ class _Alltoall(_Work):
         else:
             rows = [c // self.row for c in self.handle.counts]
         self.received = torch.tensor(rows, dtype=torch.int32)
-        return got, self.received
+        return _dtypes.from_bytes(got, self.dtype), self.received
 
 
 def alltoall_async(tensor: torch.Tensor, splits: Any = None, name: Optional[str] = None,
@@ -1043,7 +1106,7 @@ def _broadcast_async(tensor, root_rank, name, process_set):
     _claim(_key(full, process_set))
     root = _checked(s, [full], _set_root, process_set, root_rank)
     _checked(s, [full], _check_tensor, tensor, f"broadcast '{full}'")
-    return _register(_Single(s.broadcast_async(full, tensor, root), tensor),
+    return _register(_Single(s.broadcast_async(full, _dtypes.as_bytes(tensor), root), tensor),
                      _key(full, process_set))
 
 
