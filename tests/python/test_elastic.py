@@ -109,6 +109,41 @@ def test_sync_takes_the_state_of_the_rank_with_most_commits(one_node):
         assert (batch, fresh_batch) == (10, 5) and lr == pytest.approx(0.2), (batch, lr)
 
 
+def r_elastic_sampler():
+    """Horovod's ElasticSampler: disjoint shares covering the dataset; after a sync, the union
+    of every rank's recorded batches is left out and the rest is shared anew; a restore goes
+    back to the commit."""
+    hvd = ranks.hvd()
+    r, n = hvd.rank(), hvd.size()
+    data = list(range(23))
+    sampler = elastic.ElasticSampler(data, shuffle=True, seed=3)
+    sampler.set_epoch(2)
+    mine = list(iter(sampler))
+    shares = hvd.allgather_object(mine, name="sampler.shares")
+    assert len(sampler) == len(mine) == -(-23 // n), (len(sampler), mine)
+    assert set().union(*map(set, shares)) == set(data), shares
+    state = elastic.TorchState(sampler=sampler, epoch=2)
+    sampler.record_batch(0, 4)  # this rank's first 4 samples
+    sampler.record_batch(1, 4)
+    done_here = set(mine[:8])
+    state.commit()
+    sampler.record_batch(2, 4)  # after the commit: undone by restore
+    state.restore()
+    assert sampler.processed_indices == done_here, sampler.processed_indices
+    state.sync()
+    done = set().union(*(set(share[:8]) for share in shares))
+    assert sampler.processed_indices == done, (sampler.processed_indices, done)
+    rest = list(iter(sampler))
+    everyone = hvd.allgather_object(rest, name="sampler.rest")
+    assert set().union(*map(set, everyone)) == set(data) - done, everyone
+    assert not set(rest) & done, rest
+    return len(rest)
+
+
+def test_elastic_sampler_shares_the_samples_not_processed_yet(one_node):
+    assert len(set(one_node.run(r_elastic_sampler))) == 1
+
+
 def r_run_retries(outcome):
     """outcome: 'retry' (MembershipChanged once), 'closed' (Closed at once), 'limit'
     (MembershipChanged every time, under reset_limit=2)."""

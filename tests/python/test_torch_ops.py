@@ -713,3 +713,12 @@ def test_synchronize_after_a_timeout_keeps_the_handle(cluster):
     n = float(cluster.world)
     got = sorted(got)  # by the rank in the new job (another than the cluster's rank)
     assert got[0][1] and all(g[2:] == ([n, n], True) for g in got), got
+
+
+def test_build_introspection_answers_for_ringd():
+    import ringd.torch as hvd
+
+    assert hvd.cuda_built() is True  # libringd takes CUDA tensors itself
+    for fn in (hvd.mpi_built, hvd.mpi_enabled, hvd.mpi_threads_supported, hvd.gloo_built,
+               hvd.gloo_enabled, hvd.nccl_built, hvd.ddl_built, hvd.ccl_built, hvd.rocm_built):
+        assert fn() is False, fn.__name__

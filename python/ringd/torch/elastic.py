@@ -42,11 +42,14 @@ What differs from Horovod:
 - Retries are bounded: run(reset_limit=N) caps the resets of one call (Horovod's
   --reset-limit), and RESETS_WITHOUT_COMMIT resets in a row with no commit between them end
   the run with the last MembershipChanged (a job that never settles makes no progress).
-- No ElasticSampler yet: split the data by rank() and size() after each reset.
+- ElasticSampler is Horovod's: give it to TorchState as a keyword argument (sampler=...), record
+  each batch (record_batch), and after a change the samples no rank processed since the epoch
+  began are split anew among the new ranks.
 """
 import collections
 import copy
 import functools
+import math
 import time
 from typing import Any, Callable, Iterable, Optional, TypeVar
 
@@ -294,8 +297,100 @@ class _StateDictHandler(_Handler):
                                                               name=prefix + "state_dict"))
 
 
+class ElasticSampler(torch.utils.data.Sampler):
+    """Horovod's ElasticSampler: this rank's share of dataset's indices, the samples already
+    processed this epoch left out, split anew whenever the ranks change. Keep it in a
+    TorchState (sampler=...), call record_batch(batch_idx, batch_size) (or record_indices) as
+    batches are done and set_epoch(epoch) at each epoch: after a membership change the samples
+    no rank recorded by the last commit are shared among the new ranks. Shuffled by seed +
+    epoch, the same permutation on every rank; padded by repetition to a multiple of size()."""
+
+    def __init__(self, dataset: Any, shuffle: bool = True, seed: int = 0) -> None:
+        self.dataset = dataset
+        self.shuffle = shuffle
+        self.seed = seed
+        self.epoch = 0
+        self.processed_indices = set()
+        self.indices = []
+        self.reset()
+
+    def set_epoch(self, epoch: int) -> None:
+        """Starts epoch epoch: every sample is to be processed again."""
+        self.epoch = epoch
+        self.processed_indices = set()
+        self.reset()
+
+    def record_batch(self, batch_idx: int, batch_size: int) -> None:
+        """Records the batch_idx-th batch of batch_size samples of this rank's share as done."""
+        self.record_indices(self.get_indices(batch_idx, batch_size))
+
+    def record_indices(self, indices: Iterable[int]) -> None:
+        self.processed_indices.update(int(i) for i in indices)
+
+    def get_indices(self, batch_idx: int, batch_size: int) -> list:
+        """The dataset indices of this rank's batch_idx-th batch of batch_size."""
+        start = batch_idx * batch_size
+        return self.indices[start:min(start + batch_size, len(self.indices))]
+
+    def state_dict(self) -> dict:
+        return {"epoch": self.epoch, "processed_indices": set(self.processed_indices)}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self.epoch = state_dict["epoch"]
+        self.processed_indices = set(state_dict["processed_indices"])
+        self.reset()
+
+    def reset(self) -> None:
+        """Splits the samples not processed yet among the job's ranks as they are now."""
+        self.num_replicas = mpi_ops.size()
+        self.rank = mpi_ops.rank()
+        self.remaining_indices = [i for i in range(len(self.dataset))
+                                  if i not in self.processed_indices]
+        self.num_samples = int(math.ceil(len(self.remaining_indices) / self.num_replicas))
+        self.total_size = self.num_samples * self.num_replicas
+        self.indices = self._share()
+
+    def _share(self):
+        order = self.remaining_indices
+        if self.shuffle:
+            g = torch.Generator()
+            g.manual_seed(self.seed + self.epoch)
+            order = [order[i] for i in torch.randperm(len(order), generator=g).tolist()]
+        while order and len(order) < self.total_size:  # pad by repetition
+            order = order + order[:self.total_size - len(order)]
+        return order[self.rank:self.total_size:self.num_replicas]
+
+    def __iter__(self):
+        self.indices = self._share()
+        return iter(self.indices)
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+
+class _SamplerHandler(_Handler):
+    """An ElasticSampler: its epoch and processed indices; a sync takes the union of every
+    rank's processed indices (each rank recorded its own share), then splits what remains."""
+
+    def save(self) -> None:
+        self.saved = copy.deepcopy(self.value.state_dict())
+
+    def restore(self) -> None:
+        self.value.load_state_dict(copy.deepcopy(self.saved))
+
+    def sync(self, root, prefix):
+        every = functions.allgather_object(self.value.processed_indices,
+                                           name=prefix + "processed")
+        state = self.value.state_dict()
+        state["processed_indices"] = set().union(*every)
+        self.value.load_state_dict(functions.broadcast_object(state, root,
+                                                              name=prefix + "state"))
+
+
 def _handler_for(value):
     """The handler of an object TorchState keeps by its state_dict, else None (pickled)."""
+    if isinstance(value, ElasticSampler):
+        return _SamplerHandler(value)
     if isinstance(value, torch.nn.Module):
         return _ModuleHandler(value)
     if isinstance(value, torch.optim.Optimizer):
@@ -411,4 +506,5 @@ def run(func: Optional[_F] = None, *, reset_limit: Optional[int] = None) -> Any:
     return wrapper
 
 
-__all__ = ["State", "ObjectState", "TorchState", "run", "RESETS_WITHOUT_COMMIT"]
+__all__ = ["State", "ObjectState", "TorchState", "ElasticSampler", "run",
+           "RESETS_WITHOUT_COMMIT"]

@@ -333,9 +333,18 @@ def _false() -> bool:
     return False
 
 
-# What Horovod scripts ask of the build: ringd has none of these backends.
+def cuda_built() -> bool:
+    """True: ringd takes CUDA tensors (libringd loads the CUDA driver itself when it meets
+    device memory; the node's daemon reduces them on its GPUs or stages them through host
+    memory), as a Horovod built with CUDA does."""
+    return True
+
+
+# What Horovod scripts ask of the build, answered for ringd: no MPI, Gloo, DDL, oneCCL or ROCm
+# in the training process. nccl_built() is False too: where the daemons use NCCL between nodes
+# (ringd --gpu-transport) is the daemons' choice, not something the script selects or sees.
 mpi_built = mpi_enabled = mpi_threads_supported = gloo_built = gloo_enabled = _false
-nccl_built = ddl_built = ccl_built = cuda_built = rocm_built = _false
+nccl_built = ddl_built = ccl_built = rocm_built = _false
 
 
 def _op_name(kind, name, process_set=None):
