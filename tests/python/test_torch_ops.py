@@ -715,6 +715,47 @@ def test_synchronize_after_a_timeout_keeps_the_handle(cluster):
     assert got[0][1] and all(g[2:] == ([n, n], True) for g in got), got
 
 
+def r_sparse_gradients():
+    """Sparse gradients as Horovod reduces them: sparse_allreduce_async (indices and values
+    allgathered, Average divides), DistributedOptimizer with an embedding's sparse gradient,
+    and with sparse_as_dense=True the reduced gradient sparse again for SparseAdam."""
+    hvd = ranks.hvd()
+    r, n = hvd.rank(), hvd.size()
+    rows = [torch.tensor([q % 5, (q + 2) % 5]) for q in range(n)]
+
+    def grad_of(q):
+        return torch.sparse_coo_tensor(rows[q].unsqueeze(0), torch.full((2, 3), q + 1.0), (5, 3))
+
+    want_sum = sum(grad_of(q).to_dense() for q in range(n))
+    for op, want in ((hvd.Sum, want_sum), (hvd.Average, want_sum / n)):
+        h = hvd.sparse_allreduce_async(grad_of(r), name=f"sparse.{op}", op=op)
+        got = hvd.synchronize(h)
+        assert got.is_sparse and torch.allclose(got.to_dense(), want), (op, got, want)
+    for sparse_as_dense, opt_class in ((False, torch.optim.SGD), (True, torch.optim.SparseAdam)):
+        torch.manual_seed(0)
+        emb = torch.nn.Embedding(5, 3, sparse=True)
+        start = emb.weight.detach().clone()
+        opt = hvd.DistributedOptimizer(opt_class(emb.parameters(), lr=0.1),
+                                       named_parameters=emb.named_parameters(),
+                                       sparse_as_dense=sparse_as_dense)
+        opt.zero_grad()
+        emb(rows[r]).sum().backward()
+        opt.synchronize()
+        assert emb.weight.grad.is_sparse, (sparse_as_dense, emb.weight.grad)
+        want = sum(torch.zeros(5, 3).index_add_(0, rows[q], torch.ones(2, 3))
+                   for q in range(n)) / n
+        assert torch.allclose(emb.weight.grad.to_dense(), want), (emb.weight.grad, want)
+        with opt.skip_synchronize():
+            opt.step()
+        assert not torch.equal(emb.weight.detach(), start)
+        hvd.allreduce(torch.zeros(1), name=f"sparse.after.{sparse_as_dense}")
+    return True
+
+
+def test_sparse_gradients_as_horovod_reduces_them(cluster):
+    assert cluster.run(r_sparse_gradients) == [True] * cluster.world
+
+
 def test_build_introspection_answers_for_ringd():
     import ringd.torch as hvd
 

@@ -41,7 +41,7 @@ from .mpi_ops import (Adasum, Average, HorovodInternalError, Max, Min, NotInitia
                       grouped_allreduce_async_, init, is_initialized, join, local_rank,
                       local_size, mpi_built, mpi_enabled, mpi_threads_supported, nccl_built,
                       poll, rank, reducescatter, reducescatter_async, remove_process_set,
-                      rocm_built, session,
+                      rocm_built, session, sparse_allreduce_async,
                       shutdown, size, synchronize)
 from .optimizer import DistributedOptimizer
 from .sync_batch_norm import SyncBatchNorm

@@ -558,10 +558,13 @@ def poll(handle: int) -> bool:
     return _handles[handle][0].poll()
 
 
-def synchronize(handle: int) -> Any:
+def synchronize(handle: Any) -> Any:
     """Waits for the op behind handle and returns its output (a list for grouped ops), or
     raises its ringd.Error. The handle is released either way, except on ringd.Timeout (the
-    session's op_timeout_ms passed): the op is still pending, synchronize it again."""
+    session's op_timeout_ms passed): the op is still pending, synchronize it again. A
+    sparse_allreduce_async handle (a callable, as Horovod's) is called."""
+    if callable(handle):
+        return handle()
     if handle not in _handles:
         return None
     work, name = _handles[handle]
@@ -845,6 +848,49 @@ def _allgather_with_dims(tensor, name, process_set=None):
     work, key = _allgather_work(tensor, name, process_set)
     output = _sync(_register(work, key))
     return output, work.dims
+
+
+# ---- sparse tensors ----
+
+class _SparseHandle:
+    """Horovod's sparse allreduce handle: calling it (or synchronize(it)) waits for the two
+    allgathers and returns the reduced sparse tensor."""
+
+    def __init__(self, tensor, indices, values, op, size):
+        self.tensor, self.indices, self.values = tensor, indices, values
+        self.op, self.size = op, size
+        self.result = None
+
+    def __call__(self):
+        if self.result is None:
+            try:
+                values = synchronize(self.values)
+            finally:
+                indices = synchronize(self.indices)  # released even when the values failed
+            if self.op == Average:
+                values = values / self.size
+            self.result = torch.sparse_coo_tensor(indices.t(), values, self.tensor.size(),
+                                                  dtype=self.tensor.dtype,
+                                                  device=self.tensor.device)
+        return self.result
+
+
+def sparse_allreduce_async(tensor: torch.Tensor, name: str, op: int,
+                           process_set: ProcessSet = global_process_set) -> _SparseHandle:
+    """Starts reducing a sparse COO tensor over all ranks as Horovod does: every rank's indices
+    and values gathered ("<name>.indices", "<name>.values"), the values divided by the size for
+    Average (Sum keeps them); the result is the uncoalesced sum. Returns a callable handle:
+    handle() (or synchronize(handle)) gives the result."""
+    if not isinstance(tensor, torch.Tensor) or not tensor.is_sparse:
+        raise TypeError("sparse_allreduce_async takes a sparse COO tensor; allreduce_async "
+                        "takes dense ones")
+    if op not in (Average, Sum):
+        raise ValueError(f"sparse_allreduce_async reduces with Average or Sum, not {op}")
+    indices = allgather_async(tensor._indices().t().contiguous(), name=f"{name}.indices",
+                              process_set=process_set)
+    values = allgather_async(tensor._values().contiguous(), name=f"{name}.values",
+                             process_set=process_set)
+    return _SparseHandle(tensor, indices, values, op, _session_of(process_set).size)
 
 
 # ---- reducescatter ----

@@ -18,7 +18,8 @@ import ringd
 
 from . import mpi_ops
 from .compression import Compression, Compressor
-from .mpi_ops import Adasum, Average, allreduce_async_, global_process_set, synchronize
+from .mpi_ops import (Adasum, Average, allreduce_async_, global_process_set,
+                      sparse_allreduce_async, synchronize)
 
 
 class _DistributedOptimizer:
@@ -36,6 +37,7 @@ class _DistributedOptimizer:
         self.op = op
         self.gradient_predivide_factor = gradient_predivide_factor
         self.sparse_as_dense = sparse_as_dense
+        self._made_dense = set()  # parameters whose sparse gradient travels dense this step
         all_params = [p for group in self.param_groups for p in group["params"]]
         if named_parameters is not None:
             named_parameters = list(named_parameters)
@@ -90,9 +92,10 @@ class _DistributedOptimizer:
         if p.grad is None:  # unused on this rank: the others still wait for its allreduce
             p.grad = torch.zeros_like(p)
         if p.grad.is_sparse:
-            if not self.sparse_as_dense:
-                raise TypeError(f"parameter '{self._parameter_names[p]}' has a sparse gradient: "
-                                "ringd reduces dense tensors; pass sparse_as_dense=True")
+            if not self.sparse_as_dense:  # Horovod's: indices and values allgathered
+                return sparse_allreduce_async(p.grad, name=self._parameter_names[p],
+                                              op=self.op, process_set=self.process_set), None
+            self._made_dense.add(p)  # sparse again once reduced (SparseAdam needs it)
             p.grad = p.grad.to_dense()
         if self._compression is Compression.none:
             self._grad_into_arena(p)
@@ -213,8 +216,13 @@ class _DistributedOptimizer:
             except Exception as e:  # wait for the rest before raising
                 failure = failure or e
             else:
-                if output is not p.grad:
+                if output.is_sparse:
+                    p.grad = output
+                elif output is not p.grad:
                     p.grad.set_(self._compression.decompress(output, ctx))
+                if p in self._made_dense:
+                    p.grad = p.grad.to_sparse()
+            self._made_dense.discard(p)
             del self._handles[p]
             self._allreduce_delay[p] = self.backward_passes_per_step
         self._synchronized = True
