@@ -94,8 +94,8 @@ static int ranks_valid(ringd_t *r, const char *what, const int *ranks, int n)
         bad = ranks[i] < 0 || ranks[i] >= r->size || (i > 0 && ranks[i] <= ranks[i - 1]);
     if (bad)
         snprintf(r->errmsg, sizeof(r->errmsg),
-                 "%s: %d ranks, which must be 1 to %d ranks of the job, in increasing order",
-                 what, n, r->size);
+                 "%s: %d ranks, which must be 1 to %d ranks of the job, in increasing order", what,
+                 n, r->size);
     return !bad;
 }
 
@@ -143,8 +143,8 @@ ringd_result_t ringd_process_set_open(ringd_t *r, const char *name, const int *r
     if (r == NULL || ps == NULL)
         return RINGD_E_INVALID;
     char set[RD_NAME_MAX + 1];
-    if (name == NULL || snprintf(set, sizeof(set), "set.%s", name) >= (int)sizeof(set) ||
-        !rd_name_valid(set)) {
+    if (name == NULL || name[0] == '\0' ||
+        snprintf(set, sizeof(set), "set.%s", name) >= (int)sizeof(set) || !rd_name_valid(set)) {
         snprintf(r->errmsg, sizeof(r->errmsg),
                  "ringd_process_set_open: a set's name is 1 to %d printable ASCII bytes",
                  RD_NAME_MAX - 4);

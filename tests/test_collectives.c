@@ -963,7 +963,8 @@ static int groups(int i, void *arg)
 }
 
 /* Process sets: two that overlap, used at the same time under the same tensor name; ranks
- * outside a set get none and never wait; ranks that pass different sets fail alike. */
+ * outside a set get none and never wait; ranks that pass different sets fail alike; a set
+ * opened by name by its members alone (ringd_process_set_open), refused to others. */
 static int process_sets(int i, void *arg)
 {
     const topo *t = arg;
@@ -1006,6 +1007,27 @@ static int process_sets(int i, void *arg)
         fprintf(stderr, "rank %d: differing sets: %s: %s\n", me, ringd_strerror(rc),
                 ringd_errmsg(r));
         return 72;
+    }
+    /* opened by its members alone, by name (torch's new_group): the others never call */
+    ringd_t *named = NULL;
+    if (me == 0 || me == n - 1) {
+        TH_CHECK_OK(r, ringd_process_set_open(r, "ends", b, 2, &named));
+        float y = (float)me;
+        TH_CHECK_OK(named, ringd_allreduce(named, "y", &y, &y, 1, RINGD_F32, RINGD_SUM));
+        if (named == NULL || y != (float)(n - 1) || ringd_size(named) != 2 ||
+            ringd_rank(named) != (me == 0 ? 0 : 1)) {
+            fprintf(stderr, "rank %d: the named set gave %g\n", me, y);
+            return 73;
+        }
+        ringd_close(named);
+    } else if (ringd_process_set_open(r, "ends", b, 2, &named) != RINGD_E_INVALID ||
+               named != NULL || strstr(ringd_errmsg(r), "not among") == NULL) {
+        fprintf(stderr, "rank %d: a non-member opened a named set: %s\n", me, ringd_errmsg(r));
+        return 74;
+    }
+    if (ringd_process_set_open(r, "", b, 2, &named) != RINGD_E_INVALID || named != NULL) {
+        fprintf(stderr, "rank %d: a set of no name was opened\n", me);
+        return 75;
     }
     TH_CHECK_OK(r, ringd_allreduce(r, "after.sets", &xa, &xa, 1, RINGD_F32, RINGD_SUM));
     close_together(r, t->world);

@@ -485,10 +485,11 @@ RINGD_API ringd_result_t ringd_process_set_create(ringd_t *r, const int *ranks, 
 /* A process set opened by its members alone, under a name every member passes (torch's
  * new_group, which only the group's ranks build: they name it by the group): every member calls
  * it with the same name and ranks (increasing), and gets *ps as from ringd_process_set_create;
- * a rank outside the set gets RINGD_E_INVALID. The members check that they passed the same ranks
- * (RINGD_E_MISMATCH on every member otherwise); a member that never calls holds the others
- * until open_timeout_ms. name: 1 to 251 printable ASCII bytes, unique among the sets of the
- * job's generation. */
+ * a rank outside the set gets RINGD_E_INVALID. Members that pass the same number of ranks but
+ * other ones fail with RINGD_E_MISMATCH, every one; sets of different sizes under one name are
+ * refused by the daemon (RINGD_E_REFUSED) or wait out open_timeout_ms, as does a member whose
+ * peers never call. name: 1 to 252 printable ASCII bytes, unique among the sets of the job's
+ * generation. */
 RINGD_API ringd_result_t ringd_process_set_open(ringd_t *r, const char *name, const int *ranks,
                                                 int n, ringd_t **ps);
 

@@ -345,6 +345,30 @@ def s_cuda():
     return {"cuda_ddp_diff": diff, "cuda_ddp_identical": same}
 
 
+def s_ddp_killed():
+    """The last rank dies in the middle of DDP training: the others' backward raises (DDP's
+    reducer sees the failed future), no crash and no hang."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    m = model(4)
+    d = DDP(m)
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    start = None
+    try:
+        for step, (x, y) in enumerate(batches(100000, R)):
+            if R == N - 1 and step == 3:
+                os._exit(17)
+            if step == 3:
+                start = time.monotonic()
+            opt.zero_grad()
+            ((d(x) - y) ** 2).mean().backward()
+            opt.step()
+    except RuntimeError as e:
+        return {"ddp_killed_s": round(time.monotonic() - (start or time.monotonic()), 3),
+                "ddp_killed_message": str(e)[:500]}
+    raise AssertionError("DDP went on after a rank died")
+
+
 def s_timeout():
     """Rank 0 calls a collective the others never call: it fails at the group's timeout."""
     if R != 0:

@@ -144,10 +144,10 @@ def test_ddp_and_zero_on_two_ranks_equal_gloo_bit_for_bit(nodes):
 
 
 def test_two_nodes_with_torch_ranks_in_another_order_than_ringd_s(nodes):
-    """2 daemons x 2 ranks; torch's ranks 0, 1 on node n1 and 2, 3 on n0 (ringd numbers n0
-    first): roots, gathers, splits and groups follow torch's numbering; DDP and ZeRO within
-    1e-6 of Gloo's."""
-    res = launch(nodes(2), 2, ["ops", "groups", "ddp", "zero"], torch_rank=lambda i: (i + 2) % 4)
+    """2 daemons x 2 ranks; torch's ranks 1, 2 on node n0 and 3, 0 on n1 (ringd numbers n0
+    first, so ringd's order of torch's ranks is a cycle that is not its own inverse): roots,
+    gathers, splits and groups follow torch's numbering; DDP and ZeRO within 1e-6 of Gloo's."""
+    res = launch(nodes(2), 2, ["ops", "groups", "ddp", "zero"], torch_rank=lambda i: (i + 1) % 4)
     assert sorted(res) == [0, 1, 2, 3]
     for rank, r in res.items():
         assert r["ops"] == "ok" and r["groups"] == "ok"
@@ -160,6 +160,14 @@ def test_a_rank_killed_mid_step_ends_the_others_within_seconds(nodes):
     for rank, r in res.items():
         assert r["killed_error"] == "MembershipChanged", (rank, r)
         assert r["killed_s"] < 10, (rank, r["killed_s"], r["killed_message"])
+
+
+def test_a_rank_killed_in_ddp_training_ends_the_others_backward_with_an_error(nodes):
+    res = launch(nodes(1), 3, ["ddp_killed"], exits={2: 17}, env={"DIST_NO_DESTROY": "1"},
+                 timeout=90)
+    for rank, r in res.items():
+        assert r["ddp_killed_s"] < 10, (rank, r)
+        assert "left job" in r["ddp_killed_message"], (rank, r["ddp_killed_message"])
 
 
 def test_a_collective_one_rank_never_calls_fails_at_the_group_timeout(nodes):

@@ -45,7 +45,9 @@ staged through the device arena or host memory by libringd. A CUDA collective is
 other than the default one synchronises that stream first (libringd orders work on the default
 stream only).
 """
+import atexit
 import collections
+import contextlib
 import datetime
 import itertools
 import os
@@ -70,12 +72,16 @@ _torch_errors = {}  # a ringd Error class -> its subclass that is also DistBacke
 
 
 def _torch_error(e):
-    """e as torch's own error type too (DistBackendError, where torch has one)."""
+    """e as torch's own error type too (DistBackendError, where torch has one). The classes made
+    for it are attributes of this module ("DistBackend<Name>"), so that they pickle."""
     if _DistBackendError is None or not isinstance(e, Error) or isinstance(e, _DistBackendError):
         return e
     cls = _torch_errors.get(type(e))
     if cls is None:
-        cls = type(type(e).__name__, (type(e), _DistBackendError), {"__module__": __name__})
+        name = f"DistBackend{type(e).__name__}"
+        cls = type(name, (type(e), _DistBackendError), {"__module__": __name__,
+                                                         "__qualname__": name})
+        globals()[name] = cls
         _torch_errors[type(e)] = cls
     out = cls(e.code, e.message, e.hint)
     out.__cause__ = e.__cause__
@@ -87,9 +93,12 @@ def _torch_error(e):
 
 class _Work(dist.Work):
     """One collective (or a coalesced group): wait() blocks until the daemon answered and raises
-    the collective's error; get_future() is a torch Future completed with the outputs. The
-    module's completer keeps it alive (C++ callers such as DDP hold only its C++ half) until it
-    finished, and then until wait() or get_future() was called (at most _UNCLAIMED of them)."""
+    the collective's error; get_future() is a torch Future completed with the outputs, or
+    failed with the error where C++ (DDP's reducer) sees it. The module's completer finishes
+    it, polling its handles (never blocking inside libringd, so no wait holds up another
+    group's Works or its deadline), and keeps it alive (C++ callers hold only its C++ half)
+    until it finished, and then until wait() or get_future() was called (at most _UNCLAIMED
+    finished Works that nobody asked for)."""
 
     def __init__(self, what, handles, finish, timeout):
         super().__init__()
@@ -97,6 +106,7 @@ class _Work(dist.Work):
         self._handles = handles
         self._finish = finish  # () -> the outputs, after every handle finished
         self._fut = torch.futures.Future()
+        self._chained = None  # what get_future() gives: errors set on the C++ side too
         self._lock = threading.Lock()
         self._settled = False
         self._claimed = False
@@ -104,27 +114,27 @@ class _Work(dist.Work):
         self._timeout = timeout
         self._outputs = None
 
-    def _settle(self, block):
-        """Completes the future once every handle finished (block: waits for them). True
-        when the Work has finished, now or before."""
-        with self._lock:
+    def _settle(self):
+        """Completes the future once every handle finished. True when the Work has finished,
+        now or before; False while a handle is pending or another thread is settling it."""
+        if not self._lock.acquire(blocking=False):
+            return False
+        try:
             if self._settled:
                 return True
             try:
-                for h in self._handles:
-                    if block:
-                        h.wait()
-                    elif not h.done():
-                        return False
+                if not all(h.done() for h in self._handles):
+                    return False
                 for h in self._handles:
                     h.wait()  # finished: raises the first failure
-                value = self._finish()
-                err = None
-            except BaseException as e:  # noqa: BLE001 - handed to the future
+                value, err = self._finish(), None
+            except Exception as e:  # noqa: BLE001 - handed to the future
                 value, err = None, _torch_error(e)
             self._settled = True
             self._handles = None
             self._finish = None
+        finally:
+            self._lock.release()
         if err is not None:
             self._fut.set_exception(err)
         else:
@@ -155,28 +165,35 @@ class _Work(dist.Work):
             _completer.claimed(self)
 
     def wait(self, timeout=None):
-        """Blocks until the collective finished; raises its error (ringd.Timeout once it waited
-        the group's timeout, the session's op_timeout_ms). timeout (a timedelta) bounds this
-        wait, as Gloo's Work.wait does: past it, ringd.Timeout (the collective goes on)."""
+        """Blocks until the collective finished; raises its error (ringd.Timeout past the
+        group's timeout). timeout (a timedelta) bounds this wait, as Gloo's Work.wait does:
+        past it, ringd.Timeout (the collective goes on)."""
         self._claim()
         limit = None
         if isinstance(timeout, datetime.timedelta) and timeout.total_seconds() > 0:
             limit = timeout.total_seconds()
-        if limit is None:
-            self._settle(True)
-        else:
-            end = time.monotonic() + limit
-            while not self._settle(False):
-                if time.monotonic() >= end:
-                    raise _torch_error(Timeout(
-                        Result.TIMEOUT, f"{self._what}: Work.wait timed out after {timeout}"))
-                time.sleep(50e-6)
+        if not self._fut.done():
+            with _completer.waiting():
+                if limit is None:
+                    self._fut.wait()  # the completer finishes it; raises its error
+                else:
+                    end = time.monotonic() + limit
+                    while not self._fut.done():
+                        if time.monotonic() >= end:
+                            raise _torch_error(Timeout(
+                                Result.TIMEOUT, f"{self._what}: Work.wait timed out after "
+                                f"{timeout}"))
+                        time.sleep(50e-6)
         self._fut.wait()  # raises the collective's error
         return True
 
     def get_future(self):
         self._claim()
-        return self._fut
+        if self._chained is None:
+            # torch's Python Future.set_exception stores the error as a value that C++ callers
+            # take for a result: a callback that re-raises fails the chained future for C++.
+            self._chained = self._fut.then(lambda f: f.wait())
+        return self._chained
 
     def is_completed(self):
         return self._fut.done()
@@ -202,24 +219,37 @@ _UNCLAIMED = 4096  # finished Works kept alive for a later wait()/get_future() f
 
 
 class _Completer:
-    """The module's thread that finishes pending Works: polls their handles (never blocking
-    inside libringd, so submissions go on), backing off from 10 us to 200 us while nothing
-    finishes, and sleeping while no Work is pending."""
+    """The module's thread that finishes pending Works: polls their handles (ringd_test, never
+    blocking inside libringd, so submissions go on), every 10 us to 200 us while nothing
+    finishes (20 us at most while a thread waits for a Work), and sleeps while none is
+    pending."""
 
     def __init__(self):
         self._cv = threading.Condition()
         self._pending = []
         self._unclaimed = collections.deque()
+        self._waiters = 0
         self._thread = None
+        self._stopping = False
 
-    def add(self, work):
+    def add(self, works):
         with self._cv:
-            self._pending.append(work)
-            if self._thread is None:
+            self._pending.extend(works)
+            if self._thread is None and not self._stopping:
                 self._thread = threading.Thread(target=self._run, name="ringd-torch-completer",
                                                 daemon=True)
                 self._thread.start()
+                atexit.register(self.stop)
             self._cv.notify()
+
+    def stop(self):
+        """Ends the thread (at exit: a daemon thread stopped by the interpreter's finalization
+        inside torch's C++ future code would abort the process)."""
+        with self._cv:
+            self._stopping = True
+            self._cv.notify()
+        if self._thread is not None:
+            self._thread.join(5)
 
     def claimed(self, work):
         with self._cv:
@@ -228,15 +258,30 @@ class _Completer:
             except ValueError:
                 pass
 
+    @contextlib.contextmanager
+    def waiting(self):
+        """A thread blocks on a Work meanwhile: poll often."""
+        with self._cv:
+            self._waiters += 1
+            self._cv.notify()
+        try:
+            yield
+        finally:
+            with self._cv:
+                self._waiters -= 1
+
     def _run(self):
         delay = 0.0
         while True:
             with self._cv:
-                while not self._pending:
+                while not self._pending and not self._stopping:
                     self._cv.wait()
+                if self._stopping:
+                    return
                 batch = list(self._pending)
+                cap = 20e-6 if self._waiters else 200e-6
             now = time.monotonic()
-            done = [w for w in batch if w._settle(False) or w._expire(now)]
+            done = [w for w in batch if w._settle() or w._expire(now)]
             if done:
                 with self._cv:
                     gone = set(map(id, done))
@@ -248,7 +293,7 @@ class _Completer:
                         self._unclaimed.popleft()
                 delay = 0.0
             else:
-                delay = min(max(delay * 2, 10e-6), 200e-6)
+                delay = min(max(delay * 2, 10e-6), cap)
                 time.sleep(delay)
 
 
@@ -296,9 +341,9 @@ def _movable(t):
     return flat.view(torch.uint8), t.element_size()
 
 
-def _reducible(t, what):
-    """t's data as ringd reduces it: a contiguous 1-d tensor of a ringd dtype, and how the
-    result gets back into t (None when it lies in t already)."""
+def _reducible(t, what, op):
+    """t's data as ringd reduces it with ringd's op: a contiguous 1-d tensor of a ringd dtype,
+    and how the result gets back into t (None when it lies in t already)."""
     if _dtypes.native(t):
         flat = _flat(t)
         same = flat.data_ptr() == t.data_ptr() and t.is_contiguous()
@@ -307,6 +352,9 @@ def _reducible(t, what):
         wide = t.reshape(-1).to(torch.int32)
         return wide, lambda: t.copy_(wide.view(t.shape).to(t.dtype))
     if t.dtype in _COMPLEX:
+        if op not in (ReduceOp.SUM, ReduceOp.AVG):
+            raise TypeError(f"{what}: complex tensors reduce with SUM, AVG and PREMUL_SUM "
+                            f"(part by part), not {op.name}")
         flat = torch.view_as_real(_flat(t)).reshape(-1)
         same = t.is_contiguous()
         return flat, (None if same else lambda: t.copy_(torch.view_as_complex(
@@ -359,6 +407,8 @@ class ProcessGroupRingd(_ProcessGroup):
         self._group_name = group_name
         self._seq = itertools.count()
         self._lock = threading.Lock()
+        self._coalesced = None  # Works started since _start_coalescing, until _end_coalescing
+        self._coalescing_cm = None
         weakref.finalize(self, session.close)
 
     def __repr__(self):
@@ -392,12 +442,56 @@ class ProcessGroupRingd(_ProcessGroup):
             handles, finish = submit(name, what)
         except Error as e:
             raise _torch_error(e) from None
-        except (TypeError, ValueError) as e:
+        except Exception as e:  # noqa: BLE001 - torch's own checks raise RuntimeError too
             self._s._refuse_for(f"{name}.0" if grouped else name, e)
-            raise _torch_error(InvalidArgument(Result.INVALID, str(e))) from e
+            why = str(e) if what in str(e) else f"{what}: {e}"
+            raise _torch_error(InvalidArgument(Result.INVALID, why)) from e
         w = _Work(what, handles, finish, self._timeout)
-        _completer.add(w)
+        if self._coalesced is not None:  # handed to the completer once the group is sent
+            self._coalesced.append(w)
+        else:
+            _completer.add([w])
         return w
+
+    def _group(self):
+        """A ringd group for a coalesced form's collectives (inside _start_coalescing's, none
+        of its own: groups do not nest)."""
+        return contextlib.nullcontext() if self._coalesced is not None else self._s.group()
+
+    def _start_coalescing(self, *device):
+        """torch 2.x's _coalescing_manager: the collectives until _end_coalescing are one ringd
+        group (one negotiation; all run or all fail alike)."""
+        if self._coalesced is not None:
+            raise RuntimeError(f"process group '{self._group_name}': coalescing already started")
+        cm = self._s.group()
+        cm.__enter__()
+        self._coalescing_cm, self._coalesced = cm, []
+
+    def _end_coalescing(self, *device_or_reqs):
+        """Sends the group and returns a Work of all its collectives."""
+        if self._coalesced is None:
+            raise RuntimeError(f"process group '{self._group_name}': coalescing not started")
+        works, cm = self._coalesced, self._coalescing_cm
+        self._coalesced = self._coalescing_cm = None
+        try:
+            cm.__exit__(None, None, None)
+        except Error as e:
+            raise _torch_error(e) from None
+        _completer.add(works)
+        handles = [h for w in works for h in (w._handles or [])]
+
+        def finish():
+            out = []
+            for w in works:  # their handles finished: each settles now, or did
+                while not w._settle():
+                    time.sleep(10e-6)
+                out.append(w._fut.wait())
+            return out
+
+        done = _Work(f"{len(works)} coalesced collectives of process group "
+                     f"'{self._group_name}'", handles, finish, self._timeout)
+        _completer.add([done])
+        return done
 
     def _to_ringd(self, per_torch_rank):
         """A list in torch's rank order, in ringd's."""
@@ -407,7 +501,7 @@ class ProcessGroupRingd(_ProcessGroup):
 
     def _allreduce_one(self, name, what, t, op):
         rop, pre = _reduce_op(op, what)
-        buf, back = _reducible(t, what)
+        buf, back = _reducible(t, what, rop)
         h = self._s.allreduce_async(name, buf, buf, op=rop, prescale=pre)
         return h, back
 
@@ -426,7 +520,7 @@ class ProcessGroupRingd(_ProcessGroup):
 
         def submit(name, what):
             handles, backs = [], []
-            with self._s.group():
+            with self._group():
                 for i, t in enumerate(tensors):
                     h, back = self._allreduce_one(f"{name}.{i}", what, t, op)
                     handles.append(h)
@@ -458,8 +552,8 @@ class ProcessGroupRingd(_ProcessGroup):
                              f"{counts[self.rank()]}")
         ordered = self._to_ringd(blocks)
         send = torch.cat([b.reshape(-1) for b in ordered]) if ordered else out.new_empty(0)
-        sbuf, _ = _reducible(send, what)
-        obuf, back = _reducible(out, what)
+        sbuf, _ = _reducible(send, what, rop)
+        obuf, back = _reducible(out, what, rop)
         scale = 2 if out.dtype in _COMPLEX else 1
         recv = [c * scale for c in self._to_ringd(counts)]
         h = self._s.reducescatter_async(name, sbuf, obuf, op=rop, prescale=pre, recvcounts=recv)
@@ -494,8 +588,8 @@ class ProcessGroupRingd(_ProcessGroup):
             raise TypeError(f"{what}: the output is {output.dtype}, the input {input.dtype}")
         if self._identity and input.is_contiguous():
             rop, pre = _reduce_op(op, what)
-            sbuf, _ = _reducible(input, what)
-            obuf, back = _reducible(output, what)
+            sbuf, _ = _reducible(input, what, rop)
+            obuf, back = _reducible(output, what, rop)
             return self._s.reducescatter_async(name, sbuf, obuf, op=rop, prescale=pre), back
         blocks = _split(_flat(input), [output.numel()] * n)
         return self._reduce_scatter(name, what, output, blocks, op)
@@ -505,7 +599,7 @@ class ProcessGroupRingd(_ProcessGroup):
 
         def submit(name, what):
             handles, backs = [], []
-            with self._s.group():
+            with self._group():
                 for i, (o, t) in enumerate(zip(outputs, inputs)):
                     h, back = self._reduce_scatter_tensor(f"{name}.{i}", what, o, t, op)
                     handles.append(h)
@@ -561,7 +655,7 @@ class ProcessGroupRingd(_ProcessGroup):
     def allgather_coalesced(self, output_lists, input_list, opts=None):
         def submit(name, what):
             handles, finishes = [], []
-            with self._s.group():
+            with self._group():
                 for i, (outs, t) in enumerate(zip(output_lists, input_list)):
                     h, f = self._allgather_list(f"{name}.{i}", what, outs, t)
                     handles.append(h)
@@ -598,7 +692,7 @@ class ProcessGroupRingd(_ProcessGroup):
     def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
         def submit(name, what):
             handles, finishes = [], []
-            with self._s.group():
+            with self._group():
                 for i, (o, t) in enumerate(zip(outputs, inputs)):
                     h, f = self._allgather_tensor(f"{name}.{i}", what, o, t)
                     handles.append(h)
@@ -629,6 +723,9 @@ class ProcessGroupRingd(_ProcessGroup):
                 raise TypeError(f"{what}: the output is {output.dtype}, the input {input.dtype}")
             in_splits = list(input_split_sizes) or _even(input, n, what)
             out_splits = list(output_split_sizes) or _even(output, n, what)
+            if any(x < 0 for x in (*in_splits, *out_splits)):
+                raise ValueError(f"{what}: split sizes {in_splits} and {out_splits} must be "
+                                 ">= 0")
             if len(in_splits) != n or len(out_splits) != n:
                 raise ValueError(f"{what}: splits of {len(in_splits)} and {len(out_splits)} "
                                  f"entries for a group of {n}")
@@ -805,28 +902,32 @@ def _seconds(timeout):
     return None
 
 
+def _gather_ranks(s, rank, size):
+    """Every member's torch rank, in the order of its ringd ranks in session s (an allgather
+    when the group opens)."""
+    r2t = s.allgather("~torch.ranks", torch.tensor([rank], dtype=torch.int64)).tolist()
+    if sorted(r2t) != list(range(size)):
+        raise InvalidArgument(Result.INVALID,
+                              f"torch's ranks in ringd's order are {r2t}: every process needs "
+                              f"a distinct rank below the group's size {size}")
+    return r2t
+
+
 def _world(rank, size, timeout):
     local_size = _env_int("LOCAL_WORLD_SIZE")
-    limit = _seconds(timeout)
     s = Session(job=_job_name(), world_size=size, local_size=local_size,
-                local_rank=_env_int("LOCAL_RANK"),
-                op_timeout_ms=None if limit is None else min(int(limit * 1000), 2**31 - 1))
+                local_rank=_env_int("LOCAL_RANK"))
     try:
         if s.size != size:
             raise InvalidArgument(Result.INVALID,
                                   f"the ringd job '{s.job or 'default'}' has {s.size} ranks, "
                                   f"torch's world {size}: another job shares the name; set "
                                   "RINGD_JOB")
-        mine = torch.tensor([rank], dtype=torch.int64)
-        r2t = s.allgather("~torch.ranks", mine).tolist()
-        if sorted(r2t) != list(range(size)):
-            raise InvalidArgument(Result.INVALID,
-                                  f"torch's ranks in ringd's order are {r2t}: every process "
-                                  f"needs a distinct RANK below WORLD_SIZE {size}")
+        r2t = _gather_ranks(s, rank, size)
         # torch's world never changes: once a rank is lost, every later collective fails at
         # once (the daemons re-form the ring of the survivors, which answers the ones in flight)
         s.expect_generation(s.generation)
-        return ProcessGroupRingd(s, rank, size, r2t, limit, "0")
+        return ProcessGroupRingd(s, rank, size, r2t, _seconds(timeout), "0")
     except BaseException:
         s.close()
         raise
@@ -839,7 +940,7 @@ def _subgroup(world, global_ranks, rank, size, timeout, group_name):
     members = sorted(world._t2r[g] for g in global_ranks)
     s = world._s.process_set(members, name=f"torch.{group_name}")
     try:
-        r2t = [global_ranks.index(world._r2t[r]) for r in members]
+        r2t = _gather_ranks(s, rank, size)
         return ProcessGroupRingd(s, rank, size, r2t, _seconds(timeout), group_name)
     except BaseException:
         s.close()

@@ -166,7 +166,8 @@ class _DistributedOptimizer:
         zeros once it is gone), at an elastic reset (its broadcasts need the room), and when
         the arena ran out."""
         for p, buf in self._arena_grads.items():
-            if buf is not None and p.grad is not None and p.grad.data_ptr() == buf.data_ptr():
+            if (buf is not None and p.grad is not None and not p.grad.is_sparse
+                    and p.grad.data_ptr() == buf.data_ptr()):
                 p.grad = buf.clone()
         self._arena_grads.clear()
         self._arena_session = None
