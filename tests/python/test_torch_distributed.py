@@ -221,6 +221,8 @@ def test_torchrun_nproc_per_node_2_end_to_end(nodes):
     ("fsdp_mlp.py", ["--width", "64", "--steps", "3"]),
 ])
 def test_the_examples_run_under_torchrun(nodes, example, args):
+    if example.startswith("ddp"):
+        pytest.importorskip("torchvision", reason="ddp_resnet.py trains torchvision's ResNet")
     if example.startswith("fsdp"):
         try:
             import torch.distributed.fsdp  # noqa: F401
