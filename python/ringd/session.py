@@ -373,13 +373,16 @@ class Handle:
         return result.counts if isinstance(result, _Later) else None
 
     def done(self) -> bool:
-        """True once the collective finished (successfully or not); never blocks for long."""
+        """True once the collective finished (successfully or not); never blocks: False while
+        another thread is inside libringd with this session (it finds out on a later call)."""
         r = self._r
-        if not r.finished:
-            with r.st.lock:
+        if not r.finished and r.st.lock.acquire(blocking=False):
+            try:
                 if not r.finished:
                     r.st.require_open()
                     r.test()
+            finally:
+                r.st.lock.release()
         return r.finished
 
     def wait(self) -> Buffer:

@@ -200,6 +200,24 @@ def s_ddp():
     return {"ddp_diff": diff, "ddp_identical": same}
 
 
+def s_powersgd():
+    """DDP with torch's PowerSGD communication hook, whose future callbacks run further
+    collectives and wait for them: against the same on Gloo."""
+    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powersgd
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    out = []
+    for group in (None, gloo()):
+        m = model(5)
+        d = DDP(m, process_group=group)
+        state = powersgd.PowerSGDState(process_group=group, matrix_approximation_rank=1,
+                                       start_powerSGD_iter=2, min_compression_rate=0.1)
+        d.register_comm_hook(state, powersgd.powerSGD_hook)
+        out.append(train(d, list(m.parameters()), torch.optim.SGD(m.parameters(), lr=0.1), 5))
+    diff, _ = compare(*out)
+    return {"powersgd_diff": diff}
+
+
 def s_zero():
     """ZeroRedundancyOptimizer over DDP on ringd against the same on Gloo."""
     from torch.distributed.optim import ZeroRedundancyOptimizer as ZeRO

@@ -143,6 +143,14 @@ def test_ddp_and_zero_on_two_ranks_equal_gloo_bit_for_bit(nodes):
         assert r["zero_identical"], (rank, r)
 
 
+def test_ddp_with_powersgd_whose_callbacks_run_collectives(nodes):
+    """A communication hook whose future callbacks start collectives and wait for them (torch's
+    PowerSGD) neither hangs nor differs from Gloo's."""
+    res = launch(nodes(1), 2, ["powersgd"], timeout=120)
+    for rank, r in res.items():
+        assert r["powersgd_diff"] <= 1e-5, (rank, r)
+
+
 def test_two_nodes_with_torch_ranks_in_another_order_than_ringd_s(nodes):
     """2 daemons x 2 ranks; torch's ranks 1, 2 on node n0 and 3, 0 on n1 (ringd numbers n0
     first, so ringd's order of torch's ranks is a cycle that is not its own inverse): roots,

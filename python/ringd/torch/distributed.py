@@ -59,6 +59,7 @@ import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import ProcessGroup as _ProcessGroup
 
+from .. import errors as _errors
 from ..errors import Error, InvalidArgument, Result, Timeout
 from ..session import ReduceOp, Session
 from . import _dtypes
@@ -71,18 +72,26 @@ _DistBackendError = getattr(dist, "DistBackendError", None)
 _torch_errors = {}  # a ringd Error class -> its subclass that is also DistBackendError
 
 
+def _torch_error_class(base):
+    """base (a ringd.Error class) made a DistBackendError too: an attribute of this module,
+    "DistBackend<Name>", so that it pickles."""
+    name = f"DistBackend{base.__name__}"
+    cls = type(name, (base, _DistBackendError), {"__module__": __name__, "__qualname__": name})
+    globals()[name] = cls
+    _torch_errors[base] = cls
+    return cls
+
+
+if _DistBackendError is not None:
+    for _base in (Error, *_errors.Error.__subclasses__()):
+        _torch_error_class(_base)
+
+
 def _torch_error(e):
-    """e as torch's own error type too (DistBackendError, where torch has one). The classes made
-    for it are attributes of this module ("DistBackend<Name>"), so that they pickle."""
+    """e as torch's own error type too (DistBackendError, where torch has one)."""
     if _DistBackendError is None or not isinstance(e, Error) or isinstance(e, _DistBackendError):
         return e
-    cls = _torch_errors.get(type(e))
-    if cls is None:
-        name = f"DistBackend{type(e).__name__}"
-        cls = type(name, (type(e), _DistBackendError), {"__module__": __name__,
-                                                         "__qualname__": name})
-        globals()[name] = cls
-        _torch_errors[type(e)] = cls
+    cls = _torch_errors.get(type(e)) or _torch_error_class(type(e))
     out = cls(e.code, e.message, e.hint)
     out.__cause__ = e.__cause__
     return out
@@ -107,12 +116,33 @@ class _Work(dist.Work):
         self._finish = finish  # () -> the outputs, after every handle finished
         self._fut = torch.futures.Future()
         self._chained = None  # what get_future() gives: errors set on the C++ side too
+        self._future_asked = False  # get_future() was called: complete on the dispatcher
         self._lock = threading.Lock()
         self._settled = False
         self._claimed = False
         self._deadline = None if timeout is None else time.monotonic() + timeout
         self._timeout = timeout
         self._outputs = None
+        self._held = False  # in a coalescing block not ended yet: not sent to the daemons
+        self._done = threading.Event()  # set once the future is complete
+
+    def _complete(self, value, err):
+        """Completes the future: here when nobody asked for it (no callbacks of others can run
+        and block), else on the dispatcher (DDP's communication hooks, PowerSGD's, wait on other
+        collectives inside their callbacks)."""
+
+        def complete():
+            if err is not None:
+                self._fut.set_exception(err)
+            else:
+                self._outputs = value
+                self._fut.set_result(value)
+            self._done.set()
+
+        if not self._future_asked:
+            complete()
+        else:
+            _dispatcher.put(complete)
 
     def _settle(self):
         """Completes the future once every handle finished. True when the Work has finished,
@@ -135,11 +165,7 @@ class _Work(dist.Work):
             self._finish = None
         finally:
             self._lock.release()
-        if err is not None:
-            self._fut.set_exception(err)
-        else:
-            self._outputs = value
-            self._fut.set_result(value)
+        self._complete(value, err)
         return True
 
     def _expire(self, now):
@@ -153,7 +179,7 @@ class _Work(dist.Work):
             self._settled = True
             self._handles = None
             self._finish = None
-        self._fut.set_exception(_torch_error(Timeout(
+        self._complete(None, _torch_error(Timeout(
             Result.TIMEOUT, f"{self._what} did not finish within the process group's timeout of "
             f"{datetime.timedelta(seconds=self._timeout)}",
             "a rank may not have called it: see `ringctl status` on each node")))
@@ -169,26 +195,27 @@ class _Work(dist.Work):
         group's timeout). timeout (a timedelta) bounds this wait, as Gloo's Work.wait does:
         past it, ringd.Timeout (the collective goes on)."""
         self._claim()
-        limit = None
+        if self._held:
+            raise RuntimeError(f"{self._what}: waited for inside the coalescing block that holds "
+                               "it; wait after the block ends")
+        end = None
         if isinstance(timeout, datetime.timedelta) and timeout.total_seconds() > 0:
-            limit = timeout.total_seconds()
-        if not self._fut.done():
-            with _completer.waiting():
-                if limit is None:
-                    self._fut.wait()  # the completer finishes it; raises its error
-                else:
-                    end = time.monotonic() + limit
-                    while not self._fut.done():
-                        if time.monotonic() >= end:
-                            raise _torch_error(Timeout(
-                                Result.TIMEOUT, f"{self._what}: Work.wait timed out after "
-                                f"{timeout}"))
-                        time.sleep(50e-6)
+            end = time.monotonic() + timeout.total_seconds()
+        with _completer.waiting():
+            # in slices, so that Ctrl-C and SIGTERM get through, and finishing it here when the
+            # completer is gone (a collective from an atexit handler)
+            while not self._done.wait(0.05 if _completer.running() else 0.0005):
+                if not _completer.running():
+                    self._settle() or self._expire(time.monotonic())
+                if end is not None and time.monotonic() >= end:
+                    raise _torch_error(Timeout(Result.TIMEOUT, f"{self._what}: Work.wait timed "
+                                               f"out after {timeout}"))
         self._fut.wait()  # raises the collective's error
         return True
 
     def get_future(self):
         self._claim()
+        self._future_asked = True
         if self._chained is None:
             # torch's Python Future.set_exception stores the error as a value that C++ callers
             # take for a result: a callback that re-raises fails the chained future for C++.
@@ -251,6 +278,9 @@ class _Completer:
         if self._thread is not None:
             self._thread.join(5)
 
+    def running(self):
+        return self._thread is not None and not self._stopping
+
     def claimed(self, work):
         with self._cv:
             try:
@@ -298,6 +328,43 @@ class _Completer:
 
 
 _completer = _Completer()
+
+
+class _Dispatcher:
+    """Threads that complete the futures handed out by get_future(), off the completer thread:
+    their callbacks may block on other collectives, which only the completer finishes. A
+    thread more is started whenever none is idle (at most 64); spare ones leave after 10 s."""
+
+    def __init__(self):
+        self._cv = threading.Condition()
+        self._queue = collections.deque()
+        self._idle = 0
+        self._threads = 0
+
+    def put(self, fn):
+        with self._cv:
+            self._queue.append(fn)
+            if self._idle == 0 and self._threads < 64:
+                self._threads += 1
+                threading.Thread(target=self._run, name="ringd-torch-futures",
+                                 daemon=True).start()
+            self._cv.notify()
+
+    def _run(self):
+        while True:
+            with self._cv:
+                self._idle += 1
+                while not self._queue:
+                    if not self._cv.wait(10.0) and not self._queue and self._threads > 1:
+                        self._idle -= 1
+                        self._threads -= 1
+                        return
+                self._idle -= 1
+                fn = self._queue.popleft()
+            fn()
+
+
+_dispatcher = _Dispatcher()
 
 
 # ---- tensors as ringd takes them ----
@@ -363,10 +430,19 @@ def _reducible(t, what, op):
                     "float64, float16, bfloat16, int8 to int64, uint8, bool and complex)")
 
 
+def _tensors(xs):
+    """The tensors in xs, a tensor or nested lists of them."""
+    if isinstance(xs, torch.Tensor):
+        yield xs
+    elif isinstance(xs, (list, tuple)):
+        for x in xs:
+            yield from _tensors(x)
+
+
 def _sync_stream(tensors):
     """libringd orders a CUDA collective after the default stream's work: work queued on any
     other current stream is waited for here."""
-    for t in tensors:
+    for t in _tensors(tensors):
         if t.is_cuda:
             s = torch.cuda.current_stream(t.device)
             if s != torch.cuda.default_stream(t.device):
@@ -441,13 +517,16 @@ class ProcessGroupRingd(_ProcessGroup):
             _sync_stream(tensors)
             handles, finish = submit(name, what)
         except Error as e:
+            self._abandon_coalescing()
             raise _torch_error(e) from None
         except Exception as e:  # noqa: BLE001 - torch's own checks raise RuntimeError too
             self._s._refuse_for(f"{name}.0" if grouped else name, e)
+            self._abandon_coalescing()
             why = str(e) if what in str(e) else f"{what}: {e}"
             raise _torch_error(InvalidArgument(Result.INVALID, why)) from e
         w = _Work(what, handles, finish, self._timeout)
         if self._coalesced is not None:  # handed to the completer once the group is sent
+            w._held = True
             self._coalesced.append(w)
         else:
             _completer.add([w])
@@ -457,6 +536,16 @@ class ProcessGroupRingd(_ProcessGroup):
         """A ringd group for a coalesced form's collectives (inside _start_coalescing's, none
         of its own: groups do not nest)."""
         return contextlib.nullcontext() if self._coalesced is not None else self._s.group()
+
+    def _abandon_coalescing(self):
+        """A collective of a coalescing block failed on this rank: the block ends here (the
+        group goes out as it is and fails on every rank, its size differing), since torch's
+        coalescing manager may never call _end_coalescing after the error."""
+        if self._coalesced is not None:
+            try:
+                self._end_coalescing()
+            except Error:
+                pass  # the collective's own error is the one to raise
 
     def _start_coalescing(self, *device):
         """torch 2.x's _coalescing_manager: the collectives until _end_coalescing are one ringd
@@ -473,11 +562,14 @@ class ProcessGroupRingd(_ProcessGroup):
             raise RuntimeError(f"process group '{self._group_name}': coalescing not started")
         works, cm = self._coalesced, self._coalescing_cm
         self._coalesced = self._coalescing_cm = None
+        for w in works:
+            w._held = False
         try:
             cm.__exit__(None, None, None)
         except Error as e:
             raise _torch_error(e) from None
-        _completer.add(works)
+        finally:
+            _completer.add(works)  # sent, or failed by the group's end: they finish either way
         handles = [h for w in works for h in (w._handles or [])]
 
         def finish():
@@ -507,10 +599,9 @@ class ProcessGroupRingd(_ProcessGroup):
 
     def allreduce(self, tensors, opts=None):
         op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
-        t = _one(tensors, "allreduce")
 
         def submit(name, what):
-            h, back = self._allreduce_one(name, what, t, op)
+            h, back = self._allreduce_one(name, what, _one(tensors, what), op)
             return [h], lambda: (back and back(), tensors)[1]
 
         return self._start("allreduce", submit, tensors)
@@ -530,10 +621,10 @@ class ProcessGroupRingd(_ProcessGroup):
         return self._start("allreduce_coalesced", submit, tensors, grouped=True)
 
     def reduce(self, tensors, opts):
-        t = _one(tensors, "reduce")
         root = opts.rootRank
 
         def submit(name, what):
+            t = _one(tensors, what)
             self._check_root(root, what)
             target = t if self.rank() == root else t.clone()
             h, back = self._allreduce_one(name, what, target, opts.reduceOp)
@@ -561,14 +652,13 @@ class ProcessGroupRingd(_ProcessGroup):
 
     def reduce_scatter(self, output_tensors, input_tensors, opts=None):
         op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
-        out = _one(output_tensors, "reduce_scatter")
-        blocks = _one(input_tensors, "reduce_scatter")
 
         def submit(name, what):
+            out, blocks = _one(output_tensors, what), _one(input_tensors, what)
             h, back = self._reduce_scatter(name, what, out, blocks, op)
             return [h], lambda: (back and back(), output_tensors)[1]
 
-        return self._start("reduce_scatter", submit, [out, *blocks])
+        return self._start("reduce_scatter", submit, [output_tensors, input_tensors])
 
     def _reduce_scatter_base(self, output, input, opts=None):
         op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
@@ -611,10 +701,10 @@ class ProcessGroupRingd(_ProcessGroup):
     # ---- data movement ----
 
     def broadcast(self, tensors, opts=None):
-        t = _one(tensors, "broadcast")
         root = opts.rootRank if opts is not None else 0
 
         def submit(name, what):
+            t = _one(tensors, what)
             self._check_root(root, what)
             buf, _ = _movable(t)
             h = self._s.broadcast_async(name, buf, self._t2r[root])
@@ -643,14 +733,13 @@ class ProcessGroupRingd(_ProcessGroup):
         return h, finish
 
     def allgather(self, output_tensors, input_tensors, opts=None):
-        outs = _one(output_tensors, "allgather")
-        t = _one(input_tensors, "allgather")
 
         def submit(name, what):
+            outs, t = _one(output_tensors, what), _one(input_tensors, what)
             h, finish = self._allgather_list(name, what, outs, t)
             return [h], lambda: (finish(), output_tensors)[1]
 
-        return self._start("allgather", submit, [t, *outs])
+        return self._start("allgather", submit, [output_tensors, input_tensors])
 
     def allgather_coalesced(self, output_lists, input_list, opts=None):
         def submit(name, what):
@@ -784,10 +873,10 @@ class ProcessGroupRingd(_ProcessGroup):
         return self._start("all_to_all", submit, [*output_tensors, *input_tensors])
 
     def gather(self, output_tensors, input_tensors, opts):
-        t = _one(input_tensors, "gather")
         root = opts.rootRank
 
         def submit(name, what):
+            t = _one(input_tensors, what)
             self._check_root(root, what)
             n, me = self.size(), self.rank()
             outs = output_tensors[0] if output_tensors else []
@@ -808,13 +897,13 @@ class ProcessGroupRingd(_ProcessGroup):
 
             return [h], finish
 
-        return self._start("gather", submit, [t])
+        return self._start("gather", submit, [input_tensors])
 
     def scatter(self, output_tensors, input_tensors, opts):
-        out = _one(output_tensors, "scatter")
         root = opts.rootRank
 
         def submit(name, what):
+            out = _one(output_tensors, what)
             self._check_root(root, what)
             n, me = self.size(), self.rank()
             ins = input_tensors[0] if input_tensors else []
@@ -827,7 +916,7 @@ class ProcessGroupRingd(_ProcessGroup):
             return [h], lambda: (out.copy_(recv.view(out.dtype).view(out.shape)),
                                  output_tensors)[1]
 
-        return self._start("scatter", submit, [out])
+        return self._start("scatter", submit, [output_tensors])
 
     def barrier(self, opts=None):
         return self._start("barrier", lambda name, what: ([self._s.barrier_async(name)],

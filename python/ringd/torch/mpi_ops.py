@@ -614,14 +614,17 @@ def _check_reducible(tensor, what):
                         "float16, bfloat16, int8, int16, int32, int64, uint8 and bool")
 
 
-def _reduced_here(tensor, prescale_factor, postscale_factor):
+def _reduced_here(tensor, op, prescale_factor, postscale_factor, size):
     """None when libringd reduces tensor as it is, scales included (floating dtypes; the other
-    ringd dtypes unscaled). Else (send, finish): send is tensor in the dtype it is reduced in
-    (int32 for int8, int16 and bool), prescaled as Horovod scales integers (in float64,
-    truncated back); finish(recv, output) postscales what came back likewise into output."""
+    ringd dtypes unscaled). Else (send, ringd's op, finish): send is tensor in the dtype it is
+    reduced in (int32 for int8, int16 and bool), prescaled as Horovod scales integers (in
+    float64, truncated back); finish(recv, output) postscales what came back likewise into
+    output, Average being a Sum postscaled by 1/size (Horovod's)."""
     if tensor.is_floating_point() or (tensor.dtype not in _dtypes.WIDENED
                                       and prescale_factor == 1.0 and postscale_factor == 1.0):
         return None
+    if op == Average and (prescale_factor != 1.0 or postscale_factor != 1.0):
+        op, postscale_factor = Sum, postscale_factor / size
     kind = torch.int32 if tensor.dtype in _dtypes.WIDENED else tensor.dtype
     send = tensor.to(kind)
     if prescale_factor != 1.0:
@@ -632,17 +635,17 @@ def _reduced_here(tensor, prescale_factor, postscale_factor):
             recv = (recv.to(torch.float64) * postscale_factor).to(kind)
         output.copy_(recv)
 
-    return send, finish
+    return send, op, finish
 
 
 def _allreduce_work(s, full, tensor, output, op, prescale_factor, postscale_factor):
     """The allreduce of tensor into output named full (see _reduced_here)."""
-    here = _reduced_here(tensor, prescale_factor, postscale_factor)
+    here = _reduced_here(tensor, op, prescale_factor, postscale_factor, s.size)
     if here is None:
         h = s.allreduce_async(full, tensor, out=output, op=_RINGD_OPS[op],
                               prescale=prescale_factor, postscale=postscale_factor)
         return _Single(h, output)
-    send, finish = here
+    send, op, finish = here
     recv = torch.empty_like(send)
     h = s.allreduce_async(full, send, out=recv, op=_RINGD_OPS[op])
     return _Single(h, output, lambda: finish(recv, output))
@@ -865,8 +868,15 @@ class _SparseHandle:
         if self.result is None:
             try:
                 values = synchronize(self.values)
-            finally:
-                indices = synchronize(self.indices)  # released even when the values failed
+            except ringd.Timeout:
+                raise  # both still pending: call again
+            except BaseException:
+                try:
+                    synchronize(self.indices)  # released too; the values' error is the one
+                except Exception:  # noqa: BLE001 - its own failure says nothing more
+                    pass
+                raise
+            indices = synchronize(self.indices)
             if self.op == Average:
                 values = values / self.size
             self.result = torch.sparse_coo_tensor(indices.t(), values, self.tensor.size(),
@@ -928,13 +938,13 @@ def _reducescatter_work(s, tensor, full, names, op, prescale_factor, postscale_f
         row *= d
     output = tensor.new_empty((rows[s.rank],) + tuple(tensor.shape[1:]))
     counts = [r * row for r in rows]
-    here = _reduced_here(tensor, prescale_factor, postscale_factor)
+    here = _reduced_here(tensor, op, prescale_factor, postscale_factor, s.size)
     if here is None:
         h = s.reducescatter_async(full, tensor, out=output, op=_RINGD_OPS[op],
                                   prescale=prescale_factor, postscale=postscale_factor,
                                   recvcounts=counts)
         return _Single(h, output)
-    send, finish = here
+    send, op, finish = here
     recv = output.to(send.dtype)
     h = s.reducescatter_async(full, send, out=recv, op=_RINGD_OPS[op], recvcounts=counts)
     return _Single(h, output, lambda: finish(recv, output))

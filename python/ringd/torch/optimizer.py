@@ -37,7 +37,7 @@ class _DistributedOptimizer:
         self.op = op
         self.gradient_predivide_factor = gradient_predivide_factor
         self.sparse_as_dense = sparse_as_dense
-        self._made_dense = set()  # parameters whose sparse gradient travels dense this step
+        self._made_dense = {}  # parameter -> sparse_dim of its sparse gradient, sent dense
         all_params = [p for group in self.param_groups for p in group["params"]]
         if named_parameters is not None:
             named_parameters = list(named_parameters)
@@ -95,7 +95,7 @@ class _DistributedOptimizer:
             if not self.sparse_as_dense:  # Horovod's: indices and values allgathered
                 return sparse_allreduce_async(p.grad, name=self._parameter_names[p],
                                               op=self.op, process_set=self.process_set), None
-            self._made_dense.add(p)  # sparse again once reduced (SparseAdam needs it)
+            self._made_dense[p] = p.grad.sparse_dim()  # sparse again once reduced (SparseAdam)
             p.grad = p.grad.to_dense()
         if self._compression is Compression.none:
             self._grad_into_arena(p)
@@ -221,9 +221,9 @@ class _DistributedOptimizer:
                     p.grad = output
                 elif output is not p.grad:
                     p.grad.set_(self._compression.decompress(output, ctx))
-                if p in self._made_dense:
-                    p.grad = p.grad.to_sparse()
-            self._made_dense.discard(p)
+                if p in self._made_dense:  # row-sparse as the embedding made it
+                    p.grad = p.grad.to_sparse(self._made_dense[p])
+            self._made_dense.pop(p, None)
             del self._handles[p]
             self._allreduce_delay[p] = self.backward_passes_per_step
         self._synchronized = True
