@@ -1287,6 +1287,8 @@ static ringd_result_t submit(ringd_t *r, const submit_args *a, ringd_request_t *
     s.counts = counts;
     s.n_counts = counts != NULL ? ncounts : 0;
     s.join = a->join;
+    s.shape = r->next_shape;
+    r->next_shape = 0;
     ringd_result_t rc = send_submit(r, q, &s, counts, err, sizeof(err));
     if (rc != RINGD_OK) {
         req_free(q);
@@ -1809,4 +1811,10 @@ void ringd_close(ringd_t *r)
     }
 #endif
     free(r);
+}
+
+void ringd_next_shape(ringd_t *r, uint64_t shape)
+{
+    if (r != NULL)
+        r->next_shape = shape;
 }

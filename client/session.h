@@ -66,6 +66,7 @@ struct ringd {
     int open_timeout_ms;
     uint64_t arena_asked;
     uint64_t psets;                /* process sets created so far (their names' serial) */
+    uint64_t next_shape;           /* ringd_next_shape's, for the next Submit (0: none) */
     struct ringd *parent;          /* a process set's: the job's session it was made from */
     uint64_t parent_generation;    /* that session's generation when it was made */
     struct held *held, *held_tail; /* that group's Submits, sent at its end */

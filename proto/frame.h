@@ -11,8 +11,9 @@
 /* Daemon <-> daemon (PeerHello). 2: Ready.stalled, which a daemon of 1 would ignore, leaving
  * stalled ops to wait; 4: Go.tuning, which a daemon of 3 would ignore, grouping by its own
  * flags; 5: direct links of alltoall (LINK_PAIR, PeerHello.pair_links), which a daemon of 4
- * would refuse; nodes of one job run one version. */
-#define RD_PEER_PROTOCOL_VERSION 5
+ * would refuse; 6: OpSpec.shape, compared across nodes, which a daemon of 5 would neither send
+ * nor compare; nodes of one job run one version. */
+#define RD_PEER_PROTOCOL_VERSION 6
 #define RD_FRAME_HEADER 4
 #define RD_FRAME_MAX_DEFAULT (1u << 20)
 #define RD_NAME_MAX 256           /* bytes in a job or tensor name, terminator excluded */

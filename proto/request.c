@@ -51,4 +51,5 @@ void rd_submit_of(const Ringd__Submit *m, rd_submit *s)
     s->group_size = m->group_size;
     s->group_index = m->group_index;
     s->join = m->join;
+    s->shape = m->shape;
 }

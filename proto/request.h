@@ -52,6 +52,7 @@ typedef struct {
     const char *group;      /* "" in none; else of group_size ops, this the group_index-th */
     uint32_t group_size, group_index;
     int join; /* ringd_join's allgather (RD_JOIN_NAME): the rank contributes zeros until it ends */
+    uint64_t shape; /* the tensor's shape as the binding packed it (ringd_next_shape); 0: none */
 } rd_submit;
 
 /* The plain values of a decoded Hello or Submit (NULL strings become ""). */

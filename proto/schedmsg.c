@@ -93,10 +93,10 @@ static int specs_decode(Ringd__OpSpec *const *o, size_t n, rd_op_spec **out, cha
     }
     for (size_t i = 0; i < n; i++) {
         s[i].name = o[i]->name;
-        s[i].p = (rd_op_params){(int)o[i]->op,     (int)o[i]->dtype,  (int)o[i]->redop,
-                                o[i]->root,        o[i]->count,       o[i]->prescale,
-                                o[i]->postscale,   o[i]->device != 0, o[i]->counts_digest,
-                                o[i]->group_digest};
+        s[i].p = (rd_op_params){(int)o[i]->op,      (int)o[i]->dtype,  (int)o[i]->redop,
+                                o[i]->root,         o[i]->count,       o[i]->prescale,
+                                o[i]->postscale,    o[i]->device != 0, o[i]->counts_digest,
+                                o[i]->group_digest, o[i]->shape};
         s[i].status = o[i]->status;
         s[i].message = o[i]->message != NULL ? o[i]->message : "";
         s[i].direct = o[i]->direct != 0;
@@ -289,6 +289,7 @@ static void spec_encode(const rd_op_spec *s, Ringd__OpSpec *o)
     o->device = s->p.device != 0;
     o->counts_digest = s->p.counts_digest;
     o->group_digest = s->p.group_digest;
+    o->shape = s->p.shape;
     o->status = s->status;
     o->message = (char *)(s->message != NULL ? s->message : "");
     o->direct = s->direct != 0;

@@ -36,6 +36,7 @@ typedef struct {
     uint64_t counts_digest; /* reducescatter, allgatherv: of every rank's count (rd_counts_digest);
                                0: equal counts */
     uint64_t group_digest;  /* of the op's group, its size and place in it; 0: in none */
+    uint64_t shape;         /* the tensor's packed shape (Submit.shape); 0: none given */
 } rd_op_params;
 
 /* One op a node announces: all its ranks submitted it (status 0), or it failed there (status, a

@@ -399,6 +399,27 @@ Test(check, a_mismatch_names_both_ranks_and_the_fields)
               "%s", msg);
 }
 
+Test(check, tensors_of_one_count_but_other_shapes_are_a_mismatch_naming_both_shapes)
+{
+    char msg[512];
+    rd_submit first = allreduce(), m = allreduce();
+    first.shape = (2ull << 60) | (17ull << 20) | 1311;           /* (17, 1311) */
+    m.shape = (3ull << 60) | (17ull << 40) | (23ull << 20) | 57; /* (17, 23, 57) */
+    rd_op_params p = rd_check_params(&first, 4);
+    rd_check_first f = {"grad", &p, 0, 0, 0, "n0", 4};
+    cr_assert_not(rd_check_match(&f, &m, 1, msg, sizeof(msg)));
+    cr_assert(strstr(msg, "mismatch (shape)") != NULL, "%s", msg);
+    cr_assert(strstr(msg, "shape (17, 1311)") != NULL && strstr(msg, "shape (17, 23, 57)") != NULL,
+              "%s", msg);
+    m.shape = first.shape;
+    cr_assert(rd_check_match(&f, &m, 1, msg, sizeof(msg)), "%s", msg);
+    m.shape = 0; /* a rank whose binding gives none is not compared */
+    cr_assert(rd_check_match(&f, &m, 1, msg, sizeof(msg)), "%s", msg);
+    m.shape = (1ull << 63) | 12345; /* hashed: named by its hash */
+    cr_assert_not(rd_check_match(&f, &m, 1, msg, sizeof(msg)));
+    cr_assert(strstr(msg, "shape #8000000000003039") != NULL, "%s", msg);
+}
+
 /* A backend standing for a GPU's: device memory, at most 2 sources per reduce. */
 static rd_backend gpu_like(void)
 {

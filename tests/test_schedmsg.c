@@ -80,14 +80,14 @@ Test(schedmsg, a_ready_survives_the_wire)
 {
     const rd_op_spec ops[] = {
         {"grad.0",
-         {0, 0, 0, 0, 4, 1.0, 0.5, 0, 0, 0},
+         {0, 0, 0, 0, 4, 1.0, 0.5, 0, 0, 0, 0},
          0,
          "",
          1,
          (const uint8_t *)grads,
          sizeof(grads)},
-        {"weights", {1, 3, 0, 2, 1 << 20, 1.0, 1.0, 1, 0, 0}, 0, "", 0, NULL, 0},
-        {"odd", {0, 0, 17, 0, 8, 1.0, 1.0, 0, 0, 0}, 5, "unknown reduce op 17", 0, NULL, 0},
+        {"weights", {1, 3, 0, 2, 1 << 20, 1.0, 1.0, 1, 0, 0, 0}, 0, "", 0, NULL, 0},
+        {"odd", {0, 0, 17, 0, 8, 1.0, 1.0, 0, 0, 0, 0}, 5, "unknown reduce op 17", 0, NULL, 0},
     };
     const rd_op_spec stalled = {.name = "late",
                                 .p = {.coll = 3},
@@ -278,7 +278,7 @@ static uint8_t bytes[64];
 
 #define ALLREDUCE_F32(count)                                                                       \
     {                                                                                              \
-        0, 0, 0, 0, count, 1.0, 1.0, 0, 0, 0                                                       \
+        0, 0, 0, 0, count, 1.0, 1.0, 0, 0, 0, 0                                                    \
     }
 
 /* Criterion runs each case in a new process where pointers of this one mean nothing: the cases
@@ -288,22 +288,22 @@ static const bad_spec bad_specs[] = {
     {{"", ALLREDUCE_F32(8), 0, "", 0, NULL, 0}, 0, "invalid name"},
     {{long_name, ALLREDUCE_F32(8), 0, "", 0, NULL, 0}, 0, "invalid name"},
     {{"bad\x7f", ALLREDUCE_F32(8), 14, "stalled", 0, NULL, 0}, 1, "invalid name"},
-    {{"g", {9, 0, 0, 0, 8, 1.0, 1.0, 0, 0, 0}, 0, "", 0, NULL, 0}, 0, "op 9"},
-    {{"g", {-1, 0, 0, 0, 8, 1.0, 1.0, 0, 0, 0}, 5, "failed", 0, NULL, 0}, 0, "op -1"},
-    {{"g", {0, 99, 0, 0, 8, 1.0, 1.0, 0, 0, 0}, 0, "", 0, NULL, 0}, 0, "dtype 99"},
-    {{"g", {0, -2, 0, 0, 8, 1.0, 1.0, 0, 0, 0}, 0, "", 0, NULL, 0}, 0, "dtype -2"},
-    {{"g", {0, 0, 17, 0, 8, 1.0, 1.0, 0, 0, 0}, 0, "", 0, NULL, 0}, 0, "reduce op 17"},
+    {{"g", {9, 0, 0, 0, 8, 1.0, 1.0, 0, 0, 0, 0}, 0, "", 0, NULL, 0}, 0, "op 9"},
+    {{"g", {-1, 0, 0, 0, 8, 1.0, 1.0, 0, 0, 0, 0}, 5, "failed", 0, NULL, 0}, 0, "op -1"},
+    {{"g", {0, 99, 0, 0, 8, 1.0, 1.0, 0, 0, 0, 0}, 0, "", 0, NULL, 0}, 0, "dtype 99"},
+    {{"g", {0, -2, 0, 0, 8, 1.0, 1.0, 0, 0, 0, 0}, 0, "", 0, NULL, 0}, 0, "dtype -2"},
+    {{"g", {0, 0, 17, 0, 8, 1.0, 1.0, 0, 0, 0, 0}, 0, "", 0, NULL, 0}, 0, "reduce op 17"},
     {{"g", ALLREDUCE_F32(8), 5, long_message, 0, NULL, 0}, 0, "message over 1024"},
     {{"g", ALLREDUCE_F32(8), 14, long_message, 0, NULL, 0}, 1, "message over 1024"},
     /* data that does not fit its op */
     {{"g", ALLREDUCE_F32(2), 0, "", 1, bytes, 4}, 0, "4 bytes of data"},
     {{"g", ALLREDUCE_F32(2), 0, "", 1, bytes, 12}, 0, "12 bytes of data"},
-    {{"g", {1, 0, 0, 0, 2, 1.0, 1.0, 0, 0, 0}, 0, "", 1, bytes, 4}, 0, "4 bytes of data"},
-    {{"g", {2, 6, 0, 0, 3, 1.0, 1.0, 0, 0, 0}, 0, "", 1, bytes, 10}, 0, "10 bytes of data"},
-    {{"g", {2, 6, 0, 0, 0, 1.0, 1.0, 0, 0, 0}, 0, "", 1, bytes, 1}, 0, "1 bytes of data"},
-    {{"g", {3, 6, 0, 0, 0, 1.0, 1.0, 0, 0, 0}, 0, "", 1, bytes, 1}, 0, "1 bytes of data"},
+    {{"g", {1, 0, 0, 0, 2, 1.0, 1.0, 0, 0, 0, 0}, 0, "", 1, bytes, 4}, 0, "4 bytes of data"},
+    {{"g", {2, 6, 0, 0, 3, 1.0, 1.0, 0, 0, 0, 0}, 0, "", 1, bytes, 10}, 0, "10 bytes of data"},
+    {{"g", {2, 6, 0, 0, 0, 1.0, 1.0, 0, 0, 0, 0}, 0, "", 1, bytes, 1}, 0, "1 bytes of data"},
+    {{"g", {3, 6, 0, 0, 0, 1.0, 1.0, 0, 0, 0, 0}, 0, "", 1, bytes, 1}, 0, "1 bytes of data"},
     /* count * 8 wraps to 8 */
-    {{"g", {0, 1, 0, 0, (1ull << 61) + 1, 1.0, 1.0, 0, 0, 0}, 0, "", 1, bytes, 8}, 0, "8 bytes"},
+    {{"g", {0, 1, 0, 0, (1ull << 61) + 1, 1.0, 1.0, 0, 0, 0, 0}, 0, "", 1, bytes, 8}, 0, "8 bytes"},
     {{"g", ALLREDUCE_F32(2), 0, "", 0, bytes, 8}, 0, "not direct"},
     {{"g", ALLREDUCE_F32(2), 5, "failed", 1, bytes, 8}, 0, "failed"},
 };
@@ -341,15 +341,15 @@ Test(schedmsg, what_nodes_do_send_is_taken)
     memset(message, 'm', RD_SCHEDMSG_MESSAGE_MAX);
     const rd_op_spec ok[] = {
         /* a failure goes with the parameters it failed for */
-        {"g", {0, 99, 17, 0, 8, 1.0, 1.0, 0, 0, 0}, 5, "unknown reduce op 17", 0, NULL, 0},
+        {"g", {0, 99, 17, 0, 8, 1.0, 1.0, 0, 0, 0, 0}, 5, "unknown reduce op 17", 0, NULL, 0},
         {"g", ALLREDUCE_F32(8), 5, message, 0, NULL, 0},
         /* a broadcast's root is on one node: the others send nothing */
-        {"b", {1, 0, 0, 5, 6, 1.0, 1.0, 0, 0, 0}, 0, "", 1, data, 24},
-        {"b", {1, 0, 0, 5, 6, 1.0, 1.0, 0, 0, 0}, 0, "", 1, NULL, 0},
+        {"b", {1, 0, 0, 5, 6, 1.0, 1.0, 0, 0, 0, 0}, 0, "", 1, data, 24},
+        {"b", {1, 0, 0, 5, 6, 1.0, 1.0, 0, 0, 0, 0}, 0, "", 1, NULL, 0},
         /* an allgather sends each local rank's part */
-        {"a", {2, 6, 0, 0, 8, 1.0, 1.0, 0, 0, 0}, 0, "", 1, data, 24},
-        {"r", {0, 1, 1, 0, 3, 0.5, 2.0, 0, 0, 0}, 0, "", 1, data, 24},
-        {"x", {3, 6, 0, 0, 0, 1.0, 1.0, 0, 0, 0}, 0, "", 0, NULL, 0},
+        {"a", {2, 6, 0, 0, 8, 1.0, 1.0, 0, 0, 0, 0}, 0, "", 1, data, 24},
+        {"r", {0, 1, 1, 0, 3, 0.5, 2.0, 0, 0, 0, 0}, 0, "", 1, data, 24},
+        {"x", {3, 6, 0, 0, 0, 1.0, 1.0, 0, 0, 0, 0}, 0, "", 0, NULL, 0},
     };
     for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
         rd_schedmsg v = ready_of(&ok[i]);
@@ -364,7 +364,7 @@ Test(schedmsg, data_over_the_limit_is_refused)
     size_t n = RD_SCHEDMSG_DATA_MAX + 1;
     uint8_t *big = calloc(1, n);
     cr_assert_not_null(big);
-    rd_op_spec s = {"big", {2, 6, 0, 0, 1, 1.0, 1.0, 0, 0, 0}, 0, "", 1, big, n};
+    rd_op_spec s = {"big", {2, 6, 0, 0, 1, 1.0, 1.0, 0, 0, 0, 0}, 0, "", 1, big, n};
     rd_schedmsg v = ready_of(&s);
     char err[256];
     cr_assert_eq(decode_after_wire(&v, err, sizeof(err)), RD_SCHEDMSG_BAD);

@@ -12,7 +12,7 @@
 
 static rd_op_params allreduce(rd_dtype dt, uint64_t count)
 {
-    return (rd_op_params){RD_COLL_ALLREDUCE, dt, RD_OP_SUM, 0, count, 1.0, 1.0, 0, 0, 0};
+    return (rd_op_params){RD_COLL_ALLREDUCE, dt, RD_OP_SUM, 0, count, 1.0, 1.0, 0, 0, 0, 0};
 }
 
 Test(schedule, submissions_that_agree_match)
@@ -79,7 +79,7 @@ Test(schedule, params_are_described_in_the_words_of_the_api)
     a.prescale = 0.25;
     rd_op_params_describe(buf, sizeof(buf), &a);
     cr_assert_str_eq(buf, "allreduce bf16 count 4 op sum prescale 0.25 postscale 1");
-    rd_op_params b = {RD_COLL_BROADCAST, RD_DT_U8, RD_OP_SUM, 7, 16, 1.0, 1.0, 0, 0, 0};
+    rd_op_params b = {RD_COLL_BROADCAST, RD_DT_U8, RD_OP_SUM, 7, 16, 1.0, 1.0, 0, 0, 0, 0};
     rd_op_params_describe(buf, sizeof(buf), &b);
     cr_assert_str_eq(buf, "broadcast u8 count 16 root 7");
 }
@@ -90,8 +90,8 @@ Test(schedule, small_allreduces_that_agree_fuse_in_order_of_their_first_op)
         allreduce(RD_DT_F32, 100), /* 400 B */
         allreduce(RD_DT_F64, 10),  /* another dtype: its own group */
         allreduce(RD_DT_F32, 200), /* joins group 0 */
-        {RD_COLL_BROADCAST, RD_DT_F32, RD_OP_SUM, 0, 4, 1.0, 1.0, 0, 0, 0}, /* never fuses */
-        allreduce(RD_DT_F64, 20),                                           /* joins group 1 */
+        {RD_COLL_BROADCAST, RD_DT_F32, RD_OP_SUM, 0, 4, 1.0, 1.0, 0, 0, 0, 0}, /* never fuses */
+        allreduce(RD_DT_F64, 20),                                              /* joins group 1 */
     };
     size_t group[5];
     cr_assert_eq(rd_sched_group(p, 5, 4096, group), 2);
@@ -231,7 +231,7 @@ Test(schedule, what_a_node_announces_after_its_join_is_not_listed)
     rd_neg *n = rd_neg_new(3, nodes3, 1, 0); /* this node is n2; n1 and n3 still at work */
     cr_assert_not_null(n);
     rd_op_params p = allreduce(RD_DT_F32, 4),
-                 j = {RD_COLL_ALLGATHER, RD_DT_I64, RD_OP_SUM, 0, 1, 1.0, 1.0, 0, 0, 0};
+                 j = {RD_COLL_ALLGATHER, RD_DT_I64, RD_OP_SUM, 0, 1, 1.0, 1.0, 0, 0, 0, 0};
     rd_op_spec before = spec_of("x", &p), join = spec_of(RD_JOIN_NAME, &j),
                after = spec_of("y", &p);
     char err[256];

@@ -493,6 +493,14 @@ RINGD_API ringd_result_t ringd_process_set_create(ringd_t *r, const int *ranks, 
 RINGD_API ringd_result_t ringd_process_set_open(ringd_t *r, const char *name, const int *ranks,
                                                 int n, ringd_t **ps);
 
+/* The shape of the tensor of the next collective this session submits, packed by the binding
+ * (Horovod's check that ranks reduce tensors of one shape, not only of one element count):
+ * ranks whose submissions of one name both carry a shape, and different ones, fail with
+ * RINGD_E_MISMATCH naming both, on every rank. Packed: up to 3 dimensions, each below 2^20, as
+ * (ndims << 60) | d0 << 20 (ndims - 1) | ...; others as any hash with the top bit set. 0 (the
+ * default, and after each submission): no shape. */
+RINGD_API void ringd_next_shape(ringd_t *r, uint64_t shape);
+
 /* This rank cannot run the collective named name (a binding found its arguments wrong, say):
  * the daemon fails it on every rank with rc and why (naming this rank), now or as each submits
  * it, so that no rank waits for it. NULL name: the rank's next unnamed collective. Returns

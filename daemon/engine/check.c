@@ -37,6 +37,7 @@ rd_op_params rd_check_params(const rd_submit *m, uint32_t size)
     p.count = m->op == RD_COLL_BARRIER ? 0 : m->count;
     p.prescale = reduces ? m->prescale : 1.0;
     p.postscale = reduces ? m->postscale : 1.0;
+    p.shape = m->op == RD_COLL_BARRIER ? 0 : m->shape;
     if (takes_counts(m->op)) {
         uint64_t equal = m->count * size * (m->op == RD_COLL_ALLTOALL ? size : 1);
         int same = 1; /* counts all alike are equal counts, however they came */

@@ -30,6 +30,22 @@ uint64_t rd_counts_digest(const uint64_t *counts, size_t n)
     return h != 0 ? h : 1;
 }
 
+/* " shape (d0, d1)" of a packed shape (ringd_next_shape), or " shape #hash" of a hashed one. */
+static void describe_shape(char *buf, size_t len, uint64_t shape)
+{
+    if (shape >> 63) {
+        snprintf(buf, len, " shape #%016" PRIx64, shape);
+        return;
+    }
+    unsigned n = (unsigned)(shape >> 60) & 7;
+    int at = snprintf(buf, len, " shape (");
+    for (unsigned k = 0; k < n && n <= 3 && at > 0 && (size_t)at < len; k++)
+        at += snprintf(buf + at, len - (size_t)at, "%s%" PRIu64, k ? ", " : "",
+                       (shape >> (20 * (n - 1 - k))) & ((1u << 20) - 1));
+    if (at > 0 && (size_t)at < len)
+        snprintf(buf + at, len - (size_t)at, "%s)", n == 1 ? "," : "");
+}
+
 void rd_op_params_describe(char *buf, size_t len, const rd_op_params *p)
 {
     int n = snprintf(buf, len, "%s %s count %" PRIu64,
@@ -57,12 +73,16 @@ void rd_op_params_describe(char *buf, size_t len, const rd_op_params *p)
         size_t used = strlen(buf);
         snprintf(buf + used, len - used, " in device memory");
     }
+    if (p->shape != 0) {
+        size_t used = strlen(buf);
+        describe_shape(buf + used, len - used, p->shape);
+    }
 }
 
 rd_op_params rd_op_params_announceable(rd_op_params p)
 {
     if (!rd_coll_valid(p.coll) || !rd_dtype_valid(p.dtype) || !rd_redop_valid(p.redop))
-        p = (rd_op_params){RD_COLL_BARRIER, RD_DT_U8, RD_OP_SUM, 0, 0, 1.0, 1.0, 0, 0, 0};
+        p = (rd_op_params){RD_COLL_BARRIER, RD_DT_U8, RD_OP_SUM, 0, 0, 1.0, 1.0, 0, 0, 0, 0};
     return p;
 }
 
@@ -90,6 +110,7 @@ int rd_op_params_compare(const rd_op_params *a, const rd_op_params *b, char *fie
         {a->device != b->device && !either_memory(a), "memory"},
         {a->counts_digest != b->counts_digest, "counts"},
         {a->group_digest != b->group_digest, "group"},
+        {a->shape != 0 && b->shape != 0 && a->shape != b->shape, "shape"},
     };
     int same = 1;
     if (len > 0)

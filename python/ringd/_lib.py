@@ -83,6 +83,7 @@ _PROTOTYPES = {
     "ringd_dtype_size": (c_size_t, [c_int]),
     "ringd_alloc": (c_void_p, [c_void_p, c_size_t]),
     "ringd_free": (None, [c_void_p, c_void_p]),
+    "ringd_next_shape": (None, [c_void_p, ctypes.c_uint64]),
     "ringd_tensor_locate": (c_int, [c_void_p, c_void_p, c_size_t, ctypes.POINTER(TensorDesc)]),
     "ringd_allreduce": (c_int, [c_void_p, c_char_p, c_void_p, c_void_p, c_size_t, c_int, c_int]),
     "ringd_allreduce_async": (

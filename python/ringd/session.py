@@ -722,8 +722,9 @@ class Session:
         except (Error, TypeError, AttributeError):
             pass  # a closed session, or a name libringd cannot carry: nobody to tell
 
-    def _run(self, name, sync_fn, async_fn, args, sync, keep, result):
-        """Calls libringd's sync or async form under the lock; raises its Error on failure."""
+    def _run(self, name, sync_fn, async_fn, args, sync, keep, result, shape=None):
+        """Calls libringd's sync or async form under the lock; raises its Error on failure.
+        shape: the tensor's, which ranks must agree on (ringd_next_shape), or None."""
         st = self._st
         with st.lock:
             ptr = st.require_open()
@@ -747,6 +748,8 @@ class Session:
                                       f"{_describe_name(name)} is still outstanding on this "
                                       "rank (a Handle not finished yet): wait for it first, "
                                       "or give this collective another name")
+            if shape is not None:
+                _lib.lib().ringd_next_shape(ptr, self._layout(tuple(shape)))
             if sync:
                 rc = sync_fn(ptr, *args)
                 if rc != Result.OK:
@@ -777,7 +780,7 @@ class Session:
                              f"{sb.count * out_count_factor}")
         return sb, ob, out
 
-    def _allreduce(self, name, send, out, op, prescale, postscale, sync):
+    def _allreduce(self, name, send, out, op, prescale, postscale, sync, shape):
         sb, ob, out = self._inout("allreduce", name, send, out, 1, lambda s: s)
         op = ReduceOp(op)
         lib = _lib.lib()
@@ -785,41 +788,47 @@ class Session:
         if prescale == 1.0 and postscale == 1.0:
             args = (nb, sb.ptr, ob.ptr, sb.count, sb.dtype, op)
             return self._run(name, lib.ringd_allreduce, lib.ringd_allreduce_async, args, sync,
-                             (sb.obj, ob.obj), out)
+                             (sb.obj, ob.obj), out, shape)
         args = (nb, sb.ptr, ob.ptr, sb.count, sb.dtype, op, float(prescale), float(postscale))
         return self._run(name, lib.ringd_allreduce_scaled, lib.ringd_allreduce_scaled_async,
-                         args, sync, (sb.obj, ob.obj), out)
+                         args, sync, (sb.obj, ob.obj), out, shape)
 
     def allreduce(self, name: Name, send: Buffer, out: Optional[Buffer] = None,
                   op: Union[ReduceOp, int] = ReduceOp.SUM, prescale: float = 1.0,
-                  postscale: float = 1.0) -> Buffer:
+                  postscale: float = 1.0, shape: Optional[Sequence[int]] = None) -> Buffer:
         """Reduces every rank's send with op into out (a new array when None; out=send works in
         place) and returns out. Each input is multiplied by prescale before, the result by
         postscale after (floating dtypes only). name matches the tensor across ranks (None:
-        libringd's per-session counter, which matches only when every rank calls in order)."""
-        return self._refusing(name, self._allreduce, name, send, out, op, prescale, postscale, True)
+        libringd's per-session counter, which matches only when every rank calls in order).
+        shape: the tensor's, which ranks that give one must agree on (Mismatch otherwise,
+        naming both), not only its element count."""
+        return self._refusing(name, self._allreduce, name, send, out, op, prescale, postscale, True,
+                              shape)
 
     def allreduce_async(self, name: Name, send: Buffer, out: Optional[Buffer] = None,
                         op: Union[ReduceOp, int] = ReduceOp.SUM, prescale: float = 1.0,
-                        postscale: float = 1.0) -> Handle:
+                        postscale: float = 1.0, shape: Optional[Sequence[int]] = None) -> Handle:
         """allreduce without waiting: a Handle whose wait() returns out."""
         return self._refusing(name, self._allreduce, name, send, out, op, prescale, postscale,
-                              False)
+                              False, shape)
 
-    def _broadcast(self, name, buf, root, sync):
+    def _broadcast(self, name, buf, root, sync, shape):
         b = _as_buf(buf, f"broadcast {_describe_name(name)}: the buffer", True)
         lib = _lib.lib()
         args = (_name_bytes(name), b.ptr, b.count, b.dtype, int(root))
         return self._run(name, lib.ringd_broadcast, lib.ringd_broadcast_async, args, sync,
-                         (b.obj,), buf)
+                         (b.obj,), buf, shape)
 
-    def broadcast(self, name: Name, buf: Buffer, root: int) -> Buffer:
-        """Copies root's buf into every rank's buf (in place) and returns buf."""
-        return self._refusing(name, self._broadcast, name, buf, root, True)
+    def broadcast(self, name: Name, buf: Buffer, root: int,
+                  shape: Optional[Sequence[int]] = None) -> Buffer:
+        """Copies root's buf into every rank's buf (in place) and returns buf. shape: as
+        allreduce's."""
+        return self._refusing(name, self._broadcast, name, buf, root, True, shape)
 
-    def broadcast_async(self, name: Name, buf: Buffer, root: int) -> Handle:
+    def broadcast_async(self, name: Name, buf: Buffer, root: int,
+                        shape: Optional[Sequence[int]] = None) -> Handle:
         """broadcast without waiting: a Handle whose wait() returns buf."""
-        return self._refusing(name, self._broadcast, name, buf, root, False)
+        return self._refusing(name, self._broadcast, name, buf, root, False, shape)
 
     def _allgather(self, name, send, out, sync):
         size = self.size

@@ -756,6 +756,27 @@ def test_sparse_gradients_as_horovod_reduces_them(cluster):
     assert cluster.run(r_sparse_gradients) == [True] * cluster.world
 
 
+def r_shapes_must_match():
+    """Horovod's shape check: tensors of one element count but other shapes are a mismatch on
+    every rank, naming both shapes; the same shape goes through."""
+    hvd = ranks.hvd()
+    r = hvd.rank()
+    shape = (17, 1311) if r == 0 else (17, 23, 57)
+    for call in (lambda t: hvd.allreduce(t, name="shaped", op=hvd.Sum),
+                 lambda t: hvd.broadcast(t, root_rank=0, name="shaped.b")):
+        try:
+            call(torch.ones(shape))
+            raise AssertionError("tensors of other shapes were reduced")
+        except ringd.Mismatch as e:
+            assert "shape (17, 1311)" in str(e) and "shape (17, 23, 57)" in str(e), e
+    got = hvd.allreduce(torch.ones(17, 1311), name="shaped.same", op=hvd.Sum)
+    return got[0, 0].item()
+
+
+def test_tensors_of_one_count_but_other_shapes_fail_on_every_rank(cluster):
+    assert cluster.run(r_shapes_must_match) == [float(cluster.world)] * cluster.world
+
+
 def test_build_introspection_answers_for_ringd():
     import ringd.torch as hvd
 

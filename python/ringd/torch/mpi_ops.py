@@ -643,11 +643,12 @@ def _allreduce_work(s, full, tensor, output, op, prescale_factor, postscale_fact
     here = _reduced_here(tensor, op, prescale_factor, postscale_factor, s.size)
     if here is None:
         h = s.allreduce_async(full, tensor, out=output, op=_RINGD_OPS[op],
-                              prescale=prescale_factor, postscale=postscale_factor)
+                              prescale=prescale_factor, postscale=postscale_factor,
+                              shape=tensor.shape)
         return _Single(h, output)
     send, op, finish = here
     recv = torch.empty_like(send)
-    h = s.allreduce_async(full, send, out=recv, op=_RINGD_OPS[op])
+    h = s.allreduce_async(full, send, out=recv, op=_RINGD_OPS[op], shape=tensor.shape)
     return _Single(h, output, lambda: finish(recv, output))
 
 
@@ -1171,8 +1172,8 @@ def _broadcast_async(tensor, root_rank, name, process_set):
     _claim(_key(full, process_set))
     root = _checked(s, [full], _set_root, process_set, root_rank)
     _checked(s, [full], _check_tensor, tensor, f"broadcast '{full}'")
-    return _register(_Single(s.broadcast_async(full, _dtypes.as_bytes(tensor), root), tensor),
-                     _key(full, process_set))
+    h = s.broadcast_async(full, _dtypes.as_bytes(tensor), root, shape=tensor.shape)
+    return _register(_Single(h, tensor), _key(full, process_set))
 
 
 def broadcast_async(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
