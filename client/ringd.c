@@ -1173,6 +1173,8 @@ static ringd_result_t lay_out(ringd_t *r, const submit_args *a, const char *name
  * request. An op with a valid name that cannot be run is refused (see refuse). */
 static ringd_result_t submit(ringd_t *r, const submit_args *a, ringd_request_t **out)
 {
+    uint64_t shape = r->next_shape; /* this submission's, whatever becomes of it */
+    r->next_shape = 0;
     char namebuf[48];
     char err[512];
     *out = NULL;
@@ -1287,8 +1289,7 @@ static ringd_result_t submit(ringd_t *r, const submit_args *a, ringd_request_t *
     s.counts = counts;
     s.n_counts = counts != NULL ? ncounts : 0;
     s.join = a->join;
-    s.shape = r->next_shape;
-    r->next_shape = 0;
+    s.shape = shape;
     ringd_result_t rc = send_submit(r, q, &s, counts, err, sizeof(err));
     if (rc != RINGD_OK) {
         req_free(q);

@@ -413,8 +413,12 @@ Test(check, tensors_of_one_count_but_other_shapes_are_a_mismatch_naming_both_sha
               "%s", msg);
     m.shape = first.shape;
     cr_assert(rd_check_match(&f, &m, 1, msg, sizeof(msg)), "%s", msg);
-    m.shape = 0; /* a rank whose binding gives none is not compared */
-    cr_assert(rd_check_match(&f, &m, 1, msg, sizeof(msg)), "%s", msg);
+    m.shape = 0; /* none against one: every rank gives one, or none does */
+    cr_assert_not(rd_check_match(&f, &m, 1, msg, sizeof(msg)));
+    cr_assert(strstr(msg, "mismatch (shape)") != NULL, "%s", msg);
+    m.shape = (5ull << 60) | 1; /* not a packing: named by its value */
+    cr_assert_not(rd_check_match(&f, &m, 1, msg, sizeof(msg)));
+    cr_assert(strstr(msg, "shape #5000000000000001") != NULL, "%s", msg);
     m.shape = (1ull << 63) | 12345; /* hashed: named by its hash */
     cr_assert_not(rd_check_match(&f, &m, 1, msg, sizeof(msg)));
     cr_assert(strstr(msg, "shape #8000000000003039") != NULL, "%s", msg);

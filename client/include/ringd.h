@@ -495,10 +495,12 @@ RINGD_API ringd_result_t ringd_process_set_open(ringd_t *r, const char *name, co
 
 /* The shape of the tensor of the next collective this session submits, packed by the binding
  * (Horovod's check that ranks reduce tensors of one shape, not only of one element count):
- * ranks whose submissions of one name both carry a shape, and different ones, fail with
- * RINGD_E_MISMATCH naming both, on every rank. Packed: up to 3 dimensions, each below 2^20, as
- * (ndims << 60) | d0 << 20 (ndims - 1) | ...; others as any hash with the top bit set. 0 (the
- * default, and after each submission): no shape. */
+ * ranks whose submissions of one name carry different shapes fail with RINGD_E_MISMATCH naming
+ * both, on every rank; every rank gives the same shape, or none. Packed: up to 3 dimensions,
+ * each below 2^20, as (ndims << 60) | d0 << 20 (ndims - 1) | ...; others (0-d tensors included)
+ * as a digest with the top bit set. 0, the default: no shape. The next submission takes it,
+ * whether it succeeds or not (an internal one too: a two-step collective's first step, a
+ * process set's allgather): set it just before the collective it is for. */
 RINGD_API void ringd_next_shape(ringd_t *r, uint64_t shape);
 
 /* This rank cannot run the collective named name (a binding found its arguments wrong, say):

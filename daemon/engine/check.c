@@ -431,7 +431,7 @@ int rd_check_match(const rd_check_first *f, const rd_submit *m, uint32_t rank, c
                    size_t len)
 {
     rd_op_params q = rd_check_params(m, f->size);
-    char a[160], b[160], fields[96];
+    char a[256], b[256], fields[96];
     if (rd_op_params_compare(f->p, &q, fields, sizeof(fields)))
         return 1;
     rd_op_params_describe(a, sizeof(a), f->p);

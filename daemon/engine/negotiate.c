@@ -30,14 +30,17 @@ uint64_t rd_counts_digest(const uint64_t *counts, size_t n)
     return h != 0 ? h : 1;
 }
 
-/* " shape (d0, d1)" of a packed shape (ringd_next_shape), or " shape #hash" of a hashed one. */
+/* " shape (d0, d1)" of a packed shape (ringd_next_shape), or " shape #value" of a hashed one
+ * and of any value that is not a well-formed packing (so that two such values never read
+ * alike). */
 static void describe_shape(char *buf, size_t len, uint64_t shape)
 {
-    if (shape >> 63) {
+    unsigned n = (unsigned)(shape >> 60) & 7;
+    uint64_t dims = shape & ((1ull << 60) - 1);
+    if ((shape >> 63) || n == 0 || n > 3 || (dims >> (20 * n)) != 0) {
         snprintf(buf, len, " shape #%016" PRIx64, shape);
         return;
     }
-    unsigned n = (unsigned)(shape >> 60) & 7;
     int at = snprintf(buf, len, " shape (");
     for (unsigned k = 0; k < n && n <= 3 && at > 0 && (size_t)at < len; k++)
         at += snprintf(buf + at, len - (size_t)at, "%s%" PRIu64, k ? ", " : "",
@@ -110,7 +113,7 @@ int rd_op_params_compare(const rd_op_params *a, const rd_op_params *b, char *fie
         {a->device != b->device && !either_memory(a), "memory"},
         {a->counts_digest != b->counts_digest, "counts"},
         {a->group_digest != b->group_digest, "group"},
-        {a->shape != 0 && b->shape != 0 && a->shape != b->shape, "shape"},
+        {a->shape != b->shape, "shape"},
     };
     int same = 1;
     if (len > 0)
@@ -422,7 +425,7 @@ rd_status rd_neg_ready(rd_neg *n, int node, const rd_op_spec *spec, void *own, c
     }
     char fields[96];
     if (r->status == 0 && !rd_op_params_compare(&r->first, &spec->p, fields, sizeof(fields))) {
-        char a[160], b[160], ra[96], rb[96], msg[768];
+        char a[256], b[256], ra[96], rb[96], msg[1024];
         rd_op_params_describe(a, sizeof(a), &r->first);
         rd_op_params_describe(b, sizeof(b), &spec->p);
         ranks_of(n, r->first_node, ra, sizeof(ra));

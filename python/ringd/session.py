@@ -13,6 +13,7 @@ the session's lock, so one thread at a time is inside libringd (ringd.h's rule);
 """
 import contextlib
 import ctypes
+import hashlib
 import enum
 import functools
 import sys
@@ -748,8 +749,8 @@ class Session:
                                       f"{_describe_name(name)} is still outstanding on this "
                                       "rank (a Handle not finished yet): wait for it first, "
                                       "or give this collective another name")
-            if shape is not None:
-                _lib.lib().ringd_next_shape(ptr, self._layout(tuple(shape)))
+            # every call sets it, 0 without a shape: none left over from a failed one
+            _lib.lib().ringd_next_shape(ptr, 0 if shape is None else self._shape(tuple(shape)))
             if sync:
                 rc = sync_fn(ptr, *args)
                 if rc != Result.OK:
@@ -940,7 +941,19 @@ class Session:
             for k, d in enumerate(trailing):
                 v |= d << (20 * (n - 1 - k))
             return v
-        return (hash(trailing) & ((1 << 63) - 1)) | (1 << 63)
+        return Session._digest(trailing)
+
+    @staticmethod
+    def _digest(dims):
+        """A stable 63-bit digest of dims with the top bit set (the same in every process)."""
+        digest = hashlib.blake2b(repr(tuple(dims)).encode(), digest_size=8).digest()
+        return (int.from_bytes(digest, "little") & ((1 << 63) - 1)) | (1 << 63)
+
+    @staticmethod
+    def _shape(dims):
+        """ringd_next_shape's packing of a tensor's shape: _layout's, and a digest for a 0-d
+        tensor (whose _layout would be 0, no shape)."""
+        return Session._layout(dims) if dims else Session._digest(dims)
 
     @staticmethod
     def _describe_layout(v):
