@@ -126,6 +126,10 @@ def s_ops():
     outs = [torch.zeros(k + 1, dtype=torch.int64) for k in range(n)]
     dist.all_to_all(outs, [torch.full((r + 1,), r * 10 + k) for k in range(n)])
     assert [o.tolist() for o in outs] == [[k * 10 + r] * (k + 1) for k in range(n)], outs
+    if hasattr(dist, "all_reduce_coalesced"):  # one ringd group of both
+        a, b = torch.full((2,), float(r)), torch.full((3,), float(r + 1))
+        dist.all_reduce_coalesced([a, b])
+        assert a.tolist() == [n * (n - 1) / 2] * 2 and b.tolist() == [n * (n + 1) / 2] * 3, (a, b)
     dist.barrier()
     root = n - 1
     t = torch.full((2,), float(r + 1))

@@ -585,6 +585,23 @@ class ProcessGroupRingd(_ProcessGroup):
         _completer.add([done])
         return done
 
+    def _members(self, name, what, members, outputs, one):
+        """A coalesced form: one(f"{name}.{i}", what, *members[i]) -> (handle, finish or None)
+        for each member, in one ringd group; returns (the handles, a finish giving outputs)."""
+        handles, finishes = [], []
+        with self._group():
+            for i, m in enumerate(members):
+                h, f = one(f"{name}.{i}", what, *m)
+                handles.append(h)
+                finishes.append(f)
+        return handles, lambda: ([f() for f in finishes if f], outputs)[1]
+
+    def _unpack(self, flat, counts, outs):
+        """Copies flat's blocks of counts (ringd's rank order) into outs (torch's)."""
+        for r, piece in enumerate(_split(flat, counts)):
+            o = outs[self._r2t[r]]
+            o.copy_(piece.view(o.dtype).view(o.shape))
+
     def _to_ringd(self, per_torch_rank):
         """A list in torch's rank order, in ringd's."""
         return [per_torch_rank[t] for t in self._r2t]
@@ -610,13 +627,8 @@ class ProcessGroupRingd(_ProcessGroup):
         op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
 
         def submit(name, what):
-            handles, backs = [], []
-            with self._group():
-                for i, t in enumerate(tensors):
-                    h, back = self._allreduce_one(f"{name}.{i}", what, t, op)
-                    handles.append(h)
-                    backs.append(back)
-            return handles, lambda: ([b() for b in backs if b], tensors)[1]
+            return self._members(name, what, [(t,) for t in tensors], tensors,
+                                 lambda n, w, t: self._allreduce_one(n, w, t, op))
 
         return self._start("allreduce_coalesced", submit, tensors, grouped=True)
 
@@ -688,13 +700,8 @@ class ProcessGroupRingd(_ProcessGroup):
         op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
 
         def submit(name, what):
-            handles, backs = [], []
-            with self._group():
-                for i, (o, t) in enumerate(zip(outputs, inputs)):
-                    h, back = self._reduce_scatter_tensor(f"{name}.{i}", what, o, t, op)
-                    handles.append(h)
-                    backs.append(back)
-            return handles, lambda: ([b() for b in backs if b], outputs)[1]
+            return self._members(name, what, list(zip(outputs, inputs)), outputs,
+                                 lambda n, w, o, t: self._reduce_scatter_tensor(n, w, o, t, op))
 
         return self._start("reduce_scatter_tensor_coalesced", submit, [*outputs, *inputs], grouped=True)
 
@@ -725,12 +732,7 @@ class ProcessGroupRingd(_ProcessGroup):
         flat = send.new_empty(sum(counts))
         h = self._s.allgatherv_async(name, send, counts, flat)
 
-        def finish():
-            for r, piece in enumerate(_split(flat, counts)):
-                o = outs[self._r2t[r]]
-                o.copy_(piece.view(o.dtype).view(o.shape))
-
-        return h, finish
+        return h, lambda: self._unpack(flat, counts, outs)
 
     def allgather(self, output_tensors, input_tensors, opts=None):
 
@@ -743,13 +745,8 @@ class ProcessGroupRingd(_ProcessGroup):
 
     def allgather_coalesced(self, output_lists, input_list, opts=None):
         def submit(name, what):
-            handles, finishes = [], []
-            with self._group():
-                for i, (outs, t) in enumerate(zip(output_lists, input_list)):
-                    h, f = self._allgather_list(f"{name}.{i}", what, outs, t)
-                    handles.append(h)
-                    finishes.append(f)
-            return handles, lambda: ([f() for f in finishes], output_lists)[1]
+            return self._members(name, what, list(zip(output_lists, input_list)), output_lists,
+                                 self._allgather_list)
 
         return self._start("allgather_coalesced", submit, list(input_list), grouped=True)
 
@@ -780,13 +777,8 @@ class ProcessGroupRingd(_ProcessGroup):
 
     def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
         def submit(name, what):
-            handles, finishes = [], []
-            with self._group():
-                for i, (o, t) in enumerate(zip(outputs, inputs)):
-                    h, f = self._allgather_tensor(f"{name}.{i}", what, o, t)
-                    handles.append(h)
-                    finishes.append(f)
-            return handles, lambda: ([f() for f in finishes if f], outputs)[1]
+            return self._members(name, what, list(zip(outputs, inputs)), outputs,
+                                 self._allgather_tensor)
 
         return self._start("allgather_into_tensor_coalesced", submit, [*outputs, *inputs], grouped=True)
 
@@ -863,9 +855,7 @@ class ProcessGroupRingd(_ProcessGroup):
                                                input_tensors[0].device)
 
             def finish():
-                for r, piece in enumerate(_split(recv, rcounts)):
-                    o = output_tensors[self._r2t[r]]
-                    o.copy_(piece.view(o.dtype).view(o.shape))
+                self._unpack(recv, rcounts, output_tensors)
                 return output_tensors
 
             return [h], finish
@@ -890,9 +880,7 @@ class ProcessGroupRingd(_ProcessGroup):
 
             def finish():
                 if me == root:
-                    for r, piece in enumerate(_split(recv, rcounts)):
-                        o = outs[self._r2t[r]]
-                        o.copy_(piece.view(o.dtype).view(o.shape))
+                    self._unpack(recv, rcounts, outs)
                 return output_tensors
 
             return [h], finish
