@@ -613,19 +613,14 @@ static void on_ring_up(void *arg, uint32_t first_rank, uint64_t generation, uint
         rd_optab_fail_unstarted(j, why);
     }
     /* Ops the last ring failed under are never carried over: their data may be half reduced.
-     * Their answer says first what changed (the node lost), then how the ring failed under them
-     * (often a link a neighbour closed when it heard of the loss first). */
+     * Their answer says first what changed (the node lost), then how the ring failed under them. */
     while (j->first[OP_DOOMED] != NULL) {
         rd_op *o = j->first[OP_DOOMED];
         if (o->message == NULL || !sync || why[0] == '\0') {
             rd_optab_fail(o, RINGD_E_MEMBERSHIP, "%s", o->message ? o->message : why);
             continue;
         }
-        char prefix[RD_NAME_MAX + 16];
-        size_t n = (size_t)snprintf(prefix, sizeof(prefix), "tensor '%s': ", o->name);
-        const char *how = strncmp(o->message, prefix, n) == 0 ? o->message + n : o->message;
-        rd_optab_fail(o, RINGD_E_MEMBERSHIP, "tensor '%s': %s; the ring failed under it: %s",
-                      o->name, why, how);
+        rd_optab_fail_changed(o, why, o->message);
     }
     job_welcome(j);
     if (j->phase == JOB_FORMING)

@@ -508,3 +508,13 @@ void rd_optab_doom(rd_op *o, const char *why)
     rd_optab_set_state(o, OP_DOOMED);
     o->since_ms = rd_now_ms();
 }
+
+void rd_optab_fail_changed(rd_op *o, const char *why, const char *how)
+{
+    char prefix[RD_NAME_MAX + 16];
+    size_t n = (size_t)snprintf(prefix, sizeof(prefix), "tensor '%s': ", o->name);
+    if (strncmp(how, prefix, n) == 0)
+        how += n;
+    rd_optab_fail(o, RINGD_E_MEMBERSHIP, "tensor '%s': %s; the ring failed under it: %s", o->name,
+                  why, how);
+}

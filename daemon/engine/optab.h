@@ -63,6 +63,12 @@ int rd_optab_bury(rd_op *o);
 /* The ring failed under o: its ranks hear why once the job is back, or when the wait ends. */
 void rd_optab_doom(rd_op *o, const char *why);
 
+/* The ring failed under o (how, with or without o's "tensor '<name>': ") and the job has since
+ * moved on (why: what changed): o fails with RINGD_E_MEMBERSHIP saying first what changed, then
+ * how the ring failed under it (often a link a neighbour closed when it heard of the loss first).
+ */
+void rd_optab_fail_changed(rd_op *o, const char *why, const char *how);
+
 /* Ends every op that is not moving data with why, and drops the failed ones: the job moved to
  * a generation its clients must re-synchronise with. */
 void rd_optab_fail_unstarted(rd_job *j, const char *why);

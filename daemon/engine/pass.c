@@ -21,7 +21,8 @@
 /* A ring task and the ops it carries (several when fused). */
 typedef struct {
     rd_xfer_task t;
-    struct devpass *dp; /* a device op staged through host memory: its pass goes on */
+    struct devpass *dp;  /* a device op staged through host memory: its pass goes on */
+    uint64_t generation; /* the job's when it started */
     size_t nops;
     rd_op *ops[];
 } ring_task;
@@ -521,6 +522,7 @@ void rd_pass_start(void *arg, void **owns, size_t n, const rd_tuning *u)
     rt->t.nmembers = n;
     rt->t.counts = ops[0]->counts; /* a reducescatter or allgatherv runs alone */
     rt->t.ctx = rt;
+    rt->generation = j->generation;
     rt->nops = n;
     j->passes++;
     if (j->m != NULL)
@@ -572,6 +574,12 @@ void rd_pass_done(void *arg, struct rd_xfer_task *t)
         }
         if (t->status != RINGD_OK && j->ring != RING_SOUND) { /* answered once the ring is back */
             rd_optab_doom(o, t->message);
+            continue;
+        }
+        /* The next ring came up, for a change its clients must re-synchronise with, before this
+         * one's thread saw its links go: the answer names the change, as a doomed op's does. */
+        if (t->status != RINGD_OK && j->sync_generation > rt->generation) {
+            rd_optab_fail_changed(o, j->sync_why, t->message);
             continue;
         }
         rd_optab_finish(o, t->status, t->status == RINGD_OK ? NULL : t->message);
