@@ -405,6 +405,27 @@ def s_timeout():
     raise AssertionError("no timeout")
 
 
+def s_reinit():
+    """destroy_process_group() then init_process_group("ringd") again, five times on every rank:
+    each new world is whole, and its first collective succeeds."""
+    global _gloo
+    jobs = []
+    for k in range(5):
+        dist.destroy_process_group()
+        _gloo = None
+        # torch's env:// store is rank 0's, gone with its group: a file store for torch (ringd
+        # needs none; its job still comes from MASTER_ADDR and MASTER_PORT)
+        store = f"file:///tmp/ringd-reinit.{os.environ['MASTER_PORT']}.{k}"
+        dist.init_process_group("ringd", init_method=store, rank=R, world_size=N,
+                                timeout=datetime.timedelta(seconds=60))
+        assert (dist.get_rank(), dist.get_world_size()) == (R, N)
+        t = torch.full((3,), float(R + k))
+        dist.all_reduce(t)
+        assert t.tolist() == [float(sum(r + k for r in range(N)))] * 3, (k, t)
+        jobs.append(dist.distributed_c10d._get_default_group()._s.job)
+    return {"reinit_jobs": jobs}
+
+
 def main():
     global R, N
     timeout = float(os.environ.get("DIST_TIMEOUT", "60"))

@@ -162,6 +162,15 @@ def test_two_nodes_with_torch_ranks_in_another_order_than_ringd_s(nodes):
         assert r["ddp_diff"] <= 1e-6 and r["zero_diff"] <= 1e-6, (rank, r)
 
 
+def test_destroy_then_init_process_group_again_on_two_nodes(nodes):
+    """Each world a process opens is a ringd job of its own ("<job>.<k>"), so a rank that
+    re-initialises first never meets its peers' sessions of the last world."""
+    res = launch(nodes(2), 1, ["reinit"])
+    jobs = [r["reinit_jobs"] for r in res.values()]
+    assert jobs[0] == jobs[1] and len(set(jobs[0])) == 5, jobs
+    assert all(j.endswith(f".{k + 1}") for k, j in enumerate(jobs[0])), jobs
+
+
 def test_a_rank_killed_mid_step_ends_the_others_within_seconds(nodes):
     res = launch(nodes(2), 2, ["killed"], exits={3: 17}, env={"DIST_NO_DESTROY": "1"},
                  timeout=90)

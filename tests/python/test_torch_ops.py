@@ -784,3 +784,26 @@ def test_build_introspection_answers_for_ringd():
     for fn in (hvd.mpi_built, hvd.mpi_enabled, hvd.mpi_threads_supported, hvd.gloo_built,
                hvd.gloo_enabled, hvd.nccl_built, hvd.ddl_built, hvd.ccl_built, hvd.rocm_built):
         assert fn() is False, fn.__name__
+
+
+def r_reinit_same_job(times):
+    """hvd.shutdown() then hvd.init() in the same job, as Horovod scripts do between phases: each
+    new session is the whole world again, and its first collective succeeds (none counts a peer's
+    session that is about to leave)."""
+    ranks.hvd_shutdown()
+    hvd = ringd.torch
+    job = f"{ranks.cfg()['tag']}.reinit"
+    sizes = []
+    for k in range(times):
+        hvd.init(job=job, op_timeout_ms=ranks.cfg()["op_timeout_ms"])
+        sizes.append(hvd.size())
+        got = hvd.allreduce(torch.full((4,), float(hvd.rank() + k)), op=hvd.Sum, name="first")
+        want = sum(r + k for r in range(hvd.size()))
+        assert got.tolist() == [float(want)] * 4, (k, got)
+        hvd.shutdown()
+    return sizes
+
+
+def test_shutdown_then_init_in_the_same_job(cluster):
+    got = cluster.run(r_reinit_same_job, 8)
+    assert got == [[cluster.world] * 8] * cluster.world, got

@@ -62,7 +62,7 @@ from torch._C._distributed_c10d import ProcessGroup as _ProcessGroup
 from .. import errors as _errors
 from ..errors import Error, InvalidArgument, Result, Timeout
 from ..session import ReduceOp, Session
-from . import _dtypes
+from . import _dtypes, _worlds
 
 __all__ = ["BACKEND", "ProcessGroupRingd"]
 
@@ -992,8 +992,8 @@ def _gather_ranks(s, rank, size):
 
 def _world(rank, size, timeout):
     local_size = _env_int("LOCAL_WORLD_SIZE")
-    s = Session(job=_job_name(), world_size=size, local_size=local_size,
-                local_rank=_env_int("LOCAL_RANK"))
+    s = _worlds.open_world(_job_name(), world_size=size, local_size=local_size,
+                           local_rank=_env_int("LOCAL_RANK"))
     try:
         if s.size != size:
             raise InvalidArgument(Result.INVALID,

@@ -24,7 +24,7 @@ import ringd
 from ringd.errors import Closed, Mismatch, Result
 from ringd.session import Session, _as_buf
 
-from . import _dtypes
+from . import _dtypes, _worlds
 from .compression import Compression, Compressor
 
 # Reduction ops, as Horovod numbers them.
@@ -134,7 +134,7 @@ def init(comm: Any = None, process_sets: Any = None, **session_options: Any) -> 
     if ("local_rank" not in session_options and not os.environ.get("RINGD_LOCAL_RANK")
             and launcher is not None and launcher.isdigit()):
         session_options["local_rank"] = int(launcher)
-    _session = ringd.Session(**session_options)
+    _session = _worlds.open_world(**session_options)
     try:
         for ps in process_sets or ():
             add_process_set(ps)
