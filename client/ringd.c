@@ -317,6 +317,7 @@ static ringd_result_t await_welcome(ringd_t *r, const char *job, int local_size,
     r->local_rank = (int)w->local_rank;
     r->local_size = (int)w->local_size;
     r->generation = w->generation;
+    r->takes_trace = w->takes_trace;
     int asked = r->asked_device;
     r->device = w->has_device ? (int)w->device : -1;
     snprintf(r->device_uuid, sizeof(r->device_uuid), "%s", w->has_device ? w->device_uuid : "");
@@ -349,10 +350,10 @@ void ringd_options_init(ringd_options_t *o, size_t size)
     memcpy(o, &init, init.struct_size);
 }
 
-/* RINGD_TIMELINE=path: once welcomed, the session's rank writes its Completes' traces to path,
- * with %r replaced by the rank (every rank writes its own), or only rank 0 when path has no %r
- * (Horovod's HOROVOD_TIMELINE). Returns RINGD_OK, or RINGD_E_SYSTEM when the file cannot be
- * made. */
+/* RINGD_TIMELINE=path (or ringd_timeline_start's): once welcomed, the session's rank writes its
+ * Completes' traces to path, with %r replaced by the rank (every rank writes its own), or only
+ * rank 0 when path has no %r (Horovod's HOROVOD_TIMELINE). Returns RINGD_OK, or RINGD_E_SYSTEM
+ * when the file cannot be made. */
 static ringd_result_t trace_open(ringd_t *r)
 {
     char path[4096], node[64];
@@ -1775,15 +1776,87 @@ void ringd_free(ringd_t *r, void *p)
         rd_alloc_put(&r->alloc, (uint64_t)((uint8_t *)p - r->arena));
 }
 
+/* Ends the trace being written, if any: 0, or -1 when the file could not be written whole. */
+static int trace_close(ringd_t *r)
+{
+    int bad = 0;
+    if (r->trace_file != NULL) {
+        bad = rd_ctrace_close(&r->trace) != 0;
+        bad |= fclose(r->trace_file) != 0;
+        r->trace_file = NULL;
+    }
+    free(r->trace_path);
+    r->trace_path = NULL;
+    return bad ? -1 : 0;
+}
+
+/* Tells the daemon to attach traces to this session's Completes from now on, or no longer: by
+ * the way Submits go, so the collectives submitted after it are traced. */
+static ringd_result_t trace_set(ringd_t *r, int on)
+{
+    char err[256];
+    Ringd__Trace t = RINGD__TRACE__INIT;
+    rd_msg m = RINGD__MSG__INIT;
+    t.on = on;
+    m.body_case = RINGD__MSG__BODY_TRACE;
+    m.trace = &t;
+    ringd_result_t rc = send_to_daemon(r, &m, err, sizeof(err));
+    return rc == RINGD_OK ? RINGD_OK : fail(r, rc, "%s", err);
+}
+
+ringd_result_t ringd_timeline_start(ringd_t *r, const char *path)
+{
+    if (r == NULL)
+        return RINGD_E_INVALID;
+    if (path == NULL || *path == '\0')
+        return fail(r, RINGD_E_INVALID, "ringd_timeline_start: no file path");
+    if (r->broken != RINGD_OK)
+        return fail(r, r->broken, "the session is closed: %s", r->errmsg);
+    if (r->trace_path != NULL)
+        return fail(r, RINGD_E_INVALID,
+                    "a timeline is being written already (%s): ringd_timeline_stop first",
+                    r->trace_path);
+    if (!r->takes_trace)
+        return fail(r, RINGD_E_PROTOCOL,
+                    "this ringd is older than libringd %s and cannot start a timeline in a "
+                    "session: set RINGD_TIMELINE before it opens",
+                    RINGD_VERSION);
+    if ((r->trace_path = strdup(path)) == NULL)
+        return fail(r, RINGD_E_NOMEM, "out of memory");
+    ringd_result_t rc = trace_open(r);
+    if (rc == RINGD_OK && r->trace_file != NULL)
+        rc = trace_set(r, 1);
+    if (rc != RINGD_OK) {
+        char why[sizeof(r->errmsg)];
+        snprintf(why, sizeof(why), "%s", r->errmsg);
+        trace_close(r);
+        return fail(r, rc, "%s", why);
+    }
+    return RINGD_OK;
+}
+
+ringd_result_t ringd_timeline_stop(ringd_t *r)
+{
+    if (r == NULL)
+        return RINGD_E_INVALID;
+    if (r->trace_path == NULL)
+        return RINGD_OK;
+    ringd_result_t rc = RINGD_OK;
+    if (r->trace_file != NULL && r->broken == RINGD_OK)
+        rc = trace_set(r, 0);
+    char path[4096];
+    snprintf(path, sizeof(path), "%s", r->trace_path);
+    if (trace_close(r) != 0)
+        return fail(r, RINGD_E_SYSTEM, "timeline %s: could not be written whole: %s", path,
+                    strerror(errno));
+    return rc;
+}
+
 void ringd_close(ringd_t *r)
 {
     if (r == NULL)
         return;
-    if (r->trace_file != NULL) {
-        rd_ctrace_close(&r->trace);
-        fclose(r->trace_file);
-    }
-    free(r->trace_path);
+    trace_close(r);
     free(r->socket_path);
     free(r->job);
     rd_conn_close(&r->conn);

@@ -71,7 +71,9 @@ struct ringd {
     uint64_t parent_generation;    /* that session's generation when it was made */
     struct held *held, *held_tail; /* that group's Submits, sent at its end */
     uint32_t nheld;
-    char *trace_path; /* RINGD_TIMELINE, when set: Completes carry their op's trace */
+    int takes_trace;  /* the daemon takes Trace (ringd_timeline_start) */
+    char *trace_path; /* RINGD_TIMELINE or ringd_timeline_start's: Completes carry their op's
+                         trace */
     FILE *trace_file; /* this rank writes them there (rank 0, or each rank for %r) */
     rd_ctrace trace;
     char errmsg[1024];

@@ -266,6 +266,62 @@ Test(api, allreduce_scaled_async_gives_what_the_sync_form_gives, .init = start, 
     th_daemon_finish(&daemon_);
 }
 
+/* One client: ringd_timeline_start's refusals, and a timeline started and stopped mid-session
+ * holding the collectives in between and none after. */
+static int timeline_client(int idx, void *arg)
+{
+    (void)idx;
+    const char *dir = arg;
+    char path[512], bad[600];
+    snprintf(path, sizeof(path), "%s/tl.json", dir);
+    snprintf(bad, sizeof(bad), "%s/no/such/dir/tl.json", dir);
+    ringd_t *r = th_open(daemon_.sock, job_, 1, 1u << 20, 20000);
+    if (r == NULL)
+        return 10;
+    float x[4] = {1, 2, 3, 4};
+    if (ringd_timeline_start(r, NULL) != RINGD_E_INVALID ||
+        ringd_timeline_start(NULL, path) != RINGD_E_INVALID)
+        return 11;
+    if (ringd_timeline_start(r, bad) != RINGD_E_SYSTEM || strstr(ringd_errmsg(r), bad) == NULL)
+        return 12;
+    if (ringd_timeline_stop(r) != RINGD_OK) /* none runs: nothing to stop */
+        return 13;
+    TH_CHECK_OK(r, ringd_timeline_start(r, path));
+    if (ringd_timeline_start(r, path) != RINGD_E_INVALID ||
+        strstr(ringd_errmsg(r), "being written already") == NULL)
+        return 14;
+    TH_CHECK_OK(r, ringd_allreduce(r, "traced", x, x, 4, RINGD_F32, RINGD_SUM));
+    TH_CHECK_OK(r, ringd_timeline_stop(r));
+    TH_CHECK_OK(r, ringd_allreduce(r, "untraced", x, x, 4, RINGD_F32, RINGD_SUM));
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return 15;
+    char text[65536];
+    size_t n = fread(text, 1, sizeof(text) - 1, f);
+    fclose(f);
+    text[n] = '\0';
+    if (strstr(text, "\"traced\"") == NULL || strstr(text, "untraced") != NULL || text[0] != '[' ||
+        strrchr(text, ']') == NULL) {
+        fprintf(stderr, "timeline: %s\n", text);
+        return 16;
+    }
+    ringd_close(r);
+    return 0;
+}
+
+Test(api, a_timeline_starts_and_stops_in_a_running_session, .init = start, .fini = stop)
+{
+    char dir[] = "/tmp/ringd-tl.XXXXXX";
+    cr_assert_not_null(mkdtemp(dir));
+    int rc = th_run(1, timeline_client, dir, 30000);
+    char path[64];
+    snprintf(path, sizeof(path), "%s/tl.json", dir);
+    unlink(path);
+    rmdir(dir);
+    cr_assert_eq(rc, 0);
+    th_daemon_finish(&daemon_);
+}
+
 /* One client: where its buffers are, as ringd_tensor_locate says. */
 static int locate_client(int idx, void *arg)
 {

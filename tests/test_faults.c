@@ -266,7 +266,7 @@ Test(faults, a_message_of_no_known_type_is_refused)
     th_daemon_finish(&daemon_);
 }
 
-Test(faults, submit_before_hello_is_a_protocol_error)
+Test(faults, submit_or_trace_before_hello_is_a_protocol_error)
 {
     Ringd__Submit s = RINGD__SUBMIT__INIT;
     rd_msg m = RINGD__MSG__INIT;
@@ -275,6 +275,11 @@ Test(faults, submit_before_hello_is_a_protocol_error)
     m.body_case = RINGD__MSG__BODY_SUBMIT;
     m.submit = &s;
     refused_msg(&m, "before the session joined");
+    Ringd__Trace t = RINGD__TRACE__INIT;
+    t.on = 1;
+    m.body_case = RINGD__MSG__BODY_TRACE;
+    m.trace = &t;
+    refused_msg(&m, "Trace before the session joined");
     expect_still_serving();
     th_daemon_finish(&daemon_);
 }

@@ -489,6 +489,18 @@ rd_status rd_job_join(rd_client *s, const rd_hello *h, char *err, size_t errlen)
     return RINGD_OK;
 }
 
+void rd_job_trace(rd_client *c, int on)
+{
+    rd_job *j = c->job;
+    if (j == NULL || (c->timeline != 0) == (on != 0))
+        return;
+    c->timeline = on != 0;
+    if (on)
+        j->ntraced++;
+    else if (j->ntraced > 0)
+        j->ntraced--;
+}
+
 void rd_job_leave(rd_client *s)
 {
     rd_job *j = s->job;
@@ -504,6 +516,7 @@ void rd_job_leave(rd_client *s)
     j->slots[rank] = NULL;
     j->nclients--;
     j->ntraced -= s->timeline != 0 && j->ntraced > 0;
+    s->timeline = 0;
     s->job = NULL;
     rd_log(RD_LOG_INFO, "job", "%s; %u local clients remain", why, j->nclients);
 

@@ -21,6 +21,9 @@ rd_status rd_job_join(rd_client *c, const rd_hello *h, char *err, size_t errlen)
  * finish without it. */
 void rd_job_leave(rd_client *c);
 
+/* Client c, in a job, asks for its op's trace in every Complete from now on (on), or no longer. */
+void rd_job_trace(rd_client *c, int on);
+
 /* The job's name, for status. */
 const char *rd_job_name(const rd_job *j);
 

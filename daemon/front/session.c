@@ -376,6 +376,13 @@ static void dispatch(rd_session *s, const rd_msg *m)
         rd_ops_submit(&s->c, &sub);
         return;
     case RINGD__MSG__BODY_POKE: return; /* the loop polls the queues after every turn */
+    case RINGD__MSG__BODY_TRACE:
+        if (s->state != RD_SESSION_ACTIVE) {
+            rd_session_close(s, RINGD_E_PROTOCOL, "Trace before the session joined a job");
+            return;
+        }
+        rd_job_trace(&s->c, m->trace->on);
+        return;
     default: break;
     }
     for (size_t i = 0; i < s->f->nadmin; i++) {
@@ -562,6 +569,7 @@ static rd_status client_welcome(rd_client *cl, const rd_client_view *v, int aren
         fds[1] = a->fd;
         w.device_arena_size = a->size;
     }
+    w.takes_trace = 1;
     m.body_case = RINGD__MSG__BODY_WELCOME;
     m.welcome = &w;
     rd_status rc = rd_session_send_fds(s, &m, fds, fds[1] >= 0 ? 2 : 1);

@@ -145,6 +145,8 @@ _PROTOTYPES = {
     "ringd_join": (c_int, [c_void_p, ctypes.POINTER(c_int)]),
     "ringd_barrier_async": (c_int, [c_void_p, c_char_p, ctypes.POINTER(c_void_p)]),
     "ringd_refuse": (c_int, [c_void_p, c_char_p, c_int, c_char_p]),
+    "ringd_timeline_start": (c_int, [c_void_p, c_char_p]),
+    "ringd_timeline_stop": (c_int, [c_void_p]),
     "ringd_group_start": (c_int, [c_void_p]),
     "ringd_process_set_create": (
         c_int, [c_void_p, ctypes.POINTER(c_int), c_int, ctypes.POINTER(c_void_p)]),

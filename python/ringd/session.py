@@ -14,6 +14,7 @@ the session's lock, so one thread at a time is inside libringd (ringd.h's rule);
 import contextlib
 import ctypes
 import hashlib
+import os
 import enum
 import functools
 import sys
@@ -691,6 +692,24 @@ class Session:
             with self._st.lock:
                 rc = lib.ringd_group_end(self._st.require_open())
             if rc != Result.OK:
+                raise self._st.error(rc)
+
+    def start_timeline(self, path: str) -> None:
+        """Writes the timeline of this session's collectives from now on to path, a Chrome trace
+        (as RINGD_TIMELINE does from the start): rank 0 writes path, or every rank its own when
+        path has "%r" (replaced by the rank). Raises InvalidArgument while one is written."""
+        with self._st.lock:
+            ptr = self._st.require_open()
+            rc = _lib.lib().ringd_timeline_start(ptr, os.fsencode(path))
+            if rc != 0:
+                raise self._st.error(rc)
+
+    def stop_timeline(self) -> None:
+        """Stops the timeline being written and closes its file (nothing when none is)."""
+        with self._st.lock:
+            ptr = self._st.require_open()
+            rc = _lib.lib().ringd_timeline_stop(ptr)
+            if rc != 0:
                 raise self._st.error(rc)
 
     def refuse(self, name: Name, why: str, code: Result = Result.INVALID) -> None:

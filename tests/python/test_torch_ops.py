@@ -1,5 +1,6 @@
 # ringd.torch's collectives (Horovod's names and semantics) against torch references, and misuse.
 """Each rank computes every rank's input from shared seeds and checks its own results."""
+import os
 import time
 import warnings
 
@@ -807,3 +808,42 @@ def r_reinit_same_job(times):
 def test_shutdown_then_init_in_the_same_job(cluster):
     got = cluster.run(r_reinit_same_job, 8)
     assert got == [[cluster.world] * 8] * cluster.world, got
+
+
+def r_timeline_started_and_stopped(path):
+    """hvd.start_timeline() then stop_timeline() in a running session: the file holds the
+    collectives in between as a Chrome trace; those after the stop go nowhere."""
+    import json
+    hvd = ranks.hvd()
+    hvd.allreduce(torch.ones(2), name="tl.before")
+    hvd.start_timeline(path, mark_cycles=True)
+    try:
+        hvd.start_timeline(path)
+        raise AssertionError("a second start_timeline was taken")
+    except ValueError as e:
+        assert "being written already" in str(e), str(e)
+    for k in range(5):
+        hvd.allreduce(torch.ones(4), name=f"tl.during.{k}")
+    hvd.stop_timeline()
+    hvd.stop_timeline()  # nothing to stop: no error
+    for k in range(3):
+        hvd.allreduce(torch.ones(4), name=f"tl.after.{k}")
+    mine = path.replace("%r", str(hvd.rank()))
+    with open(mine) as f:
+        ev = json.load(f)
+    rows = {e["args"]["name"] for e in ev if e["ph"] == "M" and e["name"] == "process_name"}
+    assert {f"allreduce.tl.during.{k}" for k in range(5)} <= rows, rows
+    assert not any("tl.after" in r for r in rows), rows
+    assert len([e for e in ev if e["ph"] == "X" and e["name"] == "ALLREDUCE"]) >= 5
+    # rank 0 alone writes a path without %r
+    hvd.start_timeline(os.path.join(os.path.dirname(path), "rank0.json"))
+    hvd.allreduce(torch.ones(1), name="tl.rank0")
+    hvd.stop_timeline()
+    return True
+
+
+def test_start_and_stop_timeline_in_a_running_session(cluster, tmp_path):
+    got = cluster.run(r_timeline_started_and_stopped, str(tmp_path / "tl.%r.json"))
+    assert got == [True] * cluster.world, got
+    assert sorted(p.name for p in tmp_path.iterdir()) == \
+        ["rank0.json"] + [f"tl.{r}.json" for r in range(cluster.world)]

@@ -42,7 +42,7 @@ from .mpi_ops import (Adasum, Average, HorovodInternalError, Max, Min, NotInitia
                       local_size, mpi_built, mpi_enabled, mpi_threads_supported, nccl_built,
                       poll, rank, reducescatter, reducescatter_async, remove_process_set,
                       rocm_built, session, sparse_allreduce_async,
-                      shutdown, size, synchronize)
+                      shutdown, size, start_timeline, stop_timeline, synchronize)
 from .optimizer import DistributedOptimizer
 from .sync_batch_norm import SyncBatchNorm
 

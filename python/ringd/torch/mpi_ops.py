@@ -308,6 +308,18 @@ def session() -> Session:
     return _require()
 
 
+def start_timeline(file_path: str, mark_cycles: bool = False) -> None:
+    """Horovod's: writes a timeline of the collectives from now on to file_path, a Chrome trace
+    (rank 0 writes it; every rank its own when the path has "%r"). mark_cycles is taken and
+    changes nothing: ringd has no cycles (ringctl timeline marks each ring pass)."""
+    _require().start_timeline(file_path)
+
+
+def stop_timeline() -> None:
+    """Horovod's: stops the timeline start_timeline() began and closes its file."""
+    _require().stop_timeline()
+
+
 def rank() -> int:
     return _require().rank
 
