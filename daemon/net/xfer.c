@@ -172,6 +172,57 @@ static void fail_task(rd_xfer_task *t, rd_status st, const char *fmt, ...)
     t->status = st;
 }
 
+/* A frame on a link is a segment header, then len payload bytes; pos of its bytes are done. */
+
+/* One send of what is left of a frame (header hdr, payload at payload): the bytes sent, or -1
+ * with errno (EINTR retried). */
+static ssize_t frame_write(int fd, const uint8_t *hdr, const uint8_t *payload, uint64_t len,
+                           uint64_t pos)
+{
+    struct iovec iov[2];
+    int n = 0;
+    if (pos < RD_SEG_HEADER)
+        iov[n++] = (struct iovec){(void *)(hdr + pos), RD_SEG_HEADER - pos};
+    uint64_t done = pos > RD_SEG_HEADER ? pos - RD_SEG_HEADER : 0;
+    iov[n++] = (struct iovec){(void *)(payload + done), len - done};
+    struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+    ssize_t w;
+    do
+        w = sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+    while (w < 0 && errno == EINTR);
+    return w;
+}
+
+/* One read of what is left of a frame: its header into hdr first, alone, so that a payload
+ * lands in dst only after its header passed. The bytes read, 0 at the peer's close, or -1 with
+ * errno (EINTR retried). */
+static ssize_t frame_read(int fd, uint8_t *hdr, uint8_t *dst, uint64_t len, uint64_t pos)
+{
+    struct iovec iov;
+    if (pos < RD_SEG_HEADER)
+        iov = (struct iovec){hdr + pos, RD_SEG_HEADER - pos};
+    else
+        iov = (struct iovec){dst + (pos - RD_SEG_HEADER), len - (pos - RD_SEG_HEADER)};
+    ssize_t got;
+    do
+        got = readv(fd, &iov, 1);
+    while (got < 0 && errno == EINTR);
+    return got;
+}
+
+/* Whether a frame's header, just read whole into hdr (decoded into *h), is the one expected:
+ * 0 when it is; RINGD_E_MEMBERSHIP when it is of another generation (the ring moved on), else
+ * RINGD_E_PROTOCOL (out of step, or not a header). */
+static int frame_check(const uint8_t *hdr, rd_seg *h, uint64_t generation, uint64_t seq, uint64_t g,
+                       uint64_t len)
+{
+    if (rd_seg_decode(hdr, h) != 0)
+        return RINGD_E_PROTOCOL;
+    if (h->generation == generation && h->seq == seq && h->g == g && h->len == len)
+        return 0;
+    return h->generation != generation ? RINGD_E_MEMBERSHIP : RINGD_E_PROTOCOL;
+}
+
 /* Sends what lane l can send now. Returns 1 on progress, 0 when waiting, -1 on failure. */
 static int lane_send(run *r, lane *l, int idx)
 {
@@ -192,17 +243,8 @@ static int lane_send(run *r, lane *l, int idx)
             rd_seg h = {(uint32_t)len, x->cfg.generation, r->t->seq, l->g};
             rd_seg_encode(&h, l->hdr);
         }
-        struct iovec iov[2];
-        int n = 0;
-        if (l->pos < RD_SEG_HEADER)
-            iov[n++] = (struct iovec){l->hdr + l->pos, RD_SEG_HEADER - l->pos};
-        uint64_t done = l->pos > RD_SEG_HEADER ? l->pos - RD_SEG_HEADER : 0;
-        iov[n++] = (struct iovec){(void *)(st->src + off + done), len - done};
-        struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
-        ssize_t w = sendmsg(l->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+        ssize_t w = frame_write(l->fd, l->hdr, st->src + off, len, l->pos);
         if (w < 0) {
-            if (errno == EINTR)
-                continue;
             if (errno == EAGAIN || errno == EWOULDBLOCK) {
                 l->blocked = 1;
                 return progress;
@@ -241,19 +283,9 @@ static int lane_recv(run *r, lane *l, int idx)
         }
         uint64_t len = st->len - off < r->seg ? st->len - off : r->seg;
         uint8_t *dst = st->reduce ? staging : st->dst + off;
-        /* The header alone first: a payload lands in its buffer only after its header passed. */
-        struct iovec iov;
-        if (l->pos < RD_SEG_HEADER)
-            iov = (struct iovec){l->hdr + l->pos, RD_SEG_HEADER - l->pos};
-        else
-            iov = (struct iovec){dst + (l->pos - RD_SEG_HEADER), len - (l->pos - RD_SEG_HEADER)};
-        ssize_t got = readv(l->fd, &iov, 1);
-        if (got < 0) {
-            if (errno == EINTR)
-                continue;
-            if (errno == EAGAIN || errno == EWOULDBLOCK)
-                return progress;
-        }
+        ssize_t got = frame_read(l->fd, l->hdr, dst, len, l->pos);
+        if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return progress;
         if (got <= 0) {
             fail_task(r->t, RINGD_E_MEMBERSHIP, "link from node %s (connection %d): %s",
                       x->prev_node, idx, got == 0 ? "closed by the peer" : strerror(errno));
@@ -263,11 +295,10 @@ static int lane_recv(run *r, lane *l, int idx)
         uint64_t before = l->pos;
         l->pos += (uint64_t)got;
         if (before < RD_SEG_HEADER && l->pos >= RD_SEG_HEADER) {
-            rd_seg h;
-            int bad = rd_seg_decode(l->hdr, &h) != 0;
+            rd_seg h = {0};
+            int st_bad = frame_check(l->hdr, &h, x->cfg.generation, r->t->seq, l->g, len);
             uint64_t gen = h.generation;
-            if (bad || gen != x->cfg.generation || h.seq != r->t->seq || h.g != l->g ||
-                h.len != len) {
+            if (st_bad != 0) {
                 rd_log(RD_LOG_WARN, "xfer",
                        "node %s sent a frame of generation %llu (op %llu, segment %llu, %u "
                        "bytes); expected generation %llu (op %llu, segment %llu, %llu bytes): "
@@ -276,7 +307,7 @@ static int lane_recv(run *r, lane *l, int idx)
                        (unsigned long long)h.g, h.len, (unsigned long long)x->cfg.generation,
                        (unsigned long long)r->t->seq, (unsigned long long)l->g,
                        (unsigned long long)len);
-                fail_task(r->t, gen != x->cfg.generation ? RINGD_E_MEMBERSHIP : RINGD_E_PROTOCOL,
+                fail_task(r->t, (rd_status)st_bad,
                           "node %s sent a frame of generation %llu where generation %llu was "
                           "expected (or of another op); the ring must re-form",
                           x->prev_node, (unsigned long long)gen,
@@ -851,16 +882,7 @@ static int pair_move(rd_xfer *x, rd_xfer_task *t, pair_part *pp, uint64_t seg, i
             rd_seg h = {(uint32_t)len, x->cfg.generation, t->seq, pp->sg};
             rd_seg_encode(&h, pp->shdr);
         }
-        struct iovec iov[2];
-        int n = 0;
-        if (pp->spos < RD_SEG_HEADER)
-            iov[n++] = (struct iovec){pp->shdr + pp->spos, RD_SEG_HEADER - pp->spos};
-        uint64_t done = pp->spos > RD_SEG_HEADER ? pp->spos - RD_SEG_HEADER : 0;
-        iov[n++] = (struct iovec){(void *)(pp->src + off + done), len - done};
-        struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
-        ssize_t w = sendmsg(pp->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (w < 0 && errno == EINTR)
-            continue;
+        ssize_t w = frame_write(pp->fd, pp->shdr, pp->src + off, len, pp->spos);
         if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
             pp->blocked = 1;
             break;
@@ -880,15 +902,7 @@ static int pair_move(rd_xfer *x, rd_xfer_task *t, pair_part *pp, uint64_t seg, i
     }
     while (pp->rg < nr) {
         uint64_t off = pp->rg * seg, len = pp->rlen - off < seg ? pp->rlen - off : seg;
-        struct iovec iov;
-        if (pp->rpos < RD_SEG_HEADER)
-            iov = (struct iovec){pp->rhdr + pp->rpos, RD_SEG_HEADER - pp->rpos};
-        else
-            iov = (struct iovec){pp->dst + off + (pp->rpos - RD_SEG_HEADER),
-                                 len - (pp->rpos - RD_SEG_HEADER)};
-        ssize_t got = readv(pp->fd, &iov, 1);
-        if (got < 0 && errno == EINTR)
-            continue;
+        ssize_t got = frame_read(pp->fd, pp->rhdr, pp->dst + off, len, pp->rpos);
         if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
             break;
         if (got <= 0) {
@@ -899,10 +913,9 @@ static int pair_move(rd_xfer *x, rd_xfer_task *t, pair_part *pp, uint64_t seg, i
         uint64_t before = pp->rpos;
         pp->rpos += (uint64_t)got;
         if (before < RD_SEG_HEADER && pp->rpos >= RD_SEG_HEADER) {
-            rd_seg h;
-            int bad = rd_seg_decode(pp->rhdr, &h) != 0;
-            if (bad || h.generation != x->cfg.generation || h.seq != t->seq || h.g != pp->rg ||
-                h.len != len) {
+            rd_seg h = {0};
+            int st_bad = frame_check(pp->rhdr, &h, x->cfg.generation, t->seq, pp->rg, len);
+            if (st_bad != 0) {
                 snprintf(why, whylen,
                          "sent a frame of generation %llu (op %llu, segment %llu, %u bytes) where "
                          "generation %llu (op %llu, segment %llu, %llu bytes) was expected",
@@ -910,9 +923,7 @@ static int pair_move(rd_xfer *x, rd_xfer_task *t, pair_part *pp, uint64_t seg, i
                          (unsigned long long)h.g, h.len, (unsigned long long)x->cfg.generation,
                          (unsigned long long)t->seq, (unsigned long long)pp->rg,
                          (unsigned long long)len);
-                /* another generation: the ring moved on; anything else: out of step */
-                *fatal = !bad && h.generation != x->cfg.generation ? RINGD_E_MEMBERSHIP
-                                                                   : RINGD_E_PROTOCOL;
+                *fatal = st_bad;
                 return -1;
             }
         }
