@@ -73,7 +73,7 @@ static ringd_result_t set_session(ringd_t *r, const char *set, uint64_t generati
     o.arena_size = r->arena_asked;
     o.poll_us = r->poll_us;
     ringd_t *s = NULL;
-    ringd_result_t rc = ringd_open(&o, &s);
+    ringd_result_t rc = rd_lib_open(&o, 0, &s);
     if (rc != RINGD_OK) {
         snprintf(r->errmsg, sizeof(r->errmsg), "process set %s: %s", set,
                  s != NULL ? ringd_errmsg(s) : "out of memory");

@@ -366,8 +366,7 @@ static ringd_result_t trace_open(ringd_t *r)
     else
         snprintf(path, sizeof(path), "%s", r->trace_path);
     if ((r->trace_file = fopen(path, "w")) == NULL)
-        return fail(r, RINGD_E_SYSTEM, "RINGD_TIMELINE: cannot create %s: %s", path,
-                    strerror(errno));
+        return fail(r, RINGD_E_SYSTEM, "timeline: cannot create %s: %s", path, strerror(errno));
     snprintf(node, sizeof(node), "rank %d's", r->rank);
     rd_ctrace_open(&r->trace, r->trace_file, node);
     char what[128];
@@ -378,6 +377,11 @@ static ringd_result_t trace_open(ringd_t *r)
 }
 
 ringd_result_t ringd_open(const ringd_options_t *opts, ringd_t **out)
+{
+    return rd_lib_open(opts, 1, out);
+}
+
+ringd_result_t rd_lib_open(const ringd_options_t *opts, int traced, ringd_t **out)
 {
     ringd_options_t o;
     char err[512];
@@ -496,11 +500,12 @@ ringd_result_t ringd_open(const ringd_options_t *opts, ringd_t **out)
     h.asks_device = device >= 0;
     h.device = h.asks_device ? (uint32_t)device : 0;
     h.device_arena_size = dev_arena;
-    const char *trace_path = getenv("RINGD_TIMELINE");
+    const char *trace_path = traced ? getenv("RINGD_TIMELINE") : NULL;
     if (trace_path != NULL && *trace_path != '\0') {
         if ((r->trace_path = strdup(trace_path)) == NULL)
             return fail(r, RINGD_E_NOMEM, "out of memory");
         h.timeline = 1;
+        r->traced = 1;
     }
     r->asked_device = device; /* what Welcome must give, when asked */
     m.body_case = RINGD__MSG__BODY_HELLO;
@@ -1776,22 +1781,26 @@ void ringd_free(ringd_t *r, void *p)
         rd_alloc_put(&r->alloc, (uint64_t)((uint8_t *)p - r->arena));
 }
 
-/* Ends the trace being written, if any: 0, or -1 when the file could not be written whole. */
+/* Ends the trace being written, if any: 0, or an errno value when the file could not be written
+ * whole (EIO when a write failed earlier, its errno gone). */
 static int trace_close(ringd_t *r)
 {
     int bad = 0;
     if (r->trace_file != NULL) {
-        bad = rd_ctrace_close(&r->trace) != 0;
-        bad |= fclose(r->trace_file) != 0;
+        if (rd_ctrace_close(&r->trace) != 0)
+            bad = EIO;
+        if (fclose(r->trace_file) != 0)
+            bad = errno;
         r->trace_file = NULL;
     }
     free(r->trace_path);
     r->trace_path = NULL;
-    return bad ? -1 : 0;
+    return bad;
 }
 
 /* Tells the daemon to attach traces to this session's Completes from now on, or no longer: by
- * the way Submits go, so the collectives submitted after it are traced. */
+ * the way Submits go, so the collectives submitted after it are traced. A failed send breaks the
+ * session, as a Submit's does (the stream may be out of step). */
 static ringd_result_t trace_set(ringd_t *r, int on)
 {
     char err[256];
@@ -1801,7 +1810,28 @@ static ringd_result_t trace_set(ringd_t *r, int on)
     m.body_case = RINGD__MSG__BODY_TRACE;
     m.trace = &t;
     ringd_result_t rc = send_to_daemon(r, &m, err, sizeof(err));
-    return rc == RINGD_OK ? RINGD_OK : fail(r, rc, "%s", err);
+    if (rc != RINGD_OK) {
+        break_session(r, rc, err);
+        return rc;
+    }
+    r->traced = on;
+    return RINGD_OK;
+}
+
+/* RINGD_OK when r may start or stop a timeline now, else the refusal (errmsg set). */
+static ringd_result_t trace_usable(ringd_t *r, const char *what)
+{
+    if (r->broken != RINGD_OK) {
+        char why[sizeof(r->errmsg)]; /* errmsg is fail's output: never its input too */
+        snprintf(why, sizeof(why), "%s", r->errmsg);
+        return fail(r, r->broken, "%s: the session is closed: %s", what, why);
+    }
+    if (r->grouping) /* the group's Submits are held to its end: the timeline would not match */
+        return fail(r, RINGD_E_INVALID,
+                    "%s inside a group (ringd_group_start): call it before "
+                    "the group starts or after it ends",
+                    what);
+    return RINGD_OK;
 }
 
 ringd_result_t ringd_timeline_start(ringd_t *r, const char *path)
@@ -1810,8 +1840,9 @@ ringd_result_t ringd_timeline_start(ringd_t *r, const char *path)
         return RINGD_E_INVALID;
     if (path == NULL || *path == '\0')
         return fail(r, RINGD_E_INVALID, "ringd_timeline_start: no file path");
-    if (r->broken != RINGD_OK)
-        return fail(r, r->broken, "the session is closed: %s", r->errmsg);
+    ringd_result_t rc = trace_usable(r, "ringd_timeline_start");
+    if (rc != RINGD_OK)
+        return rc;
     if (r->trace_path != NULL)
         return fail(r, RINGD_E_INVALID,
                     "a timeline is being written already (%s): ringd_timeline_stop first",
@@ -1823,8 +1854,8 @@ ringd_result_t ringd_timeline_start(ringd_t *r, const char *path)
                     RINGD_VERSION);
     if ((r->trace_path = strdup(path)) == NULL)
         return fail(r, RINGD_E_NOMEM, "out of memory");
-    ringd_result_t rc = trace_open(r);
-    if (rc == RINGD_OK && r->trace_file != NULL)
+    rc = trace_open(r);
+    if (rc == RINGD_OK && r->trace_file != NULL && !r->traced) /* this rank writes */
         rc = trace_set(r, 1);
     if (rc != RINGD_OK) {
         char why[sizeof(r->errmsg)];
@@ -1841,14 +1872,19 @@ ringd_result_t ringd_timeline_stop(ringd_t *r)
         return RINGD_E_INVALID;
     if (r->trace_path == NULL)
         return RINGD_OK;
-    ringd_result_t rc = RINGD_OK;
-    if (r->trace_file != NULL && r->broken == RINGD_OK)
+    ringd_result_t rc = trace_usable(r, "ringd_timeline_stop");
+    if (rc == RINGD_E_INVALID) /* in a group: nothing changed */
+        return rc;
+    if (rc == RINGD_OK && r->traced) /* also a rank that wrote nothing of RINGD_TIMELINE's */
         rc = trace_set(r, 0);
+    else
+        rc = RINGD_OK; /* a broken session: only the file is left to close */
     char path[4096];
     snprintf(path, sizeof(path), "%s", r->trace_path);
-    if (trace_close(r) != 0)
+    int bad = trace_close(r);
+    if (bad != 0)
         return fail(r, RINGD_E_SYSTEM, "timeline %s: could not be written whole: %s", path,
-                    strerror(errno));
+                    strerror(bad));
     return rc;
 }
 

@@ -72,6 +72,7 @@ struct ringd {
     struct held *held, *held_tail; /* that group's Submits, sent at its end */
     uint32_t nheld;
     int takes_trace;  /* the daemon takes Trace (ringd_timeline_start) */
+    int traced;       /* the daemon attaches traces to the Completes (Hello.timeline or Trace) */
     char *trace_path; /* RINGD_TIMELINE or ringd_timeline_start's: Completes carry their op's
                          trace */
     FILE *trace_file; /* this rank writes them there (rank 0, or each rank for %r) */
@@ -93,6 +94,10 @@ typedef struct {
     const size_t *counts; /* reducescatterv, allgatherv: every rank's (ringd_size of them) */
     int join;             /* ringd_join's allgather */
 } submit_args;
+
+/* ringd_open; traced: RINGD_TIMELINE applies (not to a process set's session, which would write
+ * over its job's file). */
+ringd_result_t rd_lib_open(const ringd_options_t *opts, int traced, ringd_t **out);
 
 /* Places a's buffers and submits it (ringd.c's submit): RINGD_OK with *out a new outstanding
  * request, or the failure with ringd_errmsg set (the daemon told, so that no rank waits). */

@@ -286,6 +286,11 @@ static int timeline_client(int idx, void *arg)
         return 12;
     if (ringd_timeline_stop(r) != RINGD_OK) /* none runs: nothing to stop */
         return 13;
+    TH_CHECK_OK(r, ringd_group_start(r)); /* a group's Submits are held to its end */
+    if (ringd_timeline_start(r, path) != RINGD_E_INVALID ||
+        strstr(ringd_errmsg(r), "inside a group") == NULL)
+        return 17;
+    TH_CHECK_OK(r, ringd_group_end(r));
     TH_CHECK_OK(r, ringd_timeline_start(r, path));
     if (ringd_timeline_start(r, path) != RINGD_E_INVALID ||
         strstr(ringd_errmsg(r), "being written already") == NULL)

@@ -506,13 +506,15 @@ RINGD_API void ringd_next_shape(ringd_t *r, uint64_t shape);
 /* Starts writing the timeline of this session's collectives to path, a Chrome trace as
  * RINGD_TIMELINE writes (Horovod's hvd.start_timeline): rank 0 writes path, or every rank its
  * own when path has "%r" (replaced by the rank); the other ranks write nothing. Collectives
- * submitted before it may or may not be in the file. RINGD_E_INVALID when one is being written
- * already (RINGD_TIMELINE's too), RINGD_E_SYSTEM when the file cannot be made, RINGD_E_PROTOCOL
- * from a daemon older than this library. */
+ * submitted before it may or may not be in the file; those after it are. RINGD_E_INVALID when
+ * one is being written already (RINGD_TIMELINE's too) or inside a group, RINGD_E_SYSTEM when the
+ * file cannot be made, RINGD_E_PROTOCOL from a daemon older than this library. A process set's
+ * session has its own timeline (RINGD_TIMELINE applies to the job's session only). */
 RINGD_API ringd_result_t ringd_timeline_start(ringd_t *r, const char *path);
 
-/* Stops the timeline being written and closes its file (RINGD_OK when none is). Completes that
- * arrive later carry no trace. RINGD_E_SYSTEM when the file could not be written whole. */
+/* Stops the timeline being written (ringd_timeline_start's or RINGD_TIMELINE's) and closes its
+ * file (RINGD_OK when none is). Completes that arrive later carry no trace. RINGD_E_SYSTEM when
+ * the file could not be written whole, RINGD_E_INVALID inside a group. */
 RINGD_API ringd_result_t ringd_timeline_stop(ringd_t *r);
 
 /* This rank cannot run the collective named name (a binding found its arguments wrong, say):

@@ -578,7 +578,7 @@ void rd_pass_done(void *arg, struct rd_xfer_task *t)
         }
         /* The next ring came up, for a change its clients must re-synchronise with, before this
          * one's thread saw its links go: the answer names the change, as a doomed op's does. */
-        if (t->status != RINGD_OK && j->sync_generation > rt->generation) {
+        if (t->status != RINGD_OK && j->sync_generation > rt->generation && j->sync_why[0]) {
             rd_optab_fail_changed(o, j->sync_why, t->message);
             continue;
         }

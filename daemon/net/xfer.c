@@ -210,17 +210,27 @@ static ssize_t frame_read(int fd, uint8_t *hdr, uint8_t *dst, uint64_t len, uint
     return got;
 }
 
-/* Whether a frame's header, just read whole into hdr (decoded into *h), is the one expected:
- * 0 when it is; RINGD_E_MEMBERSHIP when it is of another generation (the ring moved on), else
- * RINGD_E_PROTOCOL (out of step, or not a header). */
-static int frame_check(const uint8_t *hdr, rd_seg *h, uint64_t generation, uint64_t seq, uint64_t g,
-                       uint64_t len)
+/* Whether a frame's header, just read whole into hdr, is the one expected (generation, op seq,
+ * segment g of len bytes): 0 when it is; else what the peer sent into why, and
+ * RINGD_E_MEMBERSHIP when it is of another generation (the ring moved on), RINGD_E_PROTOCOL when
+ * it is out of step or not a header at all. */
+static int frame_check(const uint8_t *hdr, uint64_t generation, uint64_t seq, uint64_t g,
+                       uint64_t len, char *why, size_t whylen)
 {
-    if (rd_seg_decode(hdr, h) != 0)
+    rd_seg h;
+    if (rd_seg_decode(hdr, &h) != 0) {
+        snprintf(why, whylen, "sent bytes that are not a segment header");
         return RINGD_E_PROTOCOL;
-    if (h->generation == generation && h->seq == seq && h->g == g && h->len == len)
+    }
+    if (h.generation == generation && h.seq == seq && h.g == g && h.len == len)
         return 0;
-    return h->generation != generation ? RINGD_E_MEMBERSHIP : RINGD_E_PROTOCOL;
+    snprintf(why, whylen,
+             "sent a frame of generation %llu (op %llu, segment %llu, %u bytes) where generation "
+             "%llu (op %llu, segment %llu, %llu bytes) was expected",
+             (unsigned long long)h.generation, (unsigned long long)h.seq, (unsigned long long)h.g,
+             h.len, (unsigned long long)generation, (unsigned long long)seq, (unsigned long long)g,
+             (unsigned long long)len);
+    return h.generation != generation ? RINGD_E_MEMBERSHIP : RINGD_E_PROTOCOL;
 }
 
 /* Sends what lane l can send now. Returns 1 on progress, 0 when waiting, -1 on failure. */
@@ -295,23 +305,13 @@ static int lane_recv(run *r, lane *l, int idx)
         uint64_t before = l->pos;
         l->pos += (uint64_t)got;
         if (before < RD_SEG_HEADER && l->pos >= RD_SEG_HEADER) {
-            rd_seg h = {0};
-            int st_bad = frame_check(l->hdr, &h, x->cfg.generation, r->t->seq, l->g, len);
-            uint64_t gen = h.generation;
-            if (st_bad != 0) {
-                rd_log(RD_LOG_WARN, "xfer",
-                       "node %s sent a frame of generation %llu (op %llu, segment %llu, %u "
-                       "bytes); expected generation %llu (op %llu, segment %llu, %llu bytes): "
-                       "link dropped",
-                       x->prev_node, (unsigned long long)gen, (unsigned long long)h.seq,
-                       (unsigned long long)h.g, h.len, (unsigned long long)x->cfg.generation,
-                       (unsigned long long)r->t->seq, (unsigned long long)l->g,
-                       (unsigned long long)len);
-                fail_task(r->t, (rd_status)st_bad,
-                          "node %s sent a frame of generation %llu where generation %llu was "
-                          "expected (or of another op); the ring must re-form",
-                          x->prev_node, (unsigned long long)gen,
-                          (unsigned long long)x->cfg.generation);
+            char why[224];
+            int wrong =
+                frame_check(l->hdr, x->cfg.generation, r->t->seq, l->g, len, why, sizeof(why));
+            if (wrong != 0) {
+                rd_log(RD_LOG_WARN, "xfer", "node %s %s: link dropped", x->prev_node, why);
+                fail_task(r->t, (rd_status)wrong, "node %s %s; the ring must re-form", x->prev_node,
+                          why);
                 return -1;
             }
         }
@@ -913,17 +913,9 @@ static int pair_move(rd_xfer *x, rd_xfer_task *t, pair_part *pp, uint64_t seg, i
         uint64_t before = pp->rpos;
         pp->rpos += (uint64_t)got;
         if (before < RD_SEG_HEADER && pp->rpos >= RD_SEG_HEADER) {
-            rd_seg h = {0};
-            int st_bad = frame_check(pp->rhdr, &h, x->cfg.generation, t->seq, pp->rg, len);
-            if (st_bad != 0) {
-                snprintf(why, whylen,
-                         "sent a frame of generation %llu (op %llu, segment %llu, %u bytes) where "
-                         "generation %llu (op %llu, segment %llu, %llu bytes) was expected",
-                         (unsigned long long)h.generation, (unsigned long long)h.seq,
-                         (unsigned long long)h.g, h.len, (unsigned long long)x->cfg.generation,
-                         (unsigned long long)t->seq, (unsigned long long)pp->rg,
-                         (unsigned long long)len);
-                *fatal = st_bad;
+            int wrong = frame_check(pp->rhdr, x->cfg.generation, t->seq, pp->rg, len, why, whylen);
+            if (wrong != 0) {
+                *fatal = wrong;
                 return -1;
             }
         }

@@ -697,7 +697,8 @@ class Session:
     def start_timeline(self, path: str) -> None:
         """Writes the timeline of this session's collectives from now on to path, a Chrome trace
         (as RINGD_TIMELINE does from the start): rank 0 writes path, or every rank its own when
-        path has "%r" (replaced by the rank). Raises InvalidArgument while one is written."""
+        path has "%r" (replaced by the rank). Raises InvalidArgument while one is written (stop
+        it first) or inside a group. A process set's session has a timeline of its own."""
         with self._st.lock:
             ptr = self._st.require_open()
             rc = _lib.lib().ringd_timeline_start(ptr, os.fsencode(path))

@@ -1,5 +1,6 @@
 # ringd.torch's collectives (Horovod's names and semantics) against torch references, and misuse.
 """Each rank computes every rank's input from shared seeds and checks its own results."""
+import json
 import os
 import time
 import warnings
@@ -813,13 +814,14 @@ def test_shutdown_then_init_in_the_same_job(cluster):
 def r_timeline_started_and_stopped(path):
     """hvd.start_timeline() then stop_timeline() in a running session: the file holds the
     collectives in between as a Chrome trace; those after the stop go nowhere."""
-    import json
     hvd = ranks.hvd()
     hvd.allreduce(torch.ones(2), name="tl.before")
-    hvd.start_timeline(path, mark_cycles=True)
+    hvd.start_timeline(path.replace("tl.", "first."), mark_cycles=True)
+    hvd.allreduce(torch.ones(4), name="tl.first")
+    hvd.start_timeline(path)  # as Horovod's: switches files
     try:
-        hvd.start_timeline(path)
-        raise AssertionError("a second start_timeline was taken")
+        hvd.session().start_timeline(path)
+        raise AssertionError("a second Session.start_timeline was taken")
     except ValueError as e:
         assert "being written already" in str(e), str(e)
     for k in range(5):
@@ -845,5 +847,8 @@ def r_timeline_started_and_stopped(path):
 def test_start_and_stop_timeline_in_a_running_session(cluster, tmp_path):
     got = cluster.run(r_timeline_started_and_stopped, str(tmp_path / "tl.%r.json"))
     assert got == [True] * cluster.world, got
-    assert sorted(p.name for p in tmp_path.iterdir()) == \
-        ["rank0.json"] + [f"tl.{r}.json" for r in range(cluster.world)]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["rank0.json"] + [f"{f}.{r}.json" for r in range(cluster.world) for f in ("first", "tl")])
+    with open(tmp_path / "first.0.json") as f:
+        first = {e["args"]["name"] for e in json.load(f) if e["name"] == "process_name"}
+    assert "allreduce.tl.first" in first and not any("during" in n for n in first), first

@@ -7,14 +7,18 @@ world, about to leave, and its first collective would fail with a membership cha
 world a process opens in a job is a job of its own: the first under the job's name, the k-th
 after it under "<job>.<k>" (every rank re-initialises as often, so they meet there).
 
-A process started later to join a job whose other ranks have re-initialised (an elastic
-replacement) opens the first world, under the job's own name, and does not meet them: re-join
-such a job under RINGD_JOB="<job>.<k>"."""
+A process started later, to join ranks that have re-initialised (an elastic replacement),
+opens its first world under the job's own name and does not meet them: re-initialising and
+replacing processes in one job do not mix (Horovod's elastic mode never re-initialises). A
+failed open counts no world: the call may be tried again in the same one."""
 
 import collections
 import os
 
+from ..errors import InvalidArgument, Result
 from ..session import Session
+
+_NAME_MAX = 256  # ringd's job names: 1..256 printable ASCII bytes
 
 _opened = collections.Counter()  # job name -> worlds this process opened in it
 
@@ -24,6 +28,12 @@ def open_world(job=None, **options):
     Session with options."""
     base = job if job is not None else (os.environ.get("RINGD_JOB") or "default")
     k = _opened[base]
-    s = Session(job=job if k == 0 else f"{base}.{k}", **options)
+    name = job if k == 0 else f"{base}.{k}"
+    if k > 0 and len(name) > _NAME_MAX:
+        raise InvalidArgument(Result.INVALID,
+                              f"re-initialising job '{base}' opens its world {k} as job "
+                              f"'{name}', longer than ringd's {_NAME_MAX} bytes: use a shorter "
+                              "job name (RINGD_JOB)")
+    s = Session(job=name, **options)
     _opened[base] += 1
     return s

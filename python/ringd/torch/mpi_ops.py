@@ -310,9 +310,12 @@ def session() -> Session:
 
 def start_timeline(file_path: str, mark_cycles: bool = False) -> None:
     """Horovod's: writes a timeline of the collectives from now on to file_path, a Chrome trace
-    (rank 0 writes it; every rank its own when the path has "%r"). mark_cycles is taken and
-    changes nothing: ringd has no cycles (ringctl timeline marks each ring pass)."""
-    _require().start_timeline(file_path)
+    (rank 0 writes it; every rank its own when the path has "%r"); one being written (this
+    function's or RINGD_TIMELINE's) ends first, as Horovod switches files. mark_cycles is taken
+    and changes nothing: ringd has no cycles (ringctl timeline marks each ring pass)."""
+    s = _require()
+    s.stop_timeline()
+    s.start_timeline(file_path)
 
 
 def stop_timeline() -> None:
