@@ -841,6 +841,96 @@ Test(rendezvous, a_lease_refreshed_in_time_keeps_the_member, .timeout = 30)
     cr_assert(out[0] == ':' && atoi(out + 1) > 0 && atoi(out + 1) <= 300, "PTTL %s", out);
 }
 
+/* Calls Redis ran over the last stretch, from INFO commandstats: scripts (EVAL and EVALSHA) into
+ * *scripts, the commands they and others ran (every other command but INFO and CONFIG) into
+ * *inner, and HGETALLs into *reads. */
+static void command_counts(long *scripts, long *inner, long *reads)
+{
+    char out[16384];
+    const char *info[] = {"INFO", "commandstats"};
+    cr_assert_eq(th_redis_cmd(&srv, out, sizeof(out), 2, info), 0);
+    *scripts = *inner = *reads = 0;
+    for (const char *p = strstr(out, "cmdstat_"); p != NULL; p = strstr(p + 1, "cmdstat_")) {
+        char name[64];
+        long calls;
+        if (sscanf(p, "cmdstat_%63[^:]:calls=%ld", name, &calls) != 2)
+            continue;
+        if (strcmp(name, "eval") == 0 || strcmp(name, "evalsha") == 0)
+            *scripts += calls;
+        else if (strncmp(name, "info", 4) != 0 && strncmp(name, "config", 6) != 0)
+            *inner += calls;
+        if (strcmp(name, "hgetall") == 0)
+            *reads += calls;
+    }
+}
+
+/* Commands per refresh of instance 0 over 1.5 s of refreshes (lease 300 ms). */
+static double per_refresh(long *reads)
+{
+    const char *reset[] = {"CONFIG", "RESETSTAT"};
+    char out[64];
+    cr_assert_eq(th_redis_cmd(&srv, out, sizeof(out), 2, reset), 0);
+    pump_for(1500);
+    long scripts, inner;
+    command_counts(&scripts, &inner, reads);
+    cr_assert_geq(scripts, 8, "%ld scripts in 1.5 s with a lease of 300 ms", scripts);
+    return (double)inner / (double)scripts;
+}
+
+/* A refresh does the same work in a job of 1 member and of 501: lease deadlines in a sorted set
+ * find the expired ones, and the membership is read only when it changed. */
+Test(rendezvous, a_refresh_costs_the_same_whatever_the_job_s_size, .timeout = 60)
+{
+    rd_rdv *a = open_inst(0, 0, NULL, "", 300);
+    rd_rdv_member ma = member("node-a", "10.0.0.1:7070", 1, 1);
+    cr_assert_eq(rd_rdv_join(a, JOB, &ma), 0);
+    int64_t end = th_now_ms() + 5000;
+    while (seen[0].nviews == 0 && pump(end))
+        ;
+    long reads;
+    double alone = per_refresh(&reads);
+    cr_assert_eq(reads, 0, "the membership was read %ld times with nothing changed", reads);
+    /* 500 more members, each with a lease of a minute: one change, seen once. */
+    for (int i = 0; i < 500; i++) {
+        char node[32], lease[96], rec[64];
+        snprintf(node, sizeof(node), "node-x%03d", i);
+        snprintf(lease, sizeof(lease), "ringd:{" JOB "}:lease:%s", node);
+        snprintf(rec, sizeof(rec), "3 %d 1 4 0 %d 10.1.%d.%d:7070", 100 + i, 10 + i, i / 200,
+                 i % 200);
+        cr_assert_eq(th_redis_do(&srv, "HSET", "ringd:{" JOB "}:members", node, rec, NULL), 0);
+        cr_assert_eq(th_redis_do(&srv, "SET", lease, "1", "PX", "60000", NULL), 0);
+    }
+    rd_rdv_member mb = member("node-b", "10.0.0.2:7070", 1, 2);
+    rd_rdv *b = open_inst(1, 0, NULL, "", 30000);
+    cr_assert_eq(rd_rdv_join(b, JOB, &mb), 0);
+    end = th_now_ms() + 5000;
+    while (seen[0].nviews < 2 && pump(end))
+        ;
+    cr_assert_geq(seen[0].nviews, 2, "node-a never saw node-b's join");
+    double big = per_refresh(&reads);
+    cr_assert_eq(reads, 0, "the membership was read %ld times with nothing changed", reads);
+    fprintf(stderr, "rendezvous: %.1f commands per refresh with 1 member, %.1f with 502\n", alone,
+            big);
+    cr_assert(big <= alone + 1.0, "%.1f commands per refresh with 502 members, %.1f with 1", big,
+              alone);
+    /* A member written by hand, with no deadline (an older ringd's, say), is tracked from the
+     * next refresh on: its lease ends, and it is swept. */
+    cr_assert_eq(th_redis_do(&srv, "HSET", "ringd:{" JOB "}:members", "node-late",
+                             "3 99 1 4 0 99 10.2.0.1:7070", NULL),
+                 0);
+    cr_assert_eq(
+        th_redis_do(&srv, "SET", "ringd:{" JOB "}:lease:node-late", "99", "PX", "400", NULL), 0);
+    end = th_now_ms() + 5000;
+    uint64_t before = seen[0].gen;
+    while (seen[0].gen == before && pump(end))
+        ;
+    const char *hexists[] = {"HEXISTS", "ringd:{" JOB "}:members", "node-late"};
+    char out[64];
+    cr_assert_str_eq(raw(out, sizeof(out), 3, hexists), ":0");
+    cr_assert(seen[0].gen > before, "no view after node-late's lease ended");
+    (void)b;
+}
+
 Test(rendezvous, min_size_round_trips_through_the_record, .timeout = 30)
 {
     rd_rdv *a = open_inst(0, 0, NULL, "", 30000);

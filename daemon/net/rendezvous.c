@@ -23,28 +23,38 @@
 #define RDV_BLOCK_MS 5000       /* XREAD BLOCK */
 #define RDV_WATCHDOG_MS 500
 #define RDV_KEY_MAX (RD_NAME_MAX * 2 + 32)
-#define RDV_NKEYS 5  /* members hash, generation, event stream, this node's lease, started flag */
-#define RDV_NFIXED 6 /* ARGV every script takes: see RDV_LUA_COMMON */
+#define RDV_NKEYS                                                                                  \
+    6                /* members hash, generation, event stream, this node's lease, started flag,   \
+                        lease deadlines */
+#define RDV_NFIXED 7 /* ARGV every script takes: see RDV_LUA_STATE */
 #define RDV_SWEEP_SLACK_MS 5 /* a sweep this long after the earliest lease can expire */
 #define RDV_REASON_MAX 200   /* bytes of an eviction's reason */
 
 /* Every script starts with these helpers. KEYS: members hash, generation counter, event stream,
- * this node's lease, started flag. ARGV: lease key prefix, node, incarnation, record, lease ms,
- * generation floor (the highest generation the caller has seen), then the script's own. A member
- * whose lease key is gone is swept out with an 'expire' event; every change bumps the generation
- * to max(stored, floor) + 1 (so it never goes back, even after Redis lost it) and appends an
- * event in the same script, so watchers never miss one; a script that changed something settles
- * the started flag before it answers (set once the members agree on a world size their local
- * sizes reach; deleted when no member is left). lost(): Redis lost the job (no member, generation
- * not past the floor), as opposed to this node alone being gone. Records start with "<version>
- * <incarnation> ", which is how a script tells our record from another incarnation's. The answer is
- * {status, generation, last stream id, {node, record, ...}, started, smallest PTTL of the other
- * members' leases or -1}. */
-#define RDV_LUA_COMMON                                                                             \
+ * this node's lease, started flag, lease deadlines (a sorted set: each member's lease deadline in
+ * Redis's ms clock). ARGV: lease key prefix, node, incarnation, record, lease ms, generation floor
+ * (the highest generation the caller has seen), the generation of the whole view the caller
+ * holds (-1: none), then the script's own. A member whose lease key is gone is swept out with an
+ * 'expire' event; the deadlines find the candidates in O(log N), so a refresh costs the same
+ * whatever the job's size. Every change bumps the generation to max(stored, floor) + 1 (so it
+ * never goes back, even after Redis lost it) and appends an event in the same script, so watchers
+ * never miss one; a script that changed something settles the started flag before it answers
+ * (set once the members agree on a world size their local sizes reach; deleted when no member is
+ * left). lost(): Redis lost the job (no member, generation not past the floor), as opposed to
+ * this node alone being gone. Records start with "<version> <incarnation> ", which is how a
+ * script tells our record from another incarnation's. The answer is {status, generation, last
+ * stream id, {node, record, ...} or nil, started, the least time left on the other members'
+ * leases or -1}; the members are nil (the caller's are current) on a plain 'ok' at the
+ * generation of the caller's view, so the job's membership is read once per change. */
+#define RDV_LUA_STATE                                                                              \
     "if redis.replicate_commands then redis.replicate_commands() end\n"                            \
-    "local members, genk, events, lease, startk = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]\n"   \
+    "local members, genk, events, lease, startk, dl = KEYS[1], KEYS[2], KEYS[3], KEYS[4], "        \
+    "KEYS[5], KEYS[6]\n"                                                                           \
     "local prefix, node, inc, rec, ttl = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]\n"            \
     "local low = tonumber(ARGV[6]) or 0\n"                                                         \
+    "local have = tonumber(ARGV[7]) or -1\n"                                                       \
+    "local t = redis.call('TIME')\n"                                                               \
+    "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"                      \
     "local changed = false\n"                                                                      \
     "local function stored()\n"                                                                    \
     "  return tonumber(redis.call('GET', genk)) or 0\n"                                            \
@@ -61,20 +71,47 @@
     "  end\n"                                                                                      \
     "  changed = true\n"                                                                           \
     "end\n"                                                                                        \
-    "local function sweep()\n"                                                                     \
+    "local function lease_set(who, what)\n"                                                        \
+    "  redis.call('SET', prefix .. who, what, 'PX', ttl)\n"                                        \
+    "  redis.call('ZADD', dl, now + tonumber(ttl), who)\n"                                         \
+    "end\n"                                                                                        \
+    "local function drop(who)\n"                                                                   \
+    "  redis.call('DEL', prefix .. who)\n"                                                         \
+    "  redis.call('ZREM', dl, who)\n"                                                              \
+    "  return redis.call('HDEL', members, who) == 1\n"                                             \
+    "end\n"                                                                                        \
+    "local function expired(who)\n"                                                                \
+    "  redis.call('ZREM', dl, who)\n"                                                              \
+    "  if redis.call('HDEL', members, who) == 1 then bump('expire', who) end\n"                    \
+    "end\n"                                                                                        \
+    "local function deadline(n, p)\n"                                                              \
+    "  if p == -2 then expired(n)\n"                                                               \
+    "  elseif p == -1 then redis.call('ZADD', dl, '+inf', n)\n"                                    \
+    "  else redis.call('ZADD', dl, now + p, n) end\n"                                              \
+    "end\n"                                                                                        \
+    "local function reconcile()\n"                                                                 \
+    "  for _, n in ipairs(redis.call('ZRANGE', dl, 0, -1)) do\n"                                   \
+    "    if redis.call('HEXISTS', members, n) == 0 then redis.call('ZREM', dl, n) end\n"           \
+    "  end\n"                                                                                      \
     "  for _, n in ipairs(redis.call('HKEYS', members)) do\n"                                      \
-    "    if redis.call('EXISTS', prefix .. n) == 0 then\n"                                         \
-    "      redis.call('HDEL', members, n)\n"                                                       \
-    "      bump('expire', n)\n"                                                                    \
-    "    end\n"                                                                                    \
+    "    if not redis.call('ZSCORE', dl, n) then deadline(n, redis.call('PTTL', prefix .. n)) "    \
+    "end\n"                                                                                        \
+    "  end\n"                                                                                      \
+    "end\n"                                                                                        \
+    "local function sweep()\n"                                                                     \
+    "  if redis.call('HLEN', members) ~= redis.call('ZCARD', dl) then reconcile() end\n"           \
+    "  for _, n in ipairs(redis.call('ZRANGEBYSCORE', dl, '-inf', now)) do\n"                      \
+    "    deadline(n, redis.call('PTTL', prefix .. n))\n"                                           \
     "  end\n"                                                                                      \
     "end\n"                                                                                        \
     "local function join()\n"                                                                      \
-    "  redis.call('SET', lease, inc, 'PX', ttl)\n"                                                 \
-    "  sweep()\n"                                                                                  \
     "  redis.call('HSET', members, node, rec)\n"                                                   \
+    "  lease_set(node, inc)\n"                                                                     \
+    "  sweep()\n"                                                                                  \
     "  bump('join', node)\n"                                                                       \
-    "end\n"                                                                                        \
+    "end\n"
+
+#define RDV_LUA_VIEW                                                                               \
     "local function ours(r)\n"                                                                     \
     "  return type(r) == 'string' and string.match(r, '^%d+ (%d+) ') == inc\n"                     \
     "end\n"                                                                                        \
@@ -105,14 +142,17 @@
     "  local id = '0-0'\n"                                                                         \
     "  if last[1] then id = last[1][1] end\n"                                                      \
     "  local soonest = -1\n"                                                                       \
-    "  for _, n in ipairs(redis.call('HKEYS', members)) do\n"                                      \
-    "    if n ~= node then\n"                                                                      \
-    "      local p = redis.call('PTTL', prefix .. n)\n"                                            \
-    "      if p >= 0 and (soonest < 0 or p < soonest) then soonest = p end\n"                      \
+    "  local two = redis.call('ZRANGE', dl, 0, 1, 'WITHSCORES')\n"                                 \
+    "  for i = 1, #two - 1, 2 do\n"                                                                \
+    "    local at = tonumber(two[i + 1])\n"                                                        \
+    "    if soonest < 0 and two[i] ~= node and at and at < math.huge then\n"                       \
+    "      soonest = math.max(0, at - now)\n"                                                      \
     "    end\n"                                                                                    \
     "  end\n"                                                                                      \
-    "  return {status, stored(), id, redis.call('HGETALL', members), "                             \
-    "redis.call('GET', startk), soonest}\n"                                                        \
+    "  local g = stored()\n"                                                                       \
+    "  local all = false\n"                                                                        \
+    "  if status ~= 'ok' or g ~= have then all = redis.call('HGETALL', members) end\n"             \
+    "  return {status, g, id, all, redis.call('GET', startk), soonest}\n"                          \
     "end\n"                                                                                        \
     "local function lost()\n"                                                                      \
     "  return redis.call('HLEN', members) == 0 and stored() <= low\n"                              \
@@ -124,6 +164,7 @@
     "    return view('superseded')\n"                                                              \
     "  end\n"                                                                                      \
     "  if cur == rec and stored() >= low and redis.call('PEXPIRE', lease, ttl) == 1 then\n"        \
+    "    redis.call('ZADD', dl, now + tonumber(ttl), node)\n"                                      \
     "    sweep()\n"                                                                                \
     "    return view('ok')\n"                                                                      \
     "  end\n"                                                                                      \
@@ -136,61 +177,60 @@ enum { RDV_JOIN, RDV_REFRESH, RDV_LEAVE, RDV_VIEW, RDV_EVICT, RDV_RESTORE, RDV_B
 static const char *const rdv_script_name[RDV_NSCRIPTS] = {"JOIN",  "REFRESH", "LEAVE", "VIEW",
                                                           "EVICT", "RESTORE", "BUMP"};
 
-static const char *const rdv_script[RDV_NSCRIPTS] = {
+/* Each script's own part: its text is RDV_LUA_STATE RDV_LUA_VIEW then this (joined at start-up:
+ * C compilers need not take string literals that long). */
+static const char *const rdv_script_body[RDV_NSCRIPTS] = {
     /* JOIN: (re)writes our lease and record. */
-    RDV_LUA_COMMON "join()\n"
-                   "return view('joined')\n",
-    /* REFRESH (ARGV[7]: '1' when we hold a view to restore): extends our lease; answers 'lost'
+    "join()\n"
+    "return view('joined')\n",
+    /* REFRESH (ARGV[8]: '1' when we hold a view to restore): extends our lease; answers 'lost'
      * without a change when Redis lost the job, for a RESTORE; re-joins (above our floor, so
      * every daemon moves to the next generation) when our record or lease is gone (expired,
      * evicted), when our record is not the one we wrote (someone restored an older view) or when
      * Redis's generation is below ours; leaves alone a record a newer incarnation of this node
      * wrote. */
-    RDV_LUA_COMMON "if ARGV[7] == '1' and lost() then return view('lost') end\n"
-                   "return refresh()\n",
+    "if ARGV[8] == '1' and lost() then return view('lost') end\n"
+    "return refresh()\n",
     /* LEAVE: removes our record and lease, never another incarnation's. */
-    RDV_LUA_COMMON "if ours(redis.call('HGET', members, node)) then\n"
-                   "  redis.call('DEL', lease)\n"
-                   "  redis.call('HDEL', members, node)\n"
-                   "  bump('leave', node)\n"
-                   "elseif redis.call('GET', lease) == inc then\n"
-                   "  redis.call('DEL', lease)\n"
-                   "end\n"
-                   "return view('left')\n",
+    "if ours(redis.call('HGET', members, node)) then\n"
+    "  drop(node)\n"
+    "  bump('leave', node)\n"
+    "elseif redis.call('GET', lease) == inc then\n"
+    "  redis.call('DEL', lease)\n"
+    "end\n"
+    "return view('left')\n",
     /* VIEW: read only. */
-    RDV_LUA_COMMON "return view('ok')\n",
+    "return view('ok')\n",
     /* EVICT: node, inc and rec are the evicted member, its incarnation and the reason; removes
      * it only while its record has that incarnation. */
-    RDV_LUA_COMMON "if ours(redis.call('HGET', members, node)) then\n"
-                   "  redis.call('DEL', lease)\n"
-                   "  redis.call('HDEL', members, node)\n"
-                   "  bump('evict', node, rec)\n"
-                   "  sweep()\n"
-                   "  return view('evicted')\n"
-                   "end\n"
-                   "return view('absent')\n",
-    /* RESTORE (ARGV[7]: started '1' or '0'; then node, record pairs): when Redis still lost the
+    "if ours(redis.call('HGET', members, node)) then\n"
+    "  drop(node)\n"
+    "  bump('evict', node, rec)\n"
+    "  sweep()\n"
+    "  return view('evicted')\n"
+    "end\n"
+    "return view('absent')\n",
+    /* RESTORE (ARGV[8]: started '1' or '0'; then node, record pairs): when Redis still lost the
      * job, writes back the view we knew at the generation floor, without a bump, each member
      * with a fresh lease; then our own record if it changed meanwhile (a join, bumped). When
      * someone restored or joined first, a plain refresh. */
-    RDV_LUA_COMMON "if not lost() then return refresh() end\n"
-                   "for i = 8, #ARGV - 1, 2 do\n"
-                   "  redis.call('HSET', members, ARGV[i], ARGV[i + 1])\n"
-                   "  redis.call('SET', prefix .. ARGV[i], "
-                   "string.match(ARGV[i + 1], '^%d+ (%d+) ') or '0', 'PX', ttl)\n"
-                   "end\n"
-                   "local g = string.format('%d', math.max(stored(), low))\n"
-                   "redis.call('SET', genk, g)\n"
-                   "if ARGV[7] ~= '-' then redis.call('SET', startk, ARGV[7]) "
-                   "else redis.call('DEL', startk) end\n"
-                   "redis.call('XADD', events, 'MAXLEN', '~', '1000', '*', 'gen', g, "
-                   "'type', 'restore', 'node', node)\n"
-                   "if redis.call('HGET', members, node) ~= rec then join() end\n"
-                   "return view('restored')\n",
+    "if not lost() then return refresh() end\n"
+    "for i = 9, #ARGV - 1, 2 do\n"
+    "  redis.call('HSET', members, ARGV[i], ARGV[i + 1])\n"
+    "  lease_set(ARGV[i], string.match(ARGV[i + 1], '^%d+ (%d+) ') or '0')\n"
+    "end\n"
+    "local g = string.format('%d', math.max(stored(), low))\n"
+    "redis.call('SET', genk, g)\n"
+    "if ARGV[8] ~= '-' then redis.call('SET', startk, ARGV[8]) "
+    "else redis.call('DEL', startk) end\n"
+    "redis.call('XADD', events, 'MAXLEN', '~', '1000', '*', 'gen', g, "
+    "'type', 'restore', 'node', node)\n"
+    "if redis.call('HGET', members, node) ~= rec then join() end\n"
+    "return view('restored')\n",
     /* BUMP (rec: the reason; the floor: the generation that broke): moves the job past that
      * generation unless someone already has, so both ends of a broken link bump it once. */
-    RDV_LUA_COMMON "if stored() <= low then bump('reform', node, rec) end\n"
-                   "return view('ok')\n",
+    "if stored() <= low then bump('reform', node, rec) end\n"
+    "return view('ok')\n",
 };
 
 typedef struct rdv_job rdv_job;
@@ -213,6 +253,7 @@ struct rdv_job {
     uint64_t high_gen;      /* the highest generation seen: every bump goes above it */
     int undelivered;        /* view has a generation on_view has not had yet */
     uint64_t delivered_gen; /* the last generation delivered, 0 before */
+    int want_all;           /* the next script asks for the members whatever its generation */
     int64_t next_tick_ms;   /* when tick fires */
     int64_t confirmed_ms;   /* when Redis last confirmed our registration (0: never) */
     struct event *tick;     /* the next refresh: lease / 3, or sooner for a sweep */
@@ -240,6 +281,7 @@ struct rd_rdv {
     void *arg;
     rd_rdv_conn cmd;            /* the scripts */
     char sha[RDV_NSCRIPTS][41]; /* from SCRIPT LOAD on the command connection, "" unknown */
+    char *script[RDV_NSCRIPTS]; /* each script's whole text */
     rd_rdv_scripts scripts;     /* rdv_script, loaded into sha */
     rdv_job *jobs;
     uint64_t next_uid;
@@ -383,9 +425,10 @@ static int req_push(rdv_req *q, const char *s)
 }
 
 /* Builds a call of script for job with the keys and the fixed ARGV (node, its incarnation,
- * record, generation floor); the caller pushes the script's own ARGV. NULL when out of memory. */
+ * record, generation floor, the generation of the whole view held or -1); the caller pushes the
+ * script's own ARGV. NULL when out of memory. */
 static rdv_req *req_new(rd_rdv *r, const char *job, const char *node, uint64_t incarnation,
-                        const char *record, int script, uint64_t floor)
+                        const char *record, int script, uint64_t floor, int64_t have)
 {
     char buf[RDV_NKEYS + RDV_NFIXED][RDV_KEY_MAX + RD_RDV_RECORD_MAX];
     rdv_req *q = calloc(1, sizeof(*q));
@@ -399,12 +442,14 @@ static rdv_req *req_new(rd_rdv *r, const char *job, const char *node, uint64_t i
     snprintf(buf[2], sizeof(buf[2]), "ringd:{%s}:events", job);
     snprintf(buf[3], sizeof(buf[3]), "ringd:{%s}:lease:%s", job, node);
     snprintf(buf[4], sizeof(buf[4]), "ringd:{%s}:started", job);
-    snprintf(buf[5], sizeof(buf[5]), "ringd:{%s}:lease:", job);
-    snprintf(buf[6], sizeof(buf[6]), "%s", node);
-    snprintf(buf[7], sizeof(buf[7]), "%" PRIu64, incarnation);
-    snprintf(buf[8], sizeof(buf[8]), "%s", record);
-    snprintf(buf[9], sizeof(buf[9]), "%" PRId64, r->lease_ms);
-    snprintf(buf[10], sizeof(buf[10]), "%" PRIu64, floor);
+    snprintf(buf[5], sizeof(buf[5]), "ringd:{%s}:deadlines", job);
+    snprintf(buf[6], sizeof(buf[6]), "ringd:{%s}:lease:", job);
+    snprintf(buf[7], sizeof(buf[7]), "%s", node);
+    snprintf(buf[8], sizeof(buf[8]), "%" PRIu64, incarnation);
+    snprintf(buf[9], sizeof(buf[9]), "%s", record);
+    snprintf(buf[10], sizeof(buf[10]), "%" PRId64, r->lease_ms);
+    snprintf(buf[11], sizeof(buf[11]), "%" PRIu64, floor);
+    snprintf(buf[12], sizeof(buf[12]), "%" PRId64, have);
     for (int i = 0; i < RDV_NKEYS + RDV_NFIXED; i++) {
         if (req_push(q, buf[i]) != 0) {
             req_free(q);
@@ -419,7 +464,8 @@ static rdv_req *req_self(rd_rdv *r, const rdv_job *j, int script)
 {
     char rec[RD_RDV_RECORD_MAX];
     rd_rdv_record_format(&j->self, rec, sizeof(rec));
-    return req_new(r, j->name, j->self.node, j->self.incarnation, rec, script, j->high_gen);
+    int64_t have = j->view != NULL && !j->want_all ? (int64_t)j->view->generation : -1;
+    return req_new(r, j->name, j->self.node, j->self.incarnation, rec, script, j->high_gen, have);
 }
 
 /* q's command line: EVAL (or EVALSHA when usesha) script, key count, arguments; NULL when out of
@@ -431,7 +477,7 @@ static const char **req_argv(const rd_rdv *r, const rdv_req *q, int usesha)
     if (argv == NULL)
         return NULL;
     argv[0] = usesha ? "EVALSHA" : "EVAL";
-    argv[1] = usesha ? r->sha[q->script] : rdv_script[q->script];
+    argv[1] = usesha ? r->sha[q->script] : r->script[q->script];
     argv[2] = nkeys;
     for (int i = 0; i < q->nargs; i++)
         argv[3 + i] = q->args[i];
@@ -533,7 +579,9 @@ static void on_script(redisAsyncContext *ac, void *reply, void *privdata)
         return;
     }
     size_t nbad = 0;
-    rd_rdv_view *v = rd_rdv_view_parse(rep, q->job, status, sizeof(status), id, &soonest, &nbad);
+    int same = 0;
+    rd_rdv_view *v =
+        rd_rdv_view_parse(rep, q->job, status, sizeof(status), id, &soonest, &nbad, &same);
     if (v != NULL && q->script == RDV_EVICT)
         rd_log(strcmp(status, "evicted") == 0 ? RD_LOG_INFO : RD_LOG_DEBUG, SUBSYS,
                "job %s: %s node %s (incarnation %s): %s", q->job,
@@ -543,6 +591,26 @@ static void on_script(redisAsyncContext *ac, void *reply, void *privdata)
         rd_rdv_view_free(v);
         req_free(q);
         return;
+    }
+    /* No members: those of the view held, at this generation, are current. Held no longer (a
+     * newer view came meanwhile): the next script reads them whole. */
+    if (same && (j->view == NULL || j->view->generation != v->generation)) {
+        rd_rdv_view_free(v);
+        j->want_all = 1;
+        if (q->script == RDV_VIEW || !refresh)
+            send_script(r, j, RDV_VIEW);
+        else
+            refresh_now(r, j);
+        req_free(q);
+        return;
+    }
+    if (same) {
+        v->members = j->view->members;
+        v->nmembers = j->view->nmembers;
+        j->view->members = NULL;
+        j->view->nmembers = 0;
+    } else {
+        j->want_all = 0;
     }
     /* Once per generation, not on every refresh. */
     if (nbad > 0 && v->generation != j->high_gen)
@@ -778,7 +846,15 @@ rd_rdv *rd_rdv_new(struct event_base *base, const rd_rdv_options *o, char *err, 
         rd_rdv_free(r);
         return NULL;
     }
-    r->scripts = (rd_rdv_scripts){RDV_NSCRIPTS, rdv_script, rdv_script_name, r->sha};
+    static const char helpers[] = RDV_LUA_STATE, views[] = RDV_LUA_VIEW;
+    for (int i = 0; i < RDV_NSCRIPTS; i++) {
+        size_t n = sizeof(helpers) + sizeof(views) + strlen(rdv_script_body[i]);
+        if ((r->script[i] = malloc(n)) == NULL)
+            goto oom;
+        snprintf(r->script[i], n, "%s%s%s", helpers, views, rdv_script_body[i]);
+    }
+    r->scripts =
+        (rd_rdv_scripts){RDV_NSCRIPTS, (const char *const *)r->script, rdv_script_name, r->sha};
     if (rd_rdv_conn_init(&r->cmd, &r->srv, "command", &r->scripts, cmd_ready, r) != 0)
         goto oom;
     r->watchdog = event_new(base, -1, EV_PERSIST, on_watchdog, r);
@@ -893,6 +969,8 @@ void rd_rdv_free(rd_rdv *r)
         event_free(r->watchdog);
     rd_resolver_free(r->srv.resolver);
     free(r->srv.password);
+    for (int i = 0; i < RDV_NSCRIPTS; i++)
+        free(r->script[i]);
     free(r);
 }
 
@@ -959,7 +1037,8 @@ rd_status rd_rdv_evict(rd_rdv *r, const char *job, const char *node, uint64_t in
     }
     snprintf(why, sizeof(why), "%s", reason != NULL && reason[0] != '\0' ? reason : "evicted");
     const rdv_job *j = job_find(r, job);
-    rdv_req *q = req_new(r, job, node, incarnation, why, RDV_EVICT, j != NULL ? j->high_gen : 0);
+    rdv_req *q =
+        req_new(r, job, node, incarnation, why, RDV_EVICT, j != NULL ? j->high_gen : 0, -1);
     if (q == NULL) {
         rd_log(RD_LOG_ERROR, SUBSYS, "evict %s from %s: out of memory", node, job);
         return RINGD_E_NOMEM;
@@ -976,7 +1055,7 @@ rd_status rd_rdv_bump(rd_rdv *r, const char *job, uint64_t above, const char *re
     if (j == NULL)
         return RINGD_E_INVALID;
     snprintf(why, sizeof(why), "%s", reason != NULL && reason[0] != '\0' ? reason : "re-form");
-    rdv_req *q = req_new(r, job, j->self.node, j->self.incarnation, why, RDV_BUMP, above);
+    rdv_req *q = req_new(r, job, j->self.node, j->self.incarnation, why, RDV_BUMP, above, -1);
     if (q == NULL) {
         rd_log(RD_LOG_ERROR, SUBSYS, "bump %s: out of memory", job);
         return RINGD_E_NOMEM;

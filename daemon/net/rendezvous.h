@@ -131,10 +131,13 @@ rd_status rd_rdv_record_parse(const char *s, size_t len, rd_rdv_member *m);
 
 /* Parses a script reply into a new view (members sorted; malformed members skipped and counted in
  * *nbad) and writes its status (statuslen bytes at most), last stream id (id holds RD_RDV_ID_MAX
- * bytes) and *soonest (smallest lease PTTL of the others, -1 for none). Returns NULL for a
- * malformed reply (logged) or out of memory. The caller owns the view: rd_rdv_view_free. */
+ * bytes), *soonest (the least time left on the others' leases, -1 for none) and *same (1: the
+ * reply has no members, those of the caller's view of this generation are current; the view
+ * then has none). Returns NULL for a malformed reply (logged) or out of memory. The caller owns
+ * the view: rd_rdv_view_free. */
 rd_rdv_view *rd_rdv_view_parse(const struct redisReply *rep, const char *job, char *status,
-                               size_t statuslen, char *id, int64_t *soonest, size_t *nbad);
+                               size_t statuslen, char *id, int64_t *soonest, size_t *nbad,
+                               int *same);
 
 /* Frees a view of rd_rdv_view_parse; NULL is a no-op. */
 void rd_rdv_view_free(rd_rdv_view *v);

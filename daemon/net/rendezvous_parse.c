@@ -160,7 +160,8 @@ static int member_cmp(const void *a, const void *b, void *arg)
 /* See rendezvous.h: a script reply {status, generation, last stream id, {node, record, ...},
  * started, soonest}, malformed members logged at debug. */
 rd_rdv_view *rd_rdv_view_parse(const redisReply *rep, const char *job, char *status,
-                               size_t statuslen, char *id, int64_t *soonest, size_t *nbad)
+                               size_t statuslen, char *id, int64_t *soonest, size_t *nbad,
+                               int *same)
 {
     const char *why = NULL;
     rd_rdv_view *v = NULL;
@@ -187,8 +188,9 @@ rd_rdv_view *rd_rdv_view_parse(const redisReply *rep, const char *job, char *sta
         why = "bad stream id";
         goto bad;
     }
-    if (hash->type != REDIS_REPLY_ARRAY || hash->elements % 2 != 0 ||
-        hash->elements / 2 > RDV_MEMBERS_MAX) {
+    *same = hash->type == REDIS_REPLY_NIL;
+    if (!*same && (hash->type != REDIS_REPLY_ARRAY || hash->elements % 2 != 0 ||
+                   hash->elements / 2 > RDV_MEMBERS_MAX)) {
         why = "bad member list";
         goto bad;
     }
@@ -214,6 +216,8 @@ rd_rdv_view *rd_rdv_view_parse(const redisReply *rep, const char *job, char *sta
     v->started = started->type == REDIS_REPLY_STRING;
     v->started_at = started_at;
     *soonest = pttl->integer;
+    if (*same)
+        return v;
     if (hash->elements > 0) {
         v->members = calloc(hash->elements / 2, sizeof(*v->members));
         if (v->members == NULL)

@@ -34,9 +34,12 @@ static void check_reply(const redisReply *rep)
     char status[32], id[48];
     int64_t soonest = 0;
     size_t nbad = 0;
-    rd_rdv_view *v = rd_rdv_view_parse(rep, "fuzz", status, sizeof(status), id, &soonest, &nbad);
+    int same = 0;
+    rd_rdv_view *v =
+        rd_rdv_view_parse(rep, "fuzz", status, sizeof(status), id, &soonest, &nbad, &same);
     if (v != NULL) {
-        if (strlen(status) >= sizeof(status) || strlen(id) >= sizeof(id) || soonest < -1)
+        if (strlen(status) >= sizeof(status) || strlen(id) >= sizeof(id) || soonest < -1 ||
+            (same && v->nmembers != 0))
             abort();
         for (size_t i = 0; i < v->nmembers; i++)
             if (!rd_name_valid(v->members[i].node) || v->members[i].addr[0] == '\0')
