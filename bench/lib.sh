@@ -86,14 +86,15 @@ wait_for() {
 
 # start_ring [N [RINGD_ARG...]]: redis-server on a free port and N daemons (2 by default: a and
 # b; else n0 .. nN-1) joined through it, sharing a fresh key, each with the extra ringd arguments
-# ($RINGD, $RINGCTL; each daemon's socket $tmp/NODE.sock, its log $tmp/ringd-NODE.log). Returns
-# non-zero if any of them died or never answered.
+# ($RINGD, $RINGCTL; each daemon's socket $tmp/NODE.sock, its log $tmp/ringd-NODE.log; Redis's
+# port in $ring_redis_port). Returns non-zero if any of them died or never answered.
 start_ring() {
     local n=${1:-2} port node
     (($# == 0)) || shift
     local names=(a b)
     ((n == 2)) || mapfile -t names < <(seq -f 'n%g' 0 $((n - 1)))
     port=$(free_port)
+    ring_redis_port=$port
     redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no \
         --dir "$tmp" --logfile "$tmp/redis.log" &
     pids+=($!)

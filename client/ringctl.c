@@ -242,7 +242,9 @@ static void print_text(const Ringd__StatusReply *r)
                r->redis_connected ? "connected" : "DISCONNECTED");
         if (r->redis_rtt_us >= 0)
             printf(", %.2f ms round trip", (double)r->redis_rtt_us / 1e3);
-        printf("); %" PRIu64 " ops in %" PRIu64 " ring passes\n", r->ring_ops, r->ring_passes);
+        printf("); %" PRIu64 " ops in %" PRIu64 " ring passes; %" PRIu64
+               " control messages sent (%.3f MB)\n",
+               r->ring_ops, r->ring_passes, r->control_sent, (double)r->control_bytes_sent / 1e6);
     }
     if (r->metrics[0] != '\0')
         printf("metrics at http://%s/metrics\n", r->metrics);
@@ -359,6 +361,9 @@ static void print_json(const Ringd__StatusReply *r)
     json_object_object_add(root, "metrics", json_object_new_string(r->metrics));
     json_object_object_add(root, "ring_passes", json_object_new_int64((int64_t)r->ring_passes));
     json_object_object_add(root, "ring_ops", json_object_new_int64((int64_t)r->ring_ops));
+    json_object_object_add(root, "control_sent", json_object_new_int64((int64_t)r->control_sent));
+    json_object_object_add(root, "control_bytes_sent",
+                           json_object_new_int64((int64_t)r->control_bytes_sent));
     json_object_object_add(root, "draining", json_object_new_boolean(r->draining));
     json_object *ops = json_object_new_object();
     json_object_object_add(ops, "in_flight", json_object_new_int64((int64_t)r->ops_in_flight));

@@ -256,6 +256,35 @@ Test(elastic, a_daemon_of_two_ranks_killed_mid_allreduce_leaves_four_ranks_numbe
     kill_a_daemon_mid_allreduce(2);
 }
 
+/* A ring of 16 daemons, one looping client each: checked allreduces, one kill -9, and the 15
+ * survivors fail once naming the lost node, then go on at size 15. */
+Test(elastic, a_ring_of_16_daemons_survives_a_kill_9_and_goes_on_at_15, .timeout = 180)
+{
+    enum { N = 16, LOST = 7 };
+    int local[N];
+    for (int k = 0; k < N; k++)
+        local[k] = 1;
+    start_job(N, local, 0);
+    uint64_t gen0 = max_generation();
+    MUST(th_ring_wait_up(&ring_, job_, (1u << N) - 1, N, 0, 20000) != 0,
+         "the ring of %d is not up everywhere", N);
+    wait_progress(ALL_LOOPS, 5, 30000, "the ring of 16");
+    int64_t t = th_now_ms();
+    th_daemon_kill(&ring_.d[LOST]);
+    th_loop_kill(&loops_[LOST]);
+    char lost[8];
+    snprintf(lost, sizeof(lost), "n%d", LOST);
+    int64_t took = expect_one_change(alive_not_on, LOST, t, lost, N - 1, gen0);
+    fprintf(stderr, "elastic: kill -9 of n%d of 16 to the first success without it: %lld ms\n",
+            LOST, (long long)took);
+    MUST(took < RECOVERY_MS, "the survivors took %lld ms to succeed without n%d, want < %d",
+         (long long)took, LOST, RECOVERY_MS);
+    wait_progress(ALL_LOOPS & ~(1u << LOST), 5, 30000, "after the kill");
+    expect_no_wrong_results();
+    stop_loops();
+    th_ring_finish(&ring_);
+}
+
 /* ---- 2. a silent daemon (SIGSTOP), then back ---- */
 
 Test(elastic,

@@ -6,7 +6,7 @@
 #include "harness.h"
 #include "th_redis.h"
 
-#define TH_RING_MAX 8
+#define TH_RING_MAX 16
 
 typedef struct {
     th_redis redis;

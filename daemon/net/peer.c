@@ -874,20 +874,20 @@ rd_peer_chan *rd_peer_chan_new(struct event_base *base, int fd, const char *peer
     return c;
 }
 
-void rd_peer_chan_send(rd_peer_chan *c, const rd_msg *m)
+size_t rd_peer_chan_send(rd_peer_chan *c, const rd_msg *m)
 {
     if (c->why[0] != '\0')
-        return;
+        return 0;
     struct evbuffer *out = bufferevent_get_output(c->bev);
     if (evbuffer_get_length(out) > RD_PEER_CHAN_OUT_MAX) {
         chan_fail(c, "peer reads nothing (output over 64 MiB)");
-        return;
+        return 0;
     }
     size_t len = rd_frame_size(m);
     struct evbuffer_iovec v;
     if (evbuffer_reserve_space(out, (ssize_t)len, &v, 1) < 1) {
         chan_fail(c, "out of memory");
-        return;
+        return 0;
     }
     rd_frame_pack(m, v.iov_base);
     v.iov_len = len;
@@ -895,6 +895,7 @@ void rd_peer_chan_send(rd_peer_chan *c, const rd_msg *m)
     /* Latency: write now rather than on the next loop turn; the bufferevent keeps the rest. */
     if (evbuffer_get_length(out) == len)
         evbuffer_write(out, bufferevent_getfd(c->bev));
+    return len;
 }
 
 static void chan_destroy(rd_peer_chan *c)

@@ -64,8 +64,9 @@ rd_peer_chan *rd_peer_chan_new(struct event_base *base, int fd, const char *peer
                                uint32_t max_frame, rd_peer_chan_msg_fn on_msg,
                                rd_peer_chan_err_fn on_err, void *arg);
 
-/* Queues m; a failure is reported through on_err on a later loop turn. */
-void rd_peer_chan_send(rd_peer_chan *c, const rd_msg *m);
+/* Queues m; a failure is reported through on_err on a later loop turn. Returns the bytes queued
+ * (framing included), 0 when nothing was (the channel failed). */
+size_t rd_peer_chan_send(rd_peer_chan *c, const rd_msg *m);
 
 /* Lets the channel go: no callback comes any more. What was sent still goes out, then the
  * connection is half closed and read until the peer closes it (a second at most), so the peer

@@ -595,8 +595,7 @@ void rd_world_resize(rd_world *w, uint32_t local_size, const char *why)
     m.body_case = RINGD__MSG__BODY_ERROR;
     m.error = &e;
     for (int i = 0; i < w->nnodes; i++)
-        if (i != w->position && w->ctrl[i] != NULL)
-            rd_peer_chan_send(w->ctrl[i], &m);
+        world_ctrl_send(w, i, &m);
     world_teardown(w, why, TD_FAIL, W_WAITING);
     world_resync_set(w, RS_EXPLAINED,
                      why); /* also when the ring was not up: the clients' ranks change */
@@ -621,7 +620,7 @@ static void on_lapse(evutil_socket_t fd, short what, void *arg)
     for (int i = 0; world_ring_up(w) && i < w->nnodes; i++) {
         if (i == w->position || w->ctrl[i] == NULL)
             continue;
-        rd_peer_chan_send(w->ctrl[i], &poke);
+        world_ctrl_send(w, i, &poke);
         if (now - w->heard[i] > silent)
             silent = now - w->heard[i];
     }

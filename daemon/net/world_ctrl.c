@@ -13,6 +13,17 @@
 #include "counters.h"
 #include "log.h"
 
+void world_ctrl_send(rd_world *w, int i, const rd_msg *m)
+{
+    if (i < 0 || i >= w->nnodes || i == w->position || w->ctrl[i] == NULL)
+        return;
+    size_t n = rd_peer_chan_send(w->ctrl[i], m);
+    if (n > 0) {
+        w->net->counters->ctrl_sent++;
+        w->net->counters->ctrl_bytes_sent += n;
+    }
+}
+
 /* Sends Bye (leaving or only sealing) to every node still connected. */
 void world_send_bye(rd_world *w, int leaving)
 {
@@ -23,8 +34,7 @@ void world_send_bye(rd_world *w, int leaving)
     m.body_case = RINGD__MSG__BODY_BYE;
     m.bye = &bye;
     for (int i = 0; i < w->nnodes; i++)
-        if (i != w->position && w->ctrl[i] != NULL)
-            rd_peer_chan_send(w->ctrl[i], &m);
+        world_ctrl_send(w, i, &m);
 }
 
 void rd_world_send(rd_world *w, const int *to, int nto, const rd_schedmsg *m)
@@ -36,11 +46,8 @@ void rd_world_send(rd_world *w, const int *to, int nto, const rd_schedmsg *m)
         rd_world_drop(w, "out of memory sending a scheduling message");
         return;
     }
-    for (int k = 0; k < (to != NULL ? nto : w->nnodes); k++) {
-        int i = to != NULL ? to[k] : k;
-        if (i >= 0 && i < w->nnodes && i != w->position && w->ctrl[i] != NULL)
-            rd_peer_chan_send(w->ctrl[i], msg);
-    }
+    for (int k = 0; k < (to != NULL ? nto : w->nnodes); k++)
+        world_ctrl_send(w, to != NULL ? to[k] : k, msg);
     rd_schedmsg_encoded_free(msg);
 }
 
