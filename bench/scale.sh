@@ -4,8 +4,9 @@
 #   first_op_ms   from the last daemon answering to every rank having done its first step
 #                 (ringd-train: ring formation, then one allreduce)
 #   4B_us, 1M_us  allreduce (f32 sum) time at 4 B and 1 MiB (ringd-bench, rank 0's table)
-#   ctl/op/node   control messages each node sent per op in that bench (announcements, orders,
-#                 keepalives), the mean over the nodes; ctlB/op/node their bytes
+#   ctl/op/node   control messages each node sent per op over that bench (announcements, orders;
+#                 keepalives apart: ka/s/node, each node's keepalives per second), the ops of
+#                 both jobs counted; ctlB/op/node their bytes
 #   sockets       open sockets per daemon while the job runs (the most of any daemon)
 #   redis/s/d     Redis commands per second per daemon while the job idles (top level: scripts
 #                 and XREADs); calls/s/d the commands those scripts ran inside
@@ -53,15 +54,16 @@ print(functools.reduce(lambda d, k: d.get(k, {}), '$2'.split('.'), json.load(sys
 # redis_stats PORT: "<top-level commands> <calls inside scripts>" so far.
 redis_stats() {
     redis-cli -h 127.0.0.1 -p "$1" info commandstats | tr -d '\r' | awk -F'[:=,]' '
-        /^cmdstat_/ { name = substr($1, 9); calls = $3
+        /^cmdstat_/ { name = substr($1, 9); calls = $3; sub(/\|.*/, "", name)
                       if (name == "evalsha" || name == "eval" || name == "xread") top += calls
                       else if (name != "info" && name != "config" && name != "ping" &&
                                name != "script" && name != "auth" && name != "select" &&
-                               name != "client" && name != "hello") inner += calls }
+                               name != "client" && name != "hello" && name != "command")
+                          inner += calls }
         END { printf "%d %d\n", top, inner }'
 }
 
-# wait_lines N FILES... : until every FILE has a step line at size N (60 s at most).
+# wait_size N FILES... : until every FILE has a step line at size N (60 s at most).
 wait_size() {
     local n=$1 end f ok
     shift
@@ -77,10 +79,13 @@ wait_size() {
     return 1
 }
 
+for n in $NODES; do
+    ((n >= 3 && n <= 64)) || die "NODES: $n is not 3..64 (daemons are named n0, n1, ...)"
+done
 printf '# scale.sh: %s daemons on %s cores, lease %s ms, %s iters\n' "$NODES" "$(nproc)" \
     "$LEASE_MS" "$ITERS"
-printf '%6s %12s %10s %10s %12s %14s %8s %10s %10s %10s %8s\n' N first_op_ms 4B_us 1M_us \
-    ctl/op/node ctlB/op/node sockets redis/s/d calls/s/d reform_ms rss_MB
+printf '%6s %12s %10s %10s %12s %14s %10s %8s %10s %10s %10s %8s\n' N first_op_ms 4B_us 1M_us \
+    ctl/op/node ctlB/op/node ka/s/node sockets redis/s/d calls/s/d reform_ms rss_MB
 
 for n in $NODES; do
     stop_all
@@ -96,6 +101,7 @@ for n in $NODES; do
             --min-size 1 --steps 1000000 --sleep-ms 100 --dim 4 \
             >"$tmp/train.$n.$i.out" 2>"$tmp/train.$n.$i.err" &
         train+=($!)
+        pids+=($!) # stopped by stop_all on the way out, also after a die
     done
     outs=()
     for ((i = 0; i < n; i++)); do outs+=("$tmp/train.$n.$i.out"); done
@@ -119,8 +125,10 @@ for n in $NODES; do
     calls_per=$("$PYTHON" -c "print(f'{($inner1 - $inner0) / $IDLE_S / $n:.1f}')")
 
     # --- 4 B and 1 MiB allreduce, and the control messages per op ---
-    declare -A ctl0=() cb0=() ops0=()
+    declare -A ctl0=() cb0=() ops0=() ka0=()
+    t_bench0=$(now_ms)
     for ((i = 0; i < n; i++)); do
+        ka0[$i]=$(status_field "n$i" keepalives_sent)
         ctl0[$i]=$(status_field "n$i" control_sent)
         cb0[$i]=$(status_field "n$i" control_bytes_sent)
         ops0[$i]=$(status_field "n$i" ops.completed)
@@ -131,6 +139,7 @@ for n in $NODES; do
             --job "scale-bench.$n" -b 4 -e 1M -f 262144 -n "$ITERS" -w "$WARMUP" -c 1 \
             --op allreduce --dtype f32 --redop sum >/dev/null 2>"$tmp/bench.$n.$i.err" &
         bench+=($!)
+        pids+=($!)
     done
     timeout "$BENCH_TIMEOUT" "$RINGD_BENCH" --socket "$tmp/n0.sock" --procs 1 --world "$n" \
         --job "scale-bench.$n" -b 4 -e 1M -f 262144 -n "$ITERS" -w "$WARMUP" -c 1 \
@@ -141,8 +150,9 @@ for n in $NODES; do
     t1m=$(awk '$1 == 1048576 && NF >= 8 { print $5 }' "$tmp/bench.$n.txt")
     wrong=$(awk '$1 ~ /^[0-9]+$/ && NF >= 8 { w += $8 } END { print w + 0 }' "$tmp/bench.$n.txt")
     ((wrong == 0)) || die "N=$n: $wrong wrong results"
-    ctl=0 cb=0 ops=0
+    ctl=0 cb=0 ops=0 ka=0
     for ((i = 0; i < n; i++)); do
+        ka=$((ka + $(status_field "n$i" keepalives_sent) - ka0[$i]))
         ctl=$((ctl + $(status_field "n$i" control_sent) - ctl0[$i]))
         cb=$((cb + $(status_field "n$i" control_bytes_sent) - cb0[$i]))
         ops=$((ops + $(status_field "n$i" ops.completed) - ops0[$i]))
@@ -150,6 +160,7 @@ for n in $NODES; do
     # ops counts each node's ops (the training job's steps too): per op per node
     ctl_per=$("$PYTHON" -c "print(f'{$ctl / max($ops, 1):.2f}')")
     cb_per=$("$PYTHON" -c "print(f'{$cb / max($ops, 1):.0f}')")
+    ka_per=$("$PYTHON" -c "print(f'{$ka / $n / max($(now_ms) - $t_bench0, 1) * 1000:.1f}')")
 
     # --- one kill -9: the last daemon ---
     victim=${daemons[$((n - 1))]}
@@ -161,7 +172,8 @@ for n in $NODES; do
 
     for p in "${train[@]}"; do kill "$p" 2>/dev/null || true; done
     for p in "${train[@]}"; do wait "$p" 2>/dev/null || true; done
-    printf '%6s %12s %10s %10s %12s %14s %8s %10s %10s %10s %8s\n' "$n" "$first_op" "$t4" "$t1m" \
-        "$ctl_per" "$cb_per" "$socks" "$redis_per" "$calls_per" "$reform" $((rss / 1024))
+    printf '%6s %12s %10s %10s %12s %14s %10s %8s %10s %10s %10s %8s\n' "$n" "$first_op" "$t4" \
+        "$t1m" "$ctl_per" "$cb_per" "$ka_per" "$socks" "$redis_per" "$calls_per" "$reform" \
+        $((rss / 1024))
 done
 stop_all

@@ -364,6 +364,8 @@ static void print_json(const Ringd__StatusReply *r)
     json_object_object_add(root, "control_sent", json_object_new_int64((int64_t)r->control_sent));
     json_object_object_add(root, "control_bytes_sent",
                            json_object_new_int64((int64_t)r->control_bytes_sent));
+    json_object_object_add(root, "keepalives_sent",
+                           json_object_new_int64((int64_t)r->keepalives_sent));
     json_object_object_add(root, "draining", json_object_new_boolean(r->draining));
     json_object *ops = json_object_new_object();
     json_object_object_add(ops, "in_flight", json_object_new_int64((int64_t)r->ops_in_flight));

@@ -211,6 +211,7 @@ Ringd__StatusReply *rd_report_reply_new(const rd_daemon_status *s)
     r->ring_ops = s->ring_ops;
     r->control_sent = s->control_sent;
     r->control_bytes_sent = s->control_bytes_sent;
+    r->keepalives_sent = s->keepalives_sent;
     r->draining = s->draining != 0;
     r->drain_timeout_ms = s->drain_timeout_ms;
     for (size_t i = 0; i < nj; i++) {

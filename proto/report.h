@@ -106,6 +106,7 @@ typedef struct {
     uint64_t ring_passes; /* collectives run on rings, a fused group counting once */
     uint64_t ring_ops;    /* ops those passes carried */
     uint64_t control_sent, control_bytes_sent; /* control messages to other nodes, their bytes */
+    uint64_t keepalives_sent;                  /* keepalives on the same links */
     const char *node;
     const char *listen; /* the address peers connect to */
     const char *redis;  /* NULL or "" without --redis */

@@ -80,6 +80,9 @@ static rd_daemon_status *status_filled(void)
     s->bytes_reduced = UINT64_C(1) << 50;
     s->ring_passes = 77;
     s->ring_ops = 301;
+    s->control_sent = 1234;
+    s->control_bytes_sent = 56789;
+    s->keepalives_sent = 42;
     s->node = "n1";
     s->listen = "10.0.0.2:7070";
     s->redis = "redis://redis:6379/0";
@@ -206,6 +209,9 @@ static void check_status(const Ringd__StatusReply *o, const rd_daemon_status *s)
     cr_assert_eq(o->bytes_reduced, s->bytes_reduced);
     cr_assert_eq(o->ring_passes, s->ring_passes);
     cr_assert_eq(o->ring_ops, s->ring_ops);
+    cr_assert_eq(o->control_sent, s->control_sent);
+    cr_assert_eq(o->control_bytes_sent, s->control_bytes_sent);
+    cr_assert_eq(o->keepalives_sent, s->keepalives_sent);
     cr_assert_str_eq(o->node, s->node != NULL ? s->node : "");
     cr_assert_str_eq(o->listen, s->listen != NULL ? s->listen : "");
     cr_assert_str_eq(o->redis, s->redis != NULL ? s->redis : "");

@@ -15,8 +15,10 @@ typedef struct {
     uint64_t ring_passes;     /* collectives run on rings, a fused group counting once */
     uint64_t ring_ops;        /* ops those passes carried */
     uint64_t activity;        /* bumped by peer messages: the loop keeps polling after them */
-    uint64_t ctrl_sent;       /* control messages sent to other nodes (rings' control links) */
+    uint64_t ctrl_sent;       /* control messages sent to other nodes (rings' control links),
+                                 keepalives aside */
     uint64_t ctrl_bytes_sent; /* their bytes, framing included */
+    uint64_t ctrl_keepalives; /* keepalives sent on those links */
     uint64_t device_bytes[RD_COUNTERS_DEVICES]; /* bytes_reduced on each CUDA device (index) */
 } rd_counters;
 

@@ -126,11 +126,15 @@ static void daemon_series(expo *x, const rd_front *f, const rd_daemon_status *st
            "Connections to the daemon's socket: clients, and ringctl queries");
     put(x, "ringd_connections %u\n", f->nsessions);
     family(x, "ringd_control_messages_sent_total", "counter",
-           "Control messages sent to other nodes on the rings' control links, every job's");
+           "Control messages sent to other nodes on the rings' control links, every job's "
+           "(announcements, orders, Bye, errors; keepalives aside)");
     put(x, "ringd_control_messages_sent_total %" PRIu64 "\n", st->control_sent);
     family(x, "ringd_control_bytes_sent_total", "counter",
            "Bytes of those control messages, framing included");
     put(x, "ringd_control_bytes_sent_total %" PRIu64 "\n", st->control_bytes_sent);
+    family(x, "ringd_keepalives_sent_total", "counter",
+           "Keepalives sent on the rings' control links (not in the control messages above)");
+    put(x, "ringd_keepalives_sent_total %" PRIu64 "\n", st->keepalives_sent);
     if (st->redis != NULL && st->redis[0] != '\0') {
         family(x, "ringd_redis_up", "gauge", "1 while the connection to Redis is up");
         put(x, "ringd_redis_up %d\n", st->redis_connected != 0);

@@ -37,6 +37,7 @@ static void describe_daemon(const rd_front *d, rd_daemon_status *st)
     st->ring_ops = d->counters->ring_ops;
     st->control_sent = d->counters->ctrl_sent;
     st->control_bytes_sent = d->counters->ctrl_bytes_sent;
+    st->keepalives_sent = d->counters->ctrl_keepalives;
     st->draining = rd_engine_draining(d->engine);
     st->drain_timeout_ms = (uint32_t)d->cfg->drain_timeout;
 }

@@ -197,6 +197,8 @@ static const char *const rdv_script_body[RDV_NSCRIPTS] = {
     "  bump('leave', node)\n"
     "elseif redis.call('GET', lease) == inc then\n"
     "  redis.call('DEL', lease)\n"
+    "  if redis.call('HEXISTS', members, node) == 1 then redis.call('ZADD', dl, now, node)\n"
+    "  else redis.call('ZREM', dl, node) end\n"
     "end\n"
     "return view('left')\n",
     /* VIEW: read only. */

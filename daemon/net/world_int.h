@@ -246,7 +246,8 @@ rd_peer_chan *world_ctrl_open(rd_world *w, int fd, const char *node);
 /* Sends Bye (leaving or only sealing) to every node still connected. */
 void world_send_bye(rd_world *w, int leaving);
 
-/* Sends m on the control link to the node at position i, if there is one (counted). */
+/* Sends m on the control link to the node at position i, if there is one (counted: keepalives
+ * apart from the rest). */
 void world_ctrl_send(rd_world *w, int i, const rd_msg *m);
 
 /* world_plane.c: the data plane glue. */

@@ -200,6 +200,10 @@ def test_prometheus_scrapes_two_daemons_and_the_dashboard_queries_get_data(tmp_p
             assert sample(text, "ringd_op_duration_seconds_count", job="sized",
                           kind="allreduce", size="64KiB-1MiB") == sweep
             assert sample(text, "ringd_membership_changes_total", job="sized", cause="start") == 1
+            # the other node heard of every op (announcements; the coordinator's orders)
+            sent = sample(text, "ringd_control_messages_sent_total")
+            assert sent >= ops and sample(text, "ringd_control_bytes_sent_total") > sent, text
+            assert sample(text, "ringd_keepalives_sent_total") is not None
             chk = subprocess.run([need("promtool"), "check", "metrics"], input=text,
                                  capture_output=True, text=True, timeout=30)
             assert chk.returncode == 0 and chk.stdout.strip() == "" and \
@@ -235,6 +239,7 @@ def test_ringctl_metrics_prints_what_http_serves():
         assert sample(r.stdout, "ringd_ops_total", job="one", result="ok") == \
             sample(http, "ringd_ops_total", job="one", result="ok") == 6 * (5 + 1 + 1 + 2)
         assert sample(r.stdout, "ringd_redis_up") is None  # no --redis: no such series
+        assert sample(r.stdout, "ringd_control_messages_sent_total") == 0  # one node: no peers
         assert sample(r.stdout, "ringd_job_ranks", job="one") is None  # the job has ended
     finally:
         assert d.stop() == 0, tail(d.log)
