@@ -5,7 +5,8 @@
 #                 (ringd-train: ring formation, then one allreduce)
 #   4B_us, 1M_us  allreduce (f32 sum) time at 4 B and 1 MiB (ringd-bench, rank 0's table)
 #   ctl/op/node   control messages each node sent per op over that bench (announcements, orders;
-#                 keepalives apart: ka/s/node, each node's keepalives per second), the ops of
+#                 keepalives apart: ka/s/node, each node's keepalives per second, sent only to
+#                 nodes it told nothing else for a quarter of the lease), the ops of
 #                 both jobs counted; ctlB/op/node their bytes
 #   sockets       open sockets per daemon while the job runs (the most of any daemon)
 #   redis/s/d     Redis commands per second per daemon while the job idles (top level: scripts
@@ -166,6 +167,7 @@ for n in $NODES; do
     victim=${daemons[$((n - 1))]}
     t_kill=$(now_ms)
     kill -9 "$victim"
+    wait "$victim" 2>/dev/null || true # reaped here: bash says nothing of its signal
     reform=$(
         if wait_size $((n - 1)) "${outs[@]:0:$((n - 1))}"; then echo $(($(now_ms) - t_kill)); else echo timeout; fi
     )

@@ -185,7 +185,7 @@ void world_ring_is_up(rd_world *w)
     w->self_aside[0] = '\0';
     world_aside_prune(w, &w->view);
     for (int i = 0; i < w->nnodes; i++)
-        w->heard[i] = rd_now_ms();
+        w->heard[i] = w->told[i] = rd_now_ms();
     rd_log(RD_LOG_INFO, "world",
            "job '%s': ring of %d nodes up at generation %" PRIu64
            ", this node is %d (ranks %u-%u of %u)",
@@ -611,8 +611,9 @@ static void on_lapse(evutil_socket_t fd, short what, void *arg)
     rd_world *w = arg;
     (void)fd;
     (void)what;
-    /* Every node hears from every other at least this often, ring traffic or not. */
-    int64_t now = rd_now_ms(), silent = 0;
+    /* Every node hears from every other at least this often (every lease / 4): a keepalive to
+     * those this node has sent nothing else to since the last tick (ops announced count). */
+    int64_t now = rd_now_ms(), silent = 0, period = w->net->cfg->lease_ttl / 4;
     rd_msg poke = RINGD__MSG__INIT;
     Ringd__Poke p = RINGD__POKE__INIT;
     poke.body_case = RINGD__MSG__BODY_POKE;
@@ -620,7 +621,8 @@ static void on_lapse(evutil_socket_t fd, short what, void *arg)
     for (int i = 0; world_ring_up(w) && i < w->nnodes; i++) {
         if (i == w->position || w->ctrl[i] == NULL)
             continue;
-        world_ctrl_send(w, i, &poke);
+        if (now - w->told[i] >= period - period / 8) /* a tick may come a little early */
+            world_ctrl_send(w, i, &poke);
         if (now - w->heard[i] > silent)
             silent = now - w->heard[i];
     }

@@ -18,6 +18,8 @@ void world_ctrl_send(rd_world *w, int i, const rd_msg *m)
     if (i < 0 || i >= w->nnodes || i == w->position || w->ctrl[i] == NULL)
         return;
     size_t n = rd_peer_chan_send(w->ctrl[i], m);
+    if (n > 0)
+        w->told[i] = rd_now_ms();
     if (n > 0 && m->body_case == RINGD__MSG__BODY_POKE) {
         w->net->counters->ctrl_keepalives++;
     } else if (n > 0) {

@@ -148,6 +148,7 @@ struct rd_world {
     struct event *ev_lapse;  /* keepalives; looks whether this node is cut off */
     lease_state lease;
     int64_t heard[RD_RING_NODES_MAX]; /* last control message from each node (ms) */
+    int64_t told[RD_RING_NODES_MAX];  /* last control message sent to each node (ms) */
     struct event *ev_check;           /* runs maybe_up on the next turn */
     /* Reachability while the ring forms: the last failure of a dial to each member ("" when
      * none, or once a dial to it succeeded); past --peer-timeout, members this node cannot reach
