@@ -118,6 +118,19 @@ static rd_rdv *open_inst(int i, int b, const char *password, const char *suffix,
     return inst[i];
 }
 
+/* Instance 0 on base 0 (URL suffix, lease), joined as node-a alone, once its first view came. */
+static rd_rdv *node_a_joined(const char *suffix, int64_t lease)
+{
+    rd_rdv *a = open_inst(0, 0, NULL, suffix, lease);
+    rd_rdv_member ma = member("node-a", "10.0.0.1:7070", 1, 1);
+    cr_assert_eq(rd_rdv_join(a, JOB, &ma), 0);
+    int64_t end = th_now_ms() + 5000;
+    while (seen[0].nviews == 0 && pump(end))
+        ;
+    cr_assert_eq(seen[0].nviews, 1, "node-a alone had no view within 5 s");
+    return a;
+}
+
 /* Asserts that instance i was delivered strictly increasing generations. */
 static void assert_increasing(int i)
 {
@@ -805,12 +818,7 @@ Test(rendezvous, joining_again_replaces_the_record_and_bumps_the_generation, .ti
 
 Test(rendezvous, a_database_number_in_the_url_selects_that_database, .timeout = 30)
 {
-    rd_rdv *a = open_inst(0, 0, NULL, "/5", 30000);
-    rd_rdv_member ma = member("node-a", "10.0.0.1:7070", 1, 1);
-    cr_assert_eq(rd_rdv_join(a, JOB, &ma), 0);
-    int64_t end = th_now_ms() + 5000;
-    while (seen[0].nviews == 0 && pump(end))
-        ;
+    node_a_joined("/5", 30000);
     cr_assert_eq(seen[0].nmembers, 1);
     char out[64];
     const char *in5[] = {"EVAL", "redis.call('SELECT', '5') return redis.call('HLEN', KEYS[1])",
@@ -824,12 +832,7 @@ Test(rendezvous, a_database_number_in_the_url_selects_that_database, .timeout = 
 
 Test(rendezvous, a_lease_refreshed_in_time_keeps_the_member, .timeout = 30)
 {
-    rd_rdv *a = open_inst(0, 0, NULL, "", 300);
-    rd_rdv_member ma = member("node-a", "10.0.0.1:7070", 1, 1);
-    cr_assert_eq(rd_rdv_join(a, JOB, &ma), 0);
-    int64_t end = th_now_ms() + 5000;
-    while (seen[0].nviews == 0 && pump(end))
-        ;
+    node_a_joined("", 300);
     cr_assert_eq(seen[0].gen, 1);
     pump_for(1500);
     /* Five lease periods later: the same single generation, no expire-and-rejoin churn. */
@@ -881,12 +884,7 @@ static double per_refresh(long *reads)
  * find the expired ones, and the membership is read only when it changed. */
 Test(rendezvous, a_refresh_costs_the_same_whatever_the_job_s_size, .timeout = 60)
 {
-    rd_rdv *a = open_inst(0, 0, NULL, "", 300);
-    rd_rdv_member ma = member("node-a", "10.0.0.1:7070", 1, 1);
-    cr_assert_eq(rd_rdv_join(a, JOB, &ma), 0);
-    int64_t end = th_now_ms() + 5000;
-    while (seen[0].nviews == 0 && pump(end))
-        ;
+    node_a_joined("", 300);
     long reads;
     double alone = per_refresh(&reads);
     cr_assert_eq(reads, 0, "the membership was read %ld times with nothing changed", reads);
@@ -903,7 +901,7 @@ Test(rendezvous, a_refresh_costs_the_same_whatever_the_job_s_size, .timeout = 60
     rd_rdv_member mb = member("node-b", "10.0.0.2:7070", 1, 2);
     rd_rdv *b = open_inst(1, 0, NULL, "", 30000);
     cr_assert_eq(rd_rdv_join(b, JOB, &mb), 0);
-    end = th_now_ms() + 5000;
+    int64_t end = th_now_ms() + 5000;
     while (seen[0].nviews < 2 && pump(end))
         ;
     cr_assert_geq(seen[0].nviews, 2, "node-a never saw node-b's join");
@@ -1122,12 +1120,7 @@ Test(rendezvous, a_silent_member_is_swept_within_milliseconds_of_its_lease_expir
 
 Test(rendezvous, sweep_soon_sweeps_at_once, .timeout = 30)
 {
-    rd_rdv *a = open_inst(0, 0, NULL, "", 30000);
-    rd_rdv_member ma = member("node-a", "10.0.0.1:7070", 1, 1);
-    cr_assert_eq(rd_rdv_join(a, JOB, &ma), 0);
-    int64_t end = th_now_ms() + 5000;
-    while (seen[0].nviews == 0 && pump(end))
-        ;
+    rd_rdv *a = node_a_joined("", 30000);
     cr_assert_eq(seen[0].gen, 1);
     /* A record whose lease is already gone; no event tells anyone. */
     cr_assert_eq(th_redis_do(&srv, "HSET", "ringd:{" JOB "}:members", "node-s",
@@ -1139,7 +1132,7 @@ Test(rendezvous, sweep_soon_sweeps_at_once, .timeout = 30)
     rd_rdv_sweep_soon(a, JOB); /* while the first is in flight */
     rd_rdv_sweep_soon(a, "no-such-job");
     /* Far sooner than the 10 s refresh period. */
-    end = th_now_ms() + 1000;
+    int64_t end = th_now_ms() + 1000;
     while (redis_gen() != 2 && pump(end))
         ;
     cr_assert_eq(redis_gen(), 2);
