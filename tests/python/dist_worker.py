@@ -42,10 +42,10 @@ def batches(steps, rank):
             for _ in range(steps)]
 
 
-def train(wrapped, params, opt, steps):
+def train(wrapped, params, opt, steps, dev=None):
     for x, y in batches(steps, R):
         opt.zero_grad()
-        loss = ((wrapped(x) - y) ** 2).mean()
+        loss = ((wrapped(x.to(dev)) - y.to(dev)) ** 2).mean()
         loss.backward()
         opt.step()
     return [p.detach().clone() for p in params]
@@ -53,8 +53,23 @@ def train(wrapped, params, opt, steps):
 
 def compare(a, b):
     """(max absolute difference, bit-identical) of two lists of tensors."""
+    a, b = [x.cpu() for x in a], [y.cpu() for y in b]
     diff = max(float((x - y).abs().max()) for x, y in zip(a, b))
     return diff, all(torch.equal(x, y) for x, y in zip(a, b))
+
+
+def gpu():
+    """This rank's GPU (LOCAL_RANK's, round robin), made the current device."""
+    dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
+    torch.cuda.set_device(dev)
+    return dev
+
+
+def error_name(e):
+    """The name of e's ringd error class (Mismatch, Timeout, ...): under a torch with
+    DistBackendError the backend raises a subclass of both, DistBackend<Name>."""
+    return next(c.__name__ for c in type(e).__mro__
+                if issubclass(c, ringd.Error) and not c.__name__.startswith("DistBackend"))
 
 
 # ---- scenarios ----
@@ -210,14 +225,18 @@ def s_powersgd():
     from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powersgd
     from torch.nn.parallel import DistributedDataParallel as DDP
 
+    # On a machine with CUDA, torch's hook synchronises the tensors' device as a CUDA device
+    # (torch.cuda.synchronize(cpu) fails, on Gloo as on ringd): there it runs on the GPU.
+    dev = gpu() if torch.cuda.is_available() else None
     out = []
     for group in (None, gloo()):
-        m = model(5)
-        d = DDP(m, process_group=group)
+        m = model(5).to(dev)
+        d = DDP(m, device_ids=[dev] if dev else None, process_group=group)
         state = powersgd.PowerSGDState(process_group=group, matrix_approximation_rank=1,
                                        start_powerSGD_iter=2, min_compression_rate=0.1)
         d.register_comm_hook(state, powersgd.powerSGD_hook)
-        out.append(train(d, list(m.parameters()), torch.optim.SGD(m.parameters(), lr=0.1), 5))
+        out.append(train(d, list(m.parameters()), torch.optim.SGD(m.parameters(), lr=0.1), 5,
+                         dev))
     diff, _ = compare(*out)
     return {"powersgd_diff": diff}
 
@@ -245,7 +264,9 @@ def s_fsdp():
     out = []
     for group in (None, gloo()):
         m = model(2)
-        f = FSDP(m, process_group=group)
+        # CPU FSDP: a torch with CUDA takes a CPU module for one to move to the GPU unless told
+        f = FSDP(m, process_group=group,
+                 **({"device_id": torch.device("cpu")} if torch.cuda.is_available() else {}))
         opt = torch.optim.SGD(f.parameters(), lr=0.05)
         train(f, list(f.parameters()), opt, 4)
         with FSDP.summon_full_params(f):
@@ -263,7 +284,7 @@ def _fails_fast(what, fn):
         assert isinstance(e, ringd.Error), (what, type(e), e)
         if hasattr(dist, "DistBackendError"):
             assert isinstance(e, dist.DistBackendError), (what, type(e))
-        return {"what": what, "s": round(took, 3), "error": type(e).__name__,
+        return {"what": what, "s": round(took, 3), "error": error_name(e),
                 "message": str(e)[:300]}
     raise AssertionError(f"{what}: no error on rank {R}")
 
@@ -321,7 +342,7 @@ def s_killed():
                 start = time.monotonic()
     except RuntimeError as e:
         took = time.monotonic() - (start or time.monotonic())
-        return {"killed_error": type(e).__name__, "killed_s": round(took, 3),
+        return {"killed_error": error_name(e), "killed_s": round(took, 3),
                 "killed_message": str(e)[:1000],
                 "dist_backend_error": isinstance(e, getattr(dist, "DistBackendError", ()))}
     raise AssertionError("no error after the last rank died")
@@ -333,8 +354,7 @@ def s_cuda():
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     n, r = N, R
-    dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
-    torch.cuda.set_device(dev)
+    dev = gpu()
     t = torch.arange(1000., device=dev) * (r + 1)
     dist.all_reduce(t)
     assert torch.equal(t, torch.arange(1000., device=dev) * n * (n + 1) / 2), "all_reduce"
@@ -400,7 +420,7 @@ def s_timeout():
     try:
         dist.all_reduce(torch.ones(3))
     except RuntimeError as e:
-        return {"timeout_error": type(e).__name__, "timeout_s": round(time.monotonic() - start, 3),
+        return {"timeout_error": error_name(e), "timeout_s": round(time.monotonic() - start, 3),
                 "timeout_message": str(e)[:300]}
     raise AssertionError("no timeout")
 
