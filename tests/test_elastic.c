@@ -23,12 +23,13 @@
 #define LEASE_MS 1000 /* th_ring's --lease-ttl */
 #define PEER_TIMEOUT "3000"
 #define RECOVERY_MS (LEASE_MS + 3000) /* a lost node to the first success without it */
-#define MAX_LOOPS 16
+#define MAX_LOOPS 24
 
 static th_ring ring_;
 static th_loop *loops_;
 static int node_of_[MAX_LOOPS]; /* the daemon each loop's client talks to */
 static int nloops_;             /* loops started so far */
+static size_t loop_count_;      /* elements per allreduce of the loops added; 0: the default */
 static char job_[64];
 static int64_t t0_; /* times in the evidence are relative to it */
 
@@ -40,6 +41,7 @@ static const char *const *ring_extra_ = extra_;
 static void teardown(void)
 {
     ring_extra_ = extra_;
+    loop_count_ = 0;
     th_loop_free(loops_, MAX_LOOPS);
     loops_ = NULL;
     th_ring_teardown(&ring_);
@@ -72,6 +74,8 @@ static th_loop *add_loop(int k, int world, int local, int min_size, int open_tim
     l->world = world;
     l->local = local;
     l->min_size = min_size;
+    if (loop_count_ > 0)
+        l->count = loop_count_;
     if (open_timeout_ms > 0)
         l->open_timeout_ms = open_timeout_ms;
     cr_assert_eq(th_loop_start(l), 0, "fork failed");
@@ -634,6 +638,79 @@ Test(elastic, a_client_killed_mid_allreduce_fails_every_rank_naming_its_pid_and_
          "n1's remaining client is not local rank 0 of 1 after the other died");
     expect_no_wrong_results();
     stop_loops();
+    th_ring_finish(&ring_);
+}
+
+/* Loops from the first-th on that still run. */
+static int alive_from(int i, int first)
+{
+    return i >= first && loops_[i].pid > 0;
+}
+
+/* On one node (no Redis), three clients running allreduces large enough to take the daemon's
+ * workers, one killed: the op in flight has often passed the point where a rank is waited for,
+ * and still its answer must not hide the loss (the survivors would go on at size 2 with their
+ * data split for 3). Each survivor gets one RINGD_E_MEMBERSHIP naming the dead pid, then goes on
+ * at size 2; a replacement joins, and so on at 3. Five rounds, since the kill lands at a
+ * different point of the op each time. */
+Test(elastic,
+     on_one_node_a_client_killed_mid_allreduce_fails_each_survivor_once_naming_it_then_a_join_once,
+     .timeout = 120)
+{
+    memset(&ring_, 0, sizeof(ring_));
+    ring_.n = 1;
+    cr_assert_eq(th_daemon_start(&ring_.d[0], NULL), 0, "ringd did not start");
+    loops_ = th_loop_alloc(MAX_LOOPS);
+    cr_assert_not_null(loops_);
+    t0_ = th_now_ms();
+    loop_count_ = 1 << 20; /* 4 MiB per rank: on the workers, long enough to be hit mid-way */
+    for (int round = 0; round < 5; round++) { /* 4 loops each */
+        snprintf(job_, sizeof(job_), "alone.%d.%d", (int)getpid(), round);
+        int first = nloops_;
+        for (int l = 0; l < 3; l++)
+            add_loop(0, 3, 3, 0, 0);
+        wait_progress(ALL_LOOPS, 3, 30000, "the job's start");
+        th_loop *victim = &loops_[first + round % 3];
+        char pid[32];
+        snprintf(pid, sizeof(pid), "pid %d", (int)victim->pid);
+        uint64_t gen0 = 0; /* this round's job's: each job counts its own */
+        for (int i = first; i < nloops_; i++)
+            gen0 = loops_[i].generation > gen0 ? loops_[i].generation : gen0;
+        int64_t t = th_now_ms();
+        th_loop_kill(victim);
+        int64_t took = expect_one_change(alive_from, first, t, pid, 2, gen0);
+        MUST(took < RECOVERY_MS, "round %d: the survivors took %lld ms to go on", round,
+             (long long)took);
+        wait_progress(ALL_LOOPS, 5, 20000, "after the client died");
+        for (int i = first; i < nloops_; i++)
+            MUST(loops_[i].pid <= 0 || (loops_[i].failed == 1 && loops_[i].size == 2),
+                 "round %d, client %d: %d failed calls (want 1), size %d (want 2)", round, i,
+                 loops_[i].failed, loops_[i].size);
+        /* A replacement joins while the survivors' ops run: they fail once more (the next call
+         * after the op in flight, which ends), naming it, and the three go on. */
+        t = th_now_ms();
+        th_loop *l = add_loop(0, 3, 3, 0, 0);
+        MUST(th_loop_wait_open(l, 30000), "round %d: the replacement did not open: %s", round,
+             l->open_msg);
+        snprintf(pid, sizeof(pid), "pid %d joined", (int)l->pid);
+        for (int i = first; i < nloops_ - 1; i++) {
+            if (loops_[i].pid <= 0)
+                continue;
+            MUST(TH_WAIT(loops_[i].size == 3 && loops_[i].last_ok_ms > t, 20000),
+                 "round %d, client %d does not succeed at size 3", round, i);
+            int f = th_loop_next_failure(&loops_[i], 0, t);
+            MUST(f >= 0 && loops_[i].ev[f].rc == RINGD_E_MEMBERSHIP &&
+                     names_change(&loops_[i].ev[f], pid) && loops_[i].failed == 2,
+                 "round %d, client %d: %d failed calls; want one more, RINGD_E_MEMBERSHIP "
+                 "naming %s",
+                 round, i, loops_[i].failed, pid);
+        }
+        wait_progress(ALL_LOOPS, 5, 20000, "after the join");
+        MUST(l->failed == 0 && l->size == 3, "round %d: the replacement: %d failed calls, size %d",
+             round, l->failed, l->size);
+        expect_no_wrong_results();
+        stop_loops();
+    }
     th_ring_finish(&ring_);
 }
 

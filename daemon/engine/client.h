@@ -50,9 +50,11 @@ typedef struct {
     void (*waiting)(rd_client *c, uint32_t ranks, uint32_t world_size, uint32_t nodes,
                     uint64_t generation, const char *detail);
     /* c's request ended with status (message: why, "" on success); trace: the op's path, when
-     * c asked for traces and the request became an op (valid during the call), else NULL. */
+     * c asked for traces and the request became an op (valid during the call), else NULL.
+     * current 0: the answer leaves c with the job as it last heard it (an op that ran on one node
+     * while a rank joined: c's next Submit, tagged with that generation, tells it of the join). */
     void (*complete)(rd_client *c, uint64_t request_id, rd_status status, const char *message,
-                     const rd_trace_op *trace);
+                     const rd_trace_op *trace, int current);
 } rd_client_events;
 
 #endif

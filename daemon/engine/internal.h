@@ -110,6 +110,10 @@ typedef struct rd_op {
     int gready;                  /* every local rank submitted it: counted in the group's ready */
     int gagreed;                 /* negotiated here, waiting for the rest of its group */
     int joining;                 /* a ringd_join: the ranks that submitted it have joined */
+    int outran_join;             /* on one node, a rank joined while it ran: its answer keeps
+                                    the ranks' view of the job (their next Submit fails) */
+    int outran_loss;             /* on one node, a rank was lost while it ran: it fails with
+                                    message */
     uint8_t *zeros;              /* joined ranks' input (zeros), then their output, or NULL */
     struct rd_op *next;          /* bucket chain */
     struct rd_op *sprev, *snext; /* the list of its state */

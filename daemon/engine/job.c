@@ -245,7 +245,32 @@ static void slots_compact(rd_job *j)
 /* A running job's local membership changed (a client joined or left): every op not moving data
  * fails, and the job goes on at a new generation with the clients it has: at once on one node,
  * through the rendezvous across nodes. */
-static void job_reshape(rd_job *j, const char *why)
+/* Ops on the workers of a one-node job whose ranks changed under them (the job is at a new
+ * generation): a loss fails them, since their ranks must hear it on this answer and split their
+ * data anew (a lost rank's contribution may be in the result or not); a join lets them end, their
+ * answer leaving the ranks' view of the job as it was, so that their next Submit fails instead. */
+static void running_outran(rd_job *j, int lost, const char *why)
+{
+    for (rd_op *o = j->first[OP_RUNNING]; o != NULL; o = o->snext) {
+        if (!lost) {
+            o->outran_join = 1;
+            continue;
+        }
+        if (o->message != NULL)
+            continue; /* the first loss it ran through names it */
+        char msg[1024];
+        snprintf(msg, sizeof(msg),
+                 "tensor '%s': %s while it ran (now %u ranks, generation %" PRIu64
+                 "): restore the last committed state and broadcast it from rank 0",
+                 o->name, why, j->local_size, j->generation);
+        o->message = strdup(msg);
+        o->outran_loss = 1;
+    }
+}
+
+/* The job's local ranks changed (lost: one went without a goodbye, else one joined); why says
+ * how. */
+static void job_reshape(rd_job *j, int lost, const char *why)
 {
     /* Mismatch tombstones index the old local ranks: the ranks they wait for are renumbered. */
     rd_optab_drop_failed(j);
@@ -261,6 +286,7 @@ static void job_reshape(rd_job *j, const char *why)
     j->size = j->local_size;
     j->sync_generation = j->generation;
     snprintf(j->sync_why, sizeof(j->sync_why), "%s", why);
+    running_outran(j, lost, why);
     rd_optab_fail_unstarted(j, why);
     if (j->nclients > 0)
         job_changed(j, j->generation, j->size, 1, why);
@@ -471,7 +497,7 @@ rd_status rd_job_join(rd_client *s, const rd_hello *h, char *err, size_t errlen)
         char why[640];
         snprintf(why, sizeof(why), "pid %d joined job '%s' on node %s", (int)s->pid, j->name,
                  d->cfg->node);
-        job_reshape(j, why);
+        job_reshape(j, 0, why);
         return RINGD_OK;
     }
     if (j->nclients < j->local_cap)
@@ -526,7 +552,7 @@ void rd_job_leave(rd_client *s)
                 if (o->parts[k].s == s)
                     o->parts[k].s = NULL;
     if (rd_job_started(j) && !rd_job_draining(j) && j->nclients > 0) {
-        job_reshape(j, why);
+        job_reshape(j, 1, why);
         job_maybe_free(j);
         return;
     }

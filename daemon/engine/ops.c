@@ -31,6 +31,10 @@ static void op_run(void *ctx, size_t begin, size_t end)
 static void op_ran(rd_op *o)
 {
     char msg[768];
+    if (o->outran_loss) {
+        rd_optab_finish(o, RINGD_E_MEMBERSHIP, o->message);
+        return;
+    }
     if (!o->plan.failed) {
         rd_optab_finish(o, RINGD_OK, NULL);
         return;

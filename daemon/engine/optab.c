@@ -94,7 +94,7 @@ void rd_optab_set_state(rd_op *o, op_state st)
 void rd_optab_answer(const rd_job *j, rd_client *c, uint64_t request_id, rd_status status,
                      const char *message, const rd_trace_op *trace)
 {
-    j->e->ev.complete(c, request_id, status, message, c->timeline ? trace : NULL);
+    j->e->ev.complete(c, request_id, status, message, c->timeline ? trace : NULL, 1);
 }
 
 /* The op named name that rank should join: the oldest one it has not submitted to (a failed
@@ -222,7 +222,8 @@ static void op_answer(rd_op *o, rd_status status, const char *message, const rd_
     for (uint32_t k = 0; k < o->nparts; k++) {
         part *pt = &o->parts[k];
         if (pt->submitted && pt->s != NULL && !pt->answered) {
-            rd_optab_answer(o->job, pt->s, pt->request_id, status, message, trace);
+            o->job->e->ev.complete(pt->s, pt->request_id, status, message,
+                                   pt->s->timeline ? trace : NULL, !o->outran_join);
             pt->answered = 1;
         }
     }

@@ -191,9 +191,10 @@ static rd_session *session_of(rd_client *c)
     return (rd_session *)((char *)c - offsetof(rd_session, c));
 }
 
-/* Sends Complete{request_id, status, message, trace} with the job as the client sees it now. */
+/* Sends Complete{request_id, status, message, trace} with the job as the client sees it now
+ * (current), or with no view: generation 0, the client's stays. */
 static void client_complete(rd_client *cl, uint64_t request_id, rd_status status,
-                            const char *message, const rd_trace_op *trace)
+                            const char *message, const rd_trace_op *trace, int current)
 {
     rd_session *s = session_of(cl);
     Ringd__Complete c = RINGD__COMPLETE__INIT;
@@ -207,7 +208,7 @@ static void client_complete(rd_client *cl, uint64_t request_id, rd_status status
     c.request_id = request_id;
     c.status = (uint32_t)status;
     c.message = (char *)(message != NULL ? message : "");
-    if (s->c.job != NULL && rd_job_client_view(s->c.job, s->c.local_rank, &v)) {
+    if (current && s->c.job != NULL && rd_job_client_view(s->c.job, s->c.local_rank, &v)) {
         c.generation = v.generation;
         c.rank = v.rank;
         c.size = v.size;

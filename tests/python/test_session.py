@@ -3,7 +3,11 @@
 buffers (TypeError/ValueError before anything reaches libringd), ranks disagreeing (Mismatch on
 every rank, naming them), calls after close (Closed), no daemon (ConnectError)."""
 import gc
+import json
 import os
+import signal
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -102,6 +106,74 @@ def test_daemon_gone_mid_session(daemon):
     with pytest.raises(ringd.Error):
         s.barrier("again")
     s.close()
+
+
+# A rank of a one-node job as a process of its own, looping 16 MiB allreduces (they run on the
+# daemon's workers) and recovering as ringd.h says: rank 0's counter broadcast after a failure.
+# argv: socket, job, stop file, "victim" or "survivor". The victim submits its 6th allreduce
+# last (the others already wait in it, so that it starts at once) and is killed (SIGKILL) as it
+# runs. Prints "PID <pid>" once opened, then at the end one JSON line.
+_LOOPER = r"""
+import json, os, signal, sys, time
+import numpy as np
+import ringd
+sock, job, stop, role = sys.argv[1:5]
+s = ringd.Session(socket=sock, job=job, world_size=3, local_size=3, op_timeout_ms=20000)
+print("PID", os.getpid(), flush=True)
+x = np.ones(4 << 20, np.float32)
+failures, i, after, size = [], 0, 0, 0
+while after < 10:  # counted alike on every rank: x[1] says whether a rank saw the stop file
+    if role == "victim" and i == 5:
+        time.sleep(0.3)
+        s.allreduce_async(f"loop.{i}", x)
+        os.kill(os.getpid(), signal.SIGKILL)
+    try:
+        x[1] = float(os.path.exists(stop))
+        y = s.allreduce(f"loop.{i}", x)
+        assert y[0] == s.size and y[-1] == s.size, (y[0], s.size)
+        i, after, size = i + 1, after + (y[1] > 0), s.size
+    except ringd.MembershipChanged as e:
+        failures.append(str(e))
+        while True:
+            try:
+                c = s.broadcast(f"sync.{s.generation}", np.array([i]), root=0)
+                i = int(c[0])
+                break
+            except ringd.MembershipChanged as e2:
+                failures.append(str(e2))
+print(json.dumps({"failures": failures, "size": size}), flush=True)
+s.close()
+"""
+
+
+def test_a_rank_killed_mid_allreduce_on_one_node_raises_membership_changed_once_on_each_other(
+        daemon, tmp_path):
+    """kill -9 of one of three local ranks while a 16 MiB allreduce of all three runs: the other
+    two get MembershipChanged once, naming its pid, and go on at size 2 (never a result at the
+    old size in silence)."""
+    stop = tmp_path / "stop"
+    procs = [subprocess.Popen([sys.executable, "-c", _LOOPER, daemon.sock, "killed.one",
+                               str(stop), "victim" if k == 2 else "survivor"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for k in range(3)]
+    try:
+        pids = [int(p.stdout.readline().split()[1]) for p in procs]
+        assert procs[2].wait(60) == -signal.SIGKILL
+        stop.touch()
+        for p in procs[:2]:
+            out, err = p.communicate(timeout=60)
+            assert p.returncode == 0, err[-3000:]
+            r = json.loads(out.strip().splitlines()[-1])
+            assert r["size"] == 2, r
+            assert len(r["failures"]) == 1 and f"pid {pids[2]}" in r["failures"][0], r
+            # the op it died in, or when that one ended before the daemon saw the hang-up (its
+            # answer then kept the old generation), the next
+            assert "'loop.5'" in r["failures"][0] or "'loop.6'" in r["failures"][0], r
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
 
 
 def r_mismatch():
