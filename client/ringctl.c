@@ -273,11 +273,13 @@ static void print_text(const Ringd__StatusReply *r)
                "completed", "arena(MB)", "gpu");
     for (size_t i = 0; i < r->n_clients; i++) {
         const Ringd__ClientInfo *c = r->clients[i];
-        char gpu[16] = "-";
+        char gpu[16] = "-", pid[16] = "-"; /* pid 0: another user's process, not shown */
         if (c->has_device)
             snprintf(gpu, sizeof(gpu), "%u", c->device);
-        printf("  %-20s %8u %6u %5u %9" PRIu64 " %10" PRIu64 " %10.1f %4s\n", c->job, c->pid,
-               c->uid, c->local_rank, c->ops_in_flight, c->ops_completed,
+        if (c->pid != 0)
+            snprintf(pid, sizeof(pid), "%u", c->pid);
+        printf("  %-20s %8s %6u %5u %9" PRIu64 " %10" PRIu64 " %10.1f %4s\n", c->job, pid, c->uid,
+               c->local_rank, c->ops_in_flight, c->ops_completed,
                (double)c->arena_size / (1024.0 * 1024.0), gpu);
     }
     if (r->n_devices == 0)
@@ -383,6 +385,7 @@ static void print_json(const Ringd__StatusReply *r)
         json_object_object_add(o, "world_size", json_object_new_int64(j->world_size));
         json_object_object_add(o, "local_size", json_object_new_int64(j->local_size));
         json_object_object_add(o, "min_size", json_object_new_int64(j->min_size));
+        json_object_object_add(o, "uid", json_object_new_int64(j->uid));
         json_object_object_add(o, "clients", json_object_new_int64(j->clients));
         json_object_object_add(o, "ops_in_flight",
                                json_object_new_int64((int64_t)j->ops_in_flight));
@@ -414,7 +417,7 @@ static void print_json(const Ringd__StatusReply *r)
         const Ringd__ClientInfo *c = r->clients[i];
         json_object *o = json_object_new_object();
         json_object_object_add(o, "job", json_object_new_string(c->job));
-        json_object_object_add(o, "pid", json_object_new_int64(c->pid));
+        json_object_object_add(o, "pid", c->pid != 0 ? json_object_new_int64(c->pid) : NULL);
         json_object_object_add(o, "uid", json_object_new_int64(c->uid));
         json_object_object_add(o, "local_rank", json_object_new_int64(c->local_rank));
         json_object_object_add(o, "ops_in_flight",

@@ -1,7 +1,9 @@
 /* ringd: parses options and wires the layers to one event loop: the front (listener, sessions,
  * admin requests) over the engine (jobs) over the network (rings, rendezvous) over the core. */
 #include <event2/event.h>
+#include <errno.h>
 #include <event2/thread.h>
+#include <grp.h>
 #include <malloc.h>
 #include <sched.h>
 #include <signal.h>
@@ -96,6 +98,8 @@ typedef struct {
     rd_net *net; /* NULL without --redis */
     rd_engine *engine;
     rd_front front;
+    int has_admin_gid; /* --admin-group, resolved */
+    gid_t admin_gid;
 } rd_daemon;
 
 static void on_accept(int fd, void *arg)
@@ -148,6 +152,27 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
     event_base_loopbreak(d->base);
 }
 
+/* The group --admin-group names (a number, or a name in the group database) into *gid. Returns 0,
+ * or -1 with err set. */
+static int admin_gid(const char *group, gid_t *gid, char *err, size_t errlen)
+{
+    char *end;
+    errno = 0;
+    unsigned long n = strtoul(group, &end, 10);
+    if (*end == '\0' && errno == 0 && n < (gid_t)-1) {
+        *gid = (gid_t)n;
+        return 0;
+    }
+    const struct group *g = getgrnam(group);
+    if (g == NULL) {
+        snprintf(err, errlen, "--admin-group %s: no such group%s%s", group, errno ? ": " : "",
+                 errno ? strerror(errno) : "");
+        return -1;
+    }
+    *gid = g->gr_gid;
+    return 0;
+}
+
 /* Reads the options into d->cfg, opens the devices it names and sets up the process (signals,
  * libevent's log, file limits, malloc). Returns -1 to run, else the exit code (--help: 0, a bad
  * option or device: 2, said on stderr). */
@@ -160,6 +185,13 @@ static int configure(rd_daemon *d, int argc, char **argv)
     case RD_CONFIG_RUN: break;
     }
     rd_log_set_level((rd_log_level)d->cfg.log_level);
+    if (d->cfg.admin_group[0] != '\0') {
+        if (admin_gid(d->cfg.admin_group, &d->admin_gid, err, sizeof(err)) != 0) {
+            fprintf(stderr, "ringd: %s\n", err);
+            return 2;
+        }
+        d->has_admin_gid = 1;
+    }
     if (rd_devices_open(&d->devices, d->cfg.devices, err, sizeof(err)) != 0) {
         fprintf(stderr, "ringd: %s\n", err);
         return 2;
@@ -228,6 +260,8 @@ int main(int argc, char **argv)
         .admin = rd_admin_handlers,
         .nadmin = rd_admin_nhandlers,
         .forget = rd_admin_forget,
+        .has_admin_gid = d.has_admin_gid,
+        .admin_gid = d.admin_gid,
     };
     clock_gettime(CLOCK_MONOTONIC, &d.front.started);
     l = rd_listener_new(d.base, d.cfg.socket_path, on_accept, &d, err, sizeof(err));

@@ -131,6 +131,7 @@ static int job_info_of(const rd_job_status *j, Ringd__JobInfo *ji)
     ji->world_size = j->world_size;
     ji->local_size = j->local_size;
     ji->min_size = j->min_size;
+    ji->uid = j->uid;
     ji->clients = j->clients;
     ji->generation = j->generation;
     ji->ops_in_flight = j->ops_in_flight;

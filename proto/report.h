@@ -65,6 +65,7 @@ typedef struct {
 /* One job of this node. Arrays are malloc'd and released with the status. */
 typedef struct {
     const char *name;
+    uint32_t uid; /* whose it is: only that user's processes join it */
     uint32_t world_size, local_size, min_size;
     uint32_t size;    /* ranks at its generation, every node's */
     uint32_t clients; /* local clients joined */

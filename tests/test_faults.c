@@ -3,6 +3,7 @@
  * a second daemon on a live socket, a stale socket. The daemon must answer with a clear error,
  * keep serving everyone else, and shut down cleanly (no leaks under the sanitizers). */
 #include <criterion/criterion.h>
+#include <grp.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -925,6 +926,187 @@ Test(faults, a_client_leaving_while_its_op_runs_on_the_workers_is_harmless)
         snprintf(job_, sizeof(job_), "leave.%d.%d", (int)getpid(), round);
         cr_expect_eq(th_run(3, leave_mid_op, NULL, 20000), 0, "round %d", round);
     }
+    expect_still_serving();
+    th_daemon_finish(&daemon_);
+}
+
+/* ---- per-user access: another user sees root's job without its tensor names or pids and
+ * cannot record it; a member of --admin-group sees and records everything ---- */
+
+#define VIEW_UID_OTHER 61001
+#define VIEW_UID_ADMIN 61002
+#define VIEW_ADMIN_GID 61010
+
+/* Clients 0 and 1 (root) hold a job with "secret.grad" submitted by one rank only (pending)
+ * until the two viewers (2: another user, 3: an admin) are done (*done == 2). */
+static int viewed_or_viewer(int i, void *arg)
+{
+    volatile int *done = arg;
+    if (i < 2) {
+        ringd_t *r = th_open(daemon_.sock, job_, 2, 0, 10000);
+        if (r == NULL)
+            return 10;
+        float *x = ringd_alloc(r, 64);
+        ringd_request_t *q = NULL;
+        if (ringd_rank(r) == 0 &&
+            ringd_allreduce_async(r, "secret.grad", x, x, 4, RINGD_F32, RINGD_SUM, &q) != 0)
+            return 11;
+        for (int k = 0; k < 20000 && *done < 2; k++)
+            usleep(1000);
+        if (ringd_rank(r) == 1 &&
+            ringd_allreduce(r, "secret.grad", x, x, 4, RINGD_F32, RINGD_SUM) != RINGD_OK)
+            return 12;
+        int ok = q == NULL || ringd_wait(q) == RINGD_OK;
+        ringd_close(r);
+        return ok && *done == 2 ? 0 : 13;
+    }
+    int admin = i == 3;
+    gid_t g = VIEW_ADMIN_GID;
+    uid_t uid = admin ? VIEW_UID_ADMIN : VIEW_UID_OTHER;
+    if (setgroups(admin ? 1 : 0, &g) != 0 || setgid(uid) != 0 || setuid(uid) != 0)
+        return 20;
+    int ok = 0;
+    const Ringd__JobInfo *j = NULL;
+    rd_msg *st = NULL;
+    for (int k = 0; k < 200 && (j == NULL || j->n_pending == 0); k++) {
+        rd_frame_free(st);
+        j = NULL;
+        if ((st = th_status(daemon_.sock)) == NULL)
+            return 21;
+        for (size_t n = 0; n < st->status_reply->n_jobs; n++)
+            if (strcmp(st->status_reply->jobs[n]->name, job_) == 0)
+                j = st->status_reply->jobs[n];
+        usleep(10000);
+    }
+    if (j != NULL && j->n_pending == 1 && j->uid == 0) {
+        int named = strcmp(j->pending[0], "secret.grad") == 0, pids = 0;
+        for (size_t n = 0; n < st->status_reply->n_clients; n++)
+            pids += strcmp(st->status_reply->clients[n]->job, job_) == 0 &&
+                    st->status_reply->clients[n]->pid != 0;
+        ok = admin ? named && pids == 2 : !named && pids == 0;
+        if (!ok)
+            fprintf(stderr, "%s: pending '%s', %d pids shown\n", admin ? "admin" : "other",
+                    j->pending[0], pids);
+    } else {
+        fprintf(stderr, "viewer %d: job %s not shown with one pending tensor of uid 0\n", i, job_);
+    }
+    rd_frame_free(st);
+
+    int fd = th_connect(daemon_.sock);
+    Ringd__TimelineRequest q = RINGD__TIMELINE_REQUEST__INIT;
+    rd_msg m = RINGD__MSG__INIT;
+    q.job = job_;
+    q.seconds = 1;
+    m.body_case = RINGD__MSG__BODY_TIMELINE_REQUEST;
+    m.timeline_request = &q;
+    rd_msg *t = fd >= 0 && th_send(fd, &m) == 0 ? th_recv(fd, 5000, NULL) : NULL;
+    const Ringd__TimelineReply *tr =
+        t != NULL && t->body_case == RINGD__MSG__BODY_TIMELINE_REPLY ? t->timeline_reply : NULL;
+    if (admin) /* a recording of 1 s, of the ops of the job's uid 0 clients */
+        ok &= tr != NULL && tr->status == (uint32_t)RINGD_OK;
+    else
+        ok &= tr != NULL && tr->status == (uint32_t)RINGD_E_REFUSED &&
+              strstr(tr->message, "runs as uid 0") != NULL &&
+              strstr(tr->message, "--admin-group") != NULL && tr->n_ops == 0;
+    if (!ok)
+        fprintf(stderr, "%s: timeline answer: status %d: %s\n", admin ? "admin" : "other",
+                tr != NULL ? (int)tr->status : -1, tr != NULL ? tr->message : "(none)");
+    rd_frame_free(t);
+    close(fd);
+    __atomic_add_fetch(done, 1, __ATOMIC_SEQ_CST);
+    return ok ? 0 : 1;
+}
+
+Test(faults, another_user_sees_no_tensor_names_or_pids_and_no_timeline_an_admin_group_does)
+{
+    if (getuid() != 0)
+        cr_skip_test("needs root to run clients as other users");
+    th_daemon_finish(&daemon_);
+    char gid[16];
+    snprintf(gid, sizeof(gid), "%d", VIEW_ADMIN_GID);
+    const char *const extra[] = {"--admin-group", gid, NULL};
+    cr_assert_eq(th_daemon_start(&daemon_, extra), 0, "ringd did not start");
+    cr_assert_eq(chmod(daemon_.sock, 0666), 0);
+    cr_assert_eq(chmod(daemon_.dir, 0755), 0);
+    char run[300];
+    snprintf(run, sizeof(run), "%s/run", daemon_.dir);
+    cr_assert_eq(chmod(run, 0755), 0);
+    int *done = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    cr_assert_neq(done, MAP_FAILED);
+    *done = 0;
+    cr_expect_eq(th_run(4, viewed_or_viewer, done, 30000), 0);
+    munmap(done, 4096);
+    expect_still_serving();
+    th_daemon_finish(&daemon_);
+}
+
+Test(faults, an_admin_group_that_does_not_exist_stops_the_daemon_at_start)
+{
+    th_daemon_finish(&daemon_);
+    const char *const extra[] = {"--admin-group", "no-such-group-ringd", NULL};
+    cr_expect_neq(th_daemon_start(&daemon_, extra), 0, "ringd ran with an unknown --admin-group");
+    char *text = th_daemon_log(&daemon_);
+    cr_expect(text != NULL && strstr(text, "--admin-group no-such-group-ringd: no such group"),
+              "log: %s", text ? text : "(none)");
+    free(text);
+}
+
+/* 0: another user asks for a 2 s recording of a job not there yet (*step 1 once asked); 1: root
+ * then runs that job's ops. The recording must hold none of them. */
+static int early_recorder(int i, void *arg)
+{
+    volatile int *step = arg;
+    if (i == 1) {
+        for (int k = 0; k < 5000 && *step == 0; k++)
+            usleep(1000);
+        ringd_t *r = th_open(daemon_.sock, job_, 1, 0, 10000);
+        if (r == NULL)
+            return 10;
+        float *x = ringd_alloc(r, 64);
+        int ok = 1;
+        for (int k = 0; k < 3; k++)
+            ok &= ringd_allreduce(r, "secret.later", x, x, 4, RINGD_F32, RINGD_SUM) == RINGD_OK;
+        ringd_close(r);
+        return ok ? 0 : 11;
+    }
+    if (setgroups(0, NULL) != 0 || setgid(VIEW_UID_OTHER) != 0 || setuid(VIEW_UID_OTHER) != 0)
+        return 20;
+    int fd = th_connect(daemon_.sock);
+    Ringd__TimelineRequest q = RINGD__TIMELINE_REQUEST__INIT;
+    rd_msg m = RINGD__MSG__INIT;
+    q.job = job_;
+    q.seconds = 2;
+    m.body_case = RINGD__MSG__BODY_TIMELINE_REQUEST;
+    m.timeline_request = &q;
+    if (fd < 0 || th_send(fd, &m) != 0)
+        return 21;
+    usleep(100000); /* the daemon has read it */
+    *step = 1;
+    rd_msg *t = th_recv(fd, 10000, NULL);
+    int ok = t != NULL && t->body_case == RINGD__MSG__BODY_TIMELINE_REPLY &&
+             t->timeline_reply->status == (uint32_t)RINGD_OK && t->timeline_reply->n_ops == 0;
+    if (!ok)
+        fprintf(stderr, "the early recording: %s\n",
+                t == NULL ? "no reply" : "it holds another user's ops");
+    rd_frame_free(t);
+    close(fd);
+    return ok ? 0 : 1;
+}
+
+Test(faults, a_recording_asked_for_before_another_users_job_comes_never_records_it)
+{
+    if (getuid() != 0)
+        cr_skip_test("needs root to run a client as another user");
+    cr_assert_eq(chmod(daemon_.sock, 0666), 0);
+    cr_assert_eq(chmod(daemon_.dir, 0755), 0);
+    char run[300];
+    snprintf(run, sizeof(run), "%s/run", daemon_.dir);
+    cr_assert_eq(chmod(run, 0755), 0);
+    int *step = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    cr_assert_neq(step, MAP_FAILED);
+    *step = 0;
+    cr_expect_eq(th_run(2, early_recorder, step, 30000), 0);
+    munmap(step, 4096);
     expect_still_serving();
     th_daemon_finish(&daemon_);
 }

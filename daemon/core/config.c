@@ -69,6 +69,10 @@ static const opt_spec options[] = {
      "HOST:PORT peers are told to connect to (default: the --listen address)", NULL},
     {"node", "RINGD_NODE", OPT_STRING, "", 0, 256, OFF(node),
      "this node's name in rings (default: the host name)", NULL},
+    {"admin-group", "RINGD_ADMIN_GROUP", OPT_STRING, "", 0, 64, OFF(admin_group),
+     "group (name or number) whose members see every user's jobs in full (tensor names, pids, "
+     "timelines), as root and the daemon's own user do; others see their own uid's jobs",
+     NULL},
     {"key-file", "RINGD_KEY_FILE", OPT_STRING, "", 0, 255, OFF(key_file),
      "file holding the ring's shared key (at least 16 bytes); peers must prove it", NULL},
     {"insecure", "RINGD_INSECURE", OPT_FLAG, "0", 0, 1, OFF(insecure),

@@ -32,6 +32,7 @@ typedef struct {
     char advertise[128]; /* what peers are told; empty: the bound listen address */
     char node[257];      /* this node's name in the ring; empty: the host name */
     char key_file[256];
+    char admin_group[65];      /* --admin-group: name or number; empty: none */
     int64_t insecure;          /* run without a ring key */
     int64_t lease_ttl;         /* ms */
     uint64_t direct_bytes;     /* results up to this go through the coordinator */

@@ -40,6 +40,13 @@ typedef struct {
     uint32_t rank, size, local_rank, local_size;
 } rd_client_view;
 
+/* Who asks to see a job: a user sees only its own uid's jobs in full, an admin (root, the
+ * daemon's own user, a member of --admin-group) every job. */
+typedef struct {
+    uid_t uid;
+    int admin;
+} rd_viewer;
+
 /* News for clients, sent by the front. Loop thread. */
 typedef struct {
     /* The job has started: sends c Welcome with v and its arena's memfd (passed once: the

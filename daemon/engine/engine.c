@@ -13,6 +13,7 @@
 static int describe_job(const rd_job *j, rd_job_status *js)
 {
     js->name = j->name;
+    js->uid = (uint32_t)j->uid;
     js->world_size = j->world_size;
     js->local_size = j->local_size;
     js->min_size = j->min_size;
@@ -91,7 +92,8 @@ void rd_engine_free(rd_engine *e)
     free(e);
 }
 
-rd_status rd_engine_record(rd_engine *e, const char *job, rd_timeline *tl)
+rd_status rd_engine_record(rd_engine *e, const char *job, rd_timeline *tl, const rd_viewer *who,
+                           char *err, size_t errlen)
 {
     struct recording **pp = &e->recordings;
     while (*pp != NULL && strcmp((*pp)->job, job) != 0)
@@ -103,17 +105,36 @@ rd_status rd_engine_record(rd_engine *e, const char *job, rd_timeline *tl)
         *pp = r->next;
         free(r->job);
         free(r);
-    } else {
-        if (*pp != NULL)
-            return RINGD_E_REFUSED;
-        struct recording *r = calloc(1, sizeof(*r));
-        if (r == NULL || (r->job = strdup(job)) == NULL) {
-            free(r);
-            return RINGD_E_NOMEM;
-        }
-        r->tl = tl;
-        *pp = r;
+        for (rd_job *j = e->jobs; j != NULL; j = j->next)
+            if (strcmp(j->name, job) == 0)
+                j->tl = NULL;
+        return RINGD_OK;
     }
+    for (const rd_job *j = e->jobs; j != NULL; j = j->next) {
+        if (strcmp(j->name, job) == 0 && !who->admin && j->uid != who->uid) {
+            snprintf(err, errlen,
+                     "job '%s' on node %s runs as uid %u: only that user, root and members of "
+                     "the daemon's --admin-group may record its timeline",
+                     job, e->cfg->node, (unsigned)j->uid);
+            return RINGD_E_REFUSED;
+        }
+    }
+    if (*pp != NULL) {
+        snprintf(err, errlen,
+                 "job '%s' on node %s is being recorded already (another ringctl timeline); "
+                 "try again when that one ends",
+                 job, e->cfg->node);
+        return RINGD_E_REFUSED;
+    }
+    struct recording *r = calloc(1, sizeof(*r));
+    if (r == NULL || (r->job = strdup(job)) == NULL) {
+        free(r);
+        snprintf(err, errlen, "out of memory starting the recording");
+        return RINGD_E_NOMEM;
+    }
+    r->tl = tl;
+    r->who = *who;
+    *pp = r;
     for (rd_job *j = e->jobs; j != NULL; j = j->next)
         if (strcmp(j->name, job) == 0)
             j->tl = tl;

@@ -42,6 +42,7 @@ struct rd_engine {
 struct recording {
     char *job;
     rd_timeline *tl; /* the recorder's */
+    rd_viewer who;   /* the recorder: a job of another uid is not recorded for a non-admin */
     struct recording *next;
 };
 

@@ -453,7 +453,7 @@ static rd_job *job_new(rd_engine *d, const rd_client *s, const rd_hello *h, uint
     d->jobs = j;
     j->m = d->metrics != NULL ? rd_metrics_acquire(d->metrics, j->name) : NULL;
     for (struct recording *r = d->recordings; r != NULL; r = r->next)
-        if (strcmp(r->job, j->name) == 0)
+        if (strcmp(r->job, j->name) == 0 && (r->who.admin || r->who.uid == j->uid))
             j->tl = r->tl;
     rd_log(RD_LOG_INFO, "job", "job '%s': created, %u local clients expected", j->name,
            j->local_size);

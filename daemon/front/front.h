@@ -4,6 +4,7 @@
 #define RD_FRONT_H
 
 #include <stddef.h>
+#include <sys/types.h>
 #include <time.h>
 
 #include "config.h"
@@ -45,6 +46,8 @@ typedef struct rd_front {
     struct rd_drain *drain;          /* the drain under way */
     struct rd_recording *recordings; /* ringctl timeline recordings under way */
     char metrics_address[128];       /* where /metrics is served ("": nowhere) */
+    int has_admin_gid;               /* --admin-group was given: admin_gid is its group */
+    gid_t admin_gid;
 } rd_front;
 
 #endif

@@ -450,6 +450,32 @@ static void on_readable(evutil_socket_t fd, short what, void *arg)
     }
 }
 
+/* Whether the process at the other end of fd (primary group gid) is a member of group want, by
+ * its supplementary groups as the kernel saw them at connect (SO_PEERGROUPS). */
+static int peer_in_group(int fd, gid_t gid, gid_t want)
+{
+    if (gid == want)
+        return 1;
+    gid_t some[64], *groups = some;
+    socklen_t len = sizeof(some);
+    int found = 0;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) != 0) {
+        if (errno != ERANGE || (groups = malloc(len)) == NULL ||
+            getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) != 0) {
+            rd_log(RD_LOG_WARN, "session", "getsockopt SO_PEERGROUPS: %s: not an admin",
+                   strerror(errno));
+            if (groups != some)
+                free(groups);
+            return 0;
+        }
+    }
+    for (size_t i = 0; i < len / sizeof(gid_t); i++)
+        found |= groups[i] == want;
+    if (groups != some)
+        free(groups);
+    return found;
+}
+
 void rd_session_accept(rd_front *f, int fd)
 {
     static uint64_t next_id = 1;
@@ -484,6 +510,8 @@ void rd_session_accept(rd_front *f, int fd)
     s->c.pid = cred.pid;
     s->c.uid = cred.uid;
     s->gid = cred.gid;
+    s->admin = cred.uid == 0 || cred.uid == geteuid() ||
+               (f->has_admin_gid && peer_in_group(fd, cred.gid, f->admin_gid));
     s->in = evbuffer_new();
     s->out = evbuffer_new();
     s->ev_read = event_new(f->base, fd, EV_READ | EV_PERSIST, on_readable, s);

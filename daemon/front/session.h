@@ -36,6 +36,7 @@ typedef struct rd_session {
     struct evbuffer *in;
     struct evbuffer *out;
     gid_t gid;                  /* SO_PEERCRED, with c.pid and c.uid */
+    int admin;                  /* root, the daemon's user or of --admin-group: sees every job */
     rd_client c;                /* the engine's view of the client: job, local rank, arena */
     int asked_device;           /* the CUDA device its Hello asked for; -1: the daemon's pick */
     uint64_t device_arena_size; /* device arena bytes its Hello asked for; 0: none */

@@ -110,6 +110,25 @@ rd_daemon_status *rd_front_status_new(rd_front *d)
     return st;
 }
 
+/* What a user may not see of other users' jobs in st (whose arrays st owns): their tensor names
+ * and their processes' pids. The jobs, their sizes and rings stay: they share the node. */
+static void hide_others(rd_daemon_status *st, uid_t uid)
+{
+    static const char hidden[] = "(another user's tensor)";
+    for (size_t i = 0; i < st->njobs; i++) {
+        rd_job_status *js = &st->jobs[i];
+        if (js->uid == (uint32_t)uid)
+            continue;
+        for (size_t k = 0; k < js->npending; k++)
+            js->pending[k] = hidden;
+        for (size_t k = 0; k < js->nstalls; k++)
+            js->stalls[k].name = hidden;
+    }
+    for (size_t i = 0; i < st->nclients; i++)
+        if (st->clients[i].uid != (uint32_t)uid)
+            st->clients[i].pid = 0;
+}
+
 void rd_status_request(struct rd_session *s, const rd_msg *req)
 {
     rd_front *d = s->f;
@@ -120,6 +139,8 @@ void rd_status_request(struct rd_session *s, const rd_msg *req)
 
     if (st == NULL)
         goto fail;
+    if (!s->admin)
+        hide_others(st, s->c.uid);
     if ((r = rd_report_reply_new(st)) == NULL)
         goto fail;
     m.body_case = RINGD__MSG__BODY_STATUS_REPLY;
