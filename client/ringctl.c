@@ -60,7 +60,7 @@ static const ctl_usage ctl_commands[] = {
 
 static const ctl_usage ctl_exits[] = {
     {"0", "ok (drain: drained cleanly)"},
-    {"1", "daemon unreachable or failing"},
+    {"1", "daemon unreachable or failing, or it refused (a drain by a user not its admin)"},
     {"2", "usage error"},
     {"3", "drained but not cleanly (ops cut at the timeout; the message says which)"},
 };
@@ -553,9 +553,13 @@ static int run_drain(const char *path, int timeout_ms, int drain_ms, int json)
     if (rc != EXIT_OK)
         return rc;
     const Ringd__DrainReply *d = reply->drain_reply;
-    print_drain(d, json);
+    if (json || d->status != RINGD_E_REFUSED)
+        print_drain(d, json);
     rc = EXIT_OK;
-    if (d->status != RINGD_OK) {
+    if (d->status == RINGD_E_REFUSED) {
+        fprintf(stderr, "ringctl: no drain: %s\n", d->message);
+        rc = EXIT_DAEMON;
+    } else if (d->status != RINGD_OK) {
         fprintf(stderr, "ringctl: the drain was not clean (status %u): %s\n", d->status,
                 d->message[0] != '\0' ? d->message : "no detail from ringd");
         rc = EXIT_UNCLEAN;

@@ -1,9 +1,7 @@
 /* ringd: parses options and wires the layers to one event loop: the front (listener, sessions,
  * admin requests) over the engine (jobs) over the network (rings, rendezvous) over the core. */
 #include <event2/event.h>
-#include <errno.h>
 #include <event2/thread.h>
-#include <grp.h>
 #include <malloc.h>
 #include <sched.h>
 #include <signal.h>
@@ -152,27 +150,6 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
     event_base_loopbreak(d->base);
 }
 
-/* The group --admin-group names (a number, or a name in the group database) into *gid. Returns 0,
- * or -1 with err set. */
-static int admin_gid(const char *group, gid_t *gid, char *err, size_t errlen)
-{
-    char *end;
-    errno = 0;
-    unsigned long n = strtoul(group, &end, 10);
-    if (*end == '\0' && errno == 0 && n < (gid_t)-1) {
-        *gid = (gid_t)n;
-        return 0;
-    }
-    const struct group *g = getgrnam(group);
-    if (g == NULL) {
-        snprintf(err, errlen, "--admin-group %s: no such group%s%s", group, errno ? ": " : "",
-                 errno ? strerror(errno) : "");
-        return -1;
-    }
-    *gid = g->gr_gid;
-    return 0;
-}
-
 /* Reads the options into d->cfg, opens the devices it names and sets up the process (signals,
  * libevent's log, file limits, malloc). Returns -1 to run, else the exit code (--help: 0, a bad
  * option or device: 2, said on stderr). */
@@ -186,7 +163,7 @@ static int configure(rd_daemon *d, int argc, char **argv)
     }
     rd_log_set_level((rd_log_level)d->cfg.log_level);
     if (d->cfg.admin_group[0] != '\0') {
-        if (admin_gid(d->cfg.admin_group, &d->admin_gid, err, sizeof(err)) != 0) {
+        if (rd_session_group(d->cfg.admin_group, &d->admin_gid, err, sizeof(err)) != 0) {
             fprintf(stderr, "ringd: %s\n", err);
             return 2;
         }

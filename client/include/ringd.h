@@ -11,7 +11,9 @@
  * new generation and renumbers the ranks (ring order of the nodes, then local rank). The answer
  * to every collective tells the library the job as it is now, so when a call returns,
  * ringd_rank(), ringd_size(), ringd_local_rank(), ringd_local_size() and ringd_generation()
- * already give the new values, on success and on failure alike.
+ * already give the new values, on success and on failure alike (one exception: a collective
+ * already moving data in a one-node job when a process joins it succeeds with the job as it was,
+ * and the next call fails as below).
  *  - Loss (a daemon, host, link or client process gone): every collective in flight fails with
  *    RINGD_E_MEMBERSHIP, ringd_errmsg() naming the lost node or rank.
  *  - Join (a node or process joins): collectives every old member had agreed on finish; the

@@ -95,23 +95,10 @@ void rd_engine_free(rd_engine *e)
 rd_status rd_engine_record(rd_engine *e, const char *job, rd_timeline *tl, const rd_viewer *who,
                            char *err, size_t errlen)
 {
-    struct recording **pp = &e->recordings;
-    while (*pp != NULL && strcmp((*pp)->job, job) != 0)
-        pp = &(*pp)->next;
-    if (tl == NULL) { /* stop */
-        struct recording *r = *pp;
-        if (r == NULL)
-            return RINGD_OK;
-        *pp = r->next;
-        free(r->job);
-        free(r);
-        for (rd_job *j = e->jobs; j != NULL; j = j->next)
-            if (strcmp(j->name, job) == 0)
-                j->tl = NULL;
-        return RINGD_OK;
-    }
     for (const rd_job *j = e->jobs; j != NULL; j = j->next) {
-        if (strcmp(j->name, job) == 0 && !who->admin && j->uid != who->uid) {
+        if (strcmp(j->name, job) != 0)
+            continue;
+        if (!who->admin && j->uid != who->uid) {
             snprintf(err, errlen,
                      "job '%s' on node %s runs as uid %u: only that user, root and members of "
                      "the daemon's --admin-group may record its timeline",
@@ -119,7 +106,14 @@ rd_status rd_engine_record(rd_engine *e, const char *job, rd_timeline *tl, const
             return RINGD_E_REFUSED;
         }
     }
-    if (*pp != NULL) {
+    /* One recording per job; another user's of the same name (made before any job came) never
+     * takes this user's job, so it does not stand in its way. */
+    int taken = 0;
+    for (const rd_job *j = e->jobs; j != NULL; j = j->next)
+        taken |= strcmp(j->name, job) == 0 && j->tl != NULL;
+    for (const struct recording *r = e->recordings; r != NULL; r = r->next)
+        taken |= strcmp(r->job, job) == 0 && r->who.uid == who->uid;
+    if (taken) {
         snprintf(err, errlen,
                  "job '%s' on node %s is being recorded already (another ringctl timeline); "
                  "try again when that one ends",
@@ -134,11 +128,28 @@ rd_status rd_engine_record(rd_engine *e, const char *job, rd_timeline *tl, const
     }
     r->tl = tl;
     r->who = *who;
-    *pp = r;
+    r->next = e->recordings;
+    e->recordings = r;
     for (rd_job *j = e->jobs; j != NULL; j = j->next)
         if (strcmp(j->name, job) == 0)
             j->tl = tl;
     return RINGD_OK;
+}
+
+void rd_engine_record_stop(rd_engine *e, const rd_timeline *tl)
+{
+    for (struct recording **pp = &e->recordings; *pp != NULL; pp = &(*pp)->next) {
+        if ((*pp)->tl != tl)
+            continue;
+        struct recording *r = *pp;
+        *pp = r->next;
+        free(r->job);
+        free(r);
+        break;
+    }
+    for (rd_job *j = e->jobs; j != NULL; j = j->next)
+        if (j->tl == tl)
+            j->tl = NULL;
 }
 
 void rd_engine_set_draining(rd_engine *e)

@@ -29,12 +29,14 @@ rd_engine *rd_engine_new(struct event_base *base, const rd_config *cfg, rd_count
                          const rd_client_events *ev);
 
 /* Records the ops and ring changes of job (running here now, or from when it comes) into tl
- * (borrowed until the recording stops) from now on, for who: a job of another uid than a
- * non-admin's is never recorded; tl NULL stops the job's recording. Returns RINGD_OK, or with
- * err set RINGD_E_REFUSED (the job is being recorded already, or runs as another user) or
- * RINGD_E_NOMEM. */
+ * (borrowed until rd_engine_record_stop) from now on, for who: a job of another uid than a
+ * non-admin's is never recorded. Returns RINGD_OK, or with err set RINGD_E_REFUSED (the job is
+ * being recorded already, or runs as another user) or RINGD_E_NOMEM. */
 rd_status rd_engine_record(rd_engine *e, const char *job, rd_timeline *tl, const rd_viewer *who,
                            char *err, size_t errlen);
+
+/* Ends the recording into tl (none: a no-op). */
+void rd_engine_record_stop(rd_engine *e, const rd_timeline *tl);
 
 /* Frees every job and op left at shutdown, after the executor has stopped. NULL is a no-op. */
 void rd_engine_free(rd_engine *e);

@@ -242,9 +242,6 @@ static void slots_compact(rd_job *j)
     slots_arrange(j, j->nclients);
 }
 
-/* A running job's local membership changed (a client joined or left): every op not moving data
- * fails, and the job goes on at a new generation with the clients it has: at once on one node,
- * through the rendezvous across nodes. */
 /* Ops on the workers of a one-node job whose ranks changed under them (the job is at a new
  * generation): a loss fails them, since their ranks must hear it on this answer and split their
  * data anew (a lost rank's contribution may be in the result or not); a join lets them end, their
@@ -256,20 +253,22 @@ static void running_outran(rd_job *j, int lost, const char *why)
             o->outran_join = 1;
             continue;
         }
-        if (o->message != NULL)
+        if (o->outran_loss)
             continue; /* the first loss it ran through names it */
         char msg[1024];
         snprintf(msg, sizeof(msg),
-                 "tensor '%s': %s while it ran (now %u ranks, generation %" PRIu64
-                 "): restore the last committed state and broadcast it from rank 0",
-                 o->name, why, j->local_size, j->generation);
-        o->message = strdup(msg);
+                 "tensor '%s': %s while it ran: restore the last committed state and broadcast "
+                 "it from rank 0",
+                 o->name, why);
+        free(o->message);
+        o->message = strdup(msg); /* NULL: op_ran says less */
         o->outran_loss = 1;
     }
 }
 
-/* The job's local ranks changed (lost: one went without a goodbye, else one joined); why says
- * how. */
+/* A running job's local membership changed (lost: a client went without a goodbye, else one
+ * joined; why says how): every op not moving data fails, and the job goes on at a new generation
+ * with the clients it has: at once on one node, through the rendezvous across nodes. */
 static void job_reshape(rd_job *j, int lost, const char *why)
 {
     /* Mismatch tombstones index the old local ranks: the ranks they wait for are renumbered. */
@@ -557,6 +556,8 @@ void rd_job_leave(rd_client *s)
         return;
     }
     if (rd_job_draining(j)) { /* what it submitted still ends; the drain leaves the ring */
+        if (j->world == NULL)
+            running_outran(j, 1, why); /* but not as if the rank were there */
         slots_compact(j);
         if (j->world != NULL) /* renumbered under a ring it leaves: no view adds up now */
             j->ranks_from = j->generation + 1;

@@ -32,7 +32,9 @@ static void op_ran(rd_op *o)
 {
     char msg[768];
     if (o->outran_loss) {
-        rd_optab_finish(o, RINGD_E_MEMBERSHIP, o->message);
+        rd_optab_finish(o, RINGD_E_MEMBERSHIP,
+                        o->message != NULL ? o->message
+                                           : "a rank of the job was lost while it ran");
         return;
     }
     if (!o->plan.failed) {
@@ -310,7 +312,7 @@ static void op_refuse(rd_job *j, rd_client *s, uint32_t rank, uint64_t request_i
         rd_op_params p = rd_op_params_announceable(*params);
         o = rd_optab_new(j, name, &p, rank);
         if (o == NULL) {
-            rd_optab_answer(j, s, request_id, RINGD_E_NOMEM, "out of memory", NULL);
+            rd_optab_answer(j, s, request_id, RINGD_E_NOMEM, "out of memory", NULL, 1);
             return;
         }
         /* one of a group: the group fails with it, on every rank */
@@ -397,7 +399,7 @@ static int submit_answered_alone(rd_client *s, const rd_submit *m, char *err, si
     uint32_t rank = s->local_rank;
     if (!rd_name_valid(m->name)) { /* nothing to match it with: only this rank can hear of it */
         snprintf(err, errlen, "tensor names are 1..%d printable ASCII bytes", RD_NAME_MAX);
-        rd_optab_answer(j, s, m->request_id, RINGD_E_INVALID, err, NULL);
+        rd_optab_answer(j, s, m->request_id, RINGD_E_INVALID, err, NULL, 1);
         return 1;
     }
     if (rd_job_draining(j)) {
@@ -406,7 +408,7 @@ static int submit_answered_alone(rd_client *s, const rd_submit *m, char *err, si
                  "tensor '%s': node %s drained: job '%s' goes on without it; this session "
                  "runs no more collectives (close it, and open a new one to join again)",
                  m->name, j->e->cfg->node, j->name);
-        rd_optab_answer(j, s, m->request_id, RINGD_E_CLOSED, err, NULL);
+        rd_optab_answer(j, s, m->request_id, RINGD_E_CLOSED, err, NULL, 1);
         return 1;
     }
     if (m->generation != 0 && m->generation < j->sync_generation) {
@@ -417,7 +419,7 @@ static int submit_answered_alone(rd_client *s, const rd_submit *m, char *err, si
                  "tensor '%s': %s (this rank is now %u of %u, generation %" PRIu64
                  "): restore the last committed state and broadcast it from rank 0",
                  m->name, j->sync_why, j->first_rank + rank, j->size, j->generation);
-        rd_optab_answer(j, s, m->request_id, RINGD_E_MEMBERSHIP, err, NULL);
+        rd_optab_answer(j, s, m->request_id, RINGD_E_MEMBERSHIP, err, NULL, 1);
         return 1;
     }
     return 0;
@@ -695,7 +697,7 @@ void rd_ops_submit(rd_client *s, const rd_submit *m)
                  "tensor '%s': local rank %u has joined (ringd_join): it submits nothing until "
                  "its join returns",
                  m->name, rank);
-        rd_optab_answer(j, s, m->request_id, RINGD_E_INVALID, err, NULL);
+        rd_optab_answer(j, s, m->request_id, RINGD_E_INVALID, err, NULL, 1);
         return;
     }
     rd_status rc;
@@ -753,7 +755,7 @@ void rd_ops_submit(rd_client *s, const rd_submit *m)
         rd_op_params p = rd_check_params(m, j->size);
         o = rd_optab_new(j, m->name, &p, rank);
         if (o == NULL) {
-            rd_optab_answer(j, s, m->request_id, RINGD_E_NOMEM, "out of memory", NULL);
+            rd_optab_answer(j, s, m->request_id, RINGD_E_NOMEM, "out of memory", NULL, 1);
             return;
         }
         if (op_take_counts(o, m) != 0 ||

@@ -92,9 +92,9 @@ void rd_optab_set_state(rd_op *o, op_state st)
 /* Tells client c how its request ended (with the op's trace when c asked for traces and there
  * is one). */
 void rd_optab_answer(const rd_job *j, rd_client *c, uint64_t request_id, rd_status status,
-                     const char *message, const rd_trace_op *trace)
+                     const char *message, const rd_trace_op *trace, int current)
 {
-    j->e->ev.complete(c, request_id, status, message, c->timeline ? trace : NULL, 1);
+    j->e->ev.complete(c, request_id, status, message, c->timeline ? trace : NULL, current);
 }
 
 /* The op named name that rank should join: the oldest one it has not submitted to (a failed
@@ -222,8 +222,9 @@ static void op_answer(rd_op *o, rd_status status, const char *message, const rd_
     for (uint32_t k = 0; k < o->nparts; k++) {
         part *pt = &o->parts[k];
         if (pt->submitted && pt->s != NULL && !pt->answered) {
-            o->job->e->ev.complete(pt->s, pt->request_id, status, message,
-                                   pt->s->timeline ? trace : NULL, !o->outran_join);
+            /* after a join it ran through, only a loss failing it tells the ranks the job */
+            rd_optab_answer(o->job, pt->s, pt->request_id, status, message, trace,
+                            !o->outran_join || o->outran_loss);
             pt->answered = 1;
         }
     }
@@ -320,7 +321,7 @@ void rd_optab_visit(rd_op *o, rd_client *c, uint32_t rank, uint64_t request_id, 
 {
     o->parts[rank].submitted = 1;
     o->nsubmitted++;
-    rd_optab_answer(o->job, c, request_id, status, message, NULL);
+    rd_optab_answer(o->job, c, request_id, status, message, NULL, 1);
     rd_optab_bury(o);
 }
 

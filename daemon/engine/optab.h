@@ -35,9 +35,10 @@ void rd_optab_drop_failed(rd_job *j);
 /* Frees every op of j, at the job's end (the in-flight counter forgets those still live). */
 void rd_optab_clear(rd_job *j);
 
-/* Tells client c how its request ended (with trace when c asked for traces). */
+/* Tells client c how its request ended (with trace when c asked for traces), with the job as it
+ * is now (current), or leaving c's view of it as it was (see rd_client_events.complete). */
 void rd_optab_answer(const rd_job *j, rd_client *c, uint64_t request_id, rd_status status,
-                     const char *message, const rd_trace_op *trace);
+                     const char *message, const rd_trace_op *trace, int current);
 
 /* Ends o: answers its ranks, counts it, removes and frees it. */
 void rd_optab_finish(rd_op *o, rd_status status, const char *message);

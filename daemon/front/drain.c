@@ -172,6 +172,22 @@ void rd_drain_request(rd_session *s, const rd_msg *m)
         rd_session_close(s, RINGD_E_PROTOCOL, "DrainRequest from a client of a job");
         return;
     }
+    if (!s->admin) { /* a drain fails every user's jobs here that cannot finish in time */
+        char msg[512];
+        snprintf(msg, sizeof(msg),
+                 "uid %u may not drain node %s: only root, the daemon's own user and members of "
+                 "its --admin-group may",
+                 (unsigned)s->c.uid, s->f->cfg->node);
+        rd_log(RD_LOG_WARN, "drain", "refused: %s", msg);
+        Ringd__DrainReply r = RINGD__DRAIN_REPLY__INIT;
+        r.status = RINGD_E_REFUSED;
+        r.message = msg;
+        rd_msg reply = RINGD__MSG__INIT;
+        reply.body_case = RINGD__MSG__BODY_DRAIN_REPLY;
+        reply.drain_reply = &r;
+        rd_session_send(s, &reply);
+        return;
+    }
     int64_t ms = m->drain_request->timeout_ms ? (int64_t)m->drain_request->timeout_ms
                                               : s->f->cfg->drain_timeout;
     if (rd_drain_start(s->f, s, ms, 0) != 0)

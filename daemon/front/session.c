@@ -5,6 +5,7 @@
 #include <assert.h>
 #include <errno.h>
 #include <event2/buffer.h>
+#include <grp.h>
 #include <event2/event.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -450,6 +451,27 @@ static void on_readable(evutil_socket_t fd, short what, void *arg)
     }
 }
 
+int rd_session_group(const char *group, gid_t *gid, char *err, size_t errlen)
+{
+    errno = 0;
+    const struct group *g = getgrnam(group);
+    if (g != NULL) {
+        *gid = g->gr_gid;
+        return 0;
+    }
+    int lookup = errno;
+    char *end;
+    errno = 0;
+    unsigned long n = group[0] >= '0' && group[0] <= '9' ? strtoul(group, &end, 10) : 0;
+    if (group[0] >= '0' && group[0] <= '9' && *end == '\0' && errno == 0 && n < (gid_t)-1) {
+        *gid = (gid_t)n;
+        return 0;
+    }
+    snprintf(err, errlen, "--admin-group %s: no such group%s%s", group, lookup ? ": " : "",
+             lookup ? strerror(lookup) : "");
+    return -1;
+}
+
 /* Whether the process at the other end of fd (primary group gid) is a member of group want, by
  * its supplementary groups as the kernel saw them at connect (SO_PEERGROUPS). */
 static int peer_in_group(int fd, gid_t gid, gid_t want)
@@ -462,8 +484,12 @@ static int peer_in_group(int fd, gid_t gid, gid_t want)
     if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) != 0) {
         if (errno != ERANGE || (groups = malloc(len)) == NULL ||
             getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) != 0) {
-            rd_log(RD_LOG_WARN, "session", "getsockopt SO_PEERGROUPS: %s: not an admin",
-                   strerror(errno));
+            static int warned; /* the same for every connection: said once */
+            if (!warned && (warned = 1))
+                rd_log(RD_LOG_WARN, "session",
+                       "getsockopt SO_PEERGROUPS: %s: --admin-group is known only by clients' "
+                       "primary group",
+                       strerror(errno));
             if (groups != some)
                 free(groups);
             return 0;

@@ -45,6 +45,10 @@ typedef struct rd_session {
     struct rd_session *prev, *next;
 } rd_session;
 
+/* The group --admin-group names (a name in the group database, else a number) into *gid.
+ * Returns 0, or -1 with err set. Any thread, at start-up. */
+int rd_session_group(const char *group, gid_t *gid, char *err, size_t errlen);
+
 /* Takes ownership of an accepted connection. */
 void rd_session_accept(rd_front *f, int fd);
 

@@ -43,7 +43,7 @@ static void refuse(rd_session *s, rd_status status, const char *msg)
 static void recording_end(rd_recording *rec)
 {
     rd_front *f = rec->f;
-    rd_engine_record(f->engine, rec->job, NULL, NULL, NULL, 0);
+    rd_engine_record_stop(f->engine, rec->tl);
     for (rd_recording **pp = &f->recordings; *pp != NULL; pp = &(*pp)->next) {
         if (*pp == rec) {
             *pp = rec->next;
@@ -69,7 +69,7 @@ static void on_over(evutil_socket_t fd, short what, void *arg)
     rd_front *f = rec->f;
     (void)fd;
     (void)what;
-    rd_engine_record(f->engine, rec->job, NULL, NULL, NULL, 0);
+    rd_engine_record_stop(f->engine, rec->tl);
     size_t n = rd_timeline_nops(rec->tl), nm = rd_timeline_nmarks(rec->tl), first = n, bytes = 0;
     while (first > 0 && bytes + op_bytes(rd_timeline_ops(rec->tl, first - 1)) < RD_TLREQ_REPLY_MAX)
         bytes += op_bytes(rd_timeline_ops(rec->tl, --first));
@@ -152,7 +152,7 @@ void rd_tlreq_request(rd_session *s, const rd_msg *req)
     struct timeval tv = {(time_t)q->seconds, 0};
     if (st != RINGD_OK || event_add(rec->timer, &tv) != 0) {
         if (st == RINGD_OK) {
-            rd_engine_record(f->engine, job, NULL, NULL, NULL, 0);
+            rd_engine_record_stop(f->engine, rec->tl);
             snprintf(msg, sizeof(msg), "out of memory starting the recording");
         }
         event_free(rec->timer);
