@@ -10,8 +10,9 @@
  *
  * Meanwhile, at random intervals (--chaos-ms on average, seeded by --seed) this process kills a
  * daemon with SIGKILL, stops one with SIGSTOP for shorter or longer than the lease, drains one
- * (`ringctl drain`, then SIGTERM), or kills one node's clients; a daemon taken down comes back
- * after a delay with new clients. No action is taken unless two nodes serve the job, nor in the
+ * (`ringctl drain`, then SIGTERM), kills one node's clients, or kills redis-server (started again,
+ * empty, on its port after a delay); a daemon taken down comes back after a delay with new
+ * clients. No action is taken unless two nodes serve the job, nor in the
  * last 5 s of the run.
  *
  * At the end it prints one summary line: ops completed, failed with RINGD_E_MEMBERSHIP, other
@@ -20,12 +21,16 @@
  * died on their own, and recovery times (from an action to the first successful op started after
  * it on another node). Exit status 0 only with no wrong result, no hang, no daemon death and at
  * least one op; other errors are printed as they happen and fail the run only with --strict,
- * since a deadline can legitimately pass while the job is being reshaped.
+ * since a deadline can legitimately pass while the job is being reshaped, and failures no action
+ * explains (below) fail it only with --explained.
  *
  * Since each kind of fault has its own target, it then prints the lease TTL and one line per kind
  * of action: recovery times (from the SIGKILL, the SIGSTOP, the start of `ringctl drain`), and the
- * failures that completed between the action and the next one (or the end), split into those on
- * the survivors (other nodes whose daemon was not itself being taken down) until the acted-on node
+ * failures each action explains. Every failed call is explained by an action in force when it
+ * completed (from the action until its node is back and the lease and 2 s more have passed): one
+ * on the failing client's own node first, then one the failure's message names (a fault before a
+ * drain), then the latest fault, and only then a drain; a failure nothing explains is printed and
+ * counted as unexplained. Failures are split into those on the survivors until the acted-on node
  * comes back (its daemon started again or resumed, its clients started again), those on the
  * survivors after that ("rejoin": its joining the job again reshapes it once more), and those on
  * the acted-on node's own clients. A verdict line per target follows: after a kill, recovery within
@@ -99,7 +104,7 @@ typedef struct {
     int nodes, local;
     uint64_t duration_s, seed, chaos_ms, max_count, hang_ms, lease_ms, min_size, restart_ms;
     uint64_t mixed; /* non-zero: ops alternate between max_count and this many elements */
-    int chaos, strict, keep, verbose;
+    int chaos, strict, explained, keep, verbose;
     const char *ringd, *ringctl, *redis;
     char **daemon_args; /* after "--" */
     int n_daemon_args;
@@ -371,8 +376,8 @@ typedef struct {
     soak_client c[MAX_LOCAL];
 } soak_node;
 
-enum { ACT_KILL, ACT_STOP, ACT_DRAIN, ACT_RESTART, ACT_COUNT };
-static const char *const act_names[ACT_COUNT] = {"kill", "stop", "drain", "restart"};
+enum { ACT_KILL, ACT_STOP, ACT_DRAIN, ACT_RESTART, ACT_REDIS, ACT_COUNT };
+static const char *const act_names[ACT_COUNT] = {"kill", "stop", "drain", "restart", "redis"};
 
 /* One chaos action and what followed it until the next one. Failures are counted by the time
  * they completed: those on node's own clients (its daemon was taken down under them), and those
@@ -380,8 +385,10 @@ static const char *const act_names[ACT_COUNT] = {"kill", "stop", "drain", "resta
  * moment node comes back, since its joining the job again fails the survivors' ops too. */
 typedef struct {
     int64_t t, recovered; /* recovered: end of the first successful op after it; -1 none yet */
-    int64_t back; /* node's daemon started again, resumed, or its clients started; or INT64_MAX */
-    int kind, node;
+    int64_t back;   /* node's daemon started again, resumed, or its clients started; or INT64_MAX */
+    int kind, node; /* node -1: Redis (ACT_REDIS) */
+    int redis_away; /* taken while Redis was down or just back: its recovery waits on Redis and
+                       is not timed against its kind's target */
     long membership, errors; /* on the survivors before back: RINGD_E_MEMBERSHIP, anything else */
     long rejoin;             /* on the survivors from back on: any failure */
     long own;                /* on node's own clients: any failure */
@@ -391,6 +398,8 @@ typedef struct {
     soak_opts o;
     char dir[256], redis_url[64];
     pid_t redis_pid;
+    int redis_port;        /* the one it listens on, again after a restart */
+    int64_t redis_back_at; /* killed by ACT_REDIS: started again then; 0: up */
     int ev_fd[2];
     soak_node n[MAX_NODES];
     uint64_t rng;
@@ -400,6 +409,7 @@ typedef struct {
     long rss_kib[MAX_NODES], fds[MAX_NODES]; /* that first sample */
     pid_t sampled_pid[MAX_NODES];
     long ops, membership, errors, closed, wrong, hangs, crashes, resized;
+    long unexplained; /* failures no action in force explains */
     long errors_by[RINGD_RESULT_COUNT];
     soak_action *act;
     int n_act, cap_act, act_count[ACT_COUNT];
@@ -492,13 +502,14 @@ static int redis_pong(int port)
     return ok;
 }
 
-/* Starts redis-server on a free port and waits for it to answer. Returns 0 or -1. */
+/* Starts redis-server on a free port, or on the one it had (a restart), and waits for it to
+ * answer. Returns 0 or -1. */
 static int redis_start(soak *s)
 {
     char log[PATH_MAX + 16], port[16];
     snprintf(log, sizeof(log), "%s/redis.log", s->dir);
     for (int attempt = 0; attempt < 5; attempt++) {
-        int p = free_port();
+        int p = s->redis_port > 0 ? s->redis_port : free_port();
         snprintf(port, sizeof(port), "%d", p);
         char *argv[] = {
             (char *)s->o.redis, "--port", port,    "--bind", "127.0.0.1",   "--save", "",
@@ -512,6 +523,7 @@ static int redis_start(soak *s)
                 break;
             if (redis_pong(p)) {
                 snprintf(s->redis_url, sizeof(s->redis_url), "redis://127.0.0.1:%d", p);
+                s->redis_port = p;
                 return 0;
             }
         }
@@ -643,7 +655,11 @@ static void chaos(soak *s, int64_t now)
     if (np < 2)
         return;
     int i = pick[(int)(rnd(s) * np)], kind = (int)(rnd(s) * ACT_COUNT);
-    soak_node *n = &s->n[i];
+    if (kind == ACT_REDIS && s->redis_back_at != 0)
+        return; /* down already */
+    if (kind == ACT_REDIS)
+        i = -1;
+    soak_node *n = i >= 0 ? &s->n[i] : NULL;
     if (s->n_act == s->cap_act) {
         int cap = s->cap_act ? 2 * s->cap_act : 64;
         soak_action *a = realloc(s->act, (size_t)cap * sizeof(*a));
@@ -652,8 +668,13 @@ static void chaos(soak *s, int64_t now)
         s->act = a;
         s->cap_act = cap;
     }
-    s->act[s->n_act++] =
-        (soak_action){.t = now, .recovered = -1, .back = INT64_MAX, .kind = kind, .node = i};
+    int away = 0;
+    for (int a = 0; a < s->n_act; a++)
+        away |=
+            s->act[a].kind == ACT_REDIS &&
+            (s->act[a].back == INT64_MAX || now < s->act[a].back + (int64_t)s->o.lease_ms + 2000);
+    s->act[s->n_act++] = (soak_action){
+        .t = now, .recovered = -1, .back = INT64_MAX, .kind = kind, .node = i, .redis_away = away};
     s->act_count[kind]++;
     switch (kind) {
     case ACT_KILL:
@@ -692,6 +713,16 @@ static void chaos(soak *s, int64_t now)
         }
         break;
     }
+    case ACT_REDIS: {
+        int64_t ms = rnd_ms(s, 0.2 * (double)s->o.lease_ms, 3.0 * (double)s->o.lease_ms);
+        say(s, "action %d: kill -9 redis-server (pid %d), back in %" PRId64 " ms", s->n_act,
+            (int)s->redis_pid, ms);
+        kill(s->redis_pid, SIGKILL);
+        waitpid(s->redis_pid, NULL, 0);
+        s->redis_pid = 0;
+        s->redis_back_at = now + ms;
+        break;
+    }
     default:
         say(s, "action %d: restart the clients of %s", s->n_act, n->name);
         clients_kill(s, i, 100);
@@ -699,13 +730,55 @@ static void chaos(soak *s, int64_t now)
     }
 }
 
-/* The last action taken at or before t, or NULL: the one a failure completed at t follows. */
-static soak_action *action_at(soak *s, int64_t t)
+/* Whether a failure message names node name ("node n1 is gone", "(pid 7, node n1)"). */
+static int names_node(const char *msg, const char *name)
 {
-    for (int a = s->n_act - 1; a >= 0; a--)
-        if (s->act[a].t <= t)
-            return &s->act[a];
-    return NULL;
+    size_t len = strlen(name);
+    for (const char *p = strstr(msg, "node "); p != NULL; p = strstr(p + 1, "node ")) {
+        const char *q = p + 5;
+        if (strncmp(q, name, len) == 0 && !(q[len] >= '0' && q[len] <= '9'))
+            return 1;
+    }
+    return 0;
+}
+
+/* The action that explains a failure on node `node` completed at t with message msg, or NULL
+ * (unexplained). An action is in force from when it is taken until its node is back (daemon
+ * started again or resumed, clients started again) and the job has had time to re-form after
+ * it (the lease, and 2 s). Among those in force: an action on the failing client's own node
+ * first (*own set); then one the message names, a fault before a drain; then the latest fault
+ * on a node; then the latest Redis outage; then the latest drain. So a failure counts against a
+ * drain or a Redis outage (which alone should fail nothing) only where nothing else that was
+ * going on explains it. */
+static soak_action *explain(soak *s, int node, int64_t t, const char *msg, int *own)
+{
+    int64_t settle = (int64_t)s->o.lease_ms + 2000;
+    /* own, named fault, named drain, fault on a node, Redis outage */
+    soak_action *pick[5] = {NULL, NULL, NULL, NULL, NULL};
+    soak_action *drain = NULL;
+    for (int a = 0; a < s->n_act; a++) {
+        soak_action *x = &s->act[a];
+        if (x->t > t || (x->back != INT64_MAX && t > x->back + settle))
+            continue;
+        int named = x->node >= 0 && names_node(msg, s->n[x->node].name);
+        if (x->node == node)
+            pick[0] = x;
+        else if (named && x->kind != ACT_DRAIN)
+            pick[1] = x;
+        else if (named)
+            pick[2] = x;
+        else if (x->kind == ACT_REDIS)
+            pick[4] = x;
+        else if (x->kind != ACT_DRAIN)
+            pick[3] = x;
+        else
+            drain = x;
+    }
+    *own = pick[0] != NULL;
+    for (int k = 0; k < 5; k++)
+        if (pick[k] != NULL)
+            return pick[k];
+    return drain;
 }
 
 /* Takes in one report. */
@@ -725,16 +798,20 @@ static void on_event(soak *s, const soak_event *ev)
         c->last = *ev;
         c->opened |= ev->kind == EV_OPEN;
     }
-    soak_action *after =
-        ev->kind == EV_MEMBERSHIP || ev->kind == EV_ERROR ? action_at(s, ev->t_end) : NULL;
-    if (after != NULL && after->node == ev->node)
+    int own = 0, failed = ev->kind == EV_MEMBERSHIP || (ev->kind == EV_ERROR && !expected);
+    soak_action *after = failed ? explain(s, ev->node, ev->t_end, ev->msg, &own) : NULL;
+    if (after != NULL && own)
         after->own++;
-    else if (after != NULL && !expected && ev->t_end >= after->back)
+    else if (after != NULL && ev->t_end >= after->back)
         after->rejoin++;
-    else if (after != NULL && !expected && ev->kind == EV_MEMBERSHIP)
+    else if (after != NULL && ev->kind == EV_MEMBERSHIP)
         after->membership++;
-    else if (after != NULL && !expected)
+    else if (after != NULL)
         after->errors++;
+    else if (failed) {
+        s->unexplained++;
+        say(s, "unexplained failure on %s.%d (pid %d): %s", n->name, ev->slot, ev->pid, ev->msg);
+    }
     switch ((ev_kind)ev->kind) {
     case EV_OPEN:
         if (s->o.verbose)
@@ -1020,6 +1097,13 @@ static int run(soak *s)
         for (int i = 0; i < s->o.nodes; i++)
             if (node_tick(s, i, now) != 0)
                 return -1;
+        if (s->redis_back_at != 0 && now >= s->redis_back_at) {
+            if (redis_start(s) != 0)
+                return -1;
+            s->redis_back_at = 0;
+            say(s, "redis-server starts again (pid %d), empty", (int)s->redis_pid);
+            node_back(s, -1, rb_elastic_now_ms());
+        }
         if (!s->formed) {
             int all = 1;
             for (int i = 0; i < s->o.nodes; i++)
@@ -1092,8 +1176,8 @@ static void stop_all(soak *s)
 
 /* What the actions of one kind came to. */
 typedef struct {
-    int count, recovered;
-    double median, max; /* recovery in ms over the recovered ones; -1 when none */
+    int count, recovered, untimed; /* untimed: taken while Redis was away */
+    double median, max;            /* recovery in ms over the recovered ones timed; -1 when none */
     long membership, errors, own, rejoin;
 } kind_summary;
 
@@ -1111,6 +1195,10 @@ static kind_summary summarize(const soak *s, int kind)
         k.errors += x->errors;
         k.own += x->own;
         k.rejoin += x->rejoin;
+        if (x->redis_away) {
+            k.untimed++;
+            continue;
+        }
         if (x->recovered < 0)
             continue;
         double ms = (double)(x->recovered - x->t);
@@ -1130,16 +1218,20 @@ static kind_summary summarize(const soak *s, int kind)
 static void print_target(const kind_summary *k, const char *kind, int no_failures, double limit_ms,
                          const char *limit)
 {
-    char unrec[48] = "";
+    char unrec[96] = "";
     long failed = k->membership + k->errors;
-    if (k->count - k->recovered > 0)
-        snprintf(unrec, sizeof(unrec), ", %d unrecovered", k->count - k->recovered);
+    int timed = k->count - k->untimed;
+    if (timed - k->recovered > 0)
+        snprintf(unrec, sizeof(unrec), ", %d unrecovered", timed - k->recovered);
+    if (k->untimed > 0)
+        snprintf(unrec + strlen(unrec), sizeof(unrec) - strlen(unrec),
+                 " (%d during a Redis outage: not timed)", k->untimed);
     if (k->count == 0) {
         printf("soak: target %s %srecovery <= %s: not exercised\n", kind,
                no_failures ? "failed ops 0 and " : "", limit);
         return;
     }
-    int met = k->count == k->recovered && k->max <= limit_ms && (!no_failures || failed == 0);
+    int met = timed == k->recovered && k->max <= limit_ms && (!no_failures || failed == 0);
     if (no_failures)
         printf("soak: target %s failed ops %ld and recovery max %.0f%s <= %s: %s\n", kind, failed,
                k->max, unrec, limit, met ? "met" : "NOT met");
@@ -1163,8 +1255,8 @@ static int report(const soak *s, int failed)
         printf(
             "soak: action %d %s %s at +%.3fs recovery_ms %" PRId64
             " failed_membership %ld other_errors %ld own_node_failures %ld rejoin_failures %ld\n",
-            a + 1, act_names[x->kind], s->n[x->node].name, (double)(x->t - s->t0) / 1000.0, ms,
-            x->membership, x->errors, x->own, x->rejoin);
+            a + 1, act_names[x->kind], x->node >= 0 ? s->n[x->node].name : "redis-server",
+            (double)(x->t - s->t0) / 1000.0, ms, x->membership, x->errors, x->own, x->rejoin);
         if (ms >= 0)
             rec[n_rec++] = (double)ms;
     }
@@ -1181,11 +1273,12 @@ static int report(const soak *s, int failed)
         printf("\n");
     }
     printf("soak: ops %ld failed_membership %ld resized %ld errors %ld closed %ld wrong %ld "
-           "hangs %ld crashes %ld recovery_ms median %.0f max %.0f unrecovered %d actions kill=%d "
-           "stop=%d drain=%d restart=%d\n",
+           "hangs %ld crashes %ld unexplained %ld recovery_ms median %.0f max %.0f unrecovered %d "
+           "actions kill=%d stop=%d drain=%d restart=%d redis=%d\n",
            s->ops, s->membership, s->resized, s->errors, s->closed, s->wrong, s->hangs, s->crashes,
-           median, max, s->n_act - n_rec, s->act_count[ACT_KILL], s->act_count[ACT_STOP],
-           s->act_count[ACT_DRAIN], s->act_count[ACT_RESTART]);
+           s->unexplained, median, max, s->n_act - n_rec, s->act_count[ACT_KILL],
+           s->act_count[ACT_STOP], s->act_count[ACT_DRAIN], s->act_count[ACT_RESTART],
+           s->act_count[ACT_REDIS]);
     printf("soak: lease_ms %" PRIu64 "\n", s->o.lease_ms);
     kind_summary ks[ACT_COUNT];
     for (int k = 0; k < ACT_COUNT; k++) {
@@ -1193,7 +1286,7 @@ static int report(const soak *s, int failed)
         printf("soak: kind %s count %d recovery_ms median %.0f max %.0f failed_membership %ld "
                "other_errors %ld own_node_failures %ld rejoin_failures %ld unrecovered %d\n",
                act_names[k], ks[k].count, ks[k].median, ks[k].max, ks[k].membership, ks[k].errors,
-               ks[k].own, ks[k].rejoin, ks[k].count - ks[k].recovered);
+               ks[k].own, ks[k].rejoin, ks[k].count - ks[k].untimed - ks[k].recovered);
     }
     char limit[64];
     snprintf(limit, sizeof(limit), "%d ms", KILL_TARGET_MS);
@@ -1202,8 +1295,11 @@ static int report(const soak *s, int failed)
     print_target(&ks[ACT_STOP], "stop", 0, (double)s->o.lease_ms + STOP_SLACK_MS, limit);
     snprintf(limit, sizeof(limit), "%d ms", DRAIN_TARGET_MS);
     print_target(&ks[ACT_DRAIN], "drain", 1, DRAIN_TARGET_MS, limit);
+    print_target(&ks[ACT_REDIS], "redis", 1, DRAIN_TARGET_MS, limit);
+    printf("soak: target every failed call explained by an action in force: %ld unexplained: %s\n",
+           s->unexplained, s->unexplained == 0 ? "met" : "NOT met");
     int pass = !failed && s->ops > 0 && s->wrong == 0 && s->hangs == 0 && s->crashes == 0 &&
-               (!s->o.strict || s->errors == 0);
+               (!s->o.strict || s->errors == 0) && (!s->o.explained || s->unexplained == 0);
     printf("soak: %s\n", pass ? "PASS" : "FAIL");
     fflush(stdout);
     return pass ? 0 : 1;
@@ -1248,6 +1344,7 @@ static void usage(FILE *f)
            "  --lease-ttl MS    the daemons' --lease-ttl (default 1000)\n"
            "  --hang-ms MS      a client with no op finished this long hangs (default 30000)\n"
            "  --strict          errors other than RINGD_E_MEMBERSHIP fail the run too\n"
+           "  --explained       failed calls no action in force explains fail the run too\n"
            "  --keep            keep the directory with the logs\n"
            "  --verbose         print every membership failure, client start and expected error\n"
            "  --ringd PATH, --ringctl PATH, --redis-server PATH\n"
@@ -1275,6 +1372,7 @@ static int parse(soak *s, int argc, char **argv, char *ringd_buf, char *ringctl_
         {"lease-ttl", required_argument, NULL, 't'},
         {"hang-ms", required_argument, NULL, 'H'},
         {"strict", no_argument, NULL, 'S'},
+        {"explained", no_argument, NULL, 'E'},
         {"keep", no_argument, NULL, 'k'},
         {"verbose", no_argument, NULL, 'v'},
         {"ringd", required_argument, NULL, 'r'},
@@ -1310,6 +1408,7 @@ static int parse(soak *s, int argc, char **argv, char *ringd_buf, char *ringctl_
         case 't': bad = rb_parse_u64(optarg, 100, 600000, &o->lease_ms); break;
         case 'H': bad = rb_parse_u64(optarg, 100, 3600000, &o->hang_ms); break;
         case 'S': o->strict = 1; break;
+        case 'E': o->explained = 1; break;
         case 'k': o->keep = 1; break;
         case 'v': o->verbose = 1; break;
         case 'r': o->ringd = optarg; break;

@@ -179,6 +179,36 @@ Test(check, an_allgatherv_takes_every_count_and_mpis_in_place_form)
     cr_assert(strstr(err, "0 entries") != NULL, "%s", err);
 }
 
+/* A graceful change (a drain) renumbers the ranks without failing anything: an op whose counts
+ * and blocks the client placed by the ranks of an older generation fails with
+ * RINGD_E_MEMBERSHIP (submit it again), never as a bad call, whatever its layout now looks like. */
+Test(check, counts_and_blocks_of_another_generation_are_a_membership_change_not_a_bad_call)
+{
+    char err[512];
+    rd_check_session s = session();
+    s.rank = 3;
+    s.generation = 7;
+    rd_submit m = reducescatter(counts4, 3);
+    m.op = RD_COLL_ALLGATHERV;
+    m.in_offset = m.out_offset + (3 + 0 + 5) * 4; /* rank 3's block, MPI's in place */
+    m.generation = 7;
+    cr_assert_eq(rd_check_submit(&s, &m, err, sizeof(err)), RINGD_OK, "%s", err);
+    s.rank = 1; /* ranks renumbered at generation 8; the client has not heard */
+    s.generation = 8;
+    cr_assert_eq(rd_check_submit(&s, &m, err, sizeof(err)), RINGD_E_MEMBERSHIP, "%s", err);
+    cr_assert(strstr(err, "generation 7") && strstr(err, "generation 8"), "%s", err);
+    m.op = RD_COLL_REDUCESCATTER;
+    m.out_offset = m.in_offset;
+    cr_assert_eq(rd_check_submit(&s, &m, err, sizeof(err)), RINGD_E_MEMBERSHIP, "%s", err);
+    m.generation = 0; /* "any": a client that does not say is checked as it is */
+    cr_assert_eq(rd_check_submit(&s, &m, err, sizeof(err)), RINGD_E_INVALID, "%s", err);
+    s.rank = 3;
+    cr_assert_eq(rd_check_submit(&s, &m, err, sizeof(err)), RINGD_OK, "%s", err);
+    rd_submit a = allreduce(); /* no per-rank layout: the generation is not this check's */
+    a.generation = 7;
+    cr_assert_eq(rd_check_submit(&s, &a, err, sizeof(err)), RINGD_OK, "%s", err);
+}
+
 Test(check, counts_that_do_not_describe_the_job_are_refused_saying_why)
 {
     char err[512];

@@ -162,3 +162,33 @@ Test(membership, changes_are_described_for_messages)
     rd_membership_describe(&a.v, &b.v, tiny, sizeof(tiny));
     cr_assert_eq(strlen(tiny), sizeof(tiny) - 1, "truncated, still terminated");
 }
+
+/* After n2 said it leaves (Bye), the views that come while the next ring forms: one that still
+ * has n2 is not to be formed; one without it (at any newer generation) keeps the change
+ * graceful; one where n3 is gone too, or a newcomer came, or a size changed, does not. */
+Test(membership, views_after_a_bye_keep_the_change_graceful_only_if_just_the_leavers_are_gone)
+{
+    view last, next;
+    view_make(&last, 5, abc, twos, 3);
+    const rd_rdv_member left = last.m[1]; /* n2 */
+    cr_assert(rd_membership_has_any(&last.v, &left, 1));
+    view_make(&next, 7, ac, twos, 2);
+    cr_assert_not(rd_membership_has_any(&next.v, &left, 1));
+    cr_assert(rd_membership_only_left(&last.v, &left, 1, &next.v));
+    next.v.generation = 8; /* the same members again: still the same change */
+    cr_assert(rd_membership_only_left(&last.v, &left, 1, &next.v));
+    cr_assert_not(rd_membership_only_left(&last.v, &left, 0, &next.v), "nobody said Bye");
+    cr_assert_not(rd_membership_only_left(&last.v, &left, 1, &last.v), "nobody is gone");
+    static const char *const a[] = {"n1"};
+    view_make(&next, 8, a, twos, 1); /* n3 gone without a word */
+    cr_assert_not(rd_membership_only_left(&last.v, &left, 1, &next.v));
+    static const char *const ad[] = {"n1", "n4"};
+    view_make(&next, 8, ad, twos, 2); /* a newcomer */
+    cr_assert_not(rd_membership_only_left(&last.v, &left, 1, &next.v));
+    static const uint32_t sizes[] = {2, 1};
+    view_make(&next, 8, ac, sizes, 2); /* n3 lost a rank */
+    cr_assert_not(rd_membership_only_left(&last.v, &left, 1, &next.v));
+    view_make(&next, 8, ac, twos, 2);
+    next.m[1].incarnation++; /* n3 restarted */
+    cr_assert_not(rd_membership_only_left(&last.v, &left, 1, &next.v));
+}

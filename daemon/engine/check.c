@@ -409,6 +409,15 @@ rd_status rd_check_submit(const rd_check_session *s, const rd_submit *m, char *e
         return RINGD_E_INVALID;
     }
     if (takes_counts(m->op)) {
+        if (m->generation != 0 && m->generation != s->generation) {
+            /* a graceful change (one that fails nothing else) renumbered the ranks since */
+            snprintf(err, errlen,
+                     "tensor '%s': its counts and blocks are for the job's ranks at generation "
+                     "%" PRIu64 "; the job is at generation %" PRIu64
+                     " with %u ranks: submit it again with counts for them",
+                     m->name, m->generation, s->generation, s->size);
+            return RINGD_E_MEMBERSHIP;
+        }
         if (s->rank >= s->size) { /* its node's ranks are being renumbered */
             snprintf(err, errlen,
                      "tensor '%s': the job's ranks are changing (rank %u of %u): submit it again "

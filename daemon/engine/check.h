@@ -40,12 +40,14 @@ typedef struct {
     const rd_arena *device_arena; /* its device arena, or NULL */
     int device;                   /* the CUDA device it was given; -1: none */
     uint32_t rank;                /* its rank in the job now */
+    uint64_t generation;          /* the job's now */
 } rd_check_session;
 
 /* Checks a Submit with a valid name on its own: op, dtype, reduce op and scales, the root, the
  * tensor descriptors, every rank's counts, and that its buffers lie in the arena's data area,
  * aligned, in place or apart. Returns RINGD_OK, or RINGD_E_INVALID with err set
- * (RINGD_E_MEMBERSHIP for counts while the job renumbers its ranks). */
+ * (RINGD_E_MEMBERSHIP for counts while the job renumbers its ranks, or for counts and blocks
+ * of a generation that is not the job's: the client placed them by ranks that have changed). */
 rd_status rd_check_submit(const rd_check_session *s, const rd_submit *m, char *err, size_t errlen);
 
 /* 1 when the Submit's buffers are in the session's device arena, 0 in its host arena. */

@@ -707,7 +707,8 @@ void rd_ops_submit(rd_client *s, const rd_submit *m)
                  m->refusal != NULL && m->refusal[0] ? m->refusal : "refused by the library");
     } else {
         rd_check_session cs = {j->e->cfg->node, j->size,   s->arena,
-                               s->device_arena, s->device, j->first_rank + rank};
+                               s->device_arena, s->device, j->first_rank + rank,
+                               j->generation};
         rc = rd_check_submit(&cs, m, err, sizeof(err));
     }
     if (rc == RINGD_OK && m->group[0] != '\0' && m->group_size > j->e->cfg->max_pending) {

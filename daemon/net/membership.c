@@ -18,6 +18,43 @@ static int view_has(const rd_rdv_view *v, const rd_rdv_member *m, int *same_size
     return 0;
 }
 
+/* 1 when m is one of list[0..n) by node name and incarnation. */
+static int member_in(const rd_rdv_member *m, const rd_rdv_member *list, size_t n)
+{
+    for (size_t k = 0; k < n; k++)
+        if (strcmp(list[k].node, m->node) == 0 && list[k].incarnation == m->incarnation)
+            return 1;
+    return 0;
+}
+
+int rd_membership_has_any(const rd_rdv_view *v, const rd_rdv_member *left, size_t nleft)
+{
+    for (size_t i = 0; i < v->nmembers; i++)
+        if (member_in(&v->members[i], left, nleft))
+            return 1;
+    return 0;
+}
+
+int rd_membership_only_left(const rd_rdv_view *last, const rd_rdv_member *left, size_t nleft,
+                            const rd_rdv_view *next)
+{
+    int same;
+    if (nleft == 0 || last->nmembers == 0)
+        return 0;
+    for (size_t i = 0; i < next->nmembers; i++)
+        if (!view_has(last, &next->members[i], &same) || !same)
+            return 0; /* a node joined, came back or changed its size */
+    size_t gone = 0;
+    for (size_t i = 0; i < last->nmembers; i++) {
+        if (view_has(next, &last->members[i], &same))
+            continue;
+        if (!member_in(&last->members[i], left, nleft))
+            return 0; /* gone without a word: lost */
+        gone++;
+    }
+    return gone > 0;
+}
+
 int rd_membership_same(const rd_rdv_view *a, const rd_rdv_view *b)
 {
     if (a->nmembers != b->nmembers)

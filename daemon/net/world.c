@@ -173,6 +173,15 @@ void world_teardown(rd_world *w, const char *why, teardown_how how, world_state 
         w->ev.ring_down(w->arg, why, how == TD_CARRY);
 }
 
+void world_left_add(rd_world *w, const rd_rdv_member *m)
+{
+    for (size_t k = 0; k < w->nleft; k++)
+        if (strcmp(w->left[k].node, m->node) == 0 && w->left[k].incarnation == m->incarnation)
+            return;
+    if (w->nleft < RD_RING_NODES_MAX)
+        w->left[w->nleft++] = *m;
+}
+
 /* The ring of this generation is up: the job learns its ranks and size. */
 void world_ring_is_up(rd_world *w)
 {
@@ -181,6 +190,7 @@ void world_ring_is_up(rd_world *w)
         size += world_member(w, i)->local_size;
     world_set_state(w, W_UP);
     w->was_up = 1;
+    w->nleft = 0;
     w->rejoin_ms = 0;
     w->self_aside[0] = '\0';
     world_aside_prune(w, &w->view);
@@ -395,6 +405,21 @@ void world_apply_view(rd_world *w)
         /* The view names what changed: a better reason than a broken link's, not than one a
          * node gave (RS_EXPLAINED already). */
         world_resync_set(w, RS_EXPLAINED, before == RS_EXPLAINED ? NULL : why);
+    } else if (w->nleft > 0 && rd_membership_has_any(v, w->left, w->nleft)) {
+        /* A node that said it leaves is still registered: its leave is on its way to Redis
+         * (or its lease runs out), and the next view is the one to form. */
+        rd_log(RD_LOG_INFO, "world",
+               "job '%s': generation %" PRIu64 " still has a node that said it leaves: waiting "
+               "for the next",
+               w->name, v->generation);
+        if (w->state == W_CONNECTING)
+            world_teardown(w, "a leaving node is still registered", TD_CARRY, W_WAITING);
+        return;
+    } else if (w->state == W_CONNECTING &&
+               rd_membership_only_left(&w->last_up, w->left, w->nleft, v)) {
+        /* The graceful change goes on at a newer generation (a node registered again, say):
+         * what was held stays held for the ring that forms. */
+        world_teardown(w, "the ring re-forms at a newer generation", TD_CARRY, W_WAITING);
     } else if (w->state == W_CONNECTING) {
         /* Not up yet, so no node could say Bye to it: whatever changed, clients re-synchronise
          * (the message names the changes since the last ring that was up). */

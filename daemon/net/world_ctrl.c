@@ -105,6 +105,8 @@ static void on_ctrl_msg(void *arg, rd_peer_chan *c, const rd_msg *m)
         rd_schedmsg_release(&sm);
     if (from >= 0 && m->body_case == RINGD__MSG__BODY_BYE && m->bye->generation == w->generation) {
         world_member_set(w, from, m->bye->leaving ? M_LEAVING : M_SEALED);
+        if (m->bye->leaving)
+            world_left_add(w, world_member(w, from));
         rd_log(RD_LOG_INFO, "world", "job '%s': node %s %s generation %" PRIu64, w->name,
                world_member(w, from)->node, m->bye->leaving ? "leaves the ring of" : "sealed",
                w->generation);

@@ -130,6 +130,11 @@ struct rd_world {
     resync_state resync;
     char resync_why[512];
     rd_rdv_view last_up; /* the members of the last ring that was up */
+    /* Members that said they leave (Bye) since the last ring was up: a view that still has one
+     * is not formed (its leave is on its way to Redis), and one without them that changes
+     * nothing else keeps the graceful change going, also while a ring forms. */
+    rd_rdv_member left[RD_RING_NODES_MAX];
+    size_t nleft;
     /* Generation marks, compared with the views that come (not states: nothing else changes
      * with them): */
     uint64_t stale;              /* no ring forms at this generation or below: it broke */
@@ -196,6 +201,9 @@ void world_resync_set(rd_world *w, resync_state st, const char *why);
 /* --conns-per-link, and the member at position pos of the current view (borrowed). */
 int world_conns(const rd_world *w);
 const rd_rdv_member *world_member(const rd_world *w, int pos);
+
+/* m said it leaves the job (Bye): remembered in w->left until a ring is up. */
+void world_left_add(rd_world *w, const rd_rdv_member *m);
 /* Frees v's members and zeroes it; copies src into dst (0, or -1 out of memory: dst unchanged). */
 void world_view_clear(rd_rdv_view *v);
 int world_view_copy(rd_rdv_view *dst, const rd_rdv_view *src);
