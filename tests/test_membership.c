@@ -163,9 +163,9 @@ Test(membership, changes_are_described_for_messages)
     cr_assert_eq(strlen(tiny), sizeof(tiny) - 1, "truncated, still terminated");
 }
 
-/* After n2 said it leaves (Bye), the views that come while the next ring forms: one that still
- * has n2 is not to be formed; one without it (at any newer generation) keeps the change
- * graceful; one where n3 is gone too, or a newcomer came, or a size changed, does not. */
+/* After n2 said it leaves (Bye), the views that come while the next ring forms: one without
+ * n2, or still with it, at any newer generation, keeps the change graceful; one where n3 is gone
+ * too, or a newcomer came, or a size changed, or n3 restarted, does not. */
 Test(membership, views_after_a_bye_keep_the_change_graceful_only_if_just_the_leavers_are_gone)
 {
     view last, next;
@@ -174,21 +174,24 @@ Test(membership, views_after_a_bye_keep_the_change_graceful_only_if_just_the_lea
     cr_assert(rd_membership_has_any(&last.v, &left, 1));
     view_make(&next, 7, ac, twos, 2);
     cr_assert_not(rd_membership_has_any(&next.v, &left, 1));
-    cr_assert(rd_membership_only_left(&last.v, &left, 1, &next.v));
+    cr_assert(rd_membership_within_left(&last.v, &left, 1, &next.v));
     next.v.generation = 8; /* the same members again: still the same change */
-    cr_assert(rd_membership_only_left(&last.v, &left, 1, &next.v));
-    cr_assert_not(rd_membership_only_left(&last.v, &left, 0, &next.v), "nobody said Bye");
-    cr_assert_not(rd_membership_only_left(&last.v, &left, 1, &last.v), "nobody is gone");
+    cr_assert(rd_membership_within_left(&last.v, &left, 1, &next.v));
+    cr_assert(rd_membership_within_left(&last.v, &left, 1, &last.v), "n2 not gone yet");
+    cr_assert_not(rd_membership_within_left(&last.v, &left, 0, &next.v), "nobody said Bye");
     static const char *const a[] = {"n1"};
     view_make(&next, 8, a, twos, 1); /* n3 gone without a word */
-    cr_assert_not(rd_membership_only_left(&last.v, &left, 1, &next.v));
+    cr_assert_not(rd_membership_within_left(&last.v, &left, 1, &next.v));
     static const char *const ad[] = {"n1", "n4"};
     view_make(&next, 8, ad, twos, 2); /* a newcomer */
-    cr_assert_not(rd_membership_only_left(&last.v, &left, 1, &next.v));
+    cr_assert_not(rd_membership_within_left(&last.v, &left, 1, &next.v));
     static const uint32_t sizes[] = {2, 1};
     view_make(&next, 8, ac, sizes, 2); /* n3 lost a rank */
-    cr_assert_not(rd_membership_only_left(&last.v, &left, 1, &next.v));
+    cr_assert_not(rd_membership_within_left(&last.v, &left, 1, &next.v));
     view_make(&next, 8, ac, twos, 2);
     next.m[1].incarnation++; /* n3 restarted */
-    cr_assert_not(rd_membership_only_left(&last.v, &left, 1, &next.v));
+    cr_assert_not(rd_membership_within_left(&last.v, &left, 1, &next.v));
+    view empty;
+    view_make(&empty, 0, abc, twos, 0); /* no ring was ever up */
+    cr_assert_not(rd_membership_within_left(&empty.v, &left, 1, &next.v));
 }

@@ -35,24 +35,19 @@ int rd_membership_has_any(const rd_rdv_view *v, const rd_rdv_member *left, size_
     return 0;
 }
 
-int rd_membership_only_left(const rd_rdv_view *last, const rd_rdv_member *left, size_t nleft,
-                            const rd_rdv_view *next)
+int rd_membership_within_left(const rd_rdv_view *last, const rd_rdv_member *left, size_t nleft,
+                              const rd_rdv_view *next)
 {
     int same;
-    if (nleft == 0 || last->nmembers == 0)
+    if (last->nmembers == 0)
         return 0;
     for (size_t i = 0; i < next->nmembers; i++)
         if (!view_has(last, &next->members[i], &same) || !same)
             return 0; /* a node joined, came back or changed its size */
-    size_t gone = 0;
-    for (size_t i = 0; i < last->nmembers; i++) {
-        if (view_has(next, &last->members[i], &same))
-            continue;
-        if (!member_in(&last->members[i], left, nleft))
+    for (size_t i = 0; i < last->nmembers; i++)
+        if (!view_has(next, &last->members[i], &same) && !member_in(&last->members[i], left, nleft))
             return 0; /* gone without a word: lost */
-        gone++;
-    }
-    return gone > 0;
+    return 1;
 }
 
 int rd_membership_same(const rd_rdv_view *a, const rd_rdv_view *b)

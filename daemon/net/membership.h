@@ -36,12 +36,12 @@ int rd_membership_same(const rd_rdv_view *a, const rd_rdv_view *b);
 /* 1 when v has a member with the node name and incarnation of one of left[0..nleft). */
 int rd_membership_has_any(const rd_rdv_view *v, const rd_rdv_member *left, size_t nleft);
 
-/* 1 when next differs from last (the members of the last ring that was up) only in that members
- * of last that said they leave (left[0..nleft)) are gone: the graceful change their Byes began
- * goes on. Every member of next must be in last with its local size unchanged, and at least
- * one of left gone. */
-int rd_membership_only_left(const rd_rdv_view *last, const rd_rdv_member *left, size_t nleft,
-                            const rd_rdv_view *next);
+/* 1 when next changes nothing from last (the members of the last ring that was up) but that
+ * members of last that said they leave (left[0..nleft)) may be gone: the graceful change their
+ * Byes began goes on. Every member of next must be in last with its local size unchanged; 0
+ * when last has no members. */
+int rd_membership_within_left(const rd_rdv_view *last, const rd_rdv_member *left, size_t nleft,
+                              const rd_rdv_view *next);
 
 /* What changed from members a to b, for messages: "node n1 is gone, node n3 joined"; "" when
  * nothing did. */

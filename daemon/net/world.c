@@ -148,6 +148,8 @@ int world_view_copy(rd_rdv_view *dst, const rd_rdv_view *src)
 void world_teardown(rd_world *w, const char *why, teardown_how how, world_state next)
 {
     int was_up = world_ring_linked(w) || w->state == W_LEAVING;
+    if (how == TD_FAIL)
+        w->nleft = 0; /* a failure, not a graceful change: every node re-synchronises */
     if (how == TD_FAIL && w->resync != RS_NONE)
         why = w->resync_why; /* ops doomed meanwhile hear the first cause */
     else if (how == TD_FAIL && was_up) {
@@ -178,8 +180,26 @@ void world_left_add(rd_world *w, const rd_rdv_member *m)
     for (size_t k = 0; k < w->nleft; k++)
         if (strcmp(w->left[k].node, m->node) == 0 && w->left[k].incarnation == m->incarnation)
             return;
-    if (w->nleft < RD_RING_NODES_MAX)
+    if (w->nleft < RD_RING_NODES_MAX) {
+        w->left_gone[w->nleft] = 0;
         w->left[w->nleft++] = *m;
+    }
+}
+
+/* 1 when v still has a member that said it leaves and has not been seen gone since (a view
+ * without it marks it gone). */
+static int view_has_leaver(rd_world *w, const rd_rdv_view *v)
+{
+    int has = 0;
+    for (size_t k = 0; k < w->nleft; k++) {
+        if (w->left_gone[k])
+            continue;
+        if (rd_membership_has_any(v, &w->left[k], 1))
+            has = 1;
+        else
+            w->left_gone[k] = 1;
+    }
+    return has;
 }
 
 /* The ring of this generation is up: the job learns its ranks and size. */
@@ -405,18 +425,26 @@ void world_apply_view(rd_world *w)
         /* The view names what changed: a better reason than a broken link's, not than one a
          * node gave (RS_EXPLAINED already). */
         world_resync_set(w, RS_EXPLAINED, before == RS_EXPLAINED ? NULL : why);
-    } else if (w->nleft > 0 && rd_membership_has_any(v, w->left, w->nleft)) {
+    } else if (view_has_leaver(w, v)) {
         /* A node that said it leaves is still registered: its leave is on its way to Redis
          * (or its lease runs out), and the next view is the one to form. */
         rd_log(RD_LOG_INFO, "world",
                "job '%s': generation %" PRIu64 " still has a node that said it leaves: waiting "
                "for the next",
                w->name, v->generation);
-        if (w->state == W_CONNECTING)
-            world_teardown(w, "a leaving node is still registered", TD_CARRY, W_WAITING);
+        if (w->state == W_CONNECTING) {
+            if (rd_membership_within_left(&w->last_up, w->left, w->nleft, v)) {
+                world_teardown(w, "a leaving node is still registered", TD_CARRY, W_WAITING);
+            } else {
+                char why[512];
+                rd_membership_describe(&w->last_up, v, why, sizeof(why));
+                world_teardown(w, why, TD_FAIL, W_WAITING);
+                world_resync_set(w, RS_EXPLAINED, why);
+            }
+        }
         return;
-    } else if (w->state == W_CONNECTING &&
-               rd_membership_only_left(&w->last_up, w->left, w->nleft, v)) {
+    } else if (w->state == W_CONNECTING && w->nleft > 0 &&
+               rd_membership_within_left(&w->last_up, w->left, w->nleft, v)) {
         /* The graceful change goes on at a newer generation (a node registered again, say):
          * what was held stays held for the ring that forms. */
         world_teardown(w, "the ring re-forms at a newer generation", TD_CARRY, W_WAITING);
@@ -424,6 +452,15 @@ void world_apply_view(rd_world *w)
         /* Not up yet, so no node could say Bye to it: whatever changed, clients re-synchronise
          * (the message names the changes since the last ring that was up). */
         world_teardown(w, "the membership changed while the ring formed", TD_FAIL, W_WAITING);
+    }
+    /* Not up, nothing broke, and the members changed beyond the nodes that said they leave
+     * (one came, came back or changed its size, or went without a word): the clients must
+     * re-synchronise when the ring is up, whatever was carried over to it. */
+    if (w->resync == RS_NONE && w->last_up.nmembers > 0 &&
+        !rd_membership_within_left(&w->last_up, w->left, w->nleft, v)) {
+        char why[512];
+        rd_membership_describe(&w->last_up, v, why, sizeof(why));
+        world_resync_set(w, RS_EXPLAINED, why[0] != '\0' ? why : "the ring re-forms");
     }
     if (world_view_copy(&w->view, v) != 0) {
         rd_log(RD_LOG_ERROR, "world", "job '%s': out of memory", w->name);

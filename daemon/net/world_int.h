@@ -134,6 +134,8 @@ struct rd_world {
      * is not formed (its leave is on its way to Redis), and one without them that changes
      * nothing else keeps the graceful change going, also while a ring forms. */
     rd_rdv_member left[RD_RING_NODES_MAX];
+    uint8_t left_gone[RD_RING_NODES_MAX]; /* a view without it came: its leave reached Redis (if
+                                             it registers again, it is a member like any other) */
     size_t nleft;
     /* Generation marks, compared with the views that come (not states: nothing else changes
      * with them): */
