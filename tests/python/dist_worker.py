@@ -457,6 +457,10 @@ def main():
         result.update(globals()[f"s_{name}"]())
     print("RESULT " + json.dumps(result), flush=True)
     if os.environ.get("DIST_NO_DESTROY") is None:
+        # Every rank is done with Gloo's group before any tears it down: torch 1.13's Gloo
+        # aborted a process once (std::terminate at exit) when a peer went first.
+        if _gloo is not None:
+            dist.barrier(group=_gloo)
         dist.destroy_process_group()
 
 
