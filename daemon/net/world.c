@@ -210,7 +210,14 @@ void world_ring_is_up(rd_world *w)
         size += world_member(w, i)->local_size;
     world_set_state(w, W_UP);
     w->was_up = 1;
-    w->nleft = 0;
+    /* Leavers still in the ring said Bye at this generation (while it formed): they are leaving
+     * it; those not in it have left. */
+    size_t keep = 0;
+    for (size_t k = 0; k < w->nleft; k++)
+        if (rd_membership_has_any(&w->view, &w->left[k], 1))
+            w->left[keep++] = w->left[k];
+    w->nleft = keep;
+    memset(w->left_gone, 0, sizeof(w->left_gone));
     w->rejoin_ms = 0;
     w->self_aside[0] = '\0';
     world_aside_prune(w, &w->view);

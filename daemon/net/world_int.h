@@ -130,9 +130,9 @@ struct rd_world {
     resync_state resync;
     char resync_why[512];
     rd_rdv_view last_up; /* the members of the last ring that was up */
-    /* Members that said they leave (Bye) since the last ring was up: a view that still has one
-     * is not formed (its leave is on its way to Redis), and one without them that changes
-     * nothing else keeps the graceful change going, also while a ring forms. */
+    /* Members that said they leave (Bye), kept until a ring without them is up: a view that
+     * still has one is not formed (its leave is on its way to Redis), and one without them that
+     * changes nothing else keeps the graceful change going, also while a ring forms. */
     rd_rdv_member left[RD_RING_NODES_MAX];
     uint8_t left_gone[RD_RING_NODES_MAX]; /* a view without it came: its leave reached Redis (if
                                              it registers again, it is a member like any other) */
