@@ -182,6 +182,7 @@ void world_left_add(rd_world *w, const rd_rdv_member *m)
             return;
     if (w->nleft < RD_RING_NODES_MAX) {
         w->left_gone[w->nleft] = 0;
+        w->left_ms[w->nleft] = rd_now_ms();
         w->left[w->nleft++] = *m;
     }
 }
@@ -191,10 +192,12 @@ void world_left_add(rd_world *w, const rd_rdv_member *m)
 static int view_has_leaver(rd_world *w, const rd_rdv_view *v)
 {
     int has = 0;
+    int64_t now = rd_now_ms();
     for (size_t k = 0; k < w->nleft; k++) {
         if (w->left_gone[k])
             continue;
-        if (rd_membership_has_any(v, &w->left[k], 1))
+        if (rd_membership_has_any(v, &w->left[k], 1) &&
+            now - w->left_ms[k] < w->net->cfg->lease_ttl)
             has = 1;
         else
             w->left_gone[k] = 1;
@@ -213,9 +216,12 @@ void world_ring_is_up(rd_world *w)
     /* Leavers still in the ring said Bye at this generation (while it formed): they are leaving
      * it; those not in it have left. */
     size_t keep = 0;
-    for (size_t k = 0; k < w->nleft; k++)
-        if (rd_membership_has_any(&w->view, &w->left[k], 1))
+    for (size_t k = 0; k < w->nleft; k++) {
+        if (rd_membership_has_any(&w->view, &w->left[k], 1)) {
+            w->left_ms[keep] = w->left_ms[k];
             w->left[keep++] = w->left[k];
+        }
+    }
     w->nleft = keep;
     memset(w->left_gone, 0, sizeof(w->left_gone));
     w->rejoin_ms = 0;
@@ -439,6 +445,10 @@ void world_apply_view(rd_world *w)
                "job '%s': generation %" PRIu64 " still has a node that said it leaves: waiting "
                "for the next",
                w->name, v->generation);
+        /* At most a lease: then the view is looked at again, as it is if none came. */
+        struct timeval tv = {(time_t)(w->net->cfg->lease_ttl / 1000),
+                             (suseconds_t)(w->net->cfg->lease_ttl % 1000) * 1000};
+        evtimer_add(w->ev_defer, &tv);
         if (w->state == W_CONNECTING) {
             if (rd_membership_within_left(&w->last_up, w->left, w->nleft, v)) {
                 world_teardown(w, "a leaving node is still registered", TD_CARRY, W_WAITING);

@@ -136,6 +136,9 @@ struct rd_world {
     rd_rdv_member left[RD_RING_NODES_MAX];
     uint8_t left_gone[RD_RING_NODES_MAX]; /* a view without it came: its leave reached Redis (if
                                              it registers again, it is a member like any other) */
+    int64_t left_ms[RD_RING_NODES_MAX];   /* when it said Bye: a lease later, a view that still
+                                             has it has it as a member again (it registered
+                                             anew), and it is waited for no more */
     size_t nleft;
     /* Generation marks, compared with the views that come (not states: nothing else changes
      * with them): */
