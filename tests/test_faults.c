@@ -937,6 +937,36 @@ Test(faults, a_client_leaving_while_its_op_runs_on_the_workers_is_harmless)
 #define VIEW_UID_ADMIN 61002
 #define VIEW_ADMIN_GID 61010
 
+/* Sends TimelineRequest{job_, seconds} on fd. Returns 0, or -1 (fd < 0, or the send failed). */
+static int ask_timeline(int fd, uint32_t seconds)
+{
+    Ringd__TimelineRequest q = RINGD__TIMELINE_REQUEST__INIT;
+    rd_msg m = RINGD__MSG__INIT;
+    q.job = job_;
+    q.seconds = seconds;
+    m.body_case = RINGD__MSG__BODY_TIMELINE_REQUEST;
+    m.timeline_request = &q;
+    return fd >= 0 && th_send(fd, &m) == 0 ? 0 : -1;
+}
+
+/* Opens daemon_'s socket to every user, runs fn(i, an int shared by all, 0 at first) in n
+ * processes that must all pass, and ends the daemon, which must still serve. */
+static void run_with_other_users(int n, int (*fn)(int i, void *arg))
+{
+    cr_assert_eq(chmod(daemon_.sock, 0666), 0);
+    cr_assert_eq(chmod(daemon_.dir, 0755), 0);
+    char run[300];
+    snprintf(run, sizeof(run), "%s/run", daemon_.dir);
+    cr_assert_eq(chmod(run, 0755), 0);
+    int *shared = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    cr_assert_neq(shared, MAP_FAILED);
+    *shared = 0;
+    cr_expect_eq(th_run(n, fn, shared, 30000), 0);
+    munmap(shared, 4096);
+    expect_still_serving();
+    th_daemon_finish(&daemon_);
+}
+
 /* Clients 0 and 1 (root) hold a job with "secret.grad" submitted by one rank only (pending)
  * until the two viewers (2: another user, 3: an admin) are done (*done == 2). */
 static int viewed_or_viewer(int i, void *arg)
@@ -994,13 +1024,7 @@ static int viewed_or_viewer(int i, void *arg)
     rd_frame_free(st);
 
     int fd = th_connect(daemon_.sock);
-    Ringd__TimelineRequest q = RINGD__TIMELINE_REQUEST__INIT;
-    rd_msg m = RINGD__MSG__INIT;
-    q.job = job_;
-    q.seconds = 1;
-    m.body_case = RINGD__MSG__BODY_TIMELINE_REQUEST;
-    m.timeline_request = &q;
-    rd_msg *t = fd >= 0 && th_send(fd, &m) == 0 ? th_recv(fd, 5000, NULL) : NULL;
+    rd_msg *t = ask_timeline(fd, 1) == 0 ? th_recv(fd, 5000, NULL) : NULL;
     const Ringd__TimelineReply *tr =
         t != NULL && t->body_case == RINGD__MSG__BODY_TIMELINE_REPLY ? t->timeline_reply : NULL;
     if (admin) /* a recording of 1 s, of the ops of the job's uid 0 clients */
@@ -1043,18 +1067,7 @@ Test(faults, another_user_sees_no_tensor_names_or_pids_no_timeline_no_drain_an_a
     snprintf(gid, sizeof(gid), "%d", VIEW_ADMIN_GID);
     const char *const extra[] = {"--admin-group", gid, NULL};
     cr_assert_eq(th_daemon_start(&daemon_, extra), 0, "ringd did not start");
-    cr_assert_eq(chmod(daemon_.sock, 0666), 0);
-    cr_assert_eq(chmod(daemon_.dir, 0755), 0);
-    char run[300];
-    snprintf(run, sizeof(run), "%s/run", daemon_.dir);
-    cr_assert_eq(chmod(run, 0755), 0);
-    int *done = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    cr_assert_neq(done, MAP_FAILED);
-    *done = 0;
-    cr_expect_eq(th_run(4, viewed_or_viewer, done, 30000), 0);
-    munmap(done, 4096);
-    expect_still_serving();
-    th_daemon_finish(&daemon_);
+    run_with_other_users(4, viewed_or_viewer);
 }
 
 Test(faults, an_admin_group_that_does_not_exist_stops_the_daemon_at_start)
@@ -1089,13 +1102,7 @@ static int early_recorder(int i, void *arg)
     if (setgroups(0, NULL) != 0 || setgid(VIEW_UID_OTHER) != 0 || setuid(VIEW_UID_OTHER) != 0)
         return 20;
     int fd = th_connect(daemon_.sock);
-    Ringd__TimelineRequest q = RINGD__TIMELINE_REQUEST__INIT;
-    rd_msg m = RINGD__MSG__INIT;
-    q.job = job_;
-    q.seconds = 2;
-    m.body_case = RINGD__MSG__BODY_TIMELINE_REQUEST;
-    m.timeline_request = &q;
-    if (fd < 0 || th_send(fd, &m) != 0)
+    if (ask_timeline(fd, 2) != 0)
         return 21;
     usleep(100000); /* mostly the daemon has read it by now; if not, it refuses it (below) */
     *step = 1;
@@ -1117,16 +1124,5 @@ Test(faults, a_recording_asked_for_before_another_users_job_comes_never_records_
 {
     if (getuid() != 0)
         cr_skip_test("needs root to run a client as another user");
-    cr_assert_eq(chmod(daemon_.sock, 0666), 0);
-    cr_assert_eq(chmod(daemon_.dir, 0755), 0);
-    char run[300];
-    snprintf(run, sizeof(run), "%s/run", daemon_.dir);
-    cr_assert_eq(chmod(run, 0755), 0);
-    int *step = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    cr_assert_neq(step, MAP_FAILED);
-    *step = 0;
-    cr_expect_eq(th_run(2, early_recorder, step, 30000), 0);
-    munmap(step, 4096);
-    expect_still_serving();
-    th_daemon_finish(&daemon_);
+    run_with_other_users(2, early_recorder);
 }
