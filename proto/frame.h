@@ -12,8 +12,9 @@
  * stalled ops to wait; 4: Go.tuning, which a daemon of 3 would ignore, grouping by its own
  * flags; 5: direct links of alltoall (LINK_PAIR, PeerHello.pair_links), which a daemon of 4
  * would refuse; 6: OpSpec.shape, compared across nodes, which a daemon of 5 would neither send
- * nor compare; nodes of one job run one version. */
-#define RD_PEER_PROTOCOL_VERSION 6
+ * nor compare; 7: PeerHello.encrypt and sealed links (--encrypt), which a daemon of 6 would
+ * ignore, talking in the clear to a node that seals; nodes of one job run one version. */
+#define RD_PEER_PROTOCOL_VERSION 7
 #define RD_FRAME_HEADER 4
 #define RD_FRAME_MAX_DEFAULT (1u << 20)
 #define RD_NAME_MAX 256           /* bytes in a job or tensor name, terminator excluded */

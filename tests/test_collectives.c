@@ -1217,6 +1217,18 @@ Test(collectives, three_nodes_of_two_one_and_one_ranks_run_every_op_exactly, .ti
     every_case((topo){3, {2, 1, 1}, 0}, ring_only);
 }
 
+/* --encrypt on every daemon: every op, dtype and count exact over sealed links: ring data,
+ * small ops riding in sealed control frames, and alltoall on sealed direct links (3 nodes). */
+Test(collectives, three_sealed_nodes_run_every_op_and_alltoall_exactly, .timeout = 300)
+{
+    static const char *const sealed[] = {"--encrypt", NULL};
+    topo t = {3, {1, 1, 1}, 0};
+    start(&t, sealed);
+    cr_assert_eq(run(&t, every_op, 240000), 0, "a client failed (its stderr above)");
+    cr_assert_eq(run(&t, alltoalls, 120000), 0, "a client failed (its stderr above)");
+    finish(&t);
+}
+
 /* Ops another node announced before this node's only rank joined, which cannot run with it
  * joined: this node makes them its own and fails them on every rank, several at once. */
 static int join_fails_what_waits(int i, void *arg)

@@ -464,6 +464,47 @@ Test(peers, a_multi_node_daemon_needs_exactly_one_of_key_file_and_insecure)
                                 "--key-file", "/nonexistent",        "--insecure", NULL};
     cr_assert_eq(ringd_exit_status(both, out, sizeof(out)), 2, "output: %s", out);
     cr_assert(strstr(out, "--insecure") != NULL, "output: %s", out);
+
+    /* --insecure's key is public: sealing with it would protect nothing */
+    const char *const sealed[] = {"--redis",    "redis://127.0.0.1:1", "--listen", "127.0.0.1:0",
+                                  "--insecure", "--encrypt",           NULL};
+    cr_assert_eq(ringd_exit_status(sealed, out, sizeof(out)), 2, "output: %s", out);
+    cr_assert(strstr(out, "--encrypt needs --key-file") != NULL, "output: %s", out);
+}
+
+/* --encrypt on both daemons: the ring forms and reduces exactly; a peer holding the key but
+ * not sealing is refused at the handshake, saying so. */
+Test(peers, sealed_daemons_reduce_exactly_and_refuse_a_peer_that_does_not_seal, .timeout = 60)
+{
+    const char *const sealed[] = {"--encrypt", NULL};
+    cr_assert_eq(th_ring_start(&ring, 2, sealed), 0);
+    ringd_t **s = sess;
+    open_ring(s);
+    allreduce_ok(s, "sealed");
+    peer_status ps;
+    cr_assert_eq(status_get(&ring.d[1], JOB, &ps), 0);
+    Ringd__PeerHello h = hello(JOB, ps.gen, "n0", RINGD__LINK_KIND__LINK_DATA, 0);
+    expect_refused(&ring.d[1], &h, RINGD_E_REFUSED,
+                   "node n0 does not seal its links (--encrypt) and this one does: give every "
+                   "daemon of the ring the same --encrypt");
+    allreduce_ok(s, "sealed.again");
+    for (int i = 0; i < 2; i++) {
+        ringd_close(s[i]);
+        s[i] = NULL;
+    }
+    th_ring_finish(&ring);
+}
+
+/* One daemon with --encrypt, one without: the ring never forms, and both logs say why. */
+Test(peers, daemons_that_disagree_on_encrypt_never_form_a_ring_and_say_why, .timeout = 60)
+{
+    const char *const sealed[] = {"--encrypt", NULL};
+    cr_assert_eq(th_ring_start(&ring, 1, sealed), 0);
+    cr_assert_eq(th_ring_start_node(&ring, 1, NULL), 0);
+    open_times_out(4000);
+    assert_log(&ring.d[0], "node n1 does not seal its links (--encrypt) and this one does");
+    assert_log(&ring.d[1], "node n0 seals its links (--encrypt) and this one does not");
+    th_ring_finish(&ring);
 }
 
 /* Sends payload as a stranger to daemon d and checks that the daemon closes the connection and
@@ -951,8 +992,9 @@ typedef struct {
     char why[256];
 } dial_outcome;
 
-static void on_dial_done(void *arg, int fd, const char *why)
+static void on_dial_done(void *arg, int fd, const rd_seal *seal, const char *why)
 {
+    (void)seal;
     dial_outcome *o = arg;
     o->calls++;
     o->fd = fd;
@@ -960,9 +1002,10 @@ static void on_dial_done(void *arg, int fd, const char *why)
     event_base_loopbreak(o->base);
 }
 
-static ringd_result_t refuse_all(void *arg, const Ringd__PeerHello *h, int fd, const char *remote,
-                                 uint64_t *generation, char *err, size_t errlen)
+static ringd_result_t refuse_all(void *arg, const Ringd__PeerHello *h, int fd, const rd_seal *seal,
+                                 const char *remote, uint64_t *generation, char *err, size_t errlen)
 {
+    (void)seal;
     (void)arg;
     (void)h;
     (void)fd;
@@ -982,7 +1025,7 @@ Test(peers, a_dial_whose_connect_fails_at_once_says_why)
     rd_auth_insecure(&k);
     char err[256] = "";
     rd_peer_net *n =
-        rd_peer_net_new(o.base, "127.0.0.1:0", &k, 2000, refuse_all, NULL, err, sizeof(err));
+        rd_peer_net_new(o.base, "127.0.0.1:0", &k, 0, 2000, refuse_all, NULL, err, sizeof(err));
     cr_assert_not_null(n, "%s", err);
     Ringd__PeerHello h = hello(JOB, 1, "n9", RINGD__LINK_KIND__LINK_CONTROL, 0);
     rd_peer_dial *d = rd_peer_dial_new(n, "224.0.0.1:9", &h, on_dial_done, &o);
@@ -1011,7 +1054,7 @@ Test(peers, a_dial_by_host_name_looks_it_up_off_the_loop)
     rd_auth_insecure(&k);
     char err[256] = "", addr[64];
     rd_peer_net *n =
-        rd_peer_net_new(o.base, "127.0.0.1:0", &k, 2000, refuse_all, NULL, err, sizeof(err));
+        rd_peer_net_new(o.base, "127.0.0.1:0", &k, 0, 2000, refuse_all, NULL, err, sizeof(err));
     cr_assert_not_null(n, "%s", err);
     const char *bound = rd_peer_net_address(n);
     snprintf(addr, sizeof(addr), "localhost%s", strrchr(bound, ':'));

@@ -1,13 +1,17 @@
 /* The ring data plane on its own: rings of 2-4 in-process "nodes" joined by socket pairs, each
  * with its real thread, checked against references; frames of another generation and garbage on
- * a link fail the op cleanly. */
+ * a link fail the op cleanly; on sealed links (--encrypt) a man in the middle who alters,
+ * replays, reorders or splices segments is caught and nothing wrong is delivered. */
 #include <criterion/criterion.h>
 #include <event2/event.h>
+#include <pthread.h>
+#include <sodium.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "segment.h"
 #include "xfer.h"
 
 #define MAXN 4
@@ -26,22 +30,141 @@ static void on_done(void *arg, rd_xfer_task *t)
     ((ring *)arg)->done++;
 }
 
-/* Builds n nodes with the given local sizes; node i's generation is gens[i]. */
-static void ring_new(ring *r, int n, const uint32_t *local, const uint64_t *gens, uint64_t seg)
+/* The two ends' keys of one connection, as a handshake with fresh nonces under one ring key
+ * would leave them (every call: another connection). */
+static void link_seals(rd_seal *client, rd_seal *server)
+{
+    static rd_auth_key key;
+    uint8_t chal[RD_AUTH_CHALLENGE_LEN], ans[RD_AUTH_ANSWER_LEN], hello[24];
+    cr_assert_eq(rd_auth_init(), RINGD_OK);
+    if (key.key[0] == 0)
+        randombytes_buf(key.key, sizeof(key.key));
+    randombytes_buf(chal, sizeof(chal));
+    randombytes_buf(ans, sizeof(ans));
+    randombytes_buf(hello, sizeof(hello));
+    rd_seal_derive(client, rd_seal_best(), &key, 1, chal, ans, hello, sizeof(hello));
+    rd_seal_derive(server, rd_seal_best(), &key, 0, chal, ans, hello, sizeof(hello));
+}
+
+/* A man in the middle of one connection (node 0 -> node 1, connection 0): it reads whole
+ * segments (header, payload, tag) and passes them on, or does to them what mode says. */
+typedef enum {
+    MITM_PASS,    /* as they come */
+    MITM_RECORD,  /* as they come, keeping a copy of segment 0's payload and tag */
+    MITM_FLIP,    /* one bit of segment 1's payload flipped */
+    MITM_REPLAY,  /* segment 0's payload and tag again in place of segment 1's (its header kept) */
+    MITM_REORDER, /* segments 1 and 2 swapped under their own headers */
+    MITM_SPLICE,  /* segment 0's payload and tag from a recording of another generation */
+} mitm_mode;
+
+typedef struct {
+    int in, out; /* reads node 0's end, writes node 1's */
+    mitm_mode mode;
+    size_t taglen;
+    uint8_t kept[2][1 << 16]; /* bodies held back: segment 0 (REPLAY, RECORD), 1 (REORDER) */
+    uint8_t hdr1[RD_SEG_HEADER];
+    size_t kept_len;
+    uint8_t *recording; /* SPLICE: a RECORD relay's kept[0], kept_len long */
+    pthread_t thread;
+} mitm;
+
+static int read_full(int fd, uint8_t *buf, size_t len)
+{
+    for (size_t got = 0; got < len;) {
+        ssize_t n = read(fd, buf + got, len - got);
+        if (n <= 0)
+            return -1;
+        got += (size_t)n;
+    }
+    return 0;
+}
+
+static int write_full(int fd, const uint8_t *buf, size_t len)
+{
+    for (size_t put = 0; put < len;) {
+        ssize_t n = send(fd, buf + put, len - put, MSG_NOSIGNAL);
+        if (n <= 0)
+            return -1;
+        put += (size_t)n;
+    }
+    return 0;
+}
+
+static void *mitm_main(void *arg)
+{
+    mitm *m = arg;
+    uint8_t hdr[RD_SEG_HEADER], body[sizeof(m->kept[0])];
+    for (int k = 0;; k++) {
+        rd_seg h;
+        if (read_full(m->in, hdr, sizeof(hdr)) != 0 || rd_seg_decode(hdr, &h) != 0)
+            break;
+        size_t len = h.len + m->taglen;
+        if (len > sizeof(body) || read_full(m->in, body, len) != 0)
+            break;
+        if (k == 0 && (m->mode == MITM_REPLAY || m->mode == MITM_RECORD)) {
+            memcpy(m->kept[0], body, len);
+            m->kept_len = len;
+        }
+        if (k == 0 && m->mode == MITM_SPLICE && m->kept_len == len)
+            memcpy(body, m->recording, len);
+        if (k == 1 && m->mode == MITM_FLIP)
+            body[len / 2] ^= 0x10;
+        if (k == 1 && m->mode == MITM_REPLAY && m->kept_len == len)
+            memcpy(body, m->kept[0], len);
+        if (k == 1 && m->mode == MITM_REORDER) { /* held until segment 2 is in */
+            memcpy(m->hdr1, hdr, sizeof(hdr));
+            memcpy(m->kept[1], body, len);
+            continue;
+        }
+        if (k == 2 && m->mode == MITM_REORDER) {
+            if (write_full(m->out, m->hdr1, sizeof(hdr)) != 0 || write_full(m->out, body, len) != 0)
+                break;
+            memcpy(body, m->kept[1], len);
+        }
+        if (write_full(m->out, hdr, sizeof(hdr)) != 0 || write_full(m->out, body, len) != 0)
+            break;
+    }
+    close(m->in);
+    close(m->out);
+    return NULL;
+}
+
+/* Builds n nodes with the given local sizes; node i's generation is gens[i]. sealed: every
+ * connection has keys of its own; m: a man in the middle of node 0's connection 0 to node 1. */
+static void ring_new_with(ring *r, int n, const uint32_t *local, const uint64_t *gens, uint64_t seg,
+                          int sealed, mitm *m)
 {
     int sp[MAXN][CONNS][2];
+    rd_seal cs[MAXN][CONNS], ss[MAXN][CONNS]; /* node i's sending ends, and their receiving ones */
+    memset(cs, 0, sizeof(cs));
+    memset(ss, 0, sizeof(ss));
     memset(r, 0, sizeof(*r));
     r->n = n;
     r->base = event_base_new();
     cr_assert_not_null(r->base);
     for (int i = 0; i < n; i++)
-        for (int c = 0; c < CONNS; c++)
+        for (int c = 0; c < CONNS; c++) {
             cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sp[i][c]), 0);
+            if (sealed)
+                link_seals(&cs[i][c], &ss[i][c]);
+        }
+    int relay[2] = {-1, -1};
+    if (m != NULL) { /* node 0 -> m->in ... m->out -> node 1 */
+        cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, relay), 0);
+        m->in = sp[0][0][1];
+        m->out = relay[0];
+        sp[0][0][1] = relay[1];
+        m->taglen = sealed ? RD_SEAL_TAG : 0;
+        cr_assert_eq(pthread_create(&m->thread, NULL, mitm_main, m), 0);
+    }
     for (int i = 0; i < n; i++) {
         int sfd[CONNS], rfd[CONNS];
+        rd_seal sseal[CONNS], rseal[CONNS];
         for (int c = 0; c < CONNS; c++) {
             sfd[c] = sp[i][c][0];
             rfd[c] = sp[(i + n - 1) % n][c][1];
+            sseal[c] = cs[i][c];
+            rseal[c] = ss[(i + n - 1) % n][c];
         }
         rd_xfer_config cfg = {
             .nnodes = n,
@@ -52,15 +175,22 @@ static void ring_new(ring *r, int n, const uint32_t *local, const uint64_t *gens
             .conns = CONNS,
             .send_fds = sfd,
             .recv_fds = rfd,
-            .timeout_ms = 5000,
+            .send_seals = sealed ? sseal : NULL,
+            .recv_seals = sealed ? rseal : NULL,
+            .timeout_ms = m != NULL ? 1000 : 5000,
             .poll_us = 50,
-            .next_node = "next",
-            .prev_node = "prev",
+            .next_node = i == 0 ? "n1" : "next",
+            .prev_node = i == 1 ? "n0" : "prev",
         };
         char err[256];
         r->x[i] = rd_xfer_new(r->base, &cfg, on_done, r, err, sizeof(err));
         cr_assert_not_null(r->x[i], "%s", err);
     }
+}
+
+static void ring_new(ring *r, int n, const uint32_t *local, const uint64_t *gens, uint64_t seg)
+{
+    ring_new_with(r, n, local, gens, seg, 0, NULL);
 }
 
 static void ring_free(ring *r)
@@ -116,13 +246,15 @@ static int32_t value(uint32_t rank, uint64_t i)
     return (int32_t)((i * 7 + rank * 13) % 101) - 50;
 }
 
-/* Allreduce (i32 sum) of count elements over n nodes with the given local sizes. */
-static void check_allreduce(int n, const uint32_t *local, uint64_t count, uint64_t seg)
+/* Allreduce (i32 sum) of count elements over n nodes with the given local sizes, on links in the
+ * clear or sealed. */
+static void check_allreduce_on(int n, const uint32_t *local, uint64_t count, uint64_t seg,
+                               int sealed)
 {
     uint64_t gens[MAXN] = {7, 7, 7, 7};
     ring r;
     node_bufs b[MAXN];
-    ring_new(&r, n, local, gens, seg);
+    ring_new_with(&r, n, local, gens, seg, sealed, NULL);
     uint32_t first = 0;
     for (int i = 0; i < n; i++) {
         bufs_new(&b[i], local[i], count * 4, count * 4);
@@ -152,6 +284,11 @@ static void check_allreduce(int n, const uint32_t *local, uint64_t count, uint64
         bufs_free(&b[i], local[i]);
     }
     ring_free(&r);
+}
+
+static void check_allreduce(int n, const uint32_t *local, uint64_t count, uint64_t seg)
+{
+    check_allreduce_on(n, local, count, seg, 0);
 }
 
 Test(xfer, allreduce_over_two_nodes_pipelines_many_segments)
@@ -337,4 +474,93 @@ Test(xfer, a_link_that_cannot_be_made_non_blocking_fails_the_start)
     close(sp[1]);
     cr_expect_null(x, "the ring started on a bad descriptor");
     cr_expect(strstr(err, "fcntl O_NONBLOCK: Bad file descriptor") != NULL, "err: \"%s\"", err);
+}
+
+Test(xfer, sealed_links_reduce_exactly_as_links_in_the_clear)
+{
+    uint32_t local[] = {1, 2, 1, 1};
+    check_allreduce_on(2, local, 300007, 4096, 1);
+    check_allreduce_on(3, local, 1001, 4096, 1);
+    check_allreduce_on(4, local, 5, 4096, 1);
+}
+
+/* A 2-node f32 allreduce of 64 Ki elements (32 segments of 4 KiB each way) through a man in the
+ * middle; returns node 1's task status, its message in msg, and whether its output is the sum. */
+static int mitm_allreduce(int sealed, mitm *m, uint64_t gen, char *msg, size_t msglen, int *right)
+{
+    uint32_t local[] = {1, 1};
+    uint64_t gens[MAXN] = {gen, gen};
+    const uint64_t count = 1 << 16;
+    ring r;
+    node_bufs b[2];
+    ring_new_with(&r, 2, local, gens, 4096, sealed, m);
+    for (int i = 0; i < 2; i++) {
+        bufs_new(&b[i], 1, count * 4, count * 4);
+        for (uint64_t e = 0; e < count; e++)
+            ((float *)b[i].in[0])[e] = (float)value((uint32_t)i, e);
+        b[i].m.count = count;
+        b[i].t.backend = rd_backend_cpu();
+        b[i].t.coll = RD_COLL_ALLREDUCE;
+        b[i].t.dtype = RD_DT_F32;
+        b[i].t.redop = RD_OP_SUM;
+        b[i].t.args = (rd_reduce_args)RD_REDUCE_ARGS_INIT;
+        rd_xfer_submit(r.x[i], &b[i].t);
+    }
+    ring_wait(&r, 2);
+    int status = b[1].t.status;
+    snprintf(msg, msglen, "%s", b[1].t.message);
+    *right = 1;
+    for (uint64_t e = 0; e < count; e++)
+        *right &= ((float *)b[1].out[0])[e] == (float)(value(0, e) + value(1, e));
+    /* node 0 gets nothing more from node 1 once it stopped: never a success with a wrong sum */
+    cr_expect(b[0].t.status != RINGD_OK || status == RINGD_OK, "node 0 ended well, node 1 not");
+    ring_free(&r);
+    pthread_join(m->thread, NULL);
+    for (int i = 0; i < 2; i++)
+        bufs_free(&b[i], 1);
+    return status;
+}
+
+/* The relay really tampers: in the clear, a flipped bit lands in the result unnoticed. */
+Test(xfer, in_the_clear_a_bit_flipped_in_flight_reaches_the_result)
+{
+    mitm *m = calloc(1, sizeof(*m));
+    char msg[320];
+    int right;
+    m->mode = MITM_FLIP;
+    int st = mitm_allreduce(0, m, 7, msg, sizeof(msg), &right);
+    cr_assert_eq(st, RINGD_OK, "%s", msg);
+    cr_assert(!right, "the flipped bit did not reach the result: the relay tampers with nothing");
+    free(m);
+}
+
+Test(xfer, sealed_segments_altered_replayed_reordered_or_spliced_fail_the_op_naming_the_node)
+{
+    mitm *rec = calloc(1, sizeof(*rec)), *m = calloc(1, sizeof(*m));
+    char msg[320];
+    int right;
+    /* first a ring of generation 6, its segment 0 recorded, for the splice */
+    rec->mode = MITM_RECORD;
+    cr_assert_eq(mitm_allreduce(1, rec, 6, msg, sizeof(msg), &right), RINGD_OK, "%s", msg);
+    cr_assert(right && rec->kept_len > 0);
+    const mitm_mode modes[] = {MITM_FLIP, MITM_REPLAY, MITM_REORDER, MITM_SPLICE};
+    const char *const names[] = {"flip", "replay", "reorder", "splice"};
+    for (size_t k = 0; k < sizeof(modes) / sizeof(modes[0]); k++) {
+        memset(m, 0, sizeof(*m));
+        m->mode = modes[k];
+        m->recording = rec->kept[0];
+        m->kept_len = modes[k] == MITM_SPLICE ? rec->kept_len : 0;
+        int st = mitm_allreduce(1, m, 7, msg, sizeof(msg), &right);
+        cr_expect_eq(st, RINGD_E_PROTOCOL, "%s: status %d (%s)", names[k], st, msg);
+        cr_expect(strstr(msg, "from node n0 fails authentication") != NULL, "%s: \"%s\"", names[k],
+                  msg);
+        cr_expect(!right, "%s: the result is complete although a segment was refused", names[k]);
+    }
+    /* and untouched, the same sealed ring gives the exact sum */
+    memset(m, 0, sizeof(*m));
+    m->mode = MITM_PASS;
+    cr_expect_eq(mitm_allreduce(1, m, 7, msg, sizeof(msg), &right), RINGD_OK, "%s", msg);
+    cr_expect(right);
+    free(m);
+    free(rec);
 }

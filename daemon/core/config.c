@@ -77,6 +77,11 @@ static const opt_spec options[] = {
      "file holding the ring's shared key (at least 16 bytes); peers must prove it", NULL},
     {"insecure", "RINGD_INSECURE", OPT_FLAG, "0", 0, 1, OFF(insecure),
      "run a multi-node ring without a key: anyone reaching --listen may join", NULL},
+    {"encrypt", "RINGD_ENCRYPT", OPT_FLAG, "0", 0, 1, OFF(encrypt),
+     "seal every link with other daemons (control, ring data, alltoall's direct links): "
+     "AES-256-GCM where the CPU has AES-NI, else ChaCha20-Poly1305, keys per link from the ring "
+     "key; every daemon of a ring must agree; needs --key-file",
+     NULL},
     {"lease-ttl", "RINGD_LEASE_TTL", OPT_INT, "3000", 100, 600000, OFF(lease_ttl),
      "milliseconds a node stays a member without refreshing its lease", NULL},
     {"direct-bytes", "RINGD_DIRECT_BYTES", OPT_SIZE, "8K", 0, 16 << 20, OFF(direct_bytes),
@@ -396,6 +401,12 @@ rd_config_result rd_config_parse(rd_config *cfg, int argc, char **argv, char **e
         }
         if (cfg->key_file[0] != '\0' && cfg->insecure) {
             snprintf(err, errlen, "--key-file and --insecure exclude each other");
+            return RD_CONFIG_ERROR;
+        }
+        if (cfg->encrypt && cfg->insecure) {
+            snprintf(err, errlen,
+                     "--encrypt needs --key-file: the key of --insecure is public, so sealing "
+                     "with it would protect nothing");
             return RD_CONFIG_ERROR;
         }
     }

@@ -34,6 +34,7 @@ typedef struct {
     char key_file[256];
     char admin_group[65];      /* --admin-group: name or number; empty: none */
     int64_t insecure;          /* run without a ring key */
+    int64_t encrypt;           /* seal every daemon link */
     int64_t lease_ttl;         /* ms */
     uint64_t direct_bytes;     /* results up to this go through the coordinator */
     uint64_t fusion_threshold; /* bytes */

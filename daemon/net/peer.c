@@ -98,6 +98,7 @@ struct rd_peer_net {
     rd_resolver *resolver; /* host names of peers, looked up off the loop */
     struct evconnlistener *listener;
     const rd_auth_key *key;
+    rd_cipher cipher; /* --encrypt: the best this CPU runs; RD_CIPHER_NONE without */
     int64_t timeout_ms;
     rd_peer_accept_fn accept_fn;
     void *arg;
@@ -111,6 +112,9 @@ struct rd_peer_chan {
     struct event *ev_fail;
     char name[RD_PEER_ADDR_MAX];
     uint32_t max_frame;
+    rd_seal seal;   /* cipher RD_CIPHER_NONE: in the clear */
+    uint8_t *plain; /* sealed: a frame opened, header included */
+    size_t plain_cap;
     rd_peer_chan_msg_fn on_msg;
     rd_peer_chan_err_fn on_err;
     void *arg;
@@ -239,6 +243,12 @@ static int write_small(int fd, const void *buf, size_t len)
     return 0;
 }
 
+static void put_le32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
 /* Packs m as a frame into a malloc'd buffer. */
 static uint8_t *pack_frame(const rd_msg *m, size_t *len)
 {
@@ -300,7 +310,7 @@ static void setup_fail(setup *s, const char *fmt, ...)
     char msg[RD_PEER_ADDR_MAX + 400];
     snprintf(msg, sizeof(msg), "%s: %s", s->remote, why);
     setup_free(s);
-    fn(arg, -1, msg);
+    fn(arg, -1, NULL, msg);
 }
 
 static void on_setup_event(evutil_socket_t fd, short what, void *arg);
@@ -350,14 +360,35 @@ static void server_hello(setup *s)
         setup_fail(s, "first frame is not a PeerHello");
         return;
     }
+    const Ringd__PeerHello *h = m->peer_hello;
     uint64_t gen = 0;
     int fd = s->fd;
-    rd_status rc = n->accept_fn(n->arg, m->peer_hello, fd, s->remote, &gen, err, sizeof(err));
+    rd_seal seal = {0};
+    rd_status rc = RINGD_E_REFUSED;
+    if ((h->encrypt != RD_CIPHER_NONE) != (n->cipher != RD_CIPHER_NONE)) {
+        snprintf(err, sizeof(err),
+                 "node %s %s its links (--encrypt) and this one %s: give every daemon of the ring "
+                 "the same --encrypt",
+                 h->node, h->encrypt ? "seals" : "does not seal", n->cipher ? "does" : "does not");
+        rd_log(RD_LOG_WARN, "peer", "connection from %s (node '%s', job '%s'): refused: %s",
+               s->remote, h->node, h->job, err);
+    } else if (h->encrypt > RD_CIPHER_AES) {
+        snprintf(err, sizeof(err), "node %s asks for cipher %u, which this ringd does not know",
+                 h->node, h->encrypt);
+        rd_log(RD_LOG_WARN, "peer", "connection from %s (node '%s', job '%s'): refused: %s",
+               s->remote, h->node, h->job, err);
+    } else {
+        if (n->cipher != RD_CIPHER_NONE)
+            rd_seal_derive(&seal, rd_seal_agree(n->cipher, (rd_cipher)h->encrypt), n->key, 0,
+                           s->chal, s->ans, s->buf, s->have);
+        rc = n->accept_fn(n->arg, h, fd, &seal, s->remote, &gen, err, sizeof(err));
+    }
     rd_msg r = RINGD__MSG__INIT;
     Ringd__PeerAccept pa = RINGD__PEER_ACCEPT__INIT;
     Ringd__Error e = RINGD__ERROR__INIT;
     if (rc == RINGD_OK) {
         pa.generation = gen;
+        pa.cipher = (uint32_t)seal.cipher;
         r.body_case = RINGD__MSG__BODY_PEER_ACCEPT;
         r.peer_accept = &pa;
     } else {
@@ -373,6 +404,7 @@ static void server_hello(setup *s)
         write_small(fd, frame, len); /* a failure shows on the first use of the link */
     free(frame);
     rd_frame_free(m);
+    rd_seal_wipe(&seal);
     if (rc == RINGD_OK)
         s->fd = -1; /* handed over */
     setup_free(s);
@@ -400,13 +432,26 @@ static void client_reply(setup *s)
         setup_fail(s, "answer to PeerHello is neither PeerAccept nor Error");
         return;
     }
+    /* The server chose among the ciphers this node offered, and seals exactly when it does. */
+    rd_cipher mine = s->n->cipher, theirs = (rd_cipher)m->peer_accept->cipher;
     rd_frame_free(m);
+    if (mine == RD_CIPHER_NONE ? theirs != RD_CIPHER_NONE : theirs != rd_seal_agree(mine, theirs)) {
+        setup_fail(s,
+                   "the peer answered with cipher %u where this node %s: give every daemon of "
+                   "the ring the same --encrypt",
+                   (unsigned)theirs, mine ? "seals its links (--encrypt)" : "does not seal");
+        return;
+    }
+    rd_seal seal = {0};
+    if (theirs != RD_CIPHER_NONE)
+        rd_seal_derive(&seal, theirs, s->n->key, 1, s->chal, s->ans, s->hello, s->hello_len);
     int fd = s->fd;
     rd_peer_dial_fn fn = s->fn;
     void *arg = s->arg;
     s->fd = -1;
     setup_free(s);
-    fn(arg, fd, NULL);
+    fn(arg, fd, &seal, NULL);
+    rd_seal_wipe(&seal);
 }
 
 /* Acts on a completely read piece of the handshake. Returns 1 while the handshake goes on, 0 once
@@ -587,8 +632,8 @@ static void on_accept(struct evconnlistener *ev, evutil_socket_t fd, struct sock
 }
 
 rd_peer_net *rd_peer_net_new(struct event_base *base, const char *listen, const rd_auth_key *key,
-                             int64_t timeout_ms, rd_peer_accept_fn fn, void *arg, char *err,
-                             size_t errlen)
+                             int encrypt, int64_t timeout_ms, rd_peer_accept_fn fn, void *arg,
+                             char *err, size_t errlen)
 {
     struct sockaddr_storage ss;
     unsigned sslen;
@@ -601,6 +646,7 @@ rd_peer_net *rd_peer_net_new(struct event_base *base, const char *listen, const 
     }
     n->base = base;
     n->key = key;
+    n->cipher = encrypt ? rd_seal_best() : RD_CIPHER_NONE;
     n->timeout_ms = timeout_ms;
     n->resolver = rd_resolver_new(base);
     if (n->resolver == NULL) {
@@ -709,8 +755,10 @@ rd_peer_dial *rd_peer_dial_new(rd_peer_net *n, const char *addr, const Ringd__Pe
     if (s == NULL)
         return NULL;
     rd_msg m = RINGD__MSG__INIT;
+    Ringd__PeerHello mine = *h;
+    mine.encrypt = (uint32_t)n->cipher;
     m.body_case = RINGD__MSG__BODY_PEER_HELLO;
-    m.peer_hello = (Ringd__PeerHello *)h;
+    m.peer_hello = &mine;
     s->hello = pack_frame(&m, &s->hello_len);
     if (s->hello == NULL) {
         setup_free(s);
@@ -790,6 +838,33 @@ static size_t read_rest(struct bufferevent *bev, struct evbuffer *in, size_t nee
     return (size_t)r;
 }
 
+/* Opens a sealed frame (header, then n bytes) into c->plain as a frame in the clear. Returns
+ * c->plain, or NULL with the channel failed (out of memory, or the frame fails authentication:
+ * tampered with, replayed, reordered or not from the peer of this handshake). */
+static uint8_t *chan_open(rd_peer_chan *c, const uint8_t *frame, uint32_t n)
+{
+    size_t need = RD_FRAME_HEADER + (size_t)n - RD_SEAL_TAG;
+    if (c->plain_cap < need) {
+        uint8_t *p = realloc(c->plain, need);
+        if (p == NULL)
+            return NULL;
+        c->plain = p;
+        c->plain_cap = need;
+    }
+    if (rd_seal_open(c->seal.cipher, &c->seal.rx, c->plain + RD_FRAME_HEADER,
+                     frame + RD_FRAME_HEADER, n - RD_SEAL_TAG, frame + need, frame,
+                     RD_FRAME_HEADER) != 0) {
+        rd_log(RD_LOG_WARN, "peer",
+               "node %s: a sealed control frame fails authentication "
+               "(tampered with, replayed or out of order); link dropped",
+               c->name);
+        chan_fail(c, "a sealed frame failed authentication (tampered with in flight?)");
+        return NULL;
+    }
+    put_le32(c->plain, n - RD_SEAL_TAG);
+    return c->plain;
+}
+
 static void on_chan_read(struct bufferevent *bev, void *arg)
 {
     rd_peer_chan *c = arg;
@@ -801,9 +876,10 @@ static void on_chan_read(struct bufferevent *bev, void *arg)
             break;
         uint8_t *hdr = evbuffer_pullup(in, RD_FRAME_HEADER);
         uint32_t n = rd_frame_payload_len(hdr);
-        if (n > c->max_frame) {
+        uint32_t tag = c->seal.cipher != RD_CIPHER_NONE ? RD_SEAL_TAG : 0;
+        if (n > c->max_frame + tag || n < tag) {
             char why[96];
-            snprintf(why, sizeof(why), "frame of %u bytes exceeds the limit of %u", n,
+            snprintf(why, sizeof(why), "frame of %u bytes exceeds the limit of %u", n - tag,
                      c->max_frame);
             chan_fail(c, why);
             break;
@@ -814,15 +890,17 @@ static void on_chan_read(struct bufferevent *bev, void *arg)
             break;
         }
         uint8_t *buf = evbuffer_pullup(in, RD_FRAME_HEADER + (ssize_t)n);
+        if (buf != NULL && tag != 0)
+            buf = chan_open(c, buf, n);
         rd_msg *m = NULL;
         size_t used;
         char err[128];
-        if (buf == NULL || rd_frame_decode(buf, RD_FRAME_HEADER + n, c->max_frame, &m, &used, err,
-                                           sizeof(err)) != RD_FRAME_OK) {
-            chan_fail(c, buf == NULL ? "out of memory" : err);
+        if (buf == NULL || rd_frame_decode(buf, RD_FRAME_HEADER + n - tag, c->max_frame, &m, &used,
+                                           err, sizeof(err)) != RD_FRAME_OK) {
+            chan_fail(c, buf == NULL ? c->why[0] == '\0' ? "out of memory" : c->why : err);
             break;
         }
-        evbuffer_drain(in, used);
+        evbuffer_drain(in, RD_FRAME_HEADER + (size_t)n);
         c->on_msg(c->arg, c, m);
         rd_frame_free(m);
     }
@@ -841,8 +919,8 @@ static void on_chan_event(struct bufferevent *bev, short what, void *arg)
         chan_fail(c, strerror(EVUTIL_SOCKET_ERROR()));
 }
 
-rd_peer_chan *rd_peer_chan_new(struct event_base *base, int fd, const char *peer,
-                               uint32_t max_frame, rd_peer_chan_msg_fn on_msg,
+rd_peer_chan *rd_peer_chan_new(struct event_base *base, int fd, const rd_seal *seal,
+                               const char *peer, uint32_t max_frame, rd_peer_chan_msg_fn on_msg,
                                rd_peer_chan_err_fn on_err, void *arg)
 {
     rd_peer_chan *c = calloc(1, sizeof(*c));
@@ -862,6 +940,7 @@ rd_peer_chan *rd_peer_chan_new(struct event_base *base, int fd, const char *peer
         return NULL;
     }
     snprintf(c->name, sizeof(c->name), "%s", peer);
+    c->seal = *seal;
     c->max_frame = max_frame;
     c->on_msg = on_msg;
     c->on_err = on_err;
@@ -883,13 +962,20 @@ size_t rd_peer_chan_send(rd_peer_chan *c, const rd_msg *m)
         chan_fail(c, "peer reads nothing (output over 64 MiB)");
         return 0;
     }
-    size_t len = rd_frame_size(m);
+    size_t plain = rd_frame_size(m);
+    size_t len = plain + (c->seal.cipher != RD_CIPHER_NONE ? RD_SEAL_TAG : 0);
     struct evbuffer_iovec v;
     if (evbuffer_reserve_space(out, (ssize_t)len, &v, 1) < 1) {
         chan_fail(c, "out of memory");
         return 0;
     }
-    rd_frame_pack(m, v.iov_base);
+    uint8_t *f = v.iov_base;
+    rd_frame_pack(m, f);
+    if (c->seal.cipher != RD_CIPHER_NONE) { /* the header, now of the sealed length, is bound */
+        put_le32(f, (uint32_t)(len - RD_FRAME_HEADER));
+        rd_seal_seal(c->seal.cipher, &c->seal.tx, f + RD_FRAME_HEADER, f + plain,
+                     f + RD_FRAME_HEADER, plain - RD_FRAME_HEADER, f, RD_FRAME_HEADER);
+    }
     v.iov_len = len;
     evbuffer_commit_space(out, &v, 1);
     /* Latency: write now rather than on the next loop turn; the bufferevent keeps the rest. */
@@ -908,6 +994,8 @@ static void chan_destroy(rd_peer_chan *c)
         c->next->prev = c->prev;
     bufferevent_free(c->bev);
     event_free(c->ev_fail);
+    rd_seal_wipe(&c->seal);
+    free(c->plain);
     free(c);
 }
 

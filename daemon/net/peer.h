@@ -10,6 +10,7 @@
 #include "auth.h"
 #include "frame.h"
 #include "ringd.h"
+#include "seal.h"
 #include "status.h"
 
 struct event_base;
@@ -22,17 +23,20 @@ typedef struct rd_peer_dial rd_peer_dial;
 typedef struct rd_peer_chan rd_peer_chan;
 
 /* Decides on an authenticated inbound connection from its PeerHello. Returning RINGD_OK takes
- * ownership of fd (PeerAccept{generation} is sent first); anything else refuses it with err,
- * which the function logs as it sees fit and which is sent back as Error before fd is closed. */
+ * ownership of fd and of its keys, seal (copied: it is valid during the call; cipher
+ * RD_CIPHER_NONE in the clear), and PeerAccept{generation} is sent first; anything else refuses
+ * it with err, which the function logs as it sees fit and which is sent back as Error before fd
+ * is closed. A PeerHello whose --encrypt differs from the net's is refused before this. */
 typedef rd_status (*rd_peer_accept_fn)(void *arg, const Ringd__PeerHello *h, int fd,
-                                       const char *remote, uint64_t *generation, char *err,
-                                       size_t errlen);
+                                       const rd_seal *seal, const char *remote,
+                                       uint64_t *generation, char *err, size_t errlen);
 
 /* Binds listen ("HOST:PORT", port 0 for any) and serves handshakes; key must outlive the net.
- * timeout_ms bounds each handshake. Returns NULL with err set. */
+ * encrypt: every connection, both ways, is sealed (--encrypt), and a peer that does not seal is
+ * refused. timeout_ms bounds each handshake. Returns NULL with err set. */
 rd_peer_net *rd_peer_net_new(struct event_base *base, const char *listen, const rd_auth_key *key,
-                             int64_t timeout_ms, rd_peer_accept_fn fn, void *arg, char *err,
-                             size_t errlen);
+                             int encrypt, int64_t timeout_ms, rd_peer_accept_fn fn, void *arg,
+                             char *err, size_t errlen);
 
 /* Closes the listener and every handshake in progress (dials get no callback).
  * rd_peer_net_free(NULL) is a no-op. */
@@ -42,8 +46,9 @@ void rd_peer_net_free(rd_peer_net *n);
 const char *rd_peer_net_address(const rd_peer_net *n);
 
 /* A dial's outcome: fd >= 0 is an authenticated connection the peer accepted, owned by the
- * callee; fd < 0 comes with why (the peer's Error message, or the local failure). */
-typedef void (*rd_peer_dial_fn)(void *arg, int fd, const char *why);
+ * callee with its keys, seal (valid during the call; cipher RD_CIPHER_NONE in the clear); fd < 0
+ * comes with why (the peer's Error message, or the local failure) and seal NULL. */
+typedef void (*rd_peer_dial_fn)(void *arg, int fd, const rd_seal *seal, const char *why);
 
 /* Connects to addr, proves the key, sends h and waits for the answer; fn is called exactly once
  * unless the dial is cancelled first. Returns NULL when out of memory or addr is malformed. */
@@ -58,10 +63,12 @@ typedef void (*rd_peer_chan_msg_fn)(void *arg, rd_peer_chan *c, const rd_msg *m)
 /* The channel failed (EOF, error, bad frame, too much unread output); free it. */
 typedef void (*rd_peer_chan_err_fn)(void *arg, rd_peer_chan *c, const char *why);
 
-/* Wraps an accepted or dialled connection into a framed channel, which then owns fd. peer names
- * the other end in logs. Returns NULL when out of memory (fd stays the caller's). */
-rd_peer_chan *rd_peer_chan_new(struct event_base *base, int fd, const char *peer,
-                               uint32_t max_frame, rd_peer_chan_msg_fn on_msg,
+/* Wraps an accepted or dialled connection into a framed channel, which then owns fd; its frames
+ * are sealed with seal's keys (copied) unless its cipher is RD_CIPHER_NONE, and one that fails
+ * to open fails the channel. peer names the other end in logs. Returns NULL when out of memory
+ * (fd stays the caller's). */
+rd_peer_chan *rd_peer_chan_new(struct event_base *base, int fd, const rd_seal *seal,
+                               const char *peer, uint32_t max_frame, rd_peer_chan_msg_fn on_msg,
                                rd_peer_chan_err_fn on_err, void *arg);
 
 /* Queues m; a failure is reported through on_err on a later loop turn. Returns the bytes queued

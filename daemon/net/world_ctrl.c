@@ -210,10 +210,10 @@ static void on_ctrl_err(void *arg, rd_peer_chan *c, const char *why)
         world_move_on(w, "a link broke");
 }
 
-rd_peer_chan *world_ctrl_open(rd_world *w, int fd, const char *node)
+rd_peer_chan *world_ctrl_open(rd_world *w, int fd, const rd_seal *seal, const char *node)
 {
-    return rd_peer_chan_new(w->net->base, fd, node, (uint32_t)w->net->cfg->max_frame, on_ctrl_msg,
-                            on_ctrl_err, w);
+    return rd_peer_chan_new(w->net->base, fd, seal, node, (uint32_t)w->net->cfg->max_frame,
+                            on_ctrl_msg, on_ctrl_err, w);
 }
 
 int rd_world_subscribe(rd_world *w, const rd_ring_channel *ch, void *arg)

@@ -90,6 +90,7 @@ typedef struct {
     rd_peer_dial *dial;
     struct event *retry;
     int fd;
+    rd_seal seal; /* fd's keys (--encrypt) */
 } slot;
 
 /* How the ring of a generation ends (world_teardown). */
@@ -117,8 +118,10 @@ struct rd_world {
     slot out_ctrl[RD_RING_NODES_MAX]; /* to each node before this one in the ring */
     slot out_pair[RD_RING_NODES_MAX]; /* alltoall's direct links to the nodes after this one */
     int pair_in[RD_RING_NODES_MAX];   /* direct links from the nodes before, for the data plane */
-    struct event *ev_pairs;           /* hands pair_in to the data plane, after PeerAccept */
+    rd_seal pair_in_seal[RD_RING_NODES_MAX];
+    struct event *ev_pairs; /* hands pair_in to the data plane, after PeerAccept */
     int in_data[RD_RING_CONNS_MAX];
+    rd_seal in_seal[RD_RING_CONNS_MAX];
     rd_peer_chan *ctrl[RD_RING_NODES_MAX]; /* with every other node, by position */
     struct rd_xfer *xfer;
     struct retiring *xfer_link; /* made with xfer: its place on retiring, so retiring never fails */
@@ -250,13 +253,13 @@ void world_aside_prune(rd_world *w, const rd_rdv_view *v);
 /* The job's world of that name on net, or NULL. */
 rd_world *world_of(rd_net *net, const char *job);
 /* The peer listener's decision on a PeerHello (rd_peer_net_new's callback; arg: the net). */
-rd_status world_on_peer(void *arg, const Ringd__PeerHello *h, int fd, const char *remote,
-                        uint64_t *generation, char *err, size_t errlen);
+rd_status world_on_peer(void *arg, const Ringd__PeerHello *h, int fd, const rd_seal *seal,
+                        const char *remote, uint64_t *generation, char *err, size_t errlen);
 
 /* world_ctrl.c: the control channel. */
 
 /* The control link over fd (taken) with node, its messages handled here; NULL out of memory. */
-rd_peer_chan *world_ctrl_open(rd_world *w, int fd, const char *node);
+rd_peer_chan *world_ctrl_open(rd_world *w, int fd, const rd_seal *seal, const char *node);
 /* Sends Bye (leaving or only sealing) to every node still connected. */
 void world_send_bye(rd_world *w, int leaving);
 

@@ -230,7 +230,7 @@ static void on_connect_deadline(evutil_socket_t fd, short what, void *arg)
 
 /* A dial ended: a data connection waits in its slot for the data plane, a control connection
  * becomes a channel; a refusal (most often a peer not yet at this generation) retries. */
-static void on_dialled(void *arg, int fd, const char *why)
+static void on_dialled(void *arg, int fd, const rd_seal *seal, const char *why)
 {
     slot *s = arg;
     rd_world *w = s->w;
@@ -256,13 +256,13 @@ static void on_dialled(void *arg, int fd, const char *why)
     w->unreach[to][0] = '\0';
     if (s->kind == RINGD__LINK_KIND__LINK_PAIR) { /* for the data plane of this generation */
         if (w->xfer != NULL && world_ring_up(w))
-            rd_xfer_pair(w->xfer, s->index, fd);
+            rd_xfer_pair(w->xfer, s->index, fd, seal);
         else
             close(fd);
         return;
     }
     if (s->kind == RINGD__LINK_KIND__LINK_CONTROL) {
-        w->ctrl[s->index] = world_ctrl_open(w, fd, world_member(w, s->index)->node);
+        w->ctrl[s->index] = world_ctrl_open(w, fd, seal, world_member(w, s->index)->node);
         if (w->ctrl[s->index] == NULL) {
             close(fd);
             world_reform_later(w);
@@ -270,6 +270,7 @@ static void on_dialled(void *arg, int fd, const char *why)
         }
     } else {
         s->fd = fd;
+        s->seal = *seal;
     }
     world_maybe_up(w);
 }
@@ -356,9 +357,10 @@ void world_set_self_aside(rd_world *w)
 /* A set-aside node's dial of its own advertised address: registers again once this very daemon
  * answers there (it refuses the probe, naming itself), which a port nothing listens on, a
  * listener that never answers, a ringd of another key and a ringd of another node all fail. */
-static void on_self_dialled(void *arg, int fd, const char *why)
+static void on_self_dialled(void *arg, int fd, const rd_seal *seal, const char *why)
 {
     rd_world *w = arg;
+    (void)seal;
     w->self_dial = NULL;
     if (fd >= 0)
         close(fd);
@@ -401,7 +403,7 @@ static void on_rejoin(evutil_socket_t fd, short what, void *arg)
     h.kind = RINGD__LINK_KIND__LINK_CONTROL;
     w->self_dial = rd_peer_dial_new(w->net->peers, w->net->address, &h, on_self_dialled, w);
     if (w->self_dial == NULL)
-        on_self_dialled(w, -1, "the address does not resolve");
+        on_self_dialled(w, -1, NULL, "the address does not resolve");
 }
 
 void rd_world_set_aside(rd_world *w, int position, const char *why)
@@ -437,8 +439,8 @@ static int settings_differ(const rd_world *w, const Ringd__PeerHello *h, char *e
 
 /* A direct link (alltoall) from a node before this one, at this generation while its ring is
  * up: kept for the data plane, which takes it on the next turn (after PeerAccept is written). */
-static rd_status pair_check(rd_world *w, const Ringd__PeerHello *h, int fd, int *quiet, char *err,
-                            size_t errlen)
+static rd_status pair_check(rd_world *w, const Ringd__PeerHello *h, int fd, const rd_seal *seal,
+                            int *quiet, char *err, size_t errlen)
 {
     if (h->generation > w->generation || !world_ring_up(w) || w->xfer == NULL) {
         *quiet = 1;
@@ -458,6 +460,7 @@ static rd_status pair_check(rd_world *w, const Ringd__PeerHello *h, int fd, int 
     if (w->pair_in[from] >= 0) /* a re-dial replaces the link not taken up yet */
         close(w->pair_in[from]);
     w->pair_in[from] = fd;
+    w->pair_in_seal[from] = *seal;
     event_active(w->ev_pairs, 0, 0);
     return RINGD_OK;
 }
@@ -523,10 +526,11 @@ static void on_pairs(evutil_socket_t fd, short what, void *arg)
         if (w->pair_in[q] < 0)
             continue;
         if (w->xfer != NULL && world_ring_up(w) && q < w->nnodes)
-            rd_xfer_pair(w->xfer, q, w->pair_in[q]);
+            rd_xfer_pair(w->xfer, q, w->pair_in[q], &w->pair_in_seal[q]);
         else
             close(w->pair_in[q]);
         w->pair_in[q] = -1;
+        rd_seal_wipe(&w->pair_in_seal[q]);
     }
     pairs_make_room(w->net, w, 0);
 }
@@ -534,8 +538,8 @@ static void on_pairs(evutil_socket_t fd, short what, void *arg)
 /* Takes an authenticated peer's connection into the ring it names, or says why not: unknown job,
  * another generation, settings that differ, a node that is not the expected neighbour. *quiet
  * marks refusals the peer is expected to retry. */
-static rd_status peer_check(rd_net *net, const Ringd__PeerHello *h, int fd, uint64_t *generation,
-                            int *quiet, char *err, size_t errlen)
+static rd_status peer_check(rd_net *net, const Ringd__PeerHello *h, int fd, const rd_seal *seal,
+                            uint64_t *generation, int *quiet, char *err, size_t errlen)
 {
     if (h->protocol != RD_PEER_PROTOCOL_VERSION) {
         snprintf(err, errlen,
@@ -557,7 +561,7 @@ static rd_status peer_check(rd_net *net, const Ringd__PeerHello *h, int fd, uint
         return RINGD_E_MEMBERSHIP;
     }
     if (h->kind == RINGD__LINK_KIND__LINK_PAIR)
-        return pair_check(w, h, fd, quiet, err, errlen);
+        return pair_check(w, h, fd, seal, quiet, err, errlen);
     if (h->generation > w->generation || w->state != W_CONNECTING) {
         *quiet = 1;
         snprintf(err, errlen, "job '%s' " RD_NOT_FORMING " %" PRIu64 " here (at %" PRIu64 ", %s)",
@@ -579,6 +583,7 @@ static rd_status peer_check(rd_net *net, const Ringd__PeerHello *h, int fd, uint
         if (w->in_data[h->index] >= 0)
             close(w->in_data[h->index]);
         w->in_data[h->index] = fd;
+        w->in_seal[h->index] = *seal;
         event_active(w->ev_check, 0, 0); /* after the caller has written PeerAccept */
         return RINGD_OK;
     }
@@ -591,7 +596,7 @@ static rd_status peer_check(rd_net *net, const Ringd__PeerHello *h, int fd, uint
         return RINGD_E_REFUSED;
     }
     rd_peer_chan_free(w->ctrl[from]); /* a re-dial replaces the earlier connection */
-    w->ctrl[from] = world_ctrl_open(w, fd, h->node);
+    w->ctrl[from] = world_ctrl_open(w, fd, seal, h->node);
     if (w->ctrl[from] == NULL) { /* the caller closes fd */
         snprintf(err, errlen, "out of memory");
         return RINGD_E_NOMEM;
@@ -602,11 +607,11 @@ static rd_status peer_check(rd_net *net, const Ringd__PeerHello *h, int fd, uint
 
 /* Decides on a peer's PeerHello and logs a refusal: a peer ahead of this node's view retries
  * (debug); anything else is worth a warning. */
-rd_status world_on_peer(void *arg, const Ringd__PeerHello *h, int fd, const char *remote,
-                        uint64_t *generation, char *err, size_t errlen)
+rd_status world_on_peer(void *arg, const Ringd__PeerHello *h, int fd, const rd_seal *seal,
+                        const char *remote, uint64_t *generation, char *err, size_t errlen)
 {
     int quiet = 0;
-    rd_status rc = peer_check(arg, h, fd, generation, &quiet, err, errlen);
+    rd_status rc = peer_check(arg, h, fd, seal, generation, &quiet, err, errlen);
     if (rc != RINGD_OK)
         rd_log(quiet ? RD_LOG_DEBUG : RD_LOG_WARN, "peer",
                "connection from %s (node '%s', job '%s'): refused: %s", remote, h->node, h->job,
@@ -670,9 +675,11 @@ void world_links_close(rd_world *w)
         if (s->fd >= 0)
             close(s->fd);
         s->fd = -1;
+        rd_seal_wipe(&s->seal);
         if (w->in_data[c] >= 0)
             close(w->in_data[c]);
         w->in_data[c] = -1;
+        rd_seal_wipe(&w->in_seal[c]);
     }
     for (int i = 0; i < RD_RING_NODES_MAX; i++) {
         slot *s = &w->out_ctrl[i];
@@ -690,5 +697,6 @@ void world_links_close(rd_world *w)
         if (w->pair_in[i] >= 0)
             close(w->pair_in[i]);
         w->pair_in[i] = -1;
+        rd_seal_wipe(&w->pair_in_seal[i]);
     }
 }

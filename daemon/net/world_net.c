@@ -70,8 +70,8 @@ rd_net *rd_net_new(struct event_base *base, const rd_config *cfg, rd_counters *c
         goto fail;
     if (getrandom(&net->incarnation, sizeof(net->incarnation), 0) != sizeof(net->incarnation))
         net->incarnation = (uint64_t)getpid() << 32 ^ (uint64_t)time(NULL);
-    net->peers = rd_peer_net_new(base, cfg->listen, &net->key, cfg->handshake_ms, world_on_peer,
-                                 net, err, errlen);
+    net->peers = rd_peer_net_new(base, cfg->listen, &net->key, (int)cfg->encrypt, cfg->handshake_ms,
+                                 world_on_peer, net, err, errlen);
     if (net->peers == NULL)
         goto fail;
     const char *adv = cfg->advertise[0] != '\0' ? cfg->advertise : rd_peer_net_address(net->peers);

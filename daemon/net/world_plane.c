@@ -123,10 +123,15 @@ int world_plane_start(rd_world *w, char *err, size_t errlen)
         nodes[i] = world_member(w, i)->node;
     }
     int sfd[RD_RING_CONNS_MAX], rfd[RD_RING_CONNS_MAX];
+    rd_seal sseal[RD_RING_CONNS_MAX], rseal[RD_RING_CONNS_MAX];
     for (int c = 0; c < C; c++) {
         sfd[c] = w->out_data[c].fd;
         rfd[c] = w->in_data[c];
+        sseal[c] = w->out_data[c].seal;
+        rseal[c] = w->in_seal[c];
         w->out_data[c].fd = w->in_data[c] = -1;
+        rd_seal_wipe(&w->out_data[c].seal);
+        rd_seal_wipe(&w->in_seal[c]);
     }
     rd_xfer_config xc = {
         .nnodes = w->nnodes,
@@ -137,6 +142,8 @@ int world_plane_start(rd_world *w, char *err, size_t errlen)
         .conns = C,
         .send_fds = sfd,
         .recv_fds = rfd,
+        .send_seals = sseal,
+        .recv_seals = rseal,
         .timeout_ms = w->net->cfg->peer_timeout,
         .poll_us = w->net->cfg->poll_us,
         .next_node = world_member(w, (w->position + 1) % w->nnodes)->node,
@@ -146,6 +153,10 @@ int world_plane_start(rd_world *w, char *err, size_t errlen)
         .pairs_wanted = world_pairs_wanted,
     };
     w->xfer = rd_xfer_new(w->net->base, &xc, on_task_done, w, err, errlen);
+    for (int c = 0; c < C; c++) {
+        rd_seal_wipe(&sseal[c]);
+        rd_seal_wipe(&rseal[c]);
+    }
     if (w->xfer != NULL && (w->xfer_link = malloc(sizeof(*w->xfer_link))) == NULL) {
         rd_xfer_free(w->xfer, RINGD_E_NOMEM, "out of memory"); /* nothing submitted yet */
         w->xfer = NULL;

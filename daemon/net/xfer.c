@@ -2,7 +2,8 @@
  * split into segments, over non-blocking sockets driven by poll. A segment of a send step waits
  * only for the segment of the receive step it forwards, so segments pipeline around the ring.
  * Payloads are written straight from and read straight into their buffers (received partial sums
- * go through one segment of staging to be reduced). */
+ * go through one segment of staging to be reduced). On sealed links (--encrypt) a segment is
+ * sealed into a segment of room per connection and sent with its tag, and opened where it lands. */
 #define _GNU_SOURCE
 #include "xfer.h"
 
@@ -60,6 +61,11 @@ typedef struct {
     uint64_t pos; /* bytes of it (header included) done */
     uint8_t hdr[RD_SEG_HEADER];
     int blocked; /* send: waiting for POLLOUT */
+    int staged;  /* send: segment g's header (and sealed payload) are made: none of it sent yet */
+    rd_cipher cipher; /* RD_CIPHER_NONE: in the clear */
+    rd_seal_dir *dir; /* sealed: this direction's keys */
+    uint8_t *box;     /* sealed, send: the segment sealed */
+    uint8_t tag[RD_SEAL_TAG];
 } lane;
 
 struct rd_xfer {
@@ -98,6 +104,12 @@ struct rd_xfer {
     uint8_t *staging[RD_RING_CONNS_MAX];
 
     atomic_uint_least64_t sent, received;
+    int sealed; /* the links are sealed (--encrypt): the direct links too */
+
+    /* --encrypt: each connection's keys (cipher RD_CIPHER_NONE: in the clear) and, per sending
+     * connection, a segment of room to seal into; the thread's once started. */
+    rd_seal send_seal[RD_RING_CONNS_MAX], recv_seal[RD_RING_CONNS_MAX];
+    uint8_t *send_box[RD_RING_CONNS_MAX];
 
     /* Direct links (alltoall): pair_fd[q] the connection with node q the thread uses,
      * pair_next[q] one the loop handed in and the thread has not taken up yet (-1: none); both,
@@ -106,6 +118,9 @@ struct rd_xfer {
     char (*names)[RD_NAME_MAX + 1]; /* by position */
     int pair_fd[RD_RING_NODES_MAX];
     int pair_next[RD_RING_NODES_MAX];
+    rd_seal pair_seal[RD_RING_NODES_MAX], pair_next_seal[RD_RING_NODES_MAX]; /* as the fds */
+    uint8_t *pair_box[RD_RING_NODES_MAX]; /* the thread's: room to seal a segment for node q */
+    size_t pair_box_len[RD_RING_NODES_MAX];
     int pairs_busy;
     int64_t pairs_used_ms;
     atomic_int pairs_handed;          /* bumped with each connection handed in */
@@ -172,19 +187,24 @@ static void fail_task(rd_xfer_task *t, rd_status st, const char *fmt, ...)
     t->status = st;
 }
 
-/* A frame on a link is a segment header, then len payload bytes; pos of its bytes are done. */
+/* A frame on a link is a segment header, then len payload bytes, then on a sealed link their
+ * tag (taglen bytes, else 0); pos of its bytes are done. */
 
-/* One send of what is left of a frame (header hdr, payload at payload): the bytes sent, or -1
- * with errno (EINTR retried). */
+/* One send of what is left of a frame (header hdr, payload at payload, tag): the bytes sent, or
+ * -1 with errno (EINTR retried). */
 static ssize_t frame_write(int fd, const uint8_t *hdr, const uint8_t *payload, uint64_t len,
-                           uint64_t pos)
+                           const uint8_t *tag, size_t taglen, uint64_t pos)
 {
-    struct iovec iov[2];
+    struct iovec iov[3];
     int n = 0;
     if (pos < RD_SEG_HEADER)
         iov[n++] = (struct iovec){(void *)(hdr + pos), RD_SEG_HEADER - pos};
     uint64_t done = pos > RD_SEG_HEADER ? pos - RD_SEG_HEADER : 0;
-    iov[n++] = (struct iovec){(void *)(payload + done), len - done};
+    if (done < len)
+        iov[n++] = (struct iovec){(void *)(payload + done), len - done};
+    uint64_t tdone = done > len ? done - len : 0;
+    if (tdone < taglen)
+        iov[n++] = (struct iovec){(void *)(tag + tdone), taglen - tdone};
     struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
     ssize_t w;
     do
@@ -194,15 +214,19 @@ static ssize_t frame_write(int fd, const uint8_t *hdr, const uint8_t *payload, u
 }
 
 /* One read of what is left of a frame: its header into hdr first, alone, so that a payload
- * lands in dst only after its header passed. The bytes read, 0 at the peer's close, or -1 with
- * errno (EINTR retried). */
-static ssize_t frame_read(int fd, uint8_t *hdr, uint8_t *dst, uint64_t len, uint64_t pos)
+ * lands in dst only after its header passed; a tag into tag. The bytes read, 0 at the peer's
+ * close, or -1 with errno (EINTR retried). */
+static ssize_t frame_read(int fd, uint8_t *hdr, uint8_t *dst, uint64_t len, uint8_t *tag,
+                          size_t taglen, uint64_t pos)
 {
     struct iovec iov;
     if (pos < RD_SEG_HEADER)
         iov = (struct iovec){hdr + pos, RD_SEG_HEADER - pos};
-    else
+    else if (pos < RD_SEG_HEADER + len)
         iov = (struct iovec){dst + (pos - RD_SEG_HEADER), len - (pos - RD_SEG_HEADER)};
+    else
+        iov =
+            (struct iovec){tag + (pos - RD_SEG_HEADER - len), taglen - (pos - RD_SEG_HEADER - len)};
     ssize_t got;
     do
         got = readv(fd, &iov, 1);
@@ -233,6 +257,28 @@ static int frame_check(const uint8_t *hdr, uint64_t generation, uint64_t seq, ui
     return h.generation != generation ? RINGD_E_MEMBERSHIP : RINGD_E_PROTOCOL;
 }
 
+/* Opens a sealed segment of len bytes in place at dst (its header hdr, just checked, is bound
+ * with it). Returns 0, or -1 with t failed naming node: the segment was altered in flight,
+ * replayed, reordered or spliced from another link or generation, and nothing of it is kept. */
+static int seg_open(const char *node, rd_cipher cipher, rd_seal_dir *dir, uint8_t *dst,
+                    uint64_t len, const uint8_t *tag, const uint8_t *hdr, rd_xfer_task *t)
+{
+    if (rd_seal_open(cipher, dir, dst, dst, len, tag, hdr, RD_SEG_HEADER) == 0)
+        return 0;
+    rd_seg h;
+    rd_seg_decode(hdr, &h);
+    rd_log(RD_LOG_WARN, "xfer",
+           "node %s: segment %llu of op %llu fails authentication (tampered with in flight, "
+           "replayed or out of order): link dropped",
+           node, (unsigned long long)h.g, (unsigned long long)h.seq);
+    fail_task(t, RINGD_E_PROTOCOL,
+              "a sealed segment from node %s fails authentication (tampered with in flight, "
+              "replayed or out of order; --encrypt); nothing of it was used, and the ring must "
+              "re-form",
+              node);
+    return -1;
+}
+
 /* Sends what lane l can send now. Returns 1 on progress, 0 when waiting, -1 on failure. */
 static int lane_send(run *r, lane *l, int idx)
 {
@@ -247,13 +293,19 @@ static int lane_send(run *r, lane *l, int idx)
             continue;
         }
         uint64_t len = st->len - off < r->seg ? st->len - off : r->seg;
-        if (l->pos == 0) {
+        if (!l->staged) { /* sealed once: each seal takes the next nonce */
             if (st->dep >= 0 && !r->recv_done[(uint64_t)st->dep * r->S + k])
                 return progress;
             rd_seg h = {(uint32_t)len, x->cfg.generation, r->t->seq, l->g};
             rd_seg_encode(&h, l->hdr);
+            if (l->cipher != RD_CIPHER_NONE)
+                rd_seal_seal(l->cipher, l->dir, l->box, l->tag, st->src + off, len, l->hdr,
+                             RD_SEG_HEADER);
+            l->staged = 1;
         }
-        ssize_t w = frame_write(l->fd, l->hdr, st->src + off, len, l->pos);
+        size_t taglen = l->cipher != RD_CIPHER_NONE ? RD_SEAL_TAG : 0;
+        ssize_t w = frame_write(l->fd, l->hdr, taglen ? l->box : st->src + off, len, l->tag, taglen,
+                                l->pos);
         if (w < 0) {
             if (errno == EAGAIN || errno == EWOULDBLOCK) {
                 l->blocked = 1;
@@ -266,9 +318,10 @@ static int lane_send(run *r, lane *l, int idx)
         progress = 1;
         l->blocked = 0;
         l->pos += (uint64_t)w;
-        if (l->pos == RD_SEG_HEADER + len) {
+        if (l->pos == RD_SEG_HEADER + len + taglen) {
             atomic_fetch_add_explicit(&x->sent, len, memory_order_relaxed);
             l->pos = 0;
+            l->staged = 0;
             l->g += (uint64_t)C;
         }
     }
@@ -293,7 +346,8 @@ static int lane_recv(run *r, lane *l, int idx)
         }
         uint64_t len = st->len - off < r->seg ? st->len - off : r->seg;
         uint8_t *dst = st->reduce ? staging : st->dst + off;
-        ssize_t got = frame_read(l->fd, l->hdr, dst, len, l->pos);
+        size_t taglen = l->cipher != RD_CIPHER_NONE ? RD_SEAL_TAG : 0;
+        ssize_t got = frame_read(l->fd, l->hdr, dst, len, l->tag, taglen, l->pos);
         if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
             return progress;
         if (got <= 0) {
@@ -315,7 +369,10 @@ static int lane_recv(run *r, lane *l, int idx)
                 return -1;
             }
         }
-        if (l->pos == RD_SEG_HEADER + len) {
+        if (l->pos == RD_SEG_HEADER + len + taglen) {
+            if (taglen != 0 &&
+                seg_open(x->prev_node, l->cipher, l->dir, dst, len, l->tag, l->hdr, r->t) != 0)
+                return -1;
             if (st->reduce) {
                 const void *src[2] = {staging, st->local + off};
                 r->t->backend->reduce(r->t->dtype, r->t->redop, st->dst + off, src, 2, len / r->esz,
@@ -372,8 +429,15 @@ static int run_plan(rd_xfer *x, rd_xfer_task *t, const plan *p, size_t esz)
     }
     lane sl[RD_RING_CONNS_MAX], rl[RD_RING_CONNS_MAX];
     for (int c = 0; c < C; c++) {
-        sl[c] = (lane){.fd = x->send_fds[c], .g = (uint64_t)c};
-        rl[c] = (lane){.fd = x->recv_fds[c], .g = (uint64_t)c};
+        sl[c] = (lane){.fd = x->send_fds[c],
+                       .g = (uint64_t)c,
+                       .cipher = x->send_seal[c].cipher,
+                       .dir = &x->send_seal[c].tx,
+                       .box = x->send_box[c]};
+        rl[c] = (lane){.fd = x->recv_fds[c],
+                       .g = (uint64_t)c,
+                       .cipher = x->recv_seal[c].cipher,
+                       .dir = &x->recv_seal[c].rx};
     }
     uint64_t send_total = (uint64_t)p->nsend * r.S, recv_total = (uint64_t)p->nrecv * r.S;
     int64_t last = rd_now_us();
@@ -852,7 +916,9 @@ typedef struct {
     uint8_t *dst;            /* the block from it */
     uint64_t rlen, rg, rpos;
     uint8_t shdr[RD_SEG_HEADER], rhdr[RD_SEG_HEADER];
+    uint8_t stag[RD_SEAL_TAG], rtag[RD_SEAL_TAG];
     int blocked; /* send: waiting for POLLOUT */
+    int staged;  /* send: segment sg's header (and sealed payload) are made, none of it sent */
 } pair_part;
 
 /* Frames of a block of len bytes: at least one, so that each end hears from the other on the
@@ -876,13 +942,20 @@ static int pair_move(rd_xfer *x, rd_xfer_task *t, pair_part *pp, uint64_t seg, i
 {
     int progress = 0;
     uint64_t ns = pair_frames(pp->slen, seg), nr = pair_frames(pp->rlen, seg);
+    rd_seal *sl = &x->pair_seal[pp->q]; /* the thread's while the alltoall runs */
+    size_t taglen = sl->cipher != RD_CIPHER_NONE ? RD_SEAL_TAG : 0;
     while (pp->sg < ns) {
         uint64_t off = pp->sg * seg, len = pp->slen - off < seg ? pp->slen - off : seg;
-        if (pp->spos == 0) {
+        if (!pp->staged) {
             rd_seg h = {(uint32_t)len, x->cfg.generation, t->seq, pp->sg};
             rd_seg_encode(&h, pp->shdr);
+            if (taglen != 0)
+                rd_seal_seal(sl->cipher, &sl->tx, x->pair_box[pp->q], pp->stag, pp->src + off, len,
+                             pp->shdr, RD_SEG_HEADER);
+            pp->staged = 1;
         }
-        ssize_t w = frame_write(pp->fd, pp->shdr, pp->src + off, len, pp->spos);
+        ssize_t w = frame_write(pp->fd, pp->shdr, taglen ? x->pair_box[pp->q] : pp->src + off, len,
+                                pp->stag, taglen, pp->spos);
         if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
             pp->blocked = 1;
             break;
@@ -894,15 +967,16 @@ static int pair_move(rd_xfer *x, rd_xfer_task *t, pair_part *pp, uint64_t seg, i
         progress = 1;
         pp->blocked = 0;
         pp->spos += (uint64_t)w;
-        if (pp->spos == RD_SEG_HEADER + len) {
+        if (pp->spos == RD_SEG_HEADER + len + taglen) {
             atomic_fetch_add_explicit(&x->pair_bytes, len, memory_order_relaxed);
             pp->spos = 0;
+            pp->staged = 0;
             pp->sg++;
         }
     }
     while (pp->rg < nr) {
         uint64_t off = pp->rg * seg, len = pp->rlen - off < seg ? pp->rlen - off : seg;
-        ssize_t got = frame_read(pp->fd, pp->rhdr, pp->dst + off, len, pp->rpos);
+        ssize_t got = frame_read(pp->fd, pp->rhdr, pp->dst + off, len, pp->rtag, taglen, pp->rpos);
         if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
             break;
         if (got <= 0) {
@@ -919,7 +993,13 @@ static int pair_move(rd_xfer *x, rd_xfer_task *t, pair_part *pp, uint64_t seg, i
                 return -1;
             }
         }
-        if (pp->rpos == RD_SEG_HEADER + len) {
+        if (pp->rpos == RD_SEG_HEADER + len + taglen) {
+            if (taglen != 0 && seg_open(x->names[pp->q], sl->cipher, &sl->rx, pp->dst + off, len,
+                                        pp->rtag, pp->rhdr, t) != 0) {
+                snprintf(why, whylen, "sent a segment that fails authentication");
+                *fatal = t->status;
+                return -1;
+            }
             atomic_fetch_add_explicit(&x->pair_bytes, len, memory_order_relaxed);
             pp->rpos = 0;
             pp->rg++;
@@ -943,8 +1023,11 @@ static void pairs_take(rd_xfer *x, pair_part *parts, int np)
             if (x->pair_fd[pp->q] >= 0)
                 close(x->pair_fd[pp->q]);
             x->pair_fd[pp->q] = x->pair_next[pp->q];
+            x->pair_seal[pp->q] = x->pair_next_seal[pp->q];
+            rd_seal_wipe(&x->pair_next_seal[pp->q]);
             x->pair_next[pp->q] = -1;
             pp->sg = pp->spos = pp->rg = pp->rpos = 0;
+            pp->staged = 0;
             pp->blocked = 0;
         }
         pp->fd = x->pair_fd[pp->q];
@@ -968,6 +1051,16 @@ static void pairs_take(rd_xfer *x, pair_part *parts, int np)
  * when nothing moved for --peer-timeout, or a frame was wrong. */
 static int pairs_exchange(rd_xfer *x, rd_xfer_task *t, pair_part *parts, int np, uint64_t seg)
 {
+    for (int i = 0; i < np && x->sealed; i++) {
+        int q = parts[i].q;
+        if (x->pair_box_len[q] >= seg)
+            continue;
+        free(x->pair_box[q]);
+        x->pair_box[q] = malloc(seg);
+        x->pair_box_len[q] = x->pair_box[q] != NULL ? seg : 0;
+        if (x->pair_box[q] == NULL)
+            return no_memory(t, seg);
+    }
     pthread_mutex_lock(&x->lock);
     x->pairs_busy = 1;
     x->pairs_used_ms = rd_now_ms();
@@ -1006,9 +1099,11 @@ static int pairs_exchange(rd_xfer *x, rd_xfer_task *t, pair_part *parts, int np,
                 pthread_mutex_lock(&x->lock);
                 close(x->pair_fd[pp->q]);
                 x->pair_fd[pp->q] = -1;
+                rd_seal_wipe(&x->pair_seal[pp->q]);
                 pthread_mutex_unlock(&x->lock);
                 pp->fd = -1;
                 pp->sg = pp->spos = pp->rg = pp->rpos = 0;
+                pp->staged = 0;
                 pairs_take(x, parts, np); /* not progress: a link that keeps closing times out */
                 continue;
             }
@@ -1262,6 +1357,19 @@ static void on_done(evutil_socket_t fd, short what, void *arg)
 }
 
 /* Sets O_NONBLOCK on fd. Returns 0, or -1 with errno set. */
+/* Zeroes every key x holds. */
+static void seals_wipe(rd_xfer *x)
+{
+    for (int i = 0; i < RD_RING_CONNS_MAX; i++) {
+        rd_seal_wipe(&x->send_seal[i]);
+        rd_seal_wipe(&x->recv_seal[i]);
+    }
+    for (int q = 0; q < RD_RING_NODES_MAX; q++) {
+        rd_seal_wipe(&x->pair_seal[q]);
+        rd_seal_wipe(&x->pair_next_seal[q]);
+    }
+}
+
 static int set_nonblocking(int fd)
 {
     int fl = fcntl(fd, F_GETFL);
@@ -1282,6 +1390,10 @@ rd_xfer *rd_xfer_new(struct event_base *base, const rd_xfer_config *c, rd_xfer_d
     }
     for (int i = 0; ok && i < c->conns; i++)
         ok = (x->staging[i] = malloc(c->segment_size)) != NULL;
+    if (ok)
+        x->sealed = c->send_seals != NULL && c->send_seals[0].cipher != RD_CIPHER_NONE;
+    for (int i = 0; ok && x->sealed && i < c->conns; i++)
+        ok = (x->send_box[i] = malloc(c->segment_size)) != NULL;
     if (!ok) {
         for (int i = 0; i < c->conns; i++) {
             close(c->send_fds[i]);
@@ -1290,8 +1402,10 @@ rd_xfer *rd_xfer_new(struct event_base *base, const rd_xfer_config *c, rd_xfer_d
         snprintf(err, errlen, "cannot start a ring of %d nodes with %d connections per link",
                  c->nnodes, c->conns);
         if (x != NULL) {
-            for (int i = 0; i < RD_RING_CONNS_MAX; i++)
+            for (int i = 0; i < RD_RING_CONNS_MAX; i++) {
                 free(x->staging[i]);
+                free(x->send_box[i]);
+            }
             free(x->local_sizes);
             free(x->names);
             free(x);
@@ -1310,6 +1424,10 @@ rd_xfer *rd_xfer_new(struct event_base *base, const rd_xfer_config *c, rd_xfer_d
     for (int i = 0; i < c->conns; i++) {
         x->send_fds[i] = c->send_fds[i];
         x->recv_fds[i] = c->recv_fds[i];
+        if (x->sealed) {
+            x->send_seal[i] = c->send_seals[i];
+            x->recv_seal[i] = c->recv_seals[i];
+        }
     }
     x->done = done;
     x->arg = arg;
@@ -1359,7 +1477,9 @@ fail:
         close(x->send_fds[i]);
         close(x->recv_fds[i]);
         free(x->staging[i]);
+        free(x->send_box[i]);
     }
+    seals_wipe(x);
     if (inited == 2)
         pthread_cond_destroy(&x->cond);
     if (inited >= 1)
@@ -1436,13 +1556,16 @@ void rd_xfer_free(rd_xfer *x, rd_status status, const char *why)
         close(x->send_fds[i]);
         close(x->recv_fds[i]);
         free(x->staging[i]);
+        free(x->send_box[i]);
     }
     for (int q = 0; q < x->cfg.nnodes; q++) {
         if (x->pair_fd[q] >= 0)
             close(x->pair_fd[q]);
         if (x->pair_next[q] >= 0)
             close(x->pair_next[q]);
+        free(x->pair_box[q]);
     }
+    seals_wipe(x);
     free(x->scratch);
     pthread_cond_destroy(&x->cond);
     pthread_mutex_destroy(&x->lock);
@@ -1475,7 +1598,7 @@ void rd_xfer_bytes(const rd_xfer *x, uint64_t *sent, uint64_t *received)
     *received = atomic_load(&((rd_xfer *)x)->received);
 }
 
-void rd_xfer_pair(rd_xfer *x, int q, int fd)
+void rd_xfer_pair(rd_xfer *x, int q, int fd, const rd_seal *seal)
 {
     if (q < 0 || q >= x->cfg.nnodes || q == x->cfg.position || set_nonblocking(fd) != 0) {
         close(fd);
@@ -1485,6 +1608,7 @@ void rd_xfer_pair(rd_xfer *x, int q, int fd)
     if (x->pair_next[q] >= 0)
         close(x->pair_next[q]);
     x->pair_next[q] = fd;
+    x->pair_next_seal[q] = *seal;
     atomic_fetch_and(&x->wanted, ~(1ull << q)); /* here: not to be dialled again meanwhile */
     atomic_fetch_add(&x->pairs_handed, 1);
     pthread_mutex_unlock(&x->lock);
@@ -1518,6 +1642,8 @@ int rd_xfer_pairs_close(rd_xfer *x)
         if (x->pair_next[q] >= 0)
             close(x->pair_next[q]);
         x->pair_fd[q] = x->pair_next[q] = -1;
+        rd_seal_wipe(&x->pair_seal[q]);
+        rd_seal_wipe(&x->pair_next_seal[q]);
     }
     pthread_mutex_unlock(&x->lock);
     return n;

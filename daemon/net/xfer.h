@@ -8,6 +8,7 @@
 
 #include "backend.h"
 #include "ringd.h"
+#include "seal.h"
 #include "status.h"
 #include "timeline.h"
 
@@ -55,8 +56,11 @@ typedef struct {
     int conns;           /* connections each way */
     const int *send_fds; /* conns connections to the next node; taken */
     const int *recv_fds; /* conns connections from the previous node; taken */
-    int64_t timeout_ms;  /* no progress for this long fails the link */
-    int64_t poll_us;     /* spin this long before sleeping */
+    /* Their keys (copied; --encrypt), or NULL: every link in the clear. A ring's links, direct
+     * links included, are all sealed or none are. */
+    const rd_seal *send_seals, *recv_seals;
+    int64_t timeout_ms; /* no progress for this long fails the link */
+    int64_t poll_us;    /* spin this long before sleeping */
     const char *next_node, *prev_node;
     /* Direct links: an alltoall of a ring of 3 nodes or more goes straight to each node when
      * nnodes - 1 <= pair_links (--pair-links, the same on every node), over connections the
@@ -104,10 +108,11 @@ void rd_xfer_bytes(const rd_xfer *x, uint64_t *sent, uint64_t *received);
 /* Payload bytes moved over the direct links so far, both ways. */
 uint64_t rd_xfer_pair_bytes(const rd_xfer *x);
 
-/* The direct link with the node at position q is fd (taken): the thread takes it up when it
- * next looks, closing the one it had, and starts that node's part of the alltoall under way
- * again (the other end does the same: it has a new connection too). Loop thread. */
-void rd_xfer_pair(rd_xfer *x, int q, int fd);
+/* The direct link with the node at position q is fd (taken) with its keys, seal (copied): the
+ * thread takes it up when it next looks, closing the one it had, and starts that node's part of
+ * the alltoall under way again (the other end does the same: it has a new connection too). Loop
+ * thread. */
+void rd_xfer_pair(rd_xfer *x, int q, int fd, const rd_seal *seal);
 
 /* The positions (a bit each) whose direct link the alltoall under way waits for: the loop
  * dials those after this node's position; the others dial this node. Loop thread. */

@@ -1,7 +1,8 @@
 /* Fuzzes daemon-to-daemon connections over real loopback sockets: the handshake state machine on
  * both sides (the bytes before authentication, then the PeerHello a server decodes and the answer
  * a dialling client decodes, after an honest challenge-response), and the framed control channel
- * that carries negotiation between nodes, whose Ready and Go are decoded as world.c does. */
+ * that carries negotiation between nodes, whose Ready and Go are decoded as world.c does, in the
+ * clear and sealed (--encrypt). */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
@@ -32,6 +33,7 @@ typedef enum {
     MODE_CLIENT_AUTHED, /* the input answers the client's PeerHello after honest auth */
     MODE_CLIENT_RAW,    /* the input is the server's challenge itself */
     MODE_CHANNEL,       /* the input is a control channel's byte stream */
+    MODE_SEALED,        /* records for a sealed channel: frames the harness seals, raw bytes */
     MODE_COUNT
 } fuzz_mode;
 
@@ -48,10 +50,11 @@ static peer_fixture fx;
 
 /* Accepts a PeerHello of an even generation, refuses the rest, as world.c's accept may. */
 static ringd_result_t on_peer_hello(void *arg, const Ringd__PeerHello *h, int fd,
-                                    const char *remote, uint64_t *generation, char *err,
-                                    size_t errlen)
+                                    const rd_seal *seal, const char *remote, uint64_t *generation,
+                                    char *err, size_t errlen)
 {
     (void)arg;
+    (void)seal;
     (void)remote;
     if (h->generation % 2 != 0 || !rd_name_valid(h->job)) {
         snprintf(err, errlen, "job %s: not at generation %llu",
@@ -63,9 +66,10 @@ static ringd_result_t on_peer_hello(void *arg, const Ringd__PeerHello *h, int fd
     return RINGD_OK;
 }
 
-static void on_dial(void *arg, int fd, const char *why)
+static void on_dial(void *arg, int fd, const rd_seal *seal, const char *why)
 {
     (void)arg;
+    (void)seal;
     (void)why;
     if (fd >= 0)
         close(fd);
@@ -105,7 +109,7 @@ static void fixture_init(void)
         abort();
     rd_auth_insecure(&fx.key);
     fx.base = event_base_new();
-    fx.net = rd_peer_net_new(fx.base, "127.0.0.1:0", &fx.key, STEP_LIMIT_MS, on_peer_hello, NULL,
+    fx.net = rd_peer_net_new(fx.base, "127.0.0.1:0", &fx.key, 0, STEP_LIMIT_MS, on_peer_hello, NULL,
                              err, sizeof(err));
     fx.listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fx.base == NULL || fx.net == NULL || fx.listen_fd < 0 ||
@@ -279,14 +283,61 @@ static void run_channel(const uint8_t *data, size_t size)
 {
     int64_t until = rd_now_ms() + STEP_LIMIT_MS;
     int sp[2];
+    const rd_seal clear = {0};
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) != 0)
         abort();
     fx.chan_failed = 0;
     rd_peer_chan *c =
-        rd_peer_chan_new(fx.base, sp[0], "fuzz", 65536, on_chan_msg, on_chan_err, NULL);
+        rd_peer_chan_new(fx.base, sp[0], &clear, "fuzz", 65536, on_chan_msg, on_chan_err, NULL);
     if (c == NULL)
         abort();
     send_all(sp[1], data, size, until);
+    shutdown(sp[1], SHUT_WR);
+    while (!fx.chan_failed)
+        turn(until);
+    rd_peer_chan_free(c);
+    close(sp[1]);
+    rd_peer_chan_free_lingering();
+}
+
+/* A sealed control channel (--encrypt) reads records of the input: a 2-byte little-endian
+ * length L, then L bytes, sealed by the harness as one frame with the peer's keys when the top
+ * bit of L is clear (frames that open, whose payload the decoder then meets), or sent as they are
+ * when it is set (forged, cut or replayed bytes), until the channel fails at EOF. */
+static void run_sealed(const uint8_t *data, size_t size)
+{
+    int64_t until = rd_now_ms() + STEP_LIMIT_MS;
+    uint8_t chal[RD_AUTH_CHALLENGE_LEN] = {1}, ans[RD_AUTH_ANSWER_LEN] = {2}, hello[8] = {3};
+    rd_seal mine, peer;
+    rd_seal_derive(&mine, RD_CIPHER_CHACHA, &fx.key, 1, chal, ans, hello, sizeof(hello));
+    rd_seal_derive(&peer, RD_CIPHER_CHACHA, &fx.key, 0, chal, ans, hello, sizeof(hello));
+    int sp[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) != 0)
+        abort();
+    fx.chan_failed = 0;
+    rd_peer_chan *c =
+        rd_peer_chan_new(fx.base, sp[0], &mine, "fuzz", 65536, on_chan_msg, on_chan_err, NULL);
+    if (c == NULL)
+        abort();
+    static uint8_t f[RD_FRAME_HEADER + 0x8000 + RD_SEAL_TAG];
+    while (size >= 2) {
+        size_t len = (size_t)(data[0] | (data[1] & 0x7f) << 8), raw = data[1] & 0x80;
+        data += 2;
+        size -= 2;
+        len = len < size ? len : size;
+        if (raw) {
+            send_all(sp[1], data, len, until);
+        } else {
+            uint32_t n = (uint32_t)(len + RD_SEAL_TAG);
+            for (int i = 0; i < 4; i++)
+                f[i] = (uint8_t)(n >> (8 * i));
+            rd_seal_seal(peer.cipher, &peer.tx, f + RD_FRAME_HEADER, f + RD_FRAME_HEADER + len,
+                         data, len, f, RD_FRAME_HEADER);
+            send_all(sp[1], f, RD_FRAME_HEADER + n, until);
+        }
+        data += len;
+        size -= len;
+    }
     shutdown(sp[1], SHUT_WR);
     while (!fx.chan_failed)
         turn(until);
@@ -308,6 +359,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     case MODE_CLIENT_AUTHED: run_client(data + 1, size - 1, 1); break;
     case MODE_CLIENT_RAW: run_client(data + 1, size - 1, 0); break;
     case MODE_CHANNEL: run_channel(data + 1, size - 1); break;
+    case MODE_SEALED: run_sealed(data + 1, size - 1); break;
     case MODE_COUNT: break;
     }
     return 0;

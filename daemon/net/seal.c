@@ -1,0 +1,115 @@
+/* Sealing of daemon links: key derivation from the handshake and the AEAD of each frame. */
+#include "seal.h"
+
+#include <sodium.h>
+#include <string.h>
+
+_Static_assert(crypto_aead_aes256gcm_ABYTES == RD_SEAL_TAG, "AES-GCM tag");
+_Static_assert(crypto_aead_chacha20poly1305_IETF_ABYTES == RD_SEAL_TAG, "ChaCha20-Poly1305 tag");
+_Static_assert(crypto_aead_aes256gcm_KEYBYTES == 32 &&
+                   crypto_aead_chacha20poly1305_IETF_KEYBYTES == 32 && crypto_kdf_KEYBYTES == 32,
+               "key sizes");
+_Static_assert(crypto_aead_aes256gcm_NPUBBYTES == 12 &&
+                   crypto_aead_chacha20poly1305_IETF_NPUBBYTES == 12,
+               "nonce sizes");
+
+#define SEAL_KDF_CONTEXT "ringdlnk" /* crypto_kdf_CONTEXTBYTES (8) characters */
+#define SEAL_TX_CLIENT 1            /* subkey ids: the client's direction */
+#define SEAL_TX_SERVER 2            /* the server's */
+
+rd_cipher rd_seal_best(void)
+{
+    return crypto_aead_aes256gcm_is_available() ? RD_CIPHER_AES : RD_CIPHER_CHACHA;
+}
+
+rd_cipher rd_seal_agree(rd_cipher mine, rd_cipher theirs)
+{
+    return mine < theirs ? mine : theirs;
+}
+
+const char *rd_cipher_name(rd_cipher c)
+{
+    switch (c) {
+    case RD_CIPHER_AES: return "AES-256-GCM";
+    case RD_CIPHER_CHACHA: return "ChaCha20-Poly1305";
+    case RD_CIPHER_NONE: break;
+    }
+    return "none";
+}
+
+/* The master key of a connection: BLAKE2b keyed with the ring key over a label, the cipher and
+ * every byte of the handshake that both sides hold, so that either side altered in flight
+ * leaves the two with different keys. */
+void rd_seal_derive(rd_seal *s, rd_cipher cipher, const rd_auth_key *k, int client,
+                    const uint8_t challenge[RD_AUTH_CHALLENGE_LEN],
+                    const uint8_t answer[RD_AUTH_ANSWER_LEN], const uint8_t *hello,
+                    size_t hello_len)
+{
+    static const char label[] = "ringd link keys 1";
+    const uint8_t c = (uint8_t)cipher;
+    uint8_t master[crypto_kdf_KEYBYTES];
+    crypto_generichash_state st;
+
+    crypto_generichash_init(&st, k->key, sizeof(k->key), sizeof(master));
+    crypto_generichash_update(&st, (const uint8_t *)label, sizeof(label) - 1);
+    crypto_generichash_update(&st, &c, 1);
+    crypto_generichash_update(&st, challenge, RD_AUTH_CHALLENGE_LEN);
+    crypto_generichash_update(&st, answer, RD_AUTH_ANSWER_LEN);
+    crypto_generichash_update(&st, hello, hello_len);
+    crypto_generichash_final(&st, master, sizeof(master));
+    sodium_memzero(&st, sizeof(st));
+
+    memset(s, 0, sizeof(*s));
+    s->cipher = cipher;
+    crypto_kdf_derive_from_key(s->tx.key, sizeof(s->tx.key),
+                               client ? SEAL_TX_CLIENT : SEAL_TX_SERVER, SEAL_KDF_CONTEXT, master);
+    crypto_kdf_derive_from_key(s->rx.key, sizeof(s->rx.key),
+                               client ? SEAL_TX_SERVER : SEAL_TX_CLIENT, SEAL_KDF_CONTEXT, master);
+    sodium_memzero(master, sizeof(master));
+}
+
+/* The nonce of d's next frame: its count, little-endian, then zeros. Never reused under a key:
+ * the count only grows, and every connection has keys of its own. */
+static void seal_nonce(const rd_seal_dir *d, uint8_t nonce[12])
+{
+    memset(nonce, 0, 12);
+    for (int i = 0; i < 8; i++)
+        nonce[i] = (uint8_t)(d->frames >> (8 * i));
+}
+
+void rd_seal_seal(rd_cipher cipher, rd_seal_dir *d, uint8_t *out, uint8_t tag[RD_SEAL_TAG],
+                  const uint8_t *in, size_t len, const uint8_t *ad, size_t adlen)
+{
+    uint8_t nonce[12];
+    seal_nonce(d, nonce);
+    d->frames++;
+    if (cipher == RD_CIPHER_AES)
+        crypto_aead_aes256gcm_encrypt_detached(out, tag, NULL, in, len, ad, adlen, NULL, nonce,
+                                               d->key);
+    else
+        crypto_aead_chacha20poly1305_ietf_encrypt_detached(out, tag, NULL, in, len, ad, adlen, NULL,
+                                                           nonce, d->key);
+}
+
+int rd_seal_open(rd_cipher cipher, rd_seal_dir *d, uint8_t *out, const uint8_t *in, size_t len,
+                 const uint8_t tag[RD_SEAL_TAG], const uint8_t *ad, size_t adlen)
+{
+    uint8_t nonce[12];
+    seal_nonce(d, nonce);
+    int rc = cipher == RD_CIPHER_AES
+                 ? crypto_aead_aes256gcm_decrypt_detached(out, NULL, in, len, tag, ad, adlen, nonce,
+                                                          d->key)
+                 : crypto_aead_chacha20poly1305_ietf_decrypt_detached(out, NULL, in, len, tag, ad,
+                                                                      adlen, nonce, d->key);
+    if (rc != 0) {
+        sodium_memzero(out, len);
+        return -1;
+    }
+    d->frames++;
+    return 0;
+}
+
+void rd_seal_wipe(rd_seal *s)
+{
+    sodium_memzero(s, sizeof(*s));
+}
