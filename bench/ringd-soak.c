@@ -55,6 +55,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -104,7 +105,7 @@ typedef struct {
     int nodes, local;
     uint64_t duration_s, seed, chaos_ms, max_count, hang_ms, lease_ms, min_size, restart_ms;
     uint64_t mixed; /* non-zero: ops alternate between max_count and this many elements */
-    int chaos, strict, explained, keep, verbose;
+    int chaos, strict, explained, keep, verbose, encrypt;
     const char *ringd, *ringctl, *redis;
     char **daemon_args; /* after "--" */
     int n_daemon_args;
@@ -397,6 +398,7 @@ typedef struct {
 typedef struct {
     soak_opts o;
     char dir[256], redis_url[64];
+    char key[300]; /* --encrypt: the ring's key file, in dir */
     pid_t redis_pid;
     int redis_port;        /* the one it listens on, again after a restart */
     int64_t redis_back_at; /* killed by ACT_REDIS: started again then; 0: up */
@@ -563,6 +565,24 @@ static void node_back(soak *s, int i, int64_t now)
             s->act[a].back = now;
 }
 
+/* Writes 32 random bytes as hex into a new private file at path. Returns 0, or -1 with errno. */
+static int write_key(const char *path)
+{
+    uint8_t raw[32];
+    if (getrandom(raw, sizeof(raw), 0) != (ssize_t)sizeof(raw))
+        return -1;
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return -1;
+    char hex[2 * sizeof(raw) + 1];
+    for (size_t i = 0; i < sizeof(raw); i++)
+        snprintf(hex + 2 * i, 3, "%02x", raw[i]);
+    ssize_t w = write(fd, hex, 2 * sizeof(raw));
+    int rc = w == (ssize_t)(2 * sizeof(raw)) ? 0 : -1;
+    close(fd);
+    return rc;
+}
+
 /* Starts node i's daemon; its clients follow once its socket answers. */
 static void node_start(soak *s, int i)
 {
@@ -570,11 +590,18 @@ static void node_start(soak *s, int i)
     char lease[24], *argv[32 + 64];
     int k = 0;
     snprintf(lease, sizeof(lease), "%" PRIu64, s->o.lease_ms);
-    const char *fixed[] = {s->o.ringd,   "--socket",   n->sock,       "--node",
-                           n->name,      "--listen",   "127.0.0.1:0", "--redis",
-                           s->redis_url, "--insecure", "--lease-ttl", lease};
+    const char *fixed[] = {s->o.ringd,   "--socket",    n->sock,       "--node",
+                           n->name,      "--listen",    "127.0.0.1:0", "--redis",
+                           s->redis_url, "--lease-ttl", lease};
     for (size_t j = 0; j < sizeof(fixed) / sizeof(fixed[0]); j++)
         argv[k++] = (char *)fixed[j];
+    if (s->o.encrypt) { /* sealed links under a key of the soak's */
+        argv[k++] = "--key-file";
+        argv[k++] = s->key;
+        argv[k++] = "--encrypt";
+    } else {
+        argv[k++] = "--insecure";
+    }
     for (int j = 0; j < s->o.n_daemon_args; j++)
         argv[k++] = s->o.daemon_args[j];
     argv[k] = NULL;
@@ -1347,30 +1374,32 @@ static const char *tool_path(const char *name, const char *build_dir, char *buf,
 static void usage(FILE *f)
 {
     fprintf(
-        f, "usage: ringd-soak [OPTIONS] [-- RINGD-OPTIONS...]\n"
-           "  --nodes K         daemons, n0..n{K-1} (default 3)\n"
-           "  --clients L       client processes on each daemon (default 2)\n"
-           "  --duration S      seconds to run (default 60)\n"
-           "  --seed N          seeds op sizes and the chaos (default 1)\n"
-           "  --chaos-ms MS     mean interval between chaos actions (default 3000)\n"
-           "  --no-chaos        no chaos actions: ops only\n"
-           "  --restart-ms MS   mean delay before a daemon taken down starts again (default 1000)\n"
-           "  --max-count N     largest allreduce in i32 elements (default 256K)\n"
-           "  --mixed N         ops alternate between --max-count and N elements (a steady\n"
-           "                    load of two sizes) instead of log-uniform sizes\n"
-           "  --min-size N      the job's min_size (default 1)\n"
-           "  --lease-ttl MS    the daemons' --lease-ttl (default 1000)\n"
-           "  --hang-ms MS      a client with no op finished this long hangs (default 30000)\n"
-           "  --strict          errors other than RINGD_E_MEMBERSHIP fail the run too\n"
-           "  --explained       failed calls no action in force explains fail the run too\n"
-           "  --keep            keep the directory with the logs\n"
-           "  --verbose         print every membership failure, client start and expected error\n"
-           "  --ringd PATH, --ringctl PATH, --redis-server PATH\n"
-           "                    the programs (default: next to ringd-soak or in the build tree;\n"
-           "                    redis-server from PATH)\n"
-           "  RINGD-OPTIONS     passed to every ringd (e.g. --peer-timeout 3000)\n"
-           "exit status: 0 no wrong result, no hang, no daemon died on its own, some ops done;\n"
-           "             1 otherwise; 2 bad usage or the soak could not be set up\n");
+        f,
+        "usage: ringd-soak [OPTIONS] [-- RINGD-OPTIONS...]\n"
+        "  --nodes K         daemons, n0..n{K-1} (default 3)\n"
+        "  --clients L       client processes on each daemon (default 2)\n"
+        "  --duration S      seconds to run (default 60)\n"
+        "  --seed N          seeds op sizes and the chaos (default 1)\n"
+        "  --chaos-ms MS     mean interval between chaos actions (default 3000)\n"
+        "  --no-chaos        no chaos actions: ops only\n"
+        "  --restart-ms MS   mean delay before a daemon taken down starts again (default 1000)\n"
+        "  --max-count N     largest allreduce in i32 elements (default 256K)\n"
+        "  --mixed N         ops alternate between --max-count and N elements (a steady\n"
+        "                    load of two sizes) instead of log-uniform sizes\n"
+        "  --min-size N      the job's min_size (default 1)\n"
+        "  --lease-ttl MS    the daemons' --lease-ttl (default 1000)\n"
+        "  --hang-ms MS      a client with no op finished this long hangs (default 30000)\n"
+        "  --strict          errors other than RINGD_E_MEMBERSHIP fail the run too\n"
+        "  --explained       failed calls no action in force explains fail the run too\n"
+        "  --keep            keep the directory with the logs\n"
+        "  --encrypt         the daemons seal their links (--encrypt, under a key of the soak's)\n"
+        "  --verbose         print every membership failure, client start and expected error\n"
+        "  --ringd PATH, --ringctl PATH, --redis-server PATH\n"
+        "                    the programs (default: next to ringd-soak or in the build tree;\n"
+        "                    redis-server from PATH)\n"
+        "  RINGD-OPTIONS     passed to every ringd (e.g. --peer-timeout 3000)\n"
+        "exit status: 0 no wrong result, no hang, no daemon died on its own, some ops done;\n"
+        "             1 otherwise; 2 bad usage or the soak could not be set up\n");
 }
 
 /* Parses the command line into s->o. Returns 0, 1 after --help, -1 on a bad one. */
@@ -1392,6 +1421,7 @@ static int parse(soak *s, int argc, char **argv, char *ringd_buf, char *ringctl_
         {"strict", no_argument, NULL, 'S'},
         {"explained", no_argument, NULL, 'E'},
         {"keep", no_argument, NULL, 'k'},
+        {"encrypt", no_argument, NULL, 'Y'},
         {"verbose", no_argument, NULL, 'v'},
         {"ringd", required_argument, NULL, 'r'},
         {"ringctl", required_argument, NULL, 'p'},
@@ -1428,6 +1458,7 @@ static int parse(soak *s, int argc, char **argv, char *ringd_buf, char *ringctl_
         case 'S': o->strict = 1; break;
         case 'E': o->explained = 1; break;
         case 'k': o->keep = 1; break;
+        case 'Y': o->encrypt = 1; break;
         case 'v': o->verbose = 1; break;
         case 'r': o->ringd = optarg; break;
         case 'p': o->ringctl = optarg; break;
@@ -1478,6 +1509,12 @@ int main(int argc, char **argv)
              getenv("TMPDIR") != NULL ? getenv("TMPDIR") : "/tmp");
     if (mkdtemp(s.dir) == NULL) {
         fprintf(stderr, "soak: mkdtemp %s: %s\n", s.dir, strerror(errno));
+        return 2;
+    }
+    snprintf(s.key, sizeof(s.key), "%s/ring.key", s.dir);
+    if (s.o.encrypt && write_key(s.key) != 0) {
+        fprintf(stderr, "soak: cannot write the ring key %s: %s\n", s.key, strerror(errno));
+        stop_all(&s);
         return 2;
     }
     if (pipe2(s.ev_fd, O_CLOEXEC) != 0 || fcntl(s.ev_fd[0], F_SETFL, O_NONBLOCK) != 0) {

@@ -978,9 +978,14 @@ size_t rd_peer_chan_send(rd_peer_chan *c, const rd_msg *m)
     }
     v.iov_len = len;
     evbuffer_commit_space(out, &v, 1);
-    /* Latency: write now rather than on the next loop turn; the bufferevent keeps the rest. */
-    if (evbuffer_get_length(out) == len)
+    /* Latency: write now rather than on the next loop turn; the bufferevent keeps the rest. A
+     * socket bufferevent freezes the start of its output (only it drains it), so it is thawed
+     * for this one write. */
+    if (evbuffer_get_length(out) == len) {
+        evbuffer_unfreeze(out, 1);
         evbuffer_write(out, bufferevent_getfd(c->bev));
+        evbuffer_freeze(out, 1);
+    }
     return len;
 }
 
