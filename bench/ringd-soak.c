@@ -11,7 +11,9 @@
  * Meanwhile, at random intervals (--chaos-ms on average, seeded by --seed) this process kills a
  * daemon with SIGKILL, stops one with SIGSTOP for shorter or longer than the lease, drains one
  * (`ringctl drain`, then SIGTERM), kills one node's clients, or kills redis-server (started again,
- * empty, on its port after a delay); a daemon taken down comes back after a delay with new
+ * empty, on its port after a delay), or with --netns (each daemon in a network namespace of its
+ * own, on a bridge with redis-server) cuts one node's link for shorter or longer than the lease:
+ * a network partition, healed after; a daemon taken down comes back after a delay with new
  * clients. No action is taken unless two nodes serve the job, nor in the
  * last 5 s of the run.
  *
@@ -34,10 +36,10 @@
  * comes back (its daemon started again or resumed, its clients started again), those on the
  * survivors after that ("rejoin": its joining the job again reshapes it once more), and those on
  * the acted-on node's own clients. A verdict line per target follows: after a kill, recovery within
- * 500 ms (the link break is seen directly); after a stop, within the lease TTL + 1 s (a silent
- * host is noticed when its lease runs out); after a drain, within 500 ms with no failed op on the
- * survivors. An action never recovered from misses its target. Targets are reported, not
- * enforced: they do not change the exit status. */
+ * 500 ms (the link break is seen directly); after a stop or a partition, within the lease TTL +
+ * 1 s (a silent host is noticed when its lease runs out); after a drain, within 500 ms with no
+ * failed op on the survivors. An action never recovered from misses its target. Targets are
+ * reported, not enforced: they do not change the exit status. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -105,7 +107,7 @@ typedef struct {
     int nodes, local;
     uint64_t duration_s, seed, chaos_ms, max_count, hang_ms, lease_ms, min_size, restart_ms;
     uint64_t mixed; /* non-zero: ops alternate between max_count and this many elements */
-    int chaos, strict, explained, keep, verbose, encrypt;
+    int chaos, strict, explained, keep, verbose, encrypt, netns;
     const char *ringd, *ringctl, *redis;
     char **daemon_args; /* after "--" */
     int n_daemon_args;
@@ -351,12 +353,13 @@ typedef enum {
     NODE_STARTING, /* daemon started; its socket does not answer yet */
     NODE_UP,       /* daemon serving, clients started */
     NODE_STOPPED,  /* SIGSTOPped until `until` */
+    NODE_CUT,      /* its network link down until `until` (--netns) */
     NODE_DRAINING, /* `ringctl drain` running (drain_pid); SIGKILLed at `until` */
     NODE_EXITING,  /* SIGTERM or SIGKILL sent; SIGKILL (again) at `until` */
     NODE_DOWN,     /* no daemon; started again at `until` */
 } node_state;
 
-static const char *const state_names[] = {"starting", "up",      "stopped",
+static const char *const state_names[] = {"starting", "up",      "stopped", "cut",
                                           "draining", "exiting", "down"};
 
 typedef struct {
@@ -377,8 +380,10 @@ typedef struct {
     soak_client c[MAX_LOCAL];
 } soak_node;
 
-enum { ACT_KILL, ACT_STOP, ACT_DRAIN, ACT_RESTART, ACT_REDIS, ACT_COUNT };
-static const char *const act_names[ACT_COUNT] = {"kill", "stop", "drain", "restart", "redis"};
+/* ACT_PARTITION last: runs without --netns draw among the others, as they did before it. */
+enum { ACT_KILL, ACT_STOP, ACT_DRAIN, ACT_RESTART, ACT_REDIS, ACT_PARTITION, ACT_COUNT };
+static const char *const act_names[ACT_COUNT] = {"kill",    "stop",  "drain",
+                                                 "restart", "redis", "partition"};
 
 /* One chaos action and what followed it until the next one. Failures are counted by the time
  * they completed: those on node's own clients (its daemon was taken down under them), and those
@@ -399,6 +404,10 @@ typedef struct {
     soak_opts o;
     char dir[256], redis_url[64];
     char key[300]; /* --encrypt: the ring's key file, in dir */
+    /* --netns: namespaces "<tag>n<i>", veth "<tag>a<i>" (the bridge's end) and "<tag>b<i>", the
+     * bridge "<tag>br" at <net>.1, node i at <net>.<10 + i>; made (1) or not */
+    char tag[16], net[16];
+    int netns_made;
     pid_t redis_pid;
     int redis_port;        /* the one it listens on, again after a restart */
     int64_t redis_back_at; /* killed by ACT_REDIS: started again then; 0: up */
@@ -512,6 +521,64 @@ static int redis_pong(int port)
     return ok;
 }
 
+/* Runs a shell command line, its output discarded. Returns its exit status, or -1. */
+static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int sh(const char *fmt, ...)
+{
+    char cmd[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(cmd, sizeof(cmd) - 32, fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= sizeof(cmd) - 32)
+        return -1;
+    strcat(cmd, " >/dev/null 2>&1");
+    fflush(NULL);
+    int rc = system(cmd);
+    return rc != -1 && WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+/* --netns: removes the namespaces (their veth pairs go with them) and the bridge. */
+static void netns_teardown(soak *s)
+{
+    if (!s->netns_made)
+        return;
+    for (int i = 0; i < s->o.nodes; i++)
+        sh("ip netns del %sn%d", s->tag, i);
+    sh("ip link del %sbr", s->tag);
+    s->netns_made = 0;
+}
+
+/* --netns: a bridge at <net>.1 (redis-server listens there too), and per node a namespace joined
+ * to it by a veth pair, the node at <net>.<10 + i>. Returns 0, or -1 with what was made taken
+ * down again (no root, no iproute2). */
+static int netns_setup(soak *s)
+{
+    int id = (int)(getpid() % 100000);
+    snprintf(s->tag, sizeof(s->tag), "rs%d", id);
+    snprintf(s->net, sizeof(s->net), "10.213.%d", id % 250 + 1);
+    s->netns_made = 1;
+    const char *t = s->tag;
+    if (sh("ip link add name %sbr type bridge && ip addr add %s.1/24 dev %sbr && "
+           "ip link set %sbr up",
+           t, s->net, t, t) != 0)
+        goto fail;
+    for (int i = 0; i < s->o.nodes; i++)
+        if (sh("ip netns add %sn%d && ip link add %sa%d type veth peer name %sb%d && "
+               "ip link set %sb%d netns %sn%d && ip link set %sa%d master %sbr up && "
+               "ip -n %sn%d addr add %s.%d/24 dev %sb%d && ip -n %sn%d link set %sb%d up && "
+               "ip -n %sn%d link set lo up",
+               t, i, t, i, t, i, t, i, t, i, t, i, t, t, i, s->net, 10 + i, t, i, t, i, t, i, t,
+               i) != 0)
+            goto fail;
+    return 0;
+fail:
+    fprintf(stderr, "soak: --netns: cannot make network namespaces joined by a bridge (they need "
+                    "root and iproute2)\n");
+    netns_teardown(s);
+    return -1;
+}
+
 /* Starts redis-server on a free port below the ephemeral ones, or on the one it had (a restart),
  * and waits for it to answer. Returns 0 or -1. */
 static int redis_start(soak *s)
@@ -521,9 +588,23 @@ static int redis_start(soak *s)
     for (int attempt = 0; attempt < 5; attempt++) {
         int p = s->redis_port > 0 ? s->redis_port : free_port(attempt);
         snprintf(port, sizeof(port), "%d", p);
-        char *argv[] = {
-            (char *)s->o.redis, "--port", port,    "--bind", "127.0.0.1",   "--save", "",
-            "--appendonly",     "no",     "--dir", s->dir,   "--daemonize", "no",     NULL};
+        char bridge[32];
+        snprintf(bridge, sizeof(bridge), "%s.1", s->net);
+        char *argv[] = {(char *)s->o.redis,
+                        "--port",
+                        port,
+                        "--save",
+                        "",
+                        "--appendonly",
+                        "no",
+                        "--dir",
+                        s->dir,
+                        "--daemonize",
+                        "no",
+                        "--bind",
+                        "127.0.0.1",
+                        s->netns_made ? bridge : NULL, /* the namespaces reach it there */
+                        NULL};
         s->redis_pid = p > 0 ? spawn(log, argv) : -1;
         if (s->redis_pid < 0)
             continue;
@@ -532,7 +613,8 @@ static int redis_start(soak *s)
             if (waitpid(s->redis_pid, NULL, WNOHANG) == s->redis_pid)
                 break;
             if (redis_pong(p)) {
-                snprintf(s->redis_url, sizeof(s->redis_url), "redis://127.0.0.1:%d", p);
+                snprintf(s->redis_url, sizeof(s->redis_url), "redis://%s:%d",
+                         s->netns_made ? bridge : "127.0.0.1", p);
                 s->redis_port = p;
                 return 0;
             }
@@ -587,12 +669,28 @@ static int write_key(const char *path)
 static void node_start(soak *s, int i)
 {
     soak_node *n = &s->n[i];
-    char lease[24], *argv[32 + 64];
+    char lease[24], ns[32], listen[40], *argv[40 + 64];
     int k = 0;
     snprintf(lease, sizeof(lease), "%" PRIu64, s->o.lease_ms);
-    const char *fixed[] = {s->o.ringd,   "--socket",    n->sock,       "--node",
-                           n->name,      "--listen",    "127.0.0.1:0", "--redis",
-                           s->redis_url, "--lease-ttl", lease};
+    snprintf(ns, sizeof(ns), "%sn%d", s->tag, i);
+    snprintf(listen, sizeof(listen), "%s.%d:0", s->net, 10 + i);
+    if (s->netns_made) { /* in its own namespace: `ip netns exec` execs ringd, same pid */
+        argv[k++] = "ip";
+        argv[k++] = "netns";
+        argv[k++] = "exec";
+        argv[k++] = ns;
+    }
+    const char *fixed[] = {s->o.ringd,
+                           "--socket",
+                           n->sock,
+                           "--node",
+                           n->name,
+                           "--listen",
+                           s->netns_made ? listen : "127.0.0.1:0",
+                           "--redis",
+                           s->redis_url,
+                           "--lease-ttl",
+                           lease};
     for (size_t j = 0; j < sizeof(fixed) / sizeof(fixed[0]); j++)
         argv[k++] = (char *)fixed[j];
     if (s->o.encrypt) { /* sealed links under a key of the soak's */
@@ -689,7 +787,8 @@ static void chaos(soak *s, int64_t now)
             pick[np++] = i;
     if (np < 2)
         return;
-    int i = pick[(int)(rnd(s) * np)], kind = (int)(rnd(s) * ACT_COUNT);
+    int i = pick[(int)(rnd(s) * np)];
+    int kind = (int)(rnd(s) * (s->netns_made ? ACT_COUNT : ACT_PARTITION));
     if (kind == ACT_REDIS && s->redis_back_at != 0)
         return; /* down already */
     if (kind == ACT_REDIS)
@@ -727,6 +826,18 @@ static void chaos(soak *s, int64_t now)
             n->name, (int)n->pid, ms, s->o.lease_ms);
         kill(n->pid, SIGSTOP);
         n->state = NODE_STOPPED;
+        n->until = now + ms;
+        break;
+    }
+    case ACT_PARTITION: {
+        double lease = (double)s->o.lease_ms;
+        int64_t ms = rnd(s) < 0.5 ? rnd_ms(s, 0.2 * lease, 0.8 * lease)
+                                  : rnd_ms(s, 1.5 * lease, 3.0 * lease);
+        say(s, "action %d: cut %s off the network for %" PRId64 " ms (lease %" PRIu64 " ms)",
+            s->n_act, n->name, ms, s->o.lease_ms);
+        if (sh("ip link set %sa%d down", s->tag, i) != 0)
+            say(s, "%s: ip link set %sa%d down failed", n->name, s->tag, i);
+        n->state = NODE_CUT;
         n->until = now + ms;
         break;
     }
@@ -982,7 +1093,7 @@ static int on_exit_of(soak *s, pid_t pid, int ws, int64_t now)
             if (pid != c->pid)
                 continue;
             c->pid = 0;
-            if (n->state == NODE_UP || n->state == NODE_STOPPED) {
+            if (n->state == NODE_UP || n->state == NODE_STOPPED || n->state == NODE_CUT) {
                 say(s, "%s.%d (pid %d) exited (%s); starting another", n->name, k, (int)pid, how);
                 c->respawn_at = now + RESPAWN_DELAY_MS;
             }
@@ -1029,6 +1140,14 @@ static int node_tick(soak *s, int i, int64_t now)
     case NODE_STOPPED:
         if (now >= n->until) {
             kill(n->pid, SIGCONT);
+            n->state = NODE_UP;
+            node_back(s, i, now);
+        }
+        break;
+    case NODE_CUT:
+        if (now >= n->until) {
+            if (sh("ip link set %sa%d up", s->tag, i) != 0)
+                say(s, "%s: ip link set %sa%d up failed", n->name, s->tag, i);
             n->state = NODE_UP;
             node_back(s, i, now);
         }
@@ -1319,11 +1438,11 @@ static int report(const soak *s, int failed)
     }
     printf("soak: ops %ld failed_membership %ld resized %ld errors %ld closed %ld wrong %ld "
            "hangs %ld crashes %ld unexplained %ld recovery_ms median %.0f max %.0f unrecovered %d "
-           "actions kill=%d stop=%d drain=%d restart=%d redis=%d\n",
+           "actions kill=%d stop=%d drain=%d restart=%d redis=%d partition=%d\n",
            s->ops, s->membership, s->resized, s->errors, s->closed, s->wrong, s->hangs, s->crashes,
            s->unexplained, median, max, s->n_act - n_rec, s->act_count[ACT_KILL],
            s->act_count[ACT_STOP], s->act_count[ACT_DRAIN], s->act_count[ACT_RESTART],
-           s->act_count[ACT_REDIS]);
+           s->act_count[ACT_REDIS], s->act_count[ACT_PARTITION]);
     printf("soak: lease_ms %" PRIu64 "\n", s->o.lease_ms);
     kind_summary ks[ACT_COUNT];
     for (int k = 0; k < ACT_COUNT; k++) {
@@ -1338,6 +1457,9 @@ static int report(const soak *s, int failed)
     print_target(&ks[ACT_KILL], "kill", 0, KILL_TARGET_MS, limit);
     snprintf(limit, sizeof(limit), "lease %" PRIu64 " + %d ms", s->o.lease_ms, STOP_SLACK_MS);
     print_target(&ks[ACT_STOP], "stop", 0, (double)s->o.lease_ms + STOP_SLACK_MS, limit);
+    if (s->netns_made)
+        print_target(&ks[ACT_PARTITION], "partition", 0, (double)s->o.lease_ms + STOP_SLACK_MS,
+                     limit);
     snprintf(limit, sizeof(limit), "%d ms", DRAIN_TARGET_MS);
     print_target(&ks[ACT_DRAIN], "drain", 1, DRAIN_TARGET_MS, limit);
     print_target(&ks[ACT_REDIS], "redis", 1, DRAIN_TARGET_MS, limit);
@@ -1393,6 +1515,8 @@ static void usage(FILE *f)
         "  --explained       failed calls no action in force explains fail the run too\n"
         "  --keep            keep the directory with the logs\n"
         "  --encrypt         the daemons seal their links (--encrypt, under a key of the soak's)\n"
+        "  --netns           each daemon in a network namespace of its own, on a bridge with\n"
+        "                    redis-server; chaos cuts nodes off the network too (root, iproute2)\n"
         "  --verbose         print every membership failure, client start and expected error\n"
         "  --ringd PATH, --ringctl PATH, --redis-server PATH\n"
         "                    the programs (default: next to ringd-soak or in the build tree;\n"
@@ -1422,6 +1546,7 @@ static int parse(soak *s, int argc, char **argv, char *ringd_buf, char *ringctl_
         {"explained", no_argument, NULL, 'E'},
         {"keep", no_argument, NULL, 'k'},
         {"encrypt", no_argument, NULL, 'Y'},
+        {"netns", no_argument, NULL, 'N'},
         {"verbose", no_argument, NULL, 'v'},
         {"ringd", required_argument, NULL, 'r'},
         {"ringctl", required_argument, NULL, 'p'},
@@ -1459,6 +1584,7 @@ static int parse(soak *s, int argc, char **argv, char *ringd_buf, char *ringctl_
         case 'E': o->explained = 1; break;
         case 'k': o->keep = 1; break;
         case 'Y': o->encrypt = 1; break;
+        case 'N': o->netns = 1; break;
         case 'v': o->verbose = 1; break;
         case 'r': o->ringd = optarg; break;
         case 'p': o->ringctl = optarg; break;
@@ -1533,6 +1659,9 @@ int main(int argc, char **argv)
            ", in %s\n",
            s.o.nodes, s.o.local, s.o.duration_s, s.o.seed, s.o.chaos_ms, s.o.chaos ? "" : " (off)",
            s.o.lease_ms, s.o.max_count, s.o.min_size, s.dir);
+    if (s.o.netns && netns_setup(&s) != 0)
+        printf("soak: --netns: no network namespaces here: no partitions, every daemon on "
+               "loopback\n");
     if (redis_start(&s) != 0) {
         stop_all(&s);
         return 2;

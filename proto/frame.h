@@ -13,7 +13,8 @@
  * flags; 5: direct links of alltoall (LINK_PAIR, PeerHello.pair_links), which a daemon of 4
  * would refuse; 6: OpSpec.shape, compared across nodes, which a daemon of 5 would neither send
  * nor compare; 7: PeerHello.encrypt and sealed links (--encrypt), which a daemon of 6 would
- * ignore, talking in the clear to a node that seals; nodes of one job run one version. */
+ * ignore, talking in the clear to a node that seals, and PeerHello.to, which it would not send;
+ * nodes of one job run one version. */
 #define RD_PEER_PROTOCOL_VERSION 7
 #define RD_FRAME_HEADER 4
 #define RD_FRAME_MAX_DEFAULT (1u << 20)

@@ -6,6 +6,7 @@
 #include "auth.h"
 #include "frame.h"
 #include "peer.h"
+#include "seal.h"
 #include "ringd.h"
 #include "th_ring.h"
 
@@ -19,6 +20,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -328,9 +330,14 @@ static rd_msg *peer_hello(const th_daemon *d, const Ringd__PeerHello *h, int *fd
 {
     rd_auth_key k = ring_key();
     int fd = peer_auth(peer_port(d), &k);
+    Ringd__PeerHello to = *h;
+    char name[16];
+    snprintf(name, sizeof(name), "n%d", (int)(d - ring.d)); /* th_ring names node i "ni" */
+    if (to.to[0] == '\0')
+        to.to = name;
     rd_msg m = RINGD__MSG__INIT;
     m.body_case = RINGD__MSG__BODY_PEER_HELLO;
-    m.peer_hello = (Ringd__PeerHello *)h;
+    m.peer_hello = &to;
     cr_assert_eq(th_send(fd, &m), 0);
     *fd_out = fd;
     return th_recv(fd, 5000, NULL);
@@ -487,6 +494,11 @@ Test(peers, sealed_daemons_reduce_exactly_and_refuse_a_peer_that_does_not_seal, 
     expect_refused(&ring.d[1], &h, RINGD_E_REFUSED,
                    "node n0 does not seal its links (--encrypt) and this one does: give every "
                    "daemon of the ring the same --encrypt");
+    /* a connection meant for another node (redirected in flight, or an address that moved) */
+    h.encrypt = RD_CIPHER_CHACHA;
+    h.to = "n5";
+    expect_refused(&ring.d[1], &h, RINGD_E_REFUSED,
+                   "node n0 meant to reach node n5; this is node n1");
     allreduce_ok(s, "sealed.again");
     for (int i = 0; i < 2; i++) {
         ringd_close(s[i]);
@@ -501,7 +513,33 @@ Test(peers, daemons_that_disagree_on_encrypt_never_form_a_ring_and_say_why, .tim
     const char *const sealed[] = {"--encrypt", NULL};
     cr_assert_eq(th_ring_start(&ring, 1, sealed), 0);
     cr_assert_eq(th_ring_start_node(&ring, 1, NULL), 0);
-    open_times_out(4000);
+    opener o[2];
+    open_start(o, 4000);
+    const char *forming = "job 'job-peers': ring waiting -> connecting";
+    cr_assert(log_wait(&ring.d[0], forming, 5000), "the ring never started connecting");
+    /* The sealing daemon seals with the best cipher the dialler runs: a forged n1 holding the
+     * key, sealing, is taken in (while the real n1 is refused) and told which. */
+    peer_status ps;
+    cr_assert_eq(status_get(&ring.d[0], JOB, &ps), 0);
+    const rd_cipher offer[] = {RD_CIPHER_CHACHA, RD_CIPHER_AES};
+    for (int k = 0; k < 2; k++) {
+        Ringd__PeerHello h = hello(JOB, ps.gen, "n1", RINGD__LINK_KIND__LINK_DATA, 0);
+        h.encrypt = offer[k];
+        int fd;
+        rd_msg *r = peer_hello(&ring.d[0], &h, &fd);
+        cr_assert(r != NULL && r->body_case == RINGD__MSG__BODY_PEER_ACCEPT,
+                  "a sealing PeerHello was not accepted");
+        cr_assert_eq(r->peer_accept->cipher, (uint32_t)rd_seal_agree(rd_seal_best(), offer[k]),
+                     "offered %s, answered cipher %u", rd_cipher_name(offer[k]),
+                     r->peer_accept->cipher);
+        rd_frame_free(r);
+        close(fd);
+    }
+    open_join(o);
+    for (int i = 0; i < 2; i++)
+        cr_assert_eq(o[i].rc, RINGD_E_TIMEOUT, "open on n%d: %s: %s", i, ringd_strerror(o[i].rc),
+                     o[i].err);
+    close_sessions();
     assert_log(&ring.d[0], "node n1 does not seal its links (--encrypt) and this one does");
     assert_log(&ring.d[1], "node n0 seals its links (--encrypt) and this one does not");
     th_ring_finish(&ring);
@@ -1086,4 +1124,218 @@ Test(peers, a_dial_by_host_name_looks_it_up_off_the_loop)
     event_base_loop(o.base, EVLOOP_NONBLOCK);
     cr_assert_eq(o.calls, 1, "a cancelled dial never calls back");
     event_base_free(o.base);
+}
+
+/* ---- sealing checked from outside ---------------------------------------------------------- */
+
+/* The test as a server that authenticates honestly and answers a sealing dialler's PeerHello
+ * with PeerAccept{cipher}: a dialler that seals takes no link in the clear (nor a cipher it did
+ * not offer) from an answer nobody authenticated. */
+typedef struct {
+    int lfd;
+    uint32_t cipher;
+    rd_auth_key key;
+} fake_server;
+
+static void *fake_server_main(void *arg)
+{
+    fake_server *f = arg;
+    int fd = accept(f->lfd, NULL, NULL);
+    if (fd < 0)
+        return NULL;
+    uint8_t chal[RD_AUTH_CHALLENGE_LEN], ans[RD_AUTH_ANSWER_LEN], confirm[RD_AUTH_CONFIRM_LEN];
+    rd_auth_challenge(chal);
+    if (write(fd, chal, sizeof(chal)) == (ssize_t)sizeof(chal) &&
+        read_upto(fd, ans, sizeof(ans), 3000) == sizeof(ans) &&
+        rd_auth_verify_answer(&f->key, chal, ans, confirm) == 0 &&
+        write(fd, confirm, sizeof(confirm)) == (ssize_t)sizeof(confirm)) {
+        rd_msg *hello = th_recv(fd, 3000, NULL);
+        if (hello != NULL) {
+            Ringd__PeerAccept pa = RINGD__PEER_ACCEPT__INIT;
+            pa.generation = hello->peer_hello->generation;
+            pa.cipher = f->cipher;
+            rd_msg m = RINGD__MSG__INIT;
+            m.body_case = RINGD__MSG__BODY_PEER_ACCEPT;
+            m.peer_accept = &pa;
+            th_send(fd, &m);
+            rd_frame_free(hello);
+            th_wait_eof(fd, 3000);
+        }
+    }
+    close(fd);
+    return NULL;
+}
+
+Test(peers, a_sealing_dialler_refuses_an_answer_in_the_clear_or_with_a_cipher_it_did_not_offer)
+{
+    const uint32_t answers[] = {RD_CIPHER_NONE, 7};
+    for (int k = 0; k < 2; k++) {
+        dial_outcome o = {event_base_new(), 0, -2, ""};
+        cr_assert_not_null(o.base);
+        fake_server f = {.cipher = answers[k]};
+        cr_assert_eq(rd_auth_init(), 0);
+        rd_auth_insecure(&f.key);
+        int port;
+        f.lfd = loopback_port(1, &port);
+        pthread_t t;
+        cr_assert_eq(pthread_create(&t, NULL, fake_server_main, &f), 0);
+        char err[256] = "", addr[32];
+        rd_peer_net *n = rd_peer_net_new(o.base, "127.0.0.1:0", &f.key, 1, 2000, refuse_all, NULL,
+                                         err, sizeof(err));
+        cr_assert_not_null(n, "%s", err);
+        Ringd__PeerHello h = hello(JOB, 1, "n9", RINGD__LINK_KIND__LINK_CONTROL, 0);
+        snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
+        rd_peer_dial *d = rd_peer_dial_new(n, addr, &h, on_dial_done, &o);
+        cr_assert_not_null(d);
+        struct timeval bound = {5, 0};
+        event_base_loopexit(o.base, &bound);
+        event_base_dispatch(o.base);
+        if (o.calls == 0)
+            rd_peer_dial_cancel(d);
+        rd_peer_net_free(n);
+        event_base_free(o.base);
+        pthread_join(t, NULL);
+        close(f.lfd);
+        cr_assert_eq(o.calls, 1, "cipher %u: the dial reported %d times", answers[k], o.calls);
+        cr_expect_lt(o.fd, 0, "cipher %u: the dial took the link (fd %d)", answers[k], o.fd);
+        if (o.fd >= 0)
+            close(o.fd);
+        cr_expect(strstr(o.why, "where this node seals its links (--encrypt)") != NULL,
+                  "cipher %u: the reason is \"%s\"", answers[k], o.why);
+    }
+}
+
+/* A relay in front of a daemon's peer port (its --advertise): every connection to it goes on to
+ * the daemon, and every byte either way is kept for the test to search. */
+typedef struct {
+    int lfd, target;
+    uint8_t *seen;
+    size_t len, cap;
+    atomic_int stop;
+    pthread_t t;
+} relay;
+
+/* A connection to the daemon's port, or -1 (no assertions: the relay's thread). */
+static int relay_connect(int port)
+{
+    struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd >= 0 && connect(fd, (struct sockaddr *)&sin, sizeof(sin)) != 0) {
+        close(fd);
+        fd = -1;
+    }
+    return fd;
+}
+
+#define RELAY_PAIRS 64
+
+static void *relay_main(void *arg)
+{
+    relay *rl = arg;
+    int a[RELAY_PAIRS], b[RELAY_PAIRS], n = 0; /* a: from the dialler, b: to the daemon; -1 gone */
+    uint8_t buf[65536];
+    while (!atomic_load(&rl->stop)) {
+        struct pollfd pf[1 + 2 * RELAY_PAIRS];
+        pf[0] = (struct pollfd){.fd = rl->lfd, .events = POLLIN};
+        for (int i = 0; i < n; i++) { /* poll skips the -1 of pairs gone */
+            pf[1 + 2 * i] = (struct pollfd){.fd = a[i], .events = POLLIN};
+            pf[2 + 2 * i] = (struct pollfd){.fd = b[i], .events = POLLIN};
+        }
+        if (poll(pf, (nfds_t)(1 + 2 * n), 50) <= 0)
+            continue;
+        if ((pf[0].revents & POLLIN) && n < RELAY_PAIRS) {
+            int c = accept(rl->lfd, NULL, NULL), d = relay_connect(rl->target);
+            if (c >= 0 && d >= 0) {
+                a[n] = c;
+                b[n++] = d;
+                continue; /* pf no longer matches the pairs */
+            }
+            if (c >= 0)
+                close(c);
+            if (d >= 0)
+                close(d);
+        }
+        for (int i = 0; i < n; i++)
+            for (int side = 0; side < 2 && a[i] >= 0; side++) {
+                if (!(pf[1 + 2 * i + side].revents & (POLLIN | POLLHUP | POLLERR)))
+                    continue;
+                int from = side ? b[i] : a[i], to = side ? a[i] : b[i];
+                ssize_t got = read(from, buf, sizeof(buf));
+                if (got <= 0) { /* either end gone: both go */
+                    close(a[i]);
+                    close(b[i]);
+                    a[i] = b[i] = -1;
+                    continue;
+                }
+                if (rl->len + (size_t)got <= rl->cap) {
+                    memcpy(rl->seen + rl->len, buf, (size_t)got);
+                    rl->len += (size_t)got;
+                }
+                for (ssize_t put = 0, w; put < got; put += w)
+                    if ((w = send(to, buf + put, (size_t)(got - put), MSG_NOSIGNAL)) <= 0)
+                        break;
+            }
+    }
+    for (int i = 0; i < n; i++)
+        if (a[i] >= 0) {
+            close(a[i]);
+            close(b[i]);
+        }
+    return NULL;
+}
+
+/* What crossed the relayed links of a 2-node ring (n0 behind the relay: n1's data and both
+ * nodes' control go through it) during a small named allreduce and a 1 MiB one: whether the
+ * tensor name and rank 1's data were seen in the clear. */
+static void relayed_ring(int sealed, int *name_seen, int *data_seen)
+{
+    static const char name[] = "tensor.name.that.must.not.cross.in.the.clear";
+    relay rl = {.cap = 16u << 20};
+    rl.seen = malloc(rl.cap);
+    cr_assert_not_null(rl.seen);
+    int port0, rport;
+    close(loopback_port(0, &port0)); /* free a moment ago: n0's --listen */
+    rl.lfd = loopback_port(1, &rport);
+    rl.target = port0;
+    cr_assert_eq(pthread_create(&rl.t, NULL, relay_main, &rl), 0);
+    cr_assert_eq(th_ring_init(&ring, 1), 0);
+    snprintf(ring.listen[0], sizeof(ring.listen[0]), "127.0.0.1:%d", port0);
+    char adv[32];
+    snprintf(adv, sizeof(adv), "127.0.0.1:%d", rport);
+    const char *const n0[] = {"--advertise", adv, sealed ? "--encrypt" : NULL, NULL};
+    const char *const n1[] = {sealed ? "--encrypt" : NULL, NULL};
+    cr_assert_eq(th_ring_start_node(&ring, 0, n0), 0);
+    cr_assert_eq(th_ring_start_node(&ring, 1, n1), 0);
+    open_ring(sess);
+    float small[2][4] = {{1, 2, 3, 4}, {5, 6, 7, 8}};
+    ringd_request_t *q[2];
+    for (int r = 0; r < 2; r++) /* small: its data rides in the control messages */
+        cr_assert_eq(ringd_allreduce_async(sess[r], name, small[r], small[r], 4, RINGD_F32,
+                                           RINGD_SUM, &q[r]),
+                     RINGD_OK, "%s", ringd_errmsg(sess[r]));
+    for (int r = 0; r < 2; r++)
+        cr_assert_eq(ringd_wait(q[r]), RINGD_OK, "%s", ringd_errmsg(sess[r]));
+    cr_assert_eq(small[0][0], 6.0f);
+    allreduce_ok(sess, sealed ? "sealed" : "clear");
+    close_sessions();
+    th_ring_finish(&ring);
+    atomic_store(&rl.stop, 1);
+    pthread_join(rl.t, NULL);
+    close(rl.lfd);
+    const float ones[] = {2, 3, 4, 5, 6, 7, 8}; /* rank 1's input of allreduce_ok, in a row */
+    *name_seen = memmem(rl.seen, rl.len, name, sizeof(name) - 1) != NULL;
+    *data_seen = memmem(rl.seen, rl.len, ones, sizeof(ones)) != NULL;
+    cr_assert_gt(rl.len, (size_t)(1u << 19), "only %zu bytes crossed the relay", rl.len);
+    free(rl.seen);
+}
+
+Test(peers, sealed_links_carry_no_tensor_name_or_data_in_the_clear, .timeout = 120)
+{
+    int name, data;
+    relayed_ring(0, &name, &data); /* the relay sees what crosses: in the clear, both */
+    cr_assert(name && data, "in the clear the relay saw name %d, data %d", name, data);
+    relayed_ring(1, &name, &data);
+    cr_expect(!name, "the tensor name crossed a sealed link in the clear");
+    cr_expect(!data, "rank 1's data crossed a sealed link in the clear");
 }

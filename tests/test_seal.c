@@ -72,6 +72,8 @@ Test(seal, the_ciphers_agreed_are_the_best_both_run)
     cr_assert_eq(rd_seal_agree(RD_CIPHER_AES, RD_CIPHER_AES), RD_CIPHER_AES);
     cr_assert_eq(rd_seal_agree(RD_CIPHER_AES, RD_CIPHER_CHACHA), RD_CIPHER_CHACHA);
     cr_assert_eq(rd_seal_agree(RD_CIPHER_CHACHA, RD_CIPHER_AES), RD_CIPHER_CHACHA);
+    cr_assert_eq(rd_seal_agree(RD_CIPHER_AES, RD_CIPHER_NONE), RD_CIPHER_NONE);
+    cr_assert_eq(rd_seal_agree(RD_CIPHER_NONE, RD_CIPHER_CHACHA), RD_CIPHER_NONE);
     cr_assert_str_eq(rd_cipher_name(RD_CIPHER_AES), "AES-256-GCM");
     cr_assert_str_eq(rd_cipher_name(RD_CIPHER_CHACHA), "ChaCha20-Poly1305");
 }
@@ -118,9 +120,12 @@ Test(seal, frames_open_in_order_in_place_or_not_and_nothing_else_opens)
         cr_assert_arr_eq(box, msg, sizeof(msg));
         cr_assert_eq(rd_seal_open(ci, &s.rx, out, frame1, sizeof(frame1), tag1, ad, sizeof(ad)), -1,
                      "%s: a replayed frame opened", rd_cipher_name(ci));
-        /* the other direction's key opens nothing of this one */
+        /* the other direction's key opens nothing of this one, at the same count */
+        c.rx.frames = c.tx.frames;
         rd_seal_seal(ci, &c.tx, box, tag, msg, sizeof(msg), ad, sizeof(ad));
         cr_assert_eq(rd_seal_open(ci, &c.rx, out, box, sizeof(box), tag, ad, sizeof(ad)), -1);
+        s.rx.frames = c.tx.frames - 1; /* while this direction's does */
+        cr_assert_eq(rd_seal_open(ci, &s.rx, out, box, sizeof(box), tag, ad, sizeof(ad)), 0);
     }
 }
 

@@ -20,6 +20,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
+#include <sodium.h>
 #include <unistd.h>
 
 #include "log.h"
@@ -365,7 +366,10 @@ static void server_hello(setup *s)
     int fd = s->fd;
     rd_seal seal = {0};
     rd_status rc = RINGD_E_REFUSED;
-    if ((h->encrypt != RD_CIPHER_NONE) != (n->cipher != RD_CIPHER_NONE)) {
+    if (h->protocol != RD_PEER_PROTOCOL_VERSION) {
+        /* another version: the accept function says so, rather than what its fields mean */
+        rc = n->accept_fn(n->arg, h, fd, &seal, s->remote, &gen, err, sizeof(err));
+    } else if ((h->encrypt != RD_CIPHER_NONE) != (n->cipher != RD_CIPHER_NONE)) {
         snprintf(err, sizeof(err),
                  "node %s %s its links (--encrypt) and this one %s: give every daemon of the ring "
                  "the same --encrypt",
@@ -432,10 +436,13 @@ static void client_reply(setup *s)
         setup_fail(s, "answer to PeerHello is neither PeerAccept nor Error");
         return;
     }
-    /* The server chose among the ciphers this node offered, and seals exactly when it does. */
+    /* The server chose among the ciphers this node offered, and seals exactly when it does:
+     * PeerAccept is not authenticated, so a sealing node takes no "in the clear" from it (a
+     * cipher altered in flight only leaves the two ends with different keys). */
     rd_cipher mine = s->n->cipher, theirs = (rd_cipher)m->peer_accept->cipher;
     rd_frame_free(m);
-    if (mine == RD_CIPHER_NONE ? theirs != RD_CIPHER_NONE : theirs != rd_seal_agree(mine, theirs)) {
+    if (mine == RD_CIPHER_NONE ? theirs != RD_CIPHER_NONE
+                               : theirs == RD_CIPHER_NONE || theirs > mine) {
         setup_fail(s,
                    "the peer answered with cipher %u where this node %s: give every daemon of "
                    "the ring the same --encrypt",
@@ -647,6 +654,11 @@ rd_peer_net *rd_peer_net_new(struct event_base *base, const char *listen, const 
     n->base = base;
     n->key = key;
     n->cipher = encrypt ? rd_seal_best() : RD_CIPHER_NONE;
+    if (encrypt)
+        rd_log(RD_LOG_INFO, "peer",
+               "--encrypt: every link with other daemons is sealed, with %s where both ends "
+               "run it, else %s",
+               rd_cipher_name(n->cipher), rd_cipher_name(RD_CIPHER_CHACHA));
     n->timeout_ms = timeout_ms;
     n->resolver = rd_resolver_new(base);
     if (n->resolver == NULL) {
@@ -879,8 +891,11 @@ static void on_chan_read(struct bufferevent *bev, void *arg)
         uint32_t tag = c->seal.cipher != RD_CIPHER_NONE ? RD_SEAL_TAG : 0;
         if (n > c->max_frame + tag || n < tag) {
             char why[96];
-            snprintf(why, sizeof(why), "frame of %u bytes exceeds the limit of %u", n - tag,
-                     c->max_frame);
+            if (n < tag)
+                snprintf(why, sizeof(why), "sealed frame of %u bytes is shorter than its tag", n);
+            else
+                snprintf(why, sizeof(why), "frame of %u bytes exceeds the limit of %u", n - tag,
+                         c->max_frame);
             chan_fail(c, why);
             break;
         }
@@ -1000,6 +1015,8 @@ static void chan_destroy(rd_peer_chan *c)
     bufferevent_free(c->bev);
     event_free(c->ev_fail);
     rd_seal_wipe(&c->seal);
+    if (c->plain != NULL) /* the last frame opened: a direct op's data, say */
+        sodium_memzero(c->plain, c->plain_cap);
     free(c->plain);
     free(c);
 }

@@ -24,7 +24,7 @@ rd_cipher rd_seal_best(void)
 
 rd_cipher rd_seal_agree(rd_cipher mine, rd_cipher theirs)
 {
-    return mine < theirs ? mine : theirs;
+    return mine < theirs ? mine : theirs; /* NONE is the least */
 }
 
 const char *rd_cipher_name(rd_cipher c)

@@ -40,7 +40,8 @@ typedef struct {
 /* The best cipher this CPU runs (call after rd_auth_init). */
 rd_cipher rd_seal_best(void);
 
-/* The cipher two sides share: the better of the two that both run (both non-NONE). */
+/* The cipher two sides share: the better of the two that both run; RD_CIPHER_NONE when either
+ * is (a link with one side sealing is refused, never run in the clear). */
 rd_cipher rd_seal_agree(rd_cipher mine, rd_cipher theirs);
 
 const char *rd_cipher_name(rd_cipher c);

@@ -299,6 +299,7 @@ static void dial_start(slot *s)
     h.conns = (uint32_t)world_conns(w);
     h.segment_size = w->net->cfg->segment_size;
     h.pair_links = (uint32_t)w->net->cfg->pair_links;
+    h.to = (char *)world_member(w, to)->node;
     s->dial = rd_peer_dial_new(w->net->peers, world_member(w, to)->addr, &h, on_dialled, s);
     if (s->dial == NULL)
         dial_later(s);
@@ -401,6 +402,7 @@ static void on_rejoin(evutil_socket_t fd, short what, void *arg)
     h.job = (char *)RD_SELF_PROBE_JOB;
     h.node = (char *)w->net->cfg->node;
     h.kind = RINGD__LINK_KIND__LINK_CONTROL;
+    h.to = (char *)w->net->cfg->node;
     w->self_dial = rd_peer_dial_new(w->net->peers, w->net->address, &h, on_self_dialled, w);
     if (w->self_dial == NULL)
         on_self_dialled(w, -1, NULL, "the address does not resolve");
@@ -547,6 +549,13 @@ static rd_status peer_check(rd_net *net, const Ringd__PeerHello *h, int fd, cons
                  "per job (upgrade node by node only between compatible versions)",
                  h->node, h->protocol, RD_PEER_PROTOCOL_VERSION);
         return RINGD_E_PROTOCOL;
+    }
+    /* A connection meant for another node (an address that moved, or one redirected in flight):
+     * its PeerHello, bound into sealed links' keys, says whom it was for. */
+    if (strcmp(h->to, net->cfg->node) != 0) {
+        snprintf(err, errlen, "node %s meant to reach node %s; this is node %s", h->node, h->to,
+                 net->cfg->node);
+        return RINGD_E_REFUSED;
     }
     rd_world *w = world_of(net, h->job);
     if (w == NULL || w->state == W_IDLE) {

@@ -1390,8 +1390,12 @@ rd_xfer *rd_xfer_new(struct event_base *base, const rd_xfer_config *c, rd_xfer_d
     }
     for (int i = 0; ok && i < c->conns; i++)
         ok = (x->staging[i] = malloc(c->segment_size)) != NULL;
+    int unsealed = -1; /* a sealed ring's connection that is not */
     if (ok)
-        x->sealed = c->send_seals != NULL && c->send_seals[0].cipher != RD_CIPHER_NONE;
+        x->sealed = c->send_seals != NULL;
+    for (int i = 0; ok && x->sealed && i < c->conns; i++)
+        if (c->send_seals[i].cipher == RD_CIPHER_NONE || c->recv_seals[i].cipher == RD_CIPHER_NONE)
+            ok = 0, unsealed = i;
     for (int i = 0; ok && x->sealed && i < c->conns; i++)
         ok = (x->send_box[i] = malloc(c->segment_size)) != NULL;
     if (!ok) {
@@ -1399,8 +1403,12 @@ rd_xfer *rd_xfer_new(struct event_base *base, const rd_xfer_config *c, rd_xfer_d
             close(c->send_fds[i]);
             close(c->recv_fds[i]);
         }
-        snprintf(err, errlen, "cannot start a ring of %d nodes with %d connections per link",
-                 c->nnodes, c->conns);
+        if (unsealed >= 0)
+            snprintf(err, errlen, "connection %d of a sealed ring (--encrypt) is not sealed",
+                     unsealed);
+        else
+            snprintf(err, errlen, "cannot start a ring of %d nodes with %d connections per link",
+                     c->nnodes, c->conns);
         if (x != NULL) {
             for (int i = 0; i < RD_RING_CONNS_MAX; i++) {
                 free(x->staging[i]);
@@ -1600,6 +1608,14 @@ void rd_xfer_bytes(const rd_xfer *x, uint64_t *sent, uint64_t *received)
 
 void rd_xfer_pair(rd_xfer *x, int q, int fd, const rd_seal *seal)
 {
+    if ((seal->cipher != RD_CIPHER_NONE) != x->sealed) { /* never the clear on a sealed ring */
+        rd_log(RD_LOG_ERROR, "xfer", "direct link with node %s is %s, the ring's links %s; closed",
+               q >= 0 && q < x->cfg.nnodes ? x->names[q] : "?",
+               seal->cipher != RD_CIPHER_NONE ? "sealed" : "in the clear",
+               x->sealed ? "sealed" : "not");
+        close(fd);
+        return;
+    }
     if (q < 0 || q >= x->cfg.nnodes || q == x->cfg.position || set_nonblocking(fd) != 0) {
         close(fd);
         return;

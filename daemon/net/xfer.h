@@ -57,7 +57,8 @@ typedef struct {
     const int *send_fds; /* conns connections to the next node; taken */
     const int *recv_fds; /* conns connections from the previous node; taken */
     /* Their keys (copied; --encrypt), or NULL: every link in the clear. A ring's links, direct
-     * links included, are all sealed or none are. */
+     * links included, are all sealed or none are: a sealed ring with a link in the clear does
+     * not start, and takes no direct link in the clear. */
     const rd_seal *send_seals, *recv_seals;
     int64_t timeout_ms; /* no progress for this long fails the link */
     int64_t poll_us;    /* spin this long before sleeping */
