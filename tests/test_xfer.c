@@ -54,7 +54,8 @@ typedef enum {
     MITM_FLIP,    /* one bit of segment 1's payload flipped */
     MITM_REPLAY,  /* segment 0's payload and tag again in place of segment 1's (its header kept) */
     MITM_REORDER, /* segments 1 and 2 swapped under their own headers */
-    MITM_SPLICE,  /* segment 0's payload and tag from a recording of another generation */
+    MITM_SPLICE,  /* segment 0's payload and tag recorded on a connection of an earlier
+                     generation (which, as every connection, had keys of its own) */
 } mitm_mode;
 
 typedef struct {
@@ -563,4 +564,30 @@ Test(xfer, sealed_segments_altered_replayed_reordered_or_spliced_fail_the_op_nam
     cr_expect(right);
     free(m);
     free(rec);
+}
+
+/* A sealed ring takes no direct link in the clear (nor a ring in the clear a sealed one): the
+ * connection is closed at once, never used. */
+Test(xfer, a_direct_link_sealed_otherwise_than_the_ring_is_closed_unused)
+{
+    uint32_t local[] = {1, 1, 1};
+    uint64_t gens[MAXN] = {3, 3, 3};
+    for (int sealed = 0; sealed < 2; sealed++) {
+        ring r;
+        ring_new_with(&r, 3, local, gens, 4096, sealed, NULL);
+        rd_seal other, unused;
+        memset(&other, 0, sizeof(other));
+        if (!sealed)
+            link_seals(&other, &unused);
+        int sp[2];
+        cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sp), 0);
+        rd_xfer_pair(r.x[0], 1, sp[0], &other);
+        char c;
+        cr_assert_eq(read(sp[1], &c, 1), 0, "sealed %d: the link was kept", sealed);
+        int64_t used;
+        int busy;
+        cr_assert_eq(rd_xfer_pairs_open(r.x[0], &used, &busy), 0);
+        close(sp[1]);
+        ring_free(&r);
+    }
 }

@@ -28,20 +28,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 #define STEP_LIMIT_MS 5000 /* every handshake here ends at the harness's EOF, long before this */
 
 typedef enum {
-    MODE_SERVER_AUTHED, /* the input follows an honest answer: PeerHello frames to the server */
-    MODE_SERVER_RAW,    /* the input is the client's answer itself */
-    MODE_CLIENT_AUTHED, /* the input answers the client's PeerHello after honest auth */
-    MODE_CLIENT_RAW,    /* the input is the server's challenge itself */
-    MODE_CHANNEL,       /* the input is a control channel's byte stream */
-    MODE_SEALED,        /* records for a sealed channel: frames the harness seals, raw bytes */
+    MODE_SERVER_AUTHED,  /* the input follows an honest answer: PeerHello frames to the server */
+    MODE_SERVER_RAW,     /* the input is the client's answer itself */
+    MODE_CLIENT_AUTHED,  /* the input answers the client's PeerHello after honest auth */
+    MODE_CLIENT_RAW,     /* the input is the server's challenge itself */
+    MODE_CHANNEL,        /* the input is a control channel's byte stream */
+    MODE_SEALED,         /* records for a sealed channel: frames the harness seals, raw bytes */
+    MODE_SERVER_SEALING, /* as MODE_SERVER_AUTHED, to a listener with --encrypt */
+    MODE_CLIENT_SEALING, /* as MODE_CLIENT_AUTHED, from a dialler with --encrypt */
     MODE_COUNT
 } fuzz_mode;
 
 typedef struct {
     struct event_base *base;
     rd_auth_key key;
-    rd_peer_net *net;
-    int listen_fd; /* the harness as a server a dial connects to */
+    rd_peer_net *net, *sealing; /* the second with --encrypt */
+    int listen_fd;              /* the harness as a server a dial connects to */
     char listen_addr[64];
     int dial_done, chan_failed, msgs;
 } peer_fixture;
@@ -111,12 +113,16 @@ static void fixture_init(void)
     fx.base = event_base_new();
     fx.net = rd_peer_net_new(fx.base, "127.0.0.1:0", &fx.key, 0, STEP_LIMIT_MS, on_peer_hello, NULL,
                              err, sizeof(err));
+    if (fx.net != NULL)
+        fx.sealing = rd_peer_net_new(fx.base, "127.0.0.1:0", &fx.key, 1, STEP_LIMIT_MS,
+                                     on_peer_hello, NULL, err, sizeof(err));
     fx.listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fx.base == NULL || fx.net == NULL || fx.listen_fd < 0 ||
+    if (fx.base == NULL || fx.net == NULL || fx.sealing == NULL || fx.listen_fd < 0 ||
         bind(fx.listen_fd, (struct sockaddr *)&sin, sizeof(sin)) != 0 ||
         listen(fx.listen_fd, 64) != 0 ||
         getsockname(fx.listen_fd, (struct sockaddr *)&sin, &len) != 0) {
-        fprintf(stderr, "fuzz_peer: setup failed: %s\n", fx.net == NULL ? err : strerror(errno));
+        fprintf(stderr, "fuzz_peer: setup failed: %s\n",
+                fx.net == NULL || fx.sealing == NULL ? err : strerror(errno));
         abort();
     }
     snprintf(fx.listen_addr, sizeof(fx.listen_addr), "127.0.0.1:%u", ntohs(sin.sin_port));
@@ -208,13 +214,13 @@ static int connect_blocking(int fd, const struct sockaddr *sa, socklen_t len)
 }
 
 /* The harness dials the daemon's peer listener; with authed, it answers honestly first. */
-static void run_server(const uint8_t *data, size_t size, int authed)
+static void run_server(rd_peer_net *net, const uint8_t *data, size_t size, int authed)
 {
     int64_t until = rd_now_ms() + STEP_LIMIT_MS;
     struct sockaddr_storage ss;
     unsigned sslen;
     char err[256];
-    if (rd_peer_resolve(rd_peer_net_address(fx.net), &ss, &sslen, err, sizeof(err)) != 0)
+    if (rd_peer_resolve(rd_peer_net_address(net), &ss, &sslen, err, sizeof(err)) != 0)
         abort();
     int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0 || connect_blocking(fd, (struct sockaddr *)&ss, sslen) != 0) {
@@ -238,7 +244,7 @@ static void run_server(const uint8_t *data, size_t size, int authed)
 
 /* The daemon dials the harness; with authed, the harness challenges and confirms honestly and
  * reads the PeerHello before the input answers it. */
-static void run_client(const uint8_t *data, size_t size, int authed)
+static void run_client(rd_peer_net *net, const uint8_t *data, size_t size, int authed)
 {
     int64_t until = rd_now_ms() + STEP_LIMIT_MS;
     Ringd__PeerHello h = RINGD__PEER_HELLO__INIT;
@@ -250,7 +256,7 @@ static void run_client(const uint8_t *data, size_t size, int authed)
     h.conns = 1;
     h.segment_size = 65536;
     fx.dial_done = 0;
-    rd_peer_dial *d = rd_peer_dial_new(fx.net, fx.listen_addr, &h, on_dial, NULL);
+    rd_peer_dial *d = rd_peer_dial_new(net, fx.listen_addr, &h, on_dial, NULL);
     if (d == NULL)
         abort();
     int fd;
@@ -354,10 +360,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (size < 1)
         return 0;
     switch ((fuzz_mode)(data[0] % MODE_COUNT)) {
-    case MODE_SERVER_AUTHED: run_server(data + 1, size - 1, 1); break;
-    case MODE_SERVER_RAW: run_server(data + 1, size - 1, 0); break;
-    case MODE_CLIENT_AUTHED: run_client(data + 1, size - 1, 1); break;
-    case MODE_CLIENT_RAW: run_client(data + 1, size - 1, 0); break;
+    case MODE_SERVER_AUTHED: run_server(fx.net, data + 1, size - 1, 1); break;
+    case MODE_SERVER_RAW: run_server(fx.net, data + 1, size - 1, 0); break;
+    case MODE_CLIENT_AUTHED: run_client(fx.net, data + 1, size - 1, 1); break;
+    case MODE_CLIENT_RAW: run_client(fx.net, data + 1, size - 1, 0); break;
+    case MODE_SERVER_SEALING: run_server(fx.sealing, data + 1, size - 1, 1); break;
+    case MODE_CLIENT_SEALING: run_client(fx.sealing, data + 1, size - 1, 1); break;
     case MODE_CHANNEL: run_channel(data + 1, size - 1); break;
     case MODE_SEALED: run_sealed(data + 1, size - 1); break;
     case MODE_COUNT: break;
