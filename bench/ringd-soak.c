@@ -590,21 +590,26 @@ static int redis_start(soak *s)
         snprintf(port, sizeof(port), "%d", p);
         char bridge[32];
         snprintf(bridge, sizeof(bridge), "%s.1", s->net);
-        char *argv[] = {(char *)s->o.redis,
-                        "--port",
-                        port,
-                        "--save",
-                        "",
-                        "--appendonly",
-                        "no",
-                        "--dir",
-                        s->dir,
-                        "--daemonize",
-                        "no",
-                        "--bind",
-                        "127.0.0.1",
-                        s->netns_made ? bridge : NULL, /* the namespaces reach it there */
-                        NULL};
+        char *argv[24] = {(char *)s->o.redis,
+                          "--port",
+                          port,
+                          "--save",
+                          "",
+                          "--appendonly",
+                          "no",
+                          "--dir",
+                          s->dir,
+                          "--daemonize",
+                          "no",
+                          "--bind",
+                          "127.0.0.1"};
+        int k = 13;
+        if (s->netns_made) { /* the namespaces reach it on the bridge, which only they share */
+            argv[k++] = bridge;
+            argv[k++] = "--protected-mode";
+            argv[k++] = "no";
+        }
+        argv[k] = NULL;
         s->redis_pid = p > 0 ? spawn(log, argv) : -1;
         if (s->redis_pid < 0)
             continue;
@@ -1330,6 +1335,7 @@ static void stop_all(soak *s)
         }
         rb_sleep_us(10000);
     }
+    netns_teardown(s);
     if (s->dir[0] == '\0')
         return;
     if (s->o.keep)
@@ -1457,7 +1463,7 @@ static int report(const soak *s, int failed)
     print_target(&ks[ACT_KILL], "kill", 0, KILL_TARGET_MS, limit);
     snprintf(limit, sizeof(limit), "lease %" PRIu64 " + %d ms", s->o.lease_ms, STOP_SLACK_MS);
     print_target(&ks[ACT_STOP], "stop", 0, (double)s->o.lease_ms + STOP_SLACK_MS, limit);
-    if (s->netns_made)
+    if (s->o.netns) /* the namespaces are gone by now */
         print_target(&ks[ACT_PARTITION], "partition", 0, (double)s->o.lease_ms + STOP_SLACK_MS,
                      limit);
     snprintf(limit, sizeof(limit), "%d ms", DRAIN_TARGET_MS);

@@ -747,6 +747,11 @@ int rd_world_leave(rd_world *w)
         return 1;
     }
     if (!world_ring_up(w)) {
+        /* A ring still forming: the nodes linked already hear that this one leaves, so that the
+         * view without it is a graceful change to them too (what they hold carries over); the
+         * channels write the Bye out before they close. */
+        if (w->state == W_CONNECTING)
+            world_send_bye(w, 1);
         rd_rdv_leave(w->net->rdv, w->name);
         world_teardown(w, "this node left the job", TD_LEAVE, W_IDLE);
         return 1;
