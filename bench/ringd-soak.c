@@ -407,7 +407,9 @@ typedef struct {
     /* --netns: namespaces "<tag>n<i>", veth "<tag>a<i>" (the bridge's end) and "<tag>b<i>", the
      * bridge "<tag>br" at <net>.1, node i at <net>.<10 + i>; made (1) or not */
     char tag[16], net[16];
-    int netns_made;
+    int netns_made;  /* all of it, in use */
+    int bridge_made; /* what of it netns_teardown removes: the bridge, the nodes' namespaces */
+    uint32_t ns_made;
     pid_t redis_pid;
     int redis_port;        /* the one it listens on, again after a restart */
     int64_t redis_back_at; /* killed by ACT_REDIS: started again then; 0: up */
@@ -528,25 +530,31 @@ static int sh(const char *fmt, ...)
     char cmd[2048];
     va_list ap;
     va_start(ap, fmt);
-    int n = vsnprintf(cmd, sizeof(cmd) - 32, fmt, ap);
+    int n = vsnprintf(cmd + 2, sizeof(cmd) - 32, fmt, ap);
     va_end(ap);
     if (n < 0 || (size_t)n >= sizeof(cmd) - 32)
         return -1;
-    strcat(cmd, " >/dev/null 2>&1");
+    memcpy(cmd, "{ ", 2); /* every command of the line quiet, not only its last */
+    strcat(cmd, "; } >/dev/null 2>&1");
     fflush(NULL);
     int rc = system(cmd);
     return rc != -1 && WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
 }
 
-/* --netns: removes the namespaces (their veth pairs go with them) and the bridge. */
+/* --netns: removes what netns_setup made, and nothing of another run's: each node's namespace
+ * (its end of the veth pair goes with it once its processes are gone), the bridge's end of a
+ * pair, and the bridge. Processes still in a namespace keep it until they exit. */
 static void netns_teardown(soak *s)
 {
-    if (!s->netns_made)
-        return;
     for (int i = 0; i < s->o.nodes; i++)
-        sh("ip netns del %sn%d", s->tag, i);
-    sh("ip link del %sbr", s->tag);
-    s->netns_made = 0;
+        if (s->ns_made & (1u << i)) {
+            sh("ip netns del %sn%d", s->tag, i);
+            sh("ip link del %sa%d", s->tag, i);
+        }
+    if (s->bridge_made)
+        sh("ip link del %sbr", s->tag);
+    s->ns_made = 0;
+    s->bridge_made = s->netns_made = 0;
 }
 
 /* --netns: a bridge at <net>.1 (redis-server listens there too), and per node a namespace joined
@@ -555,26 +563,35 @@ static void netns_teardown(soak *s)
 static int netns_setup(soak *s)
 {
     int id = (int)(getpid() % 100000);
-    snprintf(s->tag, sizeof(s->tag), "rs%d", id);
-    snprintf(s->net, sizeof(s->net), "10.213.%d", id % 250 + 1);
-    s->netns_made = 1;
     const char *t = s->tag;
-    if (sh("ip link add name %sbr type bridge && ip addr add %s.1/24 dev %sbr && "
-           "ip link set %sbr up",
-           t, s->net, t, t) != 0)
+    /* a tag and a subnet no other run here holds: a bridge of that name, or a route to that
+     * subnet, sends it on to the next */
+    for (int k = 0; k < 64 && !s->bridge_made; k++) {
+        snprintf(s->tag, sizeof(s->tag), "rs%d", (id + k) % 100000);
+        snprintf(s->net, sizeof(s->net), "10.213.%d", (id + k) % 250 + 1);
+        if (sh("ip link show %sbr", t) == 0 ||
+            sh("test -z \"$(ip -4 route show %s.0/24)\"", s->net) != 0)
+            continue;
+        if (sh("ip link add name %sbr type bridge", t) != 0)
+            goto fail; /* no root, or no iproute2 */
+        s->bridge_made = 1;
+    }
+    if (!s->bridge_made || sh("ip addr add %s.1/24 dev %sbr && ip link set %sbr up", s->net, t, t))
         goto fail;
-    for (int i = 0; i < s->o.nodes; i++)
-        if (sh("ip netns add %sn%d && ip link add %sa%d type veth peer name %sb%d && "
+    for (int i = 0; i < s->o.nodes; i++) {
+        if (sh("ip netns add %sn%d", t, i) != 0)
+            goto fail;
+        s->ns_made |= 1u << i;
+        if (sh("ip link add %sa%d type veth peer name %sb%d && "
                "ip link set %sb%d netns %sn%d && ip link set %sa%d master %sbr up && "
                "ip -n %sn%d addr add %s.%d/24 dev %sb%d && ip -n %sn%d link set %sb%d up && "
                "ip -n %sn%d link set lo up",
-               t, i, t, i, t, i, t, i, t, i, t, i, t, t, i, s->net, 10 + i, t, i, t, i, t, i, t,
-               i) != 0)
+               t, i, t, i, t, i, t, i, t, i, t, t, i, s->net, 10 + i, t, i, t, i, t, i, t, i) != 0)
             goto fail;
+    }
+    s->netns_made = 1;
     return 0;
 fail:
-    fprintf(stderr, "soak: --netns: cannot make network namespaces joined by a bridge (they need "
-                    "root and iproute2)\n");
     netns_teardown(s);
     return -1;
 }
@@ -840,8 +857,12 @@ static void chaos(soak *s, int64_t now)
                                   : rnd_ms(s, 1.5 * lease, 3.0 * lease);
         say(s, "action %d: cut %s off the network for %" PRId64 " ms (lease %" PRIu64 " ms)",
             s->n_act, n->name, ms, s->o.lease_ms);
-        if (sh("ip link set %sa%d down", s->tag, i) != 0)
-            say(s, "%s: ip link set %sa%d down failed", n->name, s->tag, i);
+        if (sh("ip link set %sa%d down", s->tag, i) != 0) { /* taken back: nothing was cut */
+            say(s, "%s: ip link set %sa%d down failed: no partition", n->name, s->tag, i);
+            s->n_act--;
+            s->act_count[kind]--;
+            break;
+        }
         n->state = NODE_CUT;
         n->until = now + ms;
         break;
@@ -1070,6 +1091,8 @@ static int on_exit_of(soak *s, pid_t pid, int ws, int64_t now)
                 say(s, "%s: ringd ended its drain with %s", n->name, how);
             }
             clients_kill(s, i, -1);
+            if (n->state == NODE_CUT) /* its next daemon starts on a link that works */
+                sh("ip link set %sa%d up", s->tag, i);
             n->state = NODE_DOWN;
             n->until =
                 now + rnd_ms(s, 0.2 * (double)s->o.restart_ms, 1.8 * (double)s->o.restart_ms);
@@ -1151,8 +1174,12 @@ static int node_tick(soak *s, int i, int64_t now)
         break;
     case NODE_CUT:
         if (now >= n->until) {
-            if (sh("ip link set %sa%d up", s->tag, i) != 0)
-                say(s, "%s: ip link set %sa%d up failed", n->name, s->tag, i);
+            if (sh("ip link set %sa%d up", s->tag, i) != 0 &&
+                sh("ip link set %sa%d up", s->tag, i) != 0) {
+                fprintf(stderr, "soak: %s: ip link set %sa%d up failed: it stays cut off\n",
+                        n->name, s->tag, i);
+                return -1;
+            }
             n->state = NODE_UP;
             node_back(s, i, now);
         }
@@ -1318,6 +1345,7 @@ static void stop_all(soak *s)
     }
     if (s->redis_pid > 0)
         kill(s->redis_pid, SIGTERM);
+    netns_teardown(s); /* now: a run killed while it waits below leaves nothing behind */
     int64_t deadline = rb_elastic_now_ms() + SHUTDOWN_LIMIT_MS;
     int ws;
     for (pid_t pid; (pid = waitpid(-1, &ws, WNOHANG)) >= 0;) {
@@ -1335,7 +1363,6 @@ static void stop_all(soak *s)
         }
         rb_sleep_us(10000);
     }
-    netns_teardown(s);
     if (s->dir[0] == '\0')
         return;
     if (s->o.keep)
@@ -1635,6 +1662,7 @@ int main(int argc, char **argv)
     struct sigaction sa = {.sa_handler = on_signal};
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
     s.t0 = rb_elastic_now_ms();
     snprintf(s.dir, sizeof(s.dir), "%s/ringd-soak.XXXXXX",
@@ -1666,8 +1694,8 @@ int main(int argc, char **argv)
            s.o.nodes, s.o.local, s.o.duration_s, s.o.seed, s.o.chaos_ms, s.o.chaos ? "" : " (off)",
            s.o.lease_ms, s.o.max_count, s.o.min_size, s.dir);
     if (s.o.netns && netns_setup(&s) != 0)
-        printf("soak: --netns: no network namespaces here: no partitions, every daemon on "
-               "loopback\n");
+        printf("soak: --netns: cannot make network namespaces joined by a bridge here (they "
+               "need root and iproute2): no partitions, every daemon on loopback\n");
     if (redis_start(&s) != 0) {
         stop_all(&s);
         return 2;
