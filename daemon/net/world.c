@@ -645,9 +645,7 @@ void rd_world_unregister(rd_world *w)
         world_set_state(w, W_IDLE);
         return;
     }
-    /* its clients are done: the others finish what it announced, or, while the ring forms,
-     * carry over what they hold (rd_world_leave tells those it is linked to) */
-    if (world_ring_up(w) || w->state == W_CONNECTING) {
+    if (world_ring_up(w)) { /* its clients are done: the others finish what it announced */
         rd_world_leave(w);
         return;
     }
