@@ -1053,6 +1053,22 @@ static ringd_result_t refuse_all(void *arg, const Ringd__PeerHello *h, int fd, c
     return RINGD_E_REFUSED;
 }
 
+/* Dials addr from n with a control PeerHello and runs the loop until the dial reports (secs at
+ * most); then frees n and o's event base. */
+static void dial_once(dial_outcome *o, rd_peer_net *n, const char *addr, int secs)
+{
+    Ringd__PeerHello h = hello(JOB, 1, "n9", RINGD__LINK_KIND__LINK_CONTROL, 0);
+    rd_peer_dial *d = rd_peer_dial_new(n, addr, &h, on_dial_done, o);
+    cr_assert_not_null(d);
+    struct timeval bound = {secs, 0};
+    event_base_loopexit(o->base, &bound);
+    event_base_dispatch(o->base);
+    if (o->calls == 0)
+        rd_peer_dial_cancel(d);
+    rd_peer_net_free(n);
+    event_base_free(o->base);
+}
+
 /* A dial whose connect fails before it returns says why, as the probe does, rather than going on
  * to wait for a challenge on a socket that never connected. */
 Test(peers, a_dial_whose_connect_fails_at_once_says_why)
@@ -1065,16 +1081,7 @@ Test(peers, a_dial_whose_connect_fails_at_once_says_why)
     rd_peer_net *n =
         rd_peer_net_new(o.base, "127.0.0.1:0", &k, 0, 2000, refuse_all, NULL, err, sizeof(err));
     cr_assert_not_null(n, "%s", err);
-    Ringd__PeerHello h = hello(JOB, 1, "n9", RINGD__LINK_KIND__LINK_CONTROL, 0);
-    rd_peer_dial *d = rd_peer_dial_new(n, "224.0.0.1:9", &h, on_dial_done, &o);
-    cr_assert_not_null(d);
-    struct timeval bound = {3, 0};
-    event_base_loopexit(o.base, &bound);
-    event_base_dispatch(o.base);
-    if (o.calls == 0)
-        rd_peer_dial_cancel(d);
-    rd_peer_net_free(n);
-    event_base_free(o.base);
+    dial_once(&o, n, "224.0.0.1:9", 3);
     cr_assert_eq(o.calls, 1, "the dial reported %d times within 3 s", o.calls);
     cr_expect_lt(o.fd, 0, "the dial connected (fd %d)", o.fd);
     cr_expect(strstr(o.why, "connect: Network is unreachable") != NULL, "the reason is \"%s\"",
@@ -1183,17 +1190,8 @@ Test(peers, a_sealing_dialler_refuses_an_answer_in_the_clear_or_with_a_cipher_it
         rd_peer_net *n = rd_peer_net_new(o.base, "127.0.0.1:0", &f.key, 1, 2000, refuse_all, NULL,
                                          err, sizeof(err));
         cr_assert_not_null(n, "%s", err);
-        Ringd__PeerHello h = hello(JOB, 1, "n9", RINGD__LINK_KIND__LINK_CONTROL, 0);
         snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
-        rd_peer_dial *d = rd_peer_dial_new(n, addr, &h, on_dial_done, &o);
-        cr_assert_not_null(d);
-        struct timeval bound = {5, 0};
-        event_base_loopexit(o.base, &bound);
-        event_base_dispatch(o.base);
-        if (o.calls == 0)
-            rd_peer_dial_cancel(d);
-        rd_peer_net_free(n);
-        event_base_free(o.base);
+        dial_once(&o, n, addr, 5);
         pthread_join(t, NULL);
         close(f.lfd);
         cr_assert_eq(o.calls, 1, "cipher %u: the dial reported %d times", answers[k], o.calls);

@@ -234,6 +234,18 @@ static void bufs_new(node_bufs *b, uint32_t L, size_t in_bytes, size_t out_bytes
     b->t.nmembers = 1;
 }
 
+/* Submits b's task to x as an f32 sum allreduce of count elements. */
+static void submit_f32_sum(rd_xfer *x, node_bufs *b, uint64_t count)
+{
+    b->m.count = count;
+    b->t.backend = rd_backend_cpu();
+    b->t.coll = RD_COLL_ALLREDUCE;
+    b->t.dtype = RD_DT_F32;
+    b->t.redop = RD_OP_SUM;
+    b->t.args = (rd_reduce_args)RD_REDUCE_ARGS_INIT;
+    rd_xfer_submit(x, &b->t);
+}
+
 static void bufs_free(node_bufs *b, uint32_t L)
 {
     for (uint32_t l = 0; l < L; l++) {
@@ -357,13 +369,7 @@ Test(xfer, a_frame_of_another_generation_fails_the_op_and_breaks_the_ring)
     ring_new(&r, 2, local, gens, 4096);
     for (int i = 0; i < 2; i++) {
         bufs_new(&b[i], 1, 4096, 4096);
-        b[i].m.count = 1024;
-        b[i].t.backend = rd_backend_cpu();
-        b[i].t.coll = RD_COLL_ALLREDUCE;
-        b[i].t.dtype = RD_DT_F32;
-        b[i].t.redop = RD_OP_SUM;
-        b[i].t.args = (rd_reduce_args)RD_REDUCE_ARGS_INIT;
-        rd_xfer_submit(r.x[i], &b[i].t);
+        submit_f32_sum(r.x[i], &b[i], 1024);
     }
     ring_wait(&r, 2);
     for (int i = 0; i < 2; i++) {
@@ -415,13 +421,7 @@ Test(xfer, garbage_and_a_closed_link_fail_the_op_without_harm)
         cr_assert_not_null(r.x[0], "%s", err);
         node_bufs b;
         bufs_new(&b, 1, 1 << 20, 1 << 20);
-        b.m.count = 1 << 18;
-        b.t.backend = rd_backend_cpu();
-        b.t.coll = RD_COLL_ALLREDUCE;
-        b.t.dtype = RD_DT_F32;
-        b.t.redop = RD_OP_SUM;
-        b.t.args = (rd_reduce_args)RD_REDUCE_ARGS_INIT;
-        rd_xfer_submit(r.x[0], &b.t);
+        submit_f32_sum(r.x[0], &b, 1 << 18);
         if (mode == 0) {
             char junk[4096];
             memset(junk, 0xa5, sizeof(junk));
@@ -499,13 +499,7 @@ static int mitm_allreduce(int sealed, mitm *m, uint64_t gen, char *msg, size_t m
         bufs_new(&b[i], 1, count * 4, count * 4);
         for (uint64_t e = 0; e < count; e++)
             ((float *)b[i].in[0])[e] = (float)value((uint32_t)i, e);
-        b[i].m.count = count;
-        b[i].t.backend = rd_backend_cpu();
-        b[i].t.coll = RD_COLL_ALLREDUCE;
-        b[i].t.dtype = RD_DT_F32;
-        b[i].t.redop = RD_OP_SUM;
-        b[i].t.args = (rd_reduce_args)RD_REDUCE_ARGS_INIT;
-        rd_xfer_submit(r.x[i], &b[i].t);
+        submit_f32_sum(r.x[i], &b[i], count);
     }
     ring_wait(&r, 2);
     int status = b[1].t.status;

@@ -284,26 +284,39 @@ static void run_client(rd_peer_net *net, const uint8_t *data, size_t size, int a
     close_hard(fd);
 }
 
-/* A control channel over a socket pair reads the input as frames until it fails at EOF. */
-static void run_channel(const uint8_t *data, size_t size)
+/* A control channel with keys seal over a socket pair; sp[1] is the harness's end. */
+static rd_peer_chan *chan_open(const rd_seal *seal, int sp[2])
 {
-    int64_t until = rd_now_ms() + STEP_LIMIT_MS;
-    int sp[2];
-    const rd_seal clear = {0};
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) != 0)
         abort();
     fx.chan_failed = 0;
     rd_peer_chan *c =
-        rd_peer_chan_new(fx.base, sp[0], &clear, "fuzz", 65536, on_chan_msg, on_chan_err, NULL);
+        rd_peer_chan_new(fx.base, sp[0], seal, "fuzz", 65536, on_chan_msg, on_chan_err, NULL);
     if (c == NULL)
         abort();
-    send_all(sp[1], data, size, until);
+    return c;
+}
+
+/* The harness's end is done: the channel reads to EOF, fails there, and goes. */
+static void chan_close(rd_peer_chan *c, int sp[2], int64_t until)
+{
     shutdown(sp[1], SHUT_WR);
     while (!fx.chan_failed)
         turn(until);
     rd_peer_chan_free(c);
     close(sp[1]);
     rd_peer_chan_free_lingering();
+}
+
+/* A control channel over a socket pair reads the input as frames until it fails at EOF. */
+static void run_channel(const uint8_t *data, size_t size)
+{
+    int64_t until = rd_now_ms() + STEP_LIMIT_MS;
+    int sp[2];
+    const rd_seal clear = {0};
+    rd_peer_chan *c = chan_open(&clear, sp);
+    send_all(sp[1], data, size, until);
+    chan_close(c, sp, until);
 }
 
 /* A sealed control channel (--encrypt) reads records of the input: a 2-byte little-endian
@@ -318,13 +331,7 @@ static void run_sealed(const uint8_t *data, size_t size)
     rd_seal_derive(&mine, RD_CIPHER_CHACHA, &fx.key, 1, chal, ans, hello, sizeof(hello));
     rd_seal_derive(&peer, RD_CIPHER_CHACHA, &fx.key, 0, chal, ans, hello, sizeof(hello));
     int sp[2];
-    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) != 0)
-        abort();
-    fx.chan_failed = 0;
-    rd_peer_chan *c =
-        rd_peer_chan_new(fx.base, sp[0], &mine, "fuzz", 65536, on_chan_msg, on_chan_err, NULL);
-    if (c == NULL)
-        abort();
+    rd_peer_chan *c = chan_open(&mine, sp);
     static uint8_t f[RD_FRAME_HEADER + 0x8000 + RD_SEAL_TAG];
     while (size >= 2) {
         size_t len = (size_t)(data[0] | (data[1] & 0x7f) << 8), raw = data[1] & 0x80;
@@ -344,12 +351,7 @@ static void run_sealed(const uint8_t *data, size_t size)
         data += len;
         size -= len;
     }
-    shutdown(sp[1], SHUT_WR);
-    while (!fx.chan_failed)
-        turn(until);
-    rd_peer_chan_free(c);
-    close(sp[1]);
-    rd_peer_chan_free_lingering();
+    chan_close(c, sp, until);
 }
 
 /* The first byte picks the side and the moment the input takes over; the rest is the bytes. */
