@@ -641,6 +641,26 @@ Test(elastic, a_client_killed_mid_allreduce_fails_every_rank_naming_its_pid_and_
     th_ring_finish(&ring_);
 }
 
+/* A node's only client killed: the node has nothing left to run, but that is a loss, not a
+ * graceful leave: every other rank gets one RINGD_E_MEMBERSHIP naming the dead pid. */
+Test(elastic, the_only_client_of_a_node_killed_fails_every_other_rank_once_naming_its_pid,
+     .timeout = 120)
+{
+    int local[3] = {1, 1, 1};
+    start_job(3, local, 0);
+    uint64_t gen0 = max_generation();
+    th_loop *victim = &loops_[2]; /* n2's only client */
+    char pid[32];
+    snprintf(pid, sizeof(pid), "pid %d", (int)victim->pid);
+    int64_t t = th_now_ms();
+    th_loop_kill(victim);
+    expect_one_change(alive_not_on, 2, t, pid, 2, gen0);
+    wait_progress(ALL_LOOPS, 5, 20000, "after the client died");
+    expect_no_wrong_results();
+    stop_loops();
+    th_ring_finish(&ring_);
+}
+
 /* Loops from the first-th on that still run. */
 static int alive_from(int i, int first)
 {

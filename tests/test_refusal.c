@@ -200,16 +200,8 @@ static int round_of(ringd_t *r, const rcase *c, const char *name, int k, int oth
     }
     case R_ROOT: return expect_told(r, rc, RINGD_E_INVALID, bad, "is not a rank", t, __LINE__);
     case R_CLOSED:
-        if (c->local == 1 && c->nnodes > 1) {
-            /* Its node's last client gone, the node leaves the ring gracefully: the op goes on
-             * without it, at once, and says so with the new size. */
-            if (rc == RINGD_OK && ringd_size(r) == n - 1 && th_now_ms() - t < FAST_MS)
-                return 0;
-            fprintf(stderr, "rank %d: %s (%s), size %d, %lld ms after the close\n", me,
-                    ringd_strerror(rc), ringd_errmsg(r), ringd_size(r),
-                    (long long)(th_now_ms() - t));
-            return 41;
-        }
+        /* A session closed without a drain is a loss to the others, on its node or another
+         * (also when it was its node's last): told once, naming who left. */
         return expect_told(r, rc, RINGD_E_MEMBERSHIP, bad, "left", t, __LINE__);
     }
     return 12;

@@ -568,7 +568,11 @@ void rd_job_leave(rd_client *s)
     if (!rd_job_started(j))
         j->local_size = j->local_cap;
     rd_optab_fail_unstarted(j, why);
-    if (j->world != NULL) /* fails what was negotiating; ring completions free the job later */
+    /* fails what was negotiating; ring completions free the job later. A running job's last
+     * rank here leaving is a loss to the others, whom it tells (not a drain's graceful leave). */
+    if (j->world != NULL && rd_job_started(j))
+        rd_world_abandon(j->world, why);
+    else if (j->world != NULL)
         rd_world_unregister(j->world);
     job_maybe_free(j);
 }

@@ -97,8 +97,14 @@ void rd_world_free(rd_world *w);
 void rd_world_register(rd_world *w);
 
 /* The job has no local clients left (or must go now): leaves the rendezvous; a ring that is up
- * is left gracefully (Bye, see rd_world_leave), so the others finish what this node announced. */
+ * or forming is left gracefully (Bye, see rd_world_leave), so the others finish what this node
+ * announced, and carry over what they hold. */
 void rd_world_unregister(rd_world *w);
+
+/* The last local client of a running job left without a drain (it closed, or died): a loss, not
+ * a graceful leave. The nodes linked to this one hear why (Error, as rd_world_resize sends), so
+ * their clients re-synchronise told who left; then the node leaves the rendezvous. */
+void rd_world_abandon(rd_world *w, const char *why);
 
 /* The job's local clients changed (now local_size of them): a ring that runs is torn down (ops
  * doomed, see ring_down) and the node registers again with its new local size. */

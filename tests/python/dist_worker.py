@@ -430,6 +430,9 @@ def s_reinit():
     each new world is whole, and its first collective succeeds."""
     global _gloo
     jobs = []
+    # torch 1.13's env:// init ends in a barrier on rank 0's store, which rank 1 may still be
+    # polling when rank 0 destroys the group (and the store): a collective first, as a script does
+    dist.all_reduce(torch.zeros(1))
     for k in range(5):
         dist.destroy_process_group()
         _gloo = None

@@ -344,13 +344,17 @@ step = 0
 while step < steps and not os.path.exists(stop_file):
     for b in bufs:
         b[:] = 1.0
-    try:
-        hs = [s.allreduce_async(f"grad{i}", b, b) for i, b in enumerate(bufs)]
-        for h in hs:
+    hs = [s.allreduce_async(f"grad{i}", b, b) for i, b in enumerate(bufs)]
+    changed = False
+    for h in hs:  # every handle waited, also after one failed: their names are free again
+        try:
             h.wait()
-        assert all(float(b[0]) == s.size for b in bufs), [float(b[0]) for b in bufs]
-    except MembershipChanged:
+        except MembershipChanged:
+            changed = True
+    if changed:
         s.expect_generation(s.generation)
+    else:
+        assert all(float(b[0]) == s.size for b in bufs), [float(b[0]) for b in bufs]
     step += 1
     time.sleep(0.005)
 print("rank done at size", s.size, "after", step, "steps")
@@ -442,8 +446,9 @@ def test_timeline_of_a_two_node_job_with_fusion_and_a_membership_change(tmp_path
     ev = check_trace(tmp_path / "tl.json")
     marks = [e["args"]["what"] for e in ev if e["name"] == "MEMBERSHIP"]
     assert any(m.startswith("start: 2 ranks") for m in marks), marks
-    # n1's only rank closed: n1 left the ring gracefully (Bye), nothing to re-synchronise
-    assert any(m.startswith("leave: 1 ranks") for m in marks), marks
+    # n1's only rank closed without a drain: a loss to rank 0, told who left, which shrinks
+    assert any(m.startswith("shrink: 1 ranks") and re.search(r"rank 1 \(pid \d+, node n1\) left", m)
+               for m in marks), marks
     passes = [e for e in ev if e["ph"] == "X" and e["name"].startswith("PASS ")]
     assert passes and max(p["args"]["ops"] for p in passes) > 1, "no fused pass recorded"
     assert [e for e in ev if e["ph"] == "i" and e["name"] == "SUBMIT rank 0"]

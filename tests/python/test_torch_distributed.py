@@ -171,12 +171,18 @@ def test_destroy_then_init_process_group_again_on_two_nodes(nodes):
     assert all(j.endswith(f".{k + 1}") for k, j in enumerate(jobs[0])), jobs
 
 
-def test_a_rank_killed_mid_step_ends_the_others_within_seconds(nodes):
-    res = launch(nodes(2), 2, ["killed"], exits={3: 17}, env={"DIST_NO_DESTROY": "1"},
-                 timeout=90)
+@pytest.mark.parametrize("n_nodes,local", [(2, 2), (3, 1)], ids=["a_node_keeps_a_rank",
+                                                                "its_node_s_only_rank"])
+def test_a_rank_killed_mid_step_ends_the_others_within_seconds(nodes, n_nodes, local):
+    """Also when the dead rank was its node's only one: that node leaves the job, and the other
+    nodes' ranks hear why instead of going on at the smaller size."""
+    last = n_nodes * local - 1
+    res = launch(nodes(n_nodes), local, ["killed"], exits={last: 17},
+                 env={"DIST_NO_DESTROY": "1"}, timeout=90)
     for rank, r in res.items():
         assert r["killed_error"] == "MembershipChanged", (rank, r)
         assert r["killed_s"] < 10, (rank, r["killed_s"], r["killed_message"])
+        assert f"rank {last} (pid " in r["killed_message"], (rank, r["killed_message"])
 
 
 def test_a_rank_killed_in_ddp_training_ends_the_others_backward_with_an_error(nodes):
