@@ -653,26 +653,13 @@ void rd_world_unregister(rd_world *w)
     world_teardown(w, "this node left the job", TD_LEAVE, W_IDLE);
 }
 
-/* Tells every node linked to this one that it breaks off the ring, and why. */
-static void break_off(rd_world *w, const char *why)
-{
-    Ringd__Error e = RINGD__ERROR__INIT;
-    e.status = RINGD_E_MEMBERSHIP;
-    e.message = (char *)why;
-    rd_msg m = RINGD__MSG__INIT;
-    m.body_case = RINGD__MSG__BODY_ERROR;
-    m.error = &e;
-    for (int i = 0; i < w->nnodes; i++)
-        world_ctrl_send(w, i, &m);
-}
-
 void rd_world_abandon(rd_world *w, const char *why)
 {
     if (w->state == W_IDLE || w->state == W_LEAVING || w->state == W_ASIDE) {
         rd_world_unregister(w);
         return;
     }
-    break_off(w, why); /* written before the channels close (they linger to write it out) */
+    world_send_error(w, why, -1); /* written before the channels close (they linger) */
     rd_rdv_leave(w->net->rdv, w->name);
     world_teardown(w, why, TD_LEAVE, W_IDLE);
 }
@@ -691,7 +678,7 @@ void rd_world_resize(rd_world *w, uint32_t local_size, const char *why)
         return;
     }
     /* The other nodes hear why before their links break, so their clients do too. */
-    break_off(w, why);
+    world_send_error(w, why, -1);
     world_teardown(w, why, TD_FAIL, W_WAITING);
     world_resync_set(w, RS_EXPLAINED,
                      why); /* also when the ring was not up: the clients' ranks change */

@@ -41,6 +41,19 @@ void world_send_bye(rd_world *w, int leaving)
         world_ctrl_send(w, i, &m);
 }
 
+void world_send_error(rd_world *w, const char *why, int skip)
+{
+    Ringd__Error e = RINGD__ERROR__INIT;
+    e.status = RINGD_E_MEMBERSHIP;
+    e.message = (char *)why;
+    rd_msg m = RINGD__MSG__INIT;
+    m.body_case = RINGD__MSG__BODY_ERROR;
+    m.error = &e;
+    for (int i = 0; i < w->nnodes; i++)
+        if (i != skip)
+            world_ctrl_send(w, i, &m);
+}
+
 void rd_world_send(rd_world *w, const int *to, int nto, const rd_schedmsg *m)
 {
     rd_schedmsg stamped = *m;
@@ -118,15 +131,18 @@ static void on_ctrl_msg(void *arg, rd_peer_chan *c, const rd_msg *m)
     }
     if (from >= 0 && m->body_case == RINGD__MSG__BODY_ERROR && m->error->message != NULL &&
         world_ring_up(w)) {
-        /* A node breaks off the ring and says why (a client of it left): its clients' ops and
-         * these end with that reason; it registers anew, which moves the job on. */
+        /* A node breaks off the ring and says why (a client of it left), or relays why another
+         * did: ops here end with that reason; the node registers anew, moving the job on. */
         char why[512];
         snprintf(why, sizeof(why), "%.500s", m->error->message);
-        rd_log(RD_LOG_INFO, "world", "job '%s': node %s breaks off the ring: %s", w->name,
+        rd_log(RD_LOG_INFO, "world", "job '%s': node %s says the ring breaks: %s", w->name,
                world_member(w, from)->node, why);
         /* Its data links may have ended first: the cause it names beats "the links broke". */
         if (w->resync != RS_NONE)
             world_resync_set(w, RS_EXPLAINED, why);
+        /* The others hear it from this node too, before its links close: one that saw them
+         * close before reading the sender's Error (another socket) would know no cause. */
+        world_send_error(w, why, from);
         world_teardown(w, why, TD_FAIL, W_WAITING);
         world_resync_set(w, RS_EXPLAINED, NULL);
         world_apply_view(w);

@@ -263,6 +263,10 @@ rd_peer_chan *world_ctrl_open(rd_world *w, int fd, const rd_seal *seal, const ch
 /* Sends Bye (leaving or only sealing) to every node still connected. */
 void world_send_bye(rd_world *w, int leaving);
 
+/* Tells every node still connected but skip (-1: none) that the ring breaks, and why (Error):
+ * this node breaks off, or relays why another did. */
+void world_send_error(rd_world *w, const char *why, int skip);
+
 /* Sends m on the control link to the node at position i, if there is one (counted: keepalives
  * apart from the rest). */
 void world_ctrl_send(rd_world *w, int i, const rd_msg *m);
