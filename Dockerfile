@@ -19,7 +19,7 @@ RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       meson ninja-build pkg-config gcc libc6-dev \
       libevent-dev libprotobuf-c-dev protobuf-c-compiler libhiredis-dev libjson-c-dev \
-      libsodium-dev \
+      libsodium-dev libssl-dev \
  && rm -rf /var/lib/apt/lists/*
 
 RUN if [ "$CUDA" = 1 ]; then \
@@ -52,11 +52,11 @@ LABEL org.opencontainers.image.title="ringd" \
       org.opencontainers.image.description="Per-node collective-communication daemon for data-parallel training" \
       org.opencontainers.image.licenses="Apache-2.0"
 
-# Runtime libraries only: libevent core (ringd), protobuf-c (all), hiredis and libsodium (ringd),
-# json-c (ringctl).
+# Runtime libraries only: libevent core (ringd), protobuf-c (all), hiredis, libsodium and
+# libcrypto (ringd), json-c (ringctl).
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-      libevent-core-2.1-7 libevent-extra-2.1-7 libprotobuf-c1 libhiredis0.14 libsodium23 libjson-c5 \
+      libevent-core-2.1-7 libevent-extra-2.1-7 libprotobuf-c1 libhiredis0.14 libsodium23 libssl3 libjson-c5 \
  && rm -rf /var/lib/apt/lists/*
 
 COPY --from=build /dest/usr/local/ /usr/local/

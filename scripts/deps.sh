@@ -8,7 +8,7 @@ RINGD_DEB_PACKAGES=(
   libevent-dev libprotobuf-c-dev protobuf-c-compiler libhiredis-dev libjson-c-dev
   libcriterion-dev redis-server
   openmpi-bin libopenmpi-dev
-  python3 libsodium-dev iproute2 nftables
+  python3 libsodium-dev libssl-dev iproute2 nftables
   python3-numpy python3-pytest python3-torch python3-torchvision
   python3-pip python3-setuptools python3-wheel python3-venv python3-wheel-whl
   clang libclang-rt-14-dev clang-format

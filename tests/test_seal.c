@@ -92,13 +92,13 @@ Test(seal, frames_open_in_order_in_place_or_not_and_nothing_else_opens)
             msg[k] = (uint8_t)(k * 31 + 7);
         memset(ad, 0x5a, sizeof(ad));
         /* frame 0 out of place, frame 1 in place */
-        rd_seal_seal(ci, &c.tx, box, tag, msg, sizeof(msg), ad, sizeof(ad));
+        cr_assert_eq(rd_seal_seal(ci, &c.tx, box, tag, msg, sizeof(msg), ad, sizeof(ad)), 0);
         cr_assert(memcmp(box, msg, sizeof(msg)) != 0, "%s: sealed bytes are the message",
                   rd_cipher_name(ci));
         cr_assert_eq(rd_seal_open(ci, &s.rx, out, box, sizeof(box), tag, ad, sizeof(ad)), 0);
         cr_assert_arr_eq(out, msg, sizeof(msg));
         memcpy(box, msg, sizeof(msg));
-        rd_seal_seal(ci, &c.tx, box, tag, box, sizeof(box), ad, sizeof(ad));
+        cr_assert_eq(rd_seal_seal(ci, &c.tx, box, tag, box, sizeof(box), ad, sizeof(ad)), 0);
         uint8_t frame1[3000], tag1[RD_SEAL_TAG];
         memcpy(frame1, box, sizeof(box));
         memcpy(tag1, tag, sizeof(tag));
@@ -122,10 +122,51 @@ Test(seal, frames_open_in_order_in_place_or_not_and_nothing_else_opens)
                      "%s: a replayed frame opened", rd_cipher_name(ci));
         /* the other direction's key opens nothing of this one, at the same count */
         c.rx.frames = c.tx.frames;
-        rd_seal_seal(ci, &c.tx, box, tag, msg, sizeof(msg), ad, sizeof(ad));
+        cr_assert_eq(rd_seal_seal(ci, &c.tx, box, tag, msg, sizeof(msg), ad, sizeof(ad)), 0);
         cr_assert_eq(rd_seal_open(ci, &c.rx, out, box, sizeof(box), tag, ad, sizeof(ad)), -1);
         s.rx.frames = c.tx.frames - 1; /* while this direction's does */
         cr_assert_eq(rd_seal_open(ci, &s.rx, out, box, sizeof(box), tag, ad, sizeof(ad)), 0);
+    }
+}
+
+/* The frames are the standard AEADs (RFC 5116 AES-256-GCM, RFC 8439 ChaCha20-Poly1305, a
+ * 12-byte nonce of the frame count): another implementation, libsodium's, opens what ringd seals
+ * and seals what it opens, so daemons built against either library share a ring. */
+Test(seal, frames_are_the_standard_aeads_that_libsodium_opens_and_seals_alike)
+{
+    for (size_t i = 0; i < sizeof(ciphers) / sizeof(ciphers[0]); i++) {
+        rd_cipher ci = ciphers[i];
+        if (!runs(ci))
+            continue;
+        rd_seal c;
+        rd_seal_derive(&c, ci, &key, 1, chal, ans, hello, sizeof(hello));
+        uint8_t msg[5000], box[5000], out[5000], tag[RD_SEAL_TAG], ad[32], nonce[12] = {0};
+        for (size_t k = 0; k < sizeof(msg); k++)
+            msg[k] = (uint8_t)(k * 13 + 1);
+        memset(ad, 0x3c, sizeof(ad));
+        c.tx.frames = 0x0102030405060708ull;
+        for (int k = 0; k < 8; k++)
+            nonce[k] = (uint8_t)(c.tx.frames >> (8 * k));
+        cr_assert_eq(rd_seal_seal(ci, &c.tx, box, tag, msg, sizeof(msg), ad, sizeof(ad)), 0);
+        int rc = ci == RD_CIPHER_AES
+                     ? crypto_aead_aes256gcm_decrypt_detached(out, NULL, box, sizeof(box), tag, ad,
+                                                              sizeof(ad), nonce, c.tx.key)
+                     : crypto_aead_chacha20poly1305_ietf_decrypt_detached(
+                           out, NULL, box, sizeof(box), tag, ad, sizeof(ad), nonce, c.tx.key);
+        cr_assert_eq(rc, 0, "%s: libsodium does not open ringd's frame", rd_cipher_name(ci));
+        cr_assert_arr_eq(out, msg, sizeof(msg));
+        /* and back: libsodium seals the next frame, ringd opens it */
+        rd_seal_dir rx = c.tx; /* the peer's receiving side, at the same count */
+        nonce[0]++;
+        if (ci == RD_CIPHER_AES)
+            crypto_aead_aes256gcm_encrypt_detached(box, tag, NULL, msg, sizeof(msg), ad, sizeof(ad),
+                                                   NULL, nonce, c.tx.key);
+        else
+            crypto_aead_chacha20poly1305_ietf_encrypt_detached(box, tag, NULL, msg, sizeof(msg), ad,
+                                                               sizeof(ad), NULL, nonce, c.tx.key);
+        cr_assert_eq(rd_seal_open(ci, &rx, out, box, sizeof(box), tag, ad, sizeof(ad)), 0,
+                     "%s: ringd does not open libsodium's frame", rd_cipher_name(ci));
+        cr_assert_arr_eq(out, msg, sizeof(msg));
     }
 }
 

@@ -988,8 +988,11 @@ size_t rd_peer_chan_send(rd_peer_chan *c, const rd_msg *m)
     rd_frame_pack(m, f);
     if (c->seal.cipher != RD_CIPHER_NONE) { /* the header, now of the sealed length, is bound */
         put_le32(f, (uint32_t)(len - RD_FRAME_HEADER));
-        rd_seal_seal(c->seal.cipher, &c->seal.tx, f + RD_FRAME_HEADER, f + plain,
-                     f + RD_FRAME_HEADER, plain - RD_FRAME_HEADER, f, RD_FRAME_HEADER);
+        if (rd_seal_seal(c->seal.cipher, &c->seal.tx, f + RD_FRAME_HEADER, f + plain,
+                         f + RD_FRAME_HEADER, plain - RD_FRAME_HEADER, f, RD_FRAME_HEADER) != 0) {
+            chan_fail(c, "sealing a frame failed (out of memory)");
+            return 0; /* the space reserved is not committed: nothing goes out */
+        }
     }
     v.iov_len = len;
     evbuffer_commit_space(out, &v, 1);

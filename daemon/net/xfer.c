@@ -298,9 +298,13 @@ static int lane_send(run *r, lane *l, int idx)
                 return progress;
             rd_seg h = {(uint32_t)len, x->cfg.generation, r->t->seq, l->g};
             rd_seg_encode(&h, l->hdr);
-            if (l->cipher != RD_CIPHER_NONE)
+            if (l->cipher != RD_CIPHER_NONE &&
                 rd_seal_seal(l->cipher, l->dir, l->box, l->tag, st->src + off, len, l->hdr,
-                             RD_SEG_HEADER);
+                             RD_SEG_HEADER) != 0) {
+                fail_task(r->t, RINGD_E_NOMEM, "link to node %s: sealing a segment failed",
+                          x->next_node);
+                return -1;
+            }
             l->staged = 1;
         }
         size_t taglen = l->cipher != RD_CIPHER_NONE ? RD_SEAL_TAG : 0;
@@ -949,9 +953,11 @@ static int pair_move(rd_xfer *x, rd_xfer_task *t, pair_part *pp, uint64_t seg, i
         if (!pp->staged) {
             rd_seg h = {(uint32_t)len, x->cfg.generation, t->seq, pp->sg};
             rd_seg_encode(&h, pp->shdr);
-            if (taglen != 0)
-                rd_seal_seal(sl->cipher, &sl->tx, x->pair_box[pp->q], pp->stag, pp->src + off, len,
-                             pp->shdr, RD_SEG_HEADER);
+            if (taglen != 0 && rd_seal_seal(sl->cipher, &sl->tx, x->pair_box[pp->q], pp->stag,
+                                            pp->src + off, len, pp->shdr, RD_SEG_HEADER) != 0) {
+                snprintf(why, whylen, "sealing a segment failed (out of memory)");
+                return -1;
+            }
             pp->staged = 1;
         }
         ssize_t w = frame_write(pp->fd, pp->shdr, taglen ? x->pair_box[pp->q] : pp->src + off, len,
