@@ -4,7 +4,8 @@
 # each run, and the daemons' extra CPU per GB that crosses a link sealed.
 #
 # Usage: bench/encrypt-cost.sh [BUILD_DIR]   (default: build-rel, set up as a release build)
-# Knobs: RUNS=3 SMALL_ITERS=2000 BIG_ITERS=10
+# Knobs: RUNS=3 SMALL_ITERS=2000 BIG_ITERS=10; RINGD_BENCH_PREBUILT=DIR (bench/lib.sh) measures a
+# bundle's binaries (scripts/gpu-bundle), as on a lent GPU machine: nothing installed or built
 # Targets (issue 31): busbw with --encrypt >= 0.7x without; 4 B time <= 1.2x; medians of RUNS.
 # CPU is user + system of both daemons from /proc/PID/stat over the 64 MiB allreduces; each
 # daemon sends 64 MiB per op (reduce-scatter and allgather), sealed by it and opened by the other.
@@ -19,7 +20,7 @@ BIG=$((64 << 20))
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/.." && pwd)
-PYTHON=/usr/bin/python3
+PYTHON=${PYTHON:-/usr/bin/python3}
 
 . "$HERE/lib.sh"
 bench_setup encrypt-cost "$BUILD"

@@ -84,6 +84,17 @@ wait_for() {
     return 1
 }
 
+# redis_ping PORT: succeeds when the Redis on 127.0.0.1:PORT answers PING (bash alone, so that
+# a machine with redis-server but no redis-cli, a lent GPU machine's bundle, can run it too).
+redis_ping() {
+    local reply
+    exec 3<>"/dev/tcp/127.0.0.1/$1" || return 1
+    printf 'PING\r\n' >&3
+    IFS= read -r -t 2 reply <&3
+    exec 3>&-
+    [[ $reply == "+PONG"* ]]
+}
+
 # start_ring [N [RINGD_ARG...]]: redis-server on a free port and N daemons (2 by default: a and
 # b; else n0 .. nN-1) joined through it, sharing a fresh key, each with the extra ringd arguments
 # ($RINGD, $RINGCTL; each daemon's socket $tmp/NODE.sock, its log $tmp/ringd-NODE.log; Redis's
@@ -98,7 +109,7 @@ start_ring() {
     redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no \
         --dir "$tmp" --logfile "$tmp/redis.log" &
     pids+=($!)
-    wait_for "$!" "redis-server" redis-cli -h 127.0.0.1 -p "$port" ping || return 1
+    wait_for "$!" "redis-server" redis_ping "$port" || return 1
     (umask 077 && head -c 32 /dev/urandom | base64 >"$tmp/ring.key")
     for node in "${names[@]}"; do
         "$RINGD" --socket "$tmp/$node.sock" --redis "redis://127.0.0.1:$port" \
@@ -115,15 +126,28 @@ start_ring() {
 # bench_setup NAME BUILD: what every bench script starts with (ROOT set): the build's Debian
 # packages, BUILD made a release build, $RINGD, $RINGCTL, $RINGD_BENCH and $LIBRINGD of it, a
 # fresh scratch directory $tmp (ringd-NAME.*) and the traps that stop $pids and remove $tmp.
+# With RINGD_BENCH_PREBUILT=DIR, nothing is installed or built: ringd, ringctl, ringd-bench and
+# redis-server come from DIR (a scripts/gpu-bundle's bin/, to measure on a lent GPU machine).
 bench_setup() {
-    # shellcheck source=../scripts/deps.sh
-    source "$ROOT/scripts/deps.sh"
-    ringd_install_deps || die "installing the build's packages failed"
-    release_build "$2"
-    RINGD="$2/daemon/ringd"
-    RINGCTL="$2/client/ringctl"
-    RINGD_BENCH="$2/bench/ringd-bench"
-    LIBRINGD="$2/client/libringd.so"
+    if [[ -n ${RINGD_BENCH_PREBUILT:-} ]]; then
+        local d=$RINGD_BENCH_PREBUILT
+        [[ -x $d/ringd && -x $d/ringctl && -x $d/ringd-bench && -x $d/redis-server ]] ||
+            die "RINGD_BENCH_PREBUILT=$d lacks ringd, ringctl, ringd-bench or redis-server"
+        PATH=$(cd "$d" && pwd):$PATH
+        RINGD="$d/ringd"
+        RINGCTL="$d/ringctl"
+        RINGD_BENCH="$d/ringd-bench"
+        LIBRINGD="$d/../lib/libringd.so"
+    else
+        # shellcheck source=../scripts/deps.sh
+        source "$ROOT/scripts/deps.sh"
+        ringd_install_deps || die "installing the build's packages failed"
+        release_build "$2"
+        RINGD="$2/daemon/ringd"
+        RINGCTL="$2/client/ringctl"
+        RINGD_BENCH="$2/bench/ringd-bench"
+        LIBRINGD="$2/client/libringd.so"
+    fi
     tmp=$(mktemp -d "${TMPDIR:-/tmp}/ringd-$1.XXXXXX")
     pids=()
     trap cleanup EXIT
