@@ -1,6 +1,8 @@
 /* Sealing of daemon links: key derivation from the handshake (libsodium) and the AEAD of each
- * frame (OpenSSL's EVP: the same AES-256-GCM and ChaCha20-Poly1305, 2.4-2.6x libsodium 1.0.18's
- * throughput on this machine's cores, which is what bounds a sealed ring's bandwidth). */
+ * frame: the same standard AES-256-GCM or ChaCha20-Poly1305 from either library, by size. A
+ * large frame goes through OpenSSL's EVP (2.4-2.6x libsodium 1.0.18's throughput per core here,
+ * which bounds a sealed ring's bandwidth), a small one through libsodium (no context to make:
+ * 0.17 against 0.71 us for a 64-byte frame, which bounds a small op's latency). */
 #include "seal.h"
 
 #include <limits.h>
@@ -87,26 +89,45 @@ static const EVP_CIPHER *seal_evp(rd_cipher cipher)
 
 /* EVP counts bytes in int: len in pieces that fit. */
 #define SEAL_PIECE ((size_t)1 << 30)
+/* Frames shorter than this go through libsodium: the libraries cost the same at about 1.7 KB. */
+#define SEAL_SMALL ((size_t)4096)
+
+/* One frame through OpenSSL's EVP: sealed into out and tag (enc), or opened into out against
+ * tag. Returns 0, or -1 (not authentic, or the library failed). */
+static int evp_aead(int enc, rd_cipher cipher, const uint8_t key[32], const uint8_t nonce[12],
+                    uint8_t *out, const uint8_t *in, size_t len, uint8_t tag[RD_SEAL_TAG],
+                    const uint8_t *ad, size_t adlen)
+{
+    int n;
+    EVP_CIPHER_CTX *x = EVP_CIPHER_CTX_new();
+    int ok = x != NULL && EVP_CipherInit_ex(x, seal_evp(cipher), NULL, key, nonce, enc) == 1 &&
+             (adlen == 0 || EVP_CipherUpdate(x, NULL, &n, ad, (int)adlen) == 1);
+    for (size_t off = 0; ok && off < len; off += SEAL_PIECE) {
+        size_t piece = len - off < SEAL_PIECE ? len - off : SEAL_PIECE;
+        ok = EVP_CipherUpdate(x, out + off, &n, in + off, (int)piece) == 1;
+    }
+    ok = ok && (enc || EVP_CIPHER_CTX_ctrl(x, EVP_CTRL_AEAD_SET_TAG, RD_SEAL_TAG, tag) == 1) &&
+         EVP_CipherFinal_ex(x, out + len, &n) == 1 && n == 0 &&
+         (!enc || EVP_CIPHER_CTX_ctrl(x, EVP_CTRL_AEAD_GET_TAG, RD_SEAL_TAG, tag) == 1);
+    EVP_CIPHER_CTX_free(x);
+    return ok ? 0 : -1;
+}
 
 int rd_seal_seal(rd_cipher cipher, rd_seal_dir *d, uint8_t *out, uint8_t tag[RD_SEAL_TAG],
                  const uint8_t *in, size_t len, const uint8_t *ad, size_t adlen)
 {
     uint8_t nonce[12];
-    int n, ok;
-    EVP_CIPHER_CTX *x = EVP_CIPHER_CTX_new();
-    if (x == NULL)
-        return -1;
+    int rc;
     seal_nonce(d, nonce);
-    ok = EVP_EncryptInit_ex(x, seal_evp(cipher), NULL, d->key, nonce) == 1 &&
-         (adlen == 0 || EVP_EncryptUpdate(x, NULL, &n, ad, (int)adlen) == 1);
-    for (size_t off = 0; ok && off < len; off += SEAL_PIECE) {
-        size_t piece = len - off < SEAL_PIECE ? len - off : SEAL_PIECE;
-        ok = EVP_EncryptUpdate(x, out + off, &n, in + off, (int)piece) == 1;
-    }
-    ok = ok && EVP_EncryptFinal_ex(x, out + len, &n) == 1 && n == 0 &&
-         EVP_CIPHER_CTX_ctrl(x, EVP_CTRL_AEAD_GET_TAG, RD_SEAL_TAG, tag) == 1;
-    EVP_CIPHER_CTX_free(x);
-    if (!ok)
+    if (len >= SEAL_SMALL)
+        rc = evp_aead(1, cipher, d->key, nonce, out, in, len, tag, ad, adlen);
+    else if (cipher == RD_CIPHER_AES)
+        rc = crypto_aead_aes256gcm_encrypt_detached(out, tag, NULL, in, len, ad, adlen, NULL, nonce,
+                                                    d->key);
+    else
+        rc = crypto_aead_chacha20poly1305_ietf_encrypt_detached(out, tag, NULL, in, len, ad, adlen,
+                                                                NULL, nonce, d->key);
+    if (rc != 0)
         return -1;
     d->frames++; /* only a frame that went out sealed takes a nonce */
     return 0;
@@ -115,22 +136,19 @@ int rd_seal_seal(rd_cipher cipher, rd_seal_dir *d, uint8_t *out, uint8_t tag[RD_
 int rd_seal_open(rd_cipher cipher, rd_seal_dir *d, uint8_t *out, const uint8_t *in, size_t len,
                  const uint8_t tag[RD_SEAL_TAG], const uint8_t *ad, size_t adlen)
 {
-    uint8_t nonce[12];
-    int n, ok = 0;
-    EVP_CIPHER_CTX *x = EVP_CIPHER_CTX_new();
-    if (x != NULL) {
-        seal_nonce(d, nonce);
-        ok = EVP_DecryptInit_ex(x, seal_evp(cipher), NULL, d->key, nonce) == 1 &&
-             (adlen == 0 || EVP_DecryptUpdate(x, NULL, &n, ad, (int)adlen) == 1);
-        for (size_t off = 0; ok && off < len; off += SEAL_PIECE) {
-            size_t piece = len - off < SEAL_PIECE ? len - off : SEAL_PIECE;
-            ok = EVP_DecryptUpdate(x, out + off, &n, in + off, (int)piece) == 1;
-        }
-        ok = ok && EVP_CIPHER_CTX_ctrl(x, EVP_CTRL_AEAD_SET_TAG, RD_SEAL_TAG, (void *)tag) == 1 &&
-             EVP_DecryptFinal_ex(x, out + len, &n) == 1;
-        EVP_CIPHER_CTX_free(x);
-    }
-    if (!ok) {
+    uint8_t nonce[12], t[RD_SEAL_TAG];
+    int rc;
+    seal_nonce(d, nonce);
+    memcpy(t, tag, sizeof(t)); /* EVP takes the tag it checks as writable */
+    if (len >= SEAL_SMALL)
+        rc = evp_aead(0, cipher, d->key, nonce, out, in, len, t, ad, adlen);
+    else if (cipher == RD_CIPHER_AES)
+        rc = crypto_aead_aes256gcm_decrypt_detached(out, NULL, in, len, tag, ad, adlen, nonce,
+                                                    d->key);
+    else
+        rc = crypto_aead_chacha20poly1305_ietf_decrypt_detached(out, NULL, in, len, tag, ad, adlen,
+                                                                nonce, d->key);
+    if (rc != 0) {
         sodium_memzero(out, len);
         return -1;
     }
