@@ -87,11 +87,11 @@ wait_for() {
 # redis_ping PORT: succeeds when the Redis on 127.0.0.1:PORT answers PING (bash alone, so that
 # a machine with redis-server but no redis-cli, a lent GPU machine's bundle, can run it too).
 redis_ping() {
-    local reply
-    exec 3<>"/dev/tcp/127.0.0.1/$1" || return 1
-    printf 'PING\r\n' >&3
-    IFS= read -r -t 2 reply <&3
-    exec 3>&-
+    local fd reply=
+    exec {fd}<>"/dev/tcp/127.0.0.1/$1" || return 1
+    printf 'PING\r\n' >&"$fd"
+    IFS= read -r -t 2 reply <&"$fd" || true
+    exec {fd}>&-
     [[ $reply == "+PONG"* ]]
 }
 
@@ -130,10 +130,11 @@ start_ring() {
 # redis-server come from DIR (a scripts/gpu-bundle's bin/, to measure on a lent GPU machine).
 bench_setup() {
     if [[ -n ${RINGD_BENCH_PREBUILT:-} ]]; then
-        local d=$RINGD_BENCH_PREBUILT
+        local d
+        d=$(cd "$RINGD_BENCH_PREBUILT" && pwd) || die "RINGD_BENCH_PREBUILT=$RINGD_BENCH_PREBUILT: no such directory"
         [[ -x $d/ringd && -x $d/ringctl && -x $d/ringd-bench && -x $d/redis-server ]] ||
             die "RINGD_BENCH_PREBUILT=$d lacks ringd, ringctl, ringd-bench or redis-server"
-        PATH=$(cd "$d" && pwd):$PATH
+        PATH=$d:$PATH
         RINGD="$d/ringd"
         RINGCTL="$d/ringctl"
         RINGD_BENCH="$d/ringd-bench"

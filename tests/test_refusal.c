@@ -1,9 +1,9 @@
 /* A collective that one rank cannot run fails on every rank at once: one rank's library or daemon
  * refuses it (bad arguments, arena bounds, --max-pending, a root out of range) or the rank closes
  * its session, and every other rank of the op fails within a second with that rank's reason,
- * whether it submitted before the refusal or after it, on one node and across nodes (a node
- * whose last client closes leaves gracefully instead: the op goes on without it at once). Real
- * redis-server and ringd daemons on loopback; clients in forked processes. */
+ * whether it submitted before the refusal or after it, on one node and across nodes (also when
+ * it was its node's last client). Real redis-server and ringd daemons on loopback; clients in
+ * forked processes. */
 #define _GNU_SOURCE
 #include <criterion/criterion.h>
 #include <stdio.h>

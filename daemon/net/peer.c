@@ -863,9 +863,14 @@ static uint8_t *chan_open(rd_peer_chan *c, const uint8_t *frame, uint32_t n)
         c->plain = p;
         c->plain_cap = need;
     }
-    if (rd_seal_open(c->seal.cipher, &c->seal.rx, c->plain + RD_FRAME_HEADER,
-                     frame + RD_FRAME_HEADER, n - RD_SEAL_TAG, frame + need, frame,
-                     RD_FRAME_HEADER) != 0) {
+    int rc = rd_seal_open(c->seal.cipher, &c->seal.rx, c->plain + RD_FRAME_HEADER,
+                          frame + RD_FRAME_HEADER, n - RD_SEAL_TAG, frame + need, frame,
+                          RD_FRAME_HEADER);
+    if (rc == -2) {
+        chan_fail(c, "opening a sealed frame failed (out of memory)");
+        return NULL;
+    }
+    if (rc != 0) {
         rd_log(RD_LOG_WARN, "peer",
                "node %s: a sealed control frame fails authentication "
                "(tampered with, replayed or out of order); link dropped",

@@ -5,7 +5,6 @@
  * 0.17 against 0.71 us for a 64-byte frame, which bounds a small op's latency). */
 #include "seal.h"
 
-#include <limits.h>
 #include <openssl/evp.h>
 #include <sodium.h>
 #include <string.h>
@@ -93,7 +92,7 @@ static const EVP_CIPHER *seal_evp(rd_cipher cipher)
 #define SEAL_SMALL ((size_t)4096)
 
 /* One frame through OpenSSL's EVP: sealed into out and tag (enc), or opened into out against
- * tag. Returns 0, or -1 (not authentic, or the library failed). */
+ * tag. Returns 0, -1 when the frame is not authentic, or -2 when the library failed. */
 static int evp_aead(int enc, rd_cipher cipher, const uint8_t key[32], const uint8_t nonce[12],
                     uint8_t *out, const uint8_t *in, size_t len, uint8_t tag[RD_SEAL_TAG],
                     const uint8_t *ad, size_t adlen)
@@ -106,11 +105,13 @@ static int evp_aead(int enc, rd_cipher cipher, const uint8_t key[32], const uint
         size_t piece = len - off < SEAL_PIECE ? len - off : SEAL_PIECE;
         ok = EVP_CipherUpdate(x, out + off, &n, in + off, (int)piece) == 1;
     }
-    ok = ok && (enc || EVP_CIPHER_CTX_ctrl(x, EVP_CTRL_AEAD_SET_TAG, RD_SEAL_TAG, tag) == 1) &&
-         EVP_CipherFinal_ex(x, out + len, &n) == 1 && n == 0 &&
-         (!enc || EVP_CIPHER_CTX_ctrl(x, EVP_CTRL_AEAD_GET_TAG, RD_SEAL_TAG, tag) == 1);
+    ok = ok && (enc || EVP_CIPHER_CTX_ctrl(x, EVP_CTRL_AEAD_SET_TAG, RD_SEAL_TAG, tag) == 1);
+    /* Opening, only the final step checks the tag: its failure alone says "not authentic". */
+    int rc = !ok ? -2 : EVP_CipherFinal_ex(x, out + len, &n) != 1 ? (enc ? -2 : -1) : 0;
+    if (rc == 0 && enc && EVP_CIPHER_CTX_ctrl(x, EVP_CTRL_AEAD_GET_TAG, RD_SEAL_TAG, tag) != 1)
+        rc = -2;
     EVP_CIPHER_CTX_free(x);
-    return ok ? 0 : -1;
+    return rc;
 }
 
 int rd_seal_seal(rd_cipher cipher, rd_seal_dir *d, uint8_t *out, uint8_t tag[RD_SEAL_TAG],
@@ -128,7 +129,7 @@ int rd_seal_seal(rd_cipher cipher, rd_seal_dir *d, uint8_t *out, uint8_t tag[RD_
         rc = crypto_aead_chacha20poly1305_ietf_encrypt_detached(out, tag, NULL, in, len, ad, adlen,
                                                                 NULL, nonce, d->key);
     if (rc != 0)
-        return -1;
+        return -2;
     d->frames++; /* only a frame that went out sealed takes a nonce */
     return 0;
 }
@@ -150,7 +151,7 @@ int rd_seal_open(rd_cipher cipher, rd_seal_dir *d, uint8_t *out, const uint8_t *
                                                                 nonce, d->key);
     if (rc != 0) {
         sodium_memzero(out, len);
-        return -1;
+        return rc == -2 ? -2 : -1; /* libsodium's failures are all "not authentic" */
     }
     d->frames++;
     return 0;

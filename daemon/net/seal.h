@@ -6,8 +6,9 @@
  * Connections belong to one ring generation, so keys are per link and per generation. A frame's
  * nonce is the count of frames sealed before it in its direction, and the caller's header of the
  * frame is its associated data: a frame replayed, reordered, cut, altered or taken from another
- * connection or generation fails to open. The AEADs are OpenSSL's, the key derivation libsodium's.
- * Pure functions; a seal is used by one thread at a time.
+ * connection or generation fails to open. The key derivation is libsodium's; the AEADs OpenSSL's
+ * for frames from 4 KiB and libsodium's below (the same standard frames either way). Pure
+ * functions; a seal is used by one thread at a time.
  */
 #ifndef RD_SEAL_H
 #define RD_SEAL_H
@@ -56,15 +57,15 @@ void rd_seal_derive(rd_seal *s, rd_cipher cipher, const rd_auth_key *k, int clie
                     size_t hello_len);
 
 /* Seals len bytes of in into out (len bytes; out may be in) and their tag (RD_SEAL_TAG bytes)
- * under the next nonce of d, binding ad. Returns 0, or -1 when the crypto library failed (out of
+ * under the next nonce of d, binding ad. Returns 0, or -2 when the crypto library failed (out of
  * memory): nothing is to be sent, and d stays where it was. */
 int rd_seal_seal(rd_cipher cipher, rd_seal_dir *d, uint8_t *out, uint8_t tag[RD_SEAL_TAG],
                  const uint8_t *in, size_t len, const uint8_t *ad, size_t adlen);
 
 /* Opens len sealed bytes of in with their tag into out (len bytes; out may be in) under the
- * next nonce of d and ad. Returns 0, or -1 when they fail authentication (or the crypto library
- * failed, out of memory): out is then zeroed, and d stays where it was (its link is to be
- * dropped). */
+ * next nonce of d and ad. Returns 0; -1 when they fail authentication, or -2 when the crypto
+ * library failed (out of memory): out is then zeroed, and d stays where it was (its link is to
+ * be dropped). */
 int rd_seal_open(rd_cipher cipher, rd_seal_dir *d, uint8_t *out, const uint8_t *in, size_t len,
                  const uint8_t tag[RD_SEAL_TAG], const uint8_t *ad, size_t adlen);
 

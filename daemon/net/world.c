@@ -662,6 +662,7 @@ void rd_world_abandon(rd_world *w, const char *why)
     world_send_error(w, why, -1); /* written before the channels close (they linger) */
     rd_rdv_leave(w->net->rdv, w->name);
     world_teardown(w, why, TD_LEAVE, W_IDLE);
+    world_plane_cut(w); /* a loss: what it had on the wire is not finished, but cut */
 }
 
 void rd_world_resize(rd_world *w, uint32_t local_size, const char *why)

@@ -129,8 +129,7 @@ static void on_ctrl_msg(void *arg, rd_peer_chan *c, const rd_msg *m)
         }
         return;
     }
-    if (from >= 0 && m->body_case == RINGD__MSG__BODY_ERROR && m->error->message != NULL &&
-        world_ring_up(w)) {
+    if (from >= 0 && m->body_case == RINGD__MSG__BODY_ERROR && m->error->message != NULL) {
         /* A node breaks off the ring and says why (a client of it left), or relays why another
          * did: ops here end with that reason; the node registers anew, moving the job on. */
         char why[512];

@@ -263,8 +263,14 @@ static int frame_check(const uint8_t *hdr, uint64_t generation, uint64_t seq, ui
 static int seg_open(const char *node, rd_cipher cipher, rd_seal_dir *dir, uint8_t *dst,
                     uint64_t len, const uint8_t *tag, const uint8_t *hdr, rd_xfer_task *t)
 {
-    if (rd_seal_open(cipher, dir, dst, dst, len, tag, hdr, RD_SEG_HEADER) == 0)
+    int rc = rd_seal_open(cipher, dir, dst, dst, len, tag, hdr, RD_SEG_HEADER);
+    if (rc == 0)
         return 0;
+    if (rc == -2) {
+        fail_task(t, RINGD_E_NOMEM, "opening a sealed segment from node %s failed (out of memory)",
+                  node);
+        return -1;
+    }
     rd_seg h;
     rd_seg_decode(hdr, &h);
     rd_log(RD_LOG_WARN, "xfer",
@@ -956,6 +962,7 @@ static int pair_move(rd_xfer *x, rd_xfer_task *t, pair_part *pp, uint64_t seg, i
             if (taglen != 0 && rd_seal_seal(sl->cipher, &sl->tx, x->pair_box[pp->q], pp->stag,
                                             pp->src + off, len, pp->shdr, RD_SEG_HEADER) != 0) {
                 snprintf(why, whylen, "sealing a segment failed (out of memory)");
+                *fatal = RINGD_E_NOMEM; /* not the link's fault: no redial helps */
                 return -1;
             }
             pp->staged = 1;
