@@ -158,6 +158,11 @@ void world_teardown(rd_world *w, const char *why, teardown_how how, world_state 
             w->stale = w->generation;
         w->ev.disrupted(w->arg);
     }
+    /* A forming ring given up gracefully (the change goes on at a newer generation): the nodes
+     * linked already hear that this one seals it, for some of them may be up, and its links
+     * closing unannounced would be a failure to them. */
+    if (how == TD_CARRY && w->state == W_CONNECTING)
+        world_send_bye(w, 0);
     world_set_state(w, next);
     world_links_close(w);
     /* The job first: what it had in flight on this ring belongs to an old one before the
@@ -385,6 +390,17 @@ static void view_assess(const rd_world *w, const rd_rdv_view *v, view_fit *f)
     f->first = first;
 }
 
+/* A node giving up the ring it was forming because of view v, where to the nodes that have that
+ * generation up only nodes that said Bye went: it tells them it seals it (Bye, not leaving), so
+ * that its links closing is the graceful change to them that it is. Its own clients may still
+ * have to re-synchronise (against the last ring up here). */
+static void seal_forming(rd_world *w, const rd_rdv_view *v)
+{
+    if (w->state == W_CONNECTING && w->nleft > 0 &&
+        rd_membership_within_left(&w->view, w->left, w->nleft, v))
+        world_send_bye(w, 0);
+}
+
 /* Applies the last view: waits, or (re)forms the ring at its generation. A ring that is up and
  * meets a new generation first ends: gracefully when the only change is nodes that said Bye,
  * else broken (its clients re-synchronise). */
@@ -455,6 +471,7 @@ void world_apply_view(rd_world *w)
             } else {
                 char why[512];
                 rd_membership_describe(&w->last_up, v, why, sizeof(why));
+                seal_forming(w, v);
                 world_teardown(w, why, TD_FAIL, W_WAITING);
                 world_resync_set(w, RS_EXPLAINED, why);
             }
@@ -468,6 +485,7 @@ void world_apply_view(rd_world *w)
     } else if (w->state == W_CONNECTING) {
         /* Not up yet, so no node could say Bye to it: whatever changed, clients re-synchronise
          * (the message names the changes since the last ring that was up). */
+        seal_forming(w, v);
         world_teardown(w, "the membership changed while the ring formed", TD_FAIL, W_WAITING);
     }
     /* Not up, nothing broke, and the members changed beyond the nodes that said they leave
