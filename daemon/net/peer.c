@@ -882,9 +882,11 @@ static uint8_t *chan_open(rd_peer_chan *c, const uint8_t *frame, uint32_t n)
     return c->plain;
 }
 
-static void on_chan_read(struct bufferevent *bev, void *arg)
+/* Hands every whole frame in c's input to its owner. Returns 0, or -1 when the owner let go of
+ * c meanwhile (c is freed). */
+static int chan_dispatch(rd_peer_chan *c)
 {
-    rd_peer_chan *c = arg;
+    struct bufferevent *bev = c->bev;
     struct evbuffer *in = bufferevent_get_input(bev);
     c->busy = 1;
     while (!c->dead && c->why[0] == '\0') {
@@ -925,18 +927,38 @@ static void on_chan_read(struct bufferevent *bev, void *arg)
         rd_frame_free(m);
     }
     c->busy = 0;
-    if (c->dead)
+    if (c->dead) {
         rd_peer_chan_free(c);
+        return -1;
+    }
+    return 0;
+}
+
+static void on_chan_read(struct bufferevent *bev, void *arg)
+{
+    (void)bev;
+    chan_dispatch(arg);
 }
 
 static void on_chan_event(struct bufferevent *bev, short what, void *arg)
 {
     rd_peer_chan *c = arg;
-    (void)bev;
-    if (what & BEV_EVENT_EOF)
+    if (what & BEV_EVENT_EOF) {
         chan_fail(c, "connection closed");
-    else if (what & BEV_EVENT_ERROR)
-        chan_fail(c, strerror(EVUTIL_SOCKET_ERROR()));
+    } else if (what & BEV_EVENT_ERROR) {
+        char why[128];
+        snprintf(why, sizeof(why), "%s", strerror(EVUTIL_SOCKET_ERROR()));
+        /* A write failed (the peer closed first): what it sent before closing, its Bye saying
+         * it leaves say, is still in the socket, and its owner hears that first. Bounded. */
+        if (what & BEV_EVENT_WRITING) {
+            struct evbuffer *in = bufferevent_get_input(bev);
+            for (int i = 0; i < 64 && evbuffer_read(in, bufferevent_getfd(bev), 65536) > 0; i++)
+                ;
+            if (chan_dispatch(c) != 0 || c->why[0] != '\0')
+                return; /* let go of, or failed for a reason of its own */
+        }
+        chan_fail(c, why);
+    }
 }
 
 rd_peer_chan *rd_peer_chan_new(struct event_base *base, int fd, const rd_seal *seal,
