@@ -136,9 +136,13 @@ static void on_ctrl_msg(void *arg, rd_peer_chan *c, const rd_msg *m)
         snprintf(why, sizeof(why), "%.500s", m->error->message);
         rd_log(RD_LOG_INFO, "world", "job '%s': node %s says the ring breaks: %s", w->name,
                world_member(w, from)->node, why);
-        /* Its data links may have ended first: the cause it names beats "the links broke". */
-        if (w->resync != RS_NONE)
+        /* Its data links may have ended first: the cause it names beats "the links broke" (not
+         * a change a view named). */
+        if (w->resync == RS_BROKEN)
             world_resync_set(w, RS_EXPLAINED, why);
+        /* The sender moves the job to a new generation: this one never forms again here. */
+        if (w->stale < w->generation)
+            w->stale = w->generation;
         /* The others hear it from this node too, before its links close: one that saw them
          * close before reading the sender's Error (another socket) would know no cause. */
         world_send_error(w, why, from);

@@ -50,6 +50,9 @@ void world_maybe_up(rd_world *w)
     for (int i = 0; i < w->nnodes; i++)
         if (i != w->position && w->ctrl[i] == NULL)
             return;
+    for (int i = 0; i < w->nnodes; i++)
+        if (w->members[i] != M_ACTIVE) /* it sealed this generation while it formed: the next */
+            return;
     if (w->nnodes == 1) { /* the job's last node: ops run here alone, without a data plane */
         world_ring_is_up(w);
         return;
