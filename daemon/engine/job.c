@@ -569,7 +569,8 @@ void rd_job_leave(rd_client *s)
         j->local_size = j->local_cap;
     rd_optab_fail_unstarted(j, why);
     /* fails what was negotiating; ring completions free the job later. A running job's last
-     * rank here leaving is a loss to the others, whom it tells (not a drain's graceful leave). */
+     * rank here leaving is a loss to the others: the node leaves as a drain does, but says why,
+     * so their clients re-synchronise. */
     if (j->world != NULL && rd_job_started(j))
         rd_world_abandon(j->world, why);
     else if (j->world != NULL)

@@ -40,6 +40,7 @@ static const char *const resync_names[] = {"none", "broken", "explained"};
 
 static void on_lapse(evutil_socket_t fd, short what, void *arg);
 static void on_linger(evutil_socket_t fd, short what, void *arg);
+static int world_leave(rd_world *w, const char *loss);
 
 const char *world_state_name(world_state st)
 {
@@ -162,7 +163,7 @@ void world_teardown(rd_world *w, const char *why, teardown_how how, world_state 
      * linked already hear that this one seals it, for some of them may be up, and its links
      * closing unannounced would be a failure to them. */
     if (how == TD_CARRY && w->state == W_CONNECTING)
-        world_send_bye(w, 0);
+        world_send_bye(w, 0, NULL);
     world_set_state(w, next);
     world_links_close(w);
     /* The job first: what it had in flight on this ring belongs to an old one before the
@@ -270,7 +271,7 @@ void world_carry_start(rd_world *w)
         return;
     rd_ringchan_flush(&w->chan);
     world_set_state(w, W_SEALED);
-    world_send_bye(w, 0);
+    world_send_bye(w, 0, NULL);
     int64_t ms = w->net->cfg->peer_timeout;
     struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
     evtimer_add(w->ev_grace, &tv);
@@ -398,7 +399,7 @@ static void seal_forming(rd_world *w, const rd_rdv_view *v)
 {
     if (w->state == W_CONNECTING && w->nleft > 0 &&
         rd_membership_within_left(&w->view, w->left, w->nleft, v))
-        world_send_bye(w, 0);
+        world_send_bye(w, 0, NULL);
 }
 
 /* Applies the last view: waits, or (re)forms the ring at its generation. A ring that is up and
@@ -677,10 +678,9 @@ void rd_world_abandon(rd_world *w, const char *why)
         rd_world_unregister(w);
         return;
     }
-    world_send_error(w, why, -1); /* written before the channels close (they linger) */
-    rd_rdv_leave(w->net->rdv, w->name);
-    world_teardown(w, why, TD_LEAVE, W_IDLE);
-    world_plane_cut(w); /* a loss: what it had on the wire is not finished, but cut */
+    char loss[RD_WORLD_LOSS_MAX];
+    snprintf(loss, sizeof(loss), "%s", why);
+    world_leave(w, loss);
 }
 
 void rd_world_resize(rd_world *w, uint32_t local_size, const char *why)
@@ -761,7 +761,9 @@ static void on_linger(evutil_socket_t fd, short what, void *arg)
     world_teardown(w, "this node left the job", TD_LEAVE, W_IDLE);
 }
 
-int rd_world_leave(rd_world *w)
+/* Leaves the ring gracefully (Bye): what every node announced finishes, the rest carries over.
+ * loss (NULL for a drain) says why the other nodes' clients must re-synchronise all the same. */
+static int world_leave(rd_world *w, const char *loss)
 {
     if (w->state == W_LEAVING || w->state == W_IDLE)
         return 1;
@@ -774,13 +776,13 @@ int rd_world_leave(rd_world *w)
          * view without it is a graceful change to them too (what they hold carries over); the
          * channels write the Bye out before they close. */
         if (w->state == W_CONNECTING)
-            world_send_bye(w, 1);
+            world_send_bye(w, 1, loss);
         rd_rdv_leave(w->net->rdv, w->name);
         world_teardown(w, "this node left the job", TD_LEAVE, W_IDLE);
         return 1;
     }
     rd_ringchan_flush(&w->chan); /* what the coordinator ordered goes out before its Bye */
-    world_send_bye(w, 1);
+    world_send_bye(w, 1, loss);
     rd_rdv_leave(w->net->rdv, w->name);
     world_set_state(w, W_LEAVING);
     /* The others close their links once they have read the Bye; whatever is left goes soon. */
@@ -789,6 +791,11 @@ int rd_world_leave(rd_world *w)
     rd_log(RD_LOG_INFO, "world", "job '%s': left the ring of generation %" PRIu64, w->name,
            w->generation);
     return 1;
+}
+
+int rd_world_leave(rd_world *w)
+{
+    return world_leave(w, NULL);
 }
 
 void rd_world_reform(rd_world *w, const char *why)

@@ -101,9 +101,11 @@ void rd_world_register(rd_world *w);
  * announced, and carry over what they hold. */
 void rd_world_unregister(rd_world *w);
 
-/* The last local client of a running job left without a drain (it closed, or died): a loss, not
- * a graceful leave. The nodes linked to this one hear why (Error, as rd_world_resize sends), so
- * their clients re-synchronise told who left; then the node leaves the rendezvous. */
+/* The last local client of a running job left without a drain (it closed, or died): a loss. The
+ * node leaves as a drain does (Bye: what every node announced still finishes, on every node
+ * alike, the rest carries over), and the Bye says why (cut to RD_WORLD_LOSS_MAX bytes): the next
+ * ring's clients re-synchronise, told who left, on their next answer. */
+#define RD_WORLD_LOSS_MAX 512
 void rd_world_abandon(rd_world *w, const char *why);
 
 /* The job's local clients changed (now local_size of them): a ring that runs is torn down (ops

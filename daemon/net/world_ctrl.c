@@ -29,11 +29,12 @@ void world_ctrl_send(rd_world *w, int i, const rd_msg *m)
 }
 
 /* Sends Bye (leaving or only sealing) to every node still connected. */
-void world_send_bye(rd_world *w, int leaving)
+void world_send_bye(rd_world *w, int leaving, const char *loss)
 {
     Ringd__Bye bye = RINGD__BYE__INIT;
     bye.generation = w->generation;
     bye.leaving = leaving;
+    bye.loss = (char *)(loss != NULL ? loss : "");
     rd_msg m = RINGD__MSG__INIT;
     m.body_case = RINGD__MSG__BODY_BYE;
     m.bye = &bye;
@@ -120,6 +121,15 @@ static void on_ctrl_msg(void *arg, rd_peer_chan *c, const rd_msg *m)
         world_member_set(w, from, m->bye->leaving ? M_LEAVING : M_SEALED);
         if (m->bye->leaving)
             world_left_add(w, world_member(w, from));
+        /* A node whose last client closed or died: graceful for the ring, a loss to the clients,
+         * who hear it (once, naming the rank) when the next ring comes up. A reason a view gave
+         * stays. */
+        if (m->bye->leaving && m->bye->loss != NULL && m->bye->loss[0] != '\0' &&
+            w->resync != RS_EXPLAINED) {
+            char loss[RD_WORLD_LOSS_MAX];
+            snprintf(loss, sizeof(loss), "%s", m->bye->loss);
+            world_resync_set(w, RS_EXPLAINED, loss);
+        }
         rd_log(RD_LOG_INFO, "world", "job '%s': node %s %s generation %" PRIu64, w->name,
                world_member(w, from)->node, m->bye->leaving ? "leaves the ring of" : "sealed",
                w->generation);

@@ -260,8 +260,9 @@ rd_status world_on_peer(void *arg, const Ringd__PeerHello *h, int fd, const rd_s
 
 /* The control link over fd (taken) with node, its messages handled here; NULL out of memory. */
 rd_peer_chan *world_ctrl_open(rd_world *w, int fd, const rd_seal *seal, const char *node);
-/* Sends Bye (leaving or only sealing) to every node still connected. */
-void world_send_bye(rd_world *w, int leaving);
+/* Sends Bye (leaving or only sealing) to every node still connected; loss (NULL: none) says why
+ * a node leaves that was not drained (its clients must re-synchronise, see Bye.loss). */
+void world_send_bye(rd_world *w, int leaving, const char *loss);
 
 /* Tells every node still connected but skip (-1: none) that the ring breaks, and why (Error):
  * this node breaks off, or relays why another did. */
