@@ -274,10 +274,6 @@ void world_ctrl_send(rd_world *w, int i, const rd_msg *m);
 
 /* world_plane.c: the data plane glue. */
 
-/* Cuts the passes of retiring data planes short (their ops fail): a node gone, not a graceful
- * change. */
-void world_plane_cut(rd_world *w);
-
 /* The throughput sampler: 0, or -1 out of memory (world_plane_free frees it). */
 int world_plane_init(rd_world *w);
 void world_plane_free(rd_world *w);

@@ -165,12 +165,6 @@ int world_plane_start(rd_world *w, char *err, size_t errlen)
     return w->xfer != NULL ? 0 : -1;
 }
 
-void world_plane_cut(rd_world *w)
-{
-    for (retiring *r = w->retiring; r != NULL; r = r->next)
-        rd_xfer_cut(r->x);
-}
-
 void world_plane_retire(rd_world *w, const char *why, teardown_how how)
 {
     /* A broken ring's pass on the wire is cut: a node may be gone, and its ops are doomed anyway.
@@ -198,8 +192,8 @@ void world_plane_retire(rd_world *w, const char *why, teardown_how how)
             rd_xfer_free(x, RINGD_E_MEMBERSHIP, why);
         }
     }
-    if (!graceful && how != TD_END)
-        world_plane_cut(w);
+    for (retiring *r = w->retiring; !graceful && how != TD_END && r != NULL; r = r->next)
+        rd_xfer_cut(r->x);
     while (how == TD_END && w->retiring != NULL) {
         retiring *r = w->retiring;
         w->retiring = r->next;
