@@ -14,6 +14,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +24,7 @@
 #include <sodium.h>
 #include <unistd.h>
 
+#include "counters.h"
 #include "log.h"
 #include "resolve.h"
 
@@ -1100,6 +1102,23 @@ void rd_peer_chan_free(rd_peer_chan *c)
 
 void rd_peer_chan_free_lingering(void)
 {
+    /* What a connection still holds goes out first (a drained node's Bye, when the daemon stops
+     * right after), within about a second in all. */
+    int64_t end = rd_now_ms() + 1000;
+    for (rd_peer_chan *c = lingering; c != NULL; c = c->next) {
+        struct evbuffer *out = bufferevent_get_output(c->bev);
+        int fd = bufferevent_getfd(c->bev);
+        evbuffer_unfreeze(out, 1);
+        while (evbuffer_get_length(out) > 0 && rd_now_ms() < end) {
+            if (evbuffer_write(out, fd) >= 0)
+                continue;
+            struct pollfd p = {fd, POLLOUT, 0};
+            if ((errno != EAGAIN && errno != EWOULDBLOCK) ||
+                poll(&p, 1, (int)(end - rd_now_ms())) <= 0)
+                break;
+        }
+        evbuffer_freeze(out, 1);
+    }
     while (lingering != NULL)
         chan_destroy(lingering);
 }
