@@ -205,9 +205,10 @@ static void print_ring(const Ringd__RingInfo *ri)
     const Ringd__Tuning *u = ri->tuning;
     if (u != NULL) {
         printf("    tuning: fusion threshold %.2f MiB, cycle %u us, segments of %.0f KiB, %u "
-               "connection%s per link",
+               "connection%s per link, recursive doubling up to %.0f KiB",
                (double)u->fusion_threshold / (1 << 20), u->cycle_us,
-               (double)u->segment_size / 1024.0, u->conns, u->conns == 1 ? "" : "s");
+               (double)u->segment_size / 1024.0, u->conns, u->conns == 1 ? "" : "s",
+               (double)u->doubling_bytes / 1024.0);
         if (u->autotune == 0)
             printf(" (the coordinator's flags)\n");
         else if (ri->autotune_trials == 0) /* shown on another node than the coordinator */
@@ -314,6 +315,8 @@ static json_object *ring_json(const Ringd__RingInfo *ri)
         json_object_object_add(t, "cycle_us", json_object_new_int64(u->cycle_us));
         json_object_object_add(t, "segment_size", json_object_new_int64((int64_t)u->segment_size));
         json_object_object_add(t, "conns", json_object_new_int64(u->conns));
+        json_object_object_add(t, "doubling_bytes",
+                               json_object_new_int64((int64_t)u->doubling_bytes));
         json_object_object_add(t, "autotune", json_object_new_string(tuning_state(u)));
         json_object_object_add(t, "autotune_trials", json_object_new_int64(ri->autotune_trials));
         json_object_object_add(t, "autotune_best_bps",

@@ -15,7 +15,7 @@
  * nor compare; 7: PeerHello.encrypt and sealed links (--encrypt), which a daemon of 6 would
  * ignore, talking in the clear to a node that seals, and PeerHello.to, which it would not send;
  * nodes of one job run one version. */
-#define RD_PEER_PROTOCOL_VERSION 7
+#define RD_PEER_PROTOCOL_VERSION 8
 #define RD_FRAME_HEADER 4
 #define RD_FRAME_MAX_DEFAULT (1u << 20)
 #define RD_NAME_MAX 256           /* bytes in a job or tensor name, terminator excluded */

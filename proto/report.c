@@ -80,6 +80,7 @@ static Ringd__RingInfo *ring_info_new(const rd_world_status *r)
         blk->tuning.conns = r->tuning.conns;
         blk->tuning.cycle_us = r->tuning.cycle_us;
         blk->tuning.autotune = (uint32_t)r->tuning.autotune;
+        blk->tuning.doubling_bytes = r->tuning.doubling_bytes;
         ri->tuning = &blk->tuning;
         ri->autotune_trials = r->autotune_trials;
         ri->autotune_best_bps = r->autotune_best_bps;

@@ -160,14 +160,16 @@ static rd_schedmsg_status go_decode(const Ringd__Go *g, rd_schedmsg *out, char *
     if (u == NULL || u->fusion_threshold > RD_SCHEDMSG_FUSION_MAX ||
         u->segment_size < RD_SCHEDMSG_SEGMENT_MIN || u->segment_size > RD_SCHEDMSG_SEGMENT_MAX ||
         u->conns < 1 || u->conns > RD_SCHEDMSG_CONNS_MAX || u->cycle_us > RD_SCHEDMSG_CYCLE_MAX ||
-        u->autotune > RD_AUTOTUNE_SETTLED) {
+        u->autotune > RD_AUTOTUNE_SETTLED || u->doubling_bytes > RD_SCHEDMSG_FUSION_MAX) {
         if (u == NULL)
             snprintf(err, errlen, "Go without its tuning");
         else
             snprintf(err, errlen,
                      "Go with an impossible tuning: fusion threshold %" PRIu64 ", segment %" PRIu64
-                     ", %" PRIu32 " connections, cycle %" PRIu32 " us, autotune %" PRIu32,
-                     u->fusion_threshold, u->segment_size, u->conns, u->cycle_us, u->autotune);
+                     ", %" PRIu32 " connections, cycle %" PRIu32 " us, autotune %" PRIu32
+                     ", doubling %" PRIu64,
+                     u->fusion_threshold, u->segment_size, u->conns, u->cycle_us, u->autotune,
+                     u->doubling_bytes);
         free(names);
         return RD_SCHEDMSG_BAD;
     }
@@ -179,7 +181,8 @@ static rd_schedmsg_status go_decode(const Ringd__Go *g, rd_schedmsg *out, char *
                                     .segment_size = u->segment_size,
                                     .conns = u->conns,
                                     .cycle_us = u->cycle_us,
-                                    .autotune = (int)u->autotune}};
+                                    .autotune = (int)u->autotune,
+                                    .doubling_bytes = u->doubling_bytes}};
     return RD_SCHEDMSG_DECODED;
 }
 
@@ -391,6 +394,7 @@ rd_msg *rd_schedmsg_encode(const rd_schedmsg *v)
         u->conns = v->tuning.conns;
         u->cycle_us = v->tuning.cycle_us;
         u->autotune = (uint32_t)v->tuning.autotune;
+        u->doubling_bytes = v->tuning.doubling_bytes;
         g->tuning = u;
         m->body_case = RINGD__MSG__BODY_GO;
         m->go = g;

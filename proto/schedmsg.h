@@ -93,6 +93,7 @@ typedef struct {
     uint32_t conns;            /* 1 up to RD_SCHEDMSG_CONNS_MAX */
     uint32_t cycle_us;         /* at most RD_SCHEDMSG_CYCLE_MAX */
     int autotune;              /* RD_AUTOTUNE_* */
+    uint64_t doubling_bytes;   /* at most RD_SCHEDMSG_FUSION_MAX */
 } rd_tuning;
 
 /* The ranges of the matching flags (--fusion-threshold, --segment-size, --conns-per-link). */

@@ -865,6 +865,70 @@ Test(collectives, alltoall_goes_round_the_ring_when_the_pool_is_too_small, .time
     finish(&t);
 }
 
+/* An f32 whose sums differ in other orders: magnitudes 2^-20 to 2^20, both signs. */
+static float uneven(int rank, size_t e)
+{
+    uint32_t h = (uint32_t)rank * 2654435761u ^ (uint32_t)e * 40503u;
+    float m = (float)((h % 1000) + 1) / 7.0f;
+    int exp = (int)((h >> 10) % 41) - 20;
+    return (h & 1 ? -m : m) * (exp >= 0 ? (float)(1u << exp) : 1.0f / (float)(1u << -exp));
+}
+
+/* An allreduce over --direct-bytes and under --doubling-bytes on 3 or 4 nodes goes by recursive
+ * doubling over direct links: every rank ends with the same bits (a digest of its result has
+ * one MIN and MAX over the ranks), and its daemon holds direct links for it. */
+static int doubling_alike(int i, void *arg)
+{
+    const topo *t = arg;
+    ringd_t *r = join(t, i);
+    if (r == NULL)
+        return 10;
+    int me = ringd_rank(r);
+    size_t count = 3000; /* 12000 bytes: over the 8 KiB direct, under the 32 KiB doubling */
+    float *x = malloc(count * sizeof(float));
+    if (x == NULL)
+        return 20;
+    for (int round = 0; round < 20; round++) {
+        for (size_t e = 0; e < count; e++)
+            x[e] = uneven(me + round, e);
+        char name[32];
+        snprintf(name, sizeof(name), "uneven.%d", round);
+        TH_CHECK_OK(r, ringd_allreduce(r, name, x, x, count, RINGD_F32, RINGD_SUM));
+        uint32_t h = 2166136261u;
+        for (size_t b = 0; b < count * sizeof(float); b++)
+            h = (h ^ ((const uint8_t *)x)[b]) * 16777619u;
+        int32_t lo = (int32_t)(h >> 1), hi = lo;
+        TH_CHECK_OK(r, ringd_allreduce(r, "digest.min", &lo, &lo, 1, RINGD_I32, RINGD_MIN));
+        TH_CHECK_OK(r, ringd_allreduce(r, "digest.max", &hi, &hi, 1, RINGD_I32, RINGD_MAX));
+        if (lo != hi) {
+            fprintf(stderr, "rank %d, round %d: the ranks' results differ in their bits\n", me,
+                    round);
+            return 30;
+        }
+    }
+    free(x);
+    int total, mine = pair_links_of(ring_.d[i].sock, job_, &total);
+    if (mine < 1) {
+        fprintf(stderr, "rank %d: its daemon holds %d direct links: no recursive doubling\n", me,
+                mine);
+        return 40;
+    }
+    close_together(r, t->world);
+    return 0;
+}
+
+Test(collectives, recursive_doubling_gives_every_rank_the_same_bits, .timeout = 180)
+{
+    static const char *const no_direct[] = {"--direct-bytes", "0", NULL};
+    topo three = {3, {1, 1, 1}, 0}, four = {4, {1, 1, 1, 1}, 0};
+    start(&three, NULL);
+    cr_assert_eq(run(&three, doubling_alike, 60000), 0, "a client failed (its stderr above)");
+    finish(&three);
+    start(&four, no_direct);
+    cr_assert_eq(run(&four, doubling_alike, 60000), 0, "a client failed (its stderr above)");
+    finish(&four);
+}
+
 /* Groups: three collectives of different kinds run together; a mismatch in one fails every
  * one on every rank; a refusal in one (a NULL buffer) too; ranks that group differently fail;
  * a synchronous call inside a group is refused. */
@@ -1195,7 +1259,8 @@ static void every_case(topo t, const char *const *extra)
     finish(&t);
 }
 
-static const char *const ring_only[] = {"--direct-bytes", "0", NULL};
+static const char *const ring_only[] = {"--direct-bytes", "0", "--doubling-bytes", "0", NULL};
+static const char *const past_direct[] = {"--direct-bytes", "0", NULL};
 
 Test(collectives, three_ranks_on_one_node_run_every_op_dtype_and_count_exactly, .timeout = 300)
 {
@@ -1215,6 +1280,12 @@ Test(collectives, two_nodes_of_two_ranks_run_every_op_round_the_ring_exactly, .t
 Test(collectives, three_nodes_of_two_one_and_one_ranks_run_every_op_exactly, .timeout = 300)
 {
     every_case((topo){3, {2, 1, 1}, 0}, ring_only);
+}
+
+/* The same with allreduces up to --doubling-bytes by recursive doubling over direct links. */
+Test(collectives, three_nodes_run_every_op_exactly_with_recursive_doubling, .timeout = 300)
+{
+    every_case((topo){3, {1, 2, 1}, 0}, past_direct);
 }
 
 /* --encrypt on every daemon: every op, dtype and count exact over sealed links: ring data,

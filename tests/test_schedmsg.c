@@ -123,7 +123,8 @@ Test(schedmsg, a_go_survives_the_wire_in_order_with_its_tuning)
                                 .segment_size = 256u << 10,
                                 .conns = 3,
                                 .cycle_us = 2500,
-                                .autotune = RD_AUTOTUNE_SETTLED}};
+                                .autotune = RD_AUTOTUNE_SETTLED,
+                                .doubling_bytes = 48u << 10}};
     rd_msg *m;
     rd_schedmsg d;
     decoded_after_wire(&v, &m, &d);
@@ -134,6 +135,7 @@ Test(schedmsg, a_go_survives_the_wire_in_order_with_its_tuning)
     cr_assert_eq(d.tuning.conns, 3);
     cr_assert_eq(d.tuning.cycle_us, 2500);
     cr_assert_eq(d.tuning.autotune, RD_AUTOTUNE_SETTLED);
+    cr_assert_eq(d.tuning.doubling_bytes, 48u << 10);
     rd_schedmsg_release(&d);
     rd_frame_free(m);
 }
@@ -152,6 +154,11 @@ static const struct {
      "autotune"},
     {{.fusion_threshold = 1u << 20, .segment_size = 1u << 20, .conns = 1, .cycle_us = 1000001},
      "cycle"},
+    {{.fusion_threshold = 1u << 20,
+      .segment_size = 1u << 20,
+      .conns = 1,
+      .doubling_bytes = (1ull << 30) + 1},
+     "doubling"},
 };
 
 Test(schedmsg, a_go_with_an_impossible_tuning_is_refused_naming_it)

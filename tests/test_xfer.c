@@ -158,6 +158,7 @@ static void ring_new_with(ring *r, int n, const uint32_t *local, const uint64_t 
         m->taglen = sealed ? RD_SEAL_TAG : 0;
         cr_assert_eq(pthread_create(&m->thread, NULL, mitm_main, m), 0);
     }
+    static const char *const names[MAXN] = {"n0", "n1", "n2", "n3"};
     for (int i = 0; i < n; i++) {
         int sfd[CONNS], rfd[CONNS];
         rd_seal sseal[CONNS], rseal[CONNS];
@@ -182,6 +183,8 @@ static void ring_new_with(ring *r, int n, const uint32_t *local, const uint64_t 
             .poll_us = 50,
             .next_node = i == 0 ? "n1" : "next",
             .prev_node = i == 1 ? "n0" : "prev",
+            .pair_links = 8,
+            .nodes = names,
         };
         char err[256];
         r->x[i] = rd_xfer_new(r->base, &cfg, on_done, r, err, sizeof(err));
@@ -582,6 +585,144 @@ Test(xfer, a_direct_link_sealed_otherwise_than_the_ring_is_closed_unused)
         int busy;
         cr_assert_eq(rd_xfer_pairs_open(r.x[0], &used, &busy), 0);
         close(sp[1]);
+        ring_free(&r);
+    }
+}
+
+/* Hands every two nodes of r a direct link in the clear (what the loop dials on a daemon). */
+static void pairs_link(ring *r)
+{
+    rd_seal clear;
+    memset(&clear, 0, sizeof(clear));
+    for (int i = 0; i < r->n; i++)
+        for (int j = i + 1; j < r->n; j++) {
+            int sp[2];
+            cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sp), 0);
+            rd_xfer_pair(r->x[i], j, sp[0], &clear);
+            rd_xfer_pair(r->x[j], i, sp[1], &clear);
+        }
+}
+
+/* An f32 that sums differently in other orders: magnitudes 2^-20 to 2^20 and both signs. */
+static float uneven(uint32_t rank, uint64_t e)
+{
+    uint32_t h = (uint32_t)(rank * 2654435761u) ^ (uint32_t)(e * 40503u);
+    float m = (float)((h % 1000) + 1) / 7.0f;
+    int exp = (int)((h >> 10) % 41) - 20;
+    return (h & 1 ? -m : m) *
+           (exp >= 0 ? (float)(1u << (exp > 20 ? 20 : exp)) : 1.0f / (float)(1u << -exp));
+}
+
+/* Allreduce by recursive doubling on n nodes (local ranks each as given), count elements of
+ * dtype (i32 or f32) summed: an i32's result is the exact sum; an f32's is bit for bit the same
+ * on every node and every local rank. Returns the payload moved over direct links. */
+static uint64_t check_doubling(int n, const uint32_t *local, rd_dtype dtype, uint64_t count,
+                               rd_redop redop, uint32_t divisor)
+{
+    uint64_t gens[MAXN] = {9, 9, 9, 9};
+    ring r;
+    node_bufs b[MAXN];
+    ring_new(&r, n, local, gens, 4096);
+    pairs_link(&r);
+    uint32_t first = 0;
+    for (int i = 0; i < n; i++) {
+        bufs_new(&b[i], local[i], count * 4, count * 4);
+        for (uint32_t l = 0; l < local[i]; l++)
+            for (uint64_t e = 0; e < count; e++) {
+                if (dtype == RD_DT_I32)
+                    ((int32_t *)b[i].in[l])[e] = value(first + l, e);
+                else
+                    ((float *)b[i].in[l])[e] = uneven(first + l, e);
+            }
+        first += local[i];
+        b[i].m.count = count;
+        b[i].t.backend = rd_backend_cpu();
+        b[i].t.coll = RD_COLL_ALLREDUCE;
+        b[i].t.dtype = dtype;
+        b[i].t.redop = redop;
+        b[i].t.args = (rd_reduce_args)RD_REDUCE_ARGS_INIT;
+        b[i].t.args.divisor = divisor;
+        b[i].t.doubling_bytes = count * 4;
+        rd_xfer_submit(r.x[i], &b[i].t);
+    }
+    ring_wait(&r, n);
+    uint64_t moved = 0;
+    for (int i = 0; i < n; i++) {
+        cr_assert_eq(b[i].t.status, RINGD_OK, "node %d: %s", i, b[i].t.message);
+        moved += rd_xfer_pair_bytes(r.x[i]);
+        for (uint32_t l = 0; l < local[i]; l++)
+            for (uint64_t e = 0; e < count; e++) {
+                if (dtype == RD_DT_I32) {
+                    int32_t want = 0;
+                    for (uint32_t k = 0; k < first; k++)
+                        want = redop == RD_OP_MAX
+                                   ? (value(k, e) > want || k == 0 ? value(k, e) : want)
+                                   : want + value(k, e);
+                    if (divisor > 1)
+                        want /= (int32_t)divisor;
+                    cr_assert_eq(((int32_t *)b[i].out[l])[e], want, "node %d local %u element %llu",
+                                 i, l, (unsigned long long)e);
+                } else {
+                    cr_assert_eq(memcmp(b[i].out[l] + e * 4, b[0].out[0] + e * 4, 4), 0,
+                                 "node %d local %u element %llu: %a, node 0 has %a", i, l,
+                                 (unsigned long long)e, (double)((float *)b[i].out[l])[e],
+                                 (double)((float *)b[0].out[0])[e]);
+                }
+            }
+    }
+    for (int i = 0; i < n; i++)
+        bufs_free(&b[i], local[i]);
+    ring_free(&r);
+    return moved;
+}
+
+/* Recursive doubling: exact for integers (as the ring), the same bits on every node for floats,
+ * rings of a power of two and not (3: a pair folds first), one local rank or several, counts
+ * over a segment; it moves its data over the direct links, not round the ring. */
+Test(xfer, recursive_doubling_reduces_exactly_and_alike_on_every_node, .timeout = 60)
+{
+    static const struct {
+        int n;
+        uint32_t local[MAXN];
+        uint64_t count;
+    } cases[] = {
+        {3, {1, 1, 1}, 1},    {3, {2, 1, 3}, 5000}, {4, {1, 1, 1, 1}, 4096},
+        {4, {1, 2, 1, 1}, 7}, {3, {1, 1, 1}, 1025},
+    };
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        uint64_t moved =
+            check_doubling(cases[c].n, cases[c].local, RD_DT_I32, cases[c].count, RD_OP_SUM, 1);
+        cr_assert_gt(moved, 0, "case %zu: nothing crossed a direct link", c);
+        check_doubling(cases[c].n, cases[c].local, RD_DT_F32, cases[c].count, RD_OP_SUM, 1);
+    }
+    /* the last exchange applies an average's divisor, and a max is a max */
+    uint32_t three[] = {1, 1, 1}, four[] = {1, 1, 1, 1};
+    check_doubling(3, three, RD_DT_I32, 100, RD_OP_SUM, 3);
+    check_doubling(4, four, RD_DT_I32, 100, RD_OP_MAX, 1);
+}
+
+/* Above its order's doubling_bytes, or on a ring of two, an allreduce goes round the ring:
+ * nothing crosses a direct link. */
+Test(xfer, an_allreduce_over_its_doubling_bytes_goes_round_the_ring)
+{
+    uint64_t gens[MAXN] = {5, 5, 5, 5};
+    uint32_t local[] = {1, 1, 1};
+    for (int n = 2; n <= 3; n++) {
+        ring r;
+        node_bufs b[MAXN];
+        ring_new(&r, n, local, gens, 4096);
+        pairs_link(&r);
+        for (int i = 0; i < n; i++) {
+            bufs_new(&b[i], 1, 4096, 4096);
+            b[i].t.doubling_bytes = n == 2 ? 1 << 20 : 1024; /* two nodes: always the ring */
+            submit_f32_sum(r.x[i], &b[i], 1024);
+        }
+        ring_wait(&r, n);
+        for (int i = 0; i < n; i++) {
+            cr_assert_eq(b[i].t.status, RINGD_OK, "%s", b[i].t.message);
+            cr_assert_eq(rd_xfer_pair_bytes(r.x[i]), 0, "n %d node %d used a direct link", n, i);
+            bufs_free(&b[i], 1);
+        }
         ring_free(&r);
     }
 }

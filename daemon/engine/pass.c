@@ -46,6 +46,7 @@ typedef struct devpass {
     /* TCP: the order's tuning, as a host op's ring task takes it (the same alltoall or
      * allgatherv may be a host op on another node: their ring passes must pair) */
     uint64_t segment_size;
+    uint64_t doubling_bytes;
     int conns;
     int queued;                 /* in the job's crossing queue */
     int gathered;               /* its gather ran (failed or not): it may cross */
@@ -282,6 +283,7 @@ static void dev_cross(devpass *dp)
                            .root = o->p.root,
                            .segment_size = dp->segment_size,
                            .conns = dp->conns,
+                           .doubling_bytes = dp->doubling_bytes,
                            .nmembers = 1,
                            .members = mem,
                            .counts = o->counts,
@@ -441,6 +443,7 @@ static void dev_start(rd_op *o, const rd_tuning *u)
     dp->first = j->first_rank;
     dp->segment_size = u->segment_size;
     dp->conns = (int)u->conns;
+    dp->doubling_bytes = u->doubling_bytes;
     o->started_us = rd_now_us();
     if (!nccl) { /* staging: each rank's input, then its output */
         uint64_t total = 0;
@@ -518,6 +521,7 @@ void rd_pass_start(void *arg, void **owns, size_t n, const rd_tuning *u)
     rt->t.root = ops[0]->p.root;
     rt->t.segment_size = u->segment_size;
     rt->t.conns = (int)u->conns;
+    rt->t.doubling_bytes = u->doubling_bytes;
     rt->t.members = mem;
     rt->t.nmembers = n;
     rt->t.counts = ops[0]->counts; /* a reducescatter or allgatherv runs alone */

@@ -212,11 +212,13 @@ static rd_status ring_forming(rd_sched *s, int nnodes, int position, const rd_ri
     rd_tuning start = {.fusion_threshold = s->cfg->fusion_threshold,
                        .segment_size = s->cfg->segment_size,
                        .conns = (uint32_t)s->cfg->conns_per_link,
-                       .cycle_us = (uint32_t)s->cfg->fusion_cycle_us};
+                       .cycle_us = (uint32_t)s->cfg->fusion_cycle_us,
+                       .doubling_bytes = s->cfg->doubling_bytes};
     if (s->cfg->autotune && s->has_settled && s->settled.segment_size <= s->cfg->segment_size &&
         s->settled.conns <= (uint32_t)s->cfg->conns_per_link)
         start = s->settled;
     start.autotune = RD_AUTOTUNE_OFF;
+    start.doubling_bytes = s->cfg->doubling_bytes; /* not tuned: this coordinator's flag */
     if (s->cfg->autotune && nnodes > 1 &&
         (s->tuner = rd_tuner_new(&start, s->cfg->segment_size, (uint32_t)s->cfg->conns_per_link,
                                  s->cfg->autotune_window_ms * 1000)) == NULL)

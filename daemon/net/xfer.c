@@ -101,6 +101,8 @@ struct rd_xfer {
 
     uint8_t *scratch; /* thread-private */
     size_t scratch_len;
+    uint8_t *partner; /* thread-private: a recursive doubling's vector from the other node */
+    size_t partner_len;
     uint8_t *staging[RD_RING_CONNS_MAX];
 
     atomic_uint_least64_t sent, received;
@@ -142,6 +144,17 @@ static uint8_t *scratch(rd_xfer *x, size_t len)
         x->scratch_len = x->scratch != NULL ? len : 0;
     }
     return x->scratch;
+}
+
+/* The buffer a recursive doubling receives into, of at least len bytes, kept between tasks. */
+static uint8_t *partner_buf(rd_xfer *x, size_t len)
+{
+    if (x->partner_len < len) {
+        free(x->partner);
+        x->partner = malloc(len);
+        x->partner_len = x->partner != NULL ? len : 0;
+    }
+    return x->partner;
 }
 
 /* Fails t for want of a bytes-long ring buffer. Returns -1. */
@@ -1152,12 +1165,13 @@ static int pairs_exchange(rd_xfer *x, rd_xfer_task *t, pair_part *parts, int np,
         if (left <= 0) {
             if (waiting >= 0)
                 fail_task(t, RINGD_E_MEMBERSHIP,
-                          "no direct link with node %s came within %lld ms (alltoall)",
-                          x->names[waiting], (long long)x->cfg.timeout_ms);
+                          "no direct link with node %s came within %lld ms (%s)", x->names[waiting],
+                          (long long)x->cfg.timeout_ms, rd_coll_name(t->coll));
             else
                 fail_task(t, RINGD_E_MEMBERSHIP,
-                          "no progress on the direct link with node %s for %lld ms (alltoall)",
-                          stuck >= 0 ? x->names[stuck] : "?", (long long)x->cfg.timeout_ms);
+                          "no progress on the direct link with node %s for %lld ms (%s)",
+                          stuck >= 0 ? x->names[stuck] : "?", (long long)x->cfg.timeout_ms,
+                          rd_coll_name(t->coll));
             rc = -1;
             break;
         }
@@ -1225,6 +1239,128 @@ static int do_alltoall_direct(rd_xfer *x, rd_xfer_task *t)
     return 0;
 }
 
+/* The largest power of two not above n (n >= 1). */
+static int pow2_floor(int n)
+{
+    int p = 1;
+    while (p <= n / 2)
+        p *= 2;
+    return p;
+}
+
+/* Direct links a recursive doubling of an N-node ring needs on each node, at most: one per
+ * doubling, and one more where N is not a power of two (the pairs that fold first). */
+static int doubling_links(int N)
+{
+    int links = 0;
+    for (int d = 1; d < pow2_floor(N); d *= 2)
+        links++;
+    return links + (N != pow2_floor(N));
+}
+
+/* 1 when the allreduce t of bytes bytes goes by recursive doubling: as small as its order says
+ * (the coordinator's --doubling-bytes, in the order's tuning) and the direct-link pool large
+ * enough (--pair-links, the same on every node). The same answer on every node. */
+static int doubling_fits(const rd_xfer *x, const rd_xfer_task *t, uint64_t bytes)
+{
+    return x->cfg.nnodes >= 3 && bytes > 0 && bytes <= t->doubling_bytes &&
+           doubling_links(x->cfg.nnodes) <= x->cfg.pair_links;
+}
+
+/* Sends len bytes of src to the node at position q and receives rlen bytes from it into dst,
+ * over the direct link between the two. Returns 0, or -1 with t failed. */
+static int doubling_swap(rd_xfer *x, rd_xfer_task *t, int q, const uint8_t *src, uint64_t len,
+                         uint8_t *dst, uint64_t rlen, uint64_t seg)
+{
+    pair_part pp = {.q = q, .fd = -1, .src = src, .slen = len, .dst = dst, .rlen = rlen};
+    return pairs_exchange(x, t, &pp, 1, seg);
+}
+
+/* Allreduce by recursive doubling over the direct links, for small and middle sizes: log2 N
+ * exchanges of the whole vector where the ring takes 2(N - 1) steps. When N is not a power of
+ * two, the first 2r nodes (r = N - 2^k) fold in pairs beforehand: each even one hands its vector
+ * to the odd one after it, which stands for both, and gets the result back at the end. Both
+ * nodes of an exchange reduce the lower half's partial with the higher half's, in that order,
+ * so every node ends with the same bits. */
+static int do_allreduce_doubling(rd_xfer *x, rd_xfer_task *t, uint64_t total)
+{
+    int N = x->cfg.nnodes, P = x->cfg.position, L = (int)x->local_sizes[P];
+    size_t esz = rd_dtype_size(t->dtype);
+    uint64_t bytes = total * esz;
+    int in_place = t->nmembers == 1 && L == 1 && t->args.prescale == 1.0;
+    uint8_t *W = in_place ? t->members[0].out[0] : scratch(x, bytes);
+    uint8_t *R = partner_buf(x, bytes);
+    if (W == NULL || R == NULL)
+        return no_memory(t, bytes);
+    if (in_place) {
+        if (W != t->members[0].in[0])
+            t->backend->copy(W, t->members[0].in[0], bytes);
+    } else {
+        rd_reduce_args pre = RD_REDUCE_ARGS_INIT;
+        pre.prescale = t->args.prescale;
+        uint64_t off = 0;
+        for (size_t m = 0; m < t->nmembers; m++) {
+            t->backend->reduce(t->dtype, t->redop, W + off * esz,
+                               (const void *const *)t->members[m].in, L, t->members[m].count, &pre);
+            off += t->members[m].count;
+        }
+    }
+    rd_reduce_args mid = RD_REDUCE_ARGS_INIT, fin = RD_REDUCE_ARGS_INIT;
+    fin.postscale = t->args.postscale;
+    fin.divisor = t->args.divisor;
+    uint64_t seg = task_segment(x, t) / esz * esz;
+    int p2 = pow2_floor(N), r = N - p2, v;
+    t->phase_us[RD_PHASE_STAGED] = rd_now_us();
+    if (P < 2 * r && P % 2 == 0) { /* folds into P + 1, which hands the result back */
+        if (doubling_swap(x, t, P + 1, W, bytes, NULL, 0, seg) != 0 ||
+            doubling_swap(x, t, P + 1, NULL, 0, W, bytes, seg) != 0)
+            return -1;
+        t->phase_us[RD_PHASE_SCATTERED] = t->phase_us[RD_PHASE_MOVED] = rd_now_us();
+        goto out;
+    }
+    if (P < 2 * r) {
+        if (doubling_swap(x, t, P - 1, NULL, 0, R, bytes, seg) != 0)
+            return -1;
+        const void *src[2] = {R, W}; /* P - 1 is the lower */
+        t->backend->reduce(t->dtype, t->redop, W, src, 2, total, &mid);
+        v = P / 2;
+    } else {
+        v = P - r;
+    }
+    for (int d = 1; d < p2; d *= 2) {
+        int pv = v ^ d, q = pv < r ? 2 * pv + 1 : pv + r;
+        if (doubling_swap(x, t, q, W, bytes, R, bytes, seg) != 0)
+            return -1;
+        const void *lo_hi[2] = {W, R}, *hi_lo[2] = {R, W};
+        t->backend->reduce(t->dtype, t->redop, W, v < pv ? lo_hi : hi_lo, 2, total,
+                           2 * d >= p2 ? &fin : &mid);
+    }
+    t->phase_us[RD_PHASE_SCATTERED] = rd_now_us();
+    if (P < 2 * r && doubling_swap(x, t, P - 1, W, bytes, NULL, 0, seg) != 0)
+        return -1;
+    t->phase_us[RD_PHASE_MOVED] = rd_now_us();
+out:
+    if (!in_place) {
+        uint64_t off = 0;
+        for (size_t m = 0; m < t->nmembers; m++) {
+            for (int l = 0; l < L; l++)
+                t->backend->copy(t->members[m].out[l], W + off * esz, t->members[m].count * esz);
+            off += t->members[m].count;
+        }
+    }
+    return 0;
+}
+
+/* An allreduce: by recursive doubling when it is small enough, else round the ring. */
+static int allreduce(rd_xfer *x, rd_xfer_task *t)
+{
+    uint64_t total = 0;
+    for (size_t m = 0; m < t->nmembers; m++)
+        total += t->members[m].count;
+    return doubling_fits(x, t, total * rd_dtype_size(t->dtype)) ? do_allreduce_doubling(x, t, total)
+                                                                : do_allreduce(x, t);
+}
+
 static void run_task(rd_xfer *x, rd_xfer_task *t)
 {
     t->status = RINGD_OK;
@@ -1238,7 +1374,7 @@ static void run_task(rd_xfer *x, rd_xfer_task *t)
     }
     int rc;
     switch (t->coll) {
-    case RD_COLL_ALLREDUCE: rc = do_allreduce(x, t); break;
+    case RD_COLL_ALLREDUCE: rc = allreduce(x, t); break;
     case RD_COLL_BROADCAST: rc = do_broadcast(x, t); break;
     case RD_COLL_ALLGATHER:
     case RD_COLL_ALLGATHERV: rc = do_allgather(x, t); break;
@@ -1587,6 +1723,7 @@ void rd_xfer_free(rd_xfer *x, rd_status status, const char *why)
         free(x->pair_box[q]);
     }
     seals_wipe(x);
+    free(x->partner);
     free(x->scratch);
     pthread_cond_destroy(&x->cond);
     pthread_mutex_destroy(&x->lock);
