@@ -230,8 +230,8 @@ static void print_ring(const Ringd__RingInfo *ri)
                (double)l->bytes / 1e9, l->throughput_bps / 1e9);
     }
     if (ri->pair_links > 0 || ri->pair_bytes > 0)
-        printf("      direct links (alltoall): %u open, %.3f GB moved\n", ri->pair_links,
-               (double)ri->pair_bytes / 1e9);
+        printf("      direct links (alltoall, recursive doubling): %u open, %.3f GB moved\n",
+               ri->pair_links, (double)ri->pair_bytes / 1e9);
 }
 
 static void print_text(const Ringd__StatusReply *r)

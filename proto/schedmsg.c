@@ -160,7 +160,7 @@ static rd_schedmsg_status go_decode(const Ringd__Go *g, rd_schedmsg *out, char *
     if (u == NULL || u->fusion_threshold > RD_SCHEDMSG_FUSION_MAX ||
         u->segment_size < RD_SCHEDMSG_SEGMENT_MIN || u->segment_size > RD_SCHEDMSG_SEGMENT_MAX ||
         u->conns < 1 || u->conns > RD_SCHEDMSG_CONNS_MAX || u->cycle_us > RD_SCHEDMSG_CYCLE_MAX ||
-        u->autotune > RD_AUTOTUNE_SETTLED || u->doubling_bytes > RD_SCHEDMSG_FUSION_MAX) {
+        u->autotune > RD_AUTOTUNE_SETTLED || u->doubling_bytes > RD_SCHEDMSG_DOUBLING_MAX) {
         if (u == NULL)
             snprintf(err, errlen, "Go without its tuning");
         else

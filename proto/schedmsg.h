@@ -93,7 +93,7 @@ typedef struct {
     uint32_t conns;            /* 1 up to RD_SCHEDMSG_CONNS_MAX */
     uint32_t cycle_us;         /* at most RD_SCHEDMSG_CYCLE_MAX */
     int autotune;              /* RD_AUTOTUNE_* */
-    uint64_t doubling_bytes;   /* at most RD_SCHEDMSG_FUSION_MAX */
+    uint64_t doubling_bytes;   /* at most RD_SCHEDMSG_DOUBLING_MAX */
 } rd_tuning;
 
 /* The ranges of the matching flags (--fusion-threshold, --segment-size, --conns-per-link). */
@@ -101,8 +101,9 @@ typedef struct {
 #define RD_SCHEDMSG_SEGMENT_MIN 4096u
 #define RD_SCHEDMSG_SEGMENT_MAX (64ull << 20)
 #define RD_SCHEDMSG_CONNS_MAX 16u
-#define RD_SCHEDMSG_CYCLE_MAX 1000000u /* --fusion-cycle-us */
-#define RD_SCHEDMSG_GPU_MAX 63u        /* a GPU's UUID ("GPU-" or "MIG-" and 36 more) */
+#define RD_SCHEDMSG_CYCLE_MAX 1000000u         /* --fusion-cycle-us */
+#define RD_SCHEDMSG_DOUBLING_MAX (16ull << 20) /* --doubling-bytes */
+#define RD_SCHEDMSG_GPU_MAX 63u                /* a GPU's UUID ("GPU-" or "MIG-" and 36 more) */
 
 /* One scheduling message. generation is the ring's (rd_world_send stamps the current one). */
 typedef struct {

@@ -157,7 +157,7 @@ static const struct {
     {{.fusion_threshold = 1u << 20,
       .segment_size = 1u << 20,
       .conns = 1,
-      .doubling_bytes = (1ull << 30) + 1},
+      .doubling_bytes = (16ull << 20) + 1},
      "doubling"},
 };
 

@@ -14,7 +14,7 @@
 #include "segment.h"
 #include "xfer.h"
 
-#define MAXN 4
+#define MAXN 8
 #define CONNS 2
 
 typedef struct {
@@ -158,7 +158,7 @@ static void ring_new_with(ring *r, int n, const uint32_t *local, const uint64_t 
         m->taglen = sealed ? RD_SEAL_TAG : 0;
         cr_assert_eq(pthread_create(&m->thread, NULL, mitm_main, m), 0);
     }
-    static const char *const names[MAXN] = {"n0", "n1", "n2", "n3"};
+    static const char *const names[MAXN] = {"n0", "n1", "n2", "n3", "n4", "n5", "n6", "n7"};
     for (int i = 0; i < n; i++) {
         int sfd[CONNS], rfd[CONNS];
         rd_seal sseal[CONNS], rseal[CONNS];
@@ -589,17 +589,21 @@ Test(xfer, a_direct_link_sealed_otherwise_than_the_ring_is_closed_unused)
     }
 }
 
-/* Hands every two nodes of r a direct link in the clear (what the loop dials on a daemon). */
-static void pairs_link(ring *r)
+/* Hands every two nodes of r a direct link (what the loop dials on a daemon), sealed with keys
+ * of its own or in the clear. */
+static void pairs_link(ring *r, int sealed)
 {
-    rd_seal clear;
-    memset(&clear, 0, sizeof(clear));
     for (int i = 0; i < r->n; i++)
         for (int j = i + 1; j < r->n; j++) {
+            rd_seal a, b;
+            memset(&a, 0, sizeof(a));
+            memset(&b, 0, sizeof(b));
+            if (sealed)
+                link_seals(&a, &b);
             int sp[2];
             cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sp), 0);
-            rd_xfer_pair(r->x[i], j, sp[0], &clear);
-            rd_xfer_pair(r->x[j], i, sp[1], &clear);
+            rd_xfer_pair(r->x[i], j, sp[0], &a);
+            rd_xfer_pair(r->x[j], i, sp[1], &b);
         }
 }
 
@@ -616,14 +620,14 @@ static float uneven(uint32_t rank, uint64_t e)
 /* Allreduce by recursive doubling on n nodes (local ranks each as given), count elements of
  * dtype (i32 or f32) summed: an i32's result is the exact sum; an f32's is bit for bit the same
  * on every node and every local rank. Returns the payload moved over direct links. */
-static uint64_t check_doubling(int n, const uint32_t *local, rd_dtype dtype, uint64_t count,
-                               rd_redop redop, uint32_t divisor)
+static uint64_t check_doubling_on(int n, const uint32_t *local, rd_dtype dtype, uint64_t count,
+                                  rd_redop redop, uint32_t divisor, int sealed)
 {
-    uint64_t gens[MAXN] = {9, 9, 9, 9};
+    uint64_t gens[MAXN] = {9, 9, 9, 9, 9, 9, 9, 9};
     ring r;
     node_bufs b[MAXN];
-    ring_new(&r, n, local, gens, 4096);
-    pairs_link(&r);
+    ring_new_with(&r, n, local, gens, 4096, sealed, NULL);
+    pairs_link(&r, sealed);
     uint32_t first = 0;
     for (int i = 0; i < n; i++) {
         bufs_new(&b[i], local[i], count * 4, count * 4);
@@ -676,6 +680,12 @@ static uint64_t check_doubling(int n, const uint32_t *local, rd_dtype dtype, uin
     return moved;
 }
 
+static uint64_t check_doubling(int n, const uint32_t *local, rd_dtype dtype, uint64_t count,
+                               rd_redop redop, uint32_t divisor)
+{
+    return check_doubling_on(n, local, dtype, count, redop, divisor, 0);
+}
+
 /* Recursive doubling: exact for integers (as the ring), the same bits on every node for floats,
  * rings of a power of two and not (3: a pair folds first), one local rank or several, counts
  * over a segment; it moves its data over the direct links, not round the ring. */
@@ -686,8 +696,15 @@ Test(xfer, recursive_doubling_reduces_exactly_and_alike_on_every_node, .timeout 
         uint32_t local[MAXN];
         uint64_t count;
     } cases[] = {
-        {3, {1, 1, 1}, 1},    {3, {2, 1, 3}, 5000}, {4, {1, 1, 1, 1}, 4096},
-        {4, {1, 2, 1, 1}, 7}, {3, {1, 1, 1}, 1025},
+        {3, {1, 1, 1}, 1},
+        {3, {2, 1, 3}, 5000},
+        {4, {1, 1, 1, 1}, 4096},
+        {4, {1, 2, 1, 1}, 7},
+        {3, {1, 1, 1}, 1025},
+        {5, {1, 1, 1, 1, 1}, 999},     /* one pair folds */
+        {6, {1, 1, 2, 1, 1, 1}, 64},   /* two */
+        {7, {1, 1, 1, 1, 1, 1, 1}, 3}, /* three */
+        {8, {1, 1, 1, 1, 1, 1, 1, 1}, 2000},
     };
     for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
         uint64_t moved =
@@ -696,9 +713,18 @@ Test(xfer, recursive_doubling_reduces_exactly_and_alike_on_every_node, .timeout 
         check_doubling(cases[c].n, cases[c].local, RD_DT_F32, cases[c].count, RD_OP_SUM, 1);
     }
     /* the last exchange applies an average's divisor, and a max is a max */
-    uint32_t three[] = {1, 1, 1}, four[] = {1, 1, 1, 1};
-    check_doubling(3, three, RD_DT_I32, 100, RD_OP_SUM, 3);
-    check_doubling(4, four, RD_DT_I32, 100, RD_OP_MAX, 1);
+    uint32_t ones[] = {1, 1, 1, 1, 1, 1, 1, 1};
+    check_doubling(3, ones, RD_DT_I32, 100, RD_OP_SUM, 3);
+    check_doubling(6, ones, RD_DT_I32, 100, RD_OP_SUM, 6);
+    check_doubling(4, ones, RD_DT_I32, 100, RD_OP_MAX, 1);
+}
+
+/* On sealed direct links (--encrypt) too: the fold's empty frames included. */
+Test(xfer, recursive_doubling_on_sealed_links_reduces_exactly, .timeout = 60)
+{
+    uint32_t ones[] = {1, 1, 1, 1, 1, 1, 1, 1};
+    cr_assert_gt(check_doubling_on(3, ones, RD_DT_I32, 5000, RD_OP_SUM, 1, 1), 0);
+    cr_assert_gt(check_doubling_on(5, ones, RD_DT_F32, 7, RD_OP_SUM, 1, 1), 0);
 }
 
 /* Above its order's doubling_bytes, or on a ring of two, an allreduce goes round the ring:
@@ -711,7 +737,7 @@ Test(xfer, an_allreduce_over_its_doubling_bytes_goes_round_the_ring)
         ring r;
         node_bufs b[MAXN];
         ring_new(&r, n, local, gens, 4096);
-        pairs_link(&r);
+        pairs_link(&r, 0);
         for (int i = 0; i < n; i++) {
             bufs_new(&b[i], 1, 4096, 4096);
             b[i].t.doubling_bytes = n == 2 ? 1 << 20 : 1024; /* two nodes: always the ring */

@@ -89,7 +89,7 @@ static const opt_spec options[] = {
      "the announcement every node sends to all, and computes the result itself (one hop); all "
      "nodes must agree; at most half of --max-frame",
      NULL},
-    {"doubling-bytes", "RINGD_DOUBLING_BYTES", OPT_SIZE, "32K", 0, 1 << 30, OFF(doubling_bytes),
+    {"doubling-bytes", "RINGD_DOUBLING_BYTES", OPT_SIZE, "32K", 0, 16 << 20, OFF(doubling_bytes),
      "allreduces that go past the negotiation (over --direct-bytes) and are at most this big "
      "run by recursive doubling over direct links (log2 N exchanges, a link each from the "
      "--pair-links pool) instead of round the ring (2(N - 1) steps); the coordinator's value "
@@ -107,10 +107,12 @@ static const opt_spec options[] = {
     {"conns-per-link", "RINGD_CONNS_PER_LINK", OPT_INT, "2", 1, 16, OFF(conns_per_link),
      "TCP connections between neighbours of a ring, each way", NULL},
     {"pair-links", "RINGD_PAIR_LINKS", OPT_INT, "32", 0, 256, OFF(pair_links),
-     "the most direct links this node keeps open for alltoall, every job's together (least "
-     "recently used closed first): an alltoall of a ring of N >= 3 nodes goes straight to each "
-     "node over N - 1 of them, opened on first use, when N - 1 is at most this, else round the "
-     "ring (0: always round the ring); all nodes must agree",
+     "the most direct links this node keeps open for alltoall and recursive doubling, every "
+     "job's together (least recently used idle ones closed first): an alltoall of a ring of N >= "
+     "3 nodes goes straight to each node over N - 1 of them, opened on first use, when N - 1 is "
+     "at most this, else round the ring; an allreduce under --doubling-bytes needs log2 N of "
+     "them (one more when N is not a power of two), else goes round the ring (0: always round "
+     "the ring); all nodes must agree",
      NULL},
     {"autotune", "RINGD_AUTOTUNE", OPT_FLAG, "0", 0, 1, OFF(autotune),
      "the coordinator tries fusion thresholds, fusion cycles, segment sizes (up to "

@@ -124,6 +124,7 @@ struct rd_xfer {
     uint8_t *pair_box[RD_RING_NODES_MAX]; /* the thread's: room to seal a segment for node q */
     size_t pair_box_len[RD_RING_NODES_MAX];
     int pairs_busy;
+    int pairs_held; /* the thread's: a recursive doubling keeps its links busy between exchanges */
     int64_t pairs_used_ms;
     atomic_int pairs_handed;          /* bumped with each connection handed in */
     atomic_uint_least64_t pair_bytes; /* payload moved over direct links, both ways */
@@ -1184,7 +1185,7 @@ static int pairs_exchange(rd_xfer *x, rd_xfer_task *t, pair_part *parts, int np,
         }
     }
     pthread_mutex_lock(&x->lock);
-    x->pairs_busy = 0;
+    x->pairs_busy = x->pairs_held;
     pthread_mutex_unlock(&x->lock);
     atomic_store(&x->wanted, 0);
     return rc;
@@ -1268,7 +1269,8 @@ static int doubling_fits(const rd_xfer *x, const rd_xfer_task *t, uint64_t bytes
 }
 
 /* Sends len bytes of src to the node at position q and receives rlen bytes from it into dst,
- * over the direct link between the two. Returns 0, or -1 with t failed. */
+ * over the direct link between the two (either length may be 0, its buffer still valid).
+ * Returns 0, or -1 with t failed. */
 static int doubling_swap(rd_xfer *x, rd_xfer_task *t, int q, const uint8_t *src, uint64_t len,
                          uint8_t *dst, uint64_t rlen, uint64_t seg)
 {
@@ -1282,14 +1284,16 @@ static int doubling_swap(rd_xfer *x, rd_xfer_task *t, int q, const uint8_t *src,
  * to the odd one after it, which stands for both, and gets the result back at the end. Both
  * nodes of an exchange reduce the lower half's partial with the higher half's, in that order,
  * so every node ends with the same bits. */
-static int do_allreduce_doubling(rd_xfer *x, rd_xfer_task *t, uint64_t total)
+static int doubling_run(rd_xfer *x, rd_xfer_task *t, uint64_t total)
 {
     int N = x->cfg.nnodes, P = x->cfg.position, L = (int)x->local_sizes[P];
     size_t esz = rd_dtype_size(t->dtype);
     uint64_t bytes = total * esz;
+    int p2 = pow2_floor(N), r = N - p2, v;
+    int folds = P < 2 * r && P % 2 == 0; /* hands its vector on: receives no partner's */
     int in_place = t->nmembers == 1 && L == 1 && t->args.prescale == 1.0;
     uint8_t *W = in_place ? t->members[0].out[0] : scratch(x, bytes);
-    uint8_t *R = partner_buf(x, bytes);
+    uint8_t *R = folds ? W : partner_buf(x, bytes);
     if (W == NULL || R == NULL)
         return no_memory(t, bytes);
     if (in_place) {
@@ -1309,17 +1313,16 @@ static int do_allreduce_doubling(rd_xfer *x, rd_xfer_task *t, uint64_t total)
     fin.postscale = t->args.postscale;
     fin.divisor = t->args.divisor;
     uint64_t seg = task_segment(x, t) / esz * esz;
-    int p2 = pow2_floor(N), r = N - p2, v;
     t->phase_us[RD_PHASE_STAGED] = rd_now_us();
-    if (P < 2 * r && P % 2 == 0) { /* folds into P + 1, which hands the result back */
-        if (doubling_swap(x, t, P + 1, W, bytes, NULL, 0, seg) != 0 ||
-            doubling_swap(x, t, P + 1, NULL, 0, W, bytes, seg) != 0)
+    if (folds) { /* into P + 1, which hands the result back */
+        if (doubling_swap(x, t, P + 1, W, bytes, R, 0, seg) != 0 ||
+            doubling_swap(x, t, P + 1, W, 0, W, bytes, seg) != 0)
             return -1;
         t->phase_us[RD_PHASE_SCATTERED] = t->phase_us[RD_PHASE_MOVED] = rd_now_us();
         goto out;
     }
     if (P < 2 * r) {
-        if (doubling_swap(x, t, P - 1, NULL, 0, R, bytes, seg) != 0)
+        if (doubling_swap(x, t, P - 1, W, 0, R, bytes, seg) != 0)
             return -1;
         const void *src[2] = {R, W}; /* P - 1 is the lower */
         t->backend->reduce(t->dtype, t->redop, W, src, 2, total, &mid);
@@ -1336,7 +1339,7 @@ static int do_allreduce_doubling(rd_xfer *x, rd_xfer_task *t, uint64_t total)
                            2 * d >= p2 ? &fin : &mid);
     }
     t->phase_us[RD_PHASE_SCATTERED] = rd_now_us();
-    if (P < 2 * r && doubling_swap(x, t, P - 1, W, bytes, NULL, 0, seg) != 0)
+    if (P < 2 * r && doubling_swap(x, t, P - 1, W, bytes, R, 0, seg) != 0)
         return -1;
     t->phase_us[RD_PHASE_MOVED] = rd_now_us();
 out:
@@ -1349,6 +1352,20 @@ out:
         }
     }
     return 0;
+}
+
+/* doubling_run with the direct links held busy throughout: the pool (pairs_make_room on the
+ * loop) closes none of them between its exchanges. */
+static int do_allreduce_doubling(rd_xfer *x, rd_xfer_task *t, uint64_t total)
+{
+    pthread_mutex_lock(&x->lock);
+    x->pairs_held = x->pairs_busy = 1;
+    pthread_mutex_unlock(&x->lock);
+    int rc = doubling_run(x, t, total);
+    pthread_mutex_lock(&x->lock);
+    x->pairs_held = x->pairs_busy = 0;
+    pthread_mutex_unlock(&x->lock);
+    return rc;
 }
 
 /* An allreduce: by recursive doubling when it is small enough, else round the ring. */
