@@ -18,6 +18,7 @@ ITERS=${ITERS:-200}
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/.." && pwd)
+PYTHON=${PYTHON:-/usr/bin/python3}
 
 . "$HERE/lib.sh"
 bench_setup doubling "$BUILD"
@@ -50,8 +51,15 @@ ranks() {
 # one RUN N SIZE MODE DOUBLING: a fresh ring of N; prints "N SIZE MODE RUN time_us".
 one() {
     local run=$1 n=$2 size=$3 mode=$4 dbl=$5 t
-    start_ring "$n" --direct-bytes 0 --doubling-bytes "$dbl" || die "a ring of $n did not start"
-    t=$(ranks "$n" "$size")
+    # a failure stops this subshell's ring before leaving: its redis-server holds our stdout
+    if ! start_ring "$n" --direct-bytes 0 --doubling-bytes "$dbl"; then
+        stop_all
+        die "a ring of $n did not start"
+    fi
+    t=$(ranks "$n" "$size") || {
+        stop_all
+        exit 1
+    }
     stop_all
     echo "$n $size $mode $run $t"
 }
@@ -63,7 +71,7 @@ for run in $(seq 1 "$RUNS"); do
     for n in $NODES; do
         for size in $SIZES; do
             results+=("$(one "$run" "$n" "$size" ring 0)")
-            results+=("$(one "$run" "$n" "$size" doubling 1G)")
+            results+=("$(one "$run" "$n" "$size" doubling 16M)")
         done
     done
 done
