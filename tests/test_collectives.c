@@ -884,7 +884,7 @@ static int doubling_alike(int i, void *arg)
     if (r == NULL)
         return 10;
     int me = ringd_rank(r);
-    size_t count = 3000; /* 12000 bytes: over the 8 KiB direct, under the 64 KiB doubling */
+    size_t count = 6000; /* 24000 bytes: over the 16 KiB direct, under the 64 KiB doubling */
     float *x = malloc(count * sizeof(float));
     if (x == NULL)
         return 20;

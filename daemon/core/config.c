@@ -84,7 +84,7 @@ static const opt_spec options[] = {
      NULL},
     {"lease-ttl", "RINGD_LEASE_TTL", OPT_INT, "3000", 100, 600000, OFF(lease_ttl),
      "milliseconds a node stays a member without refreshing its lease", NULL},
-    {"direct-bytes", "RINGD_DIRECT_BYTES", OPT_SIZE, "8K", 0, 16 << 20, OFF(direct_bytes),
+    {"direct-bytes", "RINGD_DIRECT_BYTES", OPT_SIZE, "16K", 0, 16 << 20, OFF(direct_bytes),
      "collectives whose result is at most this big skip the ring: each node sends its part with "
      "the announcement every node sends to all, and computes the result itself (one hop); all "
      "nodes must agree; at most half of --max-frame",
