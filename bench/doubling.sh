@@ -48,34 +48,28 @@ ranks() {
         die "N $n, $size: wrong results"
 }
 
-# one RUN N SIZE MODE DOUBLING: a fresh ring of N; prints "N SIZE MODE RUN time_us".
+# one RUN N SIZE MODE DOUBLING: a fresh ring of N (in this shell, so that the traps stop it);
+# appends "N SIZE MODE RUN time_us" to $tmp/results.
 one() {
     local run=$1 n=$2 size=$3 mode=$4 dbl=$5 t
-    # a failure stops this subshell's ring before leaving: its redis-server holds our stdout
-    if ! start_ring "$n" --direct-bytes 0 --doubling-bytes "$dbl"; then
-        stop_all
-        die "a ring of $n did not start"
-    fi
-    t=$(ranks "$n" "$size") || {
-        stop_all
-        exit 1
-    }
+    start_ring "$n" --direct-bytes 0 --doubling-bytes "$dbl" || die "a ring of $n did not start"
+    t=$(ranks "$n" "$size") || die "N $n, $size ($mode) failed"
+    [[ -n $t ]] || die "N $n, $size ($mode): no time in rank 0's table"
     stop_all
-    echo "$n $size $mode $run $t"
+    echo "$n $size $mode $run $t" >>"$tmp/results"
 }
 
 echo "# doubling.sh: N daemons on loopback, 1 rank each, allreduce f32 sum, iters $ITERS;" \
     "$(nproc) cores; runs $RUNS; --direct-bytes 0"
-results=()
 for run in $(seq 1 "$RUNS"); do
     for n in $NODES; do
         for size in $SIZES; do
-            results+=("$(one "$run" "$n" "$size" ring 0)")
-            results+=("$(one "$run" "$n" "$size" doubling 16M)")
+            one "$run" "$n" "$size" ring 0
+            one "$run" "$n" "$size" doubling 16M
         done
     done
 done
-printf '%s\n' "${results[@]}" | awk '
+awk '
 function median(a, n,   i, j, t) {
     for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j - 1] > a[j]; j--) { t = a[j]; a[j] = a[j - 1]; a[j - 1] = t }
     return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
@@ -92,4 +86,4 @@ END {
         mr = median(a, nr[key]); md = median(b, nd[key])
         printf "%4s %8s %14.1f %16.1f %8.2f  %s /%s\n", K[1], K[2], mr, md, md / mr, sr, sd
     }
-}'
+}' "$tmp/results"

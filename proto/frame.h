@@ -14,7 +14,8 @@
  * would refuse; 6: OpSpec.shape, compared across nodes, which a daemon of 5 would neither send
  * nor compare; 7: PeerHello.encrypt and sealed links (--encrypt), which a daemon of 6 would
  * ignore, talking in the clear to a node that seals, and PeerHello.to, which it would not send;
- * nodes of one job run one version. */
+ * 8: Tuning.doubling_bytes, which a daemon of 7 would ignore, running round the ring an
+ * allreduce the others run by recursive doubling; nodes of one job run one version. */
 #define RD_PEER_PROTOCOL_VERSION 8
 #define RD_FRAME_HEADER 4
 #define RD_FRAME_MAX_DEFAULT (1u << 20)

@@ -186,9 +186,13 @@ static void every_reduction_on(const topo *t, const char *const *extra)
     th_ring_finish(&ring_);
 }
 
-/* Small results normally travel through the coordinator; these daemons send everything round
- * the ring, so that counts smaller than the ring leave some nodes' chunks empty. */
-static const char *const ring_only[] = {"--direct-bytes", "0", NULL};
+/* Small results normally travel with the negotiation, and middle ones by recursive doubling;
+ * these daemons send everything round the ring, so that counts smaller than the ring leave some
+ * nodes' chunks empty. */
+static const char *const ring_only[] = {"--direct-bytes", "0", "--doubling-bytes", "0", NULL};
+
+/* Everything past the negotiation by recursive doubling (up to its 16 MiB most). */
+static const char *const doubling_all[] = {"--direct-bytes", "0", "--doubling-bytes", "16M", NULL};
 
 Test(multinode, two_nodes_one_client_each_reduce_every_dtype_and_op_exactly, .timeout = 240)
 {
@@ -215,6 +219,15 @@ Test(multinode, three_nodes_with_two_one_and_two_clients_reduce_every_dtype_and_
      .timeout = 240)
 {
     every_reduction_on(&(topo){3, {2, 1, 2}}, ring_only);
+}
+
+/* Recursive doubling: every dtype and op (scales, averages) on rings of a power of two and not
+ * (5: one pair folds first), one client a node and several. */
+Test(multinode, three_to_five_nodes_reduce_every_dtype_and_op_by_recursive_doubling, .timeout = 300)
+{
+    every_reduction_on(&(topo){3, {1, 2, 1}}, doubling_all);
+    every_reduction_on(&(topo){4, {1, 1, 1, 1}}, doubling_all);
+    every_reduction_on(&(topo){5, {1, 1, 1, 1, 1}}, doubling_all);
 }
 
 /* ---- 2. a 64 MiB allreduce ---- */
@@ -486,7 +499,8 @@ Test(multinode, async_allreduces_submitted_in_a_different_order_on_every_rank_al
 
 Test(multinode, async_allreduces_in_different_orders_round_a_three_node_ring, .timeout = 120)
 {
-    static const char *const extra[] = {"--direct-bytes", "0", "--fusion-threshold", "4K", NULL};
+    static const char *const extra[] = {
+        "--direct-bytes", "0", "--doubling-bytes", "0", "--fusion-threshold", "4K", NULL};
     start_ring(3, extra);
     async_case c = {{3, {1, 2, 1}}, 24, 1};
     cr_assert_eq(run_clients(4, many_async, &c, 100000), 0);

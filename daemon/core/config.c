@@ -78,7 +78,7 @@ static const opt_spec options[] = {
     {"insecure", "RINGD_INSECURE", OPT_FLAG, "0", 0, 1, OFF(insecure),
      "run a multi-node ring without a key: anyone reaching --listen may join", NULL},
     {"encrypt", "RINGD_ENCRYPT", OPT_FLAG, "0", 0, 1, OFF(encrypt),
-     "seal every link with other daemons (control, ring data, alltoall's direct links): "
+     "seal every link with other daemons (control, ring data, direct links): "
      "AES-256-GCM where the CPU has AES-NI, else ChaCha20-Poly1305, keys per link from the ring "
      "key; every daemon of a ring must agree; needs --key-file",
      NULL},

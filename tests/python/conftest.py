@@ -361,7 +361,7 @@ def daemon():
 # ---- two nodes running ringd-bench (the autotune and observability tests) ----
 
 SMALL_MODEL = "# sizes around the direct, ring and fusion limits\n" \
-              "bias 3\nweight 70000\nemb 1000003\nnorm 512\nhead 4096\nproj 300000\n"
+              "bias 3\nweight 70000\nemb 1000003\nnorm 512\nhead 5000\nproj 300000\n"
 
 
 def status(d):

@@ -72,8 +72,8 @@ def small_model(tmp_path):
     """Tensors around the direct, ring and fusion sizes, with comments and blank lines."""
     f = tmp_path / "small"
     f.write_text("# a comment\n\nbias 3\nweight 70000 # trailing comment\nemb 1000003\n"
-                 "norm 512\nhead 4096\n")
-    return str(f), 3 + 70000 + 1000003 + 512 + 4096
+                 "norm 512\nhead 5000\n")
+    return str(f), 3 + 70000 + 1000003 + 512 + 5000
 
 
 def test_a_model_step_on_one_node_checks_every_gradient(daemon, tmp_path):
