@@ -171,6 +171,24 @@ static void send_all(int fd, const uint8_t *buf, size_t n, int64_t until)
     }
 }
 
+/* send_all into a control channel, which stops reading once it has failed (its owner frees it,
+ * closing the socket): what the input has left is not sent then (a full socket buffer would
+ * wait for a reader that is gone). */
+static void send_chan(int fd, const uint8_t *buf, size_t n, int64_t until)
+{
+    while (n > 0 && !fx.chan_failed) {
+        ssize_t w = send(fd, buf, n, MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+            return;
+        if (w > 0) {
+            buf += w;
+            n -= (size_t)w;
+        } else {
+            turn(until);
+        }
+    }
+}
+
 /* Waits for the daemon to close its end (after its verdict), reading what it sends. */
 static void wait_eof(int fd, int64_t until)
 {
@@ -315,7 +333,7 @@ static void run_channel(const uint8_t *data, size_t size)
     int sp[2];
     const rd_seal clear = {0};
     rd_peer_chan *c = chan_open(&clear, sp);
-    send_all(sp[1], data, size, until);
+    send_chan(sp[1], data, size, until);
     chan_close(c, sp, until);
 }
 
@@ -333,13 +351,13 @@ static void run_sealed(const uint8_t *data, size_t size)
     int sp[2];
     rd_peer_chan *c = chan_open(&mine, sp);
     static uint8_t f[RD_FRAME_HEADER + 0x8000 + RD_SEAL_TAG];
-    while (size >= 2) {
+    while (size >= 2 && !fx.chan_failed) {
         size_t len = (size_t)(data[0] | (data[1] & 0x7f) << 8), raw = data[1] & 0x80;
         data += 2;
         size -= 2;
         len = len < size ? len : size;
         if (raw) {
-            send_all(sp[1], data, len, until);
+            send_chan(sp[1], data, len, until);
         } else {
             uint32_t n = (uint32_t)(len + RD_SEAL_TAG);
             for (int i = 0; i < 4; i++)
@@ -347,7 +365,7 @@ static void run_sealed(const uint8_t *data, size_t size)
             if (rd_seal_seal(peer.cipher, &peer.tx, f + RD_FRAME_HEADER, f + RD_FRAME_HEADER + len,
                              data, len, f, RD_FRAME_HEADER) != 0)
                 abort(); /* the harness's own sealing: out of memory */
-            send_all(sp[1], f, RD_FRAME_HEADER + n, until);
+            send_chan(sp[1], f, RD_FRAME_HEADER + n, until);
         }
         data += len;
         size -= len;
