@@ -237,15 +237,21 @@ static void bufs_new(node_bufs *b, uint32_t L, size_t in_bytes, size_t out_bytes
     b->t.nmembers = 1;
 }
 
-/* Submits b's task to x as an f32 sum allreduce of count elements. */
-static void submit_f32_sum(rd_xfer *x, node_bufs *b, uint64_t count)
+/* Makes b's task an allreduce (dtype, redop) of count elements on the CPU, unscaled. */
+static void allreduce_task(node_bufs *b, rd_dtype dtype, rd_redop redop, uint64_t count)
 {
     b->m.count = count;
     b->t.backend = rd_backend_cpu();
     b->t.coll = RD_COLL_ALLREDUCE;
-    b->t.dtype = RD_DT_F32;
-    b->t.redop = RD_OP_SUM;
+    b->t.dtype = dtype;
+    b->t.redop = redop;
     b->t.args = (rd_reduce_args)RD_REDUCE_ARGS_INIT;
+}
+
+/* Submits b's task to x as an f32 sum allreduce of count elements. */
+static void submit_f32_sum(rd_xfer *x, node_bufs *b, uint64_t count)
+{
+    allreduce_task(b, RD_DT_F32, RD_OP_SUM, count);
     rd_xfer_submit(x, &b->t);
 }
 
@@ -278,12 +284,7 @@ static void check_allreduce_on(int n, const uint32_t *local, uint64_t count, uin
             for (uint64_t e = 0; e < count; e++)
                 ((int32_t *)b[i].in[l])[e] = value(first + l, e);
         first += local[i];
-        b[i].m.count = count;
-        b[i].t.backend = rd_backend_cpu();
-        b[i].t.coll = RD_COLL_ALLREDUCE;
-        b[i].t.dtype = RD_DT_I32;
-        b[i].t.redop = RD_OP_SUM;
-        b[i].t.args = (rd_reduce_args)RD_REDUCE_ARGS_INIT;
+        allreduce_task(&b[i], RD_DT_I32, RD_OP_SUM, count);
         rd_xfer_submit(r.x[i], &b[i].t);
     }
     ring_wait(&r, n);
@@ -639,12 +640,7 @@ static uint64_t check_doubling_on(int n, const uint32_t *local, rd_dtype dtype, 
                     ((float *)b[i].in[l])[e] = uneven(first + l, e);
             }
         first += local[i];
-        b[i].m.count = count;
-        b[i].t.backend = rd_backend_cpu();
-        b[i].t.coll = RD_COLL_ALLREDUCE;
-        b[i].t.dtype = dtype;
-        b[i].t.redop = redop;
-        b[i].t.args = (rd_reduce_args)RD_REDUCE_ARGS_INIT;
+        allreduce_task(&b[i], dtype, redop, count);
         b[i].t.args.divisor = divisor;
         b[i].t.doubling_bytes = count * 4;
         rd_xfer_submit(r.x[i], &b[i].t);

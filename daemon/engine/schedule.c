@@ -212,8 +212,7 @@ static rd_status ring_forming(rd_sched *s, int nnodes, int position, const rd_ri
     rd_tuning start = {.fusion_threshold = s->cfg->fusion_threshold,
                        .segment_size = s->cfg->segment_size,
                        .conns = (uint32_t)s->cfg->conns_per_link,
-                       .cycle_us = (uint32_t)s->cfg->fusion_cycle_us,
-                       .doubling_bytes = s->cfg->doubling_bytes};
+                       .cycle_us = (uint32_t)s->cfg->fusion_cycle_us};
     if (s->cfg->autotune && s->has_settled && s->settled.segment_size <= s->cfg->segment_size &&
         s->settled.conns <= (uint32_t)s->cfg->conns_per_link)
         start = s->settled;

@@ -532,6 +532,31 @@ static int mod(int a, int n)
     return ((a % n) + n) % n;
 }
 
+/* A fused allreduce's staging: every member's L local inputs reduced (the task's prescale
+ * applied) into W, the members one after the other. */
+static void members_reduce(rd_xfer_task *t, uint8_t *W, int L, size_t esz)
+{
+    rd_reduce_args pre = RD_REDUCE_ARGS_INIT;
+    pre.prescale = t->args.prescale;
+    uint64_t off = 0;
+    for (size_t m = 0; m < t->nmembers; m++) {
+        t->backend->reduce(t->dtype, t->redop, W + off * esz, (const void *const *)t->members[m].in,
+                           L, t->members[m].count, &pre);
+        off += t->members[m].count;
+    }
+}
+
+/* The result in W copied to every member's L local outputs. */
+static void members_write_back(rd_xfer_task *t, const uint8_t *W, int L, size_t esz)
+{
+    uint64_t off = 0;
+    for (size_t m = 0; m < t->nmembers; m++) {
+        for (int l = 0; l < L; l++)
+            t->backend->copy(t->members[m].out[l], W + off * esz, t->members[m].count * esz);
+        off += t->members[m].count;
+    }
+}
+
 /* Allreduce of every member, fused when there are several: the local ranks' inputs are reduced
  * into one buffer (or, for one local rank with nothing to scale, the ring works in its output
  * directly), the ring reduces and gathers it, the result is copied to every local output. */
@@ -552,14 +577,7 @@ static int do_allreduce(rd_xfer *x, rd_xfer_task *t)
         W = scratch(x, total * esz);
         if (W == NULL)
             return no_memory(t, total * esz);
-        rd_reduce_args pre = RD_REDUCE_ARGS_INIT;
-        pre.prescale = t->args.prescale;
-        uint64_t off = 0;
-        for (size_t m = 0; m < t->nmembers; m++) {
-            t->backend->reduce(t->dtype, t->redop, W + off * esz,
-                               (const void *const *)t->members[m].in, L, t->members[m].count, &pre);
-            off += t->members[m].count;
-        }
+        members_reduce(t, W, L, esz);
         local = W;
     }
     plan p;
@@ -589,14 +607,8 @@ static int do_allreduce(rd_xfer *x, rd_xfer_task *t)
     if (run_plan(x, t, &p, esz) != 0)
         return -1;
     t->phase_us[RD_PHASE_MOVED] = rd_now_us();
-    if (!direct) {
-        uint64_t off = 0;
-        for (size_t m = 0; m < t->nmembers; m++) {
-            for (int l = 0; l < L; l++)
-                t->backend->copy(t->members[m].out[l], W + off * esz, t->members[m].count * esz);
-            off += t->members[m].count;
-        }
-    }
+    if (!direct)
+        members_write_back(t, W, L, esz);
     return 0;
 }
 
@@ -1300,14 +1312,7 @@ static int doubling_run(rd_xfer *x, rd_xfer_task *t, uint64_t total)
         if (W != t->members[0].in[0])
             t->backend->copy(W, t->members[0].in[0], bytes);
     } else {
-        rd_reduce_args pre = RD_REDUCE_ARGS_INIT;
-        pre.prescale = t->args.prescale;
-        uint64_t off = 0;
-        for (size_t m = 0; m < t->nmembers; m++) {
-            t->backend->reduce(t->dtype, t->redop, W + off * esz,
-                               (const void *const *)t->members[m].in, L, t->members[m].count, &pre);
-            off += t->members[m].count;
-        }
+        members_reduce(t, W, L, esz);
     }
     rd_reduce_args mid = RD_REDUCE_ARGS_INIT, fin = RD_REDUCE_ARGS_INIT;
     fin.postscale = t->args.postscale;
@@ -1343,14 +1348,8 @@ static int doubling_run(rd_xfer *x, rd_xfer_task *t, uint64_t total)
         return -1;
     t->phase_us[RD_PHASE_MOVED] = rd_now_us();
 out:
-    if (!in_place) {
-        uint64_t off = 0;
-        for (size_t m = 0; m < t->nmembers; m++) {
-            for (int l = 0; l < L; l++)
-                t->backend->copy(t->members[m].out[l], W + off * esz, t->members[m].count * esz);
-            off += t->members[m].count;
-        }
-    }
+    if (!in_place)
+        members_write_back(t, W, L, esz);
     return 0;
 }
 

@@ -155,10 +155,11 @@ static int recv_exact(int fd, uint8_t *buf, size_t n, int64_t until)
     return 0;
 }
 
-/* Sends all of buf (the loop turns while the socket is full); errors are the daemon hanging up. */
-static void send_all(int fd, const uint8_t *buf, size_t n, int64_t until)
+/* Sends all of buf (the loop turns while the socket is full), unless *stop becomes set (stop
+ * may be NULL); errors are the daemon hanging up. */
+static void send_until(int fd, const uint8_t *buf, size_t n, int64_t until, const int *stop)
 {
-    while (n > 0) {
+    while (n > 0 && (stop == NULL || !*stop)) {
         ssize_t w = send(fd, buf, n, MSG_DONTWAIT | MSG_NOSIGNAL);
         if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
             return;
@@ -171,22 +172,17 @@ static void send_all(int fd, const uint8_t *buf, size_t n, int64_t until)
     }
 }
 
+static void send_all(int fd, const uint8_t *buf, size_t n, int64_t until)
+{
+    send_until(fd, buf, n, until, NULL);
+}
+
 /* send_all into a control channel, which stops reading once it has failed (its owner frees it,
  * closing the socket): what the input has left is not sent then (a full socket buffer would
  * wait for a reader that is gone). */
 static void send_chan(int fd, const uint8_t *buf, size_t n, int64_t until)
 {
-    while (n > 0 && !fx.chan_failed) {
-        ssize_t w = send(fd, buf, n, MSG_DONTWAIT | MSG_NOSIGNAL);
-        if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-            return;
-        if (w > 0) {
-            buf += w;
-            n -= (size_t)w;
-        } else {
-            turn(until);
-        }
-    }
+    send_until(fd, buf, n, until, &fx.chan_failed);
 }
 
 /* Waits for the daemon to close its end (after its verdict), reading what it sends. */
