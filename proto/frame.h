@@ -15,8 +15,10 @@
  * nor compare; 7: PeerHello.encrypt and sealed links (--encrypt), which a daemon of 6 would
  * ignore, talking in the clear to a node that seals, and PeerHello.to, which it would not send;
  * 8: Tuning.doubling_bytes, which a daemon of 7 would ignore, running round the ring an
- * allreduce the others run by recursive doubling; nodes of one job run one version. */
-#define RD_PEER_PROTOCOL_VERSION 8
+ * allreduce the others run by recursive doubling; 9: broadcast and allgather under
+ * Tuning.doubling_bytes by recursive doubling, which a daemon of 8 would run round the ring;
+ * nodes of one job run one version. */
+#define RD_PEER_PROTOCOL_VERSION 9
 #define RD_FRAME_HEADER 4
 #define RD_FRAME_MAX_DEFAULT (1u << 20)
 #define RD_NAME_MAX 256           /* bytes in a job or tensor name, terminator excluded */

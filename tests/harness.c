@@ -11,6 +11,7 @@
 #include <inttypes.h>
 #include <poll.h>
 #include <sched.h>
+#include <stdatomic.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -479,10 +480,20 @@ struct ringd *th_open_world(const char *sock, const char *job, int world, int lo
     return NULL;
 }
 
+static _Atomic int *closing_; /* th_run's processes done with their collectives (shared) */
+
 int th_run(int n, int (*fn)(int i, void *arg), void *arg, int timeout_ms)
 {
     pid_t kids[64];
     int failed = 0;
+    if (closing_ == NULL) {
+        void *p = mmap(NULL, sizeof(*closing_), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+                       -1, 0);
+        if (p == MAP_FAILED)
+            return 1;
+        closing_ = p;
+    }
+    atomic_store(closing_, 0);
     fflush(NULL);
     for (int i = 0; i < n; i++) {
         kids[i] = fork();
@@ -503,6 +514,14 @@ int th_run(int n, int (*fn)(int i, void *arg), void *arg, int timeout_ms)
             failed = i + 1;
     }
     return failed;
+}
+
+void th_close_together(struct ringd *r, int n)
+{
+    atomic_fetch_add(closing_, 1);
+    for (int64_t end = th_now_ms() + 30000; atomic_load(closing_) < n && th_now_ms() < end;)
+        th_sleep_ms(1);
+    ringd_close(r);
 }
 
 int th_command(char **out, int timeout_ms, const char *const *argv)

@@ -213,6 +213,14 @@ struct ringd *th_open_world(const char *sock, const char *job, int world, int lo
  * first failing index + 1 (stragglers are killed). */
 int th_run(int n, int (*fn)(int i, void *arg), void *arg, int timeout_ms);
 
+/* In a process of th_run(n, ...): closes r once all n of them are here, done with their
+ * collectives (30 s at most). A node whose clients all left would end the job's ring under
+ * another node's last op still in flight (its last Ready on the way, or its data: recursive
+ * doubling's folding nodes finish an exchange after the others), and a node that loses one of
+ * several clients breaks the ring; either way the others' ranks would hear a membership
+ * change. */
+void th_close_together(struct ringd *r, int n);
+
 /* ---- a client looping allreduces, for membership changes ----
  *
  * th_loop_start forks a client process that opens a session on sock (job, world, local, min_size

@@ -26,7 +26,6 @@
 static th_ring ring_;
 static th_daemon solo_;
 static char job_[64];
-static _Atomic int *closing_; /* clients of the run done with their collectives (shared) */
 
 /* Where each client goes: nnodes daemons (0: one daemon without redis) with local[k] clients. */
 typedef struct {
@@ -74,34 +73,25 @@ static ringd_t *join(const topo *t, int i)
     return th_open_world(ring_.d[k].sock, job_, t->world, t->local[k], 0, OP_TIMEOUT_MS);
 }
 
+static _Atomic int *submitted_; /* a run's rank has submitted what another waits for (shared) */
+
 /* Runs fn in one client process per rank, as a job of its own (the last one's ranks may
  * still be leaving). */
 static int run(const topo *t, int (*fn)(int i, void *arg), int timeout_ms)
 {
     static int runs;
     snprintf(job_, sizeof(job_), "coll.%d.%d", (int)getpid(), runs++);
-    if (closing_ == NULL) {
-        closing_ = mmap(NULL, sizeof(*closing_), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
-                        -1, 0);
-        cr_assert_neq(closing_, MAP_FAILED);
+    if (submitted_ == NULL) {
+        submitted_ = mmap(NULL, sizeof(*submitted_), PROT_READ | PROT_WRITE,
+                          MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+        cr_assert_neq(submitted_, MAP_FAILED);
     }
-    atomic_store(closing_, 0);
+    atomic_store(submitted_, 0);
     topo copy = *t;
     int failed = th_run(t->world, fn, &copy, timeout_ms);
     if (failed && t->nnodes > 0)
         th_ring_dump_logs(&ring_, 16384);
     return failed;
-}
-
-/* Closes r once every client of the run is done with its collectives: a node whose clients
- * all left would end the job's ring under another node's last op still in flight (its last
- * Ready on the way), which that node's ranks would hear as a membership change. */
-static void close_together(ringd_t *r, int world)
-{
-    atomic_fetch_add(closing_, 1);
-    for (int64_t end = th_now_ms() + 30000; atomic_load(closing_) < world && th_now_ms() < end;)
-        th_sleep_ms(1);
-    ringd_close(r);
 }
 
 /* Per-rank counts for a job of n ranks: 0 for rank 1, 1, primes. */
@@ -227,7 +217,7 @@ static int every_op(int i, void *arg)
     TH_CHECK_OK(r, ringd_reducescatter(r, "zero.rs", NULL, NULL, 0, RINGD_BF16, RINGD_MAX));
     memset(c, 0, sizeof(c));
     TH_CHECK_OK(r, ringd_allgatherv(r, "zero.agv", NULL, 0, NULL, c, RINGD_F64));
-    close_together(r, t->world);
+    th_close_together(r, t->world);
     return 0;
 }
 
@@ -290,7 +280,7 @@ static int async_orders(int i, void *arg)
             at += c[q];
         }
     }
-    close_together(r, t->world);
+    th_close_together(r, t->world);
     return 0;
 }
 
@@ -345,7 +335,7 @@ static int differing_counts(int i, void *arg)
     if (ringd_refuse(r, "fine", RINGD_OK, "no") != RINGD_E_INVALID)
         return 53;
     TH_CHECK_OK(r, ringd_allreduce(r, "after.refused", in, out, 4, RINGD_F32, RINGD_SUM));
-    close_together(r, t->world);
+    th_close_together(r, t->world);
     return 0;
 }
 
@@ -455,7 +445,7 @@ static int learnt_counts(int i, void *arg)
     TH_CHECK_OK(r, ringd_allgatherv_into(r, "learn.after", mine, 0, 7, RINGD_I32, recv_into,
                                          &slot[0], NULL));
     free(slot[0].buf);
-    close_together(r, t->world);
+    th_close_together(r, t->world);
     return 0;
 }
 
@@ -531,7 +521,7 @@ static int learnt_groups(int i, void *arg)
         x = 1;
     }
     TH_CHECK_OK(r, ringd_allreduce(r, "after.lg", &x, &x, 1, RINGD_F32, RINGD_SUM));
-    close_together(r, t->world);
+    th_close_together(r, t->world);
     return 0;
 }
 
@@ -648,7 +638,7 @@ static int alltoalls(int i, void *arg)
     TH_CHECK_OK(r, ringd_alltoall(r, "a2a.after", in, out, 1, RINGD_I32));
     free(in2);
     free(out);
-    close_together(r, t->world);
+    th_close_together(r, t->world);
     return 0;
 }
 
@@ -719,7 +709,7 @@ static int pair_pool(int i, void *arg)
     }
     free(in);
     free(out);
-    close_together(r[0], t->world);
+    th_close_together(r[0], t->world);
     ringd_close(r[1]);
     return 0;
 }
@@ -852,7 +842,7 @@ static int relayed(int i, void *arg)
         return 61;
     }
     free(out);
-    close_together(r, t->world);
+    th_close_together(r, t->world);
     return 0;
 }
 
@@ -913,7 +903,7 @@ static int doubling_alike(int i, void *arg)
                 mine);
         return 40;
     }
-    close_together(r, t->world);
+    th_close_together(r, t->world);
     return 0;
 }
 
@@ -1022,7 +1012,7 @@ static int groups(int i, void *arg)
         }
     }
     TH_CHECK_OK(r, ringd_allreduce(r, "after.groups", x, x, 1, RINGD_F32, RINGD_SUM));
-    close_together(r, t->world);
+    th_close_together(r, t->world);
     return 0;
 }
 
@@ -1094,7 +1084,7 @@ static int process_sets(int i, void *arg)
         return 75;
     }
     TH_CHECK_OK(r, ringd_allreduce(r, "after.sets", &xa, &xa, 1, RINGD_F32, RINGD_SUM));
-    close_together(r, t->world);
+    th_close_together(r, t->world);
     return 0;
 }
 
@@ -1173,7 +1163,7 @@ static int joins(int i, void *arg)
         fprintf(stderr, "rank %d: the last to join the second time was %d\n", me, last);
         return 85;
     }
-    close_together(r, t->world);
+    th_close_together(r, t->world);
     return 0;
 }
 
@@ -1239,7 +1229,7 @@ static int pset_change(int i, void *arg)
         return 92;
     }
     ringd_close(ps);
-    close_together(r, t->world - 1);
+    th_close_together(r, t->world - 1);
     return 0;
 }
 
@@ -1314,7 +1304,7 @@ static int join_fails_what_waits(int i, void *arg)
         ringd_request_t *q[2];
         TH_CHECK_OK(r, ringd_broadcast_async(r, "b1", b[0], 4, RINGD_F32, 1, &q[0]));
         TH_CHECK_OK(r, ringd_broadcast_async(r, "b2", b[1], 4, RINGD_F32, 1, &q[1]));
-        atomic_fetch_add(closing_, 1); /* submitted: rank 0 may join */
+        atomic_store(submitted_, 1); /* rank 0 may join */
         for (int k = 0; k < 2; k++) {
             ringd_result_t rc = ringd_wait(q[k]);
             if (rc != RINGD_E_INVALID || strstr(ringd_errmsg(r), "has joined") == NULL) {
@@ -1324,7 +1314,7 @@ static int join_fails_what_waits(int i, void *arg)
             }
         }
     } else {
-        for (int64_t end = th_now_ms() + 30000; atomic_load(closing_) == 0 && th_now_ms() < end;)
+        for (int64_t end = th_now_ms() + 30000; atomic_load(submitted_) == 0 && th_now_ms() < end;)
             th_sleep_ms(1);
         th_sleep_ms(200); /* their announcement reaches this node first, most of the time */
     }
@@ -1333,8 +1323,7 @@ static int join_fails_what_waits(int i, void *arg)
         fprintf(stderr, "rank %d: the last to join was %d\n", me, last);
         return 96;
     }
-    atomic_store(closing_, 0);
-    close_together(r, t->world);
+    th_close_together(r, t->world);
     return 0;
 }
 
@@ -1376,7 +1365,7 @@ static int join_then_reordered(int i, void *arg)
         fprintf(stderr, "rank %d: after the join %g ranks took part, not 3\n", ringd_rank(r), all);
         return 97;
     }
-    close_together(r, t->world);
+    th_close_together(r, t->world);
     return 0;
 }
 
@@ -1438,7 +1427,7 @@ static int data_steps_outside_the_callers_group(int i, void *arg)
     free(slot[1].buf);
     if (rc != 0 || y != (float)n)
         return rc != 0 ? rc : 111;
-    close_together(r, t->world);
+    th_close_together(r, t->world);
     return 0;
 }
 
@@ -1481,7 +1470,7 @@ static int join_with_two_steps_under_way(int i, void *arg)
     }
     if (me != 0)
         TH_CHECK_OK(r, ringd_join(r, &last));
-    close_together(r, t->world);
+    th_close_together(r, t->world);
     return 0;
 }
 

@@ -230,6 +230,86 @@ Test(multinode, three_to_five_nodes_reduce_every_dtype_and_op_by_recursive_doubl
     every_reduction_on(&(topo){5, {1, 1, 1, 1, 1}}, doubling_all);
 }
 
+/* A value rank k's block holds at element e, and a whole vector's check. */
+static int32_t gather_value(int k, size_t e)
+{
+    return (int32_t)((e * 2654435761u) ^ ((size_t)k * 40503u + 17));
+}
+
+static int gathered(const char *name, int me, const int32_t *v, size_t n, int k, size_t from)
+{
+    for (size_t e = 0; e < n; e++)
+        if (v[e] != gather_value(k, from + e)) {
+            fprintf(stderr, "rank %d: tensor '%s' element %zu is %d, rank %d's should be %d\n", me,
+                    name, e, v[e], k, gather_value(k, from + e));
+            return 40;
+        }
+    return 0;
+}
+
+/* Broadcasts from every root and allgathers of equal and uneven counts (an empty block among
+ * them), in sizes past the negotiation: every element checked on every rank. */
+static int all_gathers(int i, void *arg)
+{
+    const topo *t = arg;
+    int world = world_of(t);
+    static const size_t counts[] = {1, 1009, 9000};
+    ringd_t *r = join(t, i, 0);
+    if (r == NULL)
+        return 10;
+    int me = ringd_rank(r), rc;
+    int32_t *x = ringd_alloc(r, 9000 * sizeof(int32_t) * (size_t)world);
+    int32_t *in = malloc(9000 * sizeof(int32_t));
+    if (x == NULL || in == NULL)
+        return 30;
+    char name[64];
+    for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]); c++) {
+        for (int root = 0; root < world; root++) {
+            for (size_t e = 0; e < counts[c]; e++)
+                x[e] = me == root ? gather_value(root, e) : -1;
+            snprintf(name, sizeof(name), "b.%d.%zu", root, counts[c]);
+            TH_CHECK_OK(r, ringd_broadcast(r, name, x, counts[c], RINGD_I32, root));
+            if ((rc = gathered(name, me, x, counts[c], root, 0)) != 0)
+                return rc;
+        }
+        for (size_t e = 0; e < counts[c]; e++)
+            in[e] = gather_value(me, e);
+        snprintf(name, sizeof(name), "g.%zu", counts[c]);
+        TH_CHECK_OK(r, ringd_allgather(r, name, in, x, counts[c], RINGD_I32));
+        for (int k = 0; k < world; k++)
+            if ((rc = gathered(name, me, x + (size_t)k * counts[c], counts[c], k, 0)) != 0)
+                return rc;
+    }
+    size_t v[TH_RING_MAX * 4], at = 0;
+    for (int k = 0; k < world; k++)
+        v[k] = k == 1 ? 0 : 700 + 1300 * (size_t)k; /* rank 1 sends nothing */
+    for (size_t e = 0; e < v[me]; e++)
+        in[e] = gather_value(me, e);
+    TH_CHECK_OK(r, ringd_allgatherv(r, "gv", in, v[me], x, v, RINGD_I32));
+    for (int k = 0; k < world; k++) {
+        if ((rc = gathered("gv", me, x + at, v[k], k, 0)) != 0)
+            return rc;
+        at += v[k];
+    }
+    free(in);
+    th_close_together(r, world);
+    return 0;
+}
+
+/* Broadcast by a binomial tree and allgather by recursive doubling between real daemons: rings
+ * of a power of two and not (5 and 6: pairs fold first, roots on folding nodes among them). */
+Test(multinode, three_to_six_nodes_broadcast_and_gather_by_recursive_doubling, .timeout = 300)
+{
+    static const topo rings[] = {{3, {1, 2, 1}}, {4, {1, 1, 1, 1}}, {6, {1, 1, 2, 1, 1, 1}}};
+    for (size_t k = 0; k < sizeof(rings) / sizeof(rings[0]); k++) {
+        start_ring(rings[k].nnodes, doubling_all);
+        topo copy = rings[k];
+        cr_assert_eq(run_clients(world_of(&copy), all_gathers, &copy, 120000), 0,
+                     "a client failed (its stderr above)");
+        th_ring_finish(&ring_);
+    }
+}
+
 /* ---- 2. a 64 MiB allreduce ---- */
 
 #define BIG_COUNT (16u << 20)

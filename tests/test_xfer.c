@@ -748,3 +748,117 @@ Test(xfer, an_allreduce_over_its_doubling_bytes_goes_round_the_ring)
         ring_free(&r);
     }
 }
+
+/* A broadcast from root (coll RD_COLL_BROADCAST), or an allgather(v) (counts: each rank's, or
+ * NULL for count each), of i32 on n nodes with doubling_bytes as given: every local output is
+ * checked exactly. Returns the payload moved over direct links. */
+static uint64_t check_gather_on(int n, const uint32_t *local, rd_coll coll, uint32_t root,
+                                uint64_t count, const uint64_t *counts, uint64_t doubling,
+                                int sealed)
+{
+    uint64_t gens[MAXN] = {4, 4, 4, 4, 4, 4, 4, 4};
+    ring r;
+    node_bufs b[MAXN];
+    ring_new_with(&r, n, local, gens, 4096, sealed, NULL);
+    pairs_link(&r, sealed);
+    uint32_t world = 0;
+    for (int i = 0; i < n; i++)
+        world += local[i];
+    uint64_t at[33] = {0}; /* each rank's first element in the gathered buffer */
+    for (uint32_t k = 0; k < world; k++)
+        at[k + 1] = at[k] + (counts != NULL ? counts[k] : count);
+    uint64_t out = coll == RD_COLL_BROADCAST ? count : at[world];
+    uint32_t first = 0;
+    for (int i = 0; i < n; i++) {
+        bufs_new(&b[i], local[i], (count + 2200) * 4, out * 4); /* an allgatherv's counts too */
+        for (uint32_t l = 0; l < local[i]; l++)
+            for (uint64_t e = 0; e < count + 2200; e++)
+                ((int32_t *)b[i].in[l])[e] = value(first + l, e);
+        first += local[i];
+        b[i].m.count = count;
+        b[i].t.backend = rd_backend_cpu();
+        b[i].t.coll = coll;
+        b[i].t.dtype = RD_DT_I32;
+        b[i].t.root = root;
+        b[i].t.counts = counts;
+        b[i].t.doubling_bytes = doubling;
+        rd_xfer_submit(r.x[i], &b[i].t);
+    }
+    ring_wait(&r, n);
+    uint64_t moved = 0;
+    first = 0;
+    for (int i = 0; i < n; i++) {
+        cr_assert_eq(b[i].t.status, RINGD_OK, "node %d: %s", i, b[i].t.message);
+        moved += rd_xfer_pair_bytes(r.x[i]);
+        for (uint32_t l = 0; l < local[i]; l++) {
+            const int32_t *o = (const int32_t *)b[i].out[l];
+            if (coll == RD_COLL_BROADCAST)
+                for (uint64_t e = 0; e < count; e++)
+                    cr_assert_eq(o[e], value(root, e),
+                                 "n %d root %u: node %d local %u element %llu", n, root, i, l,
+                                 (unsigned long long)e);
+            else
+                for (uint32_t k = 0; k < world; k++)
+                    for (uint64_t e = at[k]; e < at[k + 1]; e++)
+                        cr_assert_eq(o[e], value(k, e - at[k]),
+                                     "n %d: node %d local %u, rank %u's element %llu", n, i, l, k,
+                                     (unsigned long long)(e - at[k]));
+        }
+        first += local[i];
+    }
+    for (int i = 0; i < n; i++)
+        bufs_free(&b[i], local[i]);
+    ring_free(&r);
+    return moved;
+}
+
+/* Broadcast by a binomial tree and allgather by recursive doubling, on rings of 3 to 8 nodes
+ * (folding pairs where N is not a power of two): from every root rank (a root on a folding
+ * node, on the node that stands for it, on one that stands for itself), gathers of equal and
+ * uneven counts (an empty block among them), one local rank or several. Every result is exact,
+ * and the data crossed direct links; with doubling_bytes 0 the same ops cross none. */
+Test(xfer, broadcast_and_allgather_by_recursive_doubling_are_exact_on_every_node, .timeout = 120)
+{
+    static const struct {
+        int n;
+        uint32_t local[MAXN];
+    } rings[] = {
+        {3, {1, 1, 1}},
+        {3, {2, 1, 1}},
+        {4, {1, 1, 1, 1}},
+        {5, {1, 2, 1, 1, 1}},
+        {6, {1, 1, 1, 1, 1, 1}},
+        {7, {1, 1, 1, 1, 1, 1, 1}},
+        {8, {1, 1, 1, 1, 1, 1, 1, 1}},
+    };
+    for (size_t c = 0; c < sizeof(rings) / sizeof(rings[0]); c++) {
+        int n = rings[c].n;
+        const uint32_t *local = rings[c].local;
+        uint32_t world = 0;
+        for (int i = 0; i < n; i++)
+            world += local[i];
+        for (uint32_t root = 0; root < world; root++)
+            cr_assert_gt(check_gather_on(n, local, RD_COLL_BROADCAST, root, 3001, NULL, 1 << 20, 0),
+                         0, "n %d root %u: nothing crossed a direct link", n, root);
+        cr_assert_gt(check_gather_on(n, local, RD_COLL_ALLGATHER, 0, 1001, NULL, 1 << 20, 0), 0);
+        uint64_t counts[MAXN * 2];
+        for (uint32_t k = 0; k < world; k++)
+            counts[k] = k == 1 ? 0 : 1 + (k * 977) % 2100; /* rank 1's block is empty */
+        cr_assert_gt(check_gather_on(n, local, RD_COLL_ALLGATHERV, 0, 0, counts, 1 << 20, 0), 0);
+    }
+    uint32_t ones[] = {1, 1, 1, 1, 1};
+    cr_assert_eq(check_gather_on(5, ones, RD_COLL_BROADCAST, 4, 3001, NULL, 0, 0), 0);
+    cr_assert_eq(check_gather_on(5, ones, RD_COLL_ALLGATHER, 0, 1001, NULL, 0, 0), 0);
+    /* over doubling_bytes (the gathered buffer's size for an allgather): round the ring */
+    cr_assert_eq(check_gather_on(5, ones, RD_COLL_ALLGATHER, 0, 1001, NULL, 5 * 1001 * 4 - 1, 0),
+                 0);
+    cr_assert_gt(check_gather_on(5, ones, RD_COLL_ALLGATHER, 0, 1001, NULL, 5 * 1001 * 4, 0), 0);
+}
+
+/* On sealed direct links (--encrypt) too: a root that folds, and a fold's empty frames. */
+Test(xfer, broadcast_and_allgather_by_recursive_doubling_on_sealed_links, .timeout = 60)
+{
+    uint32_t ones[] = {1, 1, 1, 1, 1, 1};
+    cr_assert_gt(check_gather_on(6, ones, RD_COLL_BROADCAST, 2, 5000, NULL, 1 << 20, 1), 0);
+    cr_assert_gt(check_gather_on(6, ones, RD_COLL_ALLGATHER, 0, 777, NULL, 1 << 20, 1), 0);
+}

@@ -37,7 +37,7 @@ typedef struct {
     int64_t encrypt;           /* seal every daemon link */
     int64_t lease_ttl;         /* ms */
     uint64_t direct_bytes;     /* results up to this go through the coordinator */
-    uint64_t doubling_bytes;   /* allreduces up to this by recursive doubling */
+    uint64_t doubling_bytes;   /* allreduces, broadcasts, allgathers up to this by doubling */
     uint64_t fusion_threshold; /* bytes */
     uint64_t segment_size;     /* bytes per ring frame */
     int64_t fusion_cycle_us;   /* the coordinator orders at most this often; 0: each loop turn */

@@ -612,44 +612,74 @@ static int do_allreduce(rd_xfer *x, rd_xfer_task *t)
     return 0;
 }
 
-/* Broadcast: the root's node sends, every other node receives and forwards to the next unless
- * the next is the root's node. */
+/* The position of the node that holds rank root; *first set to its first rank. */
+static int root_node(const rd_xfer *x, uint32_t root, uint32_t *first)
+{
+    int rp = 0;
+    *first = 0;
+    while (rp < x->cfg.nnodes && root >= *first + x->local_sizes[rp])
+        *first += x->local_sizes[rp++];
+    return rp;
+}
+
+static int doubling_fits(const rd_xfer *x, const rd_xfer_task *t, uint64_t bytes);
+static int doubling_held(rd_xfer *x, rd_xfer_task *t,
+                         int (*body)(rd_xfer *, rd_xfer_task *, void *), void *arg);
+static int broadcast_doubling(rd_xfer *x, rd_xfer_task *t, void *arg);
+static int allgather_doubling(rd_xfer *x, rd_xfer_task *t, void *arg);
+
+/* Where a broadcast's data is on this node: the root's input on its node, else where it is
+ * received (dst). */
+typedef struct {
+    int rp;
+    const uint8_t *src;
+    uint8_t *dst;
+    uint64_t bytes;
+} bcast_at;
+
+/* Broadcast: by a binomial tree over the direct links when it is small enough, else round the
+ * ring: the root's node sends, every other node receives and forwards to the next unless the
+ * next is the root's node. */
 static int do_broadcast(rd_xfer *x, rd_xfer_task *t)
 {
     int N = x->cfg.nnodes, P = x->cfg.position, L = (int)x->local_sizes[P];
     size_t esz = rd_dtype_size(t->dtype);
     const rd_xfer_member *m = &t->members[0];
-    uint64_t bytes = m->count * esz;
-    int rp = 0;
-    uint32_t first = 0;
-    while (rp < N && t->root >= first + x->local_sizes[rp])
-        first += x->local_sizes[rp++];
-    plan p;
-    memset(&p, 0, sizeof(p));
-    const uint8_t *src;
-    if (rp == P) {
-        src = m->in[t->root - first];
-        p.send[0] = (send_step){.src = src, .len = bytes, .dep = -1};
-        p.nsend = 1;
+    uint32_t first;
+    bcast_at b = {.rp = root_node(x, t->root, &first), .bytes = m->count * esz};
+    if (b.rp == P) {
+        b.src = m->in[t->root - first];
     } else {
-        uint8_t *W = L == 1 ? m->out[0] : scratch(x, bytes);
-        if (W == NULL)
-            return no_memory(t, bytes);
-        p.recv[0] = (recv_step){.dst = W, .len = bytes};
-        p.nrecv = 1;
-        if (mod(P + 1, N) != rp) {
-            p.send[0] = (send_step){.src = W, .len = bytes, .dep = 0};
-            p.nsend = 1;
-        }
-        src = W;
+        b.dst = L == 1 ? m->out[0] : scratch(x, b.bytes);
+        if (b.dst == NULL)
+            return no_memory(t, b.bytes);
+        b.src = b.dst;
     }
     t->phase_us[RD_PHASE_STAGED] = rd_now_us();
-    if (run_plan(x, t, &p, esz) != 0)
-        return -1;
+    if (doubling_fits(x, t, b.bytes)) {
+        if (doubling_held(x, t, broadcast_doubling, &b) != 0)
+            return -1;
+    } else {
+        plan p;
+        memset(&p, 0, sizeof(p));
+        if (b.rp == P) {
+            p.send[0] = (send_step){.src = b.src, .len = b.bytes, .dep = -1};
+            p.nsend = 1;
+        } else {
+            p.recv[0] = (recv_step){.dst = b.dst, .len = b.bytes};
+            p.nrecv = 1;
+            if (mod(P + 1, N) != b.rp) {
+                p.send[0] = (send_step){.src = b.dst, .len = b.bytes, .dep = 0};
+                p.nsend = 1;
+            }
+        }
+        if (run_plan(x, t, &p, esz) != 0)
+            return -1;
+    }
     t->phase_us[RD_PHASE_MOVED] = rd_now_us();
     for (int l = 0; l < L; l++)
-        if (m->out[l] != src)
-            t->backend->copy(m->out[l], src, bytes);
+        if (m->out[l] != b.src)
+            t->backend->copy(m->out[l], b.src, b.bytes);
     return 0;
 }
 
@@ -723,9 +753,15 @@ static int do_reducescatter(rd_xfer *x, rd_xfer_task *t)
     return 0;
 }
 
+/* An allgather's gathered buffer, and its nodes' blocks (in elements: off[0..N]). */
+typedef struct {
+    uint8_t *W;
+    const uint64_t *off;
+} gather_at;
+
 /* Allgather (equal counts, or an allgatherv's): each node's block is its local ranks' inputs in
- * rank order; blocks go round the ring into the gathered buffer, which is then copied to every
- * local output. */
+ * rank order; blocks go into the gathered buffer by recursive doubling over the direct links
+ * when it is small enough, else round the ring; it is then copied to every local output. */
 static int do_allgather(rd_xfer *x, rd_xfer_task *t)
 {
     int N = x->cfg.nnodes, P = x->cfg.position, L = (int)x->local_sizes[P];
@@ -748,18 +784,24 @@ static int do_allgather(rd_xfer *x, rd_xfer_task *t)
             t->backend->copy(W + at * esz, m->in[l], n * esz);
         at += n;
     }
-    plan p;
-    memset(&p, 0, sizeof(p));
-    for (int u = 0; u < N - 1; u++) {
-        int sb = mod(P - u, N), rb = mod(P - u - 1, N);
-        p.send[u] = (send_step){
-            .src = W + off[sb] * esz, .len = (off[sb + 1] - off[sb]) * esz, .dep = u - 1};
-        p.recv[u] = (recv_step){.dst = W + off[rb] * esz, .len = (off[rb + 1] - off[rb]) * esz};
-    }
-    p.nsend = p.nrecv = N - 1;
     t->phase_us[RD_PHASE_STAGED] = rd_now_us();
-    if (run_plan(x, t, &p, esz) != 0)
-        return -1;
+    if (doubling_fits(x, t, bytes)) {
+        gather_at g = {W, off};
+        if (doubling_held(x, t, allgather_doubling, &g) != 0)
+            return -1;
+    } else {
+        plan p;
+        memset(&p, 0, sizeof(p));
+        for (int u = 0; u < N - 1; u++) {
+            int sb = mod(P - u, N), rb = mod(P - u - 1, N);
+            p.send[u] = (send_step){
+                .src = W + off[sb] * esz, .len = (off[sb + 1] - off[sb]) * esz, .dep = u - 1};
+            p.recv[u] = (recv_step){.dst = W + off[rb] * esz, .len = (off[rb + 1] - off[rb]) * esz};
+        }
+        p.nsend = p.nrecv = N - 1;
+        if (run_plan(x, t, &p, esz) != 0)
+            return -1;
+    }
     t->phase_us[RD_PHASE_MOVED] = rd_now_us();
     for (int l = 0; l < L; l++)
         if (m->out[l] != W && bytes > 0)
@@ -1271,9 +1313,33 @@ static int doubling_links(int N)
     return links + (N != pow2_floor(N));
 }
 
-/* 1 when the allreduce t of bytes bytes goes by recursive doubling: as small as its order says
- * (the coordinator's --doubling-bytes, in the order's tuning) and the direct-link pool large
- * enough (--pair-links, the same on every node). The same answer on every node. */
+/* Recursive doubling on N = 2^k + r nodes runs over 2^k virtual nodes: the first 2r nodes fold
+ * in pairs (the odd one of each stands for both), the others stand for themselves. The node
+ * that stands for virtual node v: */
+static int fold_node(int v, int r)
+{
+    return v < r ? 2 * v + 1 : v + r;
+}
+
+/* The first node virtual node v stands for (v up to 2^k: the ring's length), so that virtual
+ * nodes [a, b) stand for nodes [fold_first(a), fold_first(b)). */
+static int fold_first(int v, int r)
+{
+    return v < r ? 2 * v : v + r;
+}
+
+/* The virtual node node P stands for, or -1 for the even one of a folding pair. */
+static int fold_vnode(int P, int r)
+{
+    if (P < 2 * r)
+        return P % 2 ? P / 2 : -1;
+    return P - r;
+}
+
+/* 1 when the collective t of bytes bytes (an allreduce's vector, a broadcast's, an allgather's
+ * gathered buffer) goes by recursive doubling: as small as its order says (the coordinator's
+ * --doubling-bytes, in the order's tuning) and the direct-link pool large enough (--pair-links,
+ * the same on every node). The same answer on every node. */
 static int doubling_fits(const rd_xfer *x, const rd_xfer_task *t, uint64_t bytes)
 {
     return x->cfg.nnodes >= 3 && bytes > 0 && bytes <= t->doubling_bytes &&
@@ -1301,8 +1367,8 @@ static int doubling_run(rd_xfer *x, rd_xfer_task *t, uint64_t total)
     int N = x->cfg.nnodes, P = x->cfg.position, L = (int)x->local_sizes[P];
     size_t esz = rd_dtype_size(t->dtype);
     uint64_t bytes = total * esz;
-    int p2 = pow2_floor(N), r = N - p2, v;
-    int folds = P < 2 * r && P % 2 == 0; /* hands its vector on: receives no partner's */
+    int p2 = pow2_floor(N), r = N - p2, v = fold_vnode(P, r);
+    int folds = v < 0; /* hands its vector on: receives no partner's */
     int in_place = t->nmembers == 1 && L == 1 && t->args.prescale == 1.0;
     uint8_t *W = in_place ? t->members[0].out[0] : scratch(x, bytes);
     uint8_t *R = folds ? W : partner_buf(x, bytes);
@@ -1331,12 +1397,9 @@ static int doubling_run(rd_xfer *x, rd_xfer_task *t, uint64_t total)
             return -1;
         const void *src[2] = {R, W}; /* P - 1 is the lower */
         t->backend->reduce(t->dtype, t->redop, W, src, 2, total, &mid);
-        v = P / 2;
-    } else {
-        v = P - r;
     }
     for (int d = 1; d < p2; d *= 2) {
-        int pv = v ^ d, q = pv < r ? 2 * pv + 1 : pv + r;
+        int pv = v ^ d, q = fold_node(pv, r);
         if (doubling_swap(x, t, q, W, bytes, R, bytes, seg) != 0)
             return -1;
         const void *lo_hi[2] = {W, R}, *hi_lo[2] = {R, W};
@@ -1353,14 +1416,87 @@ out:
     return 0;
 }
 
-/* doubling_run with the direct links held busy throughout: the pool (pairs_make_room on the
- * loop) closes none of them between its exchanges. */
-static int do_allreduce_doubling(rd_xfer *x, rd_xfer_task *t, uint64_t total)
+static int allreduce_doubling(rd_xfer *x, rd_xfer_task *t, void *total)
+{
+    return doubling_run(x, t, *(const uint64_t *)total);
+}
+
+/* Broadcast by a binomial tree over recursive doubling's virtual nodes and links: the nodes
+ * that hold the data double at each exchange, log2 N of them where the ring takes N - 1 steps.
+ * A root that folds first hands the data to the node that stands for it; each folding node
+ * gets it from that node last. */
+static int broadcast_doubling(rd_xfer *x, rd_xfer_task *t, void *arg)
+{
+    const bcast_at *b = arg;
+    int N = x->cfg.nnodes, P = x->cfg.position;
+    int p2 = pow2_floor(N), r = N - p2, v = fold_vnode(P, r), vroot = fold_vnode(b->rp, r);
+    uint64_t seg = task_segment(x, t) / rd_dtype_size(t->dtype) * rd_dtype_size(t->dtype);
+    uint8_t none[1];
+    if (vroot < 0) { /* the root folds: into the node after it */
+        vroot = fold_vnode(b->rp + 1, r);
+        if (P == b->rp)
+            return doubling_swap(x, t, P + 1, b->src, b->bytes, none, 0, seg);
+        if (P == b->rp + 1 && doubling_swap(x, t, P - 1, none, 0, b->dst, b->bytes, seg) != 0)
+            return -1;
+    }
+    for (int d = 1; v >= 0 && d < p2; d *= 2) {
+        int u = v ^ vroot, q = fold_node(v ^ d, r); /* u < d: holds the data by now */
+        if (u < d && doubling_swap(x, t, q, b->src, b->bytes, none, 0, seg) != 0)
+            return -1;
+        if (u >= d && u < 2 * d && doubling_swap(x, t, q, none, 0, b->dst, b->bytes, seg) != 0)
+            return -1;
+    }
+    if (P < 2 * r && v >= 0 && P - 1 != b->rp)
+        return doubling_swap(x, t, P - 1, b->src, b->bytes, none, 0, seg);
+    if (P < 2 * r && v < 0 && P != b->rp)
+        return doubling_swap(x, t, P + 1, none, 0, b->dst, b->bytes, seg);
+    return 0;
+}
+
+/* Allgather by recursive doubling: at each exchange a virtual node swaps the nodes' blocks it
+ * holds (those of the virtual nodes of its half so far, contiguous in the gathered buffer) with
+ * its partner, log2 N exchanges where the ring takes N - 1 steps. A folding node hands its
+ * block to the node after it first and gets the whole buffer from it last. */
+static int allgather_doubling(rd_xfer *x, rd_xfer_task *t, void *arg)
+{
+    const gather_at *g = arg;
+    int N = x->cfg.nnodes, P = x->cfg.position;
+    int p2 = pow2_floor(N), r = N - p2, v = fold_vnode(P, r);
+    size_t esz = rd_dtype_size(t->dtype);
+    uint64_t seg = task_segment(x, t) / esz * esz;
+    const uint64_t *off = g->off;
+    uint8_t *W = g->W, none[1];
+    if (v < 0)
+        return doubling_swap(x, t, P + 1, W + off[P] * esz, (off[P + 1] - off[P]) * esz, none, 0,
+                             seg) != 0 ||
+                       doubling_swap(x, t, P + 1, none, 0, W, off[N] * esz, seg) != 0
+                   ? -1
+                   : 0;
+    if (P < 2 * r && doubling_swap(x, t, P - 1, none, 0, W + off[P - 1] * esz,
+                                   (off[P] - off[P - 1]) * esz, seg) != 0)
+        return -1;
+    for (int d = 1; d < p2; d *= 2) {
+        int pv = v ^ d, mine = v & ~(d - 1), theirs = pv & ~(d - 1);
+        uint64_t so = off[fold_first(mine, r)], se = off[fold_first(mine + d, r)];
+        uint64_t ro = off[fold_first(theirs, r)], re = off[fold_first(theirs + d, r)];
+        if (doubling_swap(x, t, fold_node(pv, r), W + so * esz, (se - so) * esz, W + ro * esz,
+                          (re - ro) * esz, seg) != 0)
+            return -1;
+    }
+    if (P < 2 * r)
+        return doubling_swap(x, t, P - 1, W, off[N] * esz, none, 0, seg);
+    return 0;
+}
+
+/* body(x, t, arg) with the direct links held busy throughout: the pool (pairs_make_room on the
+ * loop) closes none of them between a recursive doubling's exchanges. */
+static int doubling_held(rd_xfer *x, rd_xfer_task *t,
+                         int (*body)(rd_xfer *, rd_xfer_task *, void *), void *arg)
 {
     pthread_mutex_lock(&x->lock);
     x->pairs_held = x->pairs_busy = 1;
     pthread_mutex_unlock(&x->lock);
-    int rc = doubling_run(x, t, total);
+    int rc = body(x, t, arg);
     pthread_mutex_lock(&x->lock);
     x->pairs_held = x->pairs_busy = 0;
     pthread_mutex_unlock(&x->lock);
@@ -1373,8 +1509,9 @@ static int allreduce(rd_xfer *x, rd_xfer_task *t)
     uint64_t total = 0;
     for (size_t m = 0; m < t->nmembers; m++)
         total += t->members[m].count;
-    return doubling_fits(x, t, total * rd_dtype_size(t->dtype)) ? do_allreduce_doubling(x, t, total)
-                                                                : do_allreduce(x, t);
+    return doubling_fits(x, t, total * rd_dtype_size(t->dtype))
+               ? doubling_held(x, t, allreduce_doubling, &total)
+               : do_allreduce(x, t);
 }
 
 static void run_task(rd_xfer *x, rd_xfer_task *t)
