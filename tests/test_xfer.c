@@ -14,7 +14,7 @@
 #include "segment.h"
 #include "xfer.h"
 
-#define MAXN 8
+#define MAXN 72 /* past 64: the direct links wanted by positions of more than one word */
 #define CONNS 2
 
 typedef struct {
@@ -22,12 +22,36 @@ typedef struct {
     struct event_base *base;
     rd_xfer *x[MAXN];
     int done;
+    uint8_t linked[MAXN][MAXN]; /* on_pairs_wanted made the direct link of the two */
+    int asked;                  /* links made so, because a data plane asked */
 } ring;
 
 static void on_done(void *arg, rd_xfer_task *t)
 {
     (void)t;
     ((ring *)arg)->done++;
+}
+
+/* A data plane asks for direct links (a daemon's loop dials them): each one it wants that is
+ * not there yet is made, in the clear, and handed to both ends. */
+static void on_pairs_wanted(void *arg, rd_xfer *x)
+{
+    ring *r = arg;
+    int i = 0;
+    while (i < r->n && r->x[i] != x)
+        i++;
+    for (int q = 0; i < r->n && q < r->n; q++) {
+        if (q == i || !rd_xfer_pair_wanted(x, q) || r->linked[i][q])
+            continue;
+        int sp[2];
+        rd_seal none;
+        memset(&none, 0, sizeof(none));
+        cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sp), 0);
+        rd_xfer_pair(x, q, sp[0], &none);
+        rd_xfer_pair(r->x[q], i, sp[1], &none);
+        r->linked[i][q] = r->linked[q][i] = 1;
+        r->asked++;
+    }
 }
 
 /* The two ends' keys of one connection, as a handshake with fresh nonces under one ring key
@@ -158,7 +182,12 @@ static void ring_new_with(ring *r, int n, const uint32_t *local, const uint64_t 
         m->taglen = sealed ? RD_SEAL_TAG : 0;
         cr_assert_eq(pthread_create(&m->thread, NULL, mitm_main, m), 0);
     }
-    static const char *const names[MAXN] = {"n0", "n1", "n2", "n3", "n4", "n5", "n6", "n7"};
+    static char name_buf[MAXN][16];
+    static const char *names[MAXN];
+    for (int i = 0; i < n; i++) {
+        snprintf(name_buf[i], sizeof(name_buf[i]), "n%d", i);
+        names[i] = name_buf[i];
+    }
     for (int i = 0; i < n; i++) {
         int sfd[CONNS], rfd[CONNS];
         rd_seal sseal[CONNS], rseal[CONNS];
@@ -185,6 +214,7 @@ static void ring_new_with(ring *r, int n, const uint32_t *local, const uint64_t 
             .prev_node = i == 1 ? "n0" : "prev",
             .pair_links = 8,
             .nodes = names,
+            .pairs_wanted = on_pairs_wanted,
         };
         char err[256];
         r->x[i] = rd_xfer_new(r->base, &cfg, on_done, r, err, sizeof(err));
@@ -624,7 +654,9 @@ static float uneven(uint32_t rank, uint64_t e)
 static uint64_t check_doubling_on(int n, const uint32_t *local, rd_dtype dtype, uint64_t count,
                                   rd_redop redop, uint32_t divisor, int sealed)
 {
-    uint64_t gens[MAXN] = {9, 9, 9, 9, 9, 9, 9, 9};
+    uint64_t gens[MAXN];
+    for (int i = 0; i < MAXN; i++)
+        gens[i] = 9;
     ring r;
     node_bufs b[MAXN];
     ring_new_with(&r, n, local, gens, 4096, sealed, NULL);
@@ -756,7 +788,9 @@ static uint64_t check_gather_on(int n, const uint32_t *local, rd_coll coll, uint
                                 uint64_t count, const uint64_t *counts, uint64_t doubling,
                                 int sealed)
 {
-    uint64_t gens[MAXN] = {4, 4, 4, 4, 4, 4, 4, 4};
+    uint64_t gens[MAXN];
+    for (int i = 0; i < MAXN; i++)
+        gens[i] = 4;
     ring r;
     node_bufs b[MAXN];
     ring_new_with(&r, n, local, gens, 4096, sealed, NULL);
@@ -764,7 +798,7 @@ static uint64_t check_gather_on(int n, const uint32_t *local, rd_coll coll, uint
     uint32_t world = 0;
     for (int i = 0; i < n; i++)
         world += local[i];
-    uint64_t at[33] = {0}; /* each rank's first element in the gathered buffer */
+    uint64_t at[MAXN * 4 + 1] = {0}; /* each rank's first element in the gathered buffer */
     for (uint32_t k = 0; k < world; k++)
         at[k + 1] = at[k] + (counts != NULL ? counts[k] : count);
     uint64_t out = coll == RD_COLL_BROADCAST ? count : at[world];
@@ -861,4 +895,55 @@ Test(xfer, broadcast_and_allgather_by_recursive_doubling_on_sealed_links, .timeo
     uint32_t ones[] = {1, 1, 1, 1, 1, 1};
     cr_assert_gt(check_gather_on(6, ones, RD_COLL_BROADCAST, 2, 5000, NULL, 1 << 20, 1), 0);
     cr_assert_gt(check_gather_on(6, ones, RD_COLL_ALLGATHER, 0, 777, NULL, 1 << 20, 1), 0);
+}
+
+/* A ring of 70 nodes (six pairs fold onto a hypercube of 64), its direct links made only as
+ * the data planes ask for them (as a daemon's loop dials them): links of positions past 63 are
+ * asked for and taken up like the others, and every result is exact. */
+Test(xfer, a_ring_of_seventy_nodes_asks_for_its_direct_links_and_runs_exactly, .timeout = 120)
+{
+    uint64_t gens[MAXN];
+    uint32_t ones[MAXN];
+    node_bufs b[MAXN];
+    for (int i = 0; i < MAXN; i++) {
+        gens[i] = 6;
+        ones[i] = 1;
+    }
+    int n = 70;
+    uint64_t count = 300;
+    ring r;
+    ring_new(&r, n, ones, gens, 4096);
+    for (int round = 0; round < 2; round++) { /* the second on the links the first asked for */
+        for (int i = 0; i < n; i++) {
+            bufs_new(&b[i], 1, count * 4, count * 4);
+            for (uint64_t e = 0; e < count; e++)
+                ((int32_t *)b[i].in[0])[e] = value((uint32_t)i, e);
+            allreduce_task(&b[i], RD_DT_I32, RD_OP_SUM, count);
+            b[i].t.doubling_bytes = 1 << 20;
+            rd_xfer_submit(r.x[i], &b[i].t);
+        }
+        ring_wait(&r, n * (round + 1));
+        for (int i = 0; i < n; i++) {
+            cr_assert_eq(b[i].t.status, RINGD_OK, "node %d: %s", i, b[i].t.message);
+            for (uint64_t e = 0; e < count; e++) {
+                int32_t want = 0;
+                for (int k = 0; k < n; k++)
+                    want += value((uint32_t)k, e);
+                cr_assert_eq(((int32_t *)b[i].out[0])[e], want, "node %d element %llu", i,
+                             (unsigned long long)e);
+            }
+            bufs_free(&b[i], 1);
+        }
+    }
+    int past63 = 0;
+    for (int i = 0; i < n; i++)
+        for (int q = 64; q < n; q++)
+            past63 += r.linked[i][q];
+    cr_assert_gt(past63, 0, "no link with a position past 63 was asked for");
+    /* the hypercube's 64 x 6 / 2 links and the 6 folding pairs': made once, kept */
+    cr_assert_eq(r.asked, 64 * 6 / 2 + 6, "%d links made", r.asked);
+    ring_free(&r);
+    /* broadcast and allgather on a ring linked beforehand */
+    cr_assert_gt(check_gather_on(n, ones, RD_COLL_BROADCAST, 68, 500, NULL, 1 << 20, 0), 0);
+    cr_assert_gt(check_gather_on(n, ones, RD_COLL_ALLGATHER, 0, 20, NULL, 1 << 20, 0), 0);
 }

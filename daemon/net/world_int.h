@@ -186,7 +186,7 @@ struct rd_world {
     rd_world *next; /* in net->worlds */
 };
 
-/* world_links.c: data plane x wants direct links (rd_xfer_pairs_wanted): when it is the
+/* world_links.c: data plane x wants direct links (rd_xfer_pair_wanted): when it is the
  * generation's, dials those it must, after making room in the node's pool of them. xfer's
  * pairs_wanted. */
 void world_pairs_wanted(void *arg, struct rd_xfer *x);

@@ -285,8 +285,7 @@ static void dial_start(slot *s)
     rd_world *w = s->w;
     /* a direct link is dialled while the ring is up, as long as its data plane wants it */
     if (s->kind == RINGD__LINK_KIND__LINK_PAIR
-            ? !world_ring_up(w) || w->xfer == NULL ||
-                  !(rd_xfer_pairs_wanted(w->xfer) & (1ull << s->index))
+            ? !world_ring_up(w) || w->xfer == NULL || !rd_xfer_pair_wanted(w->xfer, s->index)
             : w->state != W_CONNECTING)
         return;
     int to = slot_target(s);
@@ -506,17 +505,17 @@ void world_pairs_wanted(void *arg, struct rd_xfer *x)
     rd_world *w = arg;
     if (w->xfer == NULL || x != w->xfer || !world_ring_up(w))
         return; /* a retiring data plane's alltoall ends without new links */
-    uint64_t want = rd_xfer_pairs_wanted(w->xfer);
+    uint8_t want[RD_RING_NODES_MAX];
     int need = 0, dial = 0;
-    for (int q = 0; q < w->nnodes; q++)
-        if (want & (1ull << q)) {
-            need++;
-            dial |= q > w->position;
-        }
+    for (int q = 0; q < w->nnodes; q++) {
+        want[q] = (uint8_t)rd_xfer_pair_wanted(w->xfer, q);
+        need += want[q];
+        dial |= want[q] && q > w->position;
+    }
     pairs_make_room(w->net, w, need);
     for (int q = w->position + 1; q < w->nnodes && dial; q++) {
         slot *s = &w->out_pair[q];
-        if ((want & (1ull << q)) && s->dial == NULL && !event_pending(s->retry, EV_TIMEOUT, NULL))
+        if (want[q] && s->dial == NULL && !event_pending(s->retry, EV_TIMEOUT, NULL))
             dial_start(s);
     }
 }

@@ -128,7 +128,8 @@ struct rd_xfer {
     int64_t pairs_used_ms;
     atomic_int pairs_handed;          /* bumped with each connection handed in */
     atomic_uint_least64_t pair_bytes; /* payload moved over direct links, both ways */
-    atomic_uint_least64_t wanted;     /* positions whose link the thread waits for */
+    /* positions whose link the thread waits for, a bit each */
+    atomic_uint_least64_t wanted[RD_RING_NODES_MAX / 64];
 };
 
 static uint64_t step_segments(uint64_t len, uint64_t seg)
@@ -1089,6 +1090,22 @@ static int pair_move(rd_xfer *x, rd_xfer_task *t, pair_part *pp, uint64_t seg, i
     return progress;
 }
 
+/* No direct link wanted any more. */
+static void pairs_unwant(rd_xfer *x)
+{
+    for (int w = 0; w < RD_RING_NODES_MAX / 64; w++)
+        atomic_store(&x->wanted[w], 0);
+}
+
+/* 1 when some direct link is wanted. */
+static int pairs_wanted_any(rd_xfer *x)
+{
+    for (int w = 0; w < RD_RING_NODES_MAX / 64; w++)
+        if (atomic_load(&x->wanted[w]) != 0)
+            return 1;
+    return 0;
+}
+
 /* Takes up the links the loop handed in, for the parts without one (at the start of an
  * alltoall, or once theirs closed: a node's part starts again on the new link), and asks for
  * those still missing: the loop hears it through the completion wake-up. A part that still has
@@ -1096,7 +1113,7 @@ static int pair_move(rd_xfer *x, rd_xfer_task *t, pair_part *pp, uint64_t seg, i
  * next alltoall (it closed the old one after sending this one's blocks on it), and waits. */
 static void pairs_take(rd_xfer *x, pair_part *parts, int np)
 {
-    uint64_t want = 0;
+    uint64_t want[RD_RING_NODES_MAX / 64] = {0};
     pthread_mutex_lock(&x->lock);
     for (int i = 0; i < np; i++) {
         pair_part *pp = &parts[i];
@@ -1113,11 +1130,16 @@ static void pairs_take(rd_xfer *x, pair_part *parts, int np)
         }
         pp->fd = x->pair_fd[pp->q];
         if (pp->fd < 0)
-            want |= 1ull << pp->q;
+            want[pp->q / 64] |= 1ull << (pp->q % 64);
     }
     /* published under the lock that rd_xfer_pair clears a bit under: a link handed in meanwhile
      * is never asked for again */
-    int tell = atomic_exchange(&x->wanted, want) != want && want != 0;
+    int changed = 0, any = 0;
+    for (int w = 0; w < RD_RING_NODES_MAX / 64; w++) {
+        changed |= atomic_exchange(&x->wanted[w], want[w]) != want[w];
+        any |= want[w] != 0;
+    }
+    int tell = changed && any;
     pthread_mutex_unlock(&x->lock);
     if (tell) {
         uint64_t one = 1;
@@ -1241,7 +1263,7 @@ static int pairs_exchange(rd_xfer *x, rd_xfer_task *t, pair_part *parts, int np,
     pthread_mutex_lock(&x->lock);
     x->pairs_busy = x->pairs_held;
     pthread_mutex_unlock(&x->lock);
-    atomic_store(&x->wanted, 0);
+    pairs_unwant(x);
     return rc;
 }
 
@@ -1652,7 +1674,7 @@ static void on_done(evutil_socket_t fd, short what, void *arg)
     pthread_mutex_lock(&x->lock);
     int exited = x->exited && x->done_head == NULL;
     pthread_mutex_unlock(&x->lock);
-    if (!exited && atomic_load(&x->wanted) != 0 && x->cfg.pairs_wanted != NULL)
+    if (!exited && pairs_wanted_any(x) && x->cfg.pairs_wanted != NULL)
         x->cfg.pairs_wanted(x->arg, x);
     if (exited && x->retired != NULL)
         x->retired(x->retired_arg, x); /* frees x */
@@ -1928,14 +1950,17 @@ void rd_xfer_pair(rd_xfer *x, int q, int fd, const rd_seal *seal)
         close(x->pair_next[q]);
     x->pair_next[q] = fd;
     x->pair_next_seal[q] = *seal;
-    atomic_fetch_and(&x->wanted, ~(1ull << q)); /* here: not to be dialled again meanwhile */
+    /* here: not to be dialled again meanwhile */
+    atomic_fetch_and(&x->wanted[q / 64], ~(1ull << (q % 64)));
     atomic_fetch_add(&x->pairs_handed, 1);
     pthread_mutex_unlock(&x->lock);
 }
 
-uint64_t rd_xfer_pairs_wanted(rd_xfer *x)
+int rd_xfer_pair_wanted(rd_xfer *x, int q)
 {
-    return atomic_load(&x->wanted);
+    if (q < 0 || q >= RD_RING_NODES_MAX)
+        return 0;
+    return (atomic_load(&x->wanted[q / 64]) >> (q % 64)) & 1;
 }
 
 int rd_xfer_pairs_open(rd_xfer *x, int64_t *used_ms, int *busy)

@@ -14,8 +14,8 @@
 
 struct event_base;
 
-#define RD_RING_NODES_MAX 64 /* nodes in one ring */
-#define RD_RING_CONNS_MAX 16 /* connections each way between neighbours */
+#define RD_RING_NODES_MAX 256 /* nodes in one ring */
+#define RD_RING_CONNS_MAX 16  /* connections each way between neighbours */
 
 /* One tensor of a task: its L local inputs and outputs (pointers into the clients' arenas, checked
  * by the caller) and its elements per rank (of a reducescatter and an allgatherv: the sum of the
@@ -118,9 +118,10 @@ uint64_t rd_xfer_pair_bytes(const rd_xfer *x);
  * thread. */
 void rd_xfer_pair(rd_xfer *x, int q, int fd, const rd_seal *seal);
 
-/* The positions (a bit each) whose direct link the alltoall under way waits for: the loop
- * dials those after this node's position; the others dial this node. Loop thread. */
-uint64_t rd_xfer_pairs_wanted(rd_xfer *x);
+/* 1 when the alltoall or recursive doubling under way waits for the direct link with the node
+ * at position q: the loop dials those after this node's position; the others dial this node.
+ * Loop thread. */
+int rd_xfer_pair_wanted(rd_xfer *x, int q);
 
 /* Direct links x holds open; *used_ms when an alltoall last used them (0: never), *busy 1
  * while one does. Loop thread. */
