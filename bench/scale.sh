@@ -81,7 +81,7 @@ wait_size() {
 }
 
 for n in $NODES; do
-    ((n >= 3 && n <= 64)) || die "NODES: $n is not 3..64 (daemons are named n0, n1, ...)"
+    ((n >= 3 && n <= 256)) || die "NODES: $n is not 3..256 (RD_RING_NODES_MAX; daemons are named n0, n1, ...)"
 done
 printf '# scale.sh: %s daemons on %s cores, lease %s ms, %s iters\n' "$NODES" "$(nproc)" \
     "$LEASE_MS" "$ITERS"

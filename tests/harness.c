@@ -486,6 +486,10 @@ int th_run(int n, int (*fn)(int i, void *arg), void *arg, int timeout_ms)
 {
     pid_t kids[64];
     int failed = 0;
+    if (n > 64) {
+        fprintf(stderr, "th_run: %d processes, at most 64\n", n);
+        return 1;
+    }
     if (closing_ == NULL) {
         void *p = mmap(NULL, sizeof(*closing_), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
                        -1, 0);
@@ -518,9 +522,11 @@ int th_run(int n, int (*fn)(int i, void *arg), void *arg, int timeout_ms)
 
 void th_close_together(struct ringd *r, int n)
 {
-    atomic_fetch_add(closing_, 1);
-    for (int64_t end = th_now_ms() + 30000; atomic_load(closing_) < n && th_now_ms() < end;)
-        th_sleep_ms(1);
+    if (closing_ != NULL) { /* NULL outside th_run's processes: nobody to wait for */
+        atomic_fetch_add(closing_, 1);
+        for (int64_t end = th_now_ms() + 30000; atomic_load(closing_) < n && th_now_ms() < end;)
+            th_sleep_ms(1);
+    }
     ringd_close(r);
 }
 

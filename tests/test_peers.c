@@ -631,8 +631,8 @@ Test(peers, a_stranger_sending_part_of_an_answer_is_closed_after_handshake_ms)
     th_ring_finish(&ring);
 }
 
-#define FLOOD 100
-#define SETUPS_MAX 64 /* RD_PEER_SETUPS_MAX in daemon/peer.c */
+#define FLOOD 300
+#define SETUPS_MAX 256 /* RD_PEER_SETUPS_MAX in daemon/net/peer.c */
 
 /* Opens FLOOD connections to each daemon of a 2-node ring (handshake-ms 1000), each sending
  * first (len bytes, may be 0), then lets the ranks join while every handshake slot is taken: the

@@ -112,9 +112,9 @@ static const opt_spec options[] = {
      "the most direct links this node keeps open for alltoall and recursive doubling, every "
      "job's together (least recently used idle ones closed first): an alltoall of a ring of N >= "
      "3 nodes goes straight to each node over N - 1 of them, opened on first use, when N - 1 is "
-     "at most this, else round the ring; an allreduce under --doubling-bytes needs log2 N of "
-     "them (one more when N is not a power of two), else goes round the ring (0: always round "
-     "the ring); all nodes must agree",
+     "at most this, else round the ring; an allreduce, broadcast or allgather under "
+     "--doubling-bytes needs log2 N of them (one more when N is not a power of two), else goes "
+     "round the ring (0: always round the ring); all nodes must agree",
      NULL},
     {"autotune", "RINGD_AUTOTUNE", OPT_FLAG, "0", 0, 1, OFF(autotune),
      "the coordinator tries fusion thresholds, fusion cycles, segment sizes (up to "

@@ -28,8 +28,13 @@
 #include "log.h"
 #include "resolve.h"
 
-#define RD_PEER_HELLO_MAX 4096           /* handshake frames are small */
-#define RD_PEER_SETUPS_MAX 64            /* inbound handshakes in progress at once */
+#define RD_PEER_HELLO_MAX 4096 /* handshake frames are small */
+/* Inbound handshakes in progress at once: a forming ring's burst (each node is dialled by every
+ * later one, up to RD_RING_NODES_MAX), and no more, against strangers' floods. */
+#define RD_PEER_SETUPS_MAX 256
+/* Connections the kernel queues before accept: past it, a dialler's SYN is dropped and resent a
+ * second later, so a forming ring's burst fits in it. */
+#define RD_PEER_BACKLOG 1024
 #define RD_PEER_CHAN_OUT_MAX (64u << 20) /* a channel whose peer reads nothing is dropped */
 
 /* A handshake's steps. A server goes NEW, ANSWER, FRAME_LEN, FRAME; a client NEW, [RESOLVE,]
@@ -671,8 +676,8 @@ rd_peer_net *rd_peer_net_new(struct event_base *base, const char *listen, const 
     n->accept_fn = fn;
     n->arg = arg;
     n->listener = evconnlistener_new_bind(
-        base, on_accept, n, LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_EXEC, 128,
-        (struct sockaddr *)&ss, (int)sslen);
+        base, on_accept, n, LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_EXEC,
+        RD_PEER_BACKLOG, (struct sockaddr *)&ss, (int)sslen);
     if (n->listener == NULL) {
         snprintf(err, errlen, "listen on %s: %s", listen, strerror(errno));
         rd_resolver_free(n->resolver);

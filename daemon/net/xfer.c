@@ -129,7 +129,7 @@ struct rd_xfer {
     atomic_int pairs_handed;          /* bumped with each connection handed in */
     atomic_uint_least64_t pair_bytes; /* payload moved over direct links, both ways */
     /* positions whose link the thread waits for, a bit each */
-    atomic_uint_least64_t wanted[RD_RING_NODES_MAX / 64];
+    atomic_uint_least64_t wanted[(RD_RING_NODES_MAX + 63) / 64];
 };
 
 static uint64_t step_segments(uint64_t len, uint64_t seg)
@@ -1093,14 +1093,14 @@ static int pair_move(rd_xfer *x, rd_xfer_task *t, pair_part *pp, uint64_t seg, i
 /* No direct link wanted any more. */
 static void pairs_unwant(rd_xfer *x)
 {
-    for (int w = 0; w < RD_RING_NODES_MAX / 64; w++)
+    for (int w = 0; w < (RD_RING_NODES_MAX + 63) / 64; w++)
         atomic_store(&x->wanted[w], 0);
 }
 
 /* 1 when some direct link is wanted. */
 static int pairs_wanted_any(rd_xfer *x)
 {
-    for (int w = 0; w < RD_RING_NODES_MAX / 64; w++)
+    for (int w = 0; w < (RD_RING_NODES_MAX + 63) / 64; w++)
         if (atomic_load(&x->wanted[w]) != 0)
             return 1;
     return 0;
@@ -1113,7 +1113,7 @@ static int pairs_wanted_any(rd_xfer *x)
  * next alltoall (it closed the old one after sending this one's blocks on it), and waits. */
 static void pairs_take(rd_xfer *x, pair_part *parts, int np)
 {
-    uint64_t want[RD_RING_NODES_MAX / 64] = {0};
+    uint64_t want[(RD_RING_NODES_MAX + 63) / 64] = {0};
     pthread_mutex_lock(&x->lock);
     for (int i = 0; i < np; i++) {
         pair_part *pp = &parts[i];
@@ -1135,7 +1135,7 @@ static void pairs_take(rd_xfer *x, pair_part *parts, int np)
     /* published under the lock that rd_xfer_pair clears a bit under: a link handed in meanwhile
      * is never asked for again */
     int changed = 0, any = 0;
-    for (int w = 0; w < RD_RING_NODES_MAX / 64; w++) {
+    for (int w = 0; w < (RD_RING_NODES_MAX + 63) / 64; w++) {
         changed |= atomic_exchange(&x->wanted[w], want[w]) != want[w];
         any |= want[w] != 0;
     }
