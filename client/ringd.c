@@ -723,9 +723,12 @@ static ringd_result_t pump(ringd_t *r, ringd_request_t *q, int timeout_ms)
 {
     int64_t start = rd_now_us();
     int64_t deadline = timeout_ms > 0 ? start + (int64_t)timeout_ms * 1000 : 0;
+    /* The socket carries only errors, Pokes and overflow here: look at it now and then. A call
+     * that only polls looks at once; a wait looks first after 15 turns, so that a collective
+     * answered through the queue costs no system call on the socket. */
+    unsigned look = q == NULL || timeout_ms == 0 ? 0 : 15;
     for (unsigned spin = 0;; spin++) {
-        /* The socket carries only errors, Pokes and overflow here: look at it now and then. */
-        if (drain(r, spin % 16 == 0) != RINGD_OK)
+        if (drain(r, spin % 16 == look) != RINGD_OK)
             return r->broken;
         if (q == NULL || q->done)
             return RINGD_OK;
@@ -748,7 +751,7 @@ static ringd_result_t pump(ringd_t *r, ringd_request_t *q, int timeout_ms)
             break_session(r, RINGD_E_SYSTEM, "poll on the ringd socket failed");
             return r->broken;
         }
-        spin = 15; /* read the socket on the next turn */
+        spin = look + 15; /* read the socket on the next turn */
     }
 }
 
