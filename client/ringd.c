@@ -735,8 +735,11 @@ static ringd_result_t pump(ringd_t *r, ringd_request_t *q, int timeout_ms)
         if (timeout_ms == 0)
             return RINGD_E_TIMEOUT;
         int64_t now = rd_now_us();
-        if (deadline && now >= deadline)
-            return RINGD_E_TIMEOUT;
+        if (deadline && now >= deadline) { /* the socket, once more: the answer may be there */
+            if (drain(r, 1) != RINGD_OK)
+                return r->broken;
+            return q->done ? RINGD_OK : RINGD_E_TIMEOUT;
+        }
         if (now - start < r->poll_us) {
             sched_yield();
             continue;
