@@ -639,6 +639,18 @@ static void pairs_link(ring *r, int sealed)
         }
 }
 
+/* A ring of n nodes at generation gen for recursive doubling: sealed, its direct links are
+ * handed in beforehand; in the clear, on_pairs_wanted makes those asked for. */
+static void ring_new_direct(ring *r, int n, const uint32_t *local, uint64_t gen, int sealed)
+{
+    uint64_t gens[MAXN];
+    for (int i = 0; i < MAXN; i++)
+        gens[i] = gen;
+    ring_new_with(r, n, local, gens, 4096, sealed, NULL);
+    if (sealed)
+        pairs_link(r, 1);
+}
+
 /* An f32 that sums differently in other orders: magnitudes 2^-20 to 2^20 and both signs. */
 static float uneven(uint32_t rank, uint64_t e)
 {
@@ -655,14 +667,9 @@ static float uneven(uint32_t rank, uint64_t e)
 static uint64_t check_doubling_on(int n, const uint32_t *local, rd_dtype dtype, uint64_t count,
                                   rd_redop redop, uint32_t divisor, int sealed)
 {
-    uint64_t gens[MAXN];
-    for (int i = 0; i < MAXN; i++)
-        gens[i] = 9;
     ring r;
     node_bufs b[MAXN];
-    ring_new_with(&r, n, local, gens, 4096, sealed, NULL);
-    if (sealed) /* in the clear, on_pairs_wanted makes the links asked for */
-        pairs_link(&r, 1);
+    ring_new_direct(&r, n, local, 9, sealed);
     uint32_t first = 0;
     for (int i = 0; i < n; i++) {
         bufs_new(&b[i], local[i], count * 4, count * 4);
@@ -790,14 +797,9 @@ static uint64_t check_gather_on(int n, const uint32_t *local, rd_coll coll, uint
                                 uint64_t count, const uint64_t *counts, uint64_t doubling,
                                 int sealed)
 {
-    uint64_t gens[MAXN];
-    for (int i = 0; i < MAXN; i++)
-        gens[i] = 4;
     ring r;
     node_bufs b[MAXN];
-    ring_new_with(&r, n, local, gens, 4096, sealed, NULL);
-    if (sealed) /* in the clear, on_pairs_wanted makes the links asked for */
-        pairs_link(&r, 1);
+    ring_new_direct(&r, n, local, 4, sealed);
     uint32_t world = 0;
     for (int i = 0; i < n; i++)
         world += local[i];
@@ -905,17 +907,14 @@ Test(xfer, broadcast_and_allgather_by_recursive_doubling_on_sealed_links, .timeo
  * asked for and taken up like the others, and every result is exact. */
 Test(xfer, a_ring_of_seventy_nodes_asks_for_its_direct_links_and_runs_exactly, .timeout = 120)
 {
-    uint64_t gens[MAXN];
     uint32_t ones[MAXN];
     node_bufs b[MAXN];
-    for (int i = 0; i < MAXN; i++) {
-        gens[i] = 6;
+    for (int i = 0; i < MAXN; i++)
         ones[i] = 1;
-    }
     int n = 70;
     uint64_t count = 300;
     ring r;
-    ring_new(&r, n, ones, gens, 4096);
+    ring_new_direct(&r, n, ones, 6, 0);
     for (int round = 0; round < 2; round++) { /* the second on the links the first asked for */
         for (int i = 0; i < n; i++) {
             bufs_new(&b[i], 1, count * 4, count * 4);
