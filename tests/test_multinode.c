@@ -173,7 +173,8 @@ static int all_reductions(int i, void *arg)
         }
     }
     free(heap);
-    ringd_close(r);
+    /* a rank that left early would shrink the job under another's last check (ringd_size) */
+    th_close_together(r, world_of(t));
     return 0;
 }
 
