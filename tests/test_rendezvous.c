@@ -888,16 +888,24 @@ Test(rendezvous, a_refresh_costs_the_same_whatever_the_job_s_size, .timeout = 60
     long reads;
     double alone = per_refresh(&reads);
     cr_assert_eq(reads, 0, "the membership was read %ld times with nothing changed", reads);
-    /* 500 more members, each with a lease of a minute: one change, seen once. */
-    for (int i = 0; i < 500; i++) {
-        char node[32], lease[96], rec[64];
-        snprintf(node, sizeof(node), "node-x%03d", i);
-        snprintf(lease, sizeof(lease), "ringd:{" JOB "}:lease:%s", node);
-        snprintf(rec, sizeof(rec), "3 %d 1 4 0 %d 10.1.%d.%d:7070", 100 + i, 10 + i, i / 200,
-                 i % 200);
-        cr_assert_eq(th_redis_do(&srv, "HSET", "ringd:{" JOB "}:members", node, rec, NULL), 0);
-        cr_assert_eq(th_redis_do(&srv, "SET", lease, "1", "PX", "60000", NULL), 0);
-    }
+    /* 500 more members, each with a lease of a minute: one change, seen once. Written by one
+     * script, at once: 1000 commands of their own, unpumped meanwhile, outlast node-a's lease of
+     * 300 ms (its re-join then reads the membership), and a refresh between a record and its
+     * lease would rightly sweep that member. */
+    const char *add[] = {
+        "EVAL",
+        "for i = 0, 499 do\n"
+        "  local n = string.format('node-x%03d', i)\n"
+        "  redis.call('HSET', KEYS[1], n, string.format('3 %d 1 4 0 %d 10.1.%d.%d:7070', 100 + i,"
+        " 10 + i, math.floor(i / 200), i % 200))\n"
+        "  redis.call('SET', KEYS[2] .. n, '1', 'PX', '60000')\n"
+        "end\n",
+        "2", "ringd:{" JOB "}:members", "ringd:{" JOB "}:lease:"};
+    char added[64];
+    cr_assert_eq(th_redis_cmd(&srv, added, sizeof(added), 5, add), 0);
+    cr_assert_str_eq(added, "(nil)");
+    const char *hlen[] = {"HLEN", "ringd:{" JOB "}:members"};
+    cr_assert_str_eq(raw(added, sizeof(added), 2, hlen), ":501");
     rd_rdv_member mb = member("node-b", "10.0.0.2:7070", 1, 2);
     rd_rdv *b = open_inst(1, 0, NULL, "", 30000);
     cr_assert_eq(rd_rdv_join(b, JOB, &mb), 0);
