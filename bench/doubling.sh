@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# doubling.sh: allreduce, broadcast and allgather by recursive doubling over direct links against
-# the ring, on N daemons of this machine (loopback, 1 rank each), side by side in each run: for
-# each op, N and size, the time with --doubling-bytes 0 (every op round the ring) and with the
-# size allowed (recursive doubling; a binomial tree for broadcast), each on a fresh ring; medians
-# of RUNS and their ratio. An allgather's size is each rank's (ringd-bench's -b), its result N
-# times that.
+# doubling.sh: allreduce, broadcast, allgather and reducescatter by recursive doubling over direct
+# links against the ring, on N daemons of this machine (loopback, 1 rank each), side by side in
+# each run: for each op, N and size, the time with --doubling-bytes 0 (every op round the ring)
+# and with the size allowed (recursive doubling; a binomial tree for broadcast, recursive halving
+# for reducescatter), each on a fresh ring; medians of RUNS and their ratio. An allgather's size
+# is each rank's (ringd-bench's -b), its result N times that; a reducescatter's is its whole
+# vector.
 #
 # Usage: bench/doubling.sh [BUILD_DIR]   (default: build-rel, set up as a release build)
-# Knobs: RUNS=3 OPS="allreduce broadcast allgather" NODES="3 4 8" SIZES="16K 32K 64K 256K"
+# Knobs: RUNS=3 OPS="allreduce broadcast allgather reducescatter" NODES="3 4 8" SIZES="16K 32K 64K 256K"
 # ITERS=200; --direct-bytes 0 on every
 # daemon, so that the sizes reach the data plane. RINGD_BENCH_PREBUILT=DIR (bench/lib.sh).
 # Exits non-zero when a run fails (#wrong > 0 included); the ratios are only reported.
@@ -15,7 +16,7 @@ set -euo pipefail
 
 BUILD=${1:-build-rel}
 RUNS=${RUNS:-3}
-OPS=${OPS:-allreduce broadcast allgather}
+OPS=${OPS:-allreduce broadcast allgather reducescatter}
 NODES=${NODES:-3 4 8}
 SIZES=${SIZES:-16K 32K 64K 256K}
 ITERS=${ITERS:-200}

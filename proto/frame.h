@@ -17,8 +17,9 @@
  * 8: Tuning.doubling_bytes, which a daemon of 7 would ignore, running round the ring an
  * allreduce the others run by recursive doubling; 9: broadcast and allgather under
  * Tuning.doubling_bytes by recursive doubling, which a daemon of 8 would run round the ring;
- * nodes of one job run one version. */
-#define RD_PEER_PROTOCOL_VERSION 9
+ * 10: reducescatter under it by recursive halving, which a daemon of 9 would run round the
+ * ring; nodes of one job run one version. */
+#define RD_PEER_PROTOCOL_VERSION 10
 #define RD_FRAME_HEADER 4
 #define RD_FRAME_MAX_DEFAULT (1u << 20)
 #define RD_NAME_MAX 256           /* bytes in a job or tensor name, terminator excluded */

@@ -292,13 +292,46 @@ static int all_gathers(int i, void *arg)
             return rc;
         at += v[k];
     }
+    /* Reducescatters (sum; of equal blocks, and of the uneven ones above, scaled to an
+     * average): each rank's block is the exact sum of every rank's part of the vector. */
+    int32_t *vec = malloc(9000 * sizeof(int32_t) * (size_t)world);
+    if (vec == NULL)
+        return 30;
+    for (size_t e = 0; e < 9000 * (size_t)world; e++)
+        vec[e] = gather_value(me, e) % 1000;
+    TH_CHECK_OK(r, ringd_reducescatter(r, "rs", vec, x, 1009, RINGD_I32, RINGD_SUM));
+    for (size_t e = 0; e < 1009; e++) {
+        int32_t want = 0;
+        for (int k = 0; k < world; k++)
+            want += gather_value(k, (size_t)me * 1009 + e) % 1000;
+        if (x[e] != want) {
+            fprintf(stderr, "rank %d: 'rs' element %zu is %d, should be %d\n", me, e, x[e], want);
+            return 41;
+        }
+    }
+    TH_CHECK_OK(r, ringd_reducescatterv(r, "rsv", vec, x, v, RINGD_I32, RINGD_AVG, 1.0, 1.0));
+    at = 0;
+    for (int k = 0; k < me; k++)
+        at += v[k];
+    for (size_t e = 0; e < v[me]; e++) {
+        int32_t want = 0;
+        for (int k = 0; k < world; k++)
+            want += gather_value(k, at + e) % 1000;
+        want /= world;
+        if (x[e] != want) {
+            fprintf(stderr, "rank %d: 'rsv' element %zu is %d, should be %d\n", me, e, x[e], want);
+            return 42;
+        }
+    }
+    free(vec);
     free(in);
     th_close_together(r, world);
     return 0;
 }
 
-/* Broadcast by a binomial tree and allgather by recursive doubling between real daemons: rings
- * of a power of two and not (3 and 6: pairs fold first, roots on folding nodes among them). */
+/* Broadcast by a binomial tree, allgather by recursive doubling and reducescatter by recursive
+ * halving between real daemons: rings of a power of two and not (3 and 6: pairs fold first,
+ * roots on folding nodes among them). */
 Test(multinode, three_to_six_nodes_broadcast_and_gather_by_recursive_doubling, .timeout = 300)
 {
     static const topo rings[] = {{3, {1, 2, 1}}, {4, {1, 1, 1, 1}}, {6, {1, 1, 2, 1, 1, 1}}};

@@ -4,6 +4,7 @@
  * replays, reorders or splices segments is caught and nothing wrong is delivered. */
 #include <criterion/criterion.h>
 #include <event2/event.h>
+#include <math.h>
 #include <pthread.h>
 #include <sodium.h>
 #include <stdlib.h>
@@ -900,6 +901,130 @@ Test(xfer, broadcast_and_allgather_by_recursive_doubling_on_sealed_links, .timeo
     uint32_t ones[] = {1, 1, 1, 1, 1, 1};
     cr_assert_gt(check_gather_on(6, ones, RD_COLL_BROADCAST, 2, 5000, NULL, 1 << 20, 1), 0);
     cr_assert_gt(check_gather_on(6, ones, RD_COLL_ALLGATHER, 0, 777, NULL, 1 << 20, 1), 0);
+}
+
+/* A reducescatter of dtype (i32 or f32) with redop, each rank's block counts[rank] elements, on
+ * n nodes with doubling_bytes as given: an i32's every output is the exact result; an f32's is
+ * within rounding of the sum in double precision. Returns the payload moved over direct links.
+ */
+static uint64_t check_scatter_on(int n, const uint32_t *local, rd_dtype dtype,
+                                 const uint64_t *counts, rd_redop redop, uint32_t divisor,
+                                 uint64_t doubling, int sealed)
+{
+    ring r;
+    node_bufs b[MAXN];
+    ring_new_direct(&r, n, local, 6, sealed);
+    uint32_t world = 0;
+    for (int i = 0; i < n; i++)
+        world += local[i];
+    uint64_t at[MAXN * 4 + 1] = {0}; /* each rank's block's first element in the vector */
+    for (uint32_t k = 0; k < world; k++)
+        at[k + 1] = at[k] + counts[k];
+    uint64_t total = at[world];
+    uint32_t first = 0;
+    for (int i = 0; i < n; i++) {
+        bufs_new(&b[i], local[i], total * 4, total * 4);
+        for (uint32_t l = 0; l < local[i]; l++)
+            for (uint64_t e = 0; e < total; e++) {
+                if (dtype == RD_DT_I32)
+                    ((int32_t *)b[i].in[l])[e] = value(first + l, e);
+                else
+                    ((float *)b[i].in[l])[e] = uneven(first + l, e);
+            }
+        first += local[i];
+        allreduce_task(&b[i], dtype, redop, 0);
+        b[i].t.coll = RD_COLL_REDUCESCATTER;
+        b[i].t.counts = counts;
+        b[i].t.args.divisor = divisor;
+        b[i].t.doubling_bytes = doubling;
+        rd_xfer_submit(r.x[i], &b[i].t);
+    }
+    ring_wait(&r, n);
+    uint64_t moved = 0;
+    first = 0;
+    for (int i = 0; i < n; i++) {
+        cr_assert_eq(b[i].t.status, RINGD_OK, "node %d: %s", i, b[i].t.message);
+        moved += rd_xfer_pair_bytes(r.x[i]);
+        for (uint32_t l = 0; l < local[i]; l++) {
+            uint32_t k = first + l;
+            for (uint64_t e = 0; e < counts[k]; e++) {
+                if (dtype == RD_DT_I32) {
+                    int32_t want = 0;
+                    for (uint32_t j = 0; j < world; j++) {
+                        int32_t v = value(j, at[k] + e);
+                        want = redop == RD_OP_MAX ? (j == 0 || v > want ? v : want) : want + v;
+                    }
+                    if (divisor > 1)
+                        want /= (int32_t)divisor;
+                    cr_assert_eq(((int32_t *)b[i].out[l])[e], want,
+                                 "n %d: node %d local %u element %llu", n, i, l,
+                                 (unsigned long long)e);
+                } else {
+                    double want = 0, mag = 0;
+                    for (uint32_t j = 0; j < world; j++) {
+                        want += uneven(j, at[k] + e);
+                        mag += fabs(uneven(j, at[k] + e));
+                    }
+                    double got = ((float *)b[i].out[l])[e];
+                    cr_assert_leq(fabs(got - want), mag * world * 0x1p-23,
+                                  "n %d: node %d local %u element %llu: %a, want %a", n, i, l,
+                                  (unsigned long long)e, got, want);
+                }
+            }
+        }
+        first += local[i];
+    }
+    for (int i = 0; i < n; i++)
+        bufs_free(&b[i], local[i]);
+    ring_free(&r);
+    return moved;
+}
+
+/* Reducescatter by recursive halving, on rings of 3 to 8 nodes (folding pairs where N is not a
+ * power of two), one local rank or several, equal and uneven blocks (empty ones among them),
+ * integers exact and floats within rounding, a divisor and a max; the data crossed direct
+ * links. With doubling_bytes 0, or under the vector's size, the same op crosses none. */
+Test(xfer, reducescatter_by_recursive_halving_is_exact_on_every_node, .timeout = 120)
+{
+    static const struct {
+        int n;
+        uint32_t local[MAXN];
+    } rings[] = {
+        {3, {1, 1, 1}},
+        {3, {2, 1, 1}},
+        {4, {1, 1, 1, 1}},
+        {5, {1, 2, 1, 1, 1}},
+        {6, {1, 1, 1, 1, 1, 1}},
+        {7, {1, 1, 3, 1, 1, 1, 1}},
+        {8, {1, 1, 1, 1, 1, 1, 1, 1}},
+    };
+    for (size_t c = 0; c < sizeof(rings) / sizeof(rings[0]); c++) {
+        int n = rings[c].n;
+        const uint32_t *local = rings[c].local;
+        uint32_t world = 0;
+        for (int i = 0; i < n; i++)
+            world += local[i];
+        uint64_t equal[MAXN * 2], uneven_[MAXN * 2];
+        for (uint32_t k = 0; k < world; k++) {
+            equal[k] = 1001;
+            uneven_[k] = k % 3 == 1 ? 0 : 1 + (k * 977) % 2100; /* some blocks empty */
+        }
+        cr_assert_gt(check_scatter_on(n, local, RD_DT_I32, equal, RD_OP_SUM, 1, 1 << 20, 0), 0,
+                     "n %d: nothing crossed a direct link", n);
+        cr_assert_gt(check_scatter_on(n, local, RD_DT_I32, uneven_, RD_OP_SUM, 1, 1 << 20, 0), 0);
+        cr_assert_gt(check_scatter_on(n, local, RD_DT_F32, uneven_, RD_OP_SUM, 1, 1 << 20, 0), 0);
+    }
+    uint32_t ones[] = {1, 1, 1, 1, 1, 1};
+    uint64_t one[] = {1, 1, 1, 1, 1, 1}, some[] = {40, 3, 0, 17, 9, 100};
+    cr_assert_gt(check_scatter_on(3, ones, RD_DT_I32, one, RD_OP_SUM, 1, 1 << 20, 0), 0);
+    cr_assert_gt(check_scatter_on(6, ones, RD_DT_I32, some, RD_OP_SUM, 6, 1 << 20, 0), 0);
+    cr_assert_gt(check_scatter_on(5, ones, RD_DT_I32, some, RD_OP_MAX, 1, 1 << 20, 0), 0);
+    /* round the ring: doubling_bytes 0, or one byte under the vector's 169 elements */
+    cr_assert_eq(check_scatter_on(6, ones, RD_DT_I32, some, RD_OP_SUM, 1, 0, 0), 0);
+    cr_assert_eq(check_scatter_on(6, ones, RD_DT_I32, some, RD_OP_SUM, 1, 169 * 4 - 1, 0), 0);
+    cr_assert_gt(check_scatter_on(6, ones, RD_DT_I32, some, RD_OP_SUM, 1, 169 * 4, 0), 0);
+    /* on sealed direct links (--encrypt) too: a fold's empty frames included */
+    cr_assert_gt(check_scatter_on(5, ones, RD_DT_I32, some, RD_OP_SUM, 1, 1 << 20, 1), 0);
 }
 
 /* A ring of 70 nodes (six pairs fold onto a hypercube of 64), its direct links made only as

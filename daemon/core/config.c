@@ -90,12 +90,12 @@ static const opt_spec options[] = {
      "nodes must agree; at most half of --max-frame",
      NULL},
     {"doubling-bytes", "RINGD_DOUBLING_BYTES", OPT_SIZE, "64K", 0, 16 << 20, OFF(doubling_bytes),
-     "allreduces, broadcasts and allgathers of a ring of 3 nodes or more that go past the "
-     "negotiation (over --direct-bytes) and are at most this big (an allgather's gathered "
-     "result) run by recursive doubling over direct links (log2 N exchanges, a link each from "
-     "the --pair-links pool; a binomial tree for a broadcast) instead of round the ring "
-     "(2(N - 1) or N - 1 steps); the coordinator's value holds for every node; 0: always the "
-     "ring",
+     "allreduces, broadcasts, allgathers and reducescatters of a ring of 3 nodes or more that "
+     "go past the negotiation (over --direct-bytes) and are at most this big (an allgather's "
+     "gathered result, a reducescatter's whole vector) run by recursive doubling over direct "
+     "links (log2 N exchanges, a link each from the --pair-links pool; a binomial tree for a "
+     "broadcast, recursive halving for a reducescatter) instead of round the ring (2(N - 1) or "
+     "N - 1 steps); the coordinator's value holds for every node; 0: always the ring",
      NULL},
     {"fusion-threshold", "RINGD_FUSION_THRESHOLD", OPT_SIZE, "64M", 0, 1 << 30,
      OFF(fusion_threshold), "small allreduces ready together are fused into one buffer up to this",

@@ -623,6 +623,8 @@ static int root_node(const rd_xfer *x, uint32_t root, uint32_t *first)
     return rp;
 }
 
+static int pow2_floor(int n);
+static int fold_vnode(int P, int r);
 static int doubling_fits(const rd_xfer *x, const rd_xfer_task *t, uint64_t bytes);
 static int doubling_held(rd_xfer *x, rd_xfer_task *t,
                          int (*body)(rd_xfer *, rd_xfer_task *, void *), void *arg);
@@ -698,9 +700,20 @@ static void node_offsets(const rd_xfer *x, const uint64_t *counts, uint64_t per,
     }
 }
 
-/* Reducescatter: the local ranks' inputs are reduced into one buffer, and the ring's
- * reduce-scatter runs over blocks that are the nodes' ranks' blocks, shifted so that each node
- * ends holding its own; each local rank's part of it is then copied to its output. */
+/* A reducescatter's vector: W, the local ranks' inputs reduced (writable); R, room for the
+ * partner's part of it; its nodes' blocks (in elements: off[0..N]). */
+typedef struct {
+    uint8_t *W;
+    uint8_t *R;
+    const uint64_t *off;
+} scatter_at;
+
+static int reducescatter_halving(rd_xfer *x, rd_xfer_task *t, void *arg);
+
+/* Reducescatter: the local ranks' inputs are reduced into one buffer; by recursive halving over
+ * the direct links when it is small enough, else by the ring's reduce-scatter over blocks that
+ * are the nodes' ranks' blocks, shifted so that each node ends holding its own; each local
+ * rank's part of it is then copied to its output. */
 static int do_reducescatter(rd_xfer *x, rd_xfer_task *t)
 {
     int N = x->cfg.nnodes, P = x->cfg.position, L = (int)x->local_sizes[P];
@@ -709,11 +722,13 @@ static int do_reducescatter(rd_xfer *x, rd_xfer_task *t)
     uint64_t off[N + 1];
     node_offsets(x, t->counts, 0, off);
     uint64_t total = off[N];
+    int halving = doubling_fits(x, t, total * esz);
     uint8_t *W = scratch(x, total > 0 ? total * esz : 1);
-    if (W == NULL)
+    uint8_t *R = halving && fold_vnode(P, N - pow2_floor(N)) >= 0 ? partner_buf(x, total * esz) : W;
+    if (W == NULL || R == NULL)
         return no_memory(t, total * esz);
     const uint8_t *local = m->in[0];
-    if (L > 1 || t->args.prescale != 1.0 || N == 1) {
+    if (halving || L > 1 || t->args.prescale != 1.0 || N == 1) {
         rd_reduce_args pre = RD_REDUCE_ARGS_INIT;
         pre.prescale = t->args.prescale;
         if (N == 1) { /* no ring step to finish the reduction */
@@ -723,23 +738,29 @@ static int do_reducescatter(rd_xfer *x, rd_xfer_task *t)
         t->backend->reduce(t->dtype, t->redop, W, (const void *const *)m->in, L, total, &pre);
         local = W;
     }
-    plan p;
-    memset(&p, 0, sizeof(p));
-    for (int s = 0; s < N - 1; s++) {
-        int sc = mod(P - s - 1, N), rc = mod(P - s - 2, N);
-        p.send[s] = (send_step){.src = (s == 0 ? local : W) + off[sc] * esz,
-                                .len = (off[sc + 1] - off[sc]) * esz,
-                                .dep = s - 1};
-        p.recv[s] = (recv_step){.dst = W + off[rc] * esz,
-                                .local = local + off[rc] * esz,
-                                .len = (off[rc + 1] - off[rc]) * esz,
-                                .reduce = 1,
-                                .final = s == N - 2};
-    }
-    p.nsend = p.nrecv = N - 1;
     t->phase_us[RD_PHASE_STAGED] = rd_now_us();
-    if (run_plan(x, t, &p, esz) != 0)
-        return -1;
+    if (halving) {
+        scatter_at sa = {.W = W, .R = R, .off = off};
+        if (doubling_held(x, t, reducescatter_halving, &sa) != 0)
+            return -1;
+    } else {
+        plan p;
+        memset(&p, 0, sizeof(p));
+        for (int s = 0; s < N - 1; s++) {
+            int sc = mod(P - s - 1, N), rc = mod(P - s - 2, N);
+            p.send[s] = (send_step){.src = (s == 0 ? local : W) + off[sc] * esz,
+                                    .len = (off[sc + 1] - off[sc]) * esz,
+                                    .dep = s - 1};
+            p.recv[s] = (recv_step){.dst = W + off[rc] * esz,
+                                    .local = local + off[rc] * esz,
+                                    .len = (off[rc + 1] - off[rc]) * esz,
+                                    .reduce = 1,
+                                    .final = s == N - 2};
+        }
+        p.nsend = p.nrecv = N - 1;
+        if (run_plan(x, t, &p, esz) != 0)
+            return -1;
+    }
     t->phase_us[RD_PHASE_MOVED] = rd_now_us();
     uint64_t at = off[P];
     uint32_t first = 0;
@@ -1359,7 +1380,8 @@ static int fold_vnode(int P, int r)
 }
 
 /* 1 when the collective t of bytes bytes (an allreduce's vector, a broadcast's, an allgather's
- * gathered buffer) goes by recursive doubling: as small as its order says (the coordinator's
+ * gathered buffer, a reducescatter's vector) goes by recursive doubling (or halving): as small as
+ * its order says (the coordinator's
  * --doubling-bytes, in the order's tuning) and the direct-link pool large enough (--pair-links,
  * the same on every node). The same answer on every node. */
 static int doubling_fits(const rd_xfer *x, const rd_xfer_task *t, uint64_t bytes)
@@ -1507,6 +1529,53 @@ static int allgather_doubling(rd_xfer *x, rd_xfer_task *t, void *arg)
     }
     if (P < 2 * r)
         return doubling_swap(x, t, P - 1, W, off[N] * esz, none, 0, seg);
+    return 0;
+}
+
+/* Reducescatter by recursive halving: at each exchange a virtual node keeps the half of the
+ * nodes' blocks it holds that has its own, sends its partner the other half and reduces the
+ * partner's partial of its own half into it (the lower virtual node's partial first, so the
+ * bits do not depend on who reduces), log2 N exchanges where the ring takes N - 1 steps and
+ * the same bytes. A folding node hands its whole vector to the node after it first (which
+ * reduces it, the folding node's first) and gets its own block back, finished, last. */
+static int reducescatter_halving(rd_xfer *x, rd_xfer_task *t, void *arg)
+{
+    const scatter_at *sa = arg;
+    int N = x->cfg.nnodes, P = x->cfg.position;
+    int p2 = pow2_floor(N), r = N - p2, v = fold_vnode(P, r);
+    size_t esz = rd_dtype_size(t->dtype);
+    uint64_t seg = task_segment(x, t) / esz * esz;
+    const uint64_t *off = sa->off;
+    uint8_t *W = sa->W, *R = sa->R, none[1];
+    rd_reduce_args mid = RD_REDUCE_ARGS_INIT, fin = RD_REDUCE_ARGS_INIT;
+    fin.postscale = t->args.postscale;
+    fin.divisor = t->args.divisor;
+    if (v < 0)
+        return doubling_swap(x, t, P + 1, W, off[N] * esz, none, 0, seg) != 0 ||
+                       doubling_swap(x, t, P + 1, none, 0, W + off[P] * esz,
+                                     (off[P + 1] - off[P]) * esz, seg) != 0
+                   ? -1
+                   : 0;
+    if (P < 2 * r) {
+        if (doubling_swap(x, t, P - 1, none, 0, R, off[N] * esz, seg) != 0)
+            return -1;
+        const void *src[2] = {R, W}; /* P - 1 is the lower */
+        t->backend->reduce(t->dtype, t->redop, W, src, 2, off[N], &mid);
+    }
+    for (int d = p2 / 2; d >= 1; d /= 2) {
+        int pv = v ^ d, keep = v & ~(d - 1), give = pv & ~(d - 1);
+        uint64_t ko = off[fold_first(keep, r)], ke = off[fold_first(keep + d, r)];
+        uint64_t go = off[fold_first(give, r)], ge = off[fold_first(give + d, r)];
+        if (doubling_swap(x, t, fold_node(pv, r), W + go * esz, (ge - go) * esz, R, (ke - ko) * esz,
+                          seg) != 0)
+            return -1;
+        const void *lo_hi[2] = {W + ko * esz, R}, *hi_lo[2] = {R, W + ko * esz};
+        t->backend->reduce(t->dtype, t->redop, W + ko * esz, v < pv ? lo_hi : hi_lo, 2, ke - ko,
+                           d == 1 ? &fin : &mid);
+    }
+    if (P < 2 * r)
+        return doubling_swap(x, t, P - 1, W + off[P - 1] * esz, (off[P] - off[P - 1]) * esz, none,
+                             0, seg);
     return 0;
 }
 

@@ -35,9 +35,10 @@ typedef struct rd_xfer_task {
     uint32_t root;           /* broadcast: the global rank */
     uint64_t segment_size;   /* bytes per frame, at most the ring's; 0: the ring's */
     int conns;               /* connections used, at most the ring's; 0: all of them */
-    uint64_t doubling_bytes; /* an allreduce, broadcast or allgather (its gathered result) of at
-                                most this many bytes goes by recursive doubling over the direct
-                                links (the order's tuning; 0: never) */
+    uint64_t doubling_bytes; /* an allreduce, broadcast, allgather (its gathered result) or
+                                reducescatter (its whole vector) of at most this many bytes goes
+                                by recursive doubling or halving over the direct links (the
+                                order's tuning; 0: never) */
     size_t nmembers;         /* more than one: a fused allreduce */
     const uint64_t *counts;  /* reducescatter, allgatherv: every rank's count, in rank order (the
                                 nodes' ranks in ring order, then local rank) */
