@@ -18,7 +18,8 @@
  * allreduce the others run by recursive doubling; 9: broadcast and allgather under
  * Tuning.doubling_bytes by recursive doubling, which a daemon of 8 would run round the ring;
  * 10: reducescatter under it by recursive halving, which a daemon of 9 would run round the
- * ring; nodes of one job run one version. */
+ * ring, and broadcast, allgather and reducescatter of 3 or 5 nodes round the ring, which a
+ * daemon of 9 would run by recursive doubling; nodes of one job run one version. */
 #define RD_PEER_PROTOCOL_VERSION 10
 #define RD_FRAME_HEADER 4
 #define RD_FRAME_MAX_DEFAULT (1u << 20)

@@ -95,7 +95,9 @@ static const opt_spec options[] = {
      "gathered result, a reducescatter's whole vector) run by recursive doubling over direct "
      "links (log2 N exchanges, a link each from the --pair-links pool; a binomial tree for a "
      "broadcast, recursive halving for a reducescatter) instead of round the ring (2(N - 1) or "
-     "N - 1 steps); the coordinator's value holds for every node; 0: always the ring",
+     "N - 1 steps) wherever that takes fewer steps (not a broadcast, allgather or "
+     "reducescatter of 3 or 5 nodes, where folding pairs add two); the coordinator's value "
+     "holds for every node; 0: always the ring",
      NULL},
     {"fusion-threshold", "RINGD_FUSION_THRESHOLD", OPT_SIZE, "64M", 0, 1 << 30,
      OFF(fusion_threshold), "small allreduces ready together are fused into one buffer up to this",

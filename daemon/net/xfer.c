@@ -625,7 +625,7 @@ static int root_node(const rd_xfer *x, uint32_t root, uint32_t *first)
 
 static int pow2_floor(int n);
 static int fold_vnode(int P, int r);
-static int doubling_fits(const rd_xfer *x, const rd_xfer_task *t, uint64_t bytes);
+static int doubling_fits(const rd_xfer *x, const rd_xfer_task *t, uint64_t bytes, int ring_steps);
 static int doubling_held(rd_xfer *x, rd_xfer_task *t,
                          int (*body)(rd_xfer *, rd_xfer_task *, void *), void *arg);
 static int broadcast_doubling(rd_xfer *x, rd_xfer_task *t, void *arg);
@@ -659,7 +659,7 @@ static int do_broadcast(rd_xfer *x, rd_xfer_task *t)
         b.src = b.dst;
     }
     t->phase_us[RD_PHASE_STAGED] = rd_now_us();
-    if (doubling_fits(x, t, b.bytes)) {
+    if (doubling_fits(x, t, b.bytes, N - 1)) {
         if (doubling_held(x, t, broadcast_doubling, &b) != 0)
             return -1;
     } else {
@@ -722,7 +722,7 @@ static int do_reducescatter(rd_xfer *x, rd_xfer_task *t)
     uint64_t off[N + 1];
     node_offsets(x, t->counts, 0, off);
     uint64_t total = off[N];
-    int halving = doubling_fits(x, t, total * esz);
+    int halving = doubling_fits(x, t, total * esz, N - 1);
     uint8_t *W = scratch(x, total > 0 ? total * esz : 1);
     uint8_t *R = halving && fold_vnode(P, N - pow2_floor(N)) >= 0 ? partner_buf(x, total * esz) : W;
     if (W == NULL || R == NULL)
@@ -807,7 +807,7 @@ static int do_allgather(rd_xfer *x, rd_xfer_task *t)
         at += n;
     }
     t->phase_us[RD_PHASE_STAGED] = rd_now_us();
-    if (doubling_fits(x, t, bytes)) {
+    if (doubling_fits(x, t, bytes, N - 1)) {
         gather_at g = {W, off};
         if (doubling_held(x, t, allgather_doubling, &g) != 0)
             return -1;
@@ -1346,14 +1346,28 @@ static int pow2_floor(int n)
     return p;
 }
 
+/* The exchanges of a recursive doubling of an N-node ring over 2^k virtual nodes (k of them),
+ * and whether pairs fold first (N not a power of two). */
+static int hypercube_dims(int N)
+{
+    int k = 0;
+    for (int d = 1; d < pow2_floor(N); d *= 2)
+        k++;
+    return k;
+}
+
 /* Direct links a recursive doubling of an N-node ring needs on each node, at most: one per
  * doubling, and one more where N is not a power of two (the pairs that fold first). */
 static int doubling_links(int N)
 {
-    int links = 0;
-    for (int d = 1; d < pow2_floor(N); d *= 2)
-        links++;
-    return links + (N != pow2_floor(N));
+    return hypercube_dims(N) + (N != pow2_floor(N));
+}
+
+/* Exchanges a recursive doubling of an N-node ring makes one after the other: one per doubling,
+ * and two more where pairs fold (the fold in before, the result out after). */
+static int doubling_steps(int N)
+{
+    return hypercube_dims(N) + 2 * (N != pow2_floor(N));
 }
 
 /* Recursive doubling on N = 2^k + r nodes runs over 2^k virtual nodes: the first 2r nodes fold
@@ -1380,13 +1394,16 @@ static int fold_vnode(int P, int r)
 }
 
 /* 1 when the collective t of bytes bytes (an allreduce's vector, a broadcast's, an allgather's
- * gathered buffer, a reducescatter's vector) goes by recursive doubling (or halving): as small as
- * its order says (the coordinator's
- * --doubling-bytes, in the order's tuning) and the direct-link pool large enough (--pair-links,
- * the same on every node). The same answer on every node. */
-static int doubling_fits(const rd_xfer *x, const rd_xfer_task *t, uint64_t bytes)
+ * gathered buffer, a reducescatter's vector), which takes ring_steps steps round the ring, goes
+ * by recursive doubling (or halving): as small as its order says (the coordinator's
+ * --doubling-bytes, in the order's tuning), in fewer exchanges one after the other than the
+ * ring's steps (a broadcast, allgather or reducescatter of 3 or 5 nodes is no shorter: the
+ * folds add two), and the direct-link pool large enough (--pair-links, the same on every
+ * node). The same answer on every node. */
+static int doubling_fits(const rd_xfer *x, const rd_xfer_task *t, uint64_t bytes, int ring_steps)
 {
     return x->cfg.nnodes >= 3 && bytes > 0 && bytes <= t->doubling_bytes &&
+           doubling_steps(x->cfg.nnodes) < ring_steps &&
            doubling_links(x->cfg.nnodes) <= x->cfg.pair_links;
 }
 
@@ -1600,7 +1617,7 @@ static int allreduce(rd_xfer *x, rd_xfer_task *t)
     uint64_t total = 0;
     for (size_t m = 0; m < t->nmembers; m++)
         total += t->members[m].count;
-    return doubling_fits(x, t, total * rd_dtype_size(t->dtype))
+    return doubling_fits(x, t, total * rd_dtype_size(t->dtype), 2 * (x->cfg.nnodes - 1))
                ? doubling_held(x, t, allreduce_doubling, &total)
                : do_allreduce(x, t);
 }
