@@ -662,6 +662,76 @@ static int pair_links_of(const char *sock, const char *job, int *total)
     return mine;
 }
 
+/* Control messages the daemon at sock has sent other nodes (keepalives apart), or UINT64_MAX. */
+static uint64_t control_sent_of(const char *sock)
+{
+    rd_msg *m = th_status(sock);
+    uint64_t n = m != NULL && m->status_reply != NULL ? m->status_reply->control_sent : UINT64_MAX;
+    rd_frame_free(m);
+    return n;
+}
+
+#define MANY 48 /* allreduces of one group */
+
+/* A group of MANY allreduces, ready together: each node announces them in one loop turn, as one
+ * Ready (and the coordinator orders them as one Go), so each daemon sends a few control
+ * messages for the lot, not one per op per node. Every result is checked. */
+static int many_at_once(int i, void *arg)
+{
+    const topo *t = arg;
+    ringd_t *r = join(t, i);
+    if (r == NULL)
+        return 10;
+    int n = ringd_size(r), me = ringd_rank(r), k = 0;
+    for (int first = 0; k < t->nnodes - 1 && i >= first + t->local[k];)
+        first += t->local[k++];
+    float *x = ringd_alloc(r, MANY * 300 * sizeof(float)), one = 1;
+    if (x == NULL)
+        return 30;
+    TH_CHECK_OK(r, ringd_allreduce(r, "before", &one, &one, 1, RINGD_F32, RINGD_SUM));
+    uint64_t before = control_sent_of(ring_.d[k].sock);
+    ringd_request_t *q[MANY];
+    TH_CHECK_OK(r, ringd_group_start(r));
+    for (int m = 0; m < MANY; m++) {
+        char name[32];
+        snprintf(name, sizeof(name), "many.%d", m);
+        for (int e = 0; e < 300; e++)
+            x[m * 300 + e] = (float)(me + m + e);
+        TH_CHECK_OK(r, ringd_allreduce_async(r, name, x + m * 300, x + m * 300, 300, RINGD_F32,
+                                             RINGD_SUM, &q[m]));
+    }
+    TH_CHECK_OK(r, ringd_group_end(r));
+    for (int m = 0; m < MANY; m++)
+        TH_CHECK_OK(r, ringd_wait(q[m]));
+    for (int m = 0; m < MANY; m++)
+        for (int e = 0; e < 300; e++)
+            if (x[m * 300 + e] != (float)(n * (m + e) + n * (n - 1) / 2)) {
+                fprintf(stderr, "rank %d: many.%d element %d is %g\n", me, m, e,
+                        (double)x[m * 300 + e]);
+                return 80;
+            }
+    /* every rank has its results: what the daemons sent for them is counted */
+    TH_CHECK_OK(r, ringd_allreduce(r, "after", &one, &one, 1, RINGD_F32, RINGD_SUM));
+    uint64_t sent = control_sent_of(ring_.d[k].sock) - before;
+    /* its Ready, the coordinator's Go, the Ready of "after": 3 to each of the 2 other nodes;
+     * one per op would be MANY */
+    if (sent > 12) {
+        fprintf(stderr, "rank %d: its daemon sent %llu control messages for %d ops\n", me,
+                (unsigned long long)sent, MANY);
+        return 81;
+    }
+    th_close_together(r, t->world);
+    return 0;
+}
+
+Test(collectives, ops_ready_together_are_announced_together, .timeout = 120)
+{
+    topo t = {3, {1, 2, 1}, 0};
+    start(&t, NULL);
+    cr_assert_eq(run(&t, many_at_once, 60000), 0, "a client failed (its stderr above)");
+    finish(&t);
+}
+
 /* Two jobs of one rank on each of four daemons started with --pair-links 3 take turns at an
  * alltoallv: each turn goes straight between the nodes, over the 3 direct links a node has
  * room for, so the job whose turn it is closes the other's (idle) links on every node and opens

@@ -57,11 +57,24 @@ struct rd_sched {
     int64_t last_order_us; /* coordinator: when it last sent an order (--fusion-cycle-us) */
     int refused;           /* the coordinator sent a tuning this node cannot run: no more
                               orders are taken until the ring re-forms */
+    /* This node's announcements of this loop turn (copies: names, messages and data owned),
+     * sent to every node as one Ready at its end: ops that reach readiness together (a
+     * training step's gradients submitted back to back) cost a message per node, not one
+     * each, and reach the coordinator together, which orders them as one batch. */
+    rd_op_spec *out;
+    size_t nout, capout, outbytes;
+    struct event *ev_ready;
 };
 
 #define RD_GO_OVERHEAD 64       /* a Go's frame around its entries: length, tags, generation */
 #define RD_GO_ENTRY_OVERHEAD 16 /* an entry's tags and lengths around its name */
+#define RD_READY_OVERHEAD 64    /* a Ready's frame around its entries */
+/* an entry's params, status and flags, their tags and lengths, around its name, message and
+ * data (eleven numbers of at most ten bytes each, and tags) */
+#define RD_READY_ENTRY_OVERHEAD 192
 static void on_order(evutil_socket_t fd, short what, void *arg);
+static void on_ready(evutil_socket_t fd, short what, void *arg);
+static void announced_clear(rd_sched *s);
 
 static rd_status ring_forming(rd_sched *s, int nnodes, int position, const rd_ring_node *nodes);
 static void ring_ended(rd_sched *s);
@@ -88,6 +101,7 @@ static void chan_message(void *arg, int from, const rd_schedmsg *m)
 
 static void chan_flush(void *arg)
 {
+    on_ready(-1, 0, arg);
     flush_orders(arg);
 }
 
@@ -103,7 +117,12 @@ rd_sched *rd_sched_new(struct event_base *base, const rd_config *cfg, rd_world *
     s->ev = *ev;
     s->arg = arg;
     s->ev_order = event_new(base, -1, 0, on_order, s);
-    if (s->ev_order == NULL) {
+    s->ev_ready = event_new(base, -1, 0, on_ready, s);
+    if (s->ev_order == NULL || s->ev_ready == NULL) {
+        if (s->ev_order != NULL)
+            event_free(s->ev_order);
+        if (s->ev_ready != NULL)
+            event_free(s->ev_ready);
         free(s);
         return NULL;
     }
@@ -115,6 +134,7 @@ rd_sched *rd_sched_new(struct event_base *base, const rd_config *cfg, rd_world *
         .flush = chan_flush,
     };
     if ((s->chan = rd_world_subscribe(w, &chan, s)) < 0) {
+        event_free(s->ev_ready);
         event_free(s->ev_order);
         free(s);
         return NULL;
@@ -170,6 +190,7 @@ static void ring_ended(rd_sched *s)
     s->neg = NULL;
     event_del(s->ev_order);
     order_clear(s);
+    announced_clear(s); /* the next ring hears them anew */
     while (s->orders != NULL) {
         batch *b = s->orders;
         s->orders = b->next;
@@ -190,7 +211,9 @@ void rd_sched_free(rd_sched *s)
         return;
     rd_world_unsubscribe(s->w, s->chan);
     ring_ended(s);
+    event_free(s->ev_ready);
     event_free(s->ev_order);
+    free(s->out);
     free(s->order);
     free(s);
 }
@@ -303,6 +326,7 @@ static void on_order(evutil_socket_t fd, short what, void *arg)
     rd_sched *s = arg;
     (void)fd;
     (void)what;
+    on_ready(-1, 0, s); /* this node's announcements of the ops ordered go first */
     if (s->norder == 0 || !rd_world_up(s->w)) {
         order_clear(s);
         return;
@@ -364,19 +388,70 @@ static void flush_orders(rd_sched *s)
         on_order(-1, 0, s);
 }
 
-/* Sends a Ready of this generation with spec, an op ready here or (stalled) one this node asks
- * the others to end as stalled, to the nodes at to[0..nto), or with to NULL to every other node. */
-static void ready_send(rd_sched *s, const rd_op_spec *spec, int stalled, const int *to, int nto)
+static void spec_free(rd_op_spec *spec)
 {
-    rd_schedmsg r = {.kind = RD_SCHEDMSG_READY};
-    if (stalled) {
-        r.stalled = spec;
-        r.nstalled = 1;
-    } else {
-        r.ops = spec;
-        r.nops = 1;
+    free((char *)spec->name);
+    free((char *)spec->message);
+    free((uint8_t *)spec->data);
+}
+
+/* Forgets the announcements not sent yet. */
+static void announced_clear(rd_sched *s)
+{
+    event_del(s->ev_ready);
+    for (size_t i = 0; i < s->nout; i++)
+        spec_free(&s->out[i]);
+    s->nout = 0;
+    s->outbytes = RD_READY_OVERHEAD;
+}
+
+/* End of the loop turn (or before an order, a Bye, a stall request, or a Ready that would pass
+ * --max-frame): this node's announcements go to every other node as one Ready. */
+static void on_ready(evutil_socket_t fd, short what, void *arg)
+{
+    rd_sched *s = arg;
+    (void)fd;
+    (void)what;
+    if (s->nout == 0)
+        return;
+    rd_schedmsg r = {.kind = RD_SCHEDMSG_READY, .ops = s->out, .nops = s->nout};
+    if (rd_world_up(s->w))
+        rd_world_send(s->w, NULL, 0, &r);
+    announced_clear(s);
+}
+
+/* Queues spec (copied), an op ready here or failed here, for this turn's Ready. Returns 0, or -1
+ * when out of memory. */
+static int announced_add(rd_sched *s, const rd_op_spec *spec)
+{
+    size_t bytes = strlen(spec->name) + strlen(spec->message) + spec->len + RD_READY_ENTRY_OVERHEAD;
+    if (s->nout > 0 && (s->outbytes + bytes > s->cfg->max_frame || s->nout == RD_SCHEDMSG_OPS_MAX))
+        on_ready(-1, 0, s);
+    if (s->nout == s->capout) {
+        size_t cap = s->capout ? s->capout * 2 : 16;
+        rd_op_spec *o = realloc(s->out, cap * sizeof(*o));
+        if (o == NULL)
+            return -1;
+        s->out = o;
+        s->capout = cap;
     }
-    rd_world_send(s->w, to, nto, &r);
+    rd_op_spec c = *spec;
+    c.name = strdup(spec->name);
+    c.message = strdup(spec->message);
+    c.data = spec->len > 0 ? malloc(spec->len) : NULL;
+    if (c.name == NULL || c.message == NULL || (spec->len > 0 && c.data == NULL)) {
+        spec_free(&c);
+        return -1;
+    }
+    if (spec->len > 0)
+        memcpy((uint8_t *)c.data, spec->data, spec->len);
+    if (s->nout == 0) {
+        s->outbytes = RD_READY_OVERHEAD;
+        event_active(s->ev_ready, 0, 0);
+    }
+    s->out[s->nout++] = c;
+    s->outbytes += bytes;
+    return 0;
 }
 
 /* Keeps this node's op own, named name with params p, for the coordinator's order. Returns 1,
@@ -441,7 +516,10 @@ int rd_sched_announce(rd_sched *s, const char *name, const rd_op_params *p, rd_s
                        .direct = direct,
                        .data = data,
                        .len = len};
-    ready_send(s, &spec, 0, NULL, 0);
+    if (announced_add(s, &spec) != 0) {
+        rd_world_drop(s->w, "out of memory queueing an announcement");
+        return 1;
+    }
     char err[256];
     if (rd_neg_ready(s->neg, s->position, &spec, own, err, sizeof(err)) != 0) {
         rd_world_drop(s->w, err);
@@ -579,7 +657,9 @@ void rd_sched_stalled(rd_sched *s, const char *name, const void *own, const char
                        .p = {.coll = RD_COLL_BARRIER},
                        .status = RINGD_E_STALLED,
                        .message = message};
-    ready_send(s, &spec, 1, to, nto);
+    on_ready(-1, 0, s); /* after what this node announced */
+    rd_schedmsg r = {.kind = RD_SCHEDMSG_READY, .stalled = &spec, .nstalled = 1};
+    rd_world_send(s->w, to, nto, &r);
 }
 
 int rd_sched_orders_waiting(const rd_sched *s)
