@@ -353,6 +353,93 @@ Test(xfer, allreduce_handles_counts_smaller_than_and_not_divisible_by_the_ring)
     check_allreduce(3, local, 1001, 4096);
 }
 
+/* A fused allreduce of i32 sums on n nodes (local ranks each as given; doubling off, so it
+ * goes round the ring in segments of 4 KiB): members of the counts given, member m in place
+ * where m is even, its own output otherwise. With one local rank the ring works in the
+ * members' buffers (segments that span members gathered and scattered); with more, through one
+ * buffer. Every output is the exact sum, and an input not in place is left as it was. */
+static void check_fused_on(int n, const uint32_t *local, const uint64_t *counts, size_t nm,
+                           int sealed)
+{
+    enum { NM = 8 };
+    cr_assert_leq(nm, NM);
+    uint64_t gens[MAXN];
+    for (int i = 0; i < MAXN; i++)
+        gens[i] = 3;
+    ring r;
+    ring_new_with(&r, n, local, gens, 4096, sealed, NULL);
+    struct {
+        int32_t *in[NM][4], *out[NM][4];
+        const uint8_t *cin[NM][4];
+        rd_xfer_member m[NM];
+        rd_xfer_task t;
+    } b[MAXN];
+    uint32_t first = 0, world = 0;
+    for (int i = 0; i < n; i++)
+        world += local[i];
+    for (int i = 0; i < n; i++) {
+        memset(&b[i], 0, sizeof(b[i]));
+        for (size_t m = 0; m < nm; m++) {
+            for (uint32_t l = 0; l < local[i]; l++) {
+                b[i].in[m][l] = calloc(counts[m] + 1, 4);
+                b[i].out[m][l] = m % 2 == 0 ? b[i].in[m][l] : calloc(counts[m] + 1, 4);
+                for (uint64_t e = 0; e < counts[m]; e++)
+                    b[i].in[m][l][e] = value(first + l, e + 1000 * m);
+                b[i].cin[m][l] = (const uint8_t *)b[i].in[m][l];
+            }
+            b[i].m[m] = (rd_xfer_member){
+                .in = b[i].cin[m], .out = (uint8_t **)b[i].out[m], .count = counts[m]};
+        }
+        first += local[i];
+        b[i].t.backend = rd_backend_cpu();
+        b[i].t.coll = RD_COLL_ALLREDUCE;
+        b[i].t.dtype = RD_DT_I32;
+        b[i].t.redop = RD_OP_SUM;
+        b[i].t.args = (rd_reduce_args)RD_REDUCE_ARGS_INIT;
+        b[i].t.members = b[i].m;
+        b[i].t.nmembers = nm;
+        rd_xfer_submit(r.x[i], &b[i].t);
+    }
+    ring_wait(&r, n);
+    first = 0;
+    for (int i = 0; i < n; i++) {
+        cr_assert_eq(b[i].t.status, RINGD_OK, "node %d: %s", i, b[i].t.message);
+        for (size_t m = 0; m < nm; m++)
+            for (uint32_t l = 0; l < local[i]; l++) {
+                for (uint64_t e = 0; e < counts[m]; e++) {
+                    int32_t want = 0;
+                    for (uint32_t k = 0; k < world; k++)
+                        want += value(k, e + 1000 * m);
+                    cr_assert_eq(b[i].out[m][l][e], want,
+                                 "n %d: node %d local %u member %zu element %llu", n, i, l, m,
+                                 (unsigned long long)e);
+                    if (m % 2 == 1)
+                        cr_assert_eq(b[i].in[m][l][e], value(first + l, e + 1000 * m));
+                }
+                if (m % 2 == 1)
+                    free(b[i].out[m][l]);
+                free(b[i].in[m][l]);
+            }
+        first += local[i];
+    }
+    ring_free(&r);
+}
+
+/* Fused allreduces: members of one element and of none, members that span segments and
+ * segments that span members, on rings of 2 to 4 nodes, in the clear and sealed. */
+Test(xfer, a_fused_allreduce_works_in_the_members_buffers, .timeout = 60)
+{
+    static const uint64_t counts[] = {3, 0, 1000, 1, 4096, 77, 2500, 1};
+    static const uint32_t ones[] = {1, 1, 1, 1}, two[] = {1, 2, 1};
+    for (int n = 2; n <= 4; n++) {
+        check_fused_on(n, ones, counts, 8, 0);
+        check_fused_on(n, ones, counts + 1, 3, 0); /* a first member of none */
+    }
+    check_fused_on(3, two, counts, 8, 0); /* through one buffer */
+    check_fused_on(3, ones, counts, 8, 1);
+    check_fused_on(2, ones, counts, 8, 1);
+}
+
 Test(xfer, broadcast_and_allgather_cross_every_node)
 {
     uint32_t local[] = {2, 1, 1};

@@ -99,10 +99,8 @@ static const opt_spec options[] = {
      "reducescatter of 3 or 5 nodes, where folding pairs add two); the coordinator's value "
      "holds for every node; 0: always the ring",
      NULL},
-    {"fusion-threshold", "RINGD_FUSION_THRESHOLD", OPT_SIZE, "4M", 0, 1 << 30,
-     OFF(fusion_threshold),
-     "small allreduces ready together are fused into one buffer up to this (a fused pass copies "
-     "its tensors in and out: larger buffers save passes and cost copies)",
+    {"fusion-threshold", "RINGD_FUSION_THRESHOLD", OPT_SIZE, "64M", 0, 1 << 30,
+     OFF(fusion_threshold), "small allreduces ready together are fused into one buffer up to this",
      NULL},
     {"segment-size", "RINGD_SEGMENT_SIZE", OPT_SIZE, "1M", 4096, 64 << 20, OFF(segment_size),
      "bytes per ring frame; segments pipeline through the ring", NULL},

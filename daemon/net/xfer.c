@@ -32,18 +32,32 @@
 #define RD_XFER_SEGMENT_MIN (64u << 10)
 #define RD_XFER_SPIN_US 2000 /* spin this long for a link mid-collective before sleeping */
 
+/* A fused allreduce's members as one vector, in place: bytes [at[i], at[i + 1]) of it are
+ * piece i, at base[i] (a member's buffer). Two views of one task (its outputs, its inputs) are
+ * cut alike. */
+typedef struct {
+    size_t n;
+    uint8_t *const *base;
+    const uint64_t *at; /* n + 1 offsets */
+} vview;
+
 typedef struct {
     const uint8_t *src;
     uint64_t len;
     int dep; /* receive step whose segment k must have arrived before segment k goes; -1 none */
+    const vview *v; /* non-NULL: src is bytes vat.. of v, not a pointer */
+    uint64_t vat;
 } send_step;
 
 typedef struct {
     uint8_t *dst;
     const uint8_t *local; /* reduce: this node's contribution at the same place */
     uint64_t len;
-    int reduce; /* dst = received op local, instead of storing */
-    int final;  /* reduce with postscale and divisor */
+    int reduce;      /* dst = received op local, instead of storing */
+    int final;       /* reduce with postscale and divisor */
+    const vview *dv; /* non-NULL: dst and local are bytes vat.. of dv and lv */
+    const vview *lv;
+    uint64_t vat;
 } recv_step;
 
 /* One task's steps. */
@@ -66,6 +80,8 @@ typedef struct {
     rd_seal_dir *dir; /* sealed: this direction's keys */
     uint8_t *box;     /* sealed, send: the segment sealed */
     uint8_t tag[RD_SEAL_TAG];
+    const uint8_t *payload; /* send: segment g's bytes as they go (in the clear or sealed) */
+    uint8_t *gather;        /* send over views: a segment that spans pieces, gathered */
 } lane;
 
 struct rd_xfer {
@@ -300,6 +316,43 @@ static int seg_open(const char *node, rd_cipher cipher, rd_seal_dir *dir, uint8_
     return -1;
 }
 
+/* The piece of v that holds byte off. */
+static size_t vv_piece(const vview *v, uint64_t off)
+{
+    size_t lo = 0, hi = v->n; /* at[lo] <= off < at[hi] */
+    while (hi - lo > 1) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (v->at[mid] <= off)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* Bytes [off, off + len) of v where they lie whole in one piece, else NULL. */
+static uint8_t *vv_ptr(const vview *v, uint64_t off, uint64_t len)
+{
+    size_t i = vv_piece(v, off);
+    return off + len <= v->at[i + 1] ? v->base[i] + (off - v->at[i]) : NULL;
+}
+
+/* Copies bytes [off, off + len) of v out into buf (to_view 0) or buf into them (1). */
+static void vv_copy(const rd_backend *b, const vview *v, uint64_t off, uint64_t len, uint8_t *buf,
+                    int to_view)
+{
+    for (size_t i = vv_piece(v, off); len > 0; i++) {
+        uint64_t in = off - v->at[i], n = v->at[i + 1] - off < len ? v->at[i + 1] - off : len;
+        if (to_view)
+            b->copy(v->base[i] + in, buf, n);
+        else
+            b->copy(buf, v->base[i] + in, n);
+        buf += n;
+        off += n;
+        len -= n;
+    }
+}
+
 /* Sends what lane l can send now. Returns 1 on progress, 0 when waiting, -1 on failure. */
 static int lane_send(run *r, lane *l, int idx)
 {
@@ -319,18 +372,22 @@ static int lane_send(run *r, lane *l, int idx)
                 return progress;
             rd_seg h = {(uint32_t)len, x->cfg.generation, r->t->seq, l->g};
             rd_seg_encode(&h, l->hdr);
-            if (l->cipher != RD_CIPHER_NONE &&
-                rd_seal_seal(l->cipher, l->dir, l->box, l->tag, st->src + off, len, l->hdr,
-                             RD_SEG_HEADER) != 0) {
+            const uint8_t *src = st->v == NULL ? st->src + off : vv_ptr(st->v, st->vat + off, len);
+            if (src == NULL) { /* spans members: gathered */
+                vv_copy(r->t->backend, st->v, st->vat + off, len, l->gather, 0);
+                src = l->gather;
+            }
+            if (l->cipher != RD_CIPHER_NONE && rd_seal_seal(l->cipher, l->dir, l->box, l->tag, src,
+                                                            len, l->hdr, RD_SEG_HEADER) != 0) {
                 fail_task(r->t, RINGD_E_NOMEM, "link to node %s: sealing a segment failed",
                           x->next_node);
                 return -1;
             }
+            l->payload = l->cipher != RD_CIPHER_NONE ? l->box : src;
             l->staged = 1;
         }
         size_t taglen = l->cipher != RD_CIPHER_NONE ? RD_SEAL_TAG : 0;
-        ssize_t w = frame_write(l->fd, l->hdr, taglen ? l->box : st->src + off, len, l->tag, taglen,
-                                l->pos);
+        ssize_t w = frame_write(l->fd, l->hdr, l->payload, len, l->tag, taglen, l->pos);
         if (w < 0) {
             if (errno == EAGAIN || errno == EWOULDBLOCK) {
                 l->blocked = 1;
@@ -353,6 +410,30 @@ static int lane_send(run *r, lane *l, int idx)
     return progress;
 }
 
+/* A reduce step's segment (bytes off.. of step st, len of them) is in staging: what it received
+ * reduced with this node's contribution into the destination, member by member over views. */
+static void recv_reduce(run *r, const recv_step *st, uint64_t off, uint64_t len,
+                        const uint8_t *staging)
+{
+    const rd_reduce_args *a = st->final ? &r->fin : &r->mid;
+    if (st->dv == NULL) {
+        const void *src[2] = {staging, st->local + off};
+        r->t->backend->reduce(r->t->dtype, r->t->redop, st->dst + off, src, 2, len / r->esz, a);
+        return;
+    }
+    uint64_t at = st->vat + off;
+    for (size_t i = vv_piece(st->dv, at); len > 0; i++) {
+        uint64_t in = at - st->dv->at[i];
+        uint64_t n = st->dv->at[i + 1] - at < len ? st->dv->at[i + 1] - at : len;
+        const void *src[2] = {staging, st->lv->base[i] + in};
+        r->t->backend->reduce(r->t->dtype, r->t->redop, st->dv->base[i] + in, src, 2, n / r->esz,
+                              a);
+        staging += n;
+        at += n;
+        len -= n;
+    }
+}
+
 /* Receives what lane l has. Returns 1 on progress, 0 when nothing is there, -1 on failure. */
 static int lane_recv(run *r, lane *l, int idx)
 {
@@ -370,7 +451,9 @@ static int lane_recv(run *r, lane *l, int idx)
             continue;
         }
         uint64_t len = st->len - off < r->seg ? st->len - off : r->seg;
-        uint8_t *dst = st->reduce ? staging : st->dst + off;
+        uint8_t *dst = st->reduce ? staging : st->dv == NULL ? st->dst + off : NULL;
+        if (dst == NULL && (dst = vv_ptr(st->dv, st->vat + off, len)) == NULL)
+            dst = staging; /* spans members: scattered once in */
         size_t taglen = l->cipher != RD_CIPHER_NONE ? RD_SEAL_TAG : 0;
         ssize_t got = frame_read(l->fd, l->hdr, dst, len, l->tag, taglen, l->pos);
         if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
@@ -398,11 +481,10 @@ static int lane_recv(run *r, lane *l, int idx)
             if (taglen != 0 &&
                 seg_open(x->prev_node, l->cipher, l->dir, dst, len, l->tag, l->hdr, r->t) != 0)
                 return -1;
-            if (st->reduce) {
-                const void *src[2] = {staging, st->local + off};
-                r->t->backend->reduce(r->t->dtype, r->t->redop, st->dst + off, src, 2, len / r->esz,
-                                      st->final ? &r->fin : &r->mid);
-            }
+            if (st->reduce)
+                recv_reduce(r, st, off, len, staging);
+            else if (st->dv != NULL && dst == staging)
+                vv_copy(r->t->backend, st->dv, st->vat + off, len, staging, 1);
             atomic_fetch_add_explicit(&x->received, len, memory_order_relaxed);
             r->recv_done[l->g] = 1;
             recv_counted(r, st);
@@ -447,8 +529,14 @@ static int run_plan(rd_xfer *x, rd_xfer_task *t, const plan *p, size_t esz)
     r.fin.divisor = t->args.divisor;
     for (int i = 0; i < p->nrecv; i++)
         r.scatter_left += p->recv[i].reduce ? r.S : 0;
+    int views = 0;
+    for (int i = 0; i < p->nsend; i++)
+        views |= p->send[i].v != NULL;
     r.recv_done = calloc((size_t)(p->nrecv ? p->nrecv : 1) * r.S, 1);
-    if (r.recv_done == NULL) {
+    uint8_t *gather = views ? malloc((size_t)C * r.seg) : NULL;
+    if (r.recv_done == NULL || (views && gather == NULL)) {
+        free(r.recv_done);
+        free(gather);
         fail_task(r.t, RINGD_E_NOMEM, "out of memory");
         return -1;
     }
@@ -458,7 +546,8 @@ static int run_plan(rd_xfer *x, rd_xfer_task *t, const plan *p, size_t esz)
                        .g = (uint64_t)c,
                        .cipher = x->send_seal[c].cipher,
                        .dir = &x->send_seal[c].tx,
-                       .box = x->send_box[c]};
+                       .box = x->send_box[c],
+                       .gather = views ? gather + (size_t)c * r.seg : NULL};
         rl[c] = (lane){.fd = x->recv_fds[c],
                        .g = (uint64_t)c,
                        .cipher = x->recv_seal[c].cipher,
@@ -518,6 +607,7 @@ static int run_plan(rd_xfer *x, rd_xfer_task *t, const plan *p, size_t esz)
             break;
         }
     }
+    free(gather);
     free(r.recv_done);
     return rc;
 }
@@ -559,8 +649,10 @@ static void members_write_back(rd_xfer_task *t, const uint8_t *W, int L, size_t 
 }
 
 /* Allreduce of every member, fused when there are several: the local ranks' inputs are reduced
- * into one buffer (or, for one local rank with nothing to scale, the ring works in its output
- * directly), the ring reduces and gathers it, the result is copied to every local output. */
+ * into one buffer, the ring reduces and gathers it, the result is copied to every local output.
+ * For one local rank with nothing to scale the ring works in place instead: in its output,
+ * reading its input; fused, in the members' outputs and inputs as one vector each (views), with
+ * no copy in or out. */
 static int do_allreduce(rd_xfer *x, rd_xfer_task *t)
 {
     int N = x->cfg.nnodes, P = x->cfg.position, L = (int)x->local_sizes[P];
@@ -568,10 +660,29 @@ static int do_allreduce(rd_xfer *x, rd_xfer_task *t)
     uint64_t total = 0;
     for (size_t m = 0; m < t->nmembers; m++)
         total += t->members[m].count;
-    int direct = t->nmembers == 1 && L == 1 && t->args.prescale == 1.0;
-    uint8_t *W;
-    const uint8_t *local;
-    if (direct) {
+    int direct = L == 1 && t->args.prescale == 1.0;
+    int views = direct && t->nmembers > 1;
+    uint8_t *W = NULL, **outs = NULL;
+    const uint8_t *local = NULL;
+    uint64_t *at = NULL;
+    vview wv = {0}, lv = {0};
+    if (views) {
+        outs = malloc(2 * t->nmembers * sizeof(*outs));
+        at = malloc((t->nmembers + 1) * sizeof(*at));
+        if (outs == NULL || at == NULL) {
+            free(outs);
+            free(at);
+            return no_memory(t, (t->nmembers + 1) * 3 * sizeof(*at));
+        }
+        at[0] = 0;
+        for (size_t m = 0; m < t->nmembers; m++) {
+            outs[m] = t->members[m].out[0];
+            outs[t->nmembers + m] = (uint8_t *)t->members[m].in[0];
+            at[m + 1] = at[m] + t->members[m].count * esz;
+        }
+        wv = (vview){.n = t->nmembers, .base = outs, .at = at};
+        lv = (vview){.n = t->nmembers, .base = outs + t->nmembers, .at = at};
+    } else if (direct) {
         W = t->members[0].out[0];
         local = t->members[0].in[0];
     } else {
@@ -595,6 +706,17 @@ static int do_allreduce(rd_xfer *x, rd_xfer_task *t)
         }
         uint64_t so = chunk_start(total, N, sc), se = chunk_start(total, N, sc + 1);
         uint64_t ro = chunk_start(total, N, rc), re = chunk_start(total, N, rc + 1);
+        if (views) {
+            p.send[s] = (send_step){
+                .len = (se - so) * esz, .dep = s - 1, .v = s == 0 ? &lv : &wv, .vat = so * esz};
+            p.recv[s] = (recv_step){.len = (re - ro) * esz,
+                                    .reduce = s < N - 1,
+                                    .final = s == N - 2,
+                                    .dv = &wv,
+                                    .lv = &lv,
+                                    .vat = ro * esz};
+            continue;
+        }
         p.send[s] = (send_step){
             .src = (s == 0 ? local : W) + so * esz, .len = (se - so) * esz, .dep = s - 1};
         p.recv[s] = (recv_step){.dst = W + ro * esz,
@@ -605,12 +727,13 @@ static int do_allreduce(rd_xfer *x, rd_xfer_task *t)
     }
     p.nsend = p.nrecv = 2 * (N - 1);
     t->phase_us[RD_PHASE_STAGED] = rd_now_us();
-    if (run_plan(x, t, &p, esz) != 0)
-        return -1;
+    int rc = run_plan(x, t, &p, esz);
     t->phase_us[RD_PHASE_MOVED] = rd_now_us();
-    if (!direct)
+    if (rc == 0 && !direct)
         members_write_back(t, W, L, esz);
-    return 0;
+    free(outs);
+    free(at);
+    return rc;
 }
 
 /* The position of the node that holds rank root; *first set to its first rank. */
