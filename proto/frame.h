@@ -19,7 +19,9 @@
  * Tuning.doubling_bytes by recursive doubling, which a daemon of 8 would run round the ring;
  * 10: reducescatter under it by recursive halving, which a daemon of 9 would run round the
  * ring, and broadcast, allgather and reducescatter of 3 or 5 nodes round the ring, which a
- * daemon of 9 would run by recursive doubling; nodes of one job run one version. */
+ * daemon of 9 would run by recursive doubling; PeerHello.max_frame and direct_bytes, which
+ * both ends must agree on (a node batches its announcements up to its --max-frame); nodes of
+ * one job run one version. */
 #define RD_PEER_PROTOCOL_VERSION 10
 #define RD_FRAME_HEADER 4
 #define RD_FRAME_MAX_DEFAULT (1u << 20)

@@ -278,6 +278,17 @@ void rd_schedmsg_release(rd_schedmsg *s)
 }
 
 /* The OpSpec of s, borrowing its strings and data. */
+/* An OpSpec's entry around its strings and data at its longest: the entry's tag and length (6),
+ * 13 numbers and flags with their tags (at most 11 bytes each, an enum's negative varint), the
+ * tags and lengths of name, message and data (6 each). */
+#define SPEC_FIXED_MAX (6 + 13 * 11 + 3 * 6)
+
+size_t rd_schedmsg_spec_bound(const rd_op_spec *spec)
+{
+    return strlen(spec->name) + (spec->message != NULL ? strlen(spec->message) : 0) + spec->len +
+           SPEC_FIXED_MAX;
+}
+
 static void spec_encode(const rd_op_spec *s, Ringd__OpSpec *o)
 {
     ringd__op_spec__init(o);

@@ -147,4 +147,12 @@ struct Ringd__Msg *rd_schedmsg_encode(const rd_schedmsg *v);
 /* NULL is a no-op. */
 void rd_schedmsg_encoded_free(struct Ringd__Msg *m);
 
+/* Bytes a Ready's frame takes at most around its entries (header, message and body tags, the
+ * generation). */
+#define RD_SCHEDMSG_READY_OVERHEAD 64
+
+/* Bytes the entry of spec takes at most in a Ready's frame: its name, message and data, and
+ * its numbers, flags, tags and lengths at their longest. Any thread. */
+size_t rd_schedmsg_spec_bound(const rd_op_spec *spec);
+
 #endif

@@ -713,8 +713,9 @@ static int many_at_once(int i, void *arg)
     /* every rank has its results: what the daemons sent for them is counted */
     TH_CHECK_OK(r, ringd_allreduce(r, "after", &one, &one, 1, RINGD_F32, RINGD_SUM));
     uint64_t sent = control_sent_of(ring_.d[k].sock) - before;
-    /* its Ready, the coordinator's Go, the Ready of "after": 3 to each of the 2 other nodes;
-     * one per op would be MANY */
+    /* to each of the 2 other nodes: the group's Ready and the Ready of "after", and from the
+     * coordinator the group's Go (and one more should "after" need the ring): at most 8; one
+     * per op would be MANY */
     if (sent > 12) {
         fprintf(stderr, "rank %d: its daemon sent %llu control messages for %d ops\n", me,
                 (unsigned long long)sent, MANY);

@@ -330,8 +330,9 @@ static int all_gathers(int i, void *arg)
 }
 
 /* Broadcast by a binomial tree, allgather by recursive doubling and reducescatter by recursive
- * halving between real daemons: rings of a power of two and not (3 and 6: pairs fold first,
- * roots on folding nodes among them). */
+ * halving between real daemons: rings of a power of two and not (6: pairs fold first, roots on
+ * folding nodes among them); on 3 nodes, where the folds make doubling no shorter, round the
+ * ring. */
 Test(multinode, three_to_six_nodes_broadcast_and_gather_by_recursive_doubling, .timeout = 300)
 {
     static const topo rings[] = {{3, {1, 2, 1}}, {4, {1, 1, 1, 1}}, {6, {1, 1, 2, 1, 1, 1}}};

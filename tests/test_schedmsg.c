@@ -106,6 +106,51 @@ Test(schedmsg, a_ready_survives_the_wire)
     rd_frame_free(m);
 }
 
+/* A Ready of entries at their longest (a 256-byte name, a 1023-byte message, data, every number
+ * at its largest, negative enums) takes no more than rd_schedmsg_spec_bound says: a node that
+ * batches its announcements by it stays within the frame size it aims for. */
+Test(schedmsg, a_ready_is_no_bigger_than_its_entries_bounds)
+{
+    char name[RD_NAME_MAX + 1], message[RD_SCHEDMSG_MESSAGE_MAX];
+    memset(name, 'n', sizeof(name) - 1);
+    name[sizeof(name) - 1] = '\0';
+    memset(message, 'm', sizeof(message) - 1);
+    message[sizeof(message) - 1] = '\0';
+    static uint8_t data[3000];
+    rd_op_spec big = {.name = name,
+                      .p = {.coll = -1,
+                            .dtype = -1,
+                            .redop = -1,
+                            .root = UINT32_MAX,
+                            .count = UINT64_MAX,
+                            .prescale = 0.1,
+                            .postscale = 0.3,
+                            .device = 1,
+                            .counts_digest = UINT64_MAX,
+                            .group_digest = UINT64_MAX,
+                            .shape = UINT64_MAX},
+                      .status = UINT32_MAX,
+                      .message = message,
+                      .direct = 1,
+                      .data = data,
+                      .len = sizeof(data)};
+    rd_op_spec ops[5] = {big, big, big, big, big};
+    ops[1].len = 0;
+    ops[2].message = "";
+    for (size_t n = 1; n <= 5; n++) {
+        rd_schedmsg v = {
+            .kind = RD_SCHEDMSG_READY, .generation = UINT64_MAX, .ops = ops, .nops = n};
+        rd_msg *m = rd_schedmsg_encode(&v);
+        cr_assert_not_null(m);
+        size_t bound = RD_SCHEDMSG_READY_OVERHEAD;
+        for (size_t i = 0; i < n; i++)
+            bound += rd_schedmsg_spec_bound(&ops[i]);
+        cr_assert_leq(rd_frame_size(m), bound, "%zu entries: %zu bytes, bound %zu", n,
+                      rd_frame_size(m), bound);
+        rd_schedmsg_encoded_free(m);
+    }
+}
+
 /* A tuning every node can run. */
 #define TUNING_OK                                                                                  \
     {                                                                                              \

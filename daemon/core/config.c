@@ -42,7 +42,9 @@ static const opt_spec options[] = {
      OFF(device_arena_max),
      "largest device arena (GPU memory) a client may ask for; 0: none are given", NULL},
     {"max-frame", "RINGD_MAX_FRAME", OPT_SIZE, "1M", 1024, 1 << 30, OFF(max_frame),
-     "largest control message accepted; larger ones close the connection", NULL},
+     "largest control message accepted; larger ones close the connection; the nodes of a ring "
+     "must agree",
+     NULL},
     {"inline-bytes", "RINGD_INLINE_BYTES", OPT_SIZE, "1M", 0, INT64_MAX, OFF(inline_bytes),
      "collectives moving fewer bytes run on the event loop instead of the worker threads", NULL},
     {"threads", "RINGD_THREADS", OPT_INT, "0", 0, 256, OFF(threads),

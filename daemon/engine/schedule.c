@@ -68,12 +68,9 @@ struct rd_sched {
 
 #define RD_GO_OVERHEAD 64       /* a Go's frame around its entries: length, tags, generation */
 #define RD_GO_ENTRY_OVERHEAD 16 /* an entry's tags and lengths around its name */
-#define RD_READY_OVERHEAD 64    /* a Ready's frame around its entries */
-/* an entry's params, status and flags, their tags and lengths, around its name, message and
- * data (eleven numbers of at most ten bytes each, and tags) */
-#define RD_READY_ENTRY_OVERHEAD 192
 static void on_order(evutil_socket_t fd, short what, void *arg);
 static void on_ready(evutil_socket_t fd, short what, void *arg);
+static void ready_flush(rd_sched *s);
 static void announced_clear(rd_sched *s);
 
 static rd_status ring_forming(rd_sched *s, int nnodes, int position, const rd_ring_node *nodes);
@@ -101,7 +98,7 @@ static void chan_message(void *arg, int from, const rd_schedmsg *m)
 
 static void chan_flush(void *arg)
 {
-    on_ready(-1, 0, arg);
+    ready_flush(arg);
     flush_orders(arg);
 }
 
@@ -326,7 +323,7 @@ static void on_order(evutil_socket_t fd, short what, void *arg)
     rd_sched *s = arg;
     (void)fd;
     (void)what;
-    on_ready(-1, 0, s); /* this node's announcements of the ops ordered go first */
+    ready_flush(s); /* this node's announcements of the ops ordered go first */
     if (s->norder == 0 || !rd_world_up(s->w)) {
         order_clear(s);
         return;
@@ -402,16 +399,13 @@ static void announced_clear(rd_sched *s)
     for (size_t i = 0; i < s->nout; i++)
         spec_free(&s->out[i]);
     s->nout = 0;
-    s->outbytes = RD_READY_OVERHEAD;
+    s->outbytes = RD_SCHEDMSG_READY_OVERHEAD;
 }
 
-/* End of the loop turn (or before an order, a Bye, a stall request, or a Ready that would pass
- * --max-frame): this node's announcements go to every other node as one Ready. */
-static void on_ready(evutil_socket_t fd, short what, void *arg)
+/* This node's announcements not sent yet go to every other node as one Ready: at the end of the
+ * loop turn, and before an order, a Bye, a stall request, or a Ready that would grow too big. */
+static void ready_flush(rd_sched *s)
 {
-    rd_sched *s = arg;
-    (void)fd;
-    (void)what;
     if (s->nout == 0)
         return;
     rd_schedmsg r = {.kind = RD_SCHEDMSG_READY, .ops = s->out, .nops = s->nout};
@@ -420,13 +414,21 @@ static void on_ready(evutil_socket_t fd, short what, void *arg)
     announced_clear(s);
 }
 
+static void on_ready(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    ready_flush(arg);
+}
+
 /* Queues spec (copied), an op ready here or failed here, for this turn's Ready. Returns 0, or -1
  * when out of memory. */
 static int announced_add(rd_sched *s, const rd_op_spec *spec)
 {
-    size_t bytes = strlen(spec->name) + strlen(spec->message) + spec->len + RD_READY_ENTRY_OVERHEAD;
+    size_t bytes = rd_schedmsg_spec_bound(spec);
+    /* --max-frame: every node's, as the nodes of a ring agree on it (PeerHello) */
     if (s->nout > 0 && (s->outbytes + bytes > s->cfg->max_frame || s->nout == RD_SCHEDMSG_OPS_MAX))
-        on_ready(-1, 0, s);
+        ready_flush(s);
     if (s->nout == s->capout) {
         size_t cap = s->capout ? s->capout * 2 : 16;
         rd_op_spec *o = realloc(s->out, cap * sizeof(*o));
@@ -446,7 +448,7 @@ static int announced_add(rd_sched *s, const rd_op_spec *spec)
     if (spec->len > 0)
         memcpy((uint8_t *)c.data, spec->data, spec->len);
     if (s->nout == 0) {
-        s->outbytes = RD_READY_OVERHEAD;
+        s->outbytes = RD_SCHEDMSG_READY_OVERHEAD;
         event_active(s->ev_ready, 0, 0);
     }
     s->out[s->nout++] = c;
@@ -657,7 +659,7 @@ void rd_sched_stalled(rd_sched *s, const char *name, const void *own, const char
                        .p = {.coll = RD_COLL_BARRIER},
                        .status = RINGD_E_STALLED,
                        .message = message};
-    on_ready(-1, 0, s); /* after what this node announced */
+    ready_flush(s); /* after what this node announced */
     rd_schedmsg r = {.kind = RD_SCHEDMSG_READY, .stalled = &spec, .nstalled = 1};
     rd_world_send(s->w, to, nto, &r);
 }

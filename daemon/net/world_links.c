@@ -301,6 +301,8 @@ static void dial_start(slot *s)
     h.conns = (uint32_t)world_conns(w);
     h.segment_size = w->net->cfg->segment_size;
     h.pair_links = (uint32_t)w->net->cfg->pair_links;
+    h.max_frame = w->net->cfg->max_frame;
+    h.direct_bytes = w->net->cfg->direct_bytes;
     h.to = (char *)world_member(w, to)->node;
     s->dial = rd_peer_dial_new(w->net->peers, world_member(w, to)->addr, &h, on_dialled, s);
     if (s->dial == NULL)
@@ -431,13 +433,16 @@ static int settings_differ(const rd_world *w, const Ringd__PeerHello *h, char *e
 {
     const rd_config *cfg = w->net->cfg;
     if (h->conns == (uint32_t)world_conns(w) && h->segment_size == cfg->segment_size &&
-        h->pair_links == (uint32_t)cfg->pair_links)
+        h->pair_links == (uint32_t)cfg->pair_links && h->max_frame == cfg->max_frame &&
+        h->direct_bytes == cfg->direct_bytes)
         return 0;
     snprintf(err, errlen,
              "node %s runs --conns-per-link %u --segment-size %" PRIu64
-             " --pair-links %u, this node %d, %" PRIu64 " and %lld; all nodes must agree",
-             h->node, h->conns, h->segment_size, h->pair_links, world_conns(w), cfg->segment_size,
-             (long long)cfg->pair_links);
+             " --pair-links %u --max-frame %" PRIu64 " --direct-bytes %" PRIu64
+             ", this node %d, %" PRIu64 ", %lld, %" PRIu64 " and %" PRIu64 "; all nodes must agree",
+             h->node, h->conns, h->segment_size, h->pair_links, h->max_frame, h->direct_bytes,
+             world_conns(w), cfg->segment_size, (long long)cfg->pair_links, cfg->max_frame,
+             cfg->direct_bytes);
     return 1;
 }
 

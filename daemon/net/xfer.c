@@ -337,16 +337,31 @@ static uint8_t *vv_ptr(const vview *v, uint64_t off, uint64_t len)
     return off + len <= v->at[i + 1] ? v->base[i] + (off - v->at[i]) : NULL;
 }
 
-/* Copies bytes [off, off + len) of v out into buf (to_view 0) or buf into them (1). */
-static void vv_copy(const rd_backend *b, const vview *v, uint64_t off, uint64_t len, uint8_t *buf,
-                    int to_view)
+/* The bytes of piece i of v from off on, at most len of them. */
+static uint64_t vv_run(const vview *v, size_t i, uint64_t off, uint64_t len)
+{
+    return v->at[i + 1] - off < len ? v->at[i + 1] - off : len;
+}
+
+/* Copies bytes [off, off + len) of v into buf, piece by piece. */
+static void vv_gather(const rd_backend *b, const vview *v, uint64_t off, uint64_t len, uint8_t *buf)
 {
     for (size_t i = vv_piece(v, off); len > 0; i++) {
-        uint64_t in = off - v->at[i], n = v->at[i + 1] - off < len ? v->at[i + 1] - off : len;
-        if (to_view)
-            b->copy(v->base[i] + in, buf, n);
-        else
-            b->copy(buf, v->base[i] + in, n);
+        uint64_t n = vv_run(v, i, off, len);
+        b->copy(buf, v->base[i] + (off - v->at[i]), n);
+        buf += n;
+        off += n;
+        len -= n;
+    }
+}
+
+/* Copies buf into bytes [off, off + len) of v, piece by piece. */
+static void vv_scatter(const rd_backend *b, const vview *v, uint64_t off, uint64_t len,
+                       const uint8_t *buf)
+{
+    for (size_t i = vv_piece(v, off); len > 0; i++) {
+        uint64_t n = vv_run(v, i, off, len);
+        b->copy(v->base[i] + (off - v->at[i]), buf, n);
         buf += n;
         off += n;
         len -= n;
@@ -374,7 +389,7 @@ static int lane_send(run *r, lane *l, int idx)
             rd_seg_encode(&h, l->hdr);
             const uint8_t *src = st->v == NULL ? st->src + off : vv_ptr(st->v, st->vat + off, len);
             if (src == NULL) { /* spans members: gathered */
-                vv_copy(r->t->backend, st->v, st->vat + off, len, l->gather, 0);
+                vv_gather(r->t->backend, st->v, st->vat + off, len, l->gather);
                 src = l->gather;
             }
             if (l->cipher != RD_CIPHER_NONE && rd_seal_seal(l->cipher, l->dir, l->box, l->tag, src,
@@ -423,8 +438,7 @@ static void recv_reduce(run *r, const recv_step *st, uint64_t off, uint64_t len,
     }
     uint64_t at = st->vat + off;
     for (size_t i = vv_piece(st->dv, at); len > 0; i++) {
-        uint64_t in = at - st->dv->at[i];
-        uint64_t n = st->dv->at[i + 1] - at < len ? st->dv->at[i + 1] - at : len;
+        uint64_t in = at - st->dv->at[i], n = vv_run(st->dv, i, at, len);
         const void *src[2] = {staging, st->lv->base[i] + in};
         r->t->backend->reduce(r->t->dtype, r->t->redop, st->dv->base[i] + in, src, 2, n / r->esz,
                               a);
@@ -451,8 +465,12 @@ static int lane_recv(run *r, lane *l, int idx)
             continue;
         }
         uint64_t len = st->len - off < r->seg ? st->len - off : r->seg;
-        uint8_t *dst = st->reduce ? staging : st->dv == NULL ? st->dst + off : NULL;
-        if (dst == NULL && (dst = vv_ptr(st->dv, st->vat + off, len)) == NULL)
+        uint8_t *dst;
+        if (st->reduce)
+            dst = staging;
+        else if (st->dv == NULL)
+            dst = st->dst + off;
+        else if ((dst = vv_ptr(st->dv, st->vat + off, len)) == NULL)
             dst = staging; /* spans members: scattered once in */
         size_t taglen = l->cipher != RD_CIPHER_NONE ? RD_SEAL_TAG : 0;
         ssize_t got = frame_read(l->fd, l->hdr, dst, len, l->tag, taglen, l->pos);
@@ -484,7 +502,7 @@ static int lane_recv(run *r, lane *l, int idx)
             if (st->reduce)
                 recv_reduce(r, st, off, len, staging);
             else if (st->dv != NULL && dst == staging)
-                vv_copy(r->t->backend, st->dv, st->vat + off, len, staging, 1);
+                vv_scatter(r->t->backend, st->dv, st->vat + off, len, staging);
             atomic_fetch_add_explicit(&x->received, len, memory_order_relaxed);
             r->recv_done[l->g] = 1;
             recv_counted(r, st);
@@ -672,11 +690,14 @@ static int do_allreduce(rd_xfer *x, rd_xfer_task *t)
         if (outs == NULL || at == NULL) {
             free(outs);
             free(at);
-            return no_memory(t, (t->nmembers + 1) * 3 * sizeof(*at));
+            fail_task(t, RINGD_E_NOMEM, "out of memory for the views of %zu fused tensors",
+                      t->nmembers);
+            return -1;
         }
         at[0] = 0;
         for (size_t m = 0; m < t->nmembers; m++) {
             outs[m] = t->members[m].out[0];
+            /* the inputs' view is only read (sends, and a reduction's other operand) */
             outs[t->nmembers + m] = (uint8_t *)t->members[m].in[0];
             at[m + 1] = at[m] + t->members[m].count * esz;
         }
@@ -727,13 +748,13 @@ static int do_allreduce(rd_xfer *x, rd_xfer_task *t)
     }
     p.nsend = p.nrecv = 2 * (N - 1);
     t->phase_us[RD_PHASE_STAGED] = rd_now_us();
-    int rc = run_plan(x, t, &p, esz);
+    int ran = run_plan(x, t, &p, esz);
     t->phase_us[RD_PHASE_MOVED] = rd_now_us();
-    if (rc == 0 && !direct)
+    if (ran == 0 && !direct)
         members_write_back(t, W, L, esz);
     free(outs);
     free(at);
-    return rc;
+    return ran;
 }
 
 /* The position of the node that holds rank root; *first set to its first rank. */
@@ -1469,8 +1490,8 @@ static int pow2_floor(int n)
     return p;
 }
 
-/* The exchanges of a recursive doubling of an N-node ring over 2^k virtual nodes (k of them),
- * and whether pairs fold first (N not a power of two). */
+/* k, where a recursive doubling of an N-node ring runs over 2^k virtual nodes: its exchanges
+ * besides the folds. */
 static int hypercube_dims(int N)
 {
     int k = 0;
@@ -1713,6 +1734,7 @@ static int reducescatter_halving(rd_xfer *x, rd_xfer_task *t, void *arg)
         t->backend->reduce(t->dtype, t->redop, W + ko * esz, v < pv ? lo_hi : hi_lo, 2, ke - ko,
                            d == 1 ? &fin : &mid);
     }
+    t->phase_us[RD_PHASE_SCATTERED] = rd_now_us();
     if (P < 2 * r)
         return doubling_swap(x, t, P - 1, W + off[P - 1] * esz, (off[P] - off[P - 1]) * esz, none,
                              0, seg);
