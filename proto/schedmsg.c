@@ -277,7 +277,6 @@ void rd_schedmsg_release(rd_schedmsg *s)
     s->nops = s->nstalled = s->nnames = 0;
 }
 
-/* The OpSpec of s, borrowing its strings and data. */
 /* An OpSpec's entry around its strings and data at its longest: the entry's tag and length (6),
  * 13 numbers and flags with their tags (at most 11 bytes each, an enum's negative varint), the
  * tags and lengths of name, message and data (6 each). */
@@ -289,6 +288,7 @@ size_t rd_schedmsg_spec_bound(const rd_op_spec *spec)
            SPEC_FIXED_MAX;
 }
 
+/* The OpSpec of s, borrowing its strings and data. */
 static void spec_encode(const rd_op_spec *s, Ringd__OpSpec *o)
 {
     ringd__op_spec__init(o);

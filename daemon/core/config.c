@@ -41,9 +41,10 @@ static const opt_spec options[] = {
     {"device-arena-max", "RINGD_DEVICE_ARENA_MAX", OPT_SIZE, "8G", 0, INT64_MAX,
      OFF(device_arena_max),
      "largest device arena (GPU memory) a client may ask for; 0: none are given", NULL},
-    {"max-frame", "RINGD_MAX_FRAME", OPT_SIZE, "1M", 1024, 1 << 30, OFF(max_frame),
+    {"max-frame", "RINGD_MAX_FRAME", OPT_SIZE, "1M", 4096, 1 << 30, OFF(max_frame),
      "largest control message accepted; larger ones close the connection; the nodes of a ring "
-     "must agree",
+     "must agree (at least 4K: the announcement of an op of the longest name, failed with the "
+     "longest message, fits with half of it for --direct-bytes)",
      NULL},
     {"inline-bytes", "RINGD_INLINE_BYTES", OPT_SIZE, "1M", 0, INT64_MAX, OFF(inline_bytes),
      "collectives moving fewer bytes run on the event loop instead of the worker threads", NULL},

@@ -428,22 +428,35 @@ rd_world *world_of(rd_net *net, const char *job)
     return w;
 }
 
-/* 1 when a peer's settings that every node must share differ from this node's (err says how). */
+/* 1 when a peer's settings that every node must share differ from this node's; err names those
+ * that differ, the peer's value and this node's. */
 static int settings_differ(const rd_world *w, const Ringd__PeerHello *h, char *err, size_t errlen)
 {
     const rd_config *cfg = w->net->cfg;
-    if (h->conns == (uint32_t)world_conns(w) && h->segment_size == cfg->segment_size &&
-        h->pair_links == (uint32_t)cfg->pair_links && h->max_frame == cfg->max_frame &&
-        h->direct_bytes == cfg->direct_bytes)
-        return 0;
-    snprintf(err, errlen,
-             "node %s runs --conns-per-link %u --segment-size %" PRIu64
-             " --pair-links %u --max-frame %" PRIu64 " --direct-bytes %" PRIu64
-             ", this node %d, %" PRIu64 ", %lld, %" PRIu64 " and %" PRIu64 "; all nodes must agree",
-             h->node, h->conns, h->segment_size, h->pair_links, h->max_frame, h->direct_bytes,
-             world_conns(w), cfg->segment_size, (long long)cfg->pair_links, cfg->max_frame,
-             cfg->direct_bytes);
-    return 1;
+    const struct {
+        const char *flag;
+        uint64_t theirs, ours;
+    } s[] = {
+        {"--conns-per-link", h->conns, (uint64_t)world_conns(w)},
+        {"--segment-size", h->segment_size, cfg->segment_size},
+        {"--pair-links", h->pair_links, (uint64_t)cfg->pair_links},
+        {"--max-frame", h->max_frame, cfg->max_frame},
+        {"--direct-bytes", h->direct_bytes, cfg->direct_bytes},
+    };
+    size_t at = (size_t)snprintf(err, errlen, "node %s runs", h->node);
+    int differ = 0;
+    for (size_t k = 0; k < sizeof(s) / sizeof(s[0]); k++) {
+        if (s[k].theirs == s[k].ours)
+            continue;
+        if (at < errlen)
+            at +=
+                (size_t)snprintf(err + at, errlen - at, "%s %s %" PRIu64 " (this node %" PRIu64 ")",
+                                 differ ? "," : "", s[k].flag, s[k].theirs, s[k].ours);
+        differ = 1;
+    }
+    if (differ && at < errlen)
+        snprintf(err + at, errlen - at, "; all nodes must agree");
+    return differ;
 }
 
 /* A direct link (alltoall) from a node before this one, at this generation while its ring is

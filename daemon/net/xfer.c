@@ -115,10 +115,13 @@ struct rd_xfer {
     int efd;
     struct event *ev;
 
-    uint8_t *scratch; /* thread-private */
+    /* Buffers kept between tasks, thread-private (kept_buf): */
+    uint8_t *scratch; /* the ring's vector when it is not the members' */
     size_t scratch_len;
-    uint8_t *partner; /* thread-private: a recursive doubling's vector from the other node */
+    uint8_t *partner; /* a recursive doubling's vector from the other node */
     size_t partner_len;
+    uint8_t *gather; /* a fused pass's segments that span members, a segment per connection */
+    size_t gather_len;
     uint8_t *staging[RD_RING_CONNS_MAX];
 
     atomic_uint_least64_t sent, received;
@@ -153,26 +156,26 @@ static uint64_t step_segments(uint64_t len, uint64_t seg)
     return len == 0 ? 0 : (len + seg - 1) / seg;
 }
 
-/* A scratch buffer of at least len bytes, kept between tasks. */
-static uint8_t *scratch(rd_xfer *x, size_t len)
+/* *buf, of *have bytes, grown to at least len bytes (what it held is not kept); NULL when out of
+ * memory. */
+static uint8_t *kept_buf(uint8_t **buf, size_t *have, size_t len)
 {
-    if (x->scratch_len < len) {
-        free(x->scratch);
-        x->scratch = malloc(len);
-        x->scratch_len = x->scratch != NULL ? len : 0;
+    if (*have < len) {
+        free(*buf);
+        *buf = malloc(len);
+        *have = *buf != NULL ? len : 0;
     }
-    return x->scratch;
+    return *buf;
 }
 
-/* The buffer a recursive doubling receives into, of at least len bytes, kept between tasks. */
+static uint8_t *scratch(rd_xfer *x, size_t len)
+{
+    return kept_buf(&x->scratch, &x->scratch_len, len);
+}
+
 static uint8_t *partner_buf(rd_xfer *x, size_t len)
 {
-    if (x->partner_len < len) {
-        free(x->partner);
-        x->partner = malloc(len);
-        x->partner_len = x->partner != NULL ? len : 0;
-    }
-    return x->partner;
+    return kept_buf(&x->partner, &x->partner_len, len);
 }
 
 /* Fails t for want of a bytes-long ring buffer. Returns -1. */
@@ -551,10 +554,9 @@ static int run_plan(rd_xfer *x, rd_xfer_task *t, const plan *p, size_t esz)
     for (int i = 0; i < p->nsend; i++)
         views |= p->send[i].v != NULL;
     r.recv_done = calloc((size_t)(p->nrecv ? p->nrecv : 1) * r.S, 1);
-    uint8_t *gather = views ? malloc((size_t)C * r.seg) : NULL;
+    uint8_t *gather = views ? kept_buf(&x->gather, &x->gather_len, (size_t)C * r.seg) : NULL;
     if (r.recv_done == NULL || (views && gather == NULL)) {
         free(r.recv_done);
-        free(gather);
         fail_task(r.t, RINGD_E_NOMEM, "out of memory");
         return -1;
     }
@@ -625,7 +627,6 @@ static int run_plan(rd_xfer *x, rd_xfer_task *t, const plan *p, size_t esz)
             break;
         }
     }
-    free(gather);
     free(r.recv_done);
     return rc;
 }
@@ -2129,6 +2130,7 @@ void rd_xfer_free(rd_xfer *x, rd_status status, const char *why)
         free(x->pair_box[q]);
     }
     seals_wipe(x);
+    free(x->gather);
     free(x->partner);
     free(x->scratch);
     pthread_cond_destroy(&x->cond);
