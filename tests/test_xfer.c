@@ -299,6 +299,15 @@ static int32_t value(uint32_t rank, uint64_t i)
     return (int32_t)((i * 7 + rank * 13) % 101) - 50;
 }
 
+/* The ranks of a ring of n nodes with local[i] ranks each. */
+static uint32_t world_of(int n, const uint32_t *local)
+{
+    uint32_t world = 0;
+    for (int i = 0; i < n; i++)
+        world += local[i];
+    return world;
+}
+
 /* Allreduce (i32 sum) of count elements over n nodes with the given local sizes, on links in the
  * clear or sealed. */
 static void check_allreduce_on(int n, const uint32_t *local, uint64_t count, uint64_t seg,
@@ -374,9 +383,7 @@ static void check_fused_on(int n, const uint32_t *local, const uint64_t *counts,
         rd_xfer_member m[NM];
         rd_xfer_task t;
     } b[MAXN];
-    uint32_t first = 0, world = 0;
-    for (int i = 0; i < n; i++)
-        world += local[i];
+    uint32_t first = 0, world = world_of(n, local);
     for (int i = 0; i < n; i++) {
         memset(&b[i], 0, sizeof(b[i]));
         for (size_t m = 0; m < nm; m++) {
@@ -878,6 +885,21 @@ Test(xfer, an_allreduce_over_its_doubling_bytes_goes_round_the_ring)
     }
 }
 
+/* The rings the tests of recursive doubling and halving run on: 3 to 8 nodes (folding pairs
+ * where N is not a power of two), one local rank a node or several. */
+static const struct {
+    int n;
+    uint32_t local[MAXN];
+} doubling_rings[] = {
+    {3, {1, 1, 1}},
+    {3, {2, 1, 1}},
+    {4, {1, 1, 1, 1}},
+    {5, {1, 2, 1, 1, 1}},
+    {6, {1, 1, 1, 1, 1, 1}},
+    {7, {1, 1, 3, 1, 1, 1, 1}},
+    {8, {1, 1, 1, 1, 1, 1, 1, 1}},
+};
+
 /* Whether a broadcast, allgather or reducescatter of n nodes (up to 8) goes by recursive
  * doubling or halving when small enough: on 3 and 5 nodes the folds (in before, out after) make
  * it no shorter than the ring's N - 1 steps, and it goes round the ring. */
@@ -896,9 +918,7 @@ static uint64_t check_gather_on(int n, const uint32_t *local, rd_coll coll, uint
     ring r;
     node_bufs b[MAXN];
     ring_new_direct(&r, n, local, 4, sealed);
-    uint32_t world = 0;
-    for (int i = 0; i < n; i++)
-        world += local[i];
+    uint32_t world = world_of(n, local);
     uint64_t at[MAXN * 4 + 1] = {0}; /* each rank's first element in the gathered buffer */
     for (uint32_t k = 0; k < world; k++)
         at[k + 1] = at[k] + (counts != NULL ? counts[k] : count);
@@ -955,24 +975,10 @@ static uint64_t check_gather_on(int n, const uint32_t *local, rd_coll coll, uint
  * doubling_bytes 0 the same ops cross none. */
 Test(xfer, broadcast_and_allgather_by_recursive_doubling_are_exact_on_every_node, .timeout = 120)
 {
-    static const struct {
-        int n;
-        uint32_t local[MAXN];
-    } rings[] = {
-        {3, {1, 1, 1}},
-        {3, {2, 1, 1}},
-        {4, {1, 1, 1, 1}},
-        {5, {1, 2, 1, 1, 1}},
-        {6, {1, 1, 1, 1, 1, 1}},
-        {7, {1, 1, 1, 1, 1, 1, 1}},
-        {8, {1, 1, 1, 1, 1, 1, 1, 1}},
-    };
-    for (size_t c = 0; c < sizeof(rings) / sizeof(rings[0]); c++) {
-        int n = rings[c].n;
-        const uint32_t *local = rings[c].local;
-        uint32_t world = 0;
-        for (int i = 0; i < n; i++)
-            world += local[i];
+    for (size_t c = 0; c < sizeof(doubling_rings) / sizeof(doubling_rings[0]); c++) {
+        int n = doubling_rings[c].n;
+        const uint32_t *local = doubling_rings[c].local;
+        uint32_t world = world_of(n, local);
         for (uint32_t root = 0; root < world; root++)
             cr_assert_eq(
                 check_gather_on(n, local, RD_COLL_BROADCAST, root, 3001, NULL, 1 << 20, 0) > 0,
@@ -1013,9 +1019,7 @@ static uint64_t check_scatter_on(int n, const uint32_t *local, rd_dtype dtype,
     ring r;
     node_bufs b[MAXN];
     ring_new_direct(&r, n, local, 6, sealed);
-    uint32_t world = 0;
-    for (int i = 0; i < n; i++)
-        world += local[i];
+    uint32_t world = world_of(n, local);
     uint64_t at[MAXN * 4 + 1] = {0}; /* each rank's block's first element in the vector */
     for (uint32_t k = 0; k < world; k++)
         at[k + 1] = at[k] + counts[k];
@@ -1086,24 +1090,10 @@ static uint64_t check_scatter_on(int n, const uint32_t *local, rd_dtype dtype,
  * the same op crosses none. */
 Test(xfer, reducescatter_by_recursive_halving_is_exact_on_every_node, .timeout = 120)
 {
-    static const struct {
-        int n;
-        uint32_t local[MAXN];
-    } rings[] = {
-        {3, {1, 1, 1}},
-        {3, {2, 1, 1}},
-        {4, {1, 1, 1, 1}},
-        {5, {1, 2, 1, 1, 1}},
-        {6, {1, 1, 1, 1, 1, 1}},
-        {7, {1, 1, 3, 1, 1, 1, 1}},
-        {8, {1, 1, 1, 1, 1, 1, 1, 1}},
-    };
-    for (size_t c = 0; c < sizeof(rings) / sizeof(rings[0]); c++) {
-        int n = rings[c].n;
-        const uint32_t *local = rings[c].local;
-        uint32_t world = 0;
-        for (int i = 0; i < n; i++)
-            world += local[i];
+    for (size_t c = 0; c < sizeof(doubling_rings) / sizeof(doubling_rings[0]); c++) {
+        int n = doubling_rings[c].n;
+        const uint32_t *local = doubling_rings[c].local;
+        uint32_t world = world_of(n, local);
         uint64_t equal[MAXN * 2], uneven_[MAXN * 2];
         for (uint32_t k = 0; k < world; k++) {
             equal[k] = 1001;
