@@ -449,6 +449,27 @@ def s_reinit():
     return {"reinit_jobs": jobs}
 
 
+def s_exit_in_callback():
+    """Returns while a callback on a collective's future still runs (a user's fire-and-forget
+    hook): the process must still exit with status 0, the callback's work done (it writes its
+    value into DIST_OUT/callback.<rank>)."""
+    path = os.path.join(os.environ["DIST_OUT"], f"callback.{R}")
+
+    def callback(fut):
+        time.sleep(1.0)  # the main thread has returned by then
+        v = fut.value()[0] * 2
+        with open(path, "w") as f:
+            f.write(str(v.tolist()))
+        return v
+
+    t = torch.ones(4)
+    dist.all_reduce(t, async_op=True).get_future().then(callback)
+    # every rank is past torch's start-up barrier on the store before one exits; the callback
+    # still runs (wait() would wait for it)
+    dist.barrier()
+    return {"exit_in_callback": path}
+
+
 def main():
     global R, N
     timeout = float(os.environ.get("DIST_TIMEOUT", "60"))

@@ -151,6 +151,18 @@ def test_ddp_with_powersgd_whose_callbacks_run_collectives(nodes):
         assert r["powersgd_diff"] <= 1e-5, (rank, r)
 
 
+def test_a_callback_still_running_when_the_script_ends_finishes_before_the_process_exits(
+        nodes, tmp_path):
+    """A callback on a collective's future, still running (1 s) when the script returns: the
+    process runs it to its end before exiting, with status 0 (it was lost at exit, and its thread
+    stopped inside torch's C++ future code aborted the process)."""
+    res = launch(nodes(1), 2, ["exit_in_callback"], env={"DIST_OUT": str(tmp_path)})
+    for rank in res:
+        path = tmp_path / f"callback.{rank}"
+        assert path.exists(), f"rank {rank}'s callback never finished"
+        assert path.read_text() == "[4.0, 4.0, 4.0, 4.0]", (rank, path.read_text())
+
+
 def test_two_nodes_with_torch_ranks_in_another_order_than_ringd_s(nodes):
     """2 daemons x 2 ranks; torch's ranks 1, 2 on node n0 and 3, 0 on n1 (ringd numbers n0
     first, so ringd's order of torch's ranks is a cycle that is not its own inverse): roots,

@@ -339,25 +339,47 @@ class _Dispatcher:
         self._cv = threading.Condition()
         self._queue = collections.deque()
         self._idle = 0
-        self._threads = 0
+        self._threads = set()
+        self._stopping = False
+        self._registered = False
 
     def put(self, fn):
         with self._cv:
-            self._queue.append(fn)
-            if self._idle == 0 and self._threads < 64:
-                self._threads += 1
-                threading.Thread(target=self._run, name="ringd-torch-futures",
-                                 daemon=True).start()
-            self._cv.notify()
+            if not self._stopping:
+                self._queue.append(fn)
+                if self._idle == 0 and len(self._threads) < 64:
+                    t = threading.Thread(target=self._run, name="ringd-torch-futures",
+                                         daemon=True)
+                    self._threads.add(t)
+                    t.start()
+                    if not self._registered:
+                        self._registered = True
+                        atexit.register(self.stop)  # after the completer's: runs first
+                self._cv.notify()
+                return
+        fn()  # at exit, after stop()
+
+    def stop(self):
+        """At exit: lets the threads run what is queued and end, 5 s at most. A daemon thread
+        still running when the interpreter finalizes is stopped where it stands: a callback's
+        work lost, and inside torch's C++ future code the process aborted."""
+        deadline = time.monotonic() + 5.0
+        with self._cv:
+            self._stopping = True
+            self._cv.notify_all()
+            threads = list(self._threads)
+        for t in threads:  # joined: ended as a thread, not only out of _run's loop
+            t.join(max(0.0, deadline - time.monotonic()))
 
     def _run(self):
         while True:
             with self._cv:
                 self._idle += 1
                 while not self._queue:
-                    if not self._cv.wait(10.0) and not self._queue and self._threads > 1:
+                    if self._stopping or (not self._cv.wait(10.0) and not self._queue
+                                          and len(self._threads) > 1):
                         self._idle -= 1
-                        self._threads -= 1
+                        self._threads.discard(threading.current_thread())
                         return
                 self._idle -= 1
                 fn = self._queue.popleft()
