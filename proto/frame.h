@@ -26,6 +26,7 @@
 #define RD_FRAME_HEADER 4
 #define RD_FRAME_MAX_DEFAULT (1u << 20)
 #define RD_NAME_MAX 256           /* bytes in a job or tensor name, terminator excluded */
+#define RD_JOB_RESERVED '~'       /* first byte of the jobs ringd names itself (no client's) */
 #define RD_JOIN_NAME "ringd.join" /* the name of ringd_join's op (Submit.join), and no other's */
 
 typedef Ringd__Msg rd_msg;

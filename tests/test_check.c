@@ -520,11 +520,23 @@ typedef struct {
     char says[48];
 } bad_hello;
 
-enum { H_PROTOCOL, H_JOB, H_LOCAL, H_WORLD, H_MIN, H_ARENA, H_RANK, H_ONE_NODE, H_DRAINING };
+enum {
+    H_PROTOCOL,
+    H_JOB,
+    H_RESERVED,
+    H_LOCAL,
+    H_WORLD,
+    H_MIN,
+    H_ARENA,
+    H_RANK,
+    H_ONE_NODE,
+    H_DRAINING
+};
 
 static bad_hello bad_hellos[] = {
     {"old protocol", H_PROTOCOL, 0, RINGD_E_PROTOCOL, "protocol 0 is not supported"},
     {"empty job name", H_JOB, 0, RINGD_E_INVALID, "job names"},
+    {"a job name of ringd's own", H_RESERVED, 0, RINGD_E_INVALID, "job '~self-probe': names that"},
     {"local_size 0", H_LOCAL, 0, RINGD_E_INVALID, "outside 1..1024"},
     {"local_size past the cap", H_LOCAL, 1025, RINGD_E_INVALID, "outside 1..1024"},
     {"world below local", H_WORLD, 1, RINGD_E_REFUSED, "differs from local_size"},
@@ -551,6 +563,7 @@ ParameterizedTest(bad_hello *b, check, a_bad_hello_is_refused_saying_why)
     switch (b->field) {
     case H_PROTOCOL: h.protocol = (uint32_t)b->value; break;
     case H_JOB: h.job = ""; break;
+    case H_RESERVED: h.job = "~self-probe"; break;
     case H_LOCAL: h.local_size = (uint32_t)b->value; break;
     case H_WORLD: h.world_size = (uint32_t)b->value; break;
     case H_MIN: h.min_size = (uint32_t)b->value; break;

@@ -357,7 +357,8 @@ void world_set_self_aside(rd_world *w)
     w->rejoin_ms = w->rejoin_ms * 2 > RD_REJOIN_MAX_MS ? RD_REJOIN_MAX_MS : w->rejoin_ms * 2;
 }
 
-#define RD_SELF_PROBE_JOB "~self-probe" /* a job no client names: any ringd refuses it */
+/* A job no client may name (RD_JOB_RESERVED first): any ringd refuses it. */
+#define RD_SELF_PROBE_JOB "~self-probe"
 
 /* A set-aside node's dial of its own advertised address: registers again once this very daemon
  * answers there (it refuses the probe, naming itself), which a port nothing listens on, a
