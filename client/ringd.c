@@ -470,9 +470,11 @@ ringd_result_t rd_lib_open(const ringd_options_t *opts, int traced, ringd_t **ou
                     local_rank, local_size);
     if (o.ask_device && device < 0)
         return fail(r, RINGD_E_INVALID, "device %d: need a CUDA device index >= 0", device);
-    if (!rd_name_valid(job))
-        return fail(r, RINGD_E_INVALID, "job name must be 1..%d printable ASCII bytes",
-                    RD_NAME_MAX);
+    if (!rd_job_name_valid(job))
+        return fail(r, RINGD_E_INVALID,
+                    "job name '%.64s' must be 1..%d printable ASCII bytes, not starting with '%c' "
+                    "(ringd's own jobs)",
+                    job, RD_NAME_MAX, RD_JOB_RESERVED);
     r->op_timeout_ms = o.op_timeout_ms;
     r->poll_us = poll_us;
     r->open_timeout_ms = o.open_timeout_ms;

@@ -71,6 +71,11 @@ int rd_name_valid(const char *s)
     return n > 0;
 }
 
+int rd_job_name_valid(const char *s)
+{
+    return rd_name_valid(s) && s[0] != RD_JOB_RESERVED;
+}
+
 size_t rd_name_hash(const char *s)
 {
     uint64_t h = 1469598103934665603ull; /* FNV-1a */

@@ -61,4 +61,8 @@ size_t rd_name_hash(const char *s);
 /* 1 when s is a usable job or tensor name: 1..RD_NAME_MAX bytes of printable ASCII. */
 int rd_name_valid(const char *s);
 
+/* 1 when s is a job name a client may use: a valid name that does not start with
+ * RD_JOB_RESERVED. */
+int rd_job_name_valid(const char *s);
+
 #endif

@@ -148,6 +148,20 @@ Test(api, options_of_an_older_smaller_header_are_taken)
     cr_assert_eq(open_result(&o, msg, sizeof(msg)), RINGD_E_CONNECT, "%s", msg);
 }
 
+Test(api, a_job_name_of_ringd_s_own_is_refused_before_connecting)
+{
+    char msg[1024];
+    ringd_options_t o;
+    ringd_options_init(&o, sizeof(o));
+    o.socket_path = NO_SOCKET;
+    o.world_size = o.local_size = 1;
+    o.job = "~self-probe";
+    cr_assert_eq(open_result(&o, msg, sizeof(msg)), RINGD_E_INVALID, "%s", msg);
+    cr_assert(strstr(msg, "not starting with '~'") != NULL, "%s", msg);
+    o.job = "self~probe";
+    cr_assert_eq(open_result(&o, msg, sizeof(msg)), RINGD_E_CONNECT, "%s", msg);
+}
+
 /* A header's struct that ended at min_size (64 bytes) has ask_local_rank's place in its padding:
  * whatever lies there is not read as a request; the same bytes with this header's struct_size
  * are. */

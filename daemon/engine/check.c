@@ -501,7 +501,7 @@ rd_status rd_check_hello(const rd_hello *h, const rd_check_daemon *d, uint32_t *
         snprintf(err, errlen, "job names are 1..%d printable ASCII bytes", RD_NAME_MAX);
         return RINGD_E_INVALID;
     }
-    if (h->job[0] == RD_JOB_RESERVED) {
+    if (!rd_job_name_valid(h->job)) {
         snprintf(err, errlen,
                  "job '%s': names that start with '%c' are ringd's own; rename the job", h->job,
                  RD_JOB_RESERVED);
