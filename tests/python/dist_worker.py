@@ -451,22 +451,33 @@ def s_reinit():
 
 def s_exit_in_callback():
     """Returns while a callback on a collective's future still runs (a user's fire-and-forget
-    hook): the process must still exit with status 0, the callback's work done (it writes its
-    value into DIST_OUT/callback.<rank>)."""
+    hook): the process must still exit with status 0, the callback's work done (it writes the
+    name of its thread and its value into DIST_OUT/callback.<rank>)."""
+    import threading
+
     path = os.path.join(os.environ["DIST_OUT"], f"callback.{R}")
+    started = threading.Event()
 
     def callback(fut):
+        started.set()
         time.sleep(1.0)  # the main thread has returned by then
         v = fut.value()[0] * 2
         with open(path, "w") as f:
-            f.write(str(v.tolist()))
+            f.write(f"{threading.current_thread().name} {v.tolist()}")
         return v
 
-    t = torch.ones(4)
-    dist.all_reduce(t, async_op=True).get_future().then(callback)
+    hooked = False
+    for _ in range(3):  # as many on every rank
+        fut = dist.all_reduce(torch.ones(4), async_op=True).get_future()
+        # one that finished already would run the callback here, on this thread
+        if not hooked and not fut.done():
+            fut.then(callback)
+            hooked = True
+    assert hooked, "3 collectives finished before their futures were asked for"
     # every rank is past torch's start-up barrier on the store before one exits; the callback
     # still runs (wait() would wait for it)
     dist.barrier()
+    assert started.wait(30), "the callback never started"
     return {"exit_in_callback": path}
 
 

@@ -160,7 +160,7 @@ def test_a_callback_still_running_when_the_script_ends_finishes_before_the_proce
     for rank in res:
         path = tmp_path / f"callback.{rank}"
         assert path.exists(), f"rank {rank}'s callback never finished"
-        assert path.read_text() == "[4.0, 4.0, 4.0, 4.0]", (rank, path.read_text())
+        assert path.read_text() == "ringd-torch-futures [4.0, 4.0, 4.0, 4.0]", (rank, path)
 
 
 def test_two_nodes_with_torch_ranks_in_another_order_than_ringd_s(nodes):

@@ -139,10 +139,11 @@ class _Work(dist.Work):
                 self._fut.set_result(value)
             self._done.set()
 
-        if not self._future_asked:
-            complete()
-        else:
-            _dispatcher.put(complete)
+        with self._lock:  # get_future() cannot chain callbacks onto an inline completion
+            if not self._future_asked:
+                complete()
+                return
+        _dispatcher.put(complete)
 
     def _settle(self):
         """Completes the future once every handle finished. True when the Work has finished,
@@ -215,11 +216,13 @@ class _Work(dist.Work):
 
     def get_future(self):
         self._claim()
-        self._future_asked = True
-        if self._chained is None:
-            # torch's Python Future.set_exception stores the error as a value that C++ callers
-            # take for a result: a callback that re-raises fails the chained future for C++.
-            self._chained = self._fut.then(lambda f: f.wait())
+        with self._lock:  # completed here before, or on the dispatcher from now on
+            self._future_asked = True
+            if self._chained is None:
+                # torch's Python Future.set_exception stores the error as a value that C++
+                # callers take for a result: a callback that re-raises fails the chained future
+                # for C++.
+                self._chained = self._fut.then(lambda f: f.wait())
         return self._chained
 
     def is_completed(self):
@@ -340,50 +343,72 @@ class _Dispatcher:
         self._queue = collections.deque()
         self._idle = 0
         self._threads = set()
-        self._stopping = False
+        self._stopping = False  # at exit: a thread with nothing queued ends instead of waiting
+        self._stopped = False  # stop() returned: what is put after runs where it is put
         self._registered = False
 
     def put(self, fn):
         with self._cv:
-            if not self._stopping:
+            if not self._stopped:
                 self._queue.append(fn)
-                if self._idle == 0 and len(self._threads) < 64:
-                    t = threading.Thread(target=self._run, name="ringd-torch-futures",
-                                         daemon=True)
-                    self._threads.add(t)
+                if self._idle > 0 or len(self._threads) >= 64:
+                    self._cv.notify()
+                    return
+                t = threading.Thread(target=self._run, name="ringd-torch-futures", daemon=True)
+                try:
                     t.start()
+                except RuntimeError:  # Python 3.12 on: no new thread once the interpreter exits
+                    self._queue.pop()
+                else:
+                    self._threads.add(t)
                     if not self._registered:
                         self._registered = True
                         atexit.register(self.stop)  # after the completer's: runs first
-                self._cv.notify()
-                return
-        fn()  # at exit, after stop()
+                    return
+        fn()
 
     def stop(self):
-        """At exit: lets the threads run what is queued and end, 5 s at most. A daemon thread
-        still running when the interpreter finalizes is stopped where it stands: a callback's
-        work lost, and inside torch's C++ future code the process aborted."""
+        """At exit: lets the threads run what is queued, also what their callbacks queue
+        meanwhile, and waits until they ended, 5 s at most. A daemon thread still running when
+        the interpreter finalizes is stopped where it stands: a callback's work lost, and inside
+        torch's C++ future code the process aborted."""
         deadline = time.monotonic() + 5.0
+        me = threading.current_thread()
         with self._cv:
             self._stopping = True
             self._cv.notify_all()
-            threads = list(self._threads)
-        for t in threads:  # joined: ended as a thread, not only out of _run's loop
-            t.join(max(0.0, deadline - time.monotonic()))
+        while True:
+            with self._cv:
+                alive = [t for t in self._threads if t is not me and t.is_alive()]
+            left = deadline - time.monotonic()
+            if not alive or left <= 0:
+                break
+            alive[0].join(left)  # ended as a thread, not only out of _run's loop
+        with self._cv:
+            self._stopped = True
 
     def _run(self):
+        me = threading.current_thread()
         while True:
             with self._cv:
                 self._idle += 1
                 while not self._queue:
-                    if self._stopping or (not self._cv.wait(10.0) and not self._queue
-                                          and len(self._threads) > 1):
+                    if self._stopping:  # stays in _threads: stop() joins it
                         self._idle -= 1
-                        self._threads.discard(threading.current_thread())
+                        return
+                    if (not self._cv.wait(10.0) and not self._queue and not self._stopping
+                            and len(self._threads) > 1):
+                        self._idle -= 1
+                        self._threads.discard(me)
                         return
                 self._idle -= 1
                 fn = self._queue.popleft()
-            fn()
+            try:
+                fn()
+            except BaseException:
+                with self._cv:
+                    self._threads.discard(me)  # ends here, its error reported by threading
+                raise
 
 
 _dispatcher = _Dispatcher()
