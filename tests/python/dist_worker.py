@@ -458,7 +458,12 @@ def s_exit_in_callback():
     path = os.path.join(os.environ["DIST_OUT"], f"callback.{R}")
     started = threading.Event()
 
+    inline = []
+
     def callback(fut):
+        if threading.current_thread() is threading.main_thread():
+            inline.append(fut)  # finished before it was chained: run by then() itself
+            return fut.value()
         started.set()
         time.sleep(1.0)  # the main thread has returned by then
         v = fut.value()[0] * 2
@@ -469,14 +474,14 @@ def s_exit_in_callback():
     hooked = False
     for _ in range(3):  # as many on every rank
         fut = dist.all_reduce(torch.ones(4), async_op=True).get_future()
-        # one that finished already would run the callback here, on this thread
-        if not hooked and not fut.done():
+        if not hooked:
+            before = len(inline)
             fut.then(callback)
-            hooked = True
-    assert hooked, "3 collectives finished before their futures were asked for"
+            hooked = len(inline) == before
     # every rank is past torch's start-up barrier on the store before one exits; the callback
     # still runs (wait() would wait for it)
     dist.barrier()
+    assert hooked, "3 collectives finished before their futures were asked for"
     assert started.wait(30), "the callback never started"
     return {"exit_in_callback": path}
 

@@ -336,13 +336,15 @@ _completer = _Completer()
 class _Dispatcher:
     """Threads that complete the futures handed out by get_future(), off the completer thread:
     their callbacks may block on other collectives, which only the completer finishes. A
-    thread more is started whenever none is idle (at most 64); spare ones leave after 10 s."""
+    thread more is started whenever more is queued than threads are idle (at most 64); spare
+    ones leave after 10 s."""
 
     def __init__(self):
         self._cv = threading.Condition()
         self._queue = collections.deque()
         self._idle = 0
-        self._threads = set()
+        self._live = 0  # threads in _run
+        self._threads = set()  # the threads stop() joins
         self._stopping = False  # at exit: a thread with nothing queued ends instead of waiting
         self._stopped = False  # stop() returned: what is put after runs where it is put
         self._registered = False
@@ -351,7 +353,9 @@ class _Dispatcher:
         with self._cv:
             if not self._stopped:
                 self._queue.append(fn)
-                if self._idle > 0 or len(self._threads) >= 64:
+                # an idle thread each, not yet woken, for what is queued: a function queued
+                # behind a callback that blocks might be what that callback waits for
+                if len(self._queue) <= self._idle or self._live >= 64:
                     self._cv.notify()
                     return
                 t = threading.Thread(target=self._run, name="ringd-torch-futures", daemon=True)
@@ -360,11 +364,14 @@ class _Dispatcher:
                 except RuntimeError:  # Python 3.12 on: no new thread once the interpreter exits
                     self._queue.pop()
                 else:
+                    self._live += 1
                     self._threads.add(t)
                     if not self._registered:
                         self._registered = True
                         atexit.register(self.stop)  # after the completer's: runs first
                     return
+        # at exit, after stop(), or when no thread could start: here (on the completer, which
+        # waits for it meanwhile)
         fn()
 
     def stop(self):
@@ -388,6 +395,13 @@ class _Dispatcher:
             self._stopped = True
 
     def _run(self):
+        try:
+            self._serve()
+        finally:
+            with self._cv:
+                self._live -= 1
+
+    def _serve(self):
         me = threading.current_thread()
         while True:
             with self._cv:
@@ -397,7 +411,7 @@ class _Dispatcher:
                         self._idle -= 1
                         return
                     if (not self._cv.wait(10.0) and not self._queue and not self._stopping
-                            and len(self._threads) > 1):
+                            and self._live > 1):
                         self._idle -= 1
                         self._threads.discard(me)
                         return
