@@ -7,6 +7,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <sodium.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -367,6 +368,24 @@ Test(xfer, allreduce_handles_counts_smaller_than_and_not_divisible_by_the_ring)
  * where m is even, its own output otherwise. With one local rank the ring works in the
  * members' buffers (segments that span members gathered and scattered); with more, through one
  * buffer. Every output is the exact sum, and an input not in place is left as it was. */
+/* The CPU backend, counting the bytes it copies (every node's thread together): whether a fused
+ * pass ran in the members' buffers. */
+static _Atomic uint64_t copied;
+
+static int counting_copy(void *dst, const void *src, size_t bytes)
+{
+    atomic_fetch_add(&copied, bytes);
+    return rd_backend_cpu()->copy(dst, src, bytes);
+}
+
+static const rd_backend *counting_cpu(void)
+{
+    static rd_backend b;
+    b = *rd_backend_cpu();
+    b.copy = counting_copy;
+    return &b;
+}
+
 static void check_fused_on(int n, const uint32_t *local, const uint64_t *counts, size_t nm,
                            int sealed)
 {
@@ -384,6 +403,7 @@ static void check_fused_on(int n, const uint32_t *local, const uint64_t *counts,
         rd_xfer_task t;
     } b[MAXN];
     uint32_t first = 0, world = world_of(n, local);
+    atomic_store(&copied, 0);
     for (int i = 0; i < n; i++) {
         memset(&b[i], 0, sizeof(b[i]));
         for (size_t m = 0; m < nm; m++) {
@@ -398,7 +418,7 @@ static void check_fused_on(int n, const uint32_t *local, const uint64_t *counts,
                 .in = b[i].cin[m], .out = (uint8_t **)b[i].out[m], .count = counts[m]};
         }
         first += local[i];
-        b[i].t.backend = rd_backend_cpu();
+        b[i].t.backend = counting_cpu();
         b[i].t.coll = RD_COLL_ALLREDUCE;
         b[i].t.dtype = RD_DT_I32;
         b[i].t.redop = RD_OP_SUM;
@@ -408,6 +428,18 @@ static void check_fused_on(int n, const uint32_t *local, const uint64_t *counts,
         rd_xfer_submit(r.x[i], &b[i].t);
     }
     ring_wait(&r, n);
+    uint64_t bytes = 0;
+    for (size_t m = 0; m < nm; m++)
+        bytes += counts[m] * 4;
+    int ones = 1;
+    for (int i = 0; i < n; i++)
+        ones = ones && local[i] == 1;
+    /* In the members' buffers only segments that span two members are copied, through a buffer
+     * every byte twice (in, and out) */
+    if (ones)
+        cr_assert_lt(atomic_load(&copied), n * bytes,
+                     "n %d: %llu bytes copied for %llu fused: not in the members' buffers", n,
+                     (unsigned long long)atomic_load(&copied), (unsigned long long)(n * bytes));
     first = 0;
     for (int i = 0; i < n; i++) {
         cr_assert_eq(b[i].t.status, RINGD_OK, "node %d: %s", i, b[i].t.message);
