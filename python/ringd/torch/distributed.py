@@ -119,6 +119,7 @@ class _Work(dist.Work):
         self._future_asked = False  # get_future() was called: complete on the dispatcher
         self._lock = threading.Lock()
         self._settled = False
+        self._result = None  # (outputs, error) once settled, before the future completes
         self._claimed = False
         self._deadline = None if timeout is None else time.monotonic() + timeout
         self._timeout = timeout
@@ -161,6 +162,7 @@ class _Work(dist.Work):
                 value, err = self._finish(), None
             except Exception as e:  # noqa: BLE001 - handed to the future
                 value, err = None, _torch_error(e)
+            self._result = (value, err)
             self._settled = True
             self._handles = None
             self._finish = None
@@ -174,16 +176,18 @@ class _Work(dist.Work):
         until it ends there). True when it did."""
         if self._deadline is None or now < self._deadline:
             return False
+        err = _torch_error(Timeout(
+            Result.TIMEOUT, f"{self._what} did not finish within the process group's timeout of "
+            f"{datetime.timedelta(seconds=self._timeout)}",
+            "a rank may not have called it: see `ringctl status` on each node"))
         with self._lock:
             if self._settled:
                 return False
+            self._result = (None, err)
             self._settled = True
             self._handles = None
             self._finish = None
-        self._complete(None, _torch_error(Timeout(
-            Result.TIMEOUT, f"{self._what} did not finish within the process group's timeout of "
-            f"{datetime.timedelta(seconds=self._timeout)}",
-            "a rank may not have called it: see `ringctl status` on each node")))
+        self._complete(None, err)
         return True
 
     def _claim(self):
@@ -638,7 +642,11 @@ class ProcessGroupRingd(_ProcessGroup):
             for w in works:  # their handles finished: each settles now, or did
                 while not w._settle():
                     time.sleep(10e-6)
-                out.append(w._fut.wait())
+                # not its future: a dispatcher thread may not have completed it yet
+                value, err = w._result
+                if err is not None:
+                    raise err
+                out.append(value)
             return out
 
         done = _Work(f"{len(works)} coalesced collectives of process group "
