@@ -90,6 +90,16 @@ Test(api, options_init_writes_no_further_than_the_caller_s_struct)
 }
 
 /* Opens with o and closes; returns the result, its message in msg. */
+/* Options for a job of size ranks, all on this node, at a socket where no daemon answers. */
+static ringd_options_t options_nowhere(int size)
+{
+    ringd_options_t o;
+    ringd_options_init(&o, sizeof(o));
+    o.socket_path = NO_SOCKET;
+    o.world_size = o.local_size = size;
+    return o;
+}
+
 static ringd_result_t open_result(const ringd_options_t *o, char *msg, size_t len)
 {
     ringd_t *r = NULL;
@@ -137,10 +147,7 @@ Test(api, options_of_an_older_smaller_header_are_taken)
     cr_assert(strstr(msg, NO_SOCKET) != NULL, "the socket path was not read: %s", msg);
     /* What lies beyond an older struct_size is the caller's memory, not options: a min_size
      * there that ringd_open would refuse is never read. */
-    ringd_options_t o;
-    ringd_options_init(&o, sizeof(o));
-    o.socket_path = NO_SOCKET;
-    o.world_size = o.local_size = 1;
+    ringd_options_t o = options_nowhere(1);
     o.min_size = 99;
     cr_assert_eq(open_result(&o, msg, sizeof(msg)), RINGD_E_INVALID, "%s", msg);
     cr_assert(strstr(msg, "min_size 99") != NULL, "%s", msg);
@@ -151,10 +158,7 @@ Test(api, options_of_an_older_smaller_header_are_taken)
 Test(api, a_job_name_of_ringd_s_own_is_refused_before_connecting)
 {
     char msg[1024];
-    ringd_options_t o;
-    ringd_options_init(&o, sizeof(o));
-    o.socket_path = NO_SOCKET;
-    o.world_size = o.local_size = 1;
+    ringd_options_t o = options_nowhere(1);
     o.job = "~self-probe";
     cr_assert_eq(open_result(&o, msg, sizeof(msg)), RINGD_E_INVALID, "%s", msg);
     cr_assert(strstr(msg, "not starting with '~'") != NULL, "%s", msg);
@@ -168,10 +172,7 @@ Test(api, a_job_name_of_ringd_s_own_is_refused_before_connecting)
 Test(api, an_older_header_s_padding_never_asks_for_a_local_rank)
 {
     char msg[1024];
-    ringd_options_t o;
-    ringd_options_init(&o, sizeof(o));
-    o.socket_path = NO_SOCKET;
-    o.world_size = o.local_size = 2;
+    ringd_options_t o = options_nowhere(2);
     o.ask_local_rank = 1;
     o.local_rank = 5;
     cr_assert_eq(open_result(&o, msg, sizeof(msg)), RINGD_E_INVALID, "%s", msg);

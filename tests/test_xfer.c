@@ -943,6 +943,15 @@ static int folds_pay(int n)
 /* A broadcast from root (coll RD_COLL_BROADCAST), or an allgather(v) (counts: each rank's, or
  * NULL for count each), of i32 on n nodes with doubling_bytes as given: every local output is
  * checked exactly. Returns the payload moved over direct links. */
+/* at[k]: the first element of rank k's block of counts[k] elements (count each when counts is
+ * NULL), at[world] their sum. */
+static void block_starts(uint64_t *at, uint32_t world, const uint64_t *counts, uint64_t count)
+{
+    at[0] = 0;
+    for (uint32_t k = 0; k < world; k++)
+        at[k + 1] = at[k] + (counts != NULL ? counts[k] : count);
+}
+
 static uint64_t check_gather_on(int n, const uint32_t *local, rd_coll coll, uint32_t root,
                                 uint64_t count, const uint64_t *counts, uint64_t doubling,
                                 int sealed)
@@ -951,9 +960,8 @@ static uint64_t check_gather_on(int n, const uint32_t *local, rd_coll coll, uint
     node_bufs b[MAXN];
     ring_new_direct(&r, n, local, 4, sealed);
     uint32_t world = world_of(n, local);
-    uint64_t at[MAXN * 4 + 1] = {0}; /* each rank's first element in the gathered buffer */
-    for (uint32_t k = 0; k < world; k++)
-        at[k + 1] = at[k] + (counts != NULL ? counts[k] : count);
+    uint64_t at[MAXN * 4 + 1]; /* each rank's first element in the gathered buffer */
+    block_starts(at, world, counts, count);
     uint64_t out = coll == RD_COLL_BROADCAST ? count : at[world];
     uint32_t first = 0;
     for (int i = 0; i < n; i++) {
@@ -1052,9 +1060,8 @@ static uint64_t check_scatter_on(int n, const uint32_t *local, rd_dtype dtype,
     node_bufs b[MAXN];
     ring_new_direct(&r, n, local, 6, sealed);
     uint32_t world = world_of(n, local);
-    uint64_t at[MAXN * 4 + 1] = {0}; /* each rank's block's first element in the vector */
-    for (uint32_t k = 0; k < world; k++)
-        at[k + 1] = at[k] + counts[k];
+    uint64_t at[MAXN * 4 + 1]; /* each rank's block's first element in the vector */
+    block_starts(at, world, counts, 0);
     uint64_t total = at[world];
     uint32_t first = 0;
     for (int i = 0; i < n; i++) {
