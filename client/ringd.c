@@ -6,9 +6,11 @@
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdio_ext.h>
 #include <stdlib.h>
 #include <string.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <sched.h>
 #include <sys/mman.h>
@@ -376,6 +378,35 @@ static ringd_result_t trace_open(ringd_t *r)
     return RINGD_OK;
 }
 
+/* How many times this process came out of a fork() as the child (pthread_atfork): a session
+ * opened at another count is its parent's, whose socket, queues and arena the child shares. A
+ * child that used it would take the parent's completions and write into its arena; it gets an
+ * error instead (forked_away). */
+static unsigned forks;
+static pthread_once_t forks_watched = PTHREAD_ONCE_INIT;
+
+static void fork_counted(void)
+{
+    forks++;
+}
+
+static void watch_forks(void)
+{
+    (void)pthread_atfork(NULL, NULL, fork_counted);
+}
+
+/* 1 when this process is a child forked after r opened, with why said into err; else 0. */
+static int forked_away(const ringd_t *r, char *err, size_t errlen)
+{
+    if (r->forks == forks)
+        return 0;
+    snprintf(err, errlen,
+             "this process (pid %ld) was forked from the one that opened the session (pid %ld): "
+             "the session, its queues and its arena stay the parent's; open a session of its own",
+             (long)getpid(), (long)r->pid);
+    return 1;
+}
+
 ringd_result_t ringd_open(const ringd_options_t *opts, ringd_t **out)
 {
     return rd_lib_open(opts, 1, out);
@@ -396,6 +427,9 @@ ringd_result_t rd_lib_open(const ringd_options_t *opts, int traced, ringd_t **ou
     r->conn.passed_fd[0] = r->conn.passed_fd[1] = -1;
     r->next_id = 1;
     r->broken = RINGD_E_CLOSED; /* until Welcome */
+    pthread_once(&forks_watched, watch_forks);
+    r->forks = forks;
+    r->pid = getpid();
     r->device = -1;
     r->local_device = -1;
 
@@ -612,6 +646,18 @@ static void break_session(ringd_t *r, ringd_result_t rc, const char *why)
             req_complete(q, rc, why);
 }
 
+/* 1 when this process is a child forked after r opened: r is broken here (RINGD_E_INVALID, its
+ * requests failed in this process only, errmsg saying why), its queues, socket and arena left to
+ * the parent. */
+static int left_to_parent(ringd_t *r)
+{
+    char why[300];
+    if (!forked_away(r, why, sizeof(why)))
+        return 0;
+    break_session(r, RINGD_E_INVALID, why);
+    return 1;
+}
+
 /* Takes the job as of a Complete (generation 0: unchanged) as the session's, before the
  * request's result reaches the caller. Completes come through the control queue and, when it is
  * full, the socket, which are read in turns: one may overtake another, so an older generation
@@ -693,6 +739,8 @@ static ringd_result_t drain(ringd_t *r, int socket_too)
 {
     char err[512];
     rd_msg *m = NULL;
+    if (left_to_parent(r))
+        return RINGD_E_INVALID;
     for (;;) {
         rd_ctlq_status st = rd_ctlq_get(&r->cq, RD_FRAME_MAX_DEFAULT, &m, err, sizeof(err));
         if (st == RD_CTLQ_EMPTY)
@@ -764,6 +812,8 @@ static ringd_result_t pump(ringd_t *r, ringd_request_t *q, int timeout_ms)
  * daemon), else on the socket. */
 static ringd_result_t send_to_daemon(ringd_t *r, const rd_msg *m, char *err, size_t errlen)
 {
+    if (forked_away(r, err, errlen))
+        return RINGD_E_INVALID;
     rd_ctlq_status st = rd_ctlq_put(&r->sq, m);
     if (st == RD_CTLQ_FULL)
         return rd_conn_send(&r->conn, m, err, errlen);
@@ -1187,12 +1237,14 @@ static ringd_result_t lay_out(ringd_t *r, const submit_args *a, const char *name
  * request. An op with a valid name that cannot be run is refused (see refuse). */
 static ringd_result_t submit(ringd_t *r, const submit_args *a, ringd_request_t **out)
 {
-    uint64_t shape = r->next_shape; /* this submission's, whatever becomes of it */
-    r->next_shape = 0;
     char namebuf[48];
     char err[512];
     *out = NULL;
     if (r == NULL)
+        return RINGD_E_INVALID;
+    uint64_t shape = r->next_shape; /* this submission's, whatever becomes of it */
+    r->next_shape = 0;
+    if (left_to_parent(r)) /* before staging anything into the parent's arena */
         return RINGD_E_INVALID;
     if (r->broken != RINGD_OK) {
         static const char closed[] = "the session is closed: ";
@@ -1715,7 +1767,8 @@ ringd_result_t ringd_barrier(ringd_t *r, const char *name)
 void *ringd_alloc(ringd_t *r, size_t bytes)
 {
     uint64_t off;
-    if (r == NULL || r->arena == NULL || rd_alloc_get(&r->alloc, bytes, &off) != 0)
+    if (r == NULL || left_to_parent(r) || r->arena == NULL ||
+        rd_alloc_get(&r->alloc, bytes, &off) != 0)
         return NULL;
     return r->arena + off;
 }
@@ -1723,7 +1776,7 @@ void *ringd_alloc(ringd_t *r, size_t bytes)
 void *ringd_alloc_device(ringd_t *r, size_t bytes)
 {
     uint64_t off;
-    if (r == NULL)
+    if (r == NULL || left_to_parent(r))
         return NULL;
     if (r->dev_arena == NULL) {
         fail(r, RINGD_E_INVALID,
@@ -1898,8 +1951,15 @@ ringd_result_t ringd_timeline_stop(ringd_t *r)
 
 void ringd_close(ringd_t *r)
 {
+    char why[300];
     if (r == NULL)
         return;
+    int child = forked_away(r, why, sizeof(why));
+    if (child && r->trace_file != NULL) { /* the trace and what it buffered are the parent's */
+        __fpurge(r->trace_file);
+        fclose(r->trace_file);
+        r->trace_file = NULL;
+    }
     trace_close(r);
     free(r->socket_path);
     free(r->job);
@@ -1921,7 +1981,7 @@ void ringd_close(ringd_t *r)
         munmap(r->arena, r->arena_size);
     }
 #if RINGD_HAVE_CUDA
-    if (r->dev_arena != NULL) {
+    if (r->dev_arena != NULL && !child) { /* a forked child cannot call CUDA: left to exit */
         void *ctx = rd_cuda_context();
         rd_alloc_destroy(&r->dev_alloc);
         rd_cuda_shared_free(r->dev_shared);

@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/types.h>
 
 #include "alloc.h"
 #include "chrome_trace.h"
@@ -55,6 +56,8 @@ struct ringd {
     rd_ctlq sq;            /* submissions to the daemon, in the arena's control area */
     rd_ctlq cq;            /* completions from it */
     ringd_result_t broken; /* RINGD_OK while the session works */
+    unsigned forks;        /* the process's fork count when it opened (forked_away) */
+    pid_t pid;             /* the process that opened it */
     uint64_t next_id;
     uint64_t auto_seq;
     uint64_t since_join;   /* collectives submitted since the last join or generation change */

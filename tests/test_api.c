@@ -4,10 +4,12 @@
  * Calls that need no daemon run in the test process; collectives go through a real ringd with
  * forked clients. */
 #include <criterion/criterion.h>
+#include <poll.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "backend.h"
@@ -182,6 +184,47 @@ Test(api, an_older_header_s_padding_never_asks_for_a_local_rank)
     cr_assert_eq(open_result(&o, msg, sizeof(msg)), RINGD_E_CONNECT, "%s", msg);
 }
 
+/* Every call taking a session, given none: RINGD_E_INVALID (or NULL, or nothing), never a
+ * crash. */
+Test(api, calls_given_no_session_return_invalid)
+{
+    float x[2] = {1, 2};
+    size_t counts[1] = {2};
+    int last = 0;
+    ringd_request_t *q = (ringd_request_t *)&last;
+    ringd_t *ps = (ringd_t *)&last;
+    cr_expect_eq(ringd_allreduce(NULL, "a", x, x, 2, RINGD_F32, RINGD_SUM), RINGD_E_INVALID);
+    cr_expect_eq(ringd_allreduce_async(NULL, "a", x, x, 2, RINGD_F32, RINGD_SUM, &q),
+                 RINGD_E_INVALID);
+    cr_expect_null(q);
+    cr_expect_eq(ringd_allreduce_scaled(NULL, "a", x, x, 2, RINGD_F32, RINGD_SUM, 1.0, 1.0),
+                 RINGD_E_INVALID);
+    cr_expect_eq(ringd_broadcast(NULL, "b", x, 2, RINGD_F32, 0), RINGD_E_INVALID);
+    cr_expect_eq(ringd_allgather(NULL, "c", x, x, 1, RINGD_F32), RINGD_E_INVALID);
+    cr_expect_eq(ringd_reducescatter(NULL, "d", x, x, 1, RINGD_F32, RINGD_SUM), RINGD_E_INVALID);
+    cr_expect_eq(ringd_reducescatterv(NULL, "e", x, x, counts, RINGD_F32, RINGD_SUM, 1.0, 1.0),
+                 RINGD_E_INVALID);
+    cr_expect_eq(ringd_allgatherv(NULL, "f", x, 2, x, counts, RINGD_F32), RINGD_E_INVALID);
+    cr_expect_eq(ringd_alltoall(NULL, "g", x, x, 2, RINGD_F32), RINGD_E_INVALID);
+    cr_expect_eq(ringd_alltoallv(NULL, "h", x, counts, x, counts, RINGD_F32), RINGD_E_INVALID);
+    cr_expect_eq(ringd_barrier(NULL, "i"), RINGD_E_INVALID);
+    cr_expect_eq(ringd_join(NULL, &last), RINGD_E_INVALID);
+    cr_expect_eq(ringd_group_start(NULL), RINGD_E_INVALID);
+    cr_expect_eq(ringd_group_end(NULL), RINGD_E_INVALID);
+    cr_expect_eq(ringd_refuse(NULL, "j", RINGD_E_INVALID, "no"), RINGD_E_INVALID);
+    cr_expect_eq(ringd_process_set_create(NULL, &last, 1, &ps), RINGD_E_INVALID);
+    cr_expect_null(ps);
+    cr_expect_eq(ringd_timeline_start(NULL, "/tmp/x.json"), RINGD_E_INVALID);
+    cr_expect_eq(ringd_timeline_stop(NULL), RINGD_E_INVALID);
+    cr_expect_null(ringd_alloc(NULL, 8));
+    cr_expect_null(ringd_alloc_device(NULL, 8));
+    cr_expect_eq(ringd_wait(NULL), RINGD_E_INVALID);
+    cr_expect_eq(ringd_test(NULL, &last), RINGD_E_INVALID);
+    ringd_free(NULL, x);
+    ringd_next_shape(NULL, 1);
+    ringd_close(NULL);
+}
+
 Test(api, version_names_the_header_s_major_and_minor)
 {
     const char *v = ringd_version();
@@ -338,6 +381,77 @@ Test(api, a_timeline_starts_and_stops_in_a_running_session, .init = start, .fini
     snprintf(path, sizeof(path), "%s/tl.json", dir);
     unlink(path);
     rmdir(dir);
+    cr_assert_eq(rc, 0);
+    th_daemon_finish(&daemon_);
+}
+
+/* A child forked by client 0 while its allreduce is pending: every call on the parent's session
+ * is refused saying why, without taking the parent's completion or arena space. Its exit status:
+ * 0, or the step that failed. */
+static int forked_child_calls(ringd_t *r, ringd_request_t *q)
+{
+    float x[4] = {1, 2, 3, 4};
+    if (ringd_wait(q) != RINGD_E_INVALID || strstr(ringd_errmsg(r), "forked from") == NULL)
+        return 31;
+    if (ringd_allreduce(r, "child", x, x, 4, RINGD_F32, RINGD_SUM) != RINGD_E_INVALID ||
+        strstr(ringd_errmsg(r), "open a session of its own") == NULL)
+        return 32;
+    if (ringd_alloc(r, 64) != NULL)
+        return 33;
+    ringd_close(r); /* tells the daemon nothing: the session is the parent's */
+    return 0;
+}
+
+/* Two clients; the pipe in arg tells client 1 when client 0's child is done. */
+static int fork_client(int idx, void *arg)
+{
+    const int *pipefd = arg;
+    ringd_t *r = th_open(daemon_.sock, job_, NPROCS, 1u << 20, 20000);
+    if (r == NULL)
+        return 10;
+    float *x = ringd_alloc(r, 4 * sizeof(float));
+    if (x == NULL)
+        return 11;
+    for (int i = 0; i < 4; i++)
+        x[i] = (float)(idx + 1) * (float)(i + 1);
+    if (idx == 1) { /* submits once the child has tried everything */
+        char c;
+        struct pollfd p = {.fd = pipefd[0], .events = POLLIN};
+        if (poll(&p, 1, 30000) != 1 || read(pipefd[0], &c, 1) != 1)
+            return 12;
+        TH_CHECK_OK(r, ringd_allreduce(r, "pending", x, x, 4, RINGD_F32, RINGD_SUM));
+    } else {
+        ringd_request_t *q;
+        TH_CHECK_OK(r, ringd_allreduce_async(r, "pending", x, x, 4, RINGD_F32, RINGD_SUM, &q));
+        pid_t child = fork();
+        if (child < 0)
+            return 13;
+        if (child == 0)
+            _exit(forked_child_calls(r, q));
+        int status;
+        if (waitpid(child, &status, 0) != child || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+            fprintf(stderr, "forked child: status %d\n", status);
+            return 14;
+        }
+        if (write(pipefd[1], "go", 1) != 1)
+            return 15;
+        TH_CHECK_OK(r, ringd_wait(q)); /* the parent's completion, untouched by the child */
+    }
+    for (int i = 0; i < 4; i++)
+        if (x[i] != 3.0f * (float)(i + 1))
+            return 16;
+    TH_CHECK_OK(r, ringd_allreduce(r, "after", x, x, 4, RINGD_F32, RINGD_SUM));
+    th_close_together(r, NPROCS);
+    return 0;
+}
+
+Test(api, a_forked_child_is_refused_the_parent_s_session_which_goes_on, .init = start, .fini = stop)
+{
+    int pipefd[2];
+    cr_assert_eq(pipe(pipefd), 0);
+    int rc = th_run(NPROCS, fork_client, pipefd, 60000);
+    close(pipefd[0]);
+    close(pipefd[1]);
     cr_assert_eq(rc, 0);
     th_daemon_finish(&daemon_);
 }

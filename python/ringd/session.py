@@ -178,6 +178,22 @@ def _libc_mmap():
     return _libc
 
 
+# Every session's state, for a forked child to give each a lock of its own.
+_STATES = weakref.WeakSet()
+
+
+def _forked_child():
+    """After fork(), in the child: another thread of the parent may have held a session's lock
+    (a wait holds it), which nothing in the child would ever release. The child gets unheld locks;
+    libringd refuses it the parent's sessions (their queues and arena are the parent's), so its
+    calls raise InvalidArgument, and closing them at exit tells the daemon nothing."""
+    for st in list(_STATES):
+        st.lock = threading.RLock()
+
+
+os.register_at_fork(after_in_child=_forked_child)
+
+
 class _State:
     """What a Session owns, apart from the Session object, so finalizers can reach it:
     the ringd_t, the lock, pending Handles, live arena buffers, and after close the anonymous
@@ -186,6 +202,7 @@ class _State:
     def __init__(self):
         self.ptr = None  # ringd_t *, None once closed
         self.lock = threading.RLock()
+        _STATES.add(self)
         self.pending = set()  # _Requests libringd still holds
         self.orphans = []  # pending _Requests whose Handle was dropped unwaited
         self.names = set()  # names of pending _Requests (one outstanding op per name)

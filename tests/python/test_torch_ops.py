@@ -2,6 +2,7 @@
 """Each rank computes every rank's input from shared seeds and checks its own results."""
 import json
 import os
+import threading
 import time
 import warnings
 
@@ -371,6 +372,62 @@ def r_misuse():
 
 def test_misuse_raises_clear_errors(one_node):
     assert one_node.run(r_misuse) == [2.0, 2.0]
+
+
+def r_forked_child():
+    """Rank 0 forks while another of its threads waits inside a collective, holding the session's
+    lock: the child is refused the parent's session (its queues and arena are the parent's) with
+    a clear error and shuts ringd.torch down; the parent's collective and those after it go on."""
+    hvd = ranks.hvd()
+    go = os.path.join(ranks.cfg()["tmp"], "fork.go")
+    if hvd.rank() != 0:
+        deadline = time.monotonic() + 60
+        while not os.path.exists(go):  # the fork is over
+            assert time.monotonic() < deadline, "rank 0 never said its child was done"
+            time.sleep(0.01)
+        got = hvd.allreduce(torch.ones(3), name="fork.pending", op=hvd.Sum).tolist()
+        assert hvd.allreduce(torch.ones(2), name="fork.after", op=hvd.Sum).tolist() == [2.0, 2.0]
+        return got
+    out = {}
+    t = threading.Thread(target=lambda: out.update(
+        v=hvd.allreduce(torch.ones(3), name="fork.pending", op=hvd.Sum)))
+    t.start()
+    lock = hvd.session()._st.lock
+    deadline = time.monotonic() + 30
+    while lock.acquire(blocking=False):  # until the thread waits inside libringd, holding it
+        lock.release()
+        assert time.monotonic() < deadline, "the waiting thread never took the session's lock"
+        time.sleep(0.001)
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            hvd.allreduce(torch.ones(1), name="fork.child", op=hvd.Sum)
+            code = 2
+        except ringd.InvalidArgument as e:
+            code = 0 if "forked from" in str(e) and "open a session of its own" in str(e) else 3
+        finally:
+            try:
+                hvd.shutdown()  # closes the session under its lock, as the child's exit would
+            finally:
+                os._exit(code)
+    deadline = time.monotonic() + 30
+    while (status := os.waitpid(pid, os.WNOHANG))[0] == 0:
+        if time.monotonic() > deadline:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            raise AssertionError("the forked child hung on the parent's session")
+        time.sleep(0.01)
+    assert os.waitstatus_to_exitcode(status[1]) == 0, f"the child failed: {status}"
+    open(go, "w").close()
+    t.join(60)
+    assert not t.is_alive(), "the parent's collective never finished"
+    assert hvd.allreduce(torch.ones(2), name="fork.after", op=hvd.Sum).tolist() == [2.0, 2.0]
+    return out["v"].tolist()
+
+
+def test_a_forked_child_is_refused_the_parent_s_session_which_goes_on(one_node):
+    assert one_node.run(r_forked_child) == [[2.0] * 3] * 2
 
 
 def r_shutdown():

@@ -432,6 +432,18 @@ class _Dispatcher:
 _dispatcher = _Dispatcher()
 
 
+def _forked_child():
+    """After fork(), in the child: the parent's completer and dispatcher threads are not there,
+    and one of them may have held a lock. The child starts with neither (a Work it waits for is
+    polled in its wait; the parent's session refuses it, so that wait raises), and without the
+    callbacks the parent had queued, which are the parent's to run."""
+    _completer.__init__()
+    _dispatcher.__init__()
+
+
+os.register_at_fork(after_in_child=_forked_child)
+
+
 # ---- tensors as ringd takes them ----
 
 _COMPLEX = {torch.complex64, torch.complex128}
