@@ -486,6 +486,52 @@ def s_exit_in_callback():
     return {"exit_in_callback": path}
 
 
+def s_fork():
+    """Rank 0 forks while its all_reduce waits for rank 1 (the module's completer polling it): in
+    the child, waiting for that Work and starting another collective raise at once, naming the
+    fork, and the exit handlers end; the parent's Work and the collectives after it go on."""
+    import atexit
+
+    go = os.path.join(os.environ["DIST_OUT"], "fork.go")
+    t = torch.full((3,), float(R + 1))
+    if R != 0:
+        deadline = time.monotonic() + 60
+        while not os.path.exists(go):
+            assert time.monotonic() < deadline, "rank 0 never said its child was done"
+            time.sleep(0.01)
+        dist.all_reduce(t)
+    else:
+        work = dist.all_reduce(t, async_op=True)
+        pid = os.fork()
+        if pid == 0:
+            code = 0
+            for step, call in enumerate((work.wait, lambda: dist.all_reduce(torch.ones(1)))):
+                try:
+                    call()
+                    code = 10 + step
+                except Exception as e:  # noqa: BLE001 - what it says is checked
+                    if "forked from" not in str(e):
+                        print(f"child, step {step}: {e!r}", flush=True)
+                        code = 20 + step
+            try:
+                atexit._run_exitfuncs()  # the module's, as a normal exit runs them
+            finally:
+                os._exit(code)
+        deadline = time.monotonic() + 30
+        while (status := os.waitpid(pid, os.WNOHANG))[0] == 0:
+            if time.monotonic() > deadline:
+                os.kill(pid, 9)
+                os.waitpid(pid, 0)
+                raise AssertionError("the forked child hung")
+            time.sleep(0.01)
+        assert os.waitstatus_to_exitcode(status[1]) == 0, f"the child failed: {status}"
+        open(go, "w").close()
+        work.wait()
+    after = torch.ones(2)
+    dist.all_reduce(after)
+    return {"fork": t.tolist() + after.tolist()}
+
+
 def main():
     global R, N
     timeout = float(os.environ.get("DIST_TIMEOUT", "60"))

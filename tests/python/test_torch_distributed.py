@@ -163,6 +163,15 @@ def test_a_callback_still_running_when_the_script_ends_finishes_before_the_proce
         assert path.read_text() == "ringd-torch-futures [4.0, 4.0, 4.0, 4.0]", (rank, path)
 
 
+def test_a_forked_child_is_refused_the_group_whose_work_goes_on_in_the_parent(nodes, tmp_path):
+    """A child forked while a Work is pending (a data loader's worker, say): waiting for it or
+    starting a collective there raises naming the fork instead of hanging on threads the child
+    does not have, and the parent's Work finishes."""
+    res = launch(nodes(1), 2, ["fork"], env={"DIST_OUT": str(tmp_path)})
+    for rank, r in res.items():
+        assert r["fork"] == [3.0, 3.0, 3.0, 2.0, 2.0], (rank, r)
+
+
 def test_two_nodes_with_torch_ranks_in_another_order_than_ringd_s(nodes):
     """2 daemons x 2 ranks; torch's ranks 1, 2 on node n0 and 3, 0 on n1 (ringd numbers n0
     first, so ringd's order of torch's ranks is a cycle that is not its own inverse): roots,
