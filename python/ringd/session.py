@@ -780,6 +780,10 @@ class Session:
                         "and synchronise it from one rank first (ringd.torch.elastic.run "
                         "does), then expect_generation() the new generation")
             if name is not None and name in st.names:
+                # finished but not waited for: the name is free (wait() still gives its result)
+                for r in [r for r in st.pending if r.name == name]:
+                    r.test()
+            if name is not None and name in st.names:
                 # The daemon would refuse it on this rank only, and the other ranks' second
                 # submissions of the name would then wait for it in vain.
                 raise InvalidArgument(Result.INVALID,

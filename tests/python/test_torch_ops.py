@@ -430,6 +430,43 @@ def test_a_forked_child_is_refused_the_parent_s_session_which_goes_on(one_node):
     assert one_node.run(r_forked_child) == [[2.0] * 3] * 2
 
 
+def r_names_and_fresh_optimizer_state():
+    """As Horovod: a finished op frees its name whether or not it was synchronized (its handle
+    still gives its result), and broadcast_optimizer_state on a fresh optimizer leaves zero
+    gradients that can be broadcast, and none on a parameter that needs none."""
+    hvd = ranks.hvd()
+    r, n = hvd.rank(), hvd.size()
+    first = hvd.allreduce_async(torch.full((2,), float(r)), name="reused", op=hvd.Sum)
+    deadline = time.monotonic() + 30
+    while not hvd.poll(first):
+        assert time.monotonic() < deadline, "the first 'reused' never finished"
+        time.sleep(0.001)
+    second = hvd.allreduce_async(torch.ones(2), name="reused", op=hvd.Sum)
+    assert hvd.synchronize(second).tolist() == [float(n)] * 2
+    assert hvd.synchronize(first).tolist() == [float(sum(range(n)))] * 2
+    s = hvd.session()  # the same on a ringd.Session: a finished Handle frees its name
+    h = s.allreduce_async("session.reused", torch.ones(1))
+    while not h.done():
+        assert time.monotonic() < deadline, "the first 'session.reused' never finished"
+        time.sleep(0.001)
+    assert s.allreduce("session.reused", torch.ones(1)).tolist() == [float(n)]
+    assert h.wait().tolist() == [float(n)]
+    model = torch.nn.Linear(3, 2)
+    model.bias.requires_grad_(False)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-6)
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    hvd.broadcast_optimizer_state(opt, root_rank=0)
+    assert model.bias.grad is None
+    grad = model.weight.grad
+    assert grad is not None and not grad.any(), grad
+    assert torch.equal(hvd.broadcast(grad, root_rank=0, name="fresh.grad"), grad)
+    return True
+
+
+def test_finished_ops_free_their_names_and_a_fresh_optimizer_gets_zero_gradients(cluster):
+    assert cluster.run(r_names_and_fresh_optimizer_state) == [True] * cluster.world
+
+
 def r_shutdown():
     hvd = ranks.hvd()
     n = hvd.size()
@@ -618,8 +655,9 @@ def test_reducescatter_and_allgather_of_uneven_first_dimensions(cluster):
 
 
 def r_alltoall():
-    """alltoall: an even split on every dtype, splits with 0s (received_splits as Horovod gives
-    them), rows of several dimensions, and the gradient going back where the rows came from."""
+    """alltoall: an even split on every dtype and of first dimensions that differ between ranks,
+    splits with 0s (received_splits as Horovod gives them), rows of several dimensions, and the
+    gradient going back where the rows came from."""
     hvd = ranks.hvd()
     r, n = hvd.rank(), hvd.size()
     for dtype in DTYPES:
@@ -627,6 +665,11 @@ def r_alltoall():
         got = hvd.alltoall(x, name=f"a2a.{dtype}")
         _same(f"alltoall {dtype}", got,
               torch.tensor([[q, r] for q in range(n) for _ in range(2)]).to(dtype))
+    # an even split of first dimensions that differ between ranks: (r + 1) rows for each rank
+    x = torch.tensor([[r, q] for q in range(n) for _ in range(r + 1)]).float()
+    got = hvd.alltoall(x, name="a2a.uneven")
+    _same("alltoall of uneven first dimensions", got,
+          torch.tensor([[q, r] for q in range(n) for _ in range(q + 1)]).float())
     splits = [(r + q) % 3 for q in range(n)]  # rows for rank q
     x = torch.cat([torch.full((splits[q], 2, 2), 10 * r + q) for q in range(n)]).float()
     got, received = hvd.alltoall(x, splits=splits, name="a2a.splits")

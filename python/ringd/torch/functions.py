@@ -95,9 +95,10 @@ def allgather_object(obj: Any, name: Optional[str] = None,
 
 def _initialize_state(optimizer):
     """Gives a fresh optimizer its state (momentum buffers, Adam's moments) as Horovod does:
-    one step of the wrapped optimizer on zero gradients. Unlike Horovod, the parameters and
-    gradients are put back afterwards, so a step that moves parameters even with zero
-    gradients (weight decay) changes nothing."""
+    one step of the wrapped optimizer on zero gradients, which stay where a parameter had
+    none (a script may read or broadcast them next, as Horovod's tests do). Unlike Horovod, the
+    parameters and the gradients they had are put back afterwards, so a step that moves
+    parameters even with zero gradients (weight decay) changes nothing."""
     saved = []
     for group in optimizer.param_groups:
         for p in group["params"]:
@@ -113,7 +114,8 @@ def _initialize_state(optimizer):
         with torch.no_grad():
             for p, data, grad in saved:
                 p.copy_(data)
-                p.grad = grad
+                if grad is not None:
+                    p.grad = grad
 
 
 def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int,

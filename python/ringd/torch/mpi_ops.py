@@ -105,7 +105,7 @@ _session = None
 _handles = {}  # handle number -> _Work
 _next_handle = 0
 _noname = collections.Counter()  # (process set id, kind) -> unnamed ops of that kind so far
-_in_flight = set()  # full names of this rank's outstanding ops
+_in_flight = {}  # full name -> the _Work of this rank's outstanding op of that name
 _arena_users = weakref.WeakSet()  # DistributedOptimizers holding gradients in the arena
 _detached = []  # (work, name) of synchronous calls that timed out: reaped once finished
 
@@ -433,7 +433,7 @@ def _progress():
             except ringd.Error:
                 pass  # its caller heard Timeout already; what came after is nobody's
             _detached.remove(entry)
-            _in_flight.discard(name)
+            _release(name, work)
 
 
 def _sync(handle):
@@ -551,16 +551,26 @@ def _register(work, name):
     _next_handle += 1
     _handles[h] = (work, name)
     if name is not None:
-        _in_flight.add(name)
+        _in_flight[name] = work
     return h
+
+
+def _release(name, work):
+    """name is free again, unless a later op of that name holds it now."""
+    if _in_flight.get(name) is work:
+        del _in_flight[name]
 
 
 def _claim(name):
     """Refuses a second outstanding op of one name on this rank (the daemon would take it for
-    the next instance of the op)."""
+    the next instance of the op). One that has finished frees its name, as in Horovod, whether
+    or not it was synchronized: its handle still gives its result."""
     if _detached:
         _progress()
-    if name in _in_flight:
+    work = _in_flight.get(name)
+    if work is not None and work.poll():
+        _release(name, work)
+    elif work is not None:
         raise ValueError(f"an op named '{name}' is still outstanding on this rank: synchronize "
                          "it first, or give this one another name")
 
@@ -592,7 +602,7 @@ def synchronize(handle: Any) -> Any:
     finally:
         if not pending:
             del _handles[handle]
-            _in_flight.discard(name)
+            _release(name, work)
 
 
 def _settle_outstanding(timeout):
@@ -1075,10 +1085,11 @@ def grouped_reducescatter(tensors: Sequence[torch.Tensor], name: Optional[str] =
 
 class _Alltoall(_Work):
     """Horovod's alltoall: rows of the tensor to each rank in turn (splits, or an even split),
-    every rank's rows for this one back, with how many came from each. With splits, one ringd
-    alltoallv whose receive counts the ranks learn (libringd's ringd_alltoallv_into, the output
-    made once they are known); evenly, one alltoall. Rows of no elements cannot tell their
-    number by their count: the splits travel in an alltoall of their own instead."""
+    every rank's rows for this one back, with how many came from each: one ringd alltoallv
+    whose receive counts the ranks learn (libringd's ringd_alltoallv_into, the output made once
+    they are known), also for an even split, as each rank splits its own first dimension, which
+    may differ between ranks (Horovod's rule). Rows of no elements cannot tell their number by
+    their count: the splits travel in an alltoall of their own instead."""
 
     def __init__(self, s, tensor, splits, name):
         if tensor.dim() == 0:
@@ -1096,7 +1107,6 @@ class _Alltoall(_Work):
                 raise ValueError(f"alltoall '{name}': the first dimension ({rows}) does not split "
                                  f"evenly over {n} ranks: pass splits")
             self.splits = [rows // n] * n
-            self.even = True
         else:
             self.splits = [int(x) for x in (splits.tolist() if isinstance(splits, torch.Tensor)
                                             else splits)]
@@ -1104,12 +1114,9 @@ class _Alltoall(_Work):
                     sum(self.splits) != rows:
                 raise ValueError(f"alltoall '{name}': splits {self.splits} must be {n} counts "
                                  f"(>= 0) of rows adding up to the first dimension ({rows})")
-            self.even = False
         self.received = None
         if self.row == 0:
             self.handle = s.alltoall_async(name, torch.tensor(self.splits, dtype=torch.int64))
-        elif self.even:
-            self.handle = s.alltoall_async(name, tensor)
         else:
             self.handle = s.alltoall_async(name, tensor, splits=[k * self.row for k in self.splits])
 
@@ -1121,8 +1128,6 @@ class _Alltoall(_Work):
         if self.row == 0:
             rows = got.tolist()
             got = self.tensor.new_empty((sum(rows),) + self.trailing)
-        elif self.even:
-            rows = list(self.splits)
         else:
             rows = [c // self.row for c in self.handle.counts]
         self.received = torch.tensor(rows, dtype=torch.int32)
