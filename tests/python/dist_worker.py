@@ -163,9 +163,22 @@ def s_ops():
     got = [None] * n
     dist.all_gather_object(got, {"r": r})
     assert got == [{"r": k} for k in range(n)], got
+    if hasattr(dist, "all_gather_coalesced"):  # output_lists[rank][i]: rank's input i
+        ins = [torch.full((2,), 10. * r + i) for i in range(n + 1)]
+        outs = [[torch.zeros(2) for _ in range(n + 1)] for _ in range(n)]
+        dist.all_gather_coalesced(outs, ins)
+        assert [[o.tolist() for o in per] for per in outs] == \
+            [[[10. * k + i] * 2 for i in range(n + 1)] for k in range(n)], outs
     w = dist.all_reduce(torch.ones(3), async_op=True)
     fut = w.get_future()
     assert w.wait() and fut.wait()[0].tolist() == [float(n)] * 3, fut.value()
+    # a Work's future holds a list of its outputs, as Gloo's and NCCL's
+    for call in (lambda o: dist.all_to_all_single(o, torch.ones(2 * n), async_op=True),
+                 lambda o: gather_into(o, torch.ones(2), async_op=True),
+                 lambda o: scatter_tensor(o[:2], torch.ones(2 * n), async_op=True)):
+        o = torch.zeros(2 * n)
+        value = call(o).get_future().wait()
+        assert isinstance(value, list) and len(value) == 1, value
     works = [dist.all_reduce(torch.full((4,), float(i)), async_op=True) for i in range(20)]
     for i, w in enumerate(works):
         w.wait()

@@ -758,7 +758,7 @@ class ProcessGroupRingd(_ProcessGroup):
 
         def submit(name, what):
             h, back = self._reduce_scatter_tensor(name, what, output, input, op)
-            return [h], lambda: (back and back(), output)[1]
+            return [h], lambda: (back and back(), [output])[1]
 
         return self._start("reduce_scatter_tensor", submit, [output, input])
 
@@ -826,8 +826,15 @@ class ProcessGroupRingd(_ProcessGroup):
 
     def allgather_coalesced(self, output_lists, input_list, opts=None):
         def submit(name, what):
-            return self._members(name, what, list(zip(output_lists, input_list)), output_lists,
-                                 self._allgather_list)
+            # torch's layout: output_lists[rank][i] receives that rank's input_list[i]
+            n = self.size()
+            if len(output_lists) != n or any(len(o) != len(input_list) for o in output_lists):
+                raise ValueError(f"{what}: {len(output_lists)} output lists of "
+                                 f"{sorted({len(o) for o in output_lists})} tensors for a group "
+                                 f"of {n} and {len(input_list)} inputs: output_lists[rank][i] "
+                                 "receives rank's input i")
+            members = [([o[i] for o in output_lists], t) for i, t in enumerate(input_list)]
+            return self._members(name, what, members, output_lists, self._allgather_list)
 
         return self._start("allgather_coalesced", submit, list(input_list), grouped=True)
 
@@ -852,7 +859,7 @@ class ProcessGroupRingd(_ProcessGroup):
     def _allgather_base(self, output, input, opts=None):
         def submit(name, what):
             h, finish = self._allgather_tensor(name, what, output, input)
-            return [h], lambda: (finish and finish(), output)[1]
+            return [h], lambda: (finish and finish(), [output])[1]
 
         return self._start("all_gather_into_tensor", submit, [output, input])
 
@@ -905,7 +912,7 @@ class ProcessGroupRingd(_ProcessGroup):
             if even:
                 send, _ = _movable(input)
                 recv, _ = _movable(output)
-                return [self._s.alltoall_async(name, send, None, recv)], lambda: output
+                return [self._s.alltoall_async(name, send, None, recv)], lambda: [output]
             h, recv, rcounts = self._alltoallv(name, what, in_rows, shapes, input.dtype,
                                                input.device)
 
@@ -916,7 +923,7 @@ class ProcessGroupRingd(_ProcessGroup):
                     blocks[self._r2t[r]] = piece
                 flat = torch.cat(blocks) if blocks else recv
                 output.copy_(flat.view(output.dtype).view(output.shape))
-                return output
+                return [output]
 
             return [h], finish
 
