@@ -70,20 +70,22 @@ def _env(sock, extra):
     return env
 
 
-def launch(cluster, local, scenarios, torch_rank=None, env=None, timeout=150, exits=None):
+def launch(cluster, local, scenarios, torch_rank=None, env=None, timeout=150, exits=None,
+           local_vars=True):
     """One process per rank, local per daemon, running dist_worker.py's scenarios; returns
     {torch rank: its RESULT}. torch_rank(i): the torch rank of the i-th process (processes
     0..local-1 on n0, ...). exits: {torch rank: the exit status expected instead of 0 and a
-    RESULT}."""
+    RESULT}. local_vars False: no LOCAL_RANK and LOCAL_WORLD_SIZE (as mp.spawn launches)."""
     world = local * len(cluster.daemons)
     port = free_port()
     exits = exits or {}
     procs = []
     for i in range(world):
         rank = torch_rank(i) if torch_rank else i
-        e = _env(cluster.daemons[i // local].sock,
-                 dict(env or {}, MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
-                      LOCAL_RANK=str(i % local), LOCAL_WORLD_SIZE=str(local)))
+        given = dict(env or {}, MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
+        if local_vars:
+            given.update(LOCAL_RANK=str(i % local), LOCAL_WORLD_SIZE=str(local))
+        e = _env(cluster.daemons[i // local].sock, given)
         procs.append((rank, subprocess.Popen([sys.executable, WORKER, *scenarios], env=e,
                                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                              text=True)))
@@ -181,6 +183,17 @@ def test_two_nodes_with_torch_ranks_in_another_order_than_ringd_s(nodes):
     for rank, r in res.items():
         assert r["ops"] == "ok" and r["groups"] == "ok"
         assert r["ddp_diff"] <= 1e-6 and r["zero_diff"] <= 1e-6, (rank, r)
+
+
+@pytest.mark.parametrize("n_nodes", [1, 2])
+def test_ranks_launched_without_local_variables_count_each_node_s_ranks(nodes, n_nodes):
+    """RANK, WORLD_SIZE and MASTER_* alone (mp.spawn, torch's own test harness): each rank counts
+    the ranks of its daemon through torch's store, torch ranks interleaved across the nodes."""
+    res = launch(nodes(n_nodes), 2, ["reinit"],
+                 torch_rank=lambda i: (i % 2) * n_nodes + i // 2 if n_nodes > 1 else i,
+                 local_vars=False)
+    assert sorted(res) == list(range(2 * n_nodes)), res
+    assert all(r["size"] == 2 * n_nodes for r in res.values()), res
 
 
 def test_destroy_then_init_process_group_again_on_two_nodes(nodes):

@@ -23,6 +23,11 @@ _NAME_MAX = 256  # ringd's job names: 1..256 printable ASCII bytes
 _opened = collections.Counter()  # job name -> worlds this process opened in it
 
 
+def opened(job=None):
+    """How many worlds this process has opened in job so far (the index of its next)."""
+    return _opened[job if job is not None else (os.environ.get("RINGD_JOB") or "default")]
+
+
 def open_world(job=None, **options):
     """Opens this process's next world of job (None: RINGD_JOB, else ringd's "default") as a
     Session with options."""

@@ -51,6 +51,7 @@ import contextlib
 import datetime
 import itertools
 import os
+import socket
 import threading
 import time
 import weakref
@@ -1078,9 +1079,39 @@ def _gather_ranks(s, rank, size):
     return r2t
 
 
-def _world(rank, size, timeout):
+def _daemon_identity():
+    """What tells this node's daemon from any other: the kernel's boot id (one per machine, the
+    same in each of its containers) and the daemon's socket file (several daemons on one
+    machine, as in tests)."""
+    path = os.environ.get("RINGD_SOCKET") or "/run/ringd/ringd.sock"
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+    except OSError:
+        boot = socket.gethostname()
+    try:
+        st = os.stat(path)
+        where = f"{st.st_dev}:{st.st_ino}"
+    except OSError:
+        where = os.path.realpath(path)
+    return f"{boot}:{where}"
+
+
+def _local_size(store, rank, size, world):
+    """How many of torch's ranks share this rank's daemon, counted through torch's store, for a
+    launch that gives RANK and WORLD_SIZE but no LOCAL_WORLD_SIZE (mp.spawn, torch's own test
+    harness). Keys are per world this process opens (a store may outlive one)."""
+    mine = _daemon_identity()
+    store.set(f"ringd.{world}.daemon.{rank}", mine)
+    return sum(store.get(f"ringd.{world}.daemon.{q}").decode() == mine for q in range(size))
+
+
+def _world(rank, size, timeout, store):
+    job = _job_name()
     local_size = _env_int("LOCAL_WORLD_SIZE")
-    s = _worlds.open_world(_job_name(), world_size=size, local_size=local_size,
+    if local_size is None and not os.environ.get("RINGD_LOCAL_SIZE") and store is not None:
+        local_size = _local_size(store, rank, size, _worlds.opened(job))
+    s = _worlds.open_world(job, world_size=size, local_size=local_size,
                            local_rank=_env_int("LOCAL_RANK"))
     try:
         if s.size != size:
@@ -1118,7 +1149,8 @@ def _create(opts, pg_options=None):
     ranks = list(opts.global_ranks_in_group)
     try:
         if not ranks and not dist.is_initialized():
-            return _world(opts.group_rank, opts.group_size, opts.timeout)
+            return _world(opts.group_rank, opts.group_size, opts.timeout,
+                          getattr(opts, "store", None))
         world = dist.distributed_c10d._get_default_group()
         return _subgroup(world, ranks or list(range(opts.group_size)), opts.group_rank,
                          opts.group_size, opts.timeout, str(opts.group_id))
