@@ -103,7 +103,7 @@ ringd_result_t ringd_process_set_create(ringd_t *r, const int *ranks, int n, rin
 {
     if (ps != NULL)
         *ps = NULL;
-    if (r == NULL || ps == NULL)
+    if (r == NULL || ps == NULL || rd_lib_left_to_parent(r))
         return RINGD_E_INVALID;
     char name[RD_NAME_MAX + 1];
     snprintf(name, sizeof(name), "~pset.%" PRIu64, r->psets++);
@@ -140,7 +140,7 @@ ringd_result_t ringd_process_set_open(ringd_t *r, const char *name, const int *r
 {
     if (ps != NULL)
         *ps = NULL;
-    if (r == NULL || ps == NULL)
+    if (r == NULL || ps == NULL || rd_lib_left_to_parent(r))
         return RINGD_E_INVALID;
     char set[RD_NAME_MAX + 1];
     if (name == NULL || name[0] == '\0' ||

@@ -378,32 +378,90 @@ static ringd_result_t trace_open(ringd_t *r)
     return RINGD_OK;
 }
 
-/* How many times this process came out of a fork() as the child (pthread_atfork): a session
- * opened at another count is its parent's, whose socket, queues and arena the child shares. A
- * child that used it would take the parent's completions and write into its arena; it gets an
- * error instead (forked_away). */
-static unsigned forks;
+/* The sessions this process has open, for fork(): in a child each one is the parent's alone
+ * (fork_child). The fork holds sessions_lock (fork_prepare), so the child inherits the list
+ * whole. */
+static pthread_mutex_t sessions_lock = PTHREAD_MUTEX_INITIALIZER;
+static ringd_t *sessions;
 static pthread_once_t forks_watched = PTHREAD_ONCE_INIT;
+static int watching_forks; /* pthread_atfork's result */
 
-static void fork_counted(void)
+static void fork_prepare(void)
 {
-    forks++;
+    pthread_mutex_lock(&sessions_lock);
+}
+
+static void fork_parent(void)
+{
+    pthread_mutex_unlock(&sessions_lock);
+}
+
+/* In a forked child, its only thread: every open session is the parent's, whose socket, queues
+ * and arena the child shares. Its socket closes here, so the daemon sees the parent leave when
+ * the parent does, not when its last child ends; what the parent's timeline buffered is dropped,
+ * or the child's exit would write it a second time. Nothing else is touched, then or later
+ * (left_to_parent refuses every call, ringd_close frees nothing): another thread of the parent
+ * may have been changing it. */
+static void fork_child(void)
+{
+    for (ringd_t *r = sessions; r != NULL; r = r->next_open) {
+        r->forked = 1;
+        if (r->conn.fd >= 0)
+            close(r->conn.fd);
+        r->conn.fd = -1;
+        for (int i = 0; i < 2; i++) {
+            if (r->conn.passed_fd[i] >= 0)
+                close(r->conn.passed_fd[i]);
+            r->conn.passed_fd[i] = -1;
+        }
+        if (r->trace_file != NULL)
+            __fpurge(r->trace_file);
+    }
+    sessions = NULL; /* the child's own sessions, if it opens any, start a new list */
+    pthread_mutex_init(&sessions_lock, NULL);
 }
 
 static void watch_forks(void)
 {
-    (void)pthread_atfork(NULL, NULL, fork_counted);
+    watching_forks = pthread_atfork(fork_prepare, fork_parent, fork_child);
 }
 
-/* 1 when this process is a child forked after r opened, with why said into err; else 0. */
-static int forked_away(const ringd_t *r, char *err, size_t errlen)
+/* Adds r to the sessions a fork hands over; 0, or an errno value when forks cannot be watched. */
+static int session_listed(ringd_t *r)
 {
-    if (r->forks == forks)
+    pthread_once(&forks_watched, watch_forks);
+    if (watching_forks != 0)
+        return watching_forks;
+    pthread_mutex_lock(&sessions_lock);
+    r->next_open = sessions;
+    if (sessions != NULL)
+        sessions->prev_open = &r->next_open;
+    r->prev_open = &sessions;
+    sessions = r;
+    pthread_mutex_unlock(&sessions_lock);
+    return 0;
+}
+
+static void session_unlisted(ringd_t *r)
+{
+    if (r->prev_open == NULL)
+        return;
+    pthread_mutex_lock(&sessions_lock);
+    *r->prev_open = r->next_open;
+    if (r->next_open != NULL)
+        r->next_open->prev_open = r->prev_open;
+    pthread_mutex_unlock(&sessions_lock);
+    r->prev_open = NULL;
+}
+
+int rd_lib_left_to_parent(ringd_t *r)
+{
+    if (!r->forked)
         return 0;
-    snprintf(err, errlen,
-             "this process (pid %ld) was forked from the one that opened the session (pid %ld): "
-             "the session, its queues and its arena stay the parent's; open a session of its own",
-             (long)getpid(), (long)r->pid);
+    fail(r, RINGD_E_INVALID,
+         "this process (pid %ld) was forked from the one that opened the session (pid %ld): "
+         "the session, its queues and its arena stay the parent's; open a session of its own",
+         (long)getpid(), (long)r->pid);
     return 1;
 }
 
@@ -427,9 +485,10 @@ ringd_result_t rd_lib_open(const ringd_options_t *opts, int traced, ringd_t **ou
     r->conn.passed_fd[0] = r->conn.passed_fd[1] = -1;
     r->next_id = 1;
     r->broken = RINGD_E_CLOSED; /* until Welcome */
-    pthread_once(&forks_watched, watch_forks);
-    r->forks = forks;
     r->pid = getpid();
+    int bad = session_listed(r);
+    if (bad != 0)
+        return fail(r, RINGD_E_SYSTEM, "pthread_atfork: %s", strerror(bad));
     r->device = -1;
     r->local_device = -1;
 
@@ -646,18 +705,6 @@ static void break_session(ringd_t *r, ringd_result_t rc, const char *why)
             req_complete(q, rc, why);
 }
 
-/* 1 when this process is a child forked after r opened: r is broken here (RINGD_E_INVALID, its
- * requests failed in this process only, errmsg saying why), its queues, socket and arena left to
- * the parent. */
-static int left_to_parent(ringd_t *r)
-{
-    char why[300];
-    if (!forked_away(r, why, sizeof(why)))
-        return 0;
-    break_session(r, RINGD_E_INVALID, why);
-    return 1;
-}
-
 /* Takes the job as of a Complete (generation 0: unchanged) as the session's, before the
  * request's result reaches the caller. Completes come through the control queue and, when it is
  * full, the socket, which are read in turns: one may overtake another, so an older generation
@@ -734,12 +781,13 @@ static void handle(ringd_t *r, const rd_msg *m)
 }
 
 /* Handles every message waiting in the completion queue and on the socket, without blocking.
- * Returns RINGD_OK, or the error that broke the session. */
+ * Returns RINGD_OK, or the error that broke the session (RINGD_E_INVALID, reading nothing, in a
+ * forked child). */
 static ringd_result_t drain(ringd_t *r, int socket_too)
 {
     char err[512];
     rd_msg *m = NULL;
-    if (left_to_parent(r))
+    if (rd_lib_left_to_parent(r))
         return RINGD_E_INVALID;
     for (;;) {
         rd_ctlq_status st = rd_ctlq_get(&r->cq, RD_FRAME_MAX_DEFAULT, &m, err, sizeof(err));
@@ -778,16 +826,17 @@ static ringd_result_t pump(ringd_t *r, ringd_request_t *q, int timeout_ms)
      * answered through the queue costs no system call on the socket. */
     unsigned look = q == NULL || timeout_ms == 0 ? 0 : 15;
     for (unsigned spin = 0;; spin++) {
-        if (drain(r, spin % 16 == look) != RINGD_OK)
-            return r->broken;
+        ringd_result_t rc = drain(r, spin % 16 == look);
+        if (rc != RINGD_OK)
+            return rc;
         if (q == NULL || q->done)
             return RINGD_OK;
         if (timeout_ms == 0)
             return RINGD_E_TIMEOUT;
         int64_t now = rd_now_us();
         if (deadline && now >= deadline) { /* the socket, once more: the answer may be there */
-            if (drain(r, 1) != RINGD_OK)
-                return r->broken;
+            if ((rc = drain(r, 1)) != RINGD_OK)
+                return rc;
             return q->done ? RINGD_OK : RINGD_E_TIMEOUT;
         }
         if (now - start < r->poll_us) {
@@ -812,8 +861,10 @@ static ringd_result_t pump(ringd_t *r, ringd_request_t *q, int timeout_ms)
  * daemon), else on the socket. */
 static ringd_result_t send_to_daemon(ringd_t *r, const rd_msg *m, char *err, size_t errlen)
 {
-    if (forked_away(r, err, errlen))
+    if (r->forked) { /* refused before: this is a last guard */
+        snprintf(err, errlen, "a forked child cannot use its parent's session");
         return RINGD_E_INVALID;
+    }
     rd_ctlq_status st = rd_ctlq_put(&r->sq, m);
     if (st == RD_CTLQ_FULL)
         return rd_conn_send(&r->conn, m, err, errlen);
@@ -883,7 +934,7 @@ static int held_back(ringd_request_t *q)
 
 ringd_result_t ringd_wait(ringd_request_t *q)
 {
-    if (q == NULL)
+    if (q == NULL || rd_lib_left_to_parent(q->r))
         return RINGD_E_INVALID;
     if (held_back(q))
         return RINGD_E_INVALID;
@@ -895,6 +946,8 @@ ringd_result_t ringd_test(ringd_request_t *q, int *done)
     if (q == NULL || done == NULL)
         return RINGD_E_INVALID;
     *done = 0;
+    if (rd_lib_left_to_parent(q->r))
+        return RINGD_E_INVALID;
     if (held_back(q))
         return RINGD_E_INVALID;
     if (!q->done)
@@ -1244,7 +1297,7 @@ static ringd_result_t submit(ringd_t *r, const submit_args *a, ringd_request_t *
         return RINGD_E_INVALID;
     uint64_t shape = r->next_shape; /* this submission's, whatever becomes of it */
     r->next_shape = 0;
-    if (left_to_parent(r)) /* before staging anything into the parent's arena */
+    if (rd_lib_left_to_parent(r)) /* before staging anything into the parent's arena */
         return RINGD_E_INVALID;
     if (r->broken != RINGD_OK) {
         static const char closed[] = "the session is closed: ";
@@ -1398,7 +1451,7 @@ void rd_lib_group_restore(ringd_t *r, const rd_group_aside *save)
 
 ringd_result_t ringd_group_start(ringd_t *r)
 {
-    if (r == NULL)
+    if (r == NULL || rd_lib_left_to_parent(r))
         return RINGD_E_INVALID;
     if (r->grouping)
         return fail(r, RINGD_E_INVALID, "ringd_group_start: a group is already being made");
@@ -1409,7 +1462,7 @@ ringd_result_t ringd_group_start(ringd_t *r)
 ringd_result_t ringd_group_end(ringd_t *r)
 {
     char err[512];
-    if (r == NULL)
+    if (r == NULL || rd_lib_left_to_parent(r))
         return RINGD_E_INVALID;
     if (!r->grouping)
         return fail(r, RINGD_E_INVALID, "ringd_group_end: no ringd_group_start before it");
@@ -1445,7 +1498,7 @@ ringd_result_t ringd_group_end(ringd_t *r)
 ringd_result_t ringd_refuse(ringd_t *r, const char *name, ringd_result_t rc, const char *why)
 {
     char namebuf[48];
-    if (r == NULL || rc <= RINGD_OK || rc >= RINGD_RESULT_COUNT)
+    if (r == NULL || rc <= RINGD_OK || rc >= RINGD_RESULT_COUNT || rd_lib_left_to_parent(r))
         return RINGD_E_INVALID;
     if (r->broken != RINGD_OK)
         return r->broken;
@@ -1710,7 +1763,7 @@ ringd_result_t ringd_alltoall(ringd_t *r, const char *name, const void *sendbuf,
 
 ringd_result_t ringd_join(ringd_t *r, int *last_rank)
 {
-    if (r == NULL)
+    if (r == NULL || rd_lib_left_to_parent(r))
         return RINGD_E_INVALID;
     if (r->grouping)
         return fail(r, RINGD_E_INVALID, "ringd_join: not inside a group (ringd_group_start)");
@@ -1767,7 +1820,7 @@ ringd_result_t ringd_barrier(ringd_t *r, const char *name)
 void *ringd_alloc(ringd_t *r, size_t bytes)
 {
     uint64_t off;
-    if (r == NULL || left_to_parent(r) || r->arena == NULL ||
+    if (r == NULL || rd_lib_left_to_parent(r) || r->arena == NULL ||
         rd_alloc_get(&r->alloc, bytes, &off) != 0)
         return NULL;
     return r->arena + off;
@@ -1776,7 +1829,7 @@ void *ringd_alloc(ringd_t *r, size_t bytes)
 void *ringd_alloc_device(ringd_t *r, size_t bytes)
 {
     uint64_t off;
-    if (r == NULL || left_to_parent(r))
+    if (r == NULL || rd_lib_left_to_parent(r))
         return NULL;
     if (r->dev_arena == NULL) {
         fail(r, RINGD_E_INVALID,
@@ -1882,6 +1935,8 @@ static ringd_result_t trace_set(ringd_t *r, int on)
 /* RINGD_OK when r may start or stop a timeline now, else the refusal (errmsg set). */
 static ringd_result_t trace_usable(ringd_t *r, const char *what)
 {
+    if (rd_lib_left_to_parent(r))
+        return RINGD_E_INVALID;
     if (r->broken != RINGD_OK) {
         char why[sizeof(r->errmsg)]; /* errmsg is fail's output: never its input too */
         snprintf(why, sizeof(why), "%s", r->errmsg);
@@ -1951,15 +2006,16 @@ ringd_result_t ringd_timeline_stop(ringd_t *r)
 
 void ringd_close(ringd_t *r)
 {
-    char why[300];
     if (r == NULL)
         return;
-    int child = forked_away(r, why, sizeof(why));
-    if (child && r->trace_file != NULL) { /* the trace and what it buffered are the parent's */
-        __fpurge(r->trace_file);
-        fclose(r->trace_file);
-        r->trace_file = NULL;
+    if (r->forked) { /* the parent's, in a forked child: only this process's mapping goes (the
+                        timeline's FILE stays, empty since the fork: a parent's thread may have
+                        held its lock) */
+        if (r->arena != NULL)
+            munmap(r->arena, r->arena_size);
+        return;
     }
+    session_unlisted(r);
     trace_close(r);
     free(r->socket_path);
     free(r->job);
@@ -1981,7 +2037,7 @@ void ringd_close(ringd_t *r)
         munmap(r->arena, r->arena_size);
     }
 #if RINGD_HAVE_CUDA
-    if (r->dev_arena != NULL && !child) { /* a forked child cannot call CUDA: left to exit */
+    if (r->dev_arena != NULL) {
         void *ctx = rd_cuda_context();
         rd_alloc_destroy(&r->dev_alloc);
         rd_cuda_shared_free(r->dev_shared);

@@ -56,8 +56,9 @@ struct ringd {
     rd_ctlq sq;            /* submissions to the daemon, in the arena's control area */
     rd_ctlq cq;            /* completions from it */
     ringd_result_t broken; /* RINGD_OK while the session works */
-    unsigned forks;        /* the process's fork count when it opened (forked_away) */
     pid_t pid;             /* the process that opened it */
+    int forked;            /* this process is a child forked from that one (fork_child) */
+    struct ringd *next_open, **prev_open; /* the process's open sessions (for fork) */
     uint64_t next_id;
     uint64_t auto_seq;
     uint64_t since_join;   /* collectives submitted since the last join or generation change */
@@ -101,6 +102,10 @@ typedef struct {
 /* ringd_open; traced: RINGD_TIMELINE applies (not to a process set's session, which would write
  * over its job's file). */
 ringd_result_t rd_lib_open(const ringd_options_t *opts, int traced, ringd_t **out);
+
+/* 1 when this process is a child forked after r opened (r is its parent's: see fork_child in
+ * ringd.c), with errmsg saying so (RINGD_E_INVALID for the caller to return); else 0. */
+int rd_lib_left_to_parent(ringd_t *r);
 
 /* Places a's buffers and submits it (ringd.c's submit): RINGD_OK with *out a new outstanding
  * request, or the failure with ringd_errmsg set (the daemon told, so that no rank waits). */

@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -184,8 +186,8 @@ Test(api, an_older_header_s_padding_never_asks_for_a_local_rank)
     cr_assert_eq(open_result(&o, msg, sizeof(msg)), RINGD_E_CONNECT, "%s", msg);
 }
 
-/* Every call taking a session, given none: RINGD_E_INVALID (or NULL, or nothing), never a
- * crash. */
+/* The calls that submit, wait, allocate or change a session, given none: RINGD_E_INVALID (or
+ * NULL, or nothing), never a crash. */
 Test(api, calls_given_no_session_return_invalid)
 {
     float x[2] = {1, 2};
@@ -385,24 +387,51 @@ Test(api, a_timeline_starts_and_stops_in_a_running_session, .init = start, .fini
     th_daemon_finish(&daemon_);
 }
 
-/* A child forked by client 0 while its allreduce is pending: every call on the parent's session
- * is refused saying why, without taking the parent's completion or arena space. Its exit status:
- * 0, or the step that failed. */
-static int forked_child_calls(ringd_t *r, ringd_request_t *q)
+/* A child forked by client 0 while its allreduce is pending, run once that allreduce has
+ * finished (its completion waits in the parent's queue): every call on the parent's session is
+ * refused saying why, without taking the completion or arena space. Its exit status: 0, or the
+ * step that failed. */
+static int forked_child_calls(ringd_t *r, ringd_request_t *q, int go)
 {
     float x[4] = {1, 2, 3, 4};
+    int done = 0;
+    char c;
+    struct pollfd p = {.fd = go, .events = POLLIN};
+    if (poll(&p, 1, 30000) != 1 || read(go, &c, 1) != 1)
+        return 30;
     if (ringd_wait(q) != RINGD_E_INVALID || strstr(ringd_errmsg(r), "forked from") == NULL)
         return 31;
+    if (ringd_test(q, &done) != RINGD_E_INVALID || done)
+        return 32;
     if (ringd_allreduce(r, "child", x, x, 4, RINGD_F32, RINGD_SUM) != RINGD_E_INVALID ||
         strstr(ringd_errmsg(r), "open a session of its own") == NULL)
-        return 32;
-    if (ringd_alloc(r, 64) != NULL)
         return 33;
+    if (ringd_alloc(r, 64) != NULL || ringd_group_start(r) != RINGD_E_INVALID ||
+        ringd_timeline_start(r, "/tmp/ringd-forked-child.json") != RINGD_E_INVALID)
+        return 34;
     ringd_close(r); /* tells the daemon nothing: the session is the parent's */
     return 0;
 }
 
-/* Two clients; the pipe in arg tells client 1 when client 0's child is done. */
+/* Reaps child within 30 s (killing it after); returns its exit status, or -1. */
+static int reaped(pid_t child)
+{
+    int status = 0;
+    for (int ms = 0; ms < 30000; ms += 10) {
+        pid_t got = waitpid(child, &status, WNOHANG);
+        if (got == child)
+            return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+        if (got < 0)
+            return -1;
+        usleep(10000);
+    }
+    kill(child, SIGKILL);
+    waitpid(child, &status, 0);
+    return -1;
+}
+
+/* Two clients; client 1 tells client 0's child through the pipe in arg when the allreduce the
+ * child must leave alone has finished. */
 static int fork_client(int idx, void *arg)
 {
     const int *pipefd = arg;
@@ -414,27 +443,25 @@ static int fork_client(int idx, void *arg)
         return 11;
     for (int i = 0; i < 4; i++)
         x[i] = (float)(idx + 1) * (float)(i + 1);
-    if (idx == 1) { /* submits once the child has tried everything */
-        char c;
-        struct pollfd p = {.fd = pipefd[0], .events = POLLIN};
-        if (poll(&p, 1, 30000) != 1 || read(pipefd[0], &c, 1) != 1)
-            return 12;
+    if (idx == 1) {
         TH_CHECK_OK(r, ringd_allreduce(r, "pending", x, x, 4, RINGD_F32, RINGD_SUM));
+        if (write(pipefd[1], "go", 1) != 1)
+            return 12;
     } else {
         ringd_request_t *q;
         TH_CHECK_OK(r, ringd_allreduce_async(r, "pending", x, x, 4, RINGD_F32, RINGD_SUM, &q));
         pid_t child = fork();
         if (child < 0)
             return 13;
-        if (child == 0)
-            _exit(forked_child_calls(r, q));
-        int status;
-        if (waitpid(child, &status, 0) != child || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-            fprintf(stderr, "forked child: status %d\n", status);
+        if (child == 0) {
+            prctl(PR_SET_PDEATHSIG, SIGKILL);
+            _exit(forked_child_calls(r, q, pipefd[0]));
+        }
+        int status = reaped(child);
+        if (status != 0) {
+            fprintf(stderr, "forked child: exit status %d\n", status);
             return 14;
         }
-        if (write(pipefd[1], "go", 1) != 1)
-            return 15;
         TH_CHECK_OK(r, ringd_wait(q)); /* the parent's completion, untouched by the child */
     }
     for (int i = 0; i < 4; i++)

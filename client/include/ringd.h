@@ -167,7 +167,9 @@ RINGD_API void ringd_options_init(ringd_options_t *o, size_t size);
  * ringd_errmsg(*r) can explain; release it with ringd_close. */
 RINGD_API ringd_result_t ringd_open(const ringd_options_t *opts, ringd_t **r);
 
-/* Leaves the job, unmaps the arena and frees r and its requests. ringd_close(NULL) is a no-op. */
+/* Leaves the job, unmaps the arena and frees r and its requests. ringd_close(NULL) is a no-op.
+ * In a child forked after r opened, r is the parent's: this only unmaps the child's view of the
+ * arena (see "A session belongs to the process that opened it" in docs/c-api.md). */
 RINGD_API void ringd_close(ringd_t *r);
 
 /* The session's place in the job as of the last answer from the daemon: they change after a
@@ -204,7 +206,8 @@ RINGD_API const char *ringd_version(void);
 RINGD_API size_t ringd_dtype_size(ringd_dtype_t dtype);
 
 /* Allocates bytes (64-byte aligned) in the shared arena: collectives on it copy nothing through
- * the library. Returns NULL when the arena is full. Owned by r until ringd_free or ringd_close. */
+ * the library. Returns NULL when the arena is full, or in a child forked after r opened
+ * (ringd_errmsg says so). Owned by r until ringd_free or ringd_close. */
 RINGD_API void *ringd_alloc(ringd_t *r, size_t bytes);
 RINGD_API void ringd_free(ringd_t *r, void *p);
 

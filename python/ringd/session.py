@@ -184,9 +184,9 @@ _STATES = weakref.WeakSet()
 
 def _forked_child():
     """After fork(), in the child: another thread of the parent may have held a session's lock
-    (a wait holds it), which nothing in the child would ever release. The child gets unheld locks;
-    libringd refuses it the parent's sessions (their queues and arena are the parent's), so its
-    calls raise InvalidArgument, and closing them at exit tells the daemon nothing."""
+    (a wait holds it), which nothing in the child would ever release. The child gets unheld
+    locks; the parent's sessions refuse it (require_open, and libringd below), so its calls
+    raise InvalidArgument, and closing them at exit tells the daemon nothing."""
     for st in list(_STATES):
         st.lock = threading.RLock()
 
@@ -202,6 +202,7 @@ class _State:
     def __init__(self):
         self.ptr = None  # ringd_t *, None once closed
         self.lock = threading.RLock()
+        self.pid = os.getpid()  # the process that opens it (a forked child is refused it)
         _STATES.add(self)
         self.pending = set()  # _Requests libringd still holds
         self.orphans = []  # pending _Requests whose Handle was dropped unwaited
@@ -216,6 +217,14 @@ class _State:
     def require_open(self):
         if self.ptr is None:
             raise Closed(Result.CLOSED, f"{self.closed_why}: open a new ringd.Session")
+        if os.getpid() != self.pid:
+            raise InvalidArgument(
+                Result.INVALID,
+                f"this process (pid {os.getpid()}) was forked from the one that opened the "
+                f"session (pid {self.pid}): the session, its queues and its arena stay the "
+                "parent's; open a session of its own",
+                "a forked child (a DataLoader worker, a multiprocessing fork) opens its own "
+                "session, or makes no collectives")
         return self.ptr
 
     def error(self, rc):
@@ -541,8 +550,10 @@ class Session:
     # ---- lifetime ----
 
     def close(self) -> None:
-        """Leaves the job and unmaps the arena. Pending Handles then raise Closed; views of
-        arena buffers read zeros from then on. Calls after close raise Closed. Idempotent."""
+        """Leaves the job and unmaps the arena (in a child forked after the session opened, only
+        the child's mapping goes: the session is the parent's). Pending Handles then raise
+        Closed; views of arena buffers read zeros from then on. Calls after close raise Closed.
+        Idempotent."""
         self._finalizer()
 
     @property

@@ -501,8 +501,9 @@ def s_exit_in_callback():
 
 def s_fork():
     """Rank 0 forks while its all_reduce waits for rank 1 (the module's completer polling it): in
-    the child, waiting for that Work and starting another collective raise at once, naming the
-    fork, and the exit handlers end; the parent's Work and the collectives after it go on."""
+    the child, waiting for that Work or its future and starting another collective raise at
+    once, naming the fork, and the exit handlers end; the parent's Work and the collectives
+    after it go on."""
     import atexit
 
     go = os.path.join(os.environ["DIST_OUT"], "fork.go")
@@ -518,7 +519,8 @@ def s_fork():
         pid = os.fork()
         if pid == 0:
             code = 0
-            for step, call in enumerate((work.wait, lambda: dist.all_reduce(torch.ones(1)))):
+            for step, call in enumerate((work.wait, lambda: work.get_future().wait(),
+                                         lambda: dist.all_reduce(torch.ones(1)))):
                 try:
                     call()
                     code = 10 + step

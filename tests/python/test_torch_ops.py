@@ -4,6 +4,7 @@ import json
 import os
 import threading
 import time
+import traceback
 import warnings
 
 import pytest
@@ -375,24 +376,26 @@ def test_misuse_raises_clear_errors(one_node):
 
 
 def r_forked_child():
-    """Rank 0 forks while another of its threads waits inside a collective, holding the session's
-    lock: the child is refused the parent's session (its queues and arena are the parent's) with
-    a clear error and shuts ringd.torch down; the parent's collective and those after it go on."""
+    """Rank 0 forks while another of its threads waits inside a synchronous collective, holding
+    the session's lock: the child is refused the parent's session (its queues and arena are the
+    parent's) with a clear error and shuts ringd.torch down; the parent's collective and those
+    after it go on."""
     hvd = ranks.hvd()
+    s = hvd.session()
     go = os.path.join(ranks.cfg()["tmp"], "fork.go")
     if hvd.rank() != 0:
         deadline = time.monotonic() + 60
         while not os.path.exists(go):  # the fork is over
             assert time.monotonic() < deadline, "rank 0 never said its child was done"
             time.sleep(0.01)
-        got = hvd.allreduce(torch.ones(3), name="fork.pending", op=hvd.Sum).tolist()
+        got = s.allreduce("fork.pending", torch.ones(3)).tolist()
         assert hvd.allreduce(torch.ones(2), name="fork.after", op=hvd.Sum).tolist() == [2.0, 2.0]
         return got
     out = {}
-    t = threading.Thread(target=lambda: out.update(
-        v=hvd.allreduce(torch.ones(3), name="fork.pending", op=hvd.Sum)))
+    t = threading.Thread(target=lambda: out.update(v=s.allreduce("fork.pending", torch.ones(3))),
+                         daemon=True)
     t.start()
-    lock = hvd.session()._st.lock
+    lock = s._st.lock
     deadline = time.monotonic() + 30
     while lock.acquire(blocking=False):  # until the thread waits inside libringd, holding it
         lock.release()
@@ -402,15 +405,20 @@ def r_forked_child():
     if pid == 0:
         code = 1
         try:
-            hvd.allreduce(torch.ones(1), name="fork.child", op=hvd.Sum)
-            code = 2
-        except ringd.InvalidArgument as e:
-            code = 0 if "forked from" in str(e) and "open a session of its own" in str(e) else 3
-        finally:
             try:
-                hvd.shutdown()  # closes the session under its lock, as the child's exit would
-            finally:
-                os._exit(code)
+                hvd.allreduce(torch.ones(1), name="fork.child", op=hvd.Sum)
+                code = 2
+            except ringd.InvalidArgument as e:
+                code = 0 if "forked from" in str(e) and "open a session of its own" in str(e) \
+                    else 3
+                if code:
+                    print(f"child: {e}", flush=True)
+            hvd.shutdown()  # closes the session under its lock, as the child's exit would
+        except BaseException:  # noqa: BLE001 - reported, then the exit status says it failed
+            traceback.print_exc()
+            code = 4
+        finally:
+            os._exit(code)
     deadline = time.monotonic() + 30
     while (status := os.waitpid(pid, os.WNOHANG))[0] == 0:
         if time.monotonic() > deadline:

@@ -127,6 +127,7 @@ class _Work(dist.Work):
         self._outputs = None
         self._held = False  # in a coalescing block not ended yet: not sent to the daemons
         self._done = threading.Event()  # set once the future is complete
+        self._pid = os.getpid()  # a forked child gets an error, not a wait on the parent's threads
 
     def _complete(self, value, err):
         """Completes the future: here when nobody asked for it (no callbacks of others can run
@@ -191,6 +192,16 @@ class _Work(dist.Work):
         self._complete(None, err)
         return True
 
+    def _parents(self):
+        """Raises in a child forked after the Work started: its lock, its future and the threads
+        that complete it are the parent's (one may have held the lock at the fork)."""
+        if os.getpid() != self._pid:
+            raise _torch_error(InvalidArgument(
+                Result.INVALID,
+                f"{self._what}: this process (pid {os.getpid()}) was forked from the one that "
+                f"started it (pid {self._pid}): its Work stays the parent's; open a process "
+                "group of its own"))
+
     def _claim(self):
         if not self._claimed:
             self._claimed = True
@@ -200,6 +211,7 @@ class _Work(dist.Work):
         """Blocks until the collective finished; raises its error (ringd.Timeout past the
         group's timeout). timeout (a timedelta) bounds this wait, as Gloo's Work.wait does:
         past it, ringd.Timeout (the collective goes on)."""
+        self._parents()
         self._claim()
         if self._held:
             raise RuntimeError(f"{self._what}: waited for inside the coalescing block that holds "
@@ -220,6 +232,7 @@ class _Work(dist.Work):
         return True
 
     def get_future(self):
+        self._parents()
         self._claim()
         with self._lock:  # completed here before, or on the dispatcher from now on
             self._future_asked = True
@@ -276,6 +289,15 @@ class _Completer:
                 self._thread.start()
                 atexit.register(self.stop)
             self._cv.notify()
+
+    def forked(self):
+        """In a forked child: no thread (the parent's is not there), no lock held, none of the
+        parent's Works (they refuse the child: _Work._parents)."""
+        self._cv = threading.Condition()
+        self._pending = []
+        self._unclaimed = collections.deque()
+        self._waiters = 0
+        self._thread = None
 
     def stop(self):
         """Ends the thread (at exit: a daemon thread stopped by the interpreter's finalization
@@ -379,6 +401,16 @@ class _Dispatcher:
         # waits for it meanwhile)
         fn()
 
+    def forked(self):
+        """In a forked child: no threads (the parent's are not there), no lock held, none of the
+        callbacks the parent had queued (the parent runs them). What stop() does at exit stays
+        registered as it was."""
+        self._cv = threading.Condition()
+        self._queue = collections.deque()
+        self._idle = 0
+        self._live = 0
+        self._threads = set()
+
     def stop(self):
         """At exit: lets the threads run what is queued, also what their callbacks queue
         meanwhile, and waits until they ended, 5 s at most. A daemon thread still running when
@@ -435,11 +467,9 @@ _dispatcher = _Dispatcher()
 
 def _forked_child():
     """After fork(), in the child: the parent's completer and dispatcher threads are not there,
-    and one of them may have held a lock. The child starts with neither (a Work it waits for is
-    polled in its wait; the parent's session refuses it, so that wait raises), and without the
-    callbacks the parent had queued, which are the parent's to run."""
-    _completer.__init__()
-    _dispatcher.__init__()
+    and one of them may have held a lock."""
+    _completer.forked()
+    _dispatcher.forked()
 
 
 os.register_at_fork(after_in_child=_forked_child)
