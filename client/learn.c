@@ -342,9 +342,10 @@ static int group_add(ringd_t *r, rd_learn *l)
 /* Starts the first step of a collective of two steps: the outer request into *req. */
 static ringd_result_t learn_start(ringd_t *r, const learn_args *g, ringd_request_t **req)
 {
-    if (r == NULL || req == NULL)
+    if (req != NULL)
+        *req = NULL;
+    if (r == NULL || req == NULL || rd_lib_left_to_parent(r))
         return RINGD_E_INVALID;
-    *req = NULL;
     int n = r->size, per = g->op == RINGD__OP_TYPE__OP_ALLTOALL ? n + 1 : 2;
     submit_args a = {RINGD__OP_TYPE__OP_ALLGATHER,
                      g->name,

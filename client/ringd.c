@@ -352,32 +352,6 @@ void ringd_options_init(ringd_options_t *o, size_t size)
     memcpy(o, &init, init.struct_size);
 }
 
-/* RINGD_TIMELINE=path (or ringd_timeline_start's): once welcomed, the session's rank writes its
- * Completes' traces to path, with %r replaced by the rank (every rank writes its own), or only
- * rank 0 when path has no %r (Horovod's HOROVOD_TIMELINE). Returns RINGD_OK, or RINGD_E_SYSTEM
- * when the file cannot be made. */
-static ringd_result_t trace_open(ringd_t *r)
-{
-    char path[4096], node[64];
-    const char *pct = strstr(r->trace_path, "%r");
-    if (pct == NULL && r->rank != 0)
-        return RINGD_OK;
-    if (pct != NULL)
-        snprintf(path, sizeof(path), "%.*s%d%s", (int)(pct - r->trace_path), r->trace_path, r->rank,
-                 pct + 2);
-    else
-        snprintf(path, sizeof(path), "%s", r->trace_path);
-    if ((r->trace_file = fopen(path, "w")) == NULL)
-        return fail(r, RINGD_E_SYSTEM, "timeline: cannot create %s: %s", path, strerror(errno));
-    snprintf(node, sizeof(node), "rank %d's", r->rank);
-    rd_ctrace_open(&r->trace, r->trace_file, node);
-    char what[128];
-    snprintf(what, sizeof(what), "generation %" PRIu64 ": rank %d of %d (opened)", r->generation,
-             r->rank, r->size);
-    rd_ctrace_mark(&r->trace, rd_now_us(), r->generation, what);
-    return RINGD_OK;
-}
-
 /* The sessions this process has open, for fork(): in a child each one is the parent's alone
  * (fork_child). The fork holds sessions_lock (fork_prepare), so the child inherits the list
  * whole. */
@@ -418,7 +392,7 @@ static void fork_child(void)
             __fpurge(r->trace_file);
     }
     sessions = NULL; /* the child's own sessions, if it opens any, start a new list */
-    pthread_mutex_init(&sessions_lock, NULL);
+    pthread_mutex_unlock(&sessions_lock);
 }
 
 static void watch_forks(void)
@@ -442,15 +416,14 @@ static int session_listed(ringd_t *r)
     return 0;
 }
 
+/* Takes r off the list (sessions_lock held). */
 static void session_unlisted(ringd_t *r)
 {
     if (r->prev_open == NULL)
         return;
-    pthread_mutex_lock(&sessions_lock);
     *r->prev_open = r->next_open;
     if (r->next_open != NULL)
         r->next_open->prev_open = r->prev_open;
-    pthread_mutex_unlock(&sessions_lock);
     r->prev_open = NULL;
 }
 
@@ -463,6 +436,36 @@ int rd_lib_left_to_parent(ringd_t *r)
          "the session, its queues and its arena stay the parent's; open a session of its own",
          (long)getpid(), (long)r->pid);
     return 1;
+}
+
+/* RINGD_TIMELINE=path (or ringd_timeline_start's): once welcomed, the session's rank writes its
+ * Completes' traces to path, with %r replaced by the rank (every rank writes its own), or only
+ * rank 0 when path has no %r (Horovod's HOROVOD_TIMELINE). Returns RINGD_OK, or RINGD_E_SYSTEM
+ * when the file cannot be made. */
+static ringd_result_t trace_open(ringd_t *r)
+{
+    char path[4096], node[64];
+    const char *pct = strstr(r->trace_path, "%r");
+    if (pct == NULL && r->rank != 0)
+        return RINGD_OK;
+    if (pct != NULL)
+        snprintf(path, sizeof(path), "%.*s%d%s", (int)(pct - r->trace_path), r->trace_path, r->rank,
+                 pct + 2);
+    else
+        snprintf(path, sizeof(path), "%s", r->trace_path);
+    pthread_mutex_lock(&sessions_lock); /* a fork sees the FILE whole, or none */
+    r->trace_file = fopen(path, "w");
+    int bad = errno;
+    pthread_mutex_unlock(&sessions_lock);
+    if (r->trace_file == NULL)
+        return fail(r, RINGD_E_SYSTEM, "timeline: cannot create %s: %s", path, strerror(bad));
+    snprintf(node, sizeof(node), "rank %d's", r->rank);
+    rd_ctrace_open(&r->trace, r->trace_file, node);
+    char what[128];
+    snprintf(what, sizeof(what), "generation %" PRIu64 ": rank %d of %d (opened)", r->generation,
+             r->rank, r->size);
+    rd_ctrace_mark(&r->trace, rd_now_us(), r->generation, what);
+    return RINGD_OK;
 }
 
 ringd_result_t ringd_open(const ringd_options_t *opts, ringd_t **out)
@@ -1520,7 +1523,8 @@ ringd_result_t ringd_refuse(ringd_t *r, const char *name, ringd_result_t rc, con
 
 int rd_lib_sync_in_group(ringd_t *r, const char *name)
 {
-    if (r == NULL || !r->grouping) /* it would wait for the group's end, which it holds up */
+    if (r == NULL || r->forked || !r->grouping) /* it would wait for the group's end, which it
+                                                   holds up (a forked child's is refused later) */
         return 0;
     fail(r, RINGD_E_INVALID,
          "tensor '%s': a synchronous collective inside a group (ringd_group_start): use its "
@@ -1887,7 +1891,7 @@ ringd_result_t ringd_tensor_locate(ringd_t *r, const void *ptr, size_t nbytes, r
 
 void ringd_free(ringd_t *r, void *p)
 {
-    if (r == NULL || p == NULL)
+    if (r == NULL || p == NULL || r->forked) /* a forked child leaves the parent's arena be */
         return;
     if (in_dev_arena(r, p, 1) == 1)
         rd_alloc_put(&r->dev_alloc, (uint64_t)((uint8_t *)p - r->dev_arena));
@@ -1897,7 +1901,7 @@ void ringd_free(ringd_t *r, void *p)
 
 /* Ends the trace being written, if any: 0, or an errno value when the file could not be written
  * whole (EIO when a write failed earlier, its errno gone). */
-static int trace_close(ringd_t *r)
+static int trace_close_locked(ringd_t *r)
 {
     int bad = 0;
     if (r->trace_file != NULL) {
@@ -1909,6 +1913,15 @@ static int trace_close(ringd_t *r)
     }
     free(r->trace_path);
     r->trace_path = NULL;
+    return bad;
+}
+
+/* trace_close_locked under sessions_lock: a fork sees the FILE whole, or none. */
+static int trace_close(ringd_t *r)
+{
+    pthread_mutex_lock(&sessions_lock);
+    int bad = trace_close_locked(r);
+    pthread_mutex_unlock(&sessions_lock);
     return bad;
 }
 
@@ -2013,13 +2026,18 @@ void ringd_close(ringd_t *r)
                         held its lock) */
         if (r->arena != NULL)
             munmap(r->arena, r->arena_size);
+        r->arena = NULL;
         return;
     }
+    /* Off the list, its timeline and socket closed, as one step: a fork sees the session listed
+     * and whole, or gone. */
+    pthread_mutex_lock(&sessions_lock);
     session_unlisted(r);
-    trace_close(r);
+    trace_close_locked(r);
+    rd_conn_close(&r->conn);
+    pthread_mutex_unlock(&sessions_lock);
     free(r->socket_path);
     free(r->job);
-    rd_conn_close(&r->conn);
     while (r->held != NULL) { /* a group never ended */
         struct held *h = r->held;
         r->held = h->next;

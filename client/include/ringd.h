@@ -4,7 +4,10 @@
  * allocates tensors in a shared-memory arena (ringd_alloc) and runs named collectives on them.
  * Buffers outside the arena work too: the library copies them in and out.
  *
- * Threads: a ringd_t and its requests may be used by one thread at a time.
+ * Threads: a ringd_t and its requests may be used by one thread at a time. Processes: a ringd_t
+ * belongs to the process that opened it; in a child forked after that, every call on it that
+ * would reach the daemon, its queues or its arena fails with RINGD_E_INVALID (NULL from the
+ * allocators) and ringd_close frees only the child's view (docs/c-api.md says which calls).
  * The library never prints; errors come back as a ringd_result_t plus ringd_errmsg().
  *
  * Membership changes. A job may lose ranks and gain them while it runs; every change starts a

@@ -180,6 +180,7 @@ def _libc_mmap():
 
 # Every session's state, for a forked child to give each a lock of its own.
 _STATES = weakref.WeakSet()
+_PID = os.getpid()  # this process's, kept by _forked_child (os.getpid() is a system call)
 
 
 def _forked_child():
@@ -187,6 +188,8 @@ def _forked_child():
     (a wait holds it), which nothing in the child would ever release. The child gets unheld
     locks; the parent's sessions refuse it (require_open, and libringd below), so its calls
     raise InvalidArgument, and closing them at exit tells the daemon nothing."""
+    global _PID
+    _PID = os.getpid()
     for st in list(_STATES):
         st.lock = threading.RLock()
 
@@ -202,7 +205,7 @@ class _State:
     def __init__(self):
         self.ptr = None  # ringd_t *, None once closed
         self.lock = threading.RLock()
-        self.pid = os.getpid()  # the process that opens it (a forked child is refused it)
+        self.pid = _PID  # the process that opens it (a forked child is refused it)
         _STATES.add(self)
         self.pending = set()  # _Requests libringd still holds
         self.orphans = []  # pending _Requests whose Handle was dropped unwaited
@@ -217,10 +220,10 @@ class _State:
     def require_open(self):
         if self.ptr is None:
             raise Closed(Result.CLOSED, f"{self.closed_why}: open a new ringd.Session")
-        if os.getpid() != self.pid:
+        if _PID != self.pid:
             raise InvalidArgument(
                 Result.INVALID,
-                f"this process (pid {os.getpid()}) was forked from the one that opened the "
+                f"this process (pid {_PID}) was forked from the one that opened the "
                 f"session (pid {self.pid}): the session, its queues and its arena stay the "
                 "parent's; open a session of its own",
                 "a forked child (a DataLoader worker, a multiprocessing fork) opens its own "

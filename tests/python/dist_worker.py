@@ -173,12 +173,13 @@ def s_ops():
     fut = w.get_future()
     assert w.wait() and fut.wait()[0].tolist() == [float(n)] * 3, fut.value()
     # a Work's future holds a list of its outputs, as Gloo's and NCCL's
-    for call in (lambda o: dist.all_to_all_single(o, torch.ones(2 * n), async_op=True),
-                 lambda o: gather_into(o, torch.ones(2), async_op=True),
-                 lambda o: scatter_tensor(o[:2], torch.ones(2 * n), async_op=True)):
-        o = torch.zeros(2 * n)
+    for call, size in ((lambda o: dist.all_to_all_single(o, torch.ones(2 * n), async_op=True),
+                        2 * n),
+                       (lambda o: gather_into(o, torch.ones(2), async_op=True), 2 * n),
+                       (lambda o: scatter_tensor(o, torch.ones(2 * n), async_op=True), 2)):
+        o = torch.zeros(size)
         value = call(o).get_future().wait()
-        assert isinstance(value, list) and len(value) == 1, value
+        assert isinstance(value, list) and len(value) == 1 and value[0] is o, value
     works = [dist.all_reduce(torch.full((4,), float(i)), async_op=True) for i in range(20)]
     for i, w in enumerate(works):
         w.wait()

@@ -62,6 +62,7 @@ from torch._C._distributed_c10d import ProcessGroup as _ProcessGroup
 
 from .. import errors as _errors
 from ..errors import Error, InvalidArgument, Result, Timeout
+from .. import session as _session
 from ..session import ReduceOp, Session
 from . import _dtypes, _worlds
 
@@ -127,7 +128,7 @@ class _Work(dist.Work):
         self._outputs = None
         self._held = False  # in a coalescing block not ended yet: not sent to the daemons
         self._done = threading.Event()  # set once the future is complete
-        self._pid = os.getpid()  # a forked child gets an error, not a wait on the parent's threads
+        self._pid = _session._PID  # a forked child gets an error, not a wait on the parent's
 
     def _complete(self, value, err):
         """Completes the future: here when nobody asked for it (no callbacks of others can run
@@ -195,10 +196,10 @@ class _Work(dist.Work):
     def _parents(self):
         """Raises in a child forked after the Work started: its lock, its future and the threads
         that complete it are the parent's (one may have held the lock at the fork)."""
-        if os.getpid() != self._pid:
+        if _session._PID != self._pid:
             raise _torch_error(InvalidArgument(
                 Result.INVALID,
-                f"{self._what}: this process (pid {os.getpid()}) was forked from the one that "
+                f"{self._what}: this process (pid {_session._PID}) was forked from the one that "
                 f"started it (pid {self._pid}): its Work stays the parent's; open a process "
                 "group of its own"))
 
@@ -618,6 +619,10 @@ class ProcessGroupRingd(_ProcessGroup):
         """Runs submit(name, what) -> (handles, finish) under the group's next name and returns
         its Work. A mistake found before anything reached ringd fails the collective on every
         rank (grouped: a ringd group of names "<name>.<i>", named after its first)."""
+        try:
+            self._s._st.require_open()  # closed, or a forked child's: before the group's lock,
+        except Error as e:  # which a thread of the parent may have held at the fork
+            raise _torch_error(e) from None
         with self._lock:
             name = f"torch.{next(self._seq)}"
         what = f"{what} {name} of process group '{self._group_name}'"
@@ -1127,20 +1132,31 @@ def _daemon_identity():
     return f"{boot}:{where}"
 
 
-def _local_size(store, rank, size, world):
+def _local_size(store, size, world, timeout):
     """How many of torch's ranks share this rank's daemon, counted through torch's store, for a
     launch that gives RANK and WORLD_SIZE but no LOCAL_WORLD_SIZE (mp.spawn, torch's own test
-    harness). Keys are per world this process opens (a store may outlive one)."""
-    mine = _daemon_identity()
-    store.set(f"ringd.{world}.daemon.{rank}", mine)
-    return sum(store.get(f"ringd.{world}.daemon.{q}").decode() == mine for q in range(size))
+    harness): a counter per daemon, read once every rank has added to it (three store calls and
+    a wait a rank). Keys are per world this process opens (a store may outlive one)."""
+    here = f"ringd.{world}.daemon.{_daemon_identity()}"
+    store.add(here, 1)
+    if store.add(f"ringd.{world}.arrived", 1) == size:
+        store.set(f"ringd.{world}.counted", "1")
+    try:
+        store.wait([f"ringd.{world}.counted"], timeout)
+    except RuntimeError as e:
+        raise InvalidArgument(Result.INVALID,
+                              f"counting the ranks on each node through torch's store: not all "
+                              f"{size} ranks arrived within {timeout} ({e}); every rank must "
+                              "open the group as its same world (set LOCAL_WORLD_SIZE to skip "
+                              "the count)") from None
+    return store.add(here, 0)
 
 
 def _world(rank, size, timeout, store):
     job = _job_name()
     local_size = _env_int("LOCAL_WORLD_SIZE")
     if local_size is None and not os.environ.get("RINGD_LOCAL_SIZE") and store is not None:
-        local_size = _local_size(store, rank, size, _worlds.opened(job))
+        local_size = _local_size(store, size, _worlds.opened(job), timeout)
     s = _worlds.open_world(job, world_size=size, local_size=local_size,
                            local_rank=_env_int("LOCAL_RANK"))
     try:
