@@ -682,6 +682,14 @@ def r_alltoall():
     got = hvd.alltoall(x, name="a2a.uneven")
     _same("alltoall of uneven first dimensions", got,
           torch.tensor([[q, r] for q in range(n) for _ in range(q + 1)]).float())
+    mpi_ops = hvd.mpi_ops
+    limit, mpi_ops._ALLTOALL_LEARNT_MAX = mpi_ops._ALLTOALL_LEARNT_MAX, 1  # as beyond 512 ranks
+    try:  # an even split of equal first dimensions: one alltoall of equal counts
+        x = torch.tensor([[r, q] for q in range(n) for _ in range(2)]).float()
+        _same("alltoall of equal counts", hvd.alltoall(x, name="a2a.equal"),
+              torch.tensor([[q, r] for q in range(n) for _ in range(2)]).float())
+    finally:
+        mpi_ops._ALLTOALL_LEARNT_MAX = limit
     splits = [(r + q) % 3 for q in range(n)]  # rows for rank q
     x = torch.cat([torch.full((splits[q], 2, 2), 10 * r + q) for q in range(n)]).float()
     got, received = hvd.alltoall(x, splits=splits, name="a2a.splits")

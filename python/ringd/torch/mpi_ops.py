@@ -1083,13 +1083,17 @@ def grouped_reducescatter(tensors: Sequence[torch.Tensor], name: Optional[str] =
 
 # ---- alltoall ----
 
+_ALLTOALL_LEARNT_MAX = 512  # ranks up to which an even alltoall learns every rank's rows
+
+
 class _Alltoall(_Work):
     """Horovod's alltoall: rows of the tensor to each rank in turn (splits, or an even split),
     every rank's rows for this one back, with how many came from each: one ringd alltoallv
     whose receive counts the ranks learn (libringd's ringd_alltoallv_into, the output made once
     they are known), also for an even split, as each rank splits its own first dimension, which
-    may differ between ranks (Horovod's rule). Rows of no elements cannot tell their number by
-    their count: the splits travel in an alltoall of their own instead."""
+    may differ between ranks (Horovod's rule); beyond _ALLTOALL_LEARNT_MAX ranks an even split
+    is one alltoall of equal counts. Rows of no elements cannot tell their number by their
+    count: the splits travel in an alltoall of their own instead."""
 
     def __init__(self, s, tensor, splits, name):
         if tensor.dim() == 0:
@@ -1102,11 +1106,15 @@ class _Alltoall(_Work):
         self.row = 1
         for d in self.trailing:
             self.row *= d
+        self.even = False
         if splits is None:
             if rows % n:
                 raise ValueError(f"alltoall '{name}': the first dimension ({rows}) does not split "
                                  f"evenly over {n} ranks: pass splits")
             self.splits = [rows // n] * n
+            # the n * n counts a learnt alltoallv carries no longer fit one control frame: an
+            # alltoall of equal counts, which needs the same first dimension on every rank
+            self.even = n > _ALLTOALL_LEARNT_MAX
         else:
             self.splits = [int(x) for x in (splits.tolist() if isinstance(splits, torch.Tensor)
                                             else splits)]
@@ -1117,6 +1125,8 @@ class _Alltoall(_Work):
         self.received = None
         if self.row == 0:
             self.handle = s.alltoall_async(name, torch.tensor(self.splits, dtype=torch.int64))
+        elif self.even:
+            self.handle = s.alltoall_async(name, tensor)
         else:
             self.handle = s.alltoall_async(name, tensor, splits=[k * self.row for k in self.splits])
 
@@ -1128,6 +1138,8 @@ class _Alltoall(_Work):
         if self.row == 0:
             rows = got.tolist()
             got = self.tensor.new_empty((sum(rows),) + self.trailing)
+        elif self.even:
+            rows = list(self.splits)
         else:
             rows = [c // self.row for c in self.handle.counts]
         self.received = torch.tensor(rows, dtype=torch.int32)
