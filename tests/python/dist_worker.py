@@ -99,6 +99,12 @@ def s_ops():
     b = torch.tensor([r == 0, True, False])
     dist.all_reduce(b, op=dist.ReduceOp.MAX)
     assert b.tolist() == [True, True, False], b
+    if hasattr(dist.ReduceOp, "AVG"):
+        try:
+            dist.all_reduce(b, op=dist.ReduceOp.AVG)
+            raise AssertionError("an average of bools did not raise")
+        except RuntimeError as e:  # every rank raises it (refused before reaching the daemons)
+            assert "no average" in str(e), e
     c = torch.tensor([1 + 2j, r * 1j], dtype=torch.complex64)
     dist.all_reduce(c)
     assert torch.allclose(c, torch.tensor([n * (1 + 2j), 1j * n * (n - 1) / 2])), c

@@ -524,6 +524,9 @@ def _reducible(t, what, op):
         flat = _flat(t)
         same = flat.data_ptr() == t.data_ptr() and t.is_contiguous()
         return flat, (None if same else lambda: t.copy_(flat.view(t.shape)))
+    if t.dtype == torch.bool and op == ReduceOp.AVG:
+        raise TypeError(f"{what}: bool tensors have no average (NCCL refuses it too): use MAX "
+                        "for any, MIN for all")
     if t.dtype in _dtypes.WIDENED:
         wide = t.reshape(-1).to(torch.int32)
         return wide, lambda: t.copy_(wide.view(t.shape).to(t.dtype))
