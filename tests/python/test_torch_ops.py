@@ -245,6 +245,8 @@ def r_process_sets():
     outside a set cannot use it; a removed set cannot be used."""
     hvd = ranks.hvd()
     r, n = hvd.rank(), hvd.size()
+    loose = hvd.ProcessSet(ranks_or_comm=[0])  # as Horovod: None until added
+    assert (loose.size(), loose.rank(), loose.included()) == (None, None, None)
     even = hvd.add_process_set(hvd.ProcessSet(range(0, n, 2)))
     odd = hvd.add_process_set([q for q in range(n) if q % 2])
     mine, other = (even, odd) if r % 2 == 0 else (odd, even)
@@ -295,6 +297,7 @@ def r_process_sets():
     assert not hvd.remove_process_set(hvd.global_process_set)
     with pytest.raises(ValueError, match="removed"):
         hvd.allreduce(torch.ones(1), process_set=mine)
+    assert mine.size() is None and mine.included() is None  # as Horovod's once removed
     return hvd.allreduce(torch.tensor([1.0]), op=hvd.Sum, name="after.sets").item()
 
 
@@ -345,6 +348,7 @@ def r_misuse():
         (NotImplementedError, "Adasum", lambda: hvd.allreduce(torch.zeros(3), op=hvd.Adasum)),
         (ValueError, "has not been added",
          lambda: hvd.allreduce(torch.zeros(3), process_set=hvd.ProcessSet([0]))),
+        (TypeError, "no MPI communicator", lambda: hvd.ProcessSet(object())),
         (ValueError, "ranks of the job", lambda: hvd.add_process_set([0, 0])),
         (ValueError, "ranks of the job", lambda: hvd.add_process_set([hvd.size()])),
         (ValueError, "0-d", lambda: hvd.allgather(torch.tensor(1.0))),

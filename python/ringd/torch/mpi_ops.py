@@ -54,9 +54,14 @@ class ProcessSet:
     added (add_process_set, or init(process_sets=...)), which every rank of the job does
     together, in the same order. global_process_set is the whole job. Each member keeps a
     ringd Session of the set (ringd_process_set_create). Within a set, size() and rank() are
-    the set's; a broadcast's root_rank is a global rank, as in Horovod."""
+    the set's (None, as in Horovod, while it is not added); a broadcast's root_rank is a global
+    rank, as in Horovod."""
 
-    def __init__(self, ranks: Optional[Sequence[int]] = None) -> None:
+    def __init__(self, ranks_or_comm: Optional[Sequence[int]] = None) -> None:
+        if ranks_or_comm is not None and not hasattr(ranks_or_comm, "__iter__"):
+            raise TypeError(f"ProcessSet({ranks_or_comm!r}): ringd takes a list of global ranks "
+                            "(there is no MPI communicator)")
+        ranks = ranks_or_comm
         self.ranks = None if ranks is None else sorted(int(r) for r in ranks)
         self.process_set_id = None  # 0: the global set; None: not added (or removed)
         self._session = None  # this rank's Session of the set; None outside it
@@ -72,22 +77,30 @@ class ProcessSet:
             raise ValueError(f"process set of ranks {self.ranks} has not been added: every "
                              "rank calls hvd.add_process_set(...) first")
 
-    def size(self) -> int:
+    def size(self) -> Optional[int]:
+        """The set's number of ranks; None while it is not added (or once removed)."""
         if self._global():
             return size()
+        if self.process_set_id is None:
+            return None
         self._added()
         return len(self.ranks)
 
-    def rank(self) -> int:
-        """This process's rank in the set; -1 outside it."""
+    def rank(self) -> Optional[int]:
+        """This process's rank in the set; -1 outside it; None while it is not added."""
         if self._global():
             return rank()
+        if self.process_set_id is None:
+            return None
         self._added()
         return self._session.rank if self._session is not None else -1
 
-    def included(self) -> bool:
+    def included(self) -> Optional[bool]:
+        """Whether this process is in the set; None while it is not added."""
         if self._global():
             return True
+        if self.process_set_id is None:
+            return None
         self._added()
         return self._session is not None
 
