@@ -371,11 +371,12 @@ static void fork_parent(void)
 }
 
 /* In a forked child, its only thread: every open session is the parent's, whose socket, queues
- * and arena the child shares. Its socket closes here, so the daemon sees the parent leave when
- * the parent does, not when its last child ends; what the parent's timeline buffered is dropped,
- * or the child's exit would write it a second time. Nothing else is touched, then or later
- * (left_to_parent refuses every call, ringd_close frees nothing): another thread of the parent
- * may have been changing it. */
+ * and arena the child shares (glibc resets stdio's locks in the child, so the FILEs can be
+ * purged here and flushed at the child's exit). Its socket closes here, so the daemon sees the
+ * parent leave when the parent does, not when its last child ends; what the parent's timeline
+ * buffered is dropped, or the child's exit would write it a second time. Nothing else is touched,
+ * then or later (left_to_parent refuses every call, ringd_close frees nothing): another thread of
+ * the parent may have been changing it. */
 static void fork_child(void)
 {
     for (ringd_t *r = sessions; r != NULL; r = r->next_open) {
@@ -489,9 +490,6 @@ ringd_result_t rd_lib_open(const ringd_options_t *opts, int traced, ringd_t **ou
     r->next_id = 1;
     r->broken = RINGD_E_CLOSED; /* until Welcome */
     r->pid = getpid();
-    int bad = session_listed(r);
-    if (bad != 0)
-        return fail(r, RINGD_E_SYSTEM, "pthread_atfork: %s", strerror(bad));
     r->device = -1;
     r->local_device = -1;
 
@@ -583,6 +581,9 @@ ringd_result_t rd_lib_open(const ringd_options_t *opts, int traced, ringd_t **ou
     ringd_result_t rc = rd_conn_open(&r->conn, path, err, sizeof(err));
     if (rc != RINGD_OK)
         return fail(r, rc, "%s", err);
+    int bad = session_listed(r); /* once its socket is set: a fork closes that in the child */
+    if (bad != 0)
+        return fail(r, RINGD_E_SYSTEM, "pthread_atfork: %s", strerror(bad));
 
     Ringd__Hello h = RINGD__HELLO__INIT;
     rd_msg m = RINGD__MSG__INIT;
@@ -2021,9 +2022,10 @@ void ringd_close(ringd_t *r)
 {
     if (r == NULL)
         return;
-    if (r->forked) { /* the parent's, in a forked child: only this process's mapping goes (the
-                        timeline's FILE stays, empty since the fork: a parent's thread may have
-                        held its lock) */
+    /* The parent's, in a forked child (also one forked while this session was being closed,
+     * off the list already): only this process's mapping goes (the timeline's FILE stays,
+     * empty since the fork: a parent's thread may have held its lock). */
+    if (r->forked || r->pid != getpid()) {
         if (r->arena != NULL)
             munmap(r->arena, r->arena_size);
         r->arena = NULL;

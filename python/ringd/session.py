@@ -180,7 +180,9 @@ def _libc_mmap():
 
 # Every session's state, for a forked child to give each a lock of its own.
 _STATES = weakref.WeakSet()
-_PID = os.getpid()  # this process's, kept by _forked_child (os.getpid() is a system call)
+_PID = os.getpid()  # this process's, kept by _forked_child (os.getpid() is a system call); a
+# child forked by C code that skips Python's fork hooks keeps its parent's: libringd still
+# refuses that child the parent's sessions
 
 
 def _forked_child():
@@ -288,7 +290,8 @@ class _State:
             for addr in self.to_free:  # dead already: no view needs a tombstone
                 self.live.pop(addr, None)
             self.to_free.clear()
-            _lib.lib().ringd_close(self.ptr)
+            if self.pid == _PID:  # a forked child's is the parent's: libringd's own is left be
+                _lib.lib().ringd_close(self.ptr)
             self.ptr = None
             self._tombstone()
 
@@ -793,10 +796,6 @@ class Session:
                         f"{lib.ringd_rank(ptr)} of {lib.ringd_size(ptr)}); restore the state "
                         "and synchronise it from one rank first (ringd.torch.elastic.run "
                         "does), then expect_generation() the new generation")
-            if name is not None and name in st.names:
-                # finished but not waited for: the name is free (wait() still gives its result)
-                for r in [r for r in st.pending if r.name == name]:
-                    r.test()
             if name is not None and name in st.names:
                 # The daemon would refuse it on this rank only, and the other ranks' second
                 # submissions of the name would then wait for it in vain.

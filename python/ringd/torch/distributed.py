@@ -625,6 +625,7 @@ class ProcessGroupRingd(_ProcessGroup):
         try:
             self._s._st.require_open()  # closed, or a forked child's: before the group's lock,
         except Error as e:  # which a thread of the parent may have held at the fork
+            self._abandon_coalescing()
             raise _torch_error(e) from None
         with self._lock:
             name = f"torch.{next(self._seq)}"
@@ -1135,31 +1136,33 @@ def _daemon_identity():
     return f"{boot}:{where}"
 
 
-def _local_size(store, size, world, timeout):
+def _local_size(store, rank, size, world, timeout):
     """How many of torch's ranks share this rank's daemon, counted through torch's store, for a
     launch that gives RANK and WORLD_SIZE but no LOCAL_WORLD_SIZE (mp.spawn, torch's own test
-    harness): a counter per daemon, read once every rank has added to it (three store calls and
-    a wait a rank). Keys are per world this process opens (a store may outlive one)."""
+    harness): a counter per daemon, read once every rank has added to it (a few store calls and
+    a wait a rank; a rank that tries again after a failed open adds nothing twice). Keys are
+    per world this process opens (a store may outlive one)."""
     here = f"ringd.{world}.daemon.{_daemon_identity()}"
-    store.add(here, 1)
-    if store.add(f"ringd.{world}.arrived", 1) == size:
-        store.set(f"ringd.{world}.counted", "1")
     try:
+        if store.add(f"ringd.{world}.seen.{rank}", 1) == 1:
+            store.add(here, 1)
+            if store.add(f"ringd.{world}.arrived", 1) == size:
+                store.set(f"ringd.{world}.counted", "1")
         store.wait([f"ringd.{world}.counted"], timeout)
-    except RuntimeError as e:
+        return store.add(here, 0)
+    except RuntimeError as e:  # a timeout, or the store gone
         raise InvalidArgument(Result.INVALID,
-                              f"counting the ranks on each node through torch's store: not all "
-                              f"{size} ranks arrived within {timeout} ({e}); every rank must "
-                              "open the group as its same world (set LOCAL_WORLD_SIZE to skip "
-                              "the count)") from None
-    return store.add(here, 0)
+                              f"counting the ranks on each node through torch's store, world "
+                              f"{world}: {e}; every rank must open the group as its same world "
+                              f"within {timeout} (set LOCAL_WORLD_SIZE to skip the count)") \
+            from None
 
 
 def _world(rank, size, timeout, store):
     job = _job_name()
     local_size = _env_int("LOCAL_WORLD_SIZE")
     if local_size is None and not os.environ.get("RINGD_LOCAL_SIZE") and store is not None:
-        local_size = _local_size(store, size, _worlds.opened(job), timeout)
+        local_size = _local_size(store, rank, size, _worlds.opened(job), timeout)
     s = _worlds.open_world(job, world_size=size, local_size=local_size,
                            local_rank=_env_int("LOCAL_RANK"))
     try:

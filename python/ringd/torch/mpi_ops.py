@@ -71,6 +71,9 @@ class ProcessSet:
         return self.process_set_id == 0
 
     def _added(self):
+        """Raises unless the set may run collectives now (the global set always may)."""
+        if self._global():
+            return
         if self._gone is not None:
             raise ValueError(self._gone)
         if self.process_set_id is None:
@@ -83,7 +86,6 @@ class ProcessSet:
             return size()
         if self.process_set_id is None:
             return None
-        self._added()
         return len(self.ranks)
 
     def rank(self) -> Optional[int]:
@@ -92,7 +94,6 @@ class ProcessSet:
             return rank()
         if self.process_set_id is None:
             return None
-        self._added()
         return self._session.rank if self._session is not None else -1
 
     def included(self) -> Optional[bool]:
@@ -101,7 +102,6 @@ class ProcessSet:
             return True
         if self.process_set_id is None:
             return None
-        self._added()
         return self._session is not None
 
     def __repr__(self) -> str:
@@ -576,14 +576,13 @@ def _release(name, work):
 
 def _claim(name):
     """Refuses a second outstanding op of one name on this rank (the daemon would take it for
-    the next instance of the op). One that has finished frees its name, as in Horovod, whether
-    or not it was synchronized: its handle still gives its result."""
+    the next instance of the op). The name stays taken until its op is synchronized, finished
+    or not: were it free once finished, ranks that see it finish at different times would
+    accept and refuse the second op differently, and those that accepted it would wait for
+    the others in vain."""
     if _detached:
         _progress()
-    work = _in_flight.get(name)
-    if work is not None and work.poll():
-        _release(name, work)
-    elif work is not None:
+    if name in _in_flight:
         raise ValueError(f"an op named '{name}' is still outstanding on this rank: synchronize "
                          "it first, or give this one another name")
 
@@ -1180,6 +1179,8 @@ class HorovodAlltoall(torch.autograd.Function):
         output, received = _sync(alltoall_async(tensor, splits, name, process_set))
         ctx.received = received
         ctx.process_set = process_set
+        # an even split of equal counts (beyond _ALLTOALL_LEARNT_MAX ranks) goes back as one
+        ctx.even = splits is None and len(received) > _ALLTOALL_LEARNT_MAX
         if splits is None:
             return output
         ctx.mark_non_differentiable(received)
@@ -1187,6 +1188,9 @@ class HorovodAlltoall(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_output, *unused):
+        if ctx.even:
+            return alltoall(grad_output.contiguous(), process_set=ctx.process_set), None, None, \
+                None
         grad, _ = alltoall(grad_output.contiguous(), splits=ctx.received,
                            process_set=ctx.process_set)
         return grad, None, None, None

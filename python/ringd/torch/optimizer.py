@@ -198,6 +198,7 @@ class _DistributedOptimizer:
     def synchronize(self):
         """Waits for every gradient's allreduce (starting those backward has not reached, with
         zeros for gradients this rank never made) and puts the results in .grad."""
+        self.process_set._added()  # removed since: say so rather than skip the averaging
         if not self.process_set.included():
             return
         for p in self._requires_update - set(self._handles):
