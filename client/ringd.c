@@ -375,8 +375,8 @@ static void fork_parent(void)
  * purged here and flushed at the child's exit). Its socket closes here, so the daemon sees the
  * parent leave when the parent does, not when its last child ends; what the parent's timeline
  * buffered is dropped, or the child's exit would write it a second time. Nothing else is touched,
- * then or later (left_to_parent refuses every call, ringd_close frees nothing): another thread of
- * the parent may have been changing it. */
+ * then or later (rd_lib_left_to_parent refuses every call, ringd_close frees nothing): another
+ * thread of the parent may have been changing it. */
 static void fork_child(void)
 {
     for (ringd_t *r = sessions; r != NULL; r = r->next_open) {
@@ -1900,8 +1900,8 @@ void ringd_free(ringd_t *r, void *p)
         rd_alloc_put(&r->alloc, (uint64_t)((uint8_t *)p - r->arena));
 }
 
-/* Ends the trace being written, if any: 0, or an errno value when the file could not be written
- * whole (EIO when a write failed earlier, its errno gone). */
+/* Ends the trace being written, if any (sessions_lock held): 0, or an errno value when the file
+ * could not be written whole (EIO when a write failed earlier, its errno gone). */
 static int trace_close_locked(ringd_t *r)
 {
     int bad = 0;
