@@ -17,6 +17,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
+import forks
 import ringd
 import ringd.torch.distributed  # noqa: F401  (registers the backend)
 
@@ -540,14 +541,7 @@ def s_fork():
                 atexit._run_exitfuncs()  # the module's, as a normal exit runs them
             finally:
                 os._exit(code)
-        deadline = time.monotonic() + 30
-        while (status := os.waitpid(pid, os.WNOHANG))[0] == 0:
-            if time.monotonic() > deadline:
-                os.kill(pid, 9)
-                os.waitpid(pid, 0)
-                raise AssertionError("the forked child hung")
-            time.sleep(0.01)
-        assert os.waitstatus_to_exitcode(status[1]) == 0, f"the child failed: {status}"
+        forks.reap(pid, "on the process group")
         open(go, "w").close()
         work.wait()
     after = torch.ones(2)

@@ -10,6 +10,7 @@ import warnings
 import pytest
 import torch
 
+import forks
 import ranks
 import ringd
 
@@ -423,14 +424,7 @@ def r_forked_child():
             code = 4
         finally:
             os._exit(code)
-    deadline = time.monotonic() + 30
-    while (status := os.waitpid(pid, os.WNOHANG))[0] == 0:
-        if time.monotonic() > deadline:
-            os.kill(pid, 9)
-            os.waitpid(pid, 0)
-            raise AssertionError("the forked child hung on the parent's session")
-        time.sleep(0.01)
-    assert os.waitstatus_to_exitcode(status[1]) == 0, f"the child failed: {status}"
+    forks.reap(pid, "on the parent's session")
     open(go, "w").close()
     try:
         t.join(60)
