@@ -1,7 +1,11 @@
-/* Framing of control messages: length prefix, size limit, decode and type check. */
+/* Framing of control messages: length prefix, size limit, decode and type check; the Relay
+ * envelope of the control tree. */
 #include "frame.h"
 
+#include <inttypes.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 size_t rd_frame_size(const rd_msg *msg)
@@ -57,6 +61,81 @@ void rd_frame_free(rd_msg *msg)
 {
     if (msg != NULL)
         ringd__msg__free_unpacked(msg, NULL);
+}
+
+int rd_relay_wrap(rd_relay *r, const rd_msg *inner, uint32_t origin, int to)
+{
+    size_t n = ringd__msg__get_packed_size(inner);
+    r->buf = malloc(n > 0 ? n : 1);
+    if (r->buf == NULL)
+        return -1;
+    ringd__msg__pack(inner, r->buf);
+    ringd__relay__init(&r->relay);
+    r->relay.origin = origin;
+    r->relay.to = to < 0 ? 0 : (uint32_t)to + 1;
+    r->relay.msg.data = r->buf;
+    r->relay.msg.len = n;
+    r->msg = (rd_msg)RINGD__MSG__INIT;
+    r->msg.body_case = RINGD__MSG__BODY_RELAY;
+    r->msg.relay = &r->relay;
+    return 0;
+}
+
+int rd_relay_copy(rd_relay *r, const rd_msg *m)
+{
+    const Ringd__Relay *from = m->relay;
+    r->buf = malloc(from->msg.len > 0 ? from->msg.len : 1);
+    if (r->buf == NULL)
+        return -1;
+    if (from->msg.len > 0)
+        memcpy(r->buf, from->msg.data, from->msg.len);
+    ringd__relay__init(&r->relay);
+    r->relay.origin = from->origin;
+    r->relay.to = from->to;
+    r->relay.msg.data = r->buf;
+    r->relay.msg.len = from->msg.len;
+    r->msg = (rd_msg)RINGD__MSG__INIT;
+    r->msg.body_case = RINGD__MSG__BODY_RELAY;
+    r->msg.relay = &r->relay;
+    return 0;
+}
+
+void rd_relay_free(rd_relay *r)
+{
+    free(r->buf);
+    r->buf = NULL;
+}
+
+rd_frame_status rd_relay_open(const rd_msg *m, rd_msg **inner, uint32_t *origin, int *to, char *err,
+                              size_t errlen)
+{
+    *inner = NULL;
+    if (m->body_case != RINGD__MSG__BODY_RELAY || m->relay == NULL) {
+        snprintf(err, errlen, "a message of type %d where a Relay belongs", (int)m->body_case);
+        return RD_FRAME_BAD;
+    }
+    const Ringd__Relay *r = m->relay;
+    if (r->to > (uint32_t)INT32_MAX) {
+        snprintf(err, errlen, "a Relay to position %" PRIu32, r->to);
+        return RD_FRAME_BAD;
+    }
+    rd_msg *in = r->msg.len > 0 ? ringd__msg__unpack(NULL, r->msg.len, r->msg.data) : NULL;
+    if (in == NULL) {
+        snprintf(err, errlen, "a Relay from position %" PRIu32 " carries %s", r->origin,
+                 r->msg.len > 0 ? "an undecodable message" : "nothing");
+        return RD_FRAME_BAD;
+    }
+    if (in->body_case == RINGD__MSG__BODY__NOT_SET || in->body_case == RINGD__MSG__BODY_RELAY ||
+        in->body_case == RINGD__MSG__BODY_POKE) {
+        snprintf(err, errlen, "a Relay from position %" PRIu32 " carries a message of type %d",
+                 r->origin, (int)in->body_case);
+        ringd__msg__free_unpacked(in, NULL);
+        return RD_FRAME_BAD;
+    }
+    *inner = in;
+    *origin = r->origin;
+    *to = (int)r->to - 1;
+    return RD_FRAME_OK;
 }
 
 int rd_name_valid(const char *s)

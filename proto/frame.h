@@ -20,9 +20,10 @@
  * 10: reducescatter under it by recursive halving, which a daemon of 9 would run round the
  * ring, and broadcast, allgather and reducescatter of 3 or 5 nodes round the ring, which a
  * daemon of 9 would run by recursive doubling; PeerHello.max_frame and direct_bytes, which
- * both ends must agree on (a node batches its announcements up to its --max-frame); nodes of
- * one job run one version. */
-#define RD_PEER_PROTOCOL_VERSION 10
+ * both ends must agree on (a node batches its announcements up to its --max-frame); 11: control
+ * links along a tree, every message in a Relay, which a daemon of 10 would neither dial nor pass
+ * on; nodes of one job run one version. */
+#define RD_PEER_PROTOCOL_VERSION 11
 #define RD_FRAME_HEADER 4
 #define RD_FRAME_MAX_DEFAULT (1u << 20)
 #define RD_NAME_MAX 256           /* bytes in a job or tensor name, terminator excluded */
@@ -54,6 +55,27 @@ rd_frame_status rd_frame_decode(const uint8_t *buf, size_t len, uint32_t max_pay
 uint32_t rd_frame_payload_len(const uint8_t *buf);
 
 void rd_frame_free(rd_msg *msg);
+
+/* A message wrapped for the control tree of a ring (a Relay): msg is the Relay, pointing into
+ * relay and buf (the inner message packed, owned). */
+typedef struct {
+    Ringd__Relay relay;
+    rd_msg msg;
+    uint8_t *buf;
+} rd_relay;
+
+/* Wraps inner, a message from ring position origin for position to (-1: every node), into *r.
+ * Returns 0, or -1 out of memory (r holds nothing to free). */
+int rd_relay_wrap(rd_relay *r, const rd_msg *inner, uint32_t origin, int to);
+/* Copies m, a Relay, into *r: 0, or -1 out of memory (r holds nothing to free). */
+int rd_relay_copy(rd_relay *r, const rd_msg *m);
+/* Frees what r holds. */
+void rd_relay_free(rd_relay *r);
+/* Opens m, a Relay a peer sent: *inner (the caller's, rd_frame_free) is the message it carries,
+ * from ring position *origin to position *to (-1: every node). RD_FRAME_BAD with err set when m
+ * is no Relay, or carries nothing, something undecodable, a Relay or a Poke. */
+rd_frame_status rd_relay_open(const rd_msg *m, rd_msg **inner, uint32_t *origin, int *to, char *err,
+                              size_t errlen);
 
 /* A hash of a name for tables (FNV-1a: names are short and chosen by clients). */
 size_t rd_name_hash(const char *s);

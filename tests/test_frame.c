@@ -543,3 +543,105 @@ Test(frame, a_submit_becomes_plain_values_with_or_without_tensor_descriptors)
     cr_assert_str_eq(hv.job, "", "a missing string reads as empty");
     cr_assert_eq(hv.world_size, 4);
 }
+
+/* ------------------------------------------------------------------------------------------ */
+/* The control tree's Relay                                                                   */
+/* ------------------------------------------------------------------------------------------ */
+
+Test(frame, a_relay_carries_a_message_from_its_origin_to_one_node_or_every_node)
+{
+    Ringd__Bye bye = RINGD__BYE__INIT;
+    bye.generation = 7;
+    bye.leaving = 1;
+    bye.loss = "rank 3 left";
+    rd_msg m = RINGD__MSG__INIT;
+    m.body_case = RINGD__MSG__BODY_BYE;
+    m.bye = &bye;
+    int tos[] = {-1, 0, 5, 255};
+    for (size_t k = 0; k < sizeof(tos) / sizeof(tos[0]); k++) {
+        rd_relay r, copy;
+        cr_assert_eq(rd_relay_wrap(&r, &m, 9, tos[k]), 0);
+        cr_assert_eq(rd_relay_copy(&copy, &r.msg), 0);
+        rd_relay_free(&r);
+        cr_assert_null(r.buf);
+        rd_msg *out = round_trip(&copy.msg), *inner = NULL;
+        rd_relay_free(&copy);
+        uint32_t origin = 0;
+        int to = -2;
+        char err[128] = "";
+        cr_assert_eq(rd_relay_open(out, &inner, &origin, &to, err, sizeof(err)), RD_FRAME_OK, "%s",
+                     err);
+        cr_assert_eq(origin, 9);
+        cr_assert_eq(to, tos[k]);
+        cr_assert_eq(inner->body_case, RINGD__MSG__BODY_BYE);
+        cr_assert_eq(inner->bye->generation, 7);
+        cr_assert(inner->bye->leaving);
+        cr_assert_str_eq(inner->bye->loss, "rank 3 left");
+        rd_frame_free(inner);
+        rd_frame_free(out);
+    }
+}
+
+/* A Relay of payload[0..len) (NULL: none) from origin 1 to position to (the wire's, plus one). */
+static rd_frame_status open_relay(const uint8_t *payload, size_t len, uint32_t to, char *err,
+                                  size_t errlen)
+{
+    Ringd__Relay r = RINGD__RELAY__INIT;
+    r.origin = 1;
+    r.to = to;
+    r.msg.data = (uint8_t *)payload;
+    r.msg.len = len;
+    rd_msg m = RINGD__MSG__INIT;
+    m.body_case = RINGD__MSG__BODY_RELAY;
+    m.relay = &r;
+    rd_msg *inner = (rd_msg *)&m; /* set to NULL on every failure */
+    uint32_t origin;
+    int at;
+    rd_frame_status st = rd_relay_open(&m, &inner, &origin, &at, err, errlen);
+    if (st != RD_FRAME_OK)
+        cr_assert_null(inner);
+    rd_frame_free(st == RD_FRAME_OK ? inner : NULL);
+    return st;
+}
+
+Test(frame, a_relay_of_nothing_of_garbage_of_a_relay_or_of_a_keepalive_is_refused_by_name)
+{
+    char err[128];
+    cr_assert_eq(open_relay(NULL, 0, 0, err, sizeof(err)), RD_FRAME_BAD);
+    cr_assert(strstr(err, "carries nothing") != NULL, "%s", err);
+    uint8_t garbage[] = {0xff, 0xff, 0xff, 0xff, 0x0f};
+    cr_assert_eq(open_relay(garbage, sizeof(garbage), 0, err, sizeof(err)), RD_FRAME_BAD);
+    cr_assert(strstr(err, "undecodable") != NULL, "%s", err);
+
+    Ringd__Poke p = RINGD__POKE__INIT;
+    rd_msg poke = RINGD__MSG__INIT;
+    poke.body_case = RINGD__MSG__BODY_POKE;
+    poke.poke = &p;
+    rd_relay r;
+    cr_assert_eq(rd_relay_wrap(&r, &poke, 1, -1), 0);
+    cr_assert_eq(open_relay(r.buf, r.relay.msg.len, 0, err, sizeof(err)), RD_FRAME_BAD);
+    cr_assert(strstr(err, "carries a message of type") != NULL, "%s", err);
+    rd_relay nested;
+    cr_assert_eq(rd_relay_wrap(&nested, &r.msg, 1, -1), 0);
+    cr_assert_eq(open_relay(nested.buf, nested.relay.msg.len, 0, err, sizeof(err)), RD_FRAME_BAD);
+    cr_assert(strstr(err, "carries a message of type") != NULL, "%s", err);
+    rd_relay_free(&nested);
+    rd_relay_free(&r);
+
+    Ringd__Error e = RINGD__ERROR__INIT;
+    e.message = "x";
+    rd_msg em = RINGD__MSG__INIT;
+    em.body_case = RINGD__MSG__BODY_ERROR;
+    em.error = &e;
+    cr_assert_eq(rd_relay_wrap(&r, &em, 1, -1), 0);
+    cr_assert_eq(open_relay(r.buf, r.relay.msg.len, UINT32_MAX, err, sizeof(err)), RD_FRAME_BAD);
+    cr_assert(strstr(err, "to position") != NULL, "%s", err);
+    cr_assert_eq(open_relay(r.buf, r.relay.msg.len, 3, err, sizeof(err)), RD_FRAME_OK);
+    rd_relay_free(&r);
+
+    rd_msg *inner = NULL;
+    uint32_t origin;
+    int to;
+    cr_assert_eq(rd_relay_open(&em, &inner, &origin, &to, err, sizeof(err)), RD_FRAME_BAD);
+    cr_assert(strstr(err, "where a Relay belongs") != NULL, "%s", err);
+}

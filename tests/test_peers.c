@@ -876,6 +876,52 @@ Test(peers, a_forming_ring_refuses_mismatched_settings_and_wrong_identities, .ti
     th_ring_finish(&ring);
 }
 
+/* A peer holding the key that relays what cannot come its way (here a message "from" the node it
+ * talks to) makes that node drop the ring, naming the peer, instead of acting on it. */
+Test(peers, a_control_link_relaying_what_cannot_come_its_way_drops_the_ring_naming_it,
+     .timeout = 60)
+{
+    /* n1 runs two connections per link, n0 one: the ring stays connecting */
+    const char *const one[] = {"--conns-per-link", "1", NULL};
+    cr_assert_eq(th_ring_start(&ring, 1, one), 0);
+    cr_assert_eq(th_ring_start_node(&ring, 1, NULL), 0);
+    opener o[2];
+    open_start(o, 4000);
+    const char *forming = "job 'job-peers': ring waiting -> connecting";
+    cr_assert(log_wait(&ring.d[0], forming, 5000), "the ring never started connecting");
+    peer_status ps;
+    cr_assert_eq(status_get(&ring.d[0], JOB, &ps), 0);
+    uint64_t gen = ps.gen;
+
+    /* n1 is n0's child in the control tree: a forged n1 holding the key takes its link */
+    Ringd__PeerHello h = hello(JOB, gen, "n1", RINGD__LINK_KIND__LINK_CONTROL, 0);
+    h.conns = 1;
+    int fd;
+    rd_msg *r = peer_hello(&ring.d[0], &h, &fd);
+    cr_assert(r != NULL && r->body_case == RINGD__MSG__BODY_PEER_ACCEPT,
+              "the control link was not accepted");
+    rd_frame_free(r);
+    Ringd__Bye bye = RINGD__BYE__INIT;
+    bye.generation = gen;
+    rd_msg m = RINGD__MSG__INIT;
+    m.body_case = RINGD__MSG__BODY_BYE;
+    m.bye = &bye;
+    rd_relay relay;
+    cr_assert_eq(rd_relay_wrap(&relay, &m, 0, -1), 0); /* position 0 is n0 itself */
+    cr_assert_eq(th_send(fd, &relay.msg), 0);
+    rd_relay_free(&relay);
+    assert_log(&ring.d[0], "control message from node n1 relayed from position 0 to -1, which "
+                           "does not come that way in a ring of 2 nodes; dropping the ring");
+    cr_assert(th_wait_eof(fd, 3000), "the link stayed open after the ring dropped");
+    close(fd);
+    cr_assert(!log_wait(&ring.d[0], "node n1 sealed generation", 200),
+              "n0 took the forged Bye as n1's");
+
+    open_join(o);
+    close_sessions();
+    th_ring_finish(&ring);
+}
+
 Test(peers, a_peer_with_the_wrong_key_gets_no_confirmation)
 {
     cr_assert_eq(th_ring_start(&ring, 1, NULL), 0);

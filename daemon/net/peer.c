@@ -29,8 +29,9 @@
 #include "resolve.h"
 
 #define RD_PEER_HELLO_MAX 4096 /* handshake frames are small */
-/* Inbound handshakes in progress at once: a forming ring's burst (each node is dialled by every
- * later one, up to RD_RING_NODES_MAX), and no more, against strangers' floods. */
+/* Inbound handshakes in progress at once: a forming ring's burst (a node is dialled by its
+ * children in the control tree and its previous node, and alltoall's direct links by up to
+ * RD_RING_NODES_MAX others), and no more, against strangers' floods. */
 #define RD_PEER_SETUPS_MAX 256
 /* Connections the kernel queues before accept: past it, a dialler's SYN is dropped and resent a
  * second later, so a forming ring's burst fits in it. */

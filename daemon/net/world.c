@@ -332,7 +332,8 @@ static rd_change classify(const rd_world *w, const rd_rdv_view *v, char *why, si
     rd_member_news news[RD_RING_NODES_MAX];
     for (int i = 0; i < w->nnodes; i++)
         news[i] = (rd_member_news){w->members[i] == M_LEAVING, w->members[i] != M_ACTIVE,
-                                   i != w->position && w->ctrl[i] != NULL};
+                                   i != w->position && world_ring_linked(w) &&
+                                       w->ctrl[world_tree_toward(w, i)] != NULL};
     const rd_rdv_view *cur = w->nnodes > 0 ? &w->view : NULL;
     return rd_membership_assess(cur, w->nnodes, news, v, why, len);
 }
@@ -785,8 +786,11 @@ static int world_leave(rd_world *w, const char *loss)
     world_send_bye(w, 1, loss);
     rd_rdv_leave(w->net->rdv, w->name);
     world_set_state(w, W_LEAVING);
-    /* The others close their links once they have read the Bye; whatever is left goes soon. */
-    struct timeval tv = {1, 0};
+    /* Its neighbours in the control tree close their links once their ring re-forms, having
+     * heard every node's Bye, part of which this node passes on: it lingers until they have,
+     * or for --peer-timeout at most. */
+    int64_t ms = w->net->cfg->peer_timeout;
+    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
     evtimer_add(w->ev_linger, &tv);
     rd_log(RD_LOG_INFO, "world", "job '%s': left the ring of generation %" PRIu64, w->name,
            w->generation);

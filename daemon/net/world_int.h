@@ -12,6 +12,7 @@
 #include "world.h"
 
 #include "auth.h"
+#include "ctrltree.h"
 #include "peer.h"
 #include "rendezvous.h"
 #include "ringchan.h"
@@ -19,8 +20,11 @@
 
 struct event;
 struct retiring;
+struct ctrl_pending;
 
 #define RD_WORLD_RETRY_MS 100
+/* Relayed messages a node holds for a neighbour whose link is still being made, at most. */
+#define RD_CTRL_PENDING_MAX (64u << 20)
 
 struct rd_net {
     struct event_base *base;
@@ -115,14 +119,18 @@ struct rd_world {
     int position, nnodes;
     uint32_t first_rank;
     slot out_data[RD_RING_CONNS_MAX];
-    slot out_ctrl[RD_RING_NODES_MAX]; /* to each node before this one in the ring */
+    slot out_ctrl[RD_RING_NODES_MAX]; /* to the parent in the control tree */
     slot out_pair[RD_RING_NODES_MAX]; /* alltoall's direct links to the nodes after this one */
     int pair_in[RD_RING_NODES_MAX];   /* direct links from the nodes before, for the data plane */
     rd_seal pair_in_seal[RD_RING_NODES_MAX];
     struct event *ev_pairs; /* hands pair_in to the data plane, after PeerAccept */
     int in_data[RD_RING_CONNS_MAX];
     rd_seal in_seal[RD_RING_CONNS_MAX];
-    rd_peer_chan *ctrl[RD_RING_NODES_MAX]; /* with every other node, by position */
+    rd_peer_chan *ctrl[RD_RING_NODES_MAX]; /* with the parent and children, by position */
+    /* Messages for a neighbour in the tree whose link is still being made (while the ring forms,
+     * a node up already may send through this one), oldest first, sent once it is made. */
+    struct ctrl_pending *pending[RD_RING_NODES_MAX];
+    size_t pending_bytes;
     struct rd_xfer *xfer;
     struct retiring *xfer_link; /* made with xfer: its place on retiring, so retiring never fails */
     struct retiring *retiring;  /* data planes of earlier generations, ending */
@@ -160,8 +168,8 @@ struct rd_world {
     struct event *ev_linger; /* leaving: closes the links left open */
     struct event *ev_lapse;  /* keepalives; looks whether this node is cut off */
     lease_state lease;
-    int64_t heard[RD_RING_NODES_MAX]; /* last control message from each node (ms) */
-    int64_t told[RD_RING_NODES_MAX];  /* last control message sent to each node (ms) */
+    int64_t heard[RD_RING_NODES_MAX]; /* last control message from each neighbour (ms) */
+    int64_t told[RD_RING_NODES_MAX];  /* last control message sent to each neighbour (ms) */
     struct event *ev_check;           /* runs maybe_up on the next turn */
     /* Reachability while the ring forms: the last failure of a dial to each member ("" when
      * none, or once a dial to it succeeded); past --peer-timeout, members this node cannot reach
@@ -256,20 +264,33 @@ rd_world *world_of(rd_net *net, const char *job);
 rd_status world_on_peer(void *arg, const Ringd__PeerHello *h, int fd, const rd_seal *seal,
                         const char *remote, uint64_t *generation, char *err, size_t errlen);
 
-/* world_ctrl.c: the control channel. */
+/* world_ctrl.c: the control channel, over the control tree. */
 
-/* The control link over fd (taken) with node, its messages handled here; NULL out of memory. */
-rd_peer_chan *world_ctrl_open(rd_world *w, int fd, const rd_seal *seal, const char *node);
-/* Sends Bye (leaving or only sealing) to every node still connected; loss (NULL: none) says why
+/* This node's parent in the control tree (ctrltree.h; -1 for the root). A node keeps control
+ * links with its parent and children only, and relays the other nodes' messages along them. */
+int world_tree_parent(const rd_world *w);
+/* 1 when position i is this node's parent or child in the control tree. */
+int world_tree_neighbour(const rd_world *w, int i);
+/* The neighbour in the tree through which this node reaches position t (not its own). */
+int world_tree_toward(const rd_world *w, int t);
+/* Makes the control link over fd with the neighbour at position i (replacing an earlier one),
+ * its messages handled here: 0, or -1 out of memory (fd is the caller's to close). */
+int world_ctrl_link(rd_world *w, int i, int fd, const rd_seal *seal);
+/* Sends the neighbours whose links are made what was held for them (not on the turn a link is
+ * accepted: PeerAccept goes first). */
+void world_ctrl_pending_send(rd_world *w);
+/* Forgets the messages held for links never made (the links of the generation close). */
+void world_ctrl_pending_clear(rd_world *w);
+/* Sends Bye (leaving or only sealing) to every node still reached; loss (NULL: none) says why
  * a node leaves that was not drained (its clients must re-synchronise, see Bye.loss). */
 void world_send_bye(rd_world *w, int leaving, const char *loss);
 
-/* Tells every node still connected but skip (-1: none) that the ring breaks, and why (Error):
- * this node breaks off, or relays why another did. */
+/* Tells every node still reached that the ring breaks, and why (Error), sending nothing over the
+ * link with the neighbour at skip (-1: none). */
 void world_send_error(rd_world *w, const char *why, int skip);
 
-/* Sends m on the control link to the node at position i, if there is one (counted: keepalives
- * apart from the rest). */
+/* Sends m on the control link to the neighbour at position i, if there is one, or holds it while
+ * the ring forms (counted: keepalives apart from the rest). */
 void world_ctrl_send(rd_world *w, int i, const rd_msg *m);
 
 /* world_plane.c: the data plane glue. */

@@ -1,5 +1,5 @@
-/* The links of a job's ring at one generation: dialling the next node (data) and the nodes
- * before this one (control), taking the connections other nodes dial here (peer_check), and
+/* The links of a job's ring at one generation: dialling the next node (data) and the parent in
+ * the control tree (control), taking the connections other nodes dial here (peer_check), and
  * what happens when some never come: members this node cannot reach are set aside, and a node
  * the others cannot reach sets itself aside until its own address answers. */
 #define _GNU_SOURCE
@@ -43,12 +43,13 @@ void world_maybe_up(rd_world *w)
 {
     if (w->state != W_CONNECTING)
         return;
+    world_ctrl_pending_send(w);
     int C = world_conns(w);
     for (int c = 0; c < C; c++)
         if (w->out_data[c].fd < 0 || w->in_data[c] < 0)
             return;
     for (int i = 0; i < w->nnodes; i++)
-        if (i != w->position && w->ctrl[i] == NULL)
+        if (world_tree_neighbour(w, i) && w->ctrl[i] == NULL)
             return;
     for (int i = 0; i < w->nnodes; i++)
         if (w->members[i] != M_ACTIVE) /* it sealed this generation while it formed: the next */
@@ -66,8 +67,8 @@ void world_maybe_up(rd_world *w)
     world_ring_is_up(w);
 }
 
-/* The ring position a slot dials: the next node for data, node s->index for control and
- * direct links. */
+/* The ring position a slot dials: the next node for data, node s->index (the parent) for
+ * control, node s->index for direct links. */
 static int slot_target(const slot *s)
 {
     const rd_world *w = s->w;
@@ -99,7 +100,14 @@ static int links_up_with(const rd_world *w, int i)
         for (int c = 0; c < world_conns(w); c++)
             if (w->in_data[c] < 0)
                 return 0;
-    return w->ctrl[i] != NULL;
+    return !world_tree_neighbour(w, i) || w->ctrl[i] != NULL;
+}
+
+/* 1 when this node dials links to the member at position i (data to the next, control to the
+ * parent). */
+static int dials(const rd_world *w, int i)
+{
+    return i == (w->position + 1) % w->nnodes || i == world_tree_parent(w);
 }
 
 /* 1 when the links this node dials to the member at position i are up. */
@@ -109,7 +117,7 @@ static int dials_up_with(const rd_world *w, int i)
         for (int c = 0; c < world_conns(w); c++)
             if (w->out_data[c].fd < 0)
                 return 0;
-    return i > w->position || w->ctrl[i] != NULL;
+    return i != world_tree_parent(w) || w->ctrl[i] != NULL;
 }
 
 /* 1 when at least one link of this generation came up: this node is not cut off itself. */
@@ -174,8 +182,7 @@ int world_missing_inbound(rd_world *w)
     for (int i = 0; i < w->nnodes; i++) {
         if (i == w->position || links_up_with(w, i))
             continue;
-        int dialled = i == (w->position + 1) % w->nnodes || i < w->position;
-        if (dialled && !dials_up_with(w, i))
+        if (dials(w, i) && !dials_up_with(w, i))
             continue;
         snprintf(w->self_aside, sizeof(w->self_aside),
                  "no connection came from node %s within %" PRId64
@@ -203,9 +210,8 @@ static void on_connect_deadline(evutil_socket_t fd, short what, void *arg)
         if (i == w->position || links_up_with(w, i))
             continue;
         const rd_rdv_member *m = world_member(w, i);
-        int dialled = i == (w->position + 1) % w->nnodes || i < w->position;
         char why[512];
-        if (!dialled || dials_up_with(w, i)) /* what is missing is its dial to this node */
+        if (!dials(w, i) || dials_up_with(w, i)) /* what is missing is its dial to this node */
             continue;
         if (strstr(w->unreach[i], RD_NOT_FORMING) != NULL) {
             rd_log(RD_LOG_WARN, "world",
@@ -265,8 +271,7 @@ static void on_dialled(void *arg, int fd, const rd_seal *seal, const char *why)
         return;
     }
     if (s->kind == RINGD__LINK_KIND__LINK_CONTROL) {
-        w->ctrl[s->index] = world_ctrl_open(w, fd, seal, world_member(w, s->index)->node);
-        if (w->ctrl[s->index] == NULL) {
+        if (world_ctrl_link(w, s->index, fd, seal) != 0) {
             close(fd);
             world_reform_later(w);
             return;
@@ -333,8 +338,8 @@ void world_connect_ring(rd_world *w)
     tell_waiting(w);
     for (int c = 0; c < world_conns(w); c++)
         dial_start(&w->out_data[c]);
-    for (int q = 0; q < w->position; q++)
-        dial_start(&w->out_ctrl[q]);
+    if (w->position > 0)
+        dial_start(&w->out_ctrl[world_tree_parent(w)]);
 }
 
 /* This node was set aside (self_aside says why): it leaves the rendezvous, tells its clients,
@@ -617,17 +622,16 @@ static rd_status peer_check(rd_net *net, const Ringd__PeerHello *h, int fd, cons
         event_active(w->ev_check, 0, 0); /* after the caller has written PeerAccept */
         return RINGD_OK;
     }
-    int from = -1;
+    int from = -1; /* a child in the control tree */
     for (int i = w->position + 1; i < w->nnodes; i++)
-        if (strcmp(world_member(w, i)->node, h->node) == 0)
+        if (rd_ctrltree_parent(i, RD_CTRL_FANOUT) == w->position &&
+            strcmp(world_member(w, i)->node, h->node) == 0)
             from = i;
     if (from < 0) {
         snprintf(err, errlen, "unexpected control connection from node %s", h->node);
         return RINGD_E_REFUSED;
     }
-    rd_peer_chan_free(w->ctrl[from]); /* a re-dial replaces the earlier connection */
-    w->ctrl[from] = world_ctrl_open(w, fd, seal, h->node);
-    if (w->ctrl[from] == NULL) { /* the caller closes fd */
+    if (world_ctrl_link(w, from, fd, seal) != 0) { /* the caller closes fd */
         snprintf(err, errlen, "out of memory");
         return RINGD_E_NOMEM;
     }
@@ -696,6 +700,7 @@ void world_links_free(rd_world *w)
 
 void world_links_close(rd_world *w)
 {
+    world_ctrl_pending_clear(w);
     for (int c = 0; c < RD_RING_CONNS_MAX; c++) {
         slot *s = &w->out_data[c];
         rd_peer_dial_cancel(s->dial);

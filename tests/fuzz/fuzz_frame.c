@@ -102,6 +102,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             break;
         check_repack(m);
         check_schedmsg(m);
+        rd_msg *inner = NULL; /* a Relay's message, as world_ctrl.c opens it */
+        uint32_t origin;
+        int to;
+        if (m->body_case == RINGD__MSG__BODY_RELAY &&
+            rd_relay_open(m, &inner, &origin, &to, err, sizeof(err)) == RD_FRAME_OK) {
+            if (inner->body_case == RINGD__MSG__BODY_RELAY || to < -1)
+                abort();
+            check_repack(inner);
+            check_schedmsg(inner);
+            rd_frame_free(inner);
+        }
         if (m->body_case == RINGD__MSG__BODY_HELLO)
             (void)rd_name_valid(m->hello->job);
         if (m->body_case == RINGD__MSG__BODY_SUBMIT && rd_name_valid(m->submit->name))

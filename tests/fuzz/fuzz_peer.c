@@ -1,8 +1,8 @@
 /* Fuzzes daemon-to-daemon connections over real loopback sockets: the handshake state machine on
  * both sides (the bytes before authentication, then the PeerHello a server decodes and the answer
  * a dialling client decodes, after an honest challenge-response), and the framed control channel
- * that carries negotiation between nodes, whose Ready and Go are decoded as world.c does, in the
- * clear and sealed (--encrypt). */
+ * that carries negotiation between nodes, whose Relays and the Ready and Go in them are decoded
+ * as world_ctrl.c does, in the clear and sealed (--encrypt). */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
@@ -86,6 +86,13 @@ static void on_chan_msg(void *arg, rd_peer_chan *c, const rd_msg *m)
         abort();
     rd_schedmsg v;
     char err[256];
+    rd_msg *inner = NULL; /* what a Relay carries, as world_ctrl.c opens it */
+    uint32_t origin;
+    int to;
+    if (rd_relay_open(m, &inner, &origin, &to, err, sizeof(err)) == RD_FRAME_OK &&
+        rd_schedmsg_decode(inner, &v, err, sizeof(err)) == RD_SCHEDMSG_DECODED)
+        rd_schedmsg_release(&v);
+    rd_frame_free(inner);
     if (rd_schedmsg_decode(m, &v, err, sizeof(err)) == RD_SCHEDMSG_DECODED)
         rd_schedmsg_release(&v);
     fx.msgs++;
