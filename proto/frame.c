@@ -63,58 +63,61 @@ void rd_frame_free(rd_msg *msg)
         ringd__msg__free_unpacked(msg, NULL);
 }
 
-int rd_relay_wrap(rd_relay *r, const rd_msg *inner, uint32_t origin, int to)
+/* A Relay of origin and to (the wire's) whose message is a copy of data[0..len). */
+static Ringd__Relay *relay_make(uint32_t origin, uint32_t to, size_t len)
 {
-    size_t n = ringd__msg__get_packed_size(inner);
-    r->buf = malloc(n > 0 ? n : 1);
-    if (r->buf == NULL)
-        return -1;
-    ringd__msg__pack(inner, r->buf);
-    ringd__relay__init(&r->relay);
-    r->relay.origin = origin;
-    r->relay.to = to < 0 ? 0 : (uint32_t)to + 1;
-    r->relay.msg.data = r->buf;
-    r->relay.msg.len = n;
-    r->msg = (rd_msg)RINGD__MSG__INIT;
-    r->msg.body_case = RINGD__MSG__BODY_RELAY;
-    r->msg.relay = &r->relay;
-    return 0;
+    Ringd__Relay *r = malloc(sizeof(*r) + (len > 0 ? len : 1));
+    if (r == NULL)
+        return NULL;
+    ringd__relay__init(r);
+    r->origin = origin;
+    r->to = to;
+    r->msg.data = (uint8_t *)(r + 1);
+    r->msg.len = len;
+    return r;
 }
 
-int rd_relay_copy(rd_relay *r, const rd_msg *m)
+Ringd__Relay *rd_relay_new(const rd_msg *inner, uint32_t origin, int to)
 {
-    const Ringd__Relay *from = m->relay;
-    r->buf = malloc(from->msg.len > 0 ? from->msg.len : 1);
-    if (r->buf == NULL)
-        return -1;
-    if (from->msg.len > 0)
-        memcpy(r->buf, from->msg.data, from->msg.len);
-    ringd__relay__init(&r->relay);
-    r->relay.origin = from->origin;
-    r->relay.to = from->to;
-    r->relay.msg.data = r->buf;
-    r->relay.msg.len = from->msg.len;
-    r->msg = (rd_msg)RINGD__MSG__INIT;
-    r->msg.body_case = RINGD__MSG__BODY_RELAY;
-    r->msg.relay = &r->relay;
-    return 0;
+    Ringd__Relay *r =
+        relay_make(origin, to < 0 ? 0 : (uint32_t)to + 1, ringd__msg__get_packed_size(inner));
+    if (r != NULL)
+        ringd__msg__pack(inner, r->msg.data);
+    return r;
 }
 
-void rd_relay_free(rd_relay *r)
+Ringd__Relay *rd_relay_copy(const Ringd__Relay *from)
 {
-    free(r->buf);
-    r->buf = NULL;
+    Ringd__Relay *r = relay_make(from->origin, from->to, from->msg.len);
+    if (r != NULL && from->msg.len > 0)
+        memcpy(r->msg.data, from->msg.data, from->msg.len);
+    return r;
 }
 
-rd_frame_status rd_relay_open(const rd_msg *m, rd_msg **inner, uint32_t *origin, int *to, char *err,
-                              size_t errlen)
+void rd_relay_free(Ringd__Relay *r)
+{
+    free(r);
+}
+
+size_t rd_relay_size(const Ringd__Relay *r)
+{
+    return 1 + 5 + ringd__relay__get_packed_size(r); /* tag, length, the Relay */
+}
+
+void rd_relays_msg(rd_msg *m, Ringd__Relays *rs, Ringd__Relay **relays, size_t n)
+{
+    ringd__relays__init(rs);
+    rs->n_relays = n;
+    rs->relays = relays;
+    *m = (rd_msg)RINGD__MSG__INIT;
+    m->body_case = RINGD__MSG__BODY_RELAYS;
+    m->relays = rs;
+}
+
+rd_frame_status rd_relay_open(const Ringd__Relay *r, rd_msg **inner, uint32_t *origin, int *to,
+                              char *err, size_t errlen)
 {
     *inner = NULL;
-    if (m->body_case != RINGD__MSG__BODY_RELAY || m->relay == NULL) {
-        snprintf(err, errlen, "a message of type %d where a Relay belongs", (int)m->body_case);
-        return RD_FRAME_BAD;
-    }
-    const Ringd__Relay *r = m->relay;
     if (r->to > (uint32_t)INT32_MAX) {
         snprintf(err, errlen, "a Relay to position %" PRIu32, r->to);
         return RD_FRAME_BAD;
@@ -125,7 +128,7 @@ rd_frame_status rd_relay_open(const rd_msg *m, rd_msg **inner, uint32_t *origin,
                  r->msg.len > 0 ? "an undecodable message" : "nothing");
         return RD_FRAME_BAD;
     }
-    if (in->body_case == RINGD__MSG__BODY__NOT_SET || in->body_case == RINGD__MSG__BODY_RELAY ||
+    if (in->body_case == RINGD__MSG__BODY__NOT_SET || in->body_case == RINGD__MSG__BODY_RELAYS ||
         in->body_case == RINGD__MSG__BODY_POKE) {
         snprintf(err, errlen, "a Relay from position %" PRIu32 " carries a message of type %d",
                  r->origin, (int)in->body_case);

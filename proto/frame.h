@@ -56,26 +56,26 @@ uint32_t rd_frame_payload_len(const uint8_t *buf);
 
 void rd_frame_free(rd_msg *msg);
 
-/* A message wrapped for the control tree of a ring (a Relay): msg is the Relay, pointing into
- * relay and buf (the inner message packed, owned). */
-typedef struct {
-    Ringd__Relay relay;
-    rd_msg msg;
-    uint8_t *buf;
-} rd_relay;
+/* Bytes a Relay adds around its message in a Relays frame, at most: the frame's header and
+ * tags, and the Relay's own fields and lengths. */
+#define RD_RELAY_OVERHEAD 64
 
-/* Wraps inner, a message from ring position origin for position to (-1: every node), into *r.
- * Returns 0, or -1 out of memory (r holds nothing to free). */
-int rd_relay_wrap(rd_relay *r, const rd_msg *inner, uint32_t origin, int to);
-/* Copies m, a Relay, into *r: 0, or -1 out of memory (r holds nothing to free). */
-int rd_relay_copy(rd_relay *r, const rd_msg *m);
-/* Frees what r holds. */
-void rd_relay_free(rd_relay *r);
-/* Opens m, a Relay a peer sent: *inner (the caller's, rd_frame_free) is the message it carries,
- * from ring position *origin to position *to (-1: every node). RD_FRAME_BAD with err set when m
- * is no Relay, or carries nothing, something undecodable, a Relay or a Poke. */
-rd_frame_status rd_relay_open(const rd_msg *m, rd_msg **inner, uint32_t *origin, int *to, char *err,
-                              size_t errlen);
+/* A Relay of inner, a message from ring position origin for position to (-1: every node): one
+ * allocation holding the message packed (rd_relay_free frees it); NULL out of memory. */
+Ringd__Relay *rd_relay_new(const rd_msg *inner, uint32_t origin, int to);
+/* A copy of r, one allocation as rd_relay_new's; NULL out of memory. */
+Ringd__Relay *rd_relay_copy(const Ringd__Relay *r);
+/* NULL is a no-op. */
+void rd_relay_free(Ringd__Relay *r);
+/* Bytes r takes as an entry of a Relays frame. */
+size_t rd_relay_size(const Ringd__Relay *r);
+/* Makes *m the Relays message of relays[0..n), borrowed, held in *rs. */
+void rd_relays_msg(rd_msg *m, Ringd__Relays *rs, Ringd__Relay **relays, size_t n);
+/* Opens r, a Relay a peer sent: *inner (the caller's, rd_frame_free) is the message it carries,
+ * from ring position *origin to position *to (-1: every node). RD_FRAME_BAD with err set when r
+ * carries nothing, something undecodable, Relays or a Poke, or goes to no possible position. */
+rd_frame_status rd_relay_open(const Ringd__Relay *r, rd_msg **inner, uint32_t *origin, int *to,
+                              char *err, size_t errlen);
 
 /* A hash of a name for tables (FNV-1a: names are short and chosen by clients). */
 size_t rd_name_hash(const char *s);

@@ -37,6 +37,7 @@ Test(ctrltree, every_node_but_the_root_has_one_parent_before_it_and_at_most_fano
             for (int i = 0; i < n; i++) {
                 int p = rd_ctrltree_parent(i, k), links = 0;
                 cr_assert(i == 0 ? p == -1 : p >= 0 && p < i, "k %d: parent of %d is %d", k, i, p);
+
                 for (int j = 0; j < n; j++)
                     links += rd_ctrltree_linked(i, j, n, k);
                 cr_assert(links <= k + 1 && (n == 1 || links >= 1),
@@ -92,4 +93,19 @@ Test(ctrltree, at_most_two_hops_between_any_two_of_nine_nodes_and_six_of_256)
     }
     cr_assert_eq(most9, 2);
     cr_assert_eq(most256, 6);
+}
+
+Test(ctrltree, the_children_of_a_node_are_the_fanout_positions_from_its_first_child)
+{
+    for (size_t f = 0; f < sizeof(fanouts) / sizeof(fanouts[0]); f++) {
+        int k = fanouts[f];
+        for (int i = 0; i < RD_RING_NODES_MAX; i++) {
+            int first = rd_ctrltree_first_child(i, k);
+            for (int j = 0; j < RD_RING_NODES_MAX; j++) {
+                int child = j >= first && j < first + k;
+                cr_assert_eq(rd_ctrltree_parent(j, k) == i, child, "k %d: %d is %sa child of %d", k,
+                             j, child ? "not " : "", i);
+            }
+        }
+    }
 }

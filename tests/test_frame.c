@@ -548,7 +548,7 @@ Test(frame, a_submit_becomes_plain_values_with_or_without_tensor_descriptors)
 /* The control tree's Relay                                                                   */
 /* ------------------------------------------------------------------------------------------ */
 
-Test(frame, a_relay_carries_a_message_from_its_origin_to_one_node_or_every_node)
+Test(frame, relays_carry_messages_from_their_origin_to_one_node_or_every_node_in_order)
 {
     Ringd__Bye bye = RINGD__BYE__INIT;
     bye.generation = 7;
@@ -558,31 +558,42 @@ Test(frame, a_relay_carries_a_message_from_its_origin_to_one_node_or_every_node)
     m.body_case = RINGD__MSG__BODY_BYE;
     m.bye = &bye;
     int tos[] = {-1, 0, 5, 255};
-    for (size_t k = 0; k < sizeof(tos) / sizeof(tos[0]); k++) {
-        rd_relay r, copy;
-        cr_assert_eq(rd_relay_wrap(&r, &m, 9, tos[k]), 0);
-        cr_assert_eq(rd_relay_copy(&copy, &r.msg), 0);
-        rd_relay_free(&r);
-        cr_assert_null(r.buf);
-        rd_msg *out = round_trip(&copy.msg), *inner = NULL;
-        rd_relay_free(&copy);
+    Ringd__Relay *r[4];
+    for (size_t k = 0; k < 4; k++) {
+        Ringd__Relay *made = rd_relay_new(&m, 9 + (uint32_t)k, tos[k]);
+        cr_assert_not_null(made);
+        r[k] = rd_relay_copy(made);
+        cr_assert_not_null(r[k]);
+        cr_assert_leq(rd_relay_size(r[k]), ringd__relay__get_packed_size(r[k]) + 6);
+        rd_relay_free(made);
+    }
+    Ringd__Relays rs;
+    rd_msg batch;
+    rd_relays_msg(&batch, &rs, r, 4);
+    rd_msg *out = round_trip(&batch);
+    cr_assert_eq(out->relays->n_relays, 4);
+    for (size_t k = 0; k < 4; k++) {
+        rd_msg *inner = NULL;
         uint32_t origin = 0;
         int to = -2;
         char err[128] = "";
-        cr_assert_eq(rd_relay_open(out, &inner, &origin, &to, err, sizeof(err)), RD_FRAME_OK, "%s",
-                     err);
-        cr_assert_eq(origin, 9);
+        cr_assert_eq(rd_relay_open(out->relays->relays[k], &inner, &origin, &to, err, sizeof(err)),
+                     RD_FRAME_OK, "%s", err);
+        cr_assert_eq(origin, 9 + k);
         cr_assert_eq(to, tos[k]);
         cr_assert_eq(inner->body_case, RINGD__MSG__BODY_BYE);
         cr_assert_eq(inner->bye->generation, 7);
         cr_assert(inner->bye->leaving);
         cr_assert_str_eq(inner->bye->loss, "rank 3 left");
         rd_frame_free(inner);
-        rd_frame_free(out);
+        rd_relay_free(r[k]);
     }
+    rd_frame_free(out);
+    rd_relay_free(NULL);
 }
 
-/* A Relay of payload[0..len) (NULL: none) from origin 1 to position to (the wire's, plus one). */
+/* Opens a Relay of payload[0..len) (NULL: none) from origin 1 to position to (the wire's, plus
+ * one). */
 static rd_frame_status open_relay(const uint8_t *payload, size_t len, uint32_t to, char *err,
                                   size_t errlen)
 {
@@ -591,20 +602,17 @@ static rd_frame_status open_relay(const uint8_t *payload, size_t len, uint32_t t
     r.to = to;
     r.msg.data = (uint8_t *)payload;
     r.msg.len = len;
-    rd_msg m = RINGD__MSG__INIT;
-    m.body_case = RINGD__MSG__BODY_RELAY;
-    m.relay = &r;
-    rd_msg *inner = (rd_msg *)&m; /* set to NULL on every failure */
+    rd_msg sentinel = RINGD__MSG__INIT, *inner = &sentinel; /* NULL after every failure */
     uint32_t origin;
     int at;
-    rd_frame_status st = rd_relay_open(&m, &inner, &origin, &at, err, errlen);
+    rd_frame_status st = rd_relay_open(&r, &inner, &origin, &at, err, errlen);
     if (st != RD_FRAME_OK)
         cr_assert_null(inner);
     rd_frame_free(st == RD_FRAME_OK ? inner : NULL);
     return st;
 }
 
-Test(frame, a_relay_of_nothing_of_garbage_of_a_relay_or_of_a_keepalive_is_refused_by_name)
+Test(frame, a_relay_of_nothing_of_garbage_of_relays_or_of_a_keepalive_is_refused_by_name)
 {
     char err[128];
     cr_assert_eq(open_relay(NULL, 0, 0, err, sizeof(err)), RD_FRAME_BAD);
@@ -617,31 +625,29 @@ Test(frame, a_relay_of_nothing_of_garbage_of_a_relay_or_of_a_keepalive_is_refuse
     rd_msg poke = RINGD__MSG__INIT;
     poke.body_case = RINGD__MSG__BODY_POKE;
     poke.poke = &p;
-    rd_relay r;
-    cr_assert_eq(rd_relay_wrap(&r, &poke, 1, -1), 0);
-    cr_assert_eq(open_relay(r.buf, r.relay.msg.len, 0, err, sizeof(err)), RD_FRAME_BAD);
+    Ringd__Relay *r = rd_relay_new(&poke, 1, -1);
+    cr_assert_not_null(r);
+    cr_assert_eq(open_relay(r->msg.data, r->msg.len, 0, err, sizeof(err)), RD_FRAME_BAD);
     cr_assert(strstr(err, "carries a message of type") != NULL, "%s", err);
-    rd_relay nested;
-    cr_assert_eq(rd_relay_wrap(&nested, &r.msg, 1, -1), 0);
-    cr_assert_eq(open_relay(nested.buf, nested.relay.msg.len, 0, err, sizeof(err)), RD_FRAME_BAD);
+    Ringd__Relays rs;
+    rd_msg batch;
+    rd_relays_msg(&batch, &rs, &r, 1);
+    Ringd__Relay *nested = rd_relay_new(&batch, 1, -1);
+    cr_assert_not_null(nested);
+    cr_assert_eq(open_relay(nested->msg.data, nested->msg.len, 0, err, sizeof(err)), RD_FRAME_BAD);
     cr_assert(strstr(err, "carries a message of type") != NULL, "%s", err);
-    rd_relay_free(&nested);
-    rd_relay_free(&r);
+    rd_relay_free(nested);
+    rd_relay_free(r);
 
     Ringd__Error e = RINGD__ERROR__INIT;
     e.message = "x";
     rd_msg em = RINGD__MSG__INIT;
     em.body_case = RINGD__MSG__BODY_ERROR;
     em.error = &e;
-    cr_assert_eq(rd_relay_wrap(&r, &em, 1, -1), 0);
-    cr_assert_eq(open_relay(r.buf, r.relay.msg.len, UINT32_MAX, err, sizeof(err)), RD_FRAME_BAD);
+    r = rd_relay_new(&em, 1, -1);
+    cr_assert_not_null(r);
+    cr_assert_eq(open_relay(r->msg.data, r->msg.len, UINT32_MAX, err, sizeof(err)), RD_FRAME_BAD);
     cr_assert(strstr(err, "to position") != NULL, "%s", err);
-    cr_assert_eq(open_relay(r.buf, r.relay.msg.len, 3, err, sizeof(err)), RD_FRAME_OK);
-    rd_relay_free(&r);
-
-    rd_msg *inner = NULL;
-    uint32_t origin;
-    int to;
-    cr_assert_eq(rd_relay_open(&em, &inner, &origin, &to, err, sizeof(err)), RD_FRAME_BAD);
-    cr_assert(strstr(err, "where a Relay belongs") != NULL, "%s", err);
+    cr_assert_eq(open_relay(r->msg.data, r->msg.len, 3, err, sizeof(err)), RD_FRAME_OK);
+    rd_relay_free(r);
 }

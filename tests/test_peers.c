@@ -906,10 +906,13 @@ Test(peers, a_control_link_relaying_what_cannot_come_its_way_drops_the_ring_nami
     rd_msg m = RINGD__MSG__INIT;
     m.body_case = RINGD__MSG__BODY_BYE;
     m.bye = &bye;
-    rd_relay relay;
-    cr_assert_eq(rd_relay_wrap(&relay, &m, 0, -1), 0); /* position 0 is n0 itself */
-    cr_assert_eq(th_send(fd, &relay.msg), 0);
-    rd_relay_free(&relay);
+    Ringd__Relay *relay = rd_relay_new(&m, 0, -1); /* position 0 is n0 itself */
+    cr_assert_not_null(relay);
+    Ringd__Relays rs;
+    rd_msg batch;
+    rd_relays_msg(&batch, &rs, &relay, 1);
+    cr_assert_eq(th_send(fd, &batch), 0);
+    rd_relay_free(relay);
     assert_log(&ring.d[0], "control message from node n1 relayed from position 0 to -1, which "
                            "does not come that way in a ring of 2 nodes; dropping the ring");
     cr_assert(th_wait_eof(fd, 3000), "the link stayed open after the ring dropped");

@@ -6,6 +6,11 @@ int rd_ctrltree_parent(int i, int fanout)
     return i > 0 ? (i - 1) / fanout : -1;
 }
 
+int rd_ctrltree_first_child(int i, int fanout)
+{
+    return fanout * i + 1;
+}
+
 int rd_ctrltree_linked(int a, int b, int n, int fanout)
 {
     return a >= 0 && b >= 0 && a < n && b < n && a != b &&

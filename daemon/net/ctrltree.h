@@ -10,6 +10,9 @@
 
 /* The parent of position i (-1 for the root, and for any i below 1). */
 int rd_ctrltree_parent(int i, int fanout);
+/* The first child of position i: its children are the positions from it up to fanout - 1 more
+ * that are in the ring. */
+int rd_ctrltree_first_child(int i, int fanout);
 /* 1 when positions a and b, both below n, are parent and child either way. */
 int rd_ctrltree_linked(int a, int b, int n, int fanout);
 /* The neighbour of position self through which it reaches position t (t != self, both at least

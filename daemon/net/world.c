@@ -576,7 +576,7 @@ rd_world *rd_world_new(rd_net *net, const char *job, uint32_t world_size, uint32
     w->state = W_IDLE;
     w->next = net->worlds;
     net->worlds = w;
-    int ok = world_links_init(w) == 0;
+    int ok = world_links_init(w) == 0 && world_ctrl_init(w) == 0;
     w->ev_reform = event_new(base, -1, 0, on_reform, w);
     w->ev_grace = evtimer_new(base, on_grace, w);
     w->ev_defer = evtimer_new(base, on_defer, w);
@@ -611,6 +611,7 @@ void rd_world_free(rd_world *w)
     rd_peer_dial_cancel(w->self_dial);
     world_teardown(w, "the job ended on this node", TD_END, W_IDLE);
     world_links_free(w);
+    world_ctrl_free(w);
     world_plane_free(w);
     if (w->ev_reform != NULL)
         event_free(w->ev_reform);
@@ -714,18 +715,15 @@ static void on_lapse(evutil_socket_t fd, short what, void *arg)
     rd_world *w = arg;
     (void)fd;
     (void)what;
-    /* Every node hears from every other at least this often (every lease / 4): a keepalive to
-     * those this node has sent nothing else to since the last tick (ops announced count). */
+    /* Every node hears from its neighbours in the control tree at least this often (every
+     * lease / 4): a keepalive to those this node has sent nothing else to since the last tick
+     * (ops announced and messages passed on count). */
     int64_t now = rd_now_ms(), silent = 0, period = w->net->cfg->lease_ttl / 4;
-    rd_msg poke = RINGD__MSG__INIT;
-    Ringd__Poke p = RINGD__POKE__INIT;
-    poke.body_case = RINGD__MSG__BODY_POKE;
-    poke.poke = &p;
     for (int i = 0; world_ring_up(w) && i < w->nnodes; i++) {
         if (i == w->position || w->ctrl[i] == NULL)
             continue;
         if (now - w->told[i] >= period - period / 8) /* a tick may come a little early */
-            world_ctrl_send(w, i, &poke);
+            world_ctrl_poke(w, i);
         if (now - w->heard[i] > silent)
             silent = now - w->heard[i];
     }

@@ -1,10 +1,11 @@
 /* The control channel of a job's ring: links along a tree of the ring's nodes (a node's parent
- * and children), carrying the engine's scheduling messages (fanned out to the channel's
- * subscribers by kind), Bye, Error and the keepalive. Every message but the keepalive travels in
- * a Relay that each node passes on toward where it goes, so each node's messages reach every
- * node in the order it sent them, as over a full mesh, with k + 1 links per node instead of N - 1.
- * Also here: a control link that breaks, and the probe that tells a gone node from a broken
- * link. */
+ * and children, ctrltree.h), carrying the engine's scheduling messages (fanned out to the
+ * channel's subscribers by kind), Bye, Error and the keepalive. Every message but the keepalive
+ * travels as a Relay that each node passes on toward where it goes, so each node's messages
+ * reach every node in the order it sent them, as over a full mesh, with at most
+ * RD_CTRL_FANOUT + 1 links per node instead of N - 1. What goes to a neighbour in one loop turn,
+ * this node's and what it passes on, leaves as one frame. Also here: a control link that breaks,
+ * and the probe that tells a gone node from a broken link. */
 #define _GNU_SOURCE
 #include "world_int.h"
 
@@ -19,13 +20,8 @@
 
 static void on_ctrl_msg(void *arg, rd_peer_chan *c, const rd_msg *m);
 static void on_ctrl_err(void *arg, rd_peer_chan *c, const char *why);
-
-/* A message held for a neighbour whose link is still being made. */
-struct ctrl_pending {
-    rd_relay r;
-    size_t len;
-    struct ctrl_pending *next;
-};
+static void on_flush(evutil_socket_t fd, short what, void *arg);
+static void relay_on(rd_world *w, int from, int to, const Ringd__Relay *r);
 
 int world_tree_parent(const rd_world *w)
 {
@@ -42,83 +38,147 @@ int world_tree_toward(const rd_world *w, int t)
     return rd_ctrltree_toward(w->position, t, RD_CTRL_FANOUT);
 }
 
-/* Holds m (a Relay) for the neighbour at i until its link is made; the ring drops when that
- * would hold more than RD_CTRL_PENDING_MAX bytes. */
-static void pending_add(rd_world *w, int i, const rd_msg *m)
+int world_ctrl_init(rd_world *w)
 {
-    size_t len = rd_frame_size(m);
-    struct ctrl_pending *p = malloc(sizeof(*p));
-    if (p == NULL || w->pending_bytes + len > RD_CTRL_PENDING_MAX || rd_relay_copy(&p->r, m) != 0) {
-        free(p);
-        rd_world_drop(w, "cannot hold the control messages for a node whose link is being made");
-        return;
-    }
-    p->len = len;
-    p->next = NULL;
-    struct ctrl_pending **at = &w->pending[i];
-    while (*at != NULL)
-        at = &(*at)->next;
-    *at = p;
-    w->pending_bytes += len;
+    w->ev_flush = event_new(w->net->base, -1, 0, on_flush, w);
+    return w->ev_flush != NULL ? 0 : -1;
 }
 
-void world_ctrl_pending_clear(rd_world *w)
+void world_ctrl_free(rd_world *w)
+{
+    world_ctrl_close(w);
+    for (int i = 0; i < RD_RING_NODES_MAX; i++)
+        free(w->outq[i].items);
+    memset(w->outq, 0, sizeof(w->outq));
+    if (w->ev_flush != NULL)
+        event_free(w->ev_flush);
+    w->ev_flush = NULL;
+}
+
+/* Queues r (taken) for the neighbour at i, to go at the end of the loop turn. Past
+ * RD_CTRL_QUEUED_MAX bytes, or out of memory, r is freed and the ring drops. */
+static void queue_add(rd_world *w, int i, Ringd__Relay *r)
+{
+    ctrl_queue *q = &w->outq[i];
+    size_t len = rd_relay_size(r);
+    if (q->n == q->cap) {
+        size_t cap = q->cap ? q->cap * 2 : 8;
+        Ringd__Relay **items = realloc(q->items, cap * sizeof(*items));
+        if (items == NULL) {
+            rd_relay_free(r);
+            rd_world_drop(w, "out of memory queueing a control message");
+            return;
+        }
+        q->items = items;
+        q->cap = cap;
+    }
+    if (w->outq_bytes + len > RD_CTRL_QUEUED_MAX) {
+        rd_relay_free(r);
+        rd_world_drop(w, "over 64 MiB of control messages queued for the neighbours in the "
+                         "control tree");
+        return;
+    }
+    q->items[q->n++] = r;
+    w->outq_bytes += len;
+    event_active(w->ev_flush, 0, 0);
+}
+
+/* Drops items[0..k) of the queue for the neighbour at i (sent or given up). */
+static void queue_drop(rd_world *w, int i, size_t k)
+{
+    ctrl_queue *q = &w->outq[i];
+    if (k == 0)
+        return;
+    for (size_t j = 0; j < k; j++) {
+        w->outq_bytes -= rd_relay_size(q->items[j]);
+        rd_relay_free(q->items[j]);
+    }
+    memmove(q->items, q->items + k, (q->n - k) * sizeof(*q->items));
+    q->n -= k;
+}
+
+/* Sends the queue of the neighbour at i over its link, in frames of at most --max-frame (one
+ * Relay alone may pass it by its envelope). */
+static void queue_send(rd_world *w, int i)
+{
+    ctrl_queue *q = &w->outq[i];
+    size_t max = (size_t)w->net->cfg->max_frame, at = 0;
+    while (at < q->n && w->ctrl[i] != NULL) {
+        size_t k = 0, bytes = 16; /* the frame's header and tags */
+        while (at + k < q->n && (k == 0 || bytes + rd_relay_size(q->items[at + k]) <= max))
+            bytes += rd_relay_size(q->items[at + k++]);
+        Ringd__Relays rs;
+        rd_msg m;
+        rd_relays_msg(&m, &rs, q->items + at, k);
+        size_t n = rd_peer_chan_send(w->ctrl[i], &m);
+        if (n > 0) {
+            w->told[i] = rd_now_ms();
+            w->net->counters->ctrl_sent++;
+            w->net->counters->ctrl_bytes_sent += n;
+        }
+        at += k;
+    }
+    queue_drop(w, i, at);
+}
+
+void world_ctrl_flush(rd_world *w)
 {
     for (int i = 0; i < RD_RING_NODES_MAX; i++) {
-        while (w->pending[i] != NULL) {
-            struct ctrl_pending *p = w->pending[i];
-            w->pending[i] = p->next;
-            rd_relay_free(&p->r);
-            free(p);
-        }
+        if (w->outq[i].n == 0)
+            continue;
+        if (w->ctrl[i] != NULL)
+            queue_send(w, i);
+        else if (w->state != W_CONNECTING) /* its link is gone, or was never made: for nobody */
+            queue_drop(w, i, w->outq[i].n);
     }
-    w->pending_bytes = 0;
 }
 
-/* Sends m on the link with the neighbour at i (there is one), counted. */
-static void link_send(rd_world *w, int i, const rd_msg *m)
+void world_ctrl_close(rd_world *w)
 {
-    size_t n = rd_peer_chan_send(w->ctrl[i], m);
-    if (n > 0)
+    if (w->ev_flush != NULL)
+        event_del(w->ev_flush);
+    for (int i = 0; i < RD_RING_NODES_MAX; i++) {
+        if (w->ctrl[i] != NULL)
+            queue_send(w, i);
+        queue_drop(w, i, w->outq[i].n);
+    }
+    w->outq_bytes = 0;
+}
+
+/* The end of the loop turn: what this turn queued goes out. */
+static void on_flush(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    world_ctrl_flush(arg);
+}
+
+void world_ctrl_poke(rd_world *w, int i)
+{
+    if (!world_tree_neighbour(w, i) || w->ctrl[i] == NULL)
+        return;
+    Ringd__Poke p = RINGD__POKE__INIT;
+    rd_msg m = RINGD__MSG__INIT;
+    m.body_case = RINGD__MSG__BODY_POKE;
+    m.poke = &p;
+    size_t n = rd_peer_chan_send(w->ctrl[i], &m);
+    if (n > 0) {
         w->told[i] = rd_now_ms();
-    if (n > 0 && m->body_case == RINGD__MSG__BODY_POKE) {
         w->net->counters->ctrl_keepalives++;
-    } else if (n > 0) {
-        w->net->counters->ctrl_sent++;
-        w->net->counters->ctrl_bytes_sent += n;
     }
 }
 
-void world_ctrl_send(rd_world *w, int i, const rd_msg *m)
-{
-    if (!world_tree_neighbour(w, i))
-        return;
-    /* Held while the link is made, and behind what is held once it is (order by origin). */
-    if (w->ctrl[i] == NULL || w->pending[i] != NULL) {
-        if (w->state == W_CONNECTING && m->body_case == RINGD__MSG__BODY_RELAY)
-            pending_add(w, i, m);
-        return;
-    }
-    link_send(w, i, m);
-}
-
-/* Sends m, this node's, to position to (-1: every node but skip's side, the neighbour at skip
- * taking nothing) along the tree. */
+/* Sends m, this node's, to position to (-1: every node, the neighbour at skip taking nothing)
+ * along the tree. */
 static void tree_send(rd_world *w, int to, int skip, const rd_msg *m)
 {
-    rd_relay r;
-    if (rd_relay_wrap(&r, m, (uint32_t)w->position, to) != 0) {
+    Ringd__Relay *r = rd_relay_new(m, (uint32_t)w->position, to);
+    if (r == NULL) {
         rd_world_drop(w, "out of memory sending a control message");
         return;
     }
-    if (to >= 0) {
-        world_ctrl_send(w, world_tree_toward(w, to), &r.msg);
-    } else {
-        for (int i = 0; i < w->nnodes; i++)
-            if (i != skip)
-                world_ctrl_send(w, i, &r.msg);
-    }
-    rd_relay_free(&r);
+    relay_on(w, skip, to, r);
+    rd_relay_free(r);
 }
 
 /* Sends Bye (leaving or only sealing) to every node still reached. */
@@ -166,28 +226,15 @@ void rd_world_send(rd_world *w, const int *to, int nto, const rd_schedmsg *m)
 
 int world_ctrl_link(rd_world *w, int i, int fd, const rd_seal *seal)
 {
-    rd_peer_chan *c =
-        rd_peer_chan_new(w->net->base, fd, seal, world_member(w, i)->node,
-                         (uint32_t)w->net->cfg->max_frame, on_ctrl_msg, on_ctrl_err, w);
+    /* A frame holds at most --max-frame of Relays, or one Relay and its envelope. */
+    rd_peer_chan *c = rd_peer_chan_new(w->net->base, fd, seal, world_member(w, i)->node,
+                                       (uint32_t)w->net->cfg->max_frame + RD_RELAY_OVERHEAD,
+                                       on_ctrl_msg, on_ctrl_err, w);
     if (c == NULL)
         return -1;
     rd_peer_chan_free(w->ctrl[i]); /* a re-dial replaces the earlier connection */
     w->ctrl[i] = c;
     return 0;
-}
-
-void world_ctrl_pending_send(rd_world *w)
-{
-    for (int i = 0; i < w->nnodes; i++) {
-        while (w->ctrl[i] != NULL && w->pending[i] != NULL) {
-            struct ctrl_pending *p = w->pending[i];
-            w->pending[i] = p->next;
-            w->pending_bytes -= p->len;
-            link_send(w, i, &p->r.msg);
-            rd_relay_free(&p->r);
-            free(p);
-        }
-    }
 }
 
 /* The position of the node on the other end of channel c, or -1. */
@@ -276,10 +323,74 @@ static void ctrl_handle(rd_world *w, int from, const rd_msg *m)
            (int)m->body_case, world_member(w, from)->node, w->generation);
 }
 
-/* A frame on the control link with the neighbour at position from: a keepalive, or a Relay that
- * is passed on toward where it goes (before this node acts on it, so that a Bye or an Error
- * reaches the nodes beyond before this one's links close) and handled here when it is for this
- * node. A Relay that could not have come this way is a peer's fault: the ring drops. */
+/* Queues a copy of r for the neighbour at i: 0, or -1 out of memory (the ring drops). */
+static int queue_copy(rd_world *w, int i, const Ringd__Relay *r)
+{
+    Ringd__Relay *copy = rd_relay_copy(r);
+    if (copy == NULL) {
+        rd_world_drop(w, "out of memory passing a control message on");
+        return -1;
+    }
+    queue_add(w, i, copy);
+    return 0;
+}
+
+/* Passes r on toward where it goes, from the neighbour at from (-1: r is this node's): to every
+ * other neighbour when it is for every node, else to the neighbour on the way (none when it is
+ * for this node). */
+static void relay_on(rd_world *w, int from, int to, const Ringd__Relay *r)
+{
+    if (to >= 0) {
+        if (to != w->position)
+            queue_copy(w, world_tree_toward(w, to), r);
+        return;
+    }
+    int parent = world_tree_parent(w);
+    if (parent >= 0 && parent != from && queue_copy(w, parent, r) != 0)
+        return;
+    int first = rd_ctrltree_first_child(w->position, RD_CTRL_FANOUT);
+    for (int child = first; child < first + RD_CTRL_FANOUT && child < w->nnodes; child++)
+        if (child != from && queue_copy(w, child, r) != 0)
+            return;
+}
+
+/* Takes r, a Relay from the neighbour at position from: passes it on toward where it goes
+ * (before this node acts on it, so that a Bye or an Error reaches the nodes beyond before this
+ * one's links close), then handles it when it is for this node, unless leaving. Returns 0, or -1
+ * when the Relay could not have come this way (a peer's fault: the ring drops, why says so). */
+static int relay_take(rd_world *w, int from, const Ringd__Relay *r, int leaving, char *why,
+                      size_t len)
+{
+    rd_msg *inner = NULL;
+    uint32_t origin = 0;
+    int to = -1;
+    char err[256];
+    if (rd_relay_open(r, &inner, &origin, &to, err, sizeof(err)) != RD_FRAME_OK) {
+        snprintf(why, len, "control message from node %s: %s", world_member(w, from)->node, err);
+        return -1;
+    }
+    /* From a node beyond the neighbour that passed it, for a node this one reaches otherwise. */
+    int o = (int)origin;
+    if (origin >= (uint32_t)w->nnodes || o == w->position || world_tree_toward(w, o) != from ||
+        to >= w->nnodes || to == o ||
+        (to >= 0 && to != w->position && world_tree_toward(w, to) == from)) {
+        snprintf(why, len,
+                 "control message from node %s relayed from position %" PRIu32 " to %d, which "
+                 "does not come that way in a ring of %d nodes",
+                 world_member(w, from)->node, origin, to, w->nnodes);
+        rd_frame_free(inner);
+        return -1;
+    }
+    relay_on(w, from, to, r);
+    if (!leaving && (to < 0 || to == w->position))
+        ctrl_handle(w, o, inner);
+    rd_frame_free(inner);
+    return 0;
+}
+
+/* A frame on the control link with the neighbour at position from: a keepalive, or Relays, taken
+ * in order while the link stands at this generation (one of them may end the ring). Anything
+ * else, and a Relay that could not have come this way, is a peer's fault: the ring drops. */
 static void on_ctrl_msg(void *arg, rd_peer_chan *c, const rd_msg *m)
 {
     rd_world *w = arg;
@@ -293,44 +404,26 @@ static void on_ctrl_msg(void *arg, rd_peer_chan *c, const rd_msg *m)
     w->heard[from] = rd_now_ms();
     if (m->body_case == RINGD__MSG__BODY_POKE) /* a keepalive */
         return;
-    rd_msg *inner = NULL;
-    uint32_t origin = 0;
-    int to = -1;
-    char err[256], why[640];
-    if (rd_relay_open(m, &inner, &origin, &to, err, sizeof(err)) != RD_FRAME_OK) {
-        snprintf(why, sizeof(why), "control message from node %s: %s", world_member(w, from)->node,
-                 err);
-        if (!leaving)
-            rd_world_drop(w, why);
-        return;
-    }
-    /* From a node beyond the neighbour that passed it, for a node this one reaches otherwise. */
-    int o = (int)origin;
-    if (o >= w->nnodes || o == w->position || world_tree_toward(w, o) != from || to >= w->nnodes ||
-        to == o || (to >= 0 && to != w->position && world_tree_toward(w, to) == from)) {
+    char why[640];
+    if (m->body_case != RINGD__MSG__BODY_RELAYS) {
         snprintf(why, sizeof(why),
-                 "control message from node %s relayed from position %d to %d, which does not "
-                 "come that way in a ring of %d nodes",
-                 world_member(w, from)->node, o, to, w->nnodes);
-        rd_frame_free(inner);
+                 "control message from node %s: a message of type %d where Relays belong",
+                 world_member(w, from)->node, (int)m->body_case);
         if (!leaving)
             rd_world_drop(w, why);
         return;
     }
-    if (to < 0) {
-        for (int i = 0; i < w->nnodes; i++)
-            if (i != from)
-                world_ctrl_send(w, i, m);
-    } else if (to != w->position) {
-        world_ctrl_send(w, world_tree_toward(w, to), m);
+    uint64_t generation = w->generation;
+    const Ringd__Relays *rs = m->relays;
+    for (size_t k = 0; k < rs->n_relays; k++) {
+        if (relay_take(w, from, rs->relays[k], leaving, why, sizeof(why)) != 0) {
+            if (!leaving)
+                rd_world_drop(w, why);
+            return;
+        }
+        if (w->ctrl[from] != c || w->generation != generation) /* the ring ended */
+            return;
     }
-    if (leaving) {
-        rd_frame_free(inner);
-        return;
-    }
-    if (to < 0 || to == w->position)
-        ctrl_handle(w, o, inner);
-    rd_frame_free(inner);
 }
 
 /* Whether a node whose link broke still listens: a refusal means its daemon is gone, and it is

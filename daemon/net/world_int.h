@@ -20,11 +20,11 @@
 
 struct event;
 struct retiring;
-struct ctrl_pending;
 
 #define RD_WORLD_RETRY_MS 100
-/* Relayed messages a node holds for a neighbour whose link is still being made, at most. */
-#define RD_CTRL_PENDING_MAX (64u << 20)
+/* Bytes of Relays a node holds for its neighbours, at most (those whose links are being made
+ * hold theirs until they are). */
+#define RD_CTRL_QUEUED_MAX (64u << 20)
 
 struct rd_net {
     struct event_base *base;
@@ -87,6 +87,13 @@ typedef struct {
     char why[256];
 } aside_member;
 
+/* The Relays for one neighbour in the control tree, oldest first: sent as one frame (or a few,
+ * within --max-frame) at the end of the loop turn, or once its link is made. */
+typedef struct {
+    Ringd__Relay **items;
+    size_t n, cap;
+} ctrl_queue;
+
 /* One outbound connection being made, retried until the generation changes. */
 typedef struct {
     rd_world *w;
@@ -127,10 +134,11 @@ struct rd_world {
     int in_data[RD_RING_CONNS_MAX];
     rd_seal in_seal[RD_RING_CONNS_MAX];
     rd_peer_chan *ctrl[RD_RING_NODES_MAX]; /* with the parent and children, by position */
-    /* Messages for a neighbour in the tree whose link is still being made (while the ring forms,
-     * a node up already may send through this one), oldest first, sent once it is made. */
-    struct ctrl_pending *pending[RD_RING_NODES_MAX];
-    size_t pending_bytes;
+    /* What goes to each neighbour at the end of this loop turn, and what waits for a
+     * neighbour's link while the ring forms (a node up already may send through this one). */
+    ctrl_queue outq[RD_RING_NODES_MAX];
+    size_t outq_bytes;
+    struct event *ev_flush;
     struct rd_xfer *xfer;
     struct retiring *xfer_link; /* made with xfer: its place on retiring, so retiring never fails */
     struct retiring *retiring;  /* data planes of earlier generations, ending */
@@ -273,14 +281,18 @@ int world_tree_parent(const rd_world *w);
 int world_tree_neighbour(const rd_world *w, int i);
 /* The neighbour in the tree through which this node reaches position t (not its own). */
 int world_tree_toward(const rd_world *w, int t);
+/* The control channel's flush event: 0, or -1 out of memory (world_ctrl_free frees it). */
+int world_ctrl_init(rd_world *w);
+void world_ctrl_free(rd_world *w);
 /* Makes the control link over fd with the neighbour at position i (replacing an earlier one),
  * its messages handled here: 0, or -1 out of memory (fd is the caller's to close). */
 int world_ctrl_link(rd_world *w, int i, int fd, const rd_seal *seal);
-/* Sends the neighbours whose links are made what was held for them (not on the turn a link is
- * accepted: PeerAccept goes first). */
-void world_ctrl_pending_send(rd_world *w);
-/* Forgets the messages held for links never made (the links of the generation close). */
-void world_ctrl_pending_clear(rd_world *w);
+/* Sends each neighbour whose link is made what is queued for it (not on the turn a link is
+ * accepted: PeerAccept goes first); what waits for a link stays while the ring forms, and is
+ * dropped otherwise. */
+void world_ctrl_flush(rd_world *w);
+/* Flushes, then forgets what is still queued (the links of the generation close). */
+void world_ctrl_close(rd_world *w);
 /* Sends Bye (leaving or only sealing) to every node still reached; loss (NULL: none) says why
  * a node leaves that was not drained (its clients must re-synchronise, see Bye.loss). */
 void world_send_bye(rd_world *w, int leaving, const char *loss);
@@ -289,9 +301,8 @@ void world_send_bye(rd_world *w, int leaving, const char *loss);
  * link with the neighbour at skip (-1: none). */
 void world_send_error(rd_world *w, const char *why, int skip);
 
-/* Sends m on the control link to the neighbour at position i, if there is one, or holds it while
- * the ring forms (counted: keepalives apart from the rest). */
-void world_ctrl_send(rd_world *w, int i, const rd_msg *m);
+/* Sends the keepalive to the neighbour at position i, if its link is made (counted apart). */
+void world_ctrl_poke(rd_world *w, int i);
 
 /* world_plane.c: the data plane glue. */
 

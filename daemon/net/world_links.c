@@ -43,7 +43,7 @@ void world_maybe_up(rd_world *w)
 {
     if (w->state != W_CONNECTING)
         return;
-    world_ctrl_pending_send(w);
+    world_ctrl_flush(w);
     int C = world_conns(w);
     for (int c = 0; c < C; c++)
         if (w->out_data[c].fd < 0 || w->in_data[c] < 0)
@@ -700,7 +700,7 @@ void world_links_free(rd_world *w)
 
 void world_links_close(rd_world *w)
 {
-    world_ctrl_pending_clear(w);
+    world_ctrl_close(w);
     for (int c = 0; c < RD_RING_CONNS_MAX; c++) {
         slot *s = &w->out_data[c];
         rd_peer_dial_cancel(s->dial);

@@ -102,12 +102,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             break;
         check_repack(m);
         check_schedmsg(m);
-        rd_msg *inner = NULL; /* a Relay's message, as world_ctrl.c opens it */
-        uint32_t origin;
-        int to;
-        if (m->body_case == RINGD__MSG__BODY_RELAY &&
-            rd_relay_open(m, &inner, &origin, &to, err, sizeof(err)) == RD_FRAME_OK) {
-            if (inner->body_case == RINGD__MSG__BODY_RELAY || to < -1)
+        for (size_t k = 0; m->body_case == RINGD__MSG__BODY_RELAYS && k < m->relays->n_relays;
+             k++) {
+            rd_msg *inner = NULL; /* a Relay's message, as world_ctrl.c opens it */
+            uint32_t origin;
+            int to;
+            if (rd_relay_open(m->relays->relays[k], &inner, &origin, &to, err, sizeof(err)) !=
+                RD_FRAME_OK)
+                continue;
+            if (inner->body_case == RINGD__MSG__BODY_RELAYS || to < -1)
                 abort();
             check_repack(inner);
             check_schedmsg(inner);

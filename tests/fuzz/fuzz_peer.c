@@ -86,13 +86,16 @@ static void on_chan_msg(void *arg, rd_peer_chan *c, const rd_msg *m)
         abort();
     rd_schedmsg v;
     char err[256];
-    rd_msg *inner = NULL; /* what a Relay carries, as world_ctrl.c opens it */
-    uint32_t origin;
-    int to;
-    if (rd_relay_open(m, &inner, &origin, &to, err, sizeof(err)) == RD_FRAME_OK &&
-        rd_schedmsg_decode(inner, &v, err, sizeof(err)) == RD_SCHEDMSG_DECODED)
-        rd_schedmsg_release(&v);
-    rd_frame_free(inner);
+    for (size_t k = 0; m->body_case == RINGD__MSG__BODY_RELAYS && k < m->relays->n_relays; k++) {
+        rd_msg *inner = NULL; /* what a Relay carries, as world_ctrl.c opens it */
+        uint32_t origin;
+        int to;
+        if (rd_relay_open(m->relays->relays[k], &inner, &origin, &to, err, sizeof(err)) ==
+                RD_FRAME_OK &&
+            rd_schedmsg_decode(inner, &v, err, sizeof(err)) == RD_SCHEDMSG_DECODED)
+            rd_schedmsg_release(&v);
+        rd_frame_free(inner);
+    }
     if (rd_schedmsg_decode(m, &v, err, sizeof(err)) == RD_SCHEDMSG_DECODED)
         rd_schedmsg_release(&v);
     fx.msgs++;
