@@ -670,6 +670,32 @@ Test(elastic, the_only_client_of_a_node_killed_fails_every_other_rank_once_namin
     th_ring_finish(&ring_);
 }
 
+/* n0's only client dies: n0, the root of the control tree through which n1 and n2 hear each
+ * other, leaves the ring and its job ends there. They go on after one failure naming the pid,
+ * well within --peer-timeout (a Bye lost on the way would have them wait it out, were a link
+ * closing before every Bye beyond it came not taken for a loss). */
+Test(elastic, the_only_client_of_the_node_that_relays_the_others_killed_fails_them_once_briefly,
+     .timeout = 120)
+{
+    int local[3] = {1, 1, 1};
+    start_job(3, local, 0);
+    uint64_t gen0 = max_generation();
+    th_loop *victim = &loops_[0]; /* n0's only client */
+    char pid[32];
+    snprintf(pid, sizeof(pid), "pid %d", (int)victim->pid);
+    int64_t t = th_now_ms();
+    th_loop_kill(victim);
+    int64_t took = expect_one_change(alive_not_on, 0, t, pid, 2, gen0);
+    fprintf(stderr, "elastic: n0's client killed: the others went on in %lld ms\n",
+            (long long)took);
+    MUST(took < atoi(PEER_TIMEOUT) / 2, "the others took %lld ms to go on, want < %d ms",
+         (long long)took, atoi(PEER_TIMEOUT) / 2);
+    wait_progress(ALL_LOOPS, 5, 20000, "after the client died");
+    expect_no_wrong_results();
+    stop_loops();
+    th_ring_finish(&ring_);
+}
+
 /* Loops from the first-th on that still run. */
 static int alive_from(int i, int first)
 {

@@ -651,3 +651,42 @@ Test(frame, a_relay_of_nothing_of_garbage_of_relays_or_of_a_keepalive_is_refused
     cr_assert_eq(open_relay(r->msg.data, r->msg.len, 3, err, sizeof(err)), RD_FRAME_OK);
     rd_relay_free(r);
 }
+
+/* What the control tree's queues count a frame of Relays at (world_ctrl.c: 16 bytes and
+ * rd_relay_size each) is never less than the frame, and one Relay adds at most
+ * RD_RELAY_OVERHEAD to the message it carries, at every size up to the default --max-frame. */
+Test(frame, a_frame_of_relays_is_never_larger_than_its_reckoning)
+{
+    size_t sizes[] = {
+        0, 1, 100, 127, 128, 16383, 16384, 70000, RD_FRAME_MAX_DEFAULT - 64, RD_FRAME_MAX_DEFAULT};
+    size_t n = sizeof(sizes) / sizeof(sizes[0]), sum = 16;
+    Ringd__Relay *r[sizeof(sizes) / sizeof(sizes[0])];
+    char *text = malloc(RD_FRAME_MAX_DEFAULT + 1);
+    cr_assert_not_null(text);
+    memset(text, 'x', RD_FRAME_MAX_DEFAULT);
+    for (size_t k = 0; k < n; k++) {
+        text[sizes[k]] = '\0';
+        Ringd__Error e = RINGD__ERROR__INIT;
+        e.message = text;
+        rd_msg m = RINGD__MSG__INIT;
+        m.body_case = RINGD__MSG__BODY_ERROR;
+        m.error = &e;
+        r[k] = rd_relay_new(&m, (uint32_t)(k * 1000), k % 2 ? -1 : 255);
+        cr_assert_not_null(r[k]);
+        text[sizes[k]] = 'x';
+        Ringd__Relays one;
+        rd_msg alone;
+        rd_relays_msg(&alone, &one, &r[k], 1);
+        cr_assert_leq(rd_frame_size(&alone), 16 + rd_relay_size(r[k]));
+        cr_assert_leq(rd_frame_size(&alone) - RD_FRAME_HEADER, r[k]->msg.len + RD_RELAY_OVERHEAD,
+                      "a Relay of %zu bytes takes %zu", r[k]->msg.len, rd_frame_size(&alone));
+        sum += rd_relay_size(r[k]);
+    }
+    Ringd__Relays all;
+    rd_msg batch;
+    rd_relays_msg(&batch, &all, r, n);
+    cr_assert_leq(rd_frame_size(&batch), sum);
+    for (size_t k = 0; k < n; k++)
+        rd_relay_free(r[k]);
+    free(text);
+}

@@ -10,6 +10,7 @@
 #include "job.h"
 #include "log.h"
 #include "session.h"
+#include "world.h"
 
 #define RD_DRAIN_POLL_MS 5
 #define RD_DRAIN_LINGER_MS 200 /* SIGTERM: lets the Byes and the rendezvous' leaves go out */
@@ -85,7 +86,10 @@ static void on_poll(evutil_socket_t fd, short what, void *arg)
                all ? "every op under way finished" : "ops still under way failed");
         reply_all(dr);
     }
-    if (dr->exit_after && now - dr->done_ms >= RD_DRAIN_LINGER_MS) {
+    /* SIGTERM: the daemon ends once the nodes beyond it in the rings' control trees no longer
+     * need it to pass their messages on, --peer-timeout at most. */
+    int relaying = rd_net_leaving(d->net) > 0 && now - dr->done_ms < d->cfg->peer_timeout;
+    if (dr->exit_after && now - dr->done_ms >= RD_DRAIN_LINGER_MS && !relaying) {
         event_del(dr->ev);
         event_base_loopbreak(d->base);
     } else if (!dr->exit_after) {

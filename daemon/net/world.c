@@ -595,10 +595,70 @@ rd_world *rd_world_new(rd_net *net, const char *job, uint32_t world_size, uint32
     return w;
 }
 
+/* What an orphaned world tells its job: nothing (the job is gone). */
+static void orphan_ring_up(void *arg, uint32_t first_rank, uint64_t generation, uint32_t size,
+                           int sync, const char *why)
+{
+    (void)arg, (void)first_rank, (void)generation, (void)size, (void)sync, (void)why;
+}
+static void orphan_ring_waiting(void *arg, uint32_t ranks, uint32_t nodes, uint64_t generation,
+                                const char *detail)
+{
+    (void)arg, (void)ranks, (void)nodes, (void)generation, (void)detail;
+}
+static void orphan_why(void *arg, const char *why)
+{
+    (void)arg, (void)why;
+}
+static void orphan_ring_down(void *arg, const char *why, int carry)
+{
+    (void)arg, (void)why, (void)carry;
+}
+static void orphan_news(void *arg)
+{
+    (void)arg;
+}
+static rd_world_await orphan_awaits(void *arg)
+{
+    (void)arg;
+    return RD_AWAIT_NOTHING;
+}
+static void orphan_task_done(void *arg, struct rd_xfer_task *t)
+{
+    (void)arg, (void)t;
+}
+static const rd_world_events orphan_events = {
+    .ring_up = orphan_ring_up,
+    .ring_waiting = orphan_ring_waiting,
+    .ring_down = orphan_ring_down,
+    .ring_lost = orphan_why,
+    .disrupted = orphan_news,
+    .ring_ended = orphan_news,
+    .awaits_order = orphan_awaits,
+    .task_done = orphan_task_done,
+};
+
 void rd_world_free(rd_world *w)
 {
     if (w == NULL)
         return;
+    if (w->state == W_LEAVING && !w->orphaned) {
+        /* Its job ends, but the nodes beyond it in the control tree still hear each other
+         * through it: it stays, told nothing more, its data plane ended as the job's memory
+         * goes. */
+        world_plane_retire(w, "the job ended on this node", TD_END);
+        w->ev = orphan_events;
+        w->arg = NULL;
+        w->orphaned = 1;
+        rd_log(RD_LOG_DEBUG, "world",
+               "job '%s': ended here; still passing the other nodes' messages on", w->name);
+        return;
+    }
+    world_destroy(w);
+}
+
+void world_destroy(rd_world *w)
+{
     for (rd_world **pp = &w->net->worlds; *pp != NULL; pp = &(*pp)->next) {
         if (*pp == w) {
             *pp = w->next;
@@ -719,7 +779,7 @@ static void on_lapse(evutil_socket_t fd, short what, void *arg)
      * lease / 4): a keepalive to those this node has sent nothing else to since the last tick
      * (ops announced and messages passed on count). */
     int64_t now = rd_now_ms(), silent = 0, period = w->net->cfg->lease_ttl / 4;
-    for (int i = 0; world_ring_up(w) && i < w->nnodes; i++) {
+    for (int i = 0; (world_ring_up(w) || w->state == W_LEAVING) && i < w->nnodes; i++) {
         if (i == w->position || w->ctrl[i] == NULL)
             continue;
         if (now - w->told[i] >= period - period / 8) /* a tick may come a little early */
@@ -758,6 +818,8 @@ static void on_linger(evutil_socket_t fd, short what, void *arg)
     if (w->state != W_LEAVING)
         return;
     world_teardown(w, "this node left the job", TD_LEAVE, W_IDLE);
+    if (w->orphaned)
+        world_destroy(w);
 }
 
 /* Leaves the ring gracefully (Bye): what every node announced finishes, the rest carries over.
@@ -790,6 +852,11 @@ static int world_leave(rd_world *w, const char *loss)
     int64_t ms = w->net->cfg->peer_timeout;
     struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
     evtimer_add(w->ev_linger, &tv);
+    int linked = 0;
+    for (int i = 0; i < w->nnodes; i++)
+        linked |= w->ctrl[i] != NULL;
+    if (!linked) /* no neighbour to pass anything on to */
+        event_active(w->ev_linger, 0, 0);
     rd_log(RD_LOG_INFO, "world", "job '%s': left the ring of generation %" PRIu64, w->name,
            w->generation);
     return 1;

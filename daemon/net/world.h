@@ -33,6 +33,9 @@ rd_net *rd_net_new(struct event_base *base, const rd_config *cfg, rd_counters *c
 
 /* Stops them, after every world is freed. NULL is a no-op. */
 void rd_net_free(rd_net *net);
+/* The rings this node has left whose other nodes' messages it still passes on (a daemon that
+ * shuts down after a drain waits for none, --peer-timeout at most). */
+int rd_net_leaving(const rd_net *net);
 
 /* The address peers dial ("" for a NULL net), and whether Redis is connected. */
 const char *rd_net_address(const rd_net *net);
@@ -90,7 +93,11 @@ typedef struct {
 rd_world *rd_world_new(rd_net *net, const char *job, uint32_t world_size, uint32_t min_size,
                        uint32_t local_size, const rd_world_events *ev, void *arg);
 
-/* Leaves the rendezvous, closes the links, ends the ring's tasks. NULL is a no-op. */
+/* Leaves the rendezvous, closes the links, ends the ring's tasks; the job hears nothing more
+ * from w. A world that is leaving its ring gracefully (rd_world_leave, rd_world_abandon) keeps
+ * its control links with the net, passing the other nodes' messages on along the control tree,
+ * until its neighbours let go or --peer-timeout passes (rd_net_free ends it at the latest). NULL
+ * is a no-op. */
 void rd_world_free(rd_world *w);
 
 /* Every local client is there: joins the rendezvous. */

@@ -55,27 +55,45 @@ void world_ctrl_free(rd_world *w)
     w->ev_flush = NULL;
 }
 
+/* A Relay could not be queued (why): the ring drops, and nothing more goes out at this
+ * generation, so that no node hears a later message of this node's without the lost one. */
+static void queue_failed(rd_world *w, const char *why)
+{
+    w->outq_failed = 1;
+    rd_world_drop(w, why);
+}
+
 /* Queues r (taken) for the neighbour at i, to go at the end of the loop turn. Past
  * RD_CTRL_QUEUED_MAX bytes, or out of memory, r is freed and the ring drops. */
 static void queue_add(rd_world *w, int i, Ringd__Relay *r)
 {
     ctrl_queue *q = &w->outq[i];
     size_t len = rd_relay_size(r);
+    size_t most = 2 * (RD_CTRL_FANOUT + 1) * ((size_t)w->net->cfg->max_frame + RD_RELAY_OVERHEAD);
+    if (most < RD_CTRL_QUEUED_MIN)
+        most = RD_CTRL_QUEUED_MIN;
+    if (w->outq_failed) {
+        rd_relay_free(r);
+        return;
+    }
     if (q->n == q->cap) {
         size_t cap = q->cap ? q->cap * 2 : 8;
         Ringd__Relay **items = realloc(q->items, cap * sizeof(*items));
         if (items == NULL) {
             rd_relay_free(r);
-            rd_world_drop(w, "out of memory queueing a control message");
+            queue_failed(w, "out of memory queueing a control message");
             return;
         }
         q->items = items;
         q->cap = cap;
     }
-    if (w->outq_bytes + len > RD_CTRL_QUEUED_MAX) {
+    if (w->outq_bytes + len > most) {
+        char why[160];
+        snprintf(why, sizeof(why),
+                 "over %zu MiB of control messages queued for the neighbours in the control tree",
+                 most >> 20);
         rd_relay_free(r);
-        rd_world_drop(w, "over 64 MiB of control messages queued for the neighbours in the "
-                         "control tree");
+        queue_failed(w, why);
         return;
     }
     q->items[q->n++] = r;
@@ -126,7 +144,9 @@ void world_ctrl_flush(rd_world *w)
     for (int i = 0; i < RD_RING_NODES_MAX; i++) {
         if (w->outq[i].n == 0)
             continue;
-        if (w->ctrl[i] != NULL)
+        if (w->outq_failed)
+            queue_drop(w, i, w->outq[i].n);
+        else if (w->ctrl[i] != NULL)
             queue_send(w, i);
         else if (w->state != W_CONNECTING) /* its link is gone, or was never made: for nobody */
             queue_drop(w, i, w->outq[i].n);
@@ -138,11 +158,12 @@ void world_ctrl_close(rd_world *w)
     if (w->ev_flush != NULL)
         event_del(w->ev_flush);
     for (int i = 0; i < RD_RING_NODES_MAX; i++) {
-        if (w->ctrl[i] != NULL)
+        if (w->ctrl[i] != NULL && !w->outq_failed)
             queue_send(w, i);
         queue_drop(w, i, w->outq[i].n);
     }
     w->outq_bytes = 0;
+    w->outq_failed = 0;
 }
 
 /* The end of the loop turn: what this turn queued goes out. */
@@ -172,6 +193,8 @@ void world_ctrl_poke(rd_world *w, int i)
  * along the tree. */
 static void tree_send(rd_world *w, int to, int skip, const rd_msg *m)
 {
+    if (!world_ring_linked(w)) /* no links of this generation to carry it */
+        return;
     Ringd__Relay *r = rd_relay_new(m, (uint32_t)w->position, to);
     if (r == NULL) {
         rd_world_drop(w, "out of memory sending a control message");
@@ -232,7 +255,14 @@ int world_ctrl_link(rd_world *w, int i, int fd, const rd_seal *seal)
                                        on_ctrl_msg, on_ctrl_err, w);
     if (c == NULL)
         return -1;
-    rd_peer_chan_free(w->ctrl[i]); /* a re-dial replaces the earlier connection */
+    if (w->ctrl[i] != NULL) {
+        /* A re-dial replaces the earlier connection, and with it what went over that one and
+         * was not read: a gap in what some node hears of another. */
+        char why[RD_NAME_MAX + 96];
+        snprintf(why, sizeof(why), "node %s made its control link again", world_member(w, i)->node);
+        rd_world_drop(w, why);
+    }
+    rd_peer_chan_free(w->ctrl[i]);
     w->ctrl[i] = c;
     return 0;
 }
@@ -356,8 +386,9 @@ static void relay_on(rd_world *w, int from, int to, const Ringd__Relay *r)
 
 /* Takes r, a Relay from the neighbour at position from: passes it on toward where it goes
  * (before this node acts on it, so that a Bye or an Error reaches the nodes beyond before this
- * one's links close), then handles it when it is for this node, unless leaving. Returns 0, or -1
- * when the Relay could not have come this way (a peer's fault: the ring drops, why says so). */
+ * one's links close), then handles it when it is for this node, unless leaving. Returns 0; 1 when
+ * leaving and it was an Error; -1 when the Relay could not have come this way (a peer's fault:
+ * the ring drops, why says so). */
 static int relay_take(rd_world *w, int from, const Ringd__Relay *r, int leaving, char *why,
                       size_t len)
 {
@@ -382,10 +413,27 @@ static int relay_take(rd_world *w, int from, const Ringd__Relay *r, int leaving,
         return -1;
     }
     relay_on(w, from, to, r);
+    int broke = 0;
     if (!leaving && (to < 0 || to == w->position))
         ctrl_handle(w, o, inner);
+    else if (leaving && inner->body_case == RINGD__MSG__BODY_BYE &&
+             inner->bye->generation == w->generation) /* for when every node has said it */
+        world_member_set(w, o, inner->bye->leaving ? M_LEAVING : M_SEALED);
+    else if (leaving && inner->body_case == RINGD__MSG__BODY_ERROR)
+        broke = 1;
     rd_frame_free(inner);
-    return 0;
+    return broke;
+}
+
+/* Leaving: once every other node has said Bye, this node has passed on all its neighbours need
+ * from it, and its links close (after what is queued goes out); so they do once an Error (the
+ * ring broke: no graceful end to wait for) has passed. */
+static void leaving_check(rd_world *w, int broke)
+{
+    for (int i = 0; i < w->nnodes && !broke; i++)
+        if (i != w->position && w->members[i] == M_ACTIVE)
+            return;
+    event_active(w->ev_linger, 0, 0);
 }
 
 /* A frame on the control link with the neighbour at position from: a keepalive, or Relays, taken
@@ -415,15 +463,22 @@ static void on_ctrl_msg(void *arg, rd_peer_chan *c, const rd_msg *m)
     }
     uint64_t generation = w->generation;
     const Ringd__Relays *rs = m->relays;
+    int broke = 0;
     for (size_t k = 0; k < rs->n_relays; k++) {
-        if (relay_take(w, from, rs->relays[k], leaving, why, sizeof(why)) != 0) {
+        int rc = relay_take(w, from, rs->relays[k], leaving, why, sizeof(why));
+        if (rc < 0) {
             if (!leaving)
                 rd_world_drop(w, why);
+            else
+                leaving_check(w, 1);
             return;
         }
+        broke |= rc;
         if (w->ctrl[from] != c || w->generation != generation) /* the ring ended */
             return;
     }
+    if (leaving)
+        leaving_check(w, broke);
 }
 
 /* Whether a node whose link broke still listens: a refusal means its daemon is gone, and it is
@@ -462,27 +517,38 @@ static void on_probed(void *arg, int alive, const char *why)
 /* A control link broke. After a Bye that is the node letting go; otherwise the node is gone or
  * the link failed: the ring breaks (its ops are doomed until the next ring) and the node is
  * probed to tell which. */
+/* 1 when every node this one reaches through the neighbour at i (i among them) said Bye. */
+static int sealed_beyond(const rd_world *w, int i)
+{
+    for (int m = 0; m < w->nnodes; m++)
+        if (m != w->position && world_tree_toward(w, m) == i && w->members[m] == M_ACTIVE)
+            return 0;
+    return 1;
+}
+
 static void on_ctrl_err(void *arg, rd_peer_chan *c, const char *why)
 {
     rd_world *w = arg;
     int from = chan_position(w, c);
-    if (from >= 0 && w->members[from] != M_ACTIVE && w->state != W_LEAVING) {
-        rd_peer_chan_free(c);
-        w->ctrl[from] = NULL;
-        world_carry_check(w);
-        return;
-    }
     if (w->state == W_LEAVING) {
         /* A neighbour let go: once every one has, nothing more passes through this node. */
-        rd_peer_chan_free(c);
         int left = 0;
         for (int i = 0; i < RD_RING_NODES_MAX; i++) {
             if (w->ctrl[i] == c)
                 w->ctrl[i] = NULL;
             left |= w->ctrl[i] != NULL;
         }
+        rd_peer_chan_free(c);
         if (!left)
             event_active(w->ev_linger, 0, 0);
+        return;
+    }
+    /* A neighbour closes its link once it has passed on every node's Bye it heard: graceful
+     * when those of every node beyond it are in, a loss (it went away first) when not. */
+    if (from >= 0 && w->members[from] != M_ACTIVE && sealed_beyond(w, from)) {
+        rd_peer_chan_free(c);
+        w->ctrl[from] = NULL;
+        world_carry_check(w);
         return;
     }
     rd_log(RD_LOG_WARN, "world", "job '%s': control link with node %s: %s", w->name,

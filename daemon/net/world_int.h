@@ -22,9 +22,10 @@ struct event;
 struct retiring;
 
 #define RD_WORLD_RETRY_MS 100
-/* Bytes of Relays a node holds for its neighbours, at most (those whose links are being made
- * hold theirs until they are). */
-#define RD_CTRL_QUEUED_MAX (64u << 20)
+/* Bytes of Relays a node holds for its neighbours, at least as its limit (those whose links are
+ * being made hold theirs until they are); more when two of the largest frames for each
+ * neighbour take more (world_ctrl.c). */
+#define RD_CTRL_QUEUED_MIN (64u << 20)
 
 struct rd_net {
     struct event_base *base;
@@ -138,6 +139,8 @@ struct rd_world {
      * neighbour's link while the ring forms (a node up already may send through this one). */
     ctrl_queue outq[RD_RING_NODES_MAX];
     size_t outq_bytes;
+    int outq_failed; /* a Relay could not be queued: nothing more goes out at this generation,
+                        so that no node hears a later message of this node's without it */
     struct event *ev_flush;
     struct rd_xfer *xfer;
     struct retiring *xfer_link; /* made with xfer: its place on retiring, so retiring never fails */
@@ -176,6 +179,9 @@ struct rd_world {
     struct event *ev_linger; /* leaving: closes the links left open */
     struct event *ev_lapse;  /* keepalives; looks whether this node is cut off */
     lease_state lease;
+    /* Left, and its job ended (rd_world_free while W_LEAVING): the net owns it, the job hears
+     * nothing more, and it is freed once it stops passing messages on (on_linger). */
+    int orphaned;
     int64_t heard[RD_RING_NODES_MAX]; /* last control message from each neighbour (ms) */
     int64_t told[RD_RING_NODES_MAX];  /* last control message sent to each neighbour (ms) */
     struct event *ev_check;           /* runs maybe_up on the next turn */
@@ -231,6 +237,8 @@ void world_left_add(rd_world *w, const rd_rdv_member *m);
 /* Frees v's members and zeroes it; copies src into dst (0, or -1 out of memory: dst unchanged). */
 void world_view_clear(rd_rdv_view *v);
 int world_view_copy(rd_rdv_view *dst, const rd_rdv_view *src);
+/* Frees w whatever its state (rd_world_free keeps a leaving one). */
+void world_destroy(rd_world *w);
 /* Closes everything of the current generation and moves the ring to next, telling the channel's
  * subscribers (ended) and then the job (ring_down, when it was up). */
 void world_teardown(rd_world *w, const char *why, teardown_how how, world_state next);

@@ -329,6 +329,7 @@ void world_connect_ring(rd_world *w)
         world_set_state(w, W_WAITING);
         return;
     }
+    world_ctrl_close(w); /* nothing of an earlier generation goes over this one's links */
     world_set_state(w, W_CONNECTING);
     memset(w->unreach, 0, sizeof(w->unreach));
     w->connect_ms = rd_now_ms();

@@ -99,9 +99,19 @@ void rd_net_free(rd_net *net)
 {
     if (net == NULL)
         return;
+    while (net->worlds != NULL) /* left, still passing messages on: the daemon ends */
+        world_destroy(net->worlds);
     rd_rdv_free(net->rdv);
     rd_peer_net_free(net->peers);
     free(net);
+}
+
+int rd_net_leaving(const rd_net *net)
+{
+    int n = 0;
+    for (const rd_world *w = net != NULL ? net->worlds : NULL; w != NULL; w = w->next)
+        n += w->state == W_LEAVING;
+    return n;
 }
 
 const char *rd_net_address(const rd_net *net)
