@@ -98,6 +98,7 @@ typedef struct {
     rd_front front;
     int has_admin_gid; /* --admin-group, resolved */
     gid_t admin_gid;
+    int terms; /* SIGTERMs so far */
 } rd_daemon;
 
 static void on_accept(int fd, void *arg)
@@ -141,8 +142,11 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 {
     rd_daemon *d = arg;
     (void)what;
-    if (sig == SIGTERM && !rd_engine_draining(d->engine)) {
-        rd_log(RD_LOG_INFO, "main", "SIGTERM: draining, then shutting down");
+    /* Also after ringctl drain (a pod's preStop): the daemon ends once that drain is done and
+     * its left rings no longer need it to pass messages on. */
+    if (sig == SIGTERM && d->terms++ == 0) {
+        rd_log(RD_LOG_INFO, "main", "SIGTERM: %s, then shutting down",
+               rd_engine_draining(d->engine) ? "finishing the drain under way" : "draining");
         if (rd_drain_start(&d->front, NULL, d->cfg.drain_timeout, 1) == 0)
             return;
     }

@@ -354,7 +354,9 @@ Test(elastic,
 
 /* ---- 3. a graceful drain: ringctl drain, SIGTERM ---- */
 
-/* Drains node d of a job of 3 nodes while every client loops. */
+/* Drains node d of a job of 3 nodes while every client loops: by ringctl drain (by_signal 0),
+ * SIGTERM (1), or ringctl drain and then SIGTERM, as Kubernetes does (2: preStop, then the
+ * kill). */
 static void drain_node(int d, int by_signal)
 {
     int local[3] = {2, 2, 2};
@@ -362,7 +364,7 @@ static void drain_node(int d, int by_signal)
     uint64_t gen0 = max_generation();
 
     int64_t t = th_now_ms();
-    if (by_signal) {
+    if (by_signal == 1) {
         cr_assert_eq(th_daemon_signal(&ring_.d[d], SIGTERM), 0);
         int rc = th_daemon_wait_exit(&ring_.d[d], 30000);
         MUST(rc == 0, "n%d did not exit 0 after SIGTERM (%d; -2: still running after 30 s)", d, rc);
@@ -373,9 +375,17 @@ static void drain_node(int d, int by_signal)
         int said = strstr(out, "drained") != NULL;
         free(out);
         MUST(rc == 0 && said, "ringctl drain exited %d (want 0, saying \"drained\")", rc);
+        if (by_signal == 2) {
+            cr_assert_eq(th_daemon_signal(&ring_.d[d], SIGTERM), 0);
+            rc = th_daemon_wait_exit(&ring_.d[d], 30000);
+            MUST(rc == 0, "n%d did not exit 0 after its drain and SIGTERM (%d)", d, rc);
+        }
     }
     fprintf(stderr, "elastic: drain of n%d (%s) took %lld ms\n", d,
-            by_signal ? "SIGTERM" : "ringctl", (long long)(th_now_ms() - t));
+            by_signal == 1   ? "SIGTERM"
+            : by_signal == 2 ? "ringctl, then SIGTERM"
+                             : "ringctl",
+            (long long)(th_now_ms() - t));
 
     /* the other nodes' clients: not one failure; the ops carry over and complete at size 4 */
     for (int i = 0; i < nloops_; i++) {
@@ -395,14 +405,14 @@ static void drain_node(int d, int by_signal)
              "client %d of the drained n%d saw no failure", i, d);
         const th_loop_event *e = &loops_[i].ev[th_loop_next_failure(&loops_[i], 0, t)];
         int ok = e->rc == RINGD_E_CLOSED && strstr(e->msg, "drain") != NULL;
-        if (by_signal) /* the node may be gone before the client's next submit */
+        if (by_signal == 1) /* the node may be gone before the client's next submit */
             ok = ok || e->rc == RINGD_E_CLOSED || e->rc == RINGD_E_CONNECT;
         MUST(ok,
              "client %d of the drained n%d failed with %s (\"%s\"), want RINGD_E_CLOSED "
              "saying it drained",
              i, d, ringd_strerror((ringd_result_t)e->rc), e->msg);
     }
-    if (!by_signal) {
+    if (by_signal == 0) {
         th_jobinfo info;
         MUST(th_job_info(ring_.d[d].sock, job_, &info) == 0 && info.draining,
              "the drained n%d does not say it is draining", d);
@@ -443,6 +453,12 @@ Test(elastic, a_drain_of_the_node_that_relays_the_others_control_messages_fails_
      .timeout = 120)
 {
     drain_node(0, 0);
+}
+
+Test(elastic, ringctl_drain_then_sigterm_of_the_relaying_node_fails_no_op_of_the_others,
+     .timeout = 120)
+{
+    drain_node(0, 2);
 }
 
 /* ---- 4. a node joins a running job ---- */

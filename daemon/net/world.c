@@ -647,6 +647,9 @@ void rd_world_free(rd_world *w)
          * through it: it stays, told nothing more, its data plane ended as the job's memory
          * goes. */
         world_plane_retire(w, "the job ended on this node", TD_END);
+        if (w->ev.ring_ended != NULL) /* the job hears its ring end, as when it is freed */
+            w->ev.ring_ended(w->arg);
+        w->ev.ring_down(w->arg, "the job ended on this node", 0);
         w->ev = orphan_events;
         w->arg = NULL;
         w->orphaned = 1;
@@ -852,11 +855,7 @@ static int world_leave(rd_world *w, const char *loss)
     int64_t ms = w->net->cfg->peer_timeout;
     struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
     evtimer_add(w->ev_linger, &tv);
-    int linked = 0;
-    for (int i = 0; i < w->nnodes; i++)
-        linked |= w->ctrl[i] != NULL;
-    if (!linked) /* no neighbour to pass anything on to */
-        event_active(w->ev_linger, 0, 0);
+    world_linger_check(w, 0); /* no neighbour to pass anything on to, or only leaving ones */
     rd_log(RD_LOG_INFO, "world", "job '%s': left the ring of generation %" PRIu64, w->name,
            w->generation);
     return 1;

@@ -1,8 +1,8 @@
 /* Jobs that span nodes: the daemon's rendezvous and peer listener, and for each such job its
  * registration, the ring's membership and links at each generation (data connections to the
- * next node, a control link with every other node, which carries the engine's scheduling
- * messages to the channel's subscribers, rd_world_subscribe) and the data plane. Loop thread
- * only. */
+ * next node, control links along a tree of the ring's nodes, which carry the engine's
+ * scheduling messages to the channel's subscribers, rd_world_subscribe) and the data plane. Loop
+ * thread only. */
 #ifndef RD_WORLD_H
 #define RD_WORLD_H
 
@@ -134,8 +134,9 @@ void rd_world_detail(const rd_world *w, char *buf, size_t len);
 int rd_world_up(const rd_world *w);
 
 /* Sends m, stamped with the generation of the ring formed or forming, to the nodes at positions
- * to[0..nto) of the current ring, or with to NULL to every other node, on the control links that
- * are up. Out of memory, the ring is dropped (rd_world_drop). */
+ * to[0..nto) of the current ring, or with to NULL to every other node, along the control tree
+ * at the end of the loop turn (nodes whose way is not made yet get it once it is). Out of
+ * memory, the ring is dropped (rd_world_drop). */
 void rd_world_send(rd_world *w, const int *to, int nto, const rd_schedmsg *m);
 
 /* 1 while the ring is sealed for a graceful change: nothing more is announced or ordered at

@@ -60,16 +60,20 @@ void world_ctrl_free(rd_world *w)
 static void queue_failed(rd_world *w, const char *why)
 {
     w->outq_failed = 1;
-    rd_world_drop(w, why);
+    if (w->state == W_LEAVING) /* nothing it passes on would arrive whole: it stops */
+        event_active(w->ev_linger, 0, 0);
+    else
+        rd_world_drop(w, why);
 }
 
-/* Queues r (taken) for the neighbour at i, to go at the end of the loop turn. Past
- * RD_CTRL_QUEUED_MAX bytes, or out of memory, r is freed and the ring drops. */
+/* Queues r (taken) for the neighbour at i, to go at the end of the loop turn. Past the limit
+ * (RD_CTRL_QUEUED_MIN, or four of the largest frames), or out of memory, r is freed and the
+ * ring drops. */
 static void queue_add(rd_world *w, int i, Ringd__Relay *r)
 {
     ctrl_queue *q = &w->outq[i];
     size_t len = rd_relay_size(r);
-    size_t most = 2 * (RD_CTRL_FANOUT + 1) * ((size_t)w->net->cfg->max_frame + RD_RELAY_OVERHEAD);
+    size_t most = 4 * ((size_t)w->net->cfg->max_frame + RD_RELAY_OVERHEAD);
     if (most < RD_CTRL_QUEUED_MIN)
         most = RD_CTRL_QUEUED_MIN;
     if (w->outq_failed) {
@@ -193,7 +197,7 @@ void world_ctrl_poke(rd_world *w, int i)
  * along the tree. */
 static void tree_send(rd_world *w, int to, int skip, const rd_msg *m)
 {
-    if (!world_ring_linked(w)) /* no links of this generation to carry it */
+    if (!world_ring_linked(w) && w->state != W_LEAVING) /* no links of this generation */
         return;
     Ringd__Relay *r = rd_relay_new(m, (uint32_t)w->position, to);
     if (r == NULL) {
@@ -384,61 +388,67 @@ static void relay_on(rd_world *w, int from, int to, const Ringd__Relay *r)
             return;
 }
 
-/* Takes r, a Relay from the neighbour at position from: passes it on toward where it goes
+/* Opens r, a Relay from the neighbour at position from, and passes it on toward where it goes
  * (before this node acts on it, so that a Bye or an Error reaches the nodes beyond before this
- * one's links close), then handles it when it is for this node, unless leaving. Returns 0; 1 when
- * leaving and it was an Error; -1 when the Relay could not have come this way (a peer's fault:
- * the ring drops, why says so). */
-static int relay_take(rd_world *w, int from, const Ringd__Relay *r, int leaving, char *why,
-                      size_t len)
+ * one's links close). Returns its message (the caller's, rd_frame_free) when it is for this node
+ * too, in *inner with its *origin; 0, or -1 when the Relay could not have come this way (a
+ * peer's fault: the ring drops, why says so). */
+static int relay_pass(rd_world *w, int from, const Ringd__Relay *r, rd_msg **inner, int *origin,
+                      char *why, size_t len)
 {
-    rd_msg *inner = NULL;
-    uint32_t origin = 0;
+    uint32_t o = 0;
     int to = -1;
     char err[256];
-    if (rd_relay_open(r, &inner, &origin, &to, err, sizeof(err)) != RD_FRAME_OK) {
+    if (rd_relay_open(r, inner, &o, &to, err, sizeof(err)) != RD_FRAME_OK) {
         snprintf(why, len, "control message from node %s: %s", world_member(w, from)->node, err);
         return -1;
     }
     /* From a node beyond the neighbour that passed it, for a node this one reaches otherwise. */
-    int o = (int)origin;
-    if (origin >= (uint32_t)w->nnodes || o == w->position || world_tree_toward(w, o) != from ||
-        to >= w->nnodes || to == o ||
+    if (o >= (uint32_t)w->nnodes || (int)o == w->position || world_tree_toward(w, (int)o) != from ||
+        to >= w->nnodes || to == (int)o ||
         (to >= 0 && to != w->position && world_tree_toward(w, to) == from)) {
         snprintf(why, len,
                  "control message from node %s relayed from position %" PRIu32 " to %d, which "
                  "does not come that way in a ring of %d nodes",
-                 world_member(w, from)->node, origin, to, w->nnodes);
-        rd_frame_free(inner);
+                 world_member(w, from)->node, o, to, w->nnodes);
+        rd_frame_free(*inner);
+        *inner = NULL;
         return -1;
     }
     relay_on(w, from, to, r);
-    int broke = 0;
-    if (!leaving && (to < 0 || to == w->position))
-        ctrl_handle(w, o, inner);
-    else if (leaving && inner->body_case == RINGD__MSG__BODY_BYE &&
-             inner->bye->generation == w->generation) /* for when every node has said it */
-        world_member_set(w, o, inner->bye->leaving ? M_LEAVING : M_SEALED);
-    else if (leaving && inner->body_case == RINGD__MSG__BODY_ERROR)
-        broke = 1;
-    rd_frame_free(inner);
-    return broke;
+    if (to >= 0 && to != w->position) {
+        rd_frame_free(*inner);
+        *inner = NULL;
+    }
+    *origin = (int)o;
+    return 0;
 }
 
-/* Leaving: once every other node has said Bye, this node has passed on all its neighbours need
- * from it, and its links close (after what is queued goes out); so they do once an Error (the
- * ring broke: no graceful end to wait for) has passed. */
-static void leaving_check(rd_world *w, int broke)
+void world_linger_check(rd_world *w, int broke)
 {
+    if (w->state != W_LEAVING)
+        return;
+    /* Its neighbours still need it until they close their links, but for those leaving too
+     * (they wait on this one in turn), and not at all once the ring broke. */
     for (int i = 0; i < w->nnodes && !broke; i++)
-        if (i != w->position && w->members[i] == M_ACTIVE)
+        if (w->ctrl[i] != NULL && w->members[i] != M_LEAVING)
             return;
     event_active(w->ev_linger, 0, 0);
 }
 
-/* A frame on the control link with the neighbour at position from: a keepalive, or Relays, taken
- * in order while the link stands at this generation (one of them may end the ring). Anything
- * else, and a Relay that could not have come this way, is a peer's fault: the ring drops. */
+/* What a leaving node takes from m, a message of origin's: a Bye (which of its neighbours
+ * leave), and whether the ring broke (an Error: 1). */
+static int leaving_take(rd_world *w, int origin, const rd_msg *m)
+{
+    if (m->body_case == RINGD__MSG__BODY_BYE && m->bye->generation == w->generation)
+        world_member_set(w, origin, m->bye->leaving ? M_LEAVING : M_SEALED);
+    return m->body_case == RINGD__MSG__BODY_ERROR;
+}
+
+/* A frame on the control link with the neighbour at position from: a keepalive, or Relays. Every
+ * Relay of the frame is passed on first, then those for this node are handled in order while
+ * the link stands at this generation (one of them may end the ring). Anything else, and a Relay
+ * that could not have come this way, is a peer's fault: the ring drops. */
 static void on_ctrl_msg(void *arg, rd_peer_chan *c, const rd_msg *m)
 {
     rd_world *w = arg;
@@ -457,28 +467,39 @@ static void on_ctrl_msg(void *arg, rd_peer_chan *c, const rd_msg *m)
         snprintf(why, sizeof(why),
                  "control message from node %s: a message of type %d where Relays belong",
                  world_member(w, from)->node, (int)m->body_case);
-        if (!leaving)
+        if (leaving)
+            world_linger_check(w, 1);
+        else
             rd_world_drop(w, why);
         return;
     }
-    uint64_t generation = w->generation;
     const Ringd__Relays *rs = m->relays;
+    rd_msg **inner = calloc(rs->n_relays > 0 ? rs->n_relays : 1, sizeof(*inner));
+    int *origin = calloc(rs->n_relays > 0 ? rs->n_relays : 1, sizeof(*origin));
+    int bad = inner == NULL || origin == NULL;
+    if (bad)
+        snprintf(why, sizeof(why), "out of memory taking control messages from node %s",
+                 world_member(w, from)->node);
+    for (size_t k = 0; k < rs->n_relays && !bad; k++)
+        bad = relay_pass(w, from, rs->relays[k], &inner[k], &origin[k], why, sizeof(why)) != 0;
+    uint64_t generation = w->generation;
     int broke = 0;
-    for (size_t k = 0; k < rs->n_relays; k++) {
-        int rc = relay_take(w, from, rs->relays[k], leaving, why, sizeof(why));
-        if (rc < 0) {
-            if (!leaving)
-                rd_world_drop(w, why);
+    for (size_t k = 0; k < rs->n_relays && inner != NULL; k++) {
+        /* the ring may have ended at one of them: the rest are for nobody */
+        if (!bad && inner[k] != NULL && w->ctrl[from] == c && w->generation == generation) {
+            if (leaving)
+                broke |= leaving_take(w, origin[k], inner[k]);
             else
-                leaving_check(w, 1);
-            return;
+                ctrl_handle(w, origin[k], inner[k]);
         }
-        broke |= rc;
-        if (w->ctrl[from] != c || w->generation != generation) /* the ring ended */
-            return;
+        rd_frame_free(inner[k]);
     }
-    if (leaving)
-        leaving_check(w, broke);
+    free(inner);
+    free(origin);
+    if (bad && !leaving)
+        rd_world_drop(w, why);
+    else if (leaving)
+        world_linger_check(w, bad || broke);
 }
 
 /* Whether a node whose link broke still listens: a refusal means its daemon is gone, and it is
@@ -514,9 +535,6 @@ static void on_probed(void *arg, int alive, const char *why)
     }
 }
 
-/* A control link broke. After a Bye that is the node letting go; otherwise the node is gone or
- * the link failed: the ring breaks (its ops are doomed until the next ring) and the node is
- * probed to tell which. */
 /* 1 when every node this one reaches through the neighbour at i (i among them) said Bye. */
 static int sealed_beyond(const rd_world *w, int i)
 {
@@ -526,26 +544,34 @@ static int sealed_beyond(const rd_world *w, int i)
     return 1;
 }
 
+/* A control link broke. A neighbour closes its link once it has passed on every node's Bye it
+ * heard: graceful when those of every node beyond it are in (or this node's own ring never came
+ * up), a loss when not (it went away first). Otherwise the node is gone or the link failed:
+ * the ring breaks (its ops are doomed until the next ring), the nodes beyond hear why, and the
+ * node is probed to tell which. A leaving node only passes the cause on and stops. */
 static void on_ctrl_err(void *arg, rd_peer_chan *c, const char *why)
 {
     rd_world *w = arg;
     int from = chan_position(w, c);
+    int graceful = from >= 0 && w->members[from] != M_ACTIVE &&
+                   (sealed_beyond(w, from) || w->state == W_CONNECTING);
     if (w->state == W_LEAVING) {
-        /* A neighbour let go: once every one has, nothing more passes through this node. */
-        int left = 0;
-        for (int i = 0; i < RD_RING_NODES_MAX; i++) {
+        char gone[768]; /* why is c's */
+        if (from >= 0 && !graceful)
+            snprintf(gone, sizeof(gone),
+                     "the control link of job '%s' with node %s broke (%s): that node is gone, "
+                     "or the link failed",
+                     w->name, world_member(w, from)->node, why);
+        for (int i = 0; i < RD_RING_NODES_MAX; i++)
             if (w->ctrl[i] == c)
                 w->ctrl[i] = NULL;
-            left |= w->ctrl[i] != NULL;
-        }
         rd_peer_chan_free(c);
-        if (!left)
-            event_active(w->ev_linger, 0, 0);
+        if (from >= 0 && !graceful)
+            world_send_error(w, gone, from);
+        world_linger_check(w, from >= 0 && !graceful);
         return;
     }
-    /* A neighbour closes its link once it has passed on every node's Bye it heard: graceful
-     * when those of every node beyond it are in, a loss (it went away first) when not. */
-    if (from >= 0 && w->members[from] != M_ACTIVE && sealed_beyond(w, from)) {
+    if (graceful) {
         rd_peer_chan_free(c);
         w->ctrl[from] = NULL;
         world_carry_check(w);

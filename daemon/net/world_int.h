@@ -309,6 +309,9 @@ void world_send_bye(rd_world *w, int leaving, const char *loss);
  * link with the neighbour at skip (-1: none). */
 void world_send_error(rd_world *w, const char *why, int skip);
 
+/* Leaving: ends the linger (ev_linger) once no neighbour needs this node to pass messages on,
+ * or at once when broke (the ring broke). */
+void world_linger_check(rd_world *w, int broke);
 /* Sends the keepalive to the neighbour at position i, if its link is made (counted apart). */
 void world_ctrl_poke(rd_world *w, int i);
 
