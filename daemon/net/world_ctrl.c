@@ -21,7 +21,7 @@
 static void on_ctrl_msg(void *arg, rd_peer_chan *c, const rd_msg *m);
 static void on_ctrl_err(void *arg, rd_peer_chan *c, const char *why);
 static void on_flush(evutil_socket_t fd, short what, void *arg);
-static void relay_on(rd_world *w, int from, int to, const Ringd__Relay *r);
+static void relay_on(rd_world *w, int from, int to, const Ringd__Relay *r, int own);
 
 int world_tree_parent(const rd_world *w)
 {
@@ -204,7 +204,7 @@ static void tree_send(rd_world *w, int to, int skip, const rd_msg *m)
         rd_world_drop(w, "out of memory sending a control message");
         return;
     }
-    relay_on(w, skip, to, r);
+    relay_on(w, skip, to, r, 1);
     rd_relay_free(r);
 }
 
@@ -358,8 +358,23 @@ static void ctrl_handle(rd_world *w, int from, const rd_msg *m)
 }
 
 /* Queues a copy of r for the neighbour at i: 0, or -1 out of memory (the ring drops). */
-static int queue_copy(rd_world *w, int i, const Ringd__Relay *r)
+static int queue_copy(rd_world *w, int i, const Ringd__Relay *r, int own)
 {
+    if (own && w->outq[i].n == 0 && w->ctrl[i] != NULL && !w->outq_failed) {
+        /* This node's own, with nothing before it for that neighbour: now, not at the turn's
+         * end (a small op's announcement is the latency of the op). */
+        Ringd__Relays rs;
+        rd_msg m;
+        Ringd__Relay *one = (Ringd__Relay *)r;
+        rd_relays_msg(&m, &rs, &one, 1);
+        size_t n = rd_peer_chan_send(w->ctrl[i], &m);
+        if (n > 0) {
+            w->told[i] = rd_now_ms();
+            w->net->counters->ctrl_sent++;
+            w->net->counters->ctrl_bytes_sent += n;
+        }
+        return 0;
+    }
     Ringd__Relay *copy = rd_relay_copy(r);
     if (copy == NULL) {
         rd_world_drop(w, "out of memory passing a control message on");
@@ -369,22 +384,22 @@ static int queue_copy(rd_world *w, int i, const Ringd__Relay *r)
     return 0;
 }
 
-/* Passes r on toward where it goes, from the neighbour at from (-1: r is this node's): to every
- * other neighbour when it is for every node, else to the neighbour on the way (none when it is
- * for this node). */
-static void relay_on(rd_world *w, int from, int to, const Ringd__Relay *r)
+/* Passes r on toward where it goes, from the neighbour at from (-1: none), own when it is this
+ * node's: to every other neighbour when it is for every node, else to the neighbour on the way
+ * (none when it is for this node). */
+static void relay_on(rd_world *w, int from, int to, const Ringd__Relay *r, int own)
 {
     if (to >= 0) {
         if (to != w->position)
-            queue_copy(w, world_tree_toward(w, to), r);
+            queue_copy(w, world_tree_toward(w, to), r, own);
         return;
     }
     int parent = world_tree_parent(w);
-    if (parent >= 0 && parent != from && queue_copy(w, parent, r) != 0)
+    if (parent >= 0 && parent != from && queue_copy(w, parent, r, own) != 0)
         return;
     int first = rd_ctrltree_first_child(w->position, RD_CTRL_FANOUT);
     for (int child = first; child < first + RD_CTRL_FANOUT && child < w->nnodes; child++)
-        if (child != from && queue_copy(w, child, r) != 0)
+        if (child != from && queue_copy(w, child, r, own) != 0)
             return;
 }
 
@@ -415,7 +430,7 @@ static int relay_pass(rd_world *w, int from, const Ringd__Relay *r, rd_msg **inn
         *inner = NULL;
         return -1;
     }
-    relay_on(w, from, to, r);
+    relay_on(w, from, to, r, 0);
     if (to >= 0 && to != w->position) {
         rd_frame_free(*inner);
         *inner = NULL;
