@@ -135,8 +135,8 @@ int rd_world_up(const rd_world *w);
 
 /* Sends m, stamped with the generation of the ring formed or forming, to the nodes at positions
  * to[0..nto) of the current ring, or with to NULL to every other node, along the control tree
- * at the end of the loop turn (nodes whose way is not made yet get it once it is). Out of
- * memory, the ring is dropped (rd_world_drop). */
+ * (nodes whose way is not made yet get it once it is). Out of memory, the ring is dropped and
+ * nothing more goes out at this generation. */
 void rd_world_send(rd_world *w, const int *to, int nto, const rd_schedmsg *m);
 
 /* 1 while the ring is sealed for a graceful change: nothing more is announced or ordered at

@@ -3,8 +3,9 @@
  * channel's subscribers by kind), Bye, Error and the keepalive. Every message but the keepalive
  * travels as a Relay that each node passes on toward where it goes, so each node's messages
  * reach every node in the order it sent them, as over a full mesh, with at most
- * RD_CTRL_FANOUT + 1 links per node instead of N - 1. What goes to a neighbour in one loop turn,
- * this node's and what it passes on, leaves as one frame. Also here: a control link that breaks,
+ * RD_CTRL_FANOUT + 1 links per node instead of N - 1. What a node passes on to a neighbour in
+ * one loop turn leaves as one frame (or a few, within --max-frame); its own messages go at once
+ * when nothing is queued for that neighbour. Also here: a control link that breaks,
  * and the probe that tells a gone node from a broken link. */
 #define _GNU_SOURCE
 #include "world_int.h"
@@ -201,7 +202,7 @@ static void tree_send(rd_world *w, int to, int skip, const rd_msg *m)
         return;
     Ringd__Relay *r = rd_relay_new(m, (uint32_t)w->position, to);
     if (r == NULL) {
-        rd_world_drop(w, "out of memory sending a control message");
+        queue_failed(w, "out of memory sending a control message");
         return;
     }
     relay_on(w, skip, to, r, 1);
@@ -238,7 +239,7 @@ void rd_world_send(rd_world *w, const int *to, int nto, const rd_schedmsg *m)
     stamped.generation = w->generation;
     rd_msg *msg = rd_schedmsg_encode(&stamped);
     if (msg == NULL) {
-        rd_world_drop(w, "out of memory sending a scheduling message");
+        queue_failed(w, "out of memory sending a scheduling message");
         return;
     }
     if (to == NULL) {
@@ -377,7 +378,7 @@ static int queue_copy(rd_world *w, int i, const Ringd__Relay *r, int own)
     }
     Ringd__Relay *copy = rd_relay_copy(r);
     if (copy == NULL) {
-        rd_world_drop(w, "out of memory passing a control message on");
+        queue_failed(w, "out of memory passing a control message on");
         return -1;
     }
     queue_add(w, i, copy);
@@ -443,10 +444,13 @@ void world_linger_check(rd_world *w, int broke)
 {
     if (w->state != W_LEAVING)
         return;
-    /* Its neighbours still need it until they close their links, but for those leaving too
-     * (they wait on this one in turn), and not at all once the ring broke. */
+    /* Its neighbours need it until they close their links, and those leaving too until every
+     * node's Bye is in (it has passed them all on by then); none once the ring broke. */
+    int all_bye = 1;
+    for (int i = 0; i < w->nnodes; i++)
+        all_bye &= i == w->position || w->members[i] != M_ACTIVE;
     for (int i = 0; i < w->nnodes && !broke; i++)
-        if (w->ctrl[i] != NULL && w->members[i] != M_LEAVING)
+        if (w->ctrl[i] != NULL && (w->members[i] != M_LEAVING || !all_bye))
             return;
     event_active(w->ev_linger, 0, 0);
 }
@@ -482,10 +486,7 @@ static void on_ctrl_msg(void *arg, rd_peer_chan *c, const rd_msg *m)
         snprintf(why, sizeof(why),
                  "control message from node %s: a message of type %d where Relays belong",
                  world_member(w, from)->node, (int)m->body_case);
-        if (leaving)
-            world_linger_check(w, 1);
-        else
-            rd_world_drop(w, why);
+        queue_failed(w, why);
         return;
     }
     const Ringd__Relays *rs = m->relays;
@@ -511,10 +512,10 @@ static void on_ctrl_msg(void *arg, rd_peer_chan *c, const rd_msg *m)
     }
     free(inner);
     free(origin);
-    if (bad && !leaving)
-        rd_world_drop(w, why);
+    if (bad) /* what came after the bad one was not passed on: nothing more may be */
+        queue_failed(w, why);
     else if (leaving)
-        world_linger_check(w, bad || broke);
+        world_linger_check(w, broke);
 }
 
 /* Whether a node whose link broke still listens: a refusal means its daemon is gone, and it is

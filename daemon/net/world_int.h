@@ -22,9 +22,9 @@ struct event;
 struct retiring;
 
 #define RD_WORLD_RETRY_MS 100
-/* Bytes of Relays a node holds for its neighbours, at least as its limit (those whose links are
- * being made hold theirs until they are); more when two of the largest frames for each
- * neighbour take more (world_ctrl.c). */
+/* Bytes of Relays a node holds for its neighbours, at least, as its limit (those whose links are
+ * being made hold theirs until they are); four of the largest frames when that is more
+ * (world_ctrl.c). */
 #define RD_CTRL_QUEUED_MIN (64u << 20)
 
 struct rd_net {
@@ -295,9 +295,9 @@ void world_ctrl_free(rd_world *w);
 /* Makes the control link over fd with the neighbour at position i (replacing an earlier one),
  * its messages handled here: 0, or -1 out of memory (fd is the caller's to close). */
 int world_ctrl_link(rd_world *w, int i, int fd, const rd_seal *seal);
-/* Sends each neighbour whose link is made what is queued for it (not on the turn a link is
- * accepted: PeerAccept goes first); what waits for a link stays while the ring forms, and is
- * dropped otherwise. */
+/* Sends each neighbour whose link is made what is queued for it (called from world_maybe_up and
+ * at the turn's end, never before an accepted link's PeerAccept, which the listener writes at
+ * once); what waits for a link stays while the ring forms, and is dropped otherwise. */
 void world_ctrl_flush(rd_world *w);
 /* Flushes, then forgets what is still queued (the links of the generation close). */
 void world_ctrl_close(rd_world *w);
