@@ -5,8 +5,8 @@
  * reach every node in the order it sent them, as over a full mesh, with at most
  * RD_CTRL_FANOUT + 1 links per node instead of N - 1. What a node passes on to a neighbour in
  * one loop turn leaves as one frame (or a few, within --max-frame); its own messages go at once
- * when nothing is queued for that neighbour. Also here: a control link that breaks,
- * and the probe that tells a gone node from a broken link. */
+ * when nothing is queued for that neighbour. Also here: a control link that breaks, and the
+ * probe that tells a gone node from a broken link. */
 #define _GNU_SOURCE
 #include "world_int.h"
 
@@ -120,6 +120,20 @@ static void queue_drop(rd_world *w, int i, size_t k)
     q->n -= k;
 }
 
+/* Sends relays[0..n) to the neighbour at i (its link is made) as one frame, counted. */
+static void frame_send(rd_world *w, int i, Ringd__Relay **relays, size_t n)
+{
+    Ringd__Relays rs;
+    rd_msg m;
+    rd_relays_msg(&m, &rs, relays, n);
+    size_t bytes = rd_peer_chan_send(w->ctrl[i], &m);
+    if (bytes > 0) {
+        w->told[i] = rd_now_ms();
+        w->net->counters->ctrl_sent++;
+        w->net->counters->ctrl_bytes_sent += bytes;
+    }
+}
+
 /* Sends the queue of the neighbour at i over its link, in frames of at most --max-frame (one
  * Relay alone may pass it by its envelope). */
 static void queue_send(rd_world *w, int i)
@@ -130,15 +144,7 @@ static void queue_send(rd_world *w, int i)
         size_t k = 0, bytes = 16; /* the frame's header and tags */
         while (at + k < q->n && (k == 0 || bytes + rd_relay_size(q->items[at + k]) <= max))
             bytes += rd_relay_size(q->items[at + k++]);
-        Ringd__Relays rs;
-        rd_msg m;
-        rd_relays_msg(&m, &rs, q->items + at, k);
-        size_t n = rd_peer_chan_send(w->ctrl[i], &m);
-        if (n > 0) {
-            w->told[i] = rd_now_ms();
-            w->net->counters->ctrl_sent++;
-            w->net->counters->ctrl_bytes_sent += n;
-        }
+        frame_send(w, i, q->items + at, k);
         at += k;
     }
     queue_drop(w, i, at);
@@ -364,16 +370,8 @@ static int queue_copy(rd_world *w, int i, const Ringd__Relay *r, int own)
     if (own && w->outq[i].n == 0 && w->ctrl[i] != NULL && !w->outq_failed) {
         /* This node's own, with nothing before it for that neighbour: now, not at the turn's
          * end (a small op's announcement is the latency of the op). */
-        Ringd__Relays rs;
-        rd_msg m;
         Ringd__Relay *one = (Ringd__Relay *)r;
-        rd_relays_msg(&m, &rs, &one, 1);
-        size_t n = rd_peer_chan_send(w->ctrl[i], &m);
-        if (n > 0) {
-            w->told[i] = rd_now_ms();
-            w->net->counters->ctrl_sent++;
-            w->net->counters->ctrl_bytes_sent += n;
-        }
+        frame_send(w, i, &one, 1);
         return 0;
     }
     Ringd__Relay *copy = rd_relay_copy(r);
