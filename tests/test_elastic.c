@@ -666,24 +666,33 @@ Test(elastic, a_client_killed_mid_allreduce_fails_every_rank_naming_its_pid_and_
     th_ring_finish(&ring_);
 }
 
+/* Kills the only client of node k in a job of 3 nodes of one client each: every other rank
+ * gets one RINGD_E_MEMBERSHIP naming the dead pid, then goes on at size 2. Returns how long the
+ * slowest took to succeed again. */
+static int64_t kill_only_client_of(int k)
+{
+    int local[3] = {1, 1, 1};
+    start_job(3, local, 0);
+    uint64_t gen0 = max_generation();
+    th_loop *victim = &loops_[k];
+    char pid[32];
+    snprintf(pid, sizeof(pid), "pid %d", (int)victim->pid);
+    int64_t t = th_now_ms();
+    th_loop_kill(victim);
+    int64_t took = expect_one_change(alive_not_on, k, t, pid, 2, gen0);
+    wait_progress(ALL_LOOPS, 5, 20000, "after the client died");
+    expect_no_wrong_results();
+    stop_loops();
+    th_ring_finish(&ring_);
+    return took;
+}
+
 /* A node's only client killed: the node has nothing left to run, but that is a loss, not a
  * graceful leave: every other rank gets one RINGD_E_MEMBERSHIP naming the dead pid. */
 Test(elastic, the_only_client_of_a_node_killed_fails_every_other_rank_once_naming_its_pid,
      .timeout = 120)
 {
-    int local[3] = {1, 1, 1};
-    start_job(3, local, 0);
-    uint64_t gen0 = max_generation();
-    th_loop *victim = &loops_[2]; /* n2's only client */
-    char pid[32];
-    snprintf(pid, sizeof(pid), "pid %d", (int)victim->pid);
-    int64_t t = th_now_ms();
-    th_loop_kill(victim);
-    expect_one_change(alive_not_on, 2, t, pid, 2, gen0);
-    wait_progress(ALL_LOOPS, 5, 20000, "after the client died");
-    expect_no_wrong_results();
-    stop_loops();
-    th_ring_finish(&ring_);
+    kill_only_client_of(2);
 }
 
 /* n0's only client dies: n0, the root of the control tree through which n1 and n2 hear each
@@ -693,23 +702,11 @@ Test(elastic, the_only_client_of_a_node_killed_fails_every_other_rank_once_namin
 Test(elastic, the_only_client_of_the_node_that_relays_the_others_killed_fails_them_once_briefly,
      .timeout = 120)
 {
-    int local[3] = {1, 1, 1};
-    start_job(3, local, 0);
-    uint64_t gen0 = max_generation();
-    th_loop *victim = &loops_[0]; /* n0's only client */
-    char pid[32];
-    snprintf(pid, sizeof(pid), "pid %d", (int)victim->pid);
-    int64_t t = th_now_ms();
-    th_loop_kill(victim);
-    int64_t took = expect_one_change(alive_not_on, 0, t, pid, 2, gen0);
+    int64_t took = kill_only_client_of(0);
     fprintf(stderr, "elastic: n0's client killed: the others went on in %lld ms\n",
             (long long)took);
     MUST(took < atoi(PEER_TIMEOUT) / 2, "the others took %lld ms to go on, want < %d ms",
          (long long)took, atoi(PEER_TIMEOUT) / 2);
-    wait_progress(ALL_LOOPS, 5, 20000, "after the client died");
-    expect_no_wrong_results();
-    stop_loops();
-    th_ring_finish(&ring_);
 }
 
 /* Loops from the first-th on that still run. */

@@ -509,20 +509,28 @@ Test(peers, sealed_daemons_reduce_exactly_and_refuse_a_peer_that_does_not_seal, 
     th_ring_finish(&ring);
 }
 
+/* Starts n0 with extra (n1 without, so that the two disagree and the ring stays connecting) and
+ * both nodes' openers; returns n0's status once its ring is connecting. */
+static peer_status start_forming(const char *const *extra, opener o[2])
+{
+    cr_assert_eq(th_ring_start(&ring, 1, extra), 0);
+    cr_assert_eq(th_ring_start_node(&ring, 1, NULL), 0);
+    open_start(o, 4000);
+    const char *forming = "job 'job-peers': ring waiting -> connecting";
+    cr_assert(log_wait(&ring.d[0], forming, 5000), "the ring never started connecting");
+    peer_status ps;
+    cr_assert_eq(status_get(&ring.d[0], JOB, &ps), 0);
+    return ps;
+}
+
 /* One daemon with --encrypt, one without: the ring never forms, and both logs say why. */
 Test(peers, daemons_that_disagree_on_encrypt_never_form_a_ring_and_say_why, .timeout = 60)
 {
     const char *const sealed[] = {"--encrypt", NULL};
-    cr_assert_eq(th_ring_start(&ring, 1, sealed), 0);
-    cr_assert_eq(th_ring_start_node(&ring, 1, NULL), 0);
     opener o[2];
-    open_start(o, 4000);
-    const char *forming = "job 'job-peers': ring waiting -> connecting";
-    cr_assert(log_wait(&ring.d[0], forming, 5000), "the ring never started connecting");
     /* The sealing daemon seals with the best cipher the dialler runs: a forged n1 holding the
      * key, sealing, is taken in (while the real n1 is refused) and told which. */
-    peer_status ps;
-    cr_assert_eq(status_get(&ring.d[0], JOB, &ps), 0);
+    peer_status ps = start_forming(sealed, o);
     const rd_cipher offer[] = {RD_CIPHER_CHACHA, RD_CIPHER_AES};
     for (int k = 0; k < 2; k++) {
         Ringd__PeerHello h = hello(JOB, ps.gen, "n1", RINGD__LINK_KIND__LINK_DATA, 0);
@@ -883,15 +891,8 @@ Test(peers, a_control_link_relaying_what_cannot_come_its_way_drops_the_ring_nami
 {
     /* n1 runs two connections per link, n0 one: the ring stays connecting */
     const char *const one[] = {"--conns-per-link", "1", NULL};
-    cr_assert_eq(th_ring_start(&ring, 1, one), 0);
-    cr_assert_eq(th_ring_start_node(&ring, 1, NULL), 0);
     opener o[2];
-    open_start(o, 4000);
-    const char *forming = "job 'job-peers': ring waiting -> connecting";
-    cr_assert(log_wait(&ring.d[0], forming, 5000), "the ring never started connecting");
-    peer_status ps;
-    cr_assert_eq(status_get(&ring.d[0], JOB, &ps), 0);
-    uint64_t gen = ps.gen;
+    uint64_t gen = start_forming(one, o).gen;
 
     /* n1 is n0's child in the control tree: a forged n1 holding the key takes its link */
     Ringd__PeerHello h = hello(JOB, gen, "n1", RINGD__LINK_KIND__LINK_CONTROL, 0);
