@@ -733,6 +733,54 @@ Test(collectives, ops_ready_together_are_announced_together, .timeout = 120)
     finish(&t);
 }
 
+#define SMALL_OPS 30 /* small allreduces, one at a time */
+
+/* SMALL_OPS 4-byte allreduces, one after another, on a ring of nine nodes: node 0 is the parent
+ * of the other eight in the control tree and passes each one's announcement on to the seven
+ * others. It holds them until every node has announced the op, so it sends each child two frames
+ * an op (its own announcement, then the others'), not one for every loop turn in which some
+ * announcement came in. Every result is checked. */
+static int small_ops_in_turn(int i, void *arg)
+{
+    const topo *t = arg;
+    ringd_t *r = join(t, i);
+    if (r == NULL)
+        return 10;
+    int n = ringd_size(r);
+    int32_t one = 1, x;
+    TH_CHECK_OK(r, ringd_allreduce(r, "before", &one, &one, 1, RINGD_I32, RINGD_SUM));
+    uint64_t before = control_sent_of(ring_.d[i].sock);
+    for (int m = 0; m < SMALL_OPS; m++) {
+        x = i + m;
+        TH_CHECK_OK(r, ringd_allreduce(r, "small", &x, &x, 1, RINGD_I32, RINGD_SUM));
+        if (x != n * m + n * (n - 1) / 2) {
+            fprintf(stderr, "rank %d: op %d gave %d\n", i, m, x);
+            return 80;
+        }
+    }
+    TH_CHECK_OK(r, ringd_allreduce(r, "after", &one, &one, 1, RINGD_I32, RINGD_SUM));
+    uint64_t sent = control_sent_of(ring_.d[i].sock) - before;
+    /* node 0: 2 frames per child per op, SMALL_OPS + 1 ops, and room for a dozen held ones the
+     * hold's time limit sends early on a slow machine (each op 20 ms or more); a frame per child
+     * per loop turn with news is about twice that here. The others pass nothing on. */
+    uint64_t most = i == 0 ? 2 * 8 * (SMALL_OPS + 1) + 12 * 8 : SMALL_OPS + 1 + 4;
+    fprintf(stderr, "rank %d: its daemon sent %llu control messages for %d ops\n", i,
+            (unsigned long long)sent, SMALL_OPS + 1);
+    if (sent > most)
+        return 81;
+    th_close_together(r, t->world);
+    return 0;
+}
+
+Test(collectives, a_node_passing_on_eight_nodes_announcements_sends_each_two_frames_an_op,
+     .timeout = 180)
+{
+    topo t = {9, {1, 1, 1, 1, 1, 1, 1, 1, 1}, 0};
+    start(&t, NULL);
+    cr_assert_eq(run(&t, small_ops_in_turn, 120000), 0, "a client failed (its stderr above)");
+    finish(&t);
+}
+
 /* Two jobs of one rank on each of four daemons started with --pair-links 3 take turns at an
  * alltoallv: each turn goes straight between the nodes, over the 3 direct links a node has
  * room for, so the job whose turn it is closes the other's (idle) links on every node and opens

@@ -166,7 +166,7 @@ static rd_op_spec spec_of(const char *name, const rd_op_params *p)
 
 Test(schedule, an_op_is_done_negotiating_once_every_node_announced_it)
 {
-    rd_neg *n = rd_neg_new(3, nodes3, 1, 0);
+    rd_neg *n = rd_neg_new(3, nodes3, 1, 0, NULL);
     cr_assert_not_null(n);
     rd_op_params p = allreduce(RD_DT_F32, 1 << 20);
     rd_op_spec s = spec_of("grad", &p);
@@ -190,9 +190,45 @@ Test(schedule, an_op_is_done_negotiating_once_every_node_announced_it)
     rd_neg_free(n);
 }
 
+/* Node 1 of 4 in a tree where node 3 reaches the coordinator through it: what it holds goes up
+ * once nodes 1 and 3 have an op, down once all four have, and both ways while a join waits. */
+Test(schedule, the_news_say_when_the_nodes_below_have_all_announced_an_op_and_when_every_node_has)
+{
+    static const rd_ring_node nodes4[] = {{"n1", 0, 1}, {"n2", 1, 1}, {"n3", 2, 1}, {"n4", 3, 1}};
+    const uint8_t below[] = {0, 1, 0, 1};
+    rd_neg *n = rd_neg_new(4, nodes4, 1, 0, below);
+    cr_assert_not_null(n);
+    rd_op_params p = allreduce(RD_DT_F32, 4);
+    rd_op_spec a = spec_of("a", &p), b = spec_of("b", &p), join = spec_of(RD_JOIN_NAME, &p);
+    char err[256];
+    int own;
+    rd_neg_done *done;
+    cr_assert_eq(rd_neg_ready(n, 0, &a, NULL, err, sizeof(err)), 0);
+    cr_assert_eq(rd_neg_ready(n, 3, &a, NULL, err, sizeof(err)), 0);
+    cr_assert_eq(rd_neg_news(n), 0, "node 1 has not announced it");
+    cr_assert_eq(rd_neg_ready(n, 3, &b, NULL, err, sizeof(err)), 0);
+    cr_assert_eq(rd_neg_ready(n, 1, &a, &own, err, sizeof(err)), 0);
+    cr_assert_eq(rd_neg_news(n), RD_RELEASE_UP);
+    cr_assert_eq(rd_neg_news(n), 0, "the news are cleared once read");
+    cr_assert_eq(rd_neg_ready(n, 2, &a, NULL, err, sizeof(err)), 0);
+    cr_assert_eq(rd_neg_news(n), RD_RELEASE_DOWN);
+    cr_assert_eq(rd_neg_take(n, &done), 1);
+    rd_neg_done_free(done, 1);
+    cr_assert_eq(rd_neg_ready(n, 0, &join, NULL, err, sizeof(err)), 0);
+    cr_assert_eq(rd_neg_news(n), RD_RELEASE_UP | RD_RELEASE_DOWN);
+    rd_neg_free(n);
+
+    /* Without a tree, the node is below itself alone. */
+    n = rd_neg_new(4, nodes4, 1, 0, NULL);
+    cr_assert_not_null(n);
+    cr_assert_eq(rd_neg_ready(n, 1, &a, &own, err, sizeof(err)), 0);
+    cr_assert_eq(rd_neg_news(n), RD_RELEASE_UP);
+    rd_neg_free(n);
+}
+
 Test(schedule, the_ops_other_nodes_announced_and_this_one_not_are_listed_in_order)
 {
-    rd_neg *n = rd_neg_new(3, nodes3, 1, 0); /* this node is n2 */
+    rd_neg *n = rd_neg_new(3, nodes3, 1, 0, NULL); /* this node is n2 */
     cr_assert_not_null(n);
     rd_op_params small = allreduce(RD_DT_F32, 4), big = allreduce(RD_DT_F32, 1 << 20);
     rd_op_spec a1 = spec_of("grad", &small), a2 = spec_of("grad", &big), b = spec_of("w", &big);
@@ -228,7 +264,7 @@ Test(schedule, the_ops_other_nodes_announced_and_this_one_not_are_listed_in_orde
 
 Test(schedule, what_a_node_announces_after_its_join_is_not_listed)
 {
-    rd_neg *n = rd_neg_new(3, nodes3, 1, 0); /* this node is n2; n1 and n3 still at work */
+    rd_neg *n = rd_neg_new(3, nodes3, 1, 0, NULL); /* this node is n2; n1 and n3 still at work */
     cr_assert_not_null(n);
     rd_op_params p = allreduce(RD_DT_F32, 4),
                  j = {RD_COLL_ALLGATHER, RD_DT_I64, RD_OP_SUM, 0, 1, 1.0, 1.0, 0, 0, 0, 0};
@@ -252,7 +288,7 @@ Test(schedule, what_a_node_announces_after_its_join_is_not_listed)
 
 Test(schedule, announcements_that_disagree_fail_the_op_naming_both_sides)
 {
-    rd_neg *n = rd_neg_new(3, nodes3, 0, 0);
+    rd_neg *n = rd_neg_new(3, nodes3, 0, 0, NULL);
     rd_op_params p = allreduce(RD_DT_F32, 8), q = allreduce(RD_DT_F32, 9);
     rd_op_spec a = spec_of("w", &p), b = spec_of("w", &q);
     char err[256], *name = NULL;
@@ -277,7 +313,7 @@ Test(schedule, announcements_that_disagree_fail_the_op_naming_both_sides)
 
 Test(schedule, a_failure_elsewhere_is_known_before_this_node_announces)
 {
-    rd_neg *n = rd_neg_new(3, nodes3, 2, 0);
+    rd_neg *n = rd_neg_new(3, nodes3, 2, 0, NULL);
     rd_op_params p = allreduce(RD_DT_F32, 8);
     rd_op_spec s = spec_of("g", &p);
     s.status = RINGD_E_INVALID;
@@ -303,7 +339,7 @@ Test(schedule, a_failure_elsewhere_is_known_before_this_node_announces)
  * checks what depends on this node: its --direct-bytes. */
 Test(schedule, a_node_that_sends_more_data_than_direct_bytes_is_refused)
 {
-    rd_neg *n = rd_neg_new(3, nodes3, 0, 16);
+    rd_neg *n = rd_neg_new(3, nodes3, 0, 16, NULL);
     rd_op_params p = allreduce(RD_DT_F32, 8);
     static const uint8_t data[32];
     rd_op_spec s = spec_of("big", &p);
@@ -328,7 +364,7 @@ Test(schedule, a_node_that_sends_more_data_than_direct_bytes_is_refused)
 Test(schedule, small_ops_travel_with_the_negotiation)
 {
     static const rd_ring_node two[] = {{"a", 0, 1}, {"b", 1, 1}};
-    rd_neg *n = rd_neg_new(2, two, 0, 1024);
+    rd_neg *n = rd_neg_new(2, two, 0, 1024, NULL);
     rd_op_params p = allreduce(RD_DT_F32, 2);
     float x[2] = {1.5f, 2.0f}, y[2] = {0.25f, -1.0f};
     rd_op_spec a = spec_of("s", &p), b = spec_of("s", &p);

@@ -145,6 +145,7 @@ typedef struct rec {
     char *message;
     contribution *data; /* direct: each node's */
     void *own;
+    int nbelow;       /* of the nodes below this one (rd_neg.below), how many have it */
     int before_join;  /* a node announced it before announcing the join pending then */
     struct rec *next; /* same bucket, oldest first */
     uint8_t have[];   /* by node */
@@ -155,13 +156,17 @@ struct rd_neg {
     uint64_t max_data; /* --direct-bytes: the most a node's contribution can be */
     rd_ring_node *nodes;
     char **names;
+    uint8_t *below; /* by node: its announcements reach the coordinator through this node */
+    int nbelow;
+    unsigned news; /* rd_neg_news */
     rec *buckets[RD_NEG_BUCKETS];
     size_t pending;
     rd_neg_done *out;
     size_t nout, capout;
 };
 
-rd_neg *rd_neg_new(int nnodes, const rd_ring_node *nodes, int self, uint64_t max_data)
+rd_neg *rd_neg_new(int nnodes, const rd_ring_node *nodes, int self, uint64_t max_data,
+                   const uint8_t *below)
 {
     rd_neg *n = calloc(1, sizeof(*n));
     if (n == NULL)
@@ -171,11 +176,14 @@ rd_neg *rd_neg_new(int nnodes, const rd_ring_node *nodes, int self, uint64_t max
     n->max_data = max_data;
     n->nodes = calloc((size_t)nnodes, sizeof(*n->nodes));
     n->names = calloc((size_t)nnodes, sizeof(*n->names));
-    if (n->nodes == NULL || n->names == NULL) {
+    n->below = calloc((size_t)nnodes, 1);
+    if (n->nodes == NULL || n->names == NULL || n->below == NULL) {
         rd_neg_free(n);
         return NULL;
     }
     for (int i = 0; i < nnodes; i++) {
+        n->below[i] = below != NULL ? below[i] != 0 : i == self;
+        n->nbelow += n->below[i];
         n->nodes[i] = nodes[i];
         n->names[i] = strdup(nodes[i].node);
         if (n->names[i] == NULL) {
@@ -212,6 +220,7 @@ void rd_neg_free(rd_neg *n)
         free(n->names[i]);
     free(n->names);
     free(n->nodes);
+    free(n->below);
     rd_neg_done_free(n->out, n->nout);
     free(n);
 }
@@ -338,6 +347,7 @@ static int emit(rd_neg *n, rec *r)
     r->name = NULL; /* now owned by the entry */
     r->message = NULL;
     n->nout++;
+    n->news |= RD_RELEASE_DOWN;
     return 0;
 }
 
@@ -362,6 +372,16 @@ static int announced_join(const rd_neg *n, int node)
     for (const rec *r = n->buckets[rd_name_hash(RD_JOIN_NAME) % RD_NEG_BUCKETS]; r != NULL;
          r = r->next)
         if (strcmp(r->name, RD_JOIN_NAME) == 0 && r->have[node])
+            return 1;
+    return 0;
+}
+
+/* 1 while some node has announced a join that not every node has. */
+static int join_pending(const rd_neg *n)
+{
+    for (const rec *r = n->buckets[rd_name_hash(RD_JOIN_NAME) % RD_NEG_BUCKETS]; r != NULL;
+         r = r->next)
+        if (strcmp(r->name, RD_JOIN_NAME) == 0)
             return 1;
     return 0;
 }
@@ -401,6 +421,10 @@ rd_status rd_neg_ready(rd_neg *n, int node, const rd_op_spec *spec, void *own, c
         r->before_join = 1;
     r->have[node] = 1;
     r->nhave++;
+    if (n->below[node] && ++r->nbelow == n->nbelow)
+        n->news |= RD_RELEASE_UP;
+    if (join_pending(n))
+        n->news |= RD_RELEASE_UP | RD_RELEASE_DOWN;
     if (node == n->self)
         r->own = own;
     if (spec->direct) {
@@ -450,6 +474,13 @@ rd_status rd_neg_ready(rd_neg *n, int node, const rd_op_spec *spec, void *own, c
         return RINGD_E_NOMEM;
     }
     return RINGD_OK;
+}
+
+unsigned rd_neg_news(rd_neg *n)
+{
+    unsigned k = n->news;
+    n->news = 0;
+    return k;
 }
 
 size_t rd_neg_take(rd_neg *n, rd_neg_done **out)

@@ -31,8 +31,12 @@ rd_op_params rd_op_params_announceable(rd_op_params p);
 typedef struct rd_neg rd_neg;
 
 /* A table for nnodes nodes (copied), self being this node; a direct op's contribution is at most
- * max_data bytes. Returns NULL when out of memory. */
-rd_neg *rd_neg_new(int nnodes, const rd_ring_node *nodes, int self, uint64_t max_data);
+ * max_data bytes. below (nnodes entries, copied; NULL: this node alone) marks the nodes whose
+ * announcements reach the coordinator through this node in the control tree, this node
+ * included (rd_world_below): rd_neg_news says when they have all announced an op. Returns NULL
+ * when out of memory. */
+rd_neg *rd_neg_new(int nnodes, const rd_ring_node *nodes, int self, uint64_t max_data,
+                   const uint8_t *below);
 void rd_neg_free(rd_neg *n);
 
 /* Records that node has spec ready (or failed there, spec->status != 0); spec is one
@@ -62,6 +66,13 @@ typedef struct {
     void *own;
     rd_neg_outcome e;
 } rd_neg_done;
+
+/* What the announcements recorded since the last call mean for the ones the control tree holds
+ * (rd_world_release): RD_RELEASE_UP when the nodes below this one have all announced some op
+ * (the coordinator needs theirs), RD_RELEASE_DOWN when every node has (the nodes below need the
+ * rest), both while a join is pending (a joined node takes part in what it hears of). Clears
+ * them. */
+unsigned rd_neg_news(rd_neg *n);
 
 /* Moves the done ops into *out (malloc'd; rd_neg_done_free frees it). Returns how many. */
 size_t rd_neg_take(rd_neg *n, rd_neg_done **out);

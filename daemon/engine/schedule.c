@@ -218,7 +218,14 @@ void rd_sched_free(rd_sched *s)
 static rd_status ring_forming(rd_sched *s, int nnodes, int position, const rd_ring_node *nodes)
 {
     ring_ended(s);
-    s->neg = rd_neg_new(nnodes, nodes, position, s->cfg->direct_bytes);
+    /* The nodes whose announcements pass this one on their way to the coordinator: once they
+     * have all announced an op, what this node holds of theirs goes up (negotiated). */
+    uint8_t below[RD_RING_NODES_MAX];
+    if (nnodes > RD_RING_NODES_MAX)
+        return RINGD_E_PROTOCOL;
+    for (int i = 0; i < nnodes; i++)
+        below[i] = (uint8_t)rd_world_below(s->w, i);
+    s->neg = rd_neg_new(nnodes, nodes, position, s->cfg->direct_bytes, below);
     if (s->neg == NULL)
         return RINGD_E_NOMEM;
     s->nnodes = nnodes;
@@ -475,10 +482,14 @@ static int ready_add(rd_sched *s, void *own, const char *name, const rd_op_param
     return 1;
 }
 
-/* Hands every op now done negotiating to the job; the coordinator also orders those bound for
+/* Releases what the control tree holds that the announcements just recorded make wanted, and
+ * hands every op now done negotiating to the job; the coordinator also orders those bound for
  * the ring, for every node, in the order they got done here. */
 static void negotiated(rd_sched *s)
 {
+    unsigned news = rd_neg_news(s->neg);
+    if (news != 0)
+        rd_world_release(s->w, news);
     rd_neg_done *done;
     size_t n = rd_neg_take(s->neg, &done);
     if (n == 0)

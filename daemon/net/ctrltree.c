@@ -25,3 +25,11 @@ int rd_ctrltree_toward(int self, int t, int fanout)
             return up;
     return rd_ctrltree_parent(self, fanout);
 }
+
+int rd_ctrltree_below(int self, int t, int fanout)
+{
+    int up = t;
+    while (up > self)
+        up = rd_ctrltree_parent(up, fanout);
+    return self >= 0 && up == self;
+}

@@ -19,4 +19,7 @@ int rd_ctrltree_linked(int a, int b, int n, int fanout);
  * 0): the child whose subtree holds t, or else the parent. */
 int rd_ctrltree_toward(int self, int t, int fanout);
 
+/* 1 when position t is self or in self's subtree: its messages up to the root pass self. */
+int rd_ctrltree_below(int self, int t, int fanout);
+
 #endif

@@ -139,6 +139,20 @@ int rd_world_up(const rd_world *w);
  * nothing more goes out at this generation. */
 void rd_world_send(rd_world *w, const int *to, int nto, const rd_schedmsg *m);
 
+/* While the ring is up, a node holds the other nodes' announcements (Ready) it passes on until
+ * the engine says they are wanted, or for RD_CTRL_HOLD_MS at most: a node's own messages, and
+ * everything else, go at once or at the end of the loop turn. What the engine releases at the
+ * end of this loop turn (rd_neg_news): what goes up the control tree (an op every node below
+ * this one has announced), what goes down (an op every node has announced), or both. Per
+ * origin, order holds as ever: a release only says when. */
+#define RD_RELEASE_UP 1u
+#define RD_RELEASE_DOWN 2u
+void rd_world_release(rd_world *w, unsigned what);
+
+/* 1 when the announcements of the node at position reach the coordinator through this node in
+ * the control tree (this node's own included), at the ring formed or forming. */
+int rd_world_below(const rd_world *w, int position);
+
 /* 1 while the ring is sealed for a graceful change: nothing more is announced or ordered at
  * this generation. */
 int rd_world_sealed(const rd_world *w);

@@ -5,8 +5,11 @@
  * reach every node in the order it sent them, as over a full mesh, with at most
  * RD_CTRL_FANOUT + 1 links per node instead of N - 1. What a node passes on to a neighbour in
  * one loop turn leaves as one frame (or a few, within --max-frame); its own messages go at once
- * when nothing is queued for that neighbour. Also here: a control link that breaks, and the
- * probe that tells a gone node from a broken link. */
+ * when nothing is queued for that neighbour. While the ring is up, the other nodes'
+ * announcements wait until the engine releases them (rd_world_release: up once the nodes below
+ * have all announced an op, down once every node has), so that an op costs a node one frame
+ * each way rather than one per loop turn its announcements trickle in over. Also here: a
+ * control link that breaks, and the probe that tells a gone node from a broken link. */
 #define _GNU_SOURCE
 #include "world_int.h"
 
@@ -22,7 +25,8 @@
 static void on_ctrl_msg(void *arg, rd_peer_chan *c, const rd_msg *m);
 static void on_ctrl_err(void *arg, rd_peer_chan *c, const char *why);
 static void on_flush(evutil_socket_t fd, short what, void *arg);
-static void relay_on(rd_world *w, int from, int to, const Ringd__Relay *r, int own);
+static void on_hold(evutil_socket_t fd, short what, void *arg);
+static void relay_on(rd_world *w, int from, int to, const Ringd__Relay *r, int own, int hold);
 
 int world_tree_parent(const rd_world *w)
 {
@@ -42,7 +46,8 @@ int world_tree_toward(const rd_world *w, int t)
 int world_ctrl_init(rd_world *w)
 {
     w->ev_flush = event_new(w->net->base, -1, 0, on_flush, w);
-    return w->ev_flush != NULL ? 0 : -1;
+    w->ev_hold = evtimer_new(w->net->base, on_hold, w);
+    return w->ev_flush != NULL && w->ev_hold != NULL ? 0 : -1;
 }
 
 void world_ctrl_free(rd_world *w)
@@ -53,7 +58,10 @@ void world_ctrl_free(rd_world *w)
     memset(w->outq, 0, sizeof(w->outq));
     if (w->ev_flush != NULL)
         event_free(w->ev_flush);
+    if (w->ev_hold != NULL)
+        event_free(w->ev_hold);
     w->ev_flush = NULL;
+    w->ev_hold = NULL;
 }
 
 /* A Relay could not be queued (why): the ring drops, and nothing more goes out at this
@@ -67,10 +75,10 @@ static void queue_failed(rd_world *w, const char *why)
         rd_world_drop(w, why);
 }
 
-/* Queues r (taken) for the neighbour at i, to go at the end of the loop turn. Past the limit
- * (RD_CTRL_QUEUED_MIN, or four of the largest frames), or out of memory, r is freed and the
- * ring drops. */
-static void queue_add(rd_world *w, int i, Ringd__Relay *r)
+/* Queues r (taken) for the neighbour at i, to go at the end of the loop turn, or when released
+ * if hold. Past the limit (RD_CTRL_QUEUED_MIN, or four of the largest frames), or out of
+ * memory, r is freed and the ring drops. */
+static void queue_add(rd_world *w, int i, Ringd__Relay *r, int hold)
 {
     ctrl_queue *q = &w->outq[i];
     size_t len = rd_relay_size(r);
@@ -102,6 +110,7 @@ static void queue_add(rd_world *w, int i, Ringd__Relay *r)
         return;
     }
     q->items[q->n++] = r;
+    q->urgent |= !hold;
     w->outq_bytes += len;
     event_active(w->ev_flush, 0, 0);
 }
@@ -118,6 +127,8 @@ static void queue_drop(rd_world *w, int i, size_t k)
     }
     memmove(q->items, q->items + k, (q->n - k) * sizeof(*q->items));
     q->n -= k;
+    if (q->n == 0)
+        q->urgent = 0;
 }
 
 /* Sends relays[0..n) to the neighbour at i (its link is made) as one frame, counted. */
@@ -150,24 +161,65 @@ static void queue_send(rd_world *w, int i)
     queue_drop(w, i, at);
 }
 
-void world_ctrl_flush(rd_world *w)
+/* 1 when the queue of the neighbour at i goes now: all of it (the hold ran out), something in
+ * it is not held, the ring is not up (nothing is held then), or the engine released its way. */
+static int queue_due(const rd_world *w, int i, int all)
 {
+    if (all || w->outq[i].urgent || w->state != W_UP)
+        return 1;
+    return (w->release & (i == world_tree_parent(w) ? RD_RELEASE_UP : RD_RELEASE_DOWN)) != 0;
+}
+
+/* Sends what is due (all: everything), keeps what is held, and forgets what is for nobody. */
+static void flush(rd_world *w, int all)
+{
+    int held = 0;
     for (int i = 0; i < RD_RING_NODES_MAX; i++) {
         if (w->outq[i].n == 0)
             continue;
         if (w->outq_failed)
             queue_drop(w, i, w->outq[i].n);
-        else if (w->ctrl[i] != NULL)
+        else if (w->ctrl[i] != NULL && queue_due(w, i, all))
             queue_send(w, i);
+        else if (w->ctrl[i] != NULL)
+            held = 1;
         else if (w->state != W_CONNECTING) /* its link is gone, or was never made: for nobody */
             queue_drop(w, i, w->outq[i].n);
     }
+    w->release = 0;
+    if (!held) {
+        event_del(w->ev_hold);
+    } else if (!evtimer_pending(w->ev_hold, NULL)) {
+        struct timeval tv = {0, RD_CTRL_HOLD_MS * 1000};
+        evtimer_add(w->ev_hold, &tv);
+    }
+}
+
+void world_ctrl_flush(rd_world *w)
+{
+    flush(w, 0);
+}
+
+void rd_world_release(rd_world *w, unsigned what)
+{
+    if (w->state != W_UP)
+        return;
+    w->release |= what;
+    event_active(w->ev_flush, 0, 0);
+}
+
+int rd_world_below(const rd_world *w, int position)
+{
+    return rd_ctrltree_below(w->position, position, RD_CTRL_FANOUT);
 }
 
 void world_ctrl_close(rd_world *w)
 {
     if (w->ev_flush != NULL)
         event_del(w->ev_flush);
+    if (w->ev_hold != NULL)
+        event_del(w->ev_hold);
+    w->release = 0;
     for (int i = 0; i < RD_RING_NODES_MAX; i++) {
         if (w->ctrl[i] != NULL && !w->outq_failed)
             queue_send(w, i);
@@ -177,12 +229,20 @@ void world_ctrl_close(rd_world *w)
     w->outq_failed = 0;
 }
 
-/* The end of the loop turn: what this turn queued goes out. */
+/* The end of the loop turn: what this turn queued goes out, unless held. */
 static void on_flush(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
     (void)what;
-    world_ctrl_flush(arg);
+    flush(arg, 0);
+}
+
+/* RD_CTRL_HOLD_MS since something was first held: whatever is held goes. */
+static void on_hold(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    flush(arg, 1);
 }
 
 void world_ctrl_poke(rd_world *w, int i)
@@ -211,7 +271,7 @@ static void tree_send(rd_world *w, int to, int skip, const rd_msg *m)
         queue_failed(w, "out of memory sending a control message");
         return;
     }
-    relay_on(w, skip, to, r, 1);
+    relay_on(w, skip, to, r, 1, 0);
     rd_relay_free(r);
 }
 
@@ -364,8 +424,9 @@ static void ctrl_handle(rd_world *w, int from, const rd_msg *m)
            (int)m->body_case, world_member(w, from)->node, w->generation);
 }
 
-/* Queues a copy of r for the neighbour at i: 0, or -1 out of memory (the ring drops). */
-static int queue_copy(rd_world *w, int i, const Ringd__Relay *r, int own)
+/* Queues a copy of r for the neighbour at i (held until released if hold): 0, or -1 out of
+ * memory (the ring drops). */
+static int queue_copy(rd_world *w, int i, const Ringd__Relay *r, int own, int hold)
 {
     if (own && w->outq[i].n == 0 && w->ctrl[i] != NULL && !w->outq_failed) {
         /* This node's own, with nothing before it for that neighbour: now, not at the turn's
@@ -379,27 +440,41 @@ static int queue_copy(rd_world *w, int i, const Ringd__Relay *r, int own)
         queue_failed(w, "out of memory passing a control message on");
         return -1;
     }
-    queue_add(w, i, copy);
+    queue_add(w, i, copy, hold && !own);
     return 0;
 }
 
 /* Passes r on toward where it goes, from the neighbour at from (-1: none), own when it is this
- * node's: to every other neighbour when it is for every node, else to the neighbour on the way
- * (none when it is for this node). */
-static void relay_on(rd_world *w, int from, int to, const Ringd__Relay *r, int own)
+ * node's, hold when it may wait for the engine's release: to every other neighbour when it is
+ * for every node, else to the neighbour on the way (none when it is for this node). */
+static void relay_on(rd_world *w, int from, int to, const Ringd__Relay *r, int own, int hold)
 {
     if (to >= 0) {
         if (to != w->position)
-            queue_copy(w, world_tree_toward(w, to), r, own);
+            queue_copy(w, world_tree_toward(w, to), r, own, hold);
         return;
     }
     int parent = world_tree_parent(w);
-    if (parent >= 0 && parent != from && queue_copy(w, parent, r, own) != 0)
+    if (parent >= 0 && parent != from && queue_copy(w, parent, r, own, hold) != 0)
         return;
     int first = rd_ctrltree_first_child(w->position, RD_CTRL_FANOUT);
     for (int child = first; child < first + RD_CTRL_FANOUT && child < w->nnodes; child++)
-        if (child != from && queue_copy(w, child, r, own) != 0)
+        if (child != from && queue_copy(w, child, r, own, hold) != 0)
             return;
+}
+
+/* 1 when m, another node's message for every node, may wait for the engine's release: a Ready
+ * of this generation announcing ops ready there (none failed, no stall requests), which
+ * matters only once the nodes it waits on have announced them too. */
+static int holdable(const rd_world *w, const rd_msg *m)
+{
+    if (m == NULL || m->body_case != RINGD__MSG__BODY_READY ||
+        m->ready->generation != w->generation || m->ready->n_stalled > 0)
+        return 0;
+    for (size_t k = 0; k < m->ready->n_ops; k++)
+        if (m->ready->ops[k]->status != 0)
+            return 0;
+    return 1;
 }
 
 /* Opens r, a Relay from the neighbour at position from, and passes it on toward where it goes
@@ -429,7 +504,7 @@ static int relay_pass(rd_world *w, int from, const Ringd__Relay *r, rd_msg **inn
         *inner = NULL;
         return -1;
     }
-    relay_on(w, from, to, r, 0);
+    relay_on(w, from, to, r, 0, to < 0 && holdable(w, *inner));
     if (to >= 0 && to != w->position) {
         rd_frame_free(*inner);
         *inner = NULL;

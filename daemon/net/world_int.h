@@ -26,6 +26,10 @@ struct retiring;
  * being made hold theirs until they are); four of the largest frames when that is more
  * (world_ctrl.c). */
 #define RD_CTRL_QUEUED_MIN (64u << 20)
+/* The longest a node holds announcements it passes on that the engine has not released
+ * (rd_world_release): long against a small op, short against the stall inspector, which reads
+ * who has announced what. */
+#define RD_CTRL_HOLD_MS 20
 
 struct rd_net {
     struct event_base *base;
@@ -89,10 +93,12 @@ typedef struct {
 } aside_member;
 
 /* The Relays for one neighbour in the control tree, oldest first: sent as one frame (or a few,
- * within --max-frame) at the end of the loop turn, or once its link is made. */
+ * within --max-frame) at the end of the loop turn, once its link is made, or (announcements of
+ * other nodes only, while the ring is up) once released (rd_world_release). */
 typedef struct {
     Ringd__Relay **items;
     size_t n, cap;
+    int urgent; /* holds something that is not held: it all goes at the turn's end */
 } ctrl_queue;
 
 /* One outbound connection being made, retried until the generation changes. */
@@ -142,6 +148,8 @@ struct rd_world {
     int outq_failed; /* a Relay could not be queued: nothing more goes out at this generation,
                         so that no node hears a later message of this node's without it */
     struct event *ev_flush;
+    unsigned release;      /* rd_world_release this turn */
+    struct event *ev_hold; /* RD_CTRL_HOLD_MS after a node first held something: all goes */
     struct rd_xfer *xfer;
     struct retiring *xfer_link; /* made with xfer: its place on retiring, so retiring never fails */
     struct retiring *retiring;  /* data planes of earlier generations, ending */
