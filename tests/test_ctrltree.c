@@ -117,11 +117,11 @@ Test(ctrltree, a_node_is_below_itself_and_each_of_its_ancestors_and_no_other)
         for (int t = 0; t < RD_RING_NODES_MAX; t++) {
             int above = 0;
             for (int self = 0; self < RD_RING_NODES_MAX; self++) {
-                int below = rd_ctrltree_below(self, t, k);
-                /* below self: its way up to the root leaves self toward the root */
-                int way =
-                    self == t || rd_ctrltree_toward(self, t, k) != rd_ctrltree_parent(self, k);
-                cr_assert_eq(below, way, "k %d: %d below %d is %d", k, t, self, below);
+                int below = rd_ctrltree_below(self, t, k), up = t;
+                /* below self: self is on the way from t up to the root */
+                while (up > self)
+                    up = rd_ctrltree_parent(up, k);
+                cr_assert_eq(below, up == self, "k %d: %d below %d is %d", k, t, self, below);
                 above += below;
             }
             cr_assert_eq(above, depth(t, k) + 1, "k %d: %d is below %d nodes", k, t, above);

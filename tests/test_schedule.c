@@ -214,6 +214,13 @@ Test(schedule, the_news_say_when_the_nodes_below_have_all_announced_an_op_and_wh
     cr_assert_eq(rd_neg_news(n), RD_RELEASE_DOWN);
     cr_assert_eq(rd_neg_take(n, &done), 1);
     rd_neg_done_free(done, 1);
+    /* a mismatch found here ends the op early on the nodes that have not announced it */
+    rd_op_params q = allreduce(RD_DT_F64, 4);
+    rd_op_spec c = spec_of("c", &p), c2 = spec_of("c", &q);
+    cr_assert_eq(rd_neg_ready(n, 0, &c, NULL, err, sizeof(err)), 0);
+    cr_assert_eq(rd_neg_news(n), 0);
+    cr_assert_eq(rd_neg_ready(n, 2, &c2, NULL, err, sizeof(err)), 0);
+    cr_assert_eq(rd_neg_news(n), RD_RELEASE_UP | RD_RELEASE_DOWN);
     cr_assert_eq(rd_neg_ready(n, 0, &join, NULL, err, sizeof(err)), 0);
     cr_assert_eq(rd_neg_news(n), RD_RELEASE_UP | RD_RELEASE_DOWN);
     rd_neg_free(n);

@@ -366,22 +366,20 @@ size_t rd_neg_unannounced(const rd_neg *n, rd_neg_unheard *out, size_t max)
     return count;
 }
 
+/* The join pending after r (NULL: the first), oldest first, or NULL. */
+static const rec *join_next(const rd_neg *n, const rec *r)
+{
+    r = r != NULL ? r->next : n->buckets[rd_name_hash(RD_JOIN_NAME) % RD_NEG_BUCKETS];
+    while (r != NULL && strcmp(r->name, RD_JOIN_NAME) != 0)
+        r = r->next;
+    return r;
+}
+
 /* 1 when node has announced the join this table has pending. */
 static int announced_join(const rd_neg *n, int node)
 {
-    for (const rec *r = n->buckets[rd_name_hash(RD_JOIN_NAME) % RD_NEG_BUCKETS]; r != NULL;
-         r = r->next)
-        if (strcmp(r->name, RD_JOIN_NAME) == 0 && r->have[node])
-            return 1;
-    return 0;
-}
-
-/* 1 while some node has announced a join that not every node has. */
-static int join_pending(const rd_neg *n)
-{
-    for (const rec *r = n->buckets[rd_name_hash(RD_JOIN_NAME) % RD_NEG_BUCKETS]; r != NULL;
-         r = r->next)
-        if (strcmp(r->name, RD_JOIN_NAME) == 0)
+    for (const rec *r = join_next(n, NULL); r != NULL; r = join_next(n, r))
+        if (r->have[node])
             return 1;
     return 0;
 }
@@ -423,7 +421,7 @@ rd_status rd_neg_ready(rd_neg *n, int node, const rd_op_spec *spec, void *own, c
     r->nhave++;
     if (n->below[node] && ++r->nbelow == n->nbelow)
         n->news |= RD_RELEASE_UP;
-    if (join_pending(n))
+    if (join_next(n, NULL) != NULL) /* a join pending */
         n->news |= RD_RELEASE_UP | RD_RELEASE_DOWN;
     if (node == n->self)
         r->own = own;
@@ -443,6 +441,7 @@ rd_status rd_neg_ready(rd_neg *n, int node, const rd_op_spec *spec, void *own, c
             r->data[node].len = spec->len;
         }
     }
+    uint32_t was = r->status;
     if (r->status == 0 && spec->status != 0) {
         r->status = spec->status;
         r->message = strdup(spec->message != NULL ? spec->message : "failed on another node");
@@ -459,6 +458,8 @@ rd_status rd_neg_ready(rd_neg *n, int node, const rd_op_spec *spec, void *own, c
         r->status = RINGD_E_MISMATCH;
         r->message = strdup(msg);
     }
+    if (was == 0 && r->status != 0) /* known here: the nodes that have not announced it end it */
+        n->news |= RD_RELEASE_UP | RD_RELEASE_DOWN;
     if (r->nhave < n->nnodes)
         return RINGD_OK;
     /* every node has it: out of the table, onto the queue */

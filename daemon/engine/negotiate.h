@@ -70,7 +70,8 @@ typedef struct {
 /* What the announcements recorded since the last call mean for the ones the control tree holds
  * (rd_world_release): RD_RELEASE_UP when the nodes below this one have all announced some op
  * (the coordinator needs theirs), RD_RELEASE_DOWN when every node has (the nodes below need the
- * rest), both while a join is pending (a joined node takes part in what it hears of). Clears
+ * rest), both when an op failed (a failure or a mismatch ends it early where it is not
+ * announced) and while a join is pending (a joined node takes part in what it hears of). Clears
  * them. */
 unsigned rd_neg_news(rd_neg *n);
 

@@ -28,8 +28,6 @@ int rd_ctrltree_toward(int self, int t, int fanout)
 
 int rd_ctrltree_below(int self, int t, int fanout)
 {
-    int up = t;
-    while (up > self)
-        up = rd_ctrltree_parent(up, fanout);
-    return self >= 0 && up == self;
+    return self >= 0 && t >= 0 &&
+           (t == self || rd_ctrltree_toward(self, t, fanout) != rd_ctrltree_parent(self, fanout));
 }

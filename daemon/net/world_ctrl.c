@@ -56,10 +56,10 @@ void world_ctrl_free(rd_world *w)
     for (int i = 0; i < RD_RING_NODES_MAX; i++)
         free(w->outq[i].items);
     memset(w->outq, 0, sizeof(w->outq));
-    if (w->ev_flush != NULL)
-        event_free(w->ev_flush);
     if (w->ev_hold != NULL)
         event_free(w->ev_hold);
+    if (w->ev_flush != NULL)
+        event_free(w->ev_flush);
     w->ev_flush = NULL;
     w->ev_hold = NULL;
 }
@@ -76,13 +76,13 @@ static void queue_failed(rd_world *w, const char *why)
 }
 
 /* Queues r (taken) for the neighbour at i, to go at the end of the loop turn, or when released
- * if hold. Past the limit (RD_CTRL_QUEUED_MIN, or four of the largest frames), or out of
- * memory, r is freed and the ring drops. */
+ * if hold. Past the limit (RD_CTRL_QUEUED_MIN, or RD_CTRL_QUEUED_FRAMES of the largest frames), or
+ * out of memory, r is freed and the ring drops. */
 static void queue_add(rd_world *w, int i, Ringd__Relay *r, int hold)
 {
     ctrl_queue *q = &w->outq[i];
     size_t len = rd_relay_size(r);
-    size_t most = 4 * ((size_t)w->net->cfg->max_frame + RD_RELAY_OVERHEAD);
+    size_t most = RD_CTRL_QUEUED_FRAMES * ((size_t)w->net->cfg->max_frame + RD_RELAY_OVERHEAD);
     if (most < RD_CTRL_QUEUED_MIN)
         most = RD_CTRL_QUEUED_MIN;
     if (w->outq_failed) {
@@ -110,7 +110,10 @@ static void queue_add(rd_world *w, int i, Ringd__Relay *r, int hold)
         return;
     }
     q->items[q->n++] = r;
-    q->urgent |= !hold;
+    q->bytes += len;
+    /* a frame's worth goes: holding it longer saves no frame, and the copies held for every
+     * neighbour count against the limit */
+    q->urgent |= !hold || q->bytes >= (size_t)w->net->cfg->max_frame;
     w->outq_bytes += len;
     event_active(w->ev_flush, 0, 0);
 }
@@ -122,7 +125,9 @@ static void queue_drop(rd_world *w, int i, size_t k)
     if (k == 0)
         return;
     for (size_t j = 0; j < k; j++) {
-        w->outq_bytes -= rd_relay_size(q->items[j]);
+        size_t len = rd_relay_size(q->items[j]);
+        w->outq_bytes -= len;
+        q->bytes -= len;
         rd_relay_free(q->items[j]);
     }
     memmove(q->items, q->items + k, (q->n - k) * sizeof(*q->items));
@@ -440,7 +445,7 @@ static int queue_copy(rd_world *w, int i, const Ringd__Relay *r, int own, int ho
         queue_failed(w, "out of memory passing a control message on");
         return -1;
     }
-    queue_add(w, i, copy, hold && !own);
+    queue_add(w, i, copy, hold);
     return 0;
 }
 

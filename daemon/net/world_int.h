@@ -23,9 +23,11 @@ struct retiring;
 
 #define RD_WORLD_RETRY_MS 100
 /* Bytes of Relays a node holds for its neighbours, at least, as its limit (those whose links are
- * being made hold theirs until they are); four of the largest frames when that is more
- * (world_ctrl.c). */
+ * being made hold theirs until they are); RD_CTRL_QUEUED_FRAMES of the largest frames when that
+ * is more: four, and for each of at most RD_CTRL_FANOUT + 1 neighbours the frame's worth it may
+ * hold (world_ctrl.c) and the Relay that tips it over. */
 #define RD_CTRL_QUEUED_MIN (64u << 20)
+#define RD_CTRL_QUEUED_FRAMES (4 + 2 * (RD_CTRL_FANOUT + 1))
 /* The longest a node holds announcements it passes on that the engine has not released
  * (rd_world_release): long against a small op, short against the stall inspector, which reads
  * who has announced what. */
@@ -98,7 +100,9 @@ typedef struct {
 typedef struct {
     Ringd__Relay **items;
     size_t n, cap;
-    int urgent; /* holds something that is not held: it all goes at the turn's end */
+    size_t bytes; /* rd_relay_size of the items */
+    int urgent;   /* something in it may not wait (or it holds a frame's worth): all of it goes
+                     at the turn's end */
 } ctrl_queue;
 
 /* One outbound connection being made, retried until the generation changes. */
