@@ -12,6 +12,7 @@ import ctypes
 import json
 import multiprocessing
 import os
+import random
 import shutil
 import signal
 import socket
@@ -62,9 +63,24 @@ def wait_for(cond, timeout, every=0.02):
 
 
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port free now, taken at random below the kernel's ephemeral range: a port bound to 0
+    comes from that range, where any outgoing connection may take it before its user (a
+    TCPStore, a redis-server) binds it."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    first = 10000 if low > 11000 else 1024
+    for _ in range(1000):
+        port = random.randrange(first, low)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port between {first} and {low}")
 
 
 def tail(path, nbytes=3000):
