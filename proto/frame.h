@@ -22,8 +22,10 @@
  * daemon of 9 would run by recursive doubling; PeerHello.max_frame and direct_bytes, which
  * both ends must agree on (a node batches its announcements up to its --max-frame); 11: control
  * links along a tree, every message in a Relay, which a daemon of 10 would neither dial nor pass
- * on; nodes of one job run one version. */
-#define RD_PEER_PROTOCOL_VERSION 11
+ * on; 12: OpSpec.fill and cached (a node's announcements of ops it announced before at that
+ * generation name only the slot), which a daemon of 11 would take for ops without a name; nodes
+ * of one job run one version. */
+#define RD_PEER_PROTOCOL_VERSION 12
 #define RD_FRAME_HEADER 4
 #define RD_FRAME_MAX_DEFAULT (1u << 20)
 #define RD_NAME_MAX 256           /* bytes in a job or tensor name, terminator excluded */

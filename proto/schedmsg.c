@@ -34,8 +34,7 @@ static int data_fits(const rd_op_params *p, size_t len)
     }
 }
 
-/* Checks one announced op as rd_schedmsg_decode promises it. Returns 0, or -1 with err set. */
-static int spec_check(const rd_op_spec *s, char *err, size_t errlen)
+int rd_schedmsg_spec_check(const rd_op_spec *s, char *err, size_t errlen)
 {
     const rd_op_params *p = &s->p;
     if (!rd_name_valid(s->name)) {
@@ -78,9 +77,30 @@ static int spec_check(const rd_op_spec *s, char *err, size_t errlen)
     return 0;
 }
 
-/* The plain value of n announced ops o[0..n) into a new array *out (NULL when n is 0). Returns 0,
- * or -1 with err set. */
-static int specs_decode(Ringd__OpSpec *const *o, size_t n, rd_op_spec **out, char *err,
+/* Checks a cached op (cached != 0) as far as it can be without the sender's slot: nothing but
+ * its slot, direct and data. Returns 0, or -1 with err set. */
+static int cached_check(const Ringd__OpSpec *o, const rd_op_spec *s, char *err, size_t errlen)
+{
+    if (s->cached > RD_SCHEDMSG_CACHE_MAX || s->fill != 0 || s->name[0] != '\0' || s->status != 0 ||
+        s->message[0] != '\0' || o->op != 0 || o->dtype != 0 || o->redop != 0 || o->root != 0 ||
+        o->count != 0 || o->prescale != 0 || o->postscale != 0 || o->device ||
+        o->counts_digest != 0 || o->group_digest != 0 || o->shape != 0) {
+        snprintf(err, errlen, "an op cached in slot %" PRIu32 " that carries more than its data",
+                 s->cached);
+        return -1;
+    }
+    if (s->len > RD_SCHEDMSG_DATA_MAX || (s->len > 0 && !s->direct)) {
+        snprintf(err, errlen, "an op cached in slot %" PRIu32 " with %zu bytes of data%s",
+                 s->cached, s->len, s->direct ? "" : ", not direct");
+        return -1;
+    }
+    return 0;
+}
+
+/* The plain value of n announced ops o[0..n) into a new array *out (NULL when n is 0); cache
+ * (0: none may use the sender's cache, as stall requests) says they may. Returns 0, or -1 with
+ * err set. */
+static int specs_decode(Ringd__OpSpec *const *o, size_t n, int cache, rd_op_spec **out, char *err,
                         size_t errlen)
 {
     *out = NULL;
@@ -102,7 +122,22 @@ static int specs_decode(Ringd__OpSpec *const *o, size_t n, rd_op_spec **out, cha
         s[i].direct = o[i]->direct != 0;
         s[i].data = o[i]->data.data;
         s[i].len = o[i]->data.len;
-        if (spec_check(&s[i], err, errlen) != 0) {
+        s[i].fill = o[i]->fill;
+        s[i].cached = o[i]->cached;
+        int bad;
+        if (!cache && (s[i].fill != 0 || s[i].cached != 0)) {
+            snprintf(err, errlen, "a stall request naming a slot of the sender's cache");
+            bad = 1;
+        } else if (s[i].cached != 0) {
+            bad = cached_check(o[i], &s[i], err, errlen) != 0;
+        } else if (s[i].fill > RD_SCHEDMSG_CACHE_MAX || (s[i].fill != 0 && s[i].status != 0)) {
+            snprintf(err, errlen, "tensor '%s' filling slot %" PRIu32 " of the cache%s", s[i].name,
+                     s[i].fill, s[i].status != 0 ? ", failed" : "");
+            bad = 1;
+        } else {
+            bad = rd_schedmsg_spec_check(&s[i], err, errlen) != 0;
+        }
+        if (bad) {
             free(s);
             return -1;
         }
@@ -121,9 +156,9 @@ static rd_schedmsg_status ready_decode(const Ringd__Ready *r, rd_schedmsg *out, 
                  RD_SCHEDMSG_OPS_MAX);
         return RD_SCHEDMSG_BAD;
     }
-    if (specs_decode(r->ops, r->n_ops, &ops, err, errlen) != 0)
+    if (specs_decode(r->ops, r->n_ops, 1, &ops, err, errlen) != 0)
         return RD_SCHEDMSG_BAD;
-    if (specs_decode(r->stalled, r->n_stalled, &stalled, err, errlen) != 0) {
+    if (specs_decode(r->stalled, r->n_stalled, 0, &stalled, err, errlen) != 0) {
         free(ops);
         return RD_SCHEDMSG_BAD;
     }
@@ -278,9 +313,9 @@ void rd_schedmsg_release(rd_schedmsg *s)
 }
 
 /* An OpSpec's entry around its strings and data at its longest: the entry's tag and length (6),
- * 13 numbers and flags with their tags (at most 11 bytes each, an enum's negative varint), the
+ * 15 numbers and flags with their tags (at most 11 bytes each, an enum's negative varint), the
  * tags and lengths of name, message and data (6 each). */
-#define SPEC_FIXED_MAX (6 + 13 * 11 + 3 * 6)
+#define SPEC_FIXED_MAX (6 + 15 * 11 + 3 * 6)
 
 size_t rd_schedmsg_spec_bound(const rd_op_spec *spec)
 {
@@ -309,6 +344,8 @@ static void spec_encode(const rd_op_spec *s, Ringd__OpSpec *o)
     o->direct = s->direct != 0;
     o->data.data = (uint8_t *)s->data;
     o->data.len = s->len;
+    o->fill = s->fill;
+    o->cached = s->cached;
 }
 
 /* A device-transport message: the message and its body in one block. */

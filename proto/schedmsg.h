@@ -39,9 +39,14 @@ typedef struct {
     uint64_t shape;         /* the tensor's packed shape (Submit.shape); 0: none given */
 } rd_op_params;
 
+/* Slots in a node's cache of the ops it announced, per generation (OpSpec.fill). */
+#define RD_SCHEDMSG_CACHE_MAX 1024u
+
 /* One op a node announces: all its ranks submitted it (status 0), or it failed there (status, a
  * ringd_result_t, with message). A direct op carries the node's contribution in data[0..len).
- * Strings and data are borrowed. */
+ * Strings and data are borrowed. Cached (cached != 0), it is the op in that slot of the sender's
+ * cache: name is "", p zero and status 0 until the receiver fills them in from the slot; a full
+ * spec may fill the sender's next slot (fill != 0). */
 typedef struct {
     const char *name;
     rd_op_params p;
@@ -50,6 +55,7 @@ typedef struct {
     int direct;
     const uint8_t *data;
     size_t len;
+    uint32_t fill, cached; /* 1 up to RD_SCHEDMSG_CACHE_MAX; 0: none */
 } rd_op_spec;
 
 typedef enum {
@@ -135,6 +141,13 @@ typedef enum {
  * a plan of NCCL carries an id and one of TCP none. Any thread. */
 rd_schedmsg_status rd_schedmsg_decode(const struct Ringd__Msg *m, rd_schedmsg *out, char *err,
                                       size_t errlen);
+/* (A cached op of a Ready is the exception: its name is "", and only its slot, direct and data
+ * are checked, with nothing else set; the receiver checks the rest once it has filled them in.
+ * An op fills a slot only when it did not fail, and stall requests use no slot.) */
+
+/* Checks one announced op as rd_schedmsg_decode does a full one: for a cached op once its name
+ * and parameters are filled in from the sender's slot. Returns 0, or -1 with err set. */
+int rd_schedmsg_spec_check(const rd_op_spec *s, char *err, size_t errlen);
 
 /* Frees the arrays of a decoded message. */
 void rd_schedmsg_release(rd_schedmsg *s);

@@ -74,6 +74,35 @@ static void assert_spec_eq(const rd_op_spec *a, const rd_op_spec *b)
     cr_assert_eq(a->direct, b->direct);
     cr_assert_eq(a->len, b->len);
     cr_assert(a->len == 0 || memcmp(a->data, b->data, a->len) == 0);
+    cr_assert_eq(a->fill, b->fill);
+    cr_assert_eq(a->cached, b->cached);
+}
+
+/* An op that fills a slot of the sender's cache, then the same op by its slot with new data. */
+Test(schedmsg, an_op_by_its_slot_survives_the_wire_with_its_data)
+{
+    static const float more[4] = {0.5f, 1.0f, 2.0f, 4.0f};
+    const rd_op_spec ops[] = {
+        {"grad.0",
+         {0, 0, 0, 0, 4, 1.0, 1.0, 0, 0, 0, 0},
+         0,
+         "",
+         1,
+         (const uint8_t *)grads,
+         sizeof(grads),
+         3,
+         0},
+        {"", {0}, 0, "", 1, (const uint8_t *)more, sizeof(more), 0, 3},
+        {"", {0}, 0, "", 0, NULL, 0, 0, RD_SCHEDMSG_CACHE_MAX},
+    };
+    rd_schedmsg v = {.kind = RD_SCHEDMSG_READY, .generation = 7, .ops = ops, .nops = 3};
+    rd_msg *m;
+    rd_schedmsg d;
+    decoded_after_wire(&v, &m, &d);
+    for (size_t i = 0; i < 3; i++)
+        assert_spec_eq(&d.ops[i], &ops[i]);
+    rd_schedmsg_release(&d);
+    rd_frame_free(m);
 }
 
 Test(schedmsg, a_ready_survives_the_wire)
@@ -85,9 +114,19 @@ Test(schedmsg, a_ready_survives_the_wire)
          "",
          1,
          (const uint8_t *)grads,
-         sizeof(grads)},
-        {"weights", {1, 3, 0, 2, 1 << 20, 1.0, 1.0, 1, 0, 0, 0}, 0, "", 0, NULL, 0},
-        {"odd", {0, 0, 17, 0, 8, 1.0, 1.0, 0, 0, 0, 0}, 5, "unknown reduce op 17", 0, NULL, 0},
+         sizeof(grads),
+         0,
+         0},
+        {"weights", {1, 3, 0, 2, 1 << 20, 1.0, 1.0, 1, 0, 0, 0}, 0, "", 0, NULL, 0, 0, 0},
+        {"odd",
+         {0, 0, 17, 0, 8, 1.0, 1.0, 0, 0, 0, 0},
+         5,
+         "unknown reduce op 17",
+         0,
+         NULL,
+         0,
+         0,
+         0},
     };
     const rd_op_spec stalled = {.name = "late",
                                 .p = {.coll = 3},
@@ -336,28 +375,45 @@ static uint8_t bytes[64];
 /* Criterion runs each case in a new process where pointers of this one mean nothing: the cases
  * are passed by index. */
 static const bad_spec bad_specs[] = {
-    {{"bad\nname", ALLREDUCE_F32(8), 0, "", 0, NULL, 0}, 0, "invalid name"},
-    {{"", ALLREDUCE_F32(8), 0, "", 0, NULL, 0}, 0, "invalid name"},
-    {{long_name, ALLREDUCE_F32(8), 0, "", 0, NULL, 0}, 0, "invalid name"},
-    {{"bad\x7f", ALLREDUCE_F32(8), 14, "stalled", 0, NULL, 0}, 1, "invalid name"},
-    {{"g", {9, 0, 0, 0, 8, 1.0, 1.0, 0, 0, 0, 0}, 0, "", 0, NULL, 0}, 0, "op 9"},
-    {{"g", {-1, 0, 0, 0, 8, 1.0, 1.0, 0, 0, 0, 0}, 5, "failed", 0, NULL, 0}, 0, "op -1"},
-    {{"g", {0, 99, 0, 0, 8, 1.0, 1.0, 0, 0, 0, 0}, 0, "", 0, NULL, 0}, 0, "dtype 99"},
-    {{"g", {0, -2, 0, 0, 8, 1.0, 1.0, 0, 0, 0, 0}, 0, "", 0, NULL, 0}, 0, "dtype -2"},
-    {{"g", {0, 0, 17, 0, 8, 1.0, 1.0, 0, 0, 0, 0}, 0, "", 0, NULL, 0}, 0, "reduce op 17"},
-    {{"g", ALLREDUCE_F32(8), 5, long_message, 0, NULL, 0}, 0, "message over 1024"},
-    {{"g", ALLREDUCE_F32(8), 14, long_message, 0, NULL, 0}, 1, "message over 1024"},
+    {{"bad\nname", ALLREDUCE_F32(8), 0, "", 0, NULL, 0, 0, 0}, 0, "invalid name"},
+    {{"", ALLREDUCE_F32(8), 0, "", 0, NULL, 0, 0, 0}, 0, "invalid name"},
+    {{long_name, ALLREDUCE_F32(8), 0, "", 0, NULL, 0, 0, 0}, 0, "invalid name"},
+    {{"bad\x7f", ALLREDUCE_F32(8), 14, "stalled", 0, NULL, 0, 0, 0}, 1, "invalid name"},
+    {{"g", {9, 0, 0, 0, 8, 1.0, 1.0, 0, 0, 0, 0}, 0, "", 0, NULL, 0, 0, 0}, 0, "op 9"},
+    {{"g", {-1, 0, 0, 0, 8, 1.0, 1.0, 0, 0, 0, 0}, 5, "failed", 0, NULL, 0, 0, 0}, 0, "op -1"},
+    {{"g", {0, 99, 0, 0, 8, 1.0, 1.0, 0, 0, 0, 0}, 0, "", 0, NULL, 0, 0, 0}, 0, "dtype 99"},
+    {{"g", {0, -2, 0, 0, 8, 1.0, 1.0, 0, 0, 0, 0}, 0, "", 0, NULL, 0, 0, 0}, 0, "dtype -2"},
+    {{"g", {0, 0, 17, 0, 8, 1.0, 1.0, 0, 0, 0, 0}, 0, "", 0, NULL, 0, 0, 0}, 0, "reduce op 17"},
+    {{"g", ALLREDUCE_F32(8), 5, long_message, 0, NULL, 0, 0, 0}, 0, "message over 1024"},
+    {{"g", ALLREDUCE_F32(8), 14, long_message, 0, NULL, 0, 0, 0}, 1, "message over 1024"},
     /* data that does not fit its op */
-    {{"g", ALLREDUCE_F32(2), 0, "", 1, bytes, 4}, 0, "4 bytes of data"},
-    {{"g", ALLREDUCE_F32(2), 0, "", 1, bytes, 12}, 0, "12 bytes of data"},
-    {{"g", {1, 0, 0, 0, 2, 1.0, 1.0, 0, 0, 0, 0}, 0, "", 1, bytes, 4}, 0, "4 bytes of data"},
-    {{"g", {2, 6, 0, 0, 3, 1.0, 1.0, 0, 0, 0, 0}, 0, "", 1, bytes, 10}, 0, "10 bytes of data"},
-    {{"g", {2, 6, 0, 0, 0, 1.0, 1.0, 0, 0, 0, 0}, 0, "", 1, bytes, 1}, 0, "1 bytes of data"},
-    {{"g", {3, 6, 0, 0, 0, 1.0, 1.0, 0, 0, 0, 0}, 0, "", 1, bytes, 1}, 0, "1 bytes of data"},
+    {{"g", ALLREDUCE_F32(2), 0, "", 1, bytes, 4, 0, 0}, 0, "4 bytes of data"},
+    {{"g", ALLREDUCE_F32(2), 0, "", 1, bytes, 12, 0, 0}, 0, "12 bytes of data"},
+    {{"g", {1, 0, 0, 0, 2, 1.0, 1.0, 0, 0, 0, 0}, 0, "", 1, bytes, 4, 0, 0}, 0, "4 bytes of data"},
+    {{"g", {2, 6, 0, 0, 3, 1.0, 1.0, 0, 0, 0, 0}, 0, "", 1, bytes, 10, 0, 0},
+     0,
+     "10 bytes of data"},
+    {{"g", {2, 6, 0, 0, 0, 1.0, 1.0, 0, 0, 0, 0}, 0, "", 1, bytes, 1, 0, 0}, 0, "1 bytes of data"},
+    {{"g", {3, 6, 0, 0, 0, 1.0, 1.0, 0, 0, 0, 0}, 0, "", 1, bytes, 1, 0, 0}, 0, "1 bytes of data"},
     /* count * 8 wraps to 8 */
-    {{"g", {0, 1, 0, 0, (1ull << 61) + 1, 1.0, 1.0, 0, 0, 0, 0}, 0, "", 1, bytes, 8}, 0, "8 bytes"},
-    {{"g", ALLREDUCE_F32(2), 0, "", 0, bytes, 8}, 0, "not direct"},
-    {{"g", ALLREDUCE_F32(2), 5, "failed", 1, bytes, 8}, 0, "failed"},
+    {{"g", {0, 1, 0, 0, (1ull << 61) + 1, 1.0, 1.0, 0, 0, 0, 0}, 0, "", 1, bytes, 8, 0, 0},
+     0,
+     "8 bytes"},
+    {{"g", ALLREDUCE_F32(2), 0, "", 0, bytes, 8, 0, 0}, 0, "not direct"},
+    {{"g", ALLREDUCE_F32(2), 5, "failed", 1, bytes, 8, 0, 0}, 0, "failed"},
+    /* the cache: a slot past its end, a failure filling one, an op by its slot that carries
+     * more than its data, or data without being direct, and a stall request using one */
+    {{"g", ALLREDUCE_F32(2), 0, "", 0, NULL, 0, RD_SCHEDMSG_CACHE_MAX + 1, 0}, 0, "slot 1025"},
+    {{"g", ALLREDUCE_F32(2), 5, "failed", 0, NULL, 0, 1, 0}, 0, "failed"},
+    {{"", {0}, 0, "", 0, NULL, 0, 0, RD_SCHEDMSG_CACHE_MAX + 1}, 0, "slot 1025"},
+    {{"g", {0}, 0, "", 0, NULL, 0, 0, 2}, 0, "more than its data"},
+    {{"", ALLREDUCE_F32(2), 0, "", 0, NULL, 0, 0, 2}, 0, "more than its data"},
+    {{"", {0}, 5, "", 0, NULL, 0, 0, 2}, 0, "more than its data"},
+    {{"", {0}, 0, "failed", 0, NULL, 0, 0, 2}, 0, "more than its data"},
+    {{"", {0}, 0, "", 0, NULL, 0, 1, 2}, 0, "more than its data"},
+    {{"", {0}, 0, "", 0, bytes, 8, 0, 2}, 0, "not direct"},
+    {{"g", ALLREDUCE_F32(2), 14, "stalled", 0, NULL, 0, 0, 2}, 1, "stall request"},
+    {{"g", ALLREDUCE_F32(2), 14, "stalled", 0, NULL, 0, 2, 0}, 1, "stall request"},
 };
 
 ParameterizedTestParameters(schedmsg, an_announcement_no_node_sends_is_refused)
@@ -393,15 +449,15 @@ Test(schedmsg, what_nodes_do_send_is_taken)
     memset(message, 'm', RD_SCHEDMSG_MESSAGE_MAX);
     const rd_op_spec ok[] = {
         /* a failure goes with the parameters it failed for */
-        {"g", {0, 99, 17, 0, 8, 1.0, 1.0, 0, 0, 0, 0}, 5, "unknown reduce op 17", 0, NULL, 0},
-        {"g", ALLREDUCE_F32(8), 5, message, 0, NULL, 0},
+        {"g", {0, 99, 17, 0, 8, 1.0, 1.0, 0, 0, 0, 0}, 5, "unknown reduce op 17", 0, NULL, 0, 0, 0},
+        {"g", ALLREDUCE_F32(8), 5, message, 0, NULL, 0, 0, 0},
         /* a broadcast's root is on one node: the others send nothing */
-        {"b", {1, 0, 0, 5, 6, 1.0, 1.0, 0, 0, 0, 0}, 0, "", 1, data, 24},
-        {"b", {1, 0, 0, 5, 6, 1.0, 1.0, 0, 0, 0, 0}, 0, "", 1, NULL, 0},
+        {"b", {1, 0, 0, 5, 6, 1.0, 1.0, 0, 0, 0, 0}, 0, "", 1, data, 24, 0, 0},
+        {"b", {1, 0, 0, 5, 6, 1.0, 1.0, 0, 0, 0, 0}, 0, "", 1, NULL, 0, 0, 0},
         /* an allgather sends each local rank's part */
-        {"a", {2, 6, 0, 0, 8, 1.0, 1.0, 0, 0, 0, 0}, 0, "", 1, data, 24},
-        {"r", {0, 1, 1, 0, 3, 0.5, 2.0, 0, 0, 0, 0}, 0, "", 1, data, 24},
-        {"x", {3, 6, 0, 0, 0, 1.0, 1.0, 0, 0, 0, 0}, 0, "", 0, NULL, 0},
+        {"a", {2, 6, 0, 0, 8, 1.0, 1.0, 0, 0, 0, 0}, 0, "", 1, data, 24, 0, 0},
+        {"r", {0, 1, 1, 0, 3, 0.5, 2.0, 0, 0, 0, 0}, 0, "", 1, data, 24, 0, 0},
+        {"x", {3, 6, 0, 0, 0, 1.0, 1.0, 0, 0, 0, 0}, 0, "", 0, NULL, 0, 0, 0},
     };
     for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
         rd_schedmsg v = ready_of(&ok[i]);
@@ -416,7 +472,7 @@ Test(schedmsg, data_over_the_limit_is_refused)
     size_t n = RD_SCHEDMSG_DATA_MAX + 1;
     uint8_t *big = calloc(1, n);
     cr_assert_not_null(big);
-    rd_op_spec s = {"big", {2, 6, 0, 0, 1, 1.0, 1.0, 0, 0, 0, 0}, 0, "", 1, big, n};
+    rd_op_spec s = {"big", {2, 6, 0, 0, 1, 1.0, 1.0, 0, 0, 0, 0}, 0, "", 1, big, n, 0, 0};
     rd_schedmsg v = ready_of(&s);
     char err[256];
     cr_assert_eq(decode_after_wire(&v, err, sizeof(err)), RD_SCHEDMSG_BAD);

@@ -225,6 +225,11 @@ void rd_neg_free(rd_neg *n)
     free(n);
 }
 
+const char *rd_neg_node(const rd_neg *n, int node)
+{
+    return n->nodes[node].node;
+}
+
 /* "ranks 2-3 (node b)" */
 static void ranks_of(const rd_neg *n, int node, char *buf, size_t len)
 {

@@ -39,6 +39,9 @@ rd_neg *rd_neg_new(int nnodes, const rd_ring_node *nodes, int self, uint64_t max
                    const uint8_t *below);
 void rd_neg_free(rd_neg *n);
 
+/* The name of the node at position node (0 <= node < nnodes). */
+const char *rd_neg_node(const rd_neg *n, int node);
+
 /* Records that node has spec ready (or failed there, spec->status != 0); spec is one
  * rd_schedmsg_decode takes (this node's own are), its strings and data copied. own is this
  * node's handle for its own announcements (node == self), handed back when the op is done. Ops

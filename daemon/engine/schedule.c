@@ -12,6 +12,7 @@
 #include "backend.h"
 #include "frame.h"
 #include "log.h"
+#include "opcache.h"
 #include "xfer.h"
 
 /* One order of the coordinator: names of ops bound for the ring, run in that order with its
@@ -37,7 +38,8 @@ struct rd_sched {
     char job[RD_NAME_MAX + 1];
     rd_sched_events ev;
     void *arg;
-    rd_neg *neg; /* from the ring's forming to its end */
+    rd_neg *neg;       /* from the ring's forming to its end */
+    rd_opcache *cache; /* likewise: the ops the nodes announced, by slot */
     int nnodes, position;
     /* coordinator: names of ring-bound ops done negotiating this loop turn, sent at its end */
     char **order;
@@ -185,6 +187,8 @@ static void ring_ended(rd_sched *s)
         return;
     rd_neg_free(s->neg);
     s->neg = NULL;
+    rd_opcache_free(s->cache);
+    s->cache = NULL;
     event_del(s->ev_order);
     order_clear(s);
     announced_clear(s); /* the next ring hears them anew */
@@ -226,7 +230,8 @@ static rd_status ring_forming(rd_sched *s, int nnodes, int position, const rd_ri
     for (int i = 0; i < nnodes; i++)
         below[i] = (uint8_t)rd_world_below(s->w, i);
     s->neg = rd_neg_new(nnodes, nodes, position, s->cfg->direct_bytes, below);
-    if (s->neg == NULL)
+    s->cache = rd_opcache_new(nnodes, position);
+    if (s->neg == NULL || s->cache == NULL)
         return RINGD_E_NOMEM;
     s->nnodes = nnodes;
     s->position = position;
@@ -445,8 +450,15 @@ static int announced_add(rd_sched *s, const rd_op_spec *spec)
         s->capout = cap;
     }
     rd_op_spec c = *spec;
-    c.name = strdup(spec->name);
-    c.message = strdup(spec->message);
+    if (spec->status == 0 && rd_opcache_own(s->cache, &c) != 0)
+        return -1;
+    if (c.cached != 0) { /* the other nodes have the rest in that slot */
+        c.name = "";
+        c.p = (rd_op_params){0};
+        c.message = "";
+    }
+    c.name = strdup(c.name);
+    c.message = strdup(c.message);
     c.data = spec->len > 0 ? malloc(spec->len) : NULL;
     if (c.name == NULL || c.message == NULL || (spec->len > 0 && c.data == NULL)) {
         spec_free(&c);
@@ -547,7 +559,14 @@ static void ready_received(rd_sched *s, int from, const rd_schedmsg *r)
 {
     char err[256];
     for (size_t i = 0; i < r->nops; i++) {
-        const rd_op_spec *spec = &r->ops[i];
+        rd_op_spec op = r->ops[i], *spec = &op;
+        if (rd_opcache_heard(s->cache, from, spec, err, sizeof(err)) != 0) {
+            char why[RD_NAME_MAX + 300];
+            snprintf(why, sizeof(why), "announcement of node %s: %s", rd_neg_node(s->neg, from),
+                     err);
+            rd_world_drop(s->w, why);
+            return;
+        }
         if (rd_neg_ready(s->neg, from, spec, NULL, err, sizeof(err)) != 0) {
             rd_world_drop(s->w, err);
             return;
