@@ -78,7 +78,7 @@ int rd_schedmsg_spec_check(const rd_op_spec *s, char *err, size_t errlen)
 }
 
 /* Checks a cached op (cached != 0) as far as it can be without the sender's slot: nothing but
- * its slot, direct and data. Returns 0, or -1 with err set. */
+ * its slot, direct and data set. Returns 0, or -1 with err set. */
 static int cached_check(const Ringd__OpSpec *o, const rd_op_spec *s, char *err, size_t errlen)
 {
     if (s->cached > RD_SCHEDMSG_CACHE_MAX || s->fill != 0 || s->name[0] != '\0' || s->status != 0 ||
@@ -89,12 +89,7 @@ static int cached_check(const Ringd__OpSpec *o, const rd_op_spec *s, char *err, 
                  s->cached);
         return -1;
     }
-    if (s->len > RD_SCHEDMSG_DATA_MAX || (s->len > 0 && !s->direct)) {
-        snprintf(err, errlen, "an op cached in slot %" PRIu32 " with %zu bytes of data%s",
-                 s->cached, s->len, s->direct ? "" : ", not direct");
-        return -1;
-    }
-    return 0;
+    return 0; /* its data: once the receiver has the slot's op (rd_schedmsg_spec_check) */
 }
 
 /* The plain value of n announced ops o[0..n) into a new array *out (NULL when n is 0); cache
@@ -346,6 +341,13 @@ static void spec_encode(const rd_op_spec *s, Ringd__OpSpec *o)
     o->data.len = s->len;
     o->fill = s->fill;
     o->cached = s->cached;
+    if (s->cached != 0) { /* the receivers have the rest in that slot */
+        Ringd__OpSpec c = RINGD__OP_SPEC__INIT;
+        c.cached = s->cached;
+        c.direct = o->direct;
+        c.data = o->data;
+        *o = c;
+    }
 }
 
 /* A device-transport message: the message and its body in one block. */

@@ -138,12 +138,12 @@ typedef enum {
  * exactly count elements (the node's partial sum), of any other op none. The entries of a Go
  * carry only their names (no node sets the rest); its tuning is there, within the ranges above
  * (the engine checks it against its own links and flags). The device messages' enums are in range,
- * a plan of NCCL carries an id and one of TCP none. Any thread. */
+ * a plan of NCCL carries an id and one of TCP none. A cached op of a Ready is the exception: its
+ * name is "", nothing but its slot, direct and data may be set, and its data is checked by the
+ * receiver once it has the slot's op (rd_schedmsg_spec_check); an op fills a slot only when it
+ * did not fail, and stall requests use no slot. Any thread. */
 rd_schedmsg_status rd_schedmsg_decode(const struct Ringd__Msg *m, rd_schedmsg *out, char *err,
                                       size_t errlen);
-/* (A cached op of a Ready is the exception: its name is "", and only its slot, direct and data
- * are checked, with nothing else set; the receiver checks the rest once it has filled them in.
- * An op fills a slot only when it did not fail, and stall requests use no slot.) */
 
 /* Checks one announced op as rd_schedmsg_decode does a full one: for a cached op once its name
  * and parameters are filled in from the sender's slot. Returns 0, or -1 with err set. */
@@ -152,7 +152,8 @@ int rd_schedmsg_spec_check(const rd_op_spec *s, char *err, size_t errlen);
 /* Frees the arrays of a decoded message. */
 void rd_schedmsg_release(rd_schedmsg *s);
 
-/* The control message of v, its values as they are (rd_schedmsg_decode is what checks them), as
+/* The control message of v, its values as they are (rd_schedmsg_decode is what checks them; a
+ * cached op goes as its slot, direct and data alone), as
  * one allocation that borrows v's strings and data (rd_schedmsg_encoded_free frees it); a NULL
  * message goes as "". Returns NULL when out of memory. Any thread. */
 struct Ringd__Msg *rd_schedmsg_encode(const rd_schedmsg *v);

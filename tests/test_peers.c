@@ -926,6 +926,47 @@ Test(peers, a_control_link_relaying_what_cannot_come_its_way_drops_the_ring_nami
     th_ring_finish(&ring);
 }
 
+/* A peer that announces an op by a slot of its cache it never filled makes the node drop the
+ * ring, naming it, instead of guessing which op that is. */
+Test(peers, an_announcement_by_a_slot_never_filled_drops_the_ring_naming_the_node, .timeout = 60)
+{
+    const char *const one[] = {"--conns-per-link", "1", NULL};
+    opener o[2];
+    uint64_t gen = start_forming(one, o).gen;
+
+    Ringd__PeerHello h = hello(JOB, gen, "n1", RINGD__LINK_KIND__LINK_CONTROL, 0);
+    h.conns = 1;
+    int fd;
+    rd_msg *r = peer_hello(&ring.d[0], &h, &fd);
+    cr_assert(r != NULL && r->body_case == RINGD__MSG__BODY_PEER_ACCEPT,
+              "the control link was not accepted");
+    rd_frame_free(r);
+    Ringd__OpSpec op = RINGD__OP_SPEC__INIT, *ops[] = {&op};
+    op.cached = 3;
+    Ringd__Ready ready = RINGD__READY__INIT;
+    ready.generation = gen;
+    ready.ops = ops;
+    ready.n_ops = 1;
+    rd_msg m = RINGD__MSG__INIT;
+    m.body_case = RINGD__MSG__BODY_READY;
+    m.ready = &ready;
+    Ringd__Relay *relay = rd_relay_new(&m, 1, -1); /* n1's own, for every node */
+    cr_assert_not_null(relay);
+    Ringd__Relays rs;
+    rd_msg batch;
+    rd_relays_msg(&batch, &rs, &relay, 1);
+    cr_assert_eq(th_send(fd, &batch), 0);
+    rd_relay_free(relay);
+    assert_log(&ring.d[0], "announcement of node n1: an op in slot 3 of its cache, of 0 filled; "
+                           "dropping the ring");
+    cr_assert(th_wait_eof(fd, 3000), "the link stayed open after the ring dropped");
+    close(fd);
+
+    open_join(o);
+    close_sessions();
+    th_ring_finish(&ring);
+}
+
 Test(peers, a_peer_with_the_wrong_key_gets_no_confirmation)
 {
     cr_assert_eq(th_ring_start(&ring, 1, NULL), 0);

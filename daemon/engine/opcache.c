@@ -8,7 +8,6 @@
 #include <string.h>
 
 #include "frame.h"
-#include "negotiate.h"
 
 #define RD_OPCACHE_BUCKETS 2048u /* this node's slots by name: twice their most */
 
@@ -78,33 +77,35 @@ static int fill(slots *t, const rd_op_spec *spec)
     return 0;
 }
 
-/* 1 when spec is the op slot s holds. */
+/* 1 when spec is the op slot s holds: the very same values (a scale's bits, not only its value,
+ * since the receivers take the slot's). */
 static int same(const slot *s, const rd_op_spec *spec)
 {
-    char fields[96];
-    return s->direct == spec->direct && s->p.device == spec->p.device &&
-           strcmp(s->name, spec->name) == 0 &&
-           rd_op_params_compare(&s->p, &spec->p, fields, sizeof(fields));
+    const rd_op_params *a = &s->p, *b = &spec->p;
+    return s->direct == spec->direct && strcmp(s->name, spec->name) == 0 && a->coll == b->coll &&
+           a->dtype == b->dtype && a->redop == b->redop && a->root == b->root &&
+           a->count == b->count && memcmp(&a->prescale, &b->prescale, sizeof(a->prescale)) == 0 &&
+           memcmp(&a->postscale, &b->postscale, sizeof(a->postscale)) == 0 &&
+           a->device == b->device && a->counts_digest == b->counts_digest &&
+           a->group_digest == b->group_digest && a->shape == b->shape;
 }
 
-int rd_opcache_own(rd_opcache *c, rd_op_spec *spec)
+void rd_opcache_own(rd_opcache *c, rd_op_spec *spec)
 {
     slots *t = &c->nodes[c->self];
     size_t b = rd_name_hash(spec->name) % RD_OPCACHE_BUCKETS;
+    spec->fill = spec->cached = 0;
     for (uint16_t k = c->bucket[b]; k != 0; k = c->next[k]) {
         if (same(&t->s[k - 1], spec)) {
             spec->cached = k;
-            return 0;
+            return;
         }
     }
-    if (t->n == RD_SCHEDMSG_CACHE_MAX)
-        return 0; /* it goes whole */
-    if (fill(t, spec) != 0)
-        return -1;
+    if (t->n == RD_SCHEDMSG_CACHE_MAX || fill(t, spec) != 0)
+        return; /* it goes whole, filling nothing */
     spec->fill = t->n;
     c->next[t->n] = c->bucket[b];
     c->bucket[b] = (uint16_t)t->n;
-    return 0;
 }
 
 int rd_opcache_heard(rd_opcache *c, int node, rd_op_spec *spec, char *err, size_t errlen)

@@ -17,10 +17,11 @@ typedef struct rd_opcache rd_opcache;
 rd_opcache *rd_opcache_new(int nnodes, int self);
 void rd_opcache_free(rd_opcache *c);
 
-/* How this node announces *spec (status 0), its name and parameters as the op has them: as a
- * slot filled earlier (spec->cached set), as the op filling the next slot (spec->fill set), or,
- * with every slot filled, as it is. Returns 0, or -1 out of memory (nothing changed). */
-int rd_opcache_own(rd_opcache *c, rd_op_spec *spec);
+/* How this node sends *spec (status 0), its name and parameters as the op has them: as a slot
+ * filled earlier (spec->cached set: it is encoded as that slot, direct and data alone), as the op
+ * filling the next slot (spec->fill set), or, with every slot filled or out of memory, as it is
+ * (nothing filled). Call it for what is sent, in the order sent. */
+void rd_opcache_own(rd_opcache *c, rd_op_spec *spec);
 
 /* Node (not this one) announced *spec, decoded (rd_schedmsg_decode): a cached op gets the name,
  * parameters and direct of its slot (the name owned by the cache until rd_opcache_free) and is

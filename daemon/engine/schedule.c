@@ -231,8 +231,10 @@ static rd_status ring_forming(rd_sched *s, int nnodes, int position, const rd_ri
         below[i] = (uint8_t)rd_world_below(s->w, i);
     s->neg = rd_neg_new(nnodes, nodes, position, s->cfg->direct_bytes, below);
     s->cache = rd_opcache_new(nnodes, position);
-    if (s->neg == NULL || s->cache == NULL)
+    if (s->neg == NULL || s->cache == NULL) {
+        ring_ended(s);
         return RINGD_E_NOMEM;
+    }
     s->nnodes = nnodes;
     s->position = position;
     s->held = 1;
@@ -421,8 +423,14 @@ static void ready_flush(rd_sched *s)
     if (s->nout == 0)
         return;
     rd_schedmsg r = {.kind = RD_SCHEDMSG_READY, .ops = s->out, .nops = s->nout};
-    if (rd_world_up(s->w))
+    if (rd_world_up(s->w)) {
+        /* each op as the other nodes will have it: by the slot it filled, or filling the next
+         * (only what is sent fills a slot) */
+        for (size_t i = 0; i < s->nout; i++)
+            if (s->out[i].status == 0)
+                rd_opcache_own(s->cache, &s->out[i]);
         rd_world_send(s->w, NULL, 0, &r);
+    }
     announced_clear(s);
 }
 
@@ -450,15 +458,8 @@ static int announced_add(rd_sched *s, const rd_op_spec *spec)
         s->capout = cap;
     }
     rd_op_spec c = *spec;
-    if (spec->status == 0 && rd_opcache_own(s->cache, &c) != 0)
-        return -1;
-    if (c.cached != 0) { /* the other nodes have the rest in that slot */
-        c.name = "";
-        c.p = (rd_op_params){0};
-        c.message = "";
-    }
-    c.name = strdup(c.name);
-    c.message = strdup(c.message);
+    c.name = strdup(spec->name);
+    c.message = strdup(spec->message);
     c.data = spec->len > 0 ? malloc(spec->len) : NULL;
     if (c.name == NULL || c.message == NULL || (spec->len > 0 && c.data == NULL)) {
         spec_free(&c);
@@ -574,8 +575,11 @@ static void ready_received(rd_sched *s, int from, const rd_schedmsg *r)
         /* A failure known elsewhere ends the op here now, not once this node's ranks all
          * submitted it: no rank waits for what another already knows. (While the ring forms,
          * its clients are still on the last one: rd_sched_ring_up looks then.) */
+        /* (its name may be the cache's, which ends with the ring) */
+        char name[RD_NAME_MAX + 1];
+        snprintf(name, sizeof(name), "%s", spec->name);
         if (rd_world_up(s->w))
-            failed_elsewhere(s, spec->name);
+            failed_elsewhere(s, name);
         if (s->neg == NULL)
             return;
         /* One op at a time, in the node's order: a join it announced ends (is negotiated) before
