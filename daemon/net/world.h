@@ -142,10 +142,10 @@ void rd_world_send(rd_world *w, const int *to, int nto, const rd_schedmsg *m);
 /* While the ring is up, a node holds the other nodes' announcements (Ready) it passes on until
  * the engine says they are wanted, for RD_CTRL_HOLD_MS at most, and a frame's worth at most per
  * neighbour: a node's own messages, and everything else, go at once or at the end of the loop
- * turn, with what is held before them. What the engine releases at the
- * end of this loop turn (rd_neg_news): what goes up the control tree (an op every node below
- * this one has announced), what goes down (an op every node has announced), or both. Per
- * origin, order holds as ever: a release only says when. */
+ * turn, with what is held before them. What the engine releases at the end of this loop turn
+ * (rd_neg_news): what goes up the control tree (an op every node below this one has
+ * announced), what goes down (an op every node has announced), or both. Per origin, order holds
+ * as ever: a release only says when. */
 #define RD_RELEASE_UP 1u
 #define RD_RELEASE_DOWN 2u
 void rd_world_release(rd_world *w, unsigned what);
