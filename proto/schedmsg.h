@@ -146,7 +146,8 @@ rd_schedmsg_status rd_schedmsg_decode(const struct Ringd__Msg *m, rd_schedmsg *o
                                       size_t errlen);
 
 /* Checks one announced op as rd_schedmsg_decode does a full one: for a cached op once its name
- * and parameters are filled in from the sender's slot. Returns 0, or -1 with err set. */
+ * and parameters are filled in from the sender's slot. Returns 0, or -1 with err set. Any
+ * thread. */
 int rd_schedmsg_spec_check(const rd_op_spec *s, char *err, size_t errlen);
 
 /* Frees the arrays of a decoded message. */

@@ -768,9 +768,9 @@ static int small_ops_in_turn(int i, void *arg)
     uint64_t sent = control_sent_of(ring_.d[i].sock, &bytes) - before;
     bytes -= bytes0;
     /* node 0: 2 frames per child per op, SMALL_OPS + 1 ops, and room for the hold's time limit
-     * sending early in most of them on a slow machine (ops of 20 ms or more); a frame per child
-     * per loop turn with news was 979 to 1135 here. The others pass nothing on. */
-    uint64_t most = i == 0 ? 2 * 8 * (SMALL_OPS + 1) + 24 * 8 : SMALL_OPS + 1 + 4;
+     * sending early once in every one of them on a slow machine (ops of 20 ms or more); a frame
+     * per child per loop turn with news was 979 to 1135 here. The others pass nothing on. */
+    uint64_t most = i == 0 ? 3 * 8 * (SMALL_OPS + 1) : SMALL_OPS + 1 + 4;
     /* Each node announces "small" whole once, then by the slot it filled (about 10 bytes of the
      * 60 it takes whole): node 0 sent 1,695 bytes an op here (3,240 announcing it whole every
      * time), the others 32 (56). */

@@ -403,7 +403,7 @@ static const bad_spec bad_specs[] = {
     {{"g", ALLREDUCE_F32(2), 5, "failed", 1, bytes, 8, 0, 0}, 0, "failed"},
     /* the cache: a slot past its end, a failure filling one, a stall request using one */
     {{"g", ALLREDUCE_F32(2), 0, "", 0, NULL, 0, RD_SCHEDMSG_CACHE_MAX + 1, 0}, 0, "slot 1025"},
-    {{"g", ALLREDUCE_F32(2), 5, "failed", 0, NULL, 0, 1, 0}, 0, "failed"},
+    {{"g", ALLREDUCE_F32(2), 5, "failed", 0, NULL, 0, 1, 0}, 0, "filling slot 1"},
     {{"", {0}, 0, "", 0, NULL, 0, 0, RD_SCHEDMSG_CACHE_MAX + 1}, 0, "slot 1025"},
     {{"g", ALLREDUCE_F32(2), 14, "stalled", 0, NULL, 0, 0, 2}, 1, "stall request"},
     {{"g", ALLREDUCE_F32(2), 14, "stalled", 0, NULL, 0, 2, 0}, 1, "stall request"},
@@ -570,7 +570,7 @@ Test(schedmsg, a_dev_offer_naming_an_overlong_gpu_is_refused)
  * node's encoder sends one, so the message is made here field by field. */
 Test(schedmsg, an_op_by_its_slot_carrying_more_than_its_data_is_refused)
 {
-    for (int k = 0; k < 12; k++) {
+    for (int k = 0; k < 15; k++) {
         Ringd__OpSpec o = RINGD__OP_SPEC__INIT, *ops[] = {&o};
         o.cached = 2;
         o.name = (char *)"";
@@ -588,6 +588,9 @@ Test(schedmsg, an_op_by_its_slot_carrying_more_than_its_data_is_refused)
         case 9: o.fill = 1; break;
         case 10: o.shape = 3; break;
         case 11: o.device = 1; break;
+        case 12: o.postscale = 2; break;
+        case 13: o.counts_digest = 9; break;
+        case 14: o.group_digest = 9; break;
         }
         Ringd__Ready r = RINGD__READY__INIT;
         r.ops = ops;

@@ -425,7 +425,8 @@ static void ready_flush(rd_sched *s)
     rd_schedmsg r = {.kind = RD_SCHEDMSG_READY, .ops = s->out, .nops = s->nout};
     if (rd_world_up(s->w)) {
         /* each op as the other nodes will have it: by the slot it filled, or filling the next
-         * (only what is sent fills a slot) */
+         * (only what is sent fills a slot; should the send fail, nothing more goes out at this
+         * generation) */
         for (size_t i = 0; i < s->nout; i++)
             if (s->out[i].status == 0)
                 rd_opcache_own(s->cache, &s->out[i]);

@@ -140,7 +140,7 @@ int rd_world_up(const rd_world *w);
 void rd_world_send(rd_world *w, const int *to, int nto, const rd_schedmsg *m);
 
 /* While the ring is up, a node holds the other nodes' announcements (Ready) it passes on until
- * the engine says they are wanted, for RD_CTRL_HOLD_MS at most, and a frame's worth at most per
+ * the engine says they are wanted, for 20 ms at most, and a frame's worth at most per
  * neighbour: a node's own messages, and everything else, go at once or at the end of the loop
  * turn, with what is held before them. What the engine releases at the end of this loop turn
  * (rd_neg_news): what goes up the control tree (an op every node below this one has
