@@ -16,6 +16,13 @@ static rd_op_spec op(const char *name, uint64_t count, const void *data, size_t 
                         .len = len};
 }
 
+/* An op by slot k of its sender's cache, as decoded: only direct and data along. */
+static rd_op_spec by_slot(uint32_t k, const void *data, size_t len)
+{
+    return (rd_op_spec){
+        .name = "", .message = "", .direct = data != NULL, .data = data, .len = len, .cached = k};
+}
+
 Test(opcache, an_op_announced_again_with_the_same_name_and_parameters_goes_by_its_slot)
 {
     rd_opcache *c = rd_opcache_new(3, 1);
@@ -81,16 +88,14 @@ Test(opcache, another_node_s_op_by_its_slot_gets_that_slot_s_name_and_parameters
     rd_op_spec a = op("a", 1, &x, 4);
     a.fill = 1;
     cr_assert_eq(rd_opcache_heard(c, 2, &a, err, sizeof(err)), 0, "%s", err);
-    rd_op_spec by = {
-        .name = "", .message = "", .direct = 1, .data = (uint8_t *)&x, .len = 4, .cached = 1};
+    rd_op_spec by = by_slot(1, &x, 4);
     cr_assert_eq(rd_opcache_heard(c, 2, &by, err, sizeof(err)), 0, "%s", err);
     cr_assert_str_eq(by.name, "a");
     cr_assert_eq(by.p.count, 1);
     cr_assert_eq(by.p.prescale, 1);
     cr_assert_eq(by.len, 4);
     /* node 1 filled nothing */
-    by.cached = 1;
-    by.name = "";
+    by = by_slot(1, &x, 4);
     cr_assert_eq(rd_opcache_heard(c, 1, &by, err, sizeof(err)), -1);
     cr_assert(strstr(err, "slot 1 of its cache, of 0 filled") != NULL, "%s", err);
     rd_opcache_free(c);
@@ -108,11 +113,10 @@ Test(opcache, a_slot_filled_out_of_turn_or_data_unfit_for_the_slot_s_op_is_refus
     cr_assert(strstr(err, "filling slot 2 of its cache where 1 comes next") != NULL, "%s", err);
     s.fill = 1;
     cr_assert_eq(rd_opcache_heard(c, 1, &s, err, sizeof(err)), 0, "%s", err);
-    rd_op_spec by = {
-        .name = "", .message = "", .direct = 1, .data = (uint8_t *)&y, .len = 8, .cached = 1};
+    rd_op_spec by = by_slot(1, &y, 8);
     cr_assert_eq(rd_opcache_heard(c, 1, &by, err, sizeof(err)), -1, "8 bytes for one f32");
     cr_assert(strstr(err, "8 bytes of data") != NULL, "%s", err);
-    by = (rd_op_spec){.name = "", .message = "", .cached = 1};
+    by = by_slot(1, NULL, 0);
     cr_assert_eq(rd_opcache_heard(c, 1, &by, err, sizeof(err)), -1);
     cr_assert(strstr(err, "not direct now") != NULL, "%s", err);
     rd_opcache_free(c);

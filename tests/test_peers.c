@@ -884,6 +884,32 @@ Test(peers, a_forming_ring_refuses_mismatched_settings_and_wrong_identities, .ti
     th_ring_finish(&ring);
 }
 
+/* n1 is n0's child in the control tree: a forged n1 holding the key takes its control link at
+ * gen (start_forming). Returns the link's fd. */
+static int forged_child_link(uint64_t gen)
+{
+    Ringd__PeerHello h = hello(JOB, gen, "n1", RINGD__LINK_KIND__LINK_CONTROL, 0);
+    h.conns = 1;
+    int fd;
+    rd_msg *r = peer_hello(&ring.d[0], &h, &fd);
+    cr_assert(r != NULL && r->body_case == RINGD__MSG__BODY_PEER_ACCEPT,
+              "the control link was not accepted");
+    rd_frame_free(r);
+    return fd;
+}
+
+/* Sends m over the control link fd as a Relay from position origin for every node. */
+static void relay_send(int fd, const rd_msg *m, uint32_t origin)
+{
+    Ringd__Relay *relay = rd_relay_new(m, origin, -1);
+    cr_assert_not_null(relay);
+    Ringd__Relays rs;
+    rd_msg batch;
+    rd_relays_msg(&batch, &rs, &relay, 1);
+    cr_assert_eq(th_send(fd, &batch), 0);
+    rd_relay_free(relay);
+}
+
 /* A peer holding the key that relays what cannot come its way (here a message "from" the node it
  * talks to) makes that node drop the ring, naming the peer, instead of acting on it. */
 Test(peers, a_control_link_relaying_what_cannot_come_its_way_drops_the_ring_naming_it,
@@ -894,26 +920,13 @@ Test(peers, a_control_link_relaying_what_cannot_come_its_way_drops_the_ring_nami
     opener o[2];
     uint64_t gen = start_forming(one, o).gen;
 
-    /* n1 is n0's child in the control tree: a forged n1 holding the key takes its link */
-    Ringd__PeerHello h = hello(JOB, gen, "n1", RINGD__LINK_KIND__LINK_CONTROL, 0);
-    h.conns = 1;
-    int fd;
-    rd_msg *r = peer_hello(&ring.d[0], &h, &fd);
-    cr_assert(r != NULL && r->body_case == RINGD__MSG__BODY_PEER_ACCEPT,
-              "the control link was not accepted");
-    rd_frame_free(r);
+    int fd = forged_child_link(gen);
     Ringd__Bye bye = RINGD__BYE__INIT;
     bye.generation = gen;
     rd_msg m = RINGD__MSG__INIT;
     m.body_case = RINGD__MSG__BODY_BYE;
     m.bye = &bye;
-    Ringd__Relay *relay = rd_relay_new(&m, 0, -1); /* position 0 is n0 itself */
-    cr_assert_not_null(relay);
-    Ringd__Relays rs;
-    rd_msg batch;
-    rd_relays_msg(&batch, &rs, &relay, 1);
-    cr_assert_eq(th_send(fd, &batch), 0);
-    rd_relay_free(relay);
+    relay_send(fd, &m, 0); /* position 0 is n0 itself */
     assert_log(&ring.d[0], "control message from node n1 relayed from position 0 to -1, which "
                            "does not come that way in a ring of 2 nodes; dropping the ring");
     cr_assert(th_wait_eof(fd, 3000), "the link stayed open after the ring dropped");
@@ -934,13 +947,7 @@ Test(peers, an_announcement_by_a_slot_never_filled_drops_the_ring_naming_the_nod
     opener o[2];
     uint64_t gen = start_forming(one, o).gen;
 
-    Ringd__PeerHello h = hello(JOB, gen, "n1", RINGD__LINK_KIND__LINK_CONTROL, 0);
-    h.conns = 1;
-    int fd;
-    rd_msg *r = peer_hello(&ring.d[0], &h, &fd);
-    cr_assert(r != NULL && r->body_case == RINGD__MSG__BODY_PEER_ACCEPT,
-              "the control link was not accepted");
-    rd_frame_free(r);
+    int fd = forged_child_link(gen);
     Ringd__OpSpec op = RINGD__OP_SPEC__INIT, *ops[] = {&op};
     op.cached = 3;
     Ringd__Ready ready = RINGD__READY__INIT;
@@ -950,13 +957,7 @@ Test(peers, an_announcement_by_a_slot_never_filled_drops_the_ring_naming_the_nod
     rd_msg m = RINGD__MSG__INIT;
     m.body_case = RINGD__MSG__BODY_READY;
     m.ready = &ready;
-    Ringd__Relay *relay = rd_relay_new(&m, 1, -1); /* n1's own, for every node */
-    cr_assert_not_null(relay);
-    Ringd__Relays rs;
-    rd_msg batch;
-    rd_relays_msg(&batch, &rs, &relay, 1);
-    cr_assert_eq(th_send(fd, &batch), 0);
-    rd_relay_free(relay);
+    relay_send(fd, &m, 1); /* n1's own */
     assert_log(&ring.d[0], "announcement of node n1: an op in slot 3 of its cache, of 0 filled; "
                            "dropping the ring");
     cr_assert(th_wait_eof(fd, 3000), "the link stayed open after the ring dropped");
